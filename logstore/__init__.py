@@ -1,0 +1,1 @@
+"""logstore: a LogCabin-style replicated log of named logs (design/logstore.md)."""
