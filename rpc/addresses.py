@@ -1,0 +1,31 @@
+"""Addresses: users write host:port; zmq wants tcp://host:port."""
+
+from __future__ import annotations
+
+from rpc.errors import BadRequest
+
+
+def parse_host_port(address: str) -> tuple[str, int]:
+    """Split "host:port" (or "tcp://host:port"); raises BadRequest on anything else."""
+    text = address.removeprefix("tcp://").strip()
+    host, sep, port_text = text.rpartition(":")
+    if not sep or not host or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise BadRequest(f"not a host:port address: {address!r}")
+    return host.strip("[]"), int(port_text)
+
+
+def endpoint(address: str) -> str:
+    """zmq endpoint for connecting to a host:port."""
+    host, port = parse_host_port(address)
+    return f"tcp://{host}:{port}"
+
+
+def bind_endpoint(address: str) -> str:
+    """zmq endpoint for binding; port 0 asks the system for a free port."""
+    host, port = parse_host_port(address)
+    return f"tcp://{host}:{port or '*'}" if port else f"tcp://{host}:*"
+
+
+def host_port_of(zmq_endpoint: str) -> str:
+    host, port = parse_host_port(zmq_endpoint)
+    return f"{host}:{port}"

@@ -1,0 +1,411 @@
+"""The rpc client: DEALER sockets owned by one I/O thread, many calls in flight.
+
+`Transport` owns an I/O thread and one DEALER socket per server address. Any thread may
+call; each call gets a call id, its request is handed to the I/O thread, and the caller waits
+for the answer with that id until its deadline. Sockets use ZMQ_IMMEDIATE, so a request is
+only written to a live connection: while a server is down its requests wait (bounded by their
+deadline) and are sent, with the time they have left, once it is back. A socket monitor tells
+the I/O thread when a connection drops; calls already written to it fail with UNAVAILABLE
+("connection lost"), and `call(..., idempotent=True)` retries them with backoff and jitter
+until the deadline. Non-idempotent calls are never resent by this layer.
+
+`RpcClient` is a handle on one address (with its own Transport unless given a shared one).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import random
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import zmq
+import zmq.utils.monitor
+from google.protobuf.message import DecodeError, Message
+
+from rpc import errors
+from rpc.addresses import endpoint
+from rpc.rpc_pb2 import PingRequest, PingResponse, RequestHeader, ResponseHeader, StatusCode
+from rpc.server import MESSAGE_BYTES_MAX_DEFAULT, PING_METHOD
+
+INFLIGHT_CALLS_MAX = 8192
+RETRY_ATTEMPTS_MAX = 20
+RETRY_BACKOFF_INITIAL_S = 0.01
+RETRY_BACKOFF_MAX_S = 1.0
+POLL_INTERVAL_MS = 50
+
+log = logging.getLogger(__name__)
+
+
+class ConnectionLost(errors.Unavailable):
+    """The connection dropped after the request was written: it may or may not have run."""
+
+
+@dataclass(slots=True)
+class _Call:
+    call_id: int
+    address: str
+    header: RequestHeader
+    frames: list  # [body, *sidecars]
+    deadline: float
+    done: threading.Event = field(default_factory=threading.Event)
+    reply: list | None = None
+    error: errors.RpcError | None = None
+    sent: bool = False
+
+
+class _Peer:
+    """One DEALER socket, its monitor, and the calls waiting to be written to it."""
+
+    __slots__ = ("address", "socket", "monitor", "backlog", "written")
+
+    def __init__(self, ctx: zmq.Context, address: str, frame_bytes_max: int) -> None:
+        self.address = address
+        self.socket = ctx.socket(zmq.DEALER)
+        self.socket.setsockopt(zmq.LINGER, 0)
+        self.socket.setsockopt(zmq.IMMEDIATE, 1)
+        self.socket.setsockopt(zmq.MAXMSGSIZE, frame_bytes_max)
+        self.socket.setsockopt(zmq.RECONNECT_IVL, 20)
+        self.socket.setsockopt(zmq.RECONNECT_IVL_MAX, 500)
+        self.monitor = self.socket.get_monitor_socket(zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECTED)
+        self.socket.connect(endpoint(address))
+        self.backlog: deque[_Call] = deque()
+        self.written: dict[int, _Call] = {}
+
+    def close(self) -> None:
+        self.socket.disable_monitor()
+        self.monitor.close(linger=0)
+        self.socket.close(linger=0)
+
+
+class Transport:
+    """An I/O thread with a DEALER socket per address. Thread-safe; a context manager."""
+
+    def __init__(
+        self, *, message_bytes_max: int = MESSAGE_BYTES_MAX_DEFAULT, name: str = "rpc-client"
+    ) -> None:
+        self.message_bytes_max = message_bytes_max
+        self._ctx = zmq.Context()
+        self._call_ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self._submitted: deque[_Call] = deque()
+        self._calls: dict[int, _Call] = {}
+        self._wake_addr = f"inproc://rpc-client-wake-{id(self)}"
+        self._wake_pull = self._ctx.socket(zmq.PULL)
+        self._wake_pull.setsockopt(zmq.LINGER, 0)
+        self._wake_pull.bind(self._wake_addr)
+        self._wake_push = self._ctx.socket(zmq.PUSH)
+        self._wake_push.setsockopt(zmq.LINGER, 0)
+        self._wake_push.setsockopt(zmq.SNDHWM, 1)
+        self._wake_push.connect(self._wake_addr)
+        self._closing = threading.Event()
+        self._thread = threading.Thread(target=self._io_loop, name=f"{name}-io", daemon=True)
+        self._thread.start()
+
+    # -- caller side -------------------------------------------------------------------
+
+    def call_frames(
+        self,
+        address: str,
+        recipient_uuid: str,
+        caller_uuid: str,
+        method: str,
+        body: bytes,
+        sidecars,
+        timeout_s: float,
+    ) -> tuple[ResponseHeader, list]:
+        """One attempt: send, wait for the answer; raises RpcError for a non-OK status."""
+        if self._closing.is_set():
+            raise errors.Unavailable("the rpc transport is closed")
+        assert timeout_s > 0, "every call needs a deadline"
+        size = len(body) + sum(len(s) for s in sidecars)
+        if size > self.message_bytes_max:
+            raise errors.BadRequest(
+                f"request of {size} bytes exceeds the limit of {self.message_bytes_max}"
+            )
+        call = _Call(
+            call_id=next(self._call_ids),
+            address=address,
+            header=RequestHeader(
+                method=method, recipient_uuid=recipient_uuid, caller_uuid=caller_uuid
+            ),
+            frames=[body, *sidecars],
+            deadline=time.monotonic() + timeout_s,
+        )
+        call.header.call_id = call.call_id
+        with self._lock:
+            if len(self._calls) >= INFLIGHT_CALLS_MAX:
+                raise errors.Throttled(f"{len(self._calls)} calls already in flight")
+            self._calls[call.call_id] = call
+            self._submitted.append(call)
+        self._wake()
+        finished = call.done.wait(timeout_s)
+        with self._lock:
+            self._calls.pop(call.call_id, None)
+        if not finished:
+            where = "waiting for its answer" if call.sent else f"not connected to {address}"
+            raise errors.TimedOut(
+                f"{method} to {address} timed out after {timeout_s:.3f}s ({where})"
+            )
+        if call.error is not None:
+            raise call.error
+        assert call.reply is not None
+        header = ResponseHeader()
+        try:
+            header.ParseFromString(call.reply[0].buffer)
+        except (DecodeError, ValueError) as exc:
+            raise errors.Internal(f"malformed answer header from {address}: {exc}") from None
+        rest = call.reply[1:]
+        body_bytes = rest[0].bytes if rest else b""
+        if header.status != StatusCode.OK:
+            raise errors.error_from_header(header, body_bytes)
+        return header, [body_bytes, *(f.buffer for f in rest[1:])]
+
+    def _wake(self) -> None:
+        try:
+            self._wake_push.send(b"", zmq.NOBLOCK)
+        except zmq.Again:
+            pass  # a wake-up is already pending; one is enough
+        except zmq.ZMQError:
+            pass  # closing
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        if self._closing.is_set():
+            return
+        self._closing.set()
+        self._wake()
+        self._thread.join(timeout_s)
+        with self._lock:
+            calls = list(self._calls.values())
+        for call in calls:
+            call.error = errors.Unavailable("the rpc transport closed")
+            call.done.set()
+        self._wake_push.close(linger=0)
+        self._wake_pull.close(linger=0)
+        self._ctx.term()
+
+    def __enter__(self) -> Transport:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- I/O thread --------------------------------------------------------------------
+
+    def _io_loop(self) -> None:
+        peers: dict[str, _Peer] = {}
+        by_socket: dict[zmq.Socket, _Peer] = {}
+        by_monitor: dict[zmq.Socket, _Peer] = {}
+        poller = zmq.Poller()
+        poller.register(self._wake_pull, zmq.POLLIN)
+        frame_max = self.message_bytes_max * 2
+        try:
+            while not self._closing.is_set():
+                # Take new calls from callers.
+                while True:
+                    with self._lock:
+                        if not self._submitted:
+                            break
+                        call = self._submitted.popleft()
+                    peer = peers.get(call.address)
+                    if peer is None:
+                        peer = _Peer(self._ctx, call.address, frame_max)
+                        peers[call.address] = peer
+                        by_socket[peer.socket] = peer
+                        by_monitor[peer.monitor] = peer
+                        poller.register(peer.monitor, zmq.POLLIN)
+                    peer.backlog.append(call)
+                now = time.monotonic()
+                for peer in peers.values():
+                    self._flush(peer, now)
+                    flags = zmq.POLLIN | (zmq.POLLOUT if peer.backlog else 0)
+                    poller.register(peer.socket, flags)
+                try:
+                    ready = dict(poller.poll(POLL_INTERVAL_MS))
+                except zmq.ZMQError:
+                    continue
+                for sock, events in ready.items():
+                    if sock is self._wake_pull:
+                        self._drain_wake()
+                    elif sock in by_monitor:
+                        self._on_monitor(by_monitor[sock])
+                    elif events & zmq.POLLIN:
+                        self._on_replies(by_socket[sock])
+                self._expire(peers.values(), time.monotonic())
+        finally:
+            for peer in peers.values():
+                peer.close()
+
+    def _drain_wake(self) -> None:
+        while True:
+            try:
+                self._wake_pull.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+
+    def _flush(self, peer: _Peer, now: float) -> None:
+        while peer.backlog:
+            call = peer.backlog[0]
+            if call.done.is_set() or now >= call.deadline:
+                peer.backlog.popleft()
+                continue
+            # The server's deadline is what is left now, not what was asked at submit time.
+            call.header.timeout_ms = max(1, int((call.deadline - now) * 1000))
+            try:
+                peer.socket.send_multipart(
+                    [call.header.SerializeToString(), *call.frames], zmq.NOBLOCK, copy=False
+                )
+            except zmq.Again:
+                return  # no live connection yet (IMMEDIATE) or pipe full: wait for POLLOUT
+            peer.backlog.popleft()
+            call.sent = True
+            call.frames = []  # the bytes are zmq's now
+            peer.written[call.call_id] = call
+
+    def _on_replies(self, peer: _Peer) -> None:
+        for _ in range(256):
+            try:
+                frames = peer.socket.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            header = ResponseHeader()
+            try:
+                header.ParseFromString(frames[0].buffer)
+            except (DecodeError, ValueError):
+                log.warning("dropped a malformed answer from %s", peer.address)
+                continue
+            call = peer.written.pop(header.call_id, None)
+            if call is None:
+                continue  # its caller gave up already
+            call.reply = frames
+            call.done.set()
+
+    def _on_monitor(self, peer: _Peer) -> None:
+        while True:
+            try:
+                event = zmq.utils.monitor.recv_monitor_message(peer.monitor, zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            if event["event"] == zmq.EVENT_DISCONNECTED and peer.written:
+                log.info(
+                    "connection to %s lost with %d call(s) in flight",
+                    peer.address,
+                    len(peer.written),
+                )
+                for call in peer.written.values():
+                    call.error = ConnectionLost(f"connection to {peer.address} lost")
+                    call.done.set()
+                peer.written.clear()
+
+    def _expire(self, peers, now: float) -> None:
+        for peer in peers:
+            expired = [
+                cid for cid, c in peer.written.items() if c.done.is_set() or now >= c.deadline
+            ]
+            for cid in expired:
+                del peer.written[cid]
+
+
+RETRYABLE = (ConnectionLost, errors.Throttled, errors.Unavailable)
+
+
+class RpcClient:
+    """Calls to one server address. Thread-safe; a context manager."""
+
+    def __init__(
+        self, address: str, caller_uuid: str = "", *, transport: Transport | None = None
+    ) -> None:
+        endpoint(address)  # validates
+        self.address = address
+        self.caller_uuid = caller_uuid
+        self._owns_transport = transport is None
+        self._transport = transport or Transport()
+
+    def call(
+        self,
+        recipient_uuid: str,
+        method: str,
+        request: Message,
+        response_type: type,
+        *,
+        timeout_s: float = 5.0,
+        idempotent: bool = False,
+        sidecars=(),
+    ):
+        response, _ = self.call_with_sidecars(
+            recipient_uuid,
+            method,
+            request,
+            response_type,
+            timeout_s=timeout_s,
+            idempotent=idempotent,
+            sidecars=sidecars,
+        )
+        return response
+
+    def call_with_sidecars(
+        self,
+        recipient_uuid: str,
+        method: str,
+        request: Message,
+        response_type: type,
+        *,
+        timeout_s: float = 5.0,
+        idempotent: bool = False,
+        sidecars=(),
+    ):
+        """Returns (response, [sidecar memoryviews]); raises rpc.errors.* on failure."""
+        deadline = time.monotonic() + timeout_s
+        body = request.SerializeToString()
+        backoff_s = RETRY_BACKOFF_INITIAL_S
+        for attempt in range(1, RETRY_ATTEMPTS_MAX + 1):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise errors.TimedOut(
+                    f"{method} to {self.address}: no time left after {attempt - 1} attempt(s)"
+                )
+            try:
+                _, frames = self._transport.call_frames(
+                    self.address,
+                    recipient_uuid,
+                    self.caller_uuid,
+                    method,
+                    body,
+                    sidecars,
+                    remaining,
+                )
+                break
+            except RETRYABLE as err:
+                if not idempotent or attempt == RETRY_ATTEMPTS_MAX:
+                    raise
+                pause = max(backoff_s, err.retry_after_ms / 1000.0) * random.uniform(0.5, 1.5)
+                if time.monotonic() + pause >= deadline:
+                    raise
+                log.debug("%s to %s: %s; retrying in %.3fs", method, self.address, err, pause)
+                time.sleep(pause)
+                backoff_s = min(backoff_s * 2, RETRY_BACKOFF_MAX_S)
+        response = response_type()
+        try:
+            response.ParseFromString(frames[0])
+        except (DecodeError, ValueError) as exc:
+            raise errors.Internal(f"malformed {method} answer from {self.address}: {exc}") from None
+        return response, frames[1:]
+
+    def ping(self, timeout_s: float = 2.0, *, idempotent: bool = True) -> PingResponse:
+        """Learn who serves this address (the one call allowed without a recipient UUID)."""
+        return self.call(
+            "", PING_METHOD, PingRequest(), PingResponse, timeout_s=timeout_s, idempotent=idempotent
+        )
+
+    def close(self) -> None:
+        if self._owns_transport:
+            self._transport.close()
+
+    def __enter__(self) -> RpcClient:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,371 @@
+"""The rpc server: one ROUTER socket, registered methods, handlers on a bounded pool.
+
+Wire format (design/wire-protocol.md): a request is [RequestHeader, body, *sidecars]; the
+answer is [ResponseHeader, body, *sidecars]. One I/O thread owns the ROUTER socket: it reads
+requests, rejects what is malformed, misaddressed, unknown or oversized (BAD_REQUEST or
+INVALID_NAME, counted and logged, never fatal), and hands the rest to a worker pool whose
+queue is bounded (THROTTLED when full). Workers never touch the ROUTER socket: they pass
+answers back through an inproc socket that the I/O thread forwards.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import zmq
+from google.protobuf.message import DecodeError, Message
+
+from rpc import errors
+from rpc.addresses import bind_endpoint, host_port_of
+from rpc.rpc_pb2 import PingRequest, PingResponse, RequestHeader, ResponseHeader, StatusCode
+
+PING_METHOD = "rpc.Ping"
+MESSAGE_BYTES_MAX_DEFAULT = 64 << 20
+# Frames far past the message limit are not even buffered: zmq drops the connection instead.
+FRAME_BYTES_HARD_FACTOR = 2
+CALL_TIMEOUT_MS_DEFAULT = 30_000
+CALL_TIMEOUT_MS_MAX = 600_000
+POLL_INTERVAL_MS = 50
+DRAIN_BATCH_MAX = 256
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class CallContext:
+    """What a handler knows about the call besides its request body."""
+
+    method: str
+    caller_uuid: str
+    deadline: float  # time.monotonic() value after which nobody waits for the answer
+    sidecars: list[memoryview] = field(default_factory=list)
+
+    def remaining_s(self) -> float:
+        return max(0.0, self.deadline - time.monotonic())
+
+    def expired(self) -> bool:
+        return time.monotonic() >= self.deadline
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """A handler's answer with sidecar frames of bulk bytes."""
+
+    body: Message
+    sidecars: Sequence[bytes | memoryview] = ()
+
+
+Handler = Callable[[Any, CallContext], "Message | Reply"]
+
+
+@dataclass(frozen=True, slots=True)
+class _Method:
+    request_type: type
+    handler: Handler
+    anonymous: bool
+
+
+class RpcServer:
+    """Serves registered methods on one ROUTER socket. Use as a context manager."""
+
+    def __init__(
+        self,
+        uuid: str,
+        bind: str = "127.0.0.1:0",
+        *,
+        service: str = "",
+        workers: int = 8,
+        queue_max: int = 256,
+        message_bytes_max: int = MESSAGE_BYTES_MAX_DEFAULT,
+    ) -> None:
+        assert uuid, "a server needs a UUID"
+        assert workers >= 1 and queue_max >= 1 and message_bytes_max >= 1024
+        self.uuid = uuid
+        self.service = service
+        self._bind = bind
+        self._workers = workers
+        self._queue_max = queue_max
+        self.message_bytes_max = message_bytes_max
+        self._methods: dict[str, _Method] = {}
+        self._ctx = zmq.Context()
+        self._router: zmq.Socket | None = None
+        self._reply_pull: zmq.Socket | None = None
+        self._reply_push: zmq.Socket | None = None
+        self._reply_lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+        self._io_thread: threading.Thread | None = None
+        self._stopping = threading.Event()
+        self._stats_lock = threading.Lock()
+        self._stats: dict[str, int] = {
+            "requests": 0,
+            "ok": 0,
+            "errors": 0,
+            "bad_request": 0,
+            "invalid_name": 0,
+            "throttled": 0,
+            "timed_out": 0,
+            "internal": 0,
+        }
+        self._inflight = 0
+        self._address = ""
+        self.register(PING_METHOD, PingRequest, self._ping, anonymous=True)
+
+    # -- setup -------------------------------------------------------------------------
+
+    def register(
+        self, method: str, request_type: type, handler: Handler, *, anonymous: bool = False
+    ) -> None:
+        """Serve `method`. `anonymous` methods also accept an empty recipient UUID."""
+        assert self._io_thread is None, "register methods before start()"
+        assert method not in self._methods, f"method {method} registered twice"
+        self._methods[method] = _Method(request_type, handler, anonymous)
+
+    @property
+    def address(self) -> str:
+        """host:port actually bound (resolves port 0)."""
+        return self._address
+
+    def start(self) -> RpcServer:
+        assert self._io_thread is None, "start() called twice"
+        router = self._ctx.socket(zmq.ROUTER)
+        router.setsockopt(zmq.LINGER, 0)
+        router.setsockopt(zmq.MAXMSGSIZE, self.message_bytes_max * FRAME_BYTES_HARD_FACTOR)
+        router.setsockopt(zmq.RCVHWM, 10_000)
+        router.setsockopt(zmq.SNDHWM, 10_000)
+        router.bind(bind_endpoint(self._bind))
+        self._router = router
+        self._address = host_port_of(router.getsockopt_string(zmq.LAST_ENDPOINT))
+        inproc = f"inproc://rpc-replies-{id(self)}"
+        self._reply_pull = self._ctx.socket(zmq.PULL)
+        self._reply_pull.setsockopt(zmq.LINGER, 0)
+        self._reply_pull.bind(inproc)
+        self._reply_push = self._ctx.socket(zmq.PUSH)
+        self._reply_push.setsockopt(zmq.LINGER, 0)
+        self._reply_push.setsockopt(zmq.SNDHWM, 0)  # bounded by the pool's queue instead
+        self._reply_push.connect(inproc)
+        self._pool = ThreadPoolExecutor(
+            max_workers=self._workers, thread_name_prefix=f"rpc-{self.service or 'server'}-worker"
+        )
+        self._io_thread = threading.Thread(
+            target=self._io_loop, name=f"rpc-{self.service or 'server'}-io", daemon=True
+        )
+        self._io_thread.start()
+        log.info("%s %s serving on %s", self.service or "rpc server", self.uuid, self._address)
+        return self
+
+    def stats(self) -> dict[str, int]:
+        with self._stats_lock:
+            return dict(self._stats, inflight=self._inflight)
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Stop reading, let running handlers finish (bounded), close sockets."""
+        if self._stopping.is_set():
+            return
+        self._stopping.set()
+        if self._io_thread is not None:
+            self._io_thread.join(timeout_s)
+            if self._io_thread.is_alive():
+                log.warning("rpc io thread did not stop within %.1fs", timeout_s)
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+        for sock in (self._router, self._reply_pull, self._reply_push):
+            if sock is not None:
+                sock.close(linger=0)
+        self._ctx.term()
+
+    def __enter__(self) -> RpcServer:
+        if self._io_thread is None:
+            self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- I/O thread --------------------------------------------------------------------
+
+    def _io_loop(self) -> None:
+        assert self._router is not None and self._reply_pull is not None
+        poller = zmq.Poller()
+        poller.register(self._router, zmq.POLLIN)
+        poller.register(self._reply_pull, zmq.POLLIN)
+        while not self._stopping.is_set():
+            try:
+                ready = dict(poller.poll(POLL_INTERVAL_MS))
+            except zmq.ZMQError as exc:  # interrupted system call and the like
+                log.debug("poll interrupted: %s", exc)
+                continue
+            if self._reply_pull in ready:
+                self._forward_replies()
+            if self._router in ready:
+                self._read_requests()
+        # Answers computed after the stop are dropped: their callers see a lost connection.
+
+    def _forward_replies(self) -> None:
+        assert self._router is not None and self._reply_pull is not None
+        for _ in range(DRAIN_BATCH_MAX):
+            try:
+                frames = self._reply_pull.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            self._send(frames)
+
+    def _send(self, frames: list) -> None:
+        assert self._router is not None
+        try:
+            self._router.send_multipart(frames, zmq.NOBLOCK, copy=False)
+        except zmq.Again:
+            # The caller's pipe is full (it stopped reading); its call will time out.
+            log.warning("dropped an answer: the caller's queue is full")
+        except zmq.ZMQError as exc:
+            log.warning("dropped an answer: %s", exc)
+
+    def _read_requests(self) -> None:
+        assert self._router is not None
+        for _ in range(DRAIN_BATCH_MAX):
+            try:
+                frames = self._router.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            received = time.monotonic()
+            self._count("requests")
+            try:
+                self._dispatch(frames, received)
+            except errors.RpcError as err:
+                # Rejected before reaching a handler: answered from this thread.
+                call_id = getattr(err, "call_id", 0)
+                self._send([frames[0], *self._error_frames(call_id, err)])
+
+    def _dispatch(self, frames: list, received: float) -> None:
+        identity, rest = frames[0], frames[1:]
+        if len(rest) < 2:
+            raise self._reject(
+                errors.BadRequest(f"expected [header, body, *sidecars], got {len(rest)} frame(s)")
+            )
+        header = RequestHeader()
+        try:
+            header.ParseFromString(rest[0].buffer)
+        except (DecodeError, ValueError) as exc:
+            raise self._reject(errors.BadRequest(f"malformed request header: {exc}")) from None
+        call_id = header.call_id
+        size = sum(len(f.buffer) for f in rest)
+        if size > self.message_bytes_max:
+            raise self._reject(
+                errors.BadRequest(
+                    f"message of {size} bytes exceeds the limit of {self.message_bytes_max}"
+                ),
+                call_id,
+            )
+        method = self._methods.get(header.method)
+        if not header.recipient_uuid and not (method and method.anonymous):
+            raise self._reject(errors.InvalidName("request names no recipient UUID"), call_id)
+        if header.recipient_uuid and header.recipient_uuid != self.uuid:
+            raise self._reject(
+                errors.InvalidName(f"this server is {self.uuid}, not {header.recipient_uuid}"),
+                call_id,
+            )
+        if method is None:
+            raise self._reject(errors.BadRequest(f"unknown method {header.method!r}"), call_id)
+        with self._stats_lock:
+            if self._inflight >= self._queue_max + self._workers:
+                self._stats["throttled"] += 1
+                err = errors.Throttled(
+                    f"{self._inflight} calls in progress; try again", retry_after_ms=10
+                )
+                err.call_id = call_id  # type: ignore[attr-defined]
+                raise err
+            self._inflight += 1
+        timeout_ms = header.timeout_ms or CALL_TIMEOUT_MS_DEFAULT
+        deadline = received + min(timeout_ms, CALL_TIMEOUT_MS_MAX) / 1000.0
+        ctx = CallContext(
+            method=header.method,
+            caller_uuid=header.caller_uuid,
+            deadline=deadline,
+            sidecars=[f.buffer for f in rest[2:]],
+        )
+        assert self._pool is not None
+        self._pool.submit(self._run, identity, call_id, method, rest[1], ctx)
+
+    def _reject(self, err: errors.RpcError, call_id: int = 0) -> errors.RpcError:
+        key = "invalid_name" if isinstance(err, errors.InvalidName) else "bad_request"
+        self._count(key)
+        log.warning("rejected a request (call %d): %s", call_id, err)
+        err.call_id = call_id  # type: ignore[attr-defined]
+        return err
+
+    # -- workers -----------------------------------------------------------------------
+
+    def _run(self, identity, call_id: int, method: _Method, body_frame, ctx: CallContext) -> None:
+        try:
+            frames = self._invoke(call_id, method, body_frame, ctx)
+        finally:
+            with self._stats_lock:
+                self._inflight -= 1
+        assert self._reply_push is not None
+        with self._reply_lock:
+            try:
+                self._reply_push.send_multipart([identity, *frames], copy=False)
+            except zmq.ZMQError as exc:  # closing
+                log.debug("answer to call %d not sent: %s", call_id, exc)
+
+    def _invoke(self, call_id: int, method: _Method, body_frame, ctx: CallContext) -> list:
+        if ctx.expired():
+            self._count("timed_out")
+            return self._error_frames(
+                call_id, errors.TimedOut("deadline passed before the call ran")
+            )
+        request = method.request_type()
+        try:
+            request.ParseFromString(body_frame.buffer)
+        except (DecodeError, ValueError) as exc:
+            self._count("bad_request")
+            log.warning("call %d to %s: malformed body: %s", call_id, ctx.method, exc)
+            return self._error_frames(
+                call_id, errors.BadRequest(f"malformed body for {ctx.method}: {exc}")
+            )
+        try:
+            result = method.handler(request, ctx)
+        except errors.RpcError as err:
+            self._count("errors")
+            if isinstance(err, errors.BadRequest):
+                self._count("bad_request")
+            log.debug("call %d to %s answered %s", call_id, ctx.method, err)
+            return self._error_frames(call_id, err)
+        except Exception as exc:  # a handler bug: answer INTERNAL, keep serving
+            self._count("internal")
+            log.exception("call %d to %s failed", call_id, ctx.method)
+            return self._error_frames(call_id, errors.Internal(f"{type(exc).__name__}: {exc}"))
+        if isinstance(result, Reply):
+            body, sidecars = result.body, list(result.sidecars)
+        else:
+            body, sidecars = result, []
+        assert isinstance(body, Message), f"{ctx.method} handler returned {type(body)}"
+        self._count("ok")
+        header = ResponseHeader(call_id=call_id, status=StatusCode.OK, server_uuid=self.uuid)
+        return [header.SerializeToString(), body.SerializeToString(), *sidecars]
+
+    def _error_frames(self, call_id: int, err: errors.RpcError) -> list:
+        header = ResponseHeader(
+            call_id=call_id,
+            status=err.status,
+            message=err.message,
+            retry_after_ms=err.retry_after_ms,
+            server_uuid=self.uuid,
+        )
+        if err.leader_hint:
+            header.leader_hint.uuid = err.leader_hint.uuid
+            header.leader_hint.address = err.leader_hint.address
+            header.leader_hint.epoch = err.leader_hint.epoch
+        return [header.SerializeToString(), err.body or b""]
+
+    def _count(self, key: str) -> None:
+        with self._stats_lock:
+            self._stats[key] += 1
+
+    def _ping(self, _request: PingRequest, _ctx: CallContext) -> PingResponse:
+        return PingResponse(uuid=self.uuid, service=self.service, methods=sorted(self._methods))
