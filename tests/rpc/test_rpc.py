@@ -1,0 +1,364 @@
+"""The rpc layer over real zmq sockets on 127.0.0.1: calls, limits, malformed input, restarts."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import zmq
+
+from rpc import errors
+from rpc.addresses import endpoint
+from rpc.client import ConnectionLost, RpcClient, Transport
+from rpc.errors import LeaderHintValue
+from rpc.rpc_pb2 import (
+    PingRequest,
+    PingResponse,
+    RequestHeader,
+    ResponseHeader,
+    StatusCode,
+)
+from rpc.server import CallContext, Reply, RpcServer
+from tests.support.procs import free_port, wait_for
+
+SERVER_UUID = "11111111-2222-3333-4444-555555555555"
+
+
+def echo(request: PingResponse, ctx: CallContext) -> Reply:
+    return Reply(PingResponse(uuid=request.uuid, service=ctx.caller_uuid), list(ctx.sidecars))
+
+
+@pytest.fixture
+def server():
+    srv = RpcServer(SERVER_UUID, "127.0.0.1:0", service="test", workers=4, queue_max=64)
+    srv.register("Test.Echo", PingResponse, echo)
+    calls: list[str] = []
+
+    def record(request: PingResponse, ctx: CallContext) -> PingResponse:
+        calls.append(request.uuid)
+        return PingResponse(uuid=request.uuid)
+
+    def fail(request: PingResponse, ctx: CallContext) -> PingResponse:
+        if request.uuid == "bug":
+            raise ZeroDivisionError("handler bug")
+        raise errors.NotLeader(
+            "not me",
+            leader_hint=LeaderHintValue("leader-uuid", "127.0.0.1:9", 7),
+            body=PingResponse(uuid="detail").SerializeToString(),
+        )
+
+    srv.register("Test.Record", PingResponse, record)
+    srv.register("Test.Fail", PingResponse, fail)
+    srv.recorded = calls
+    with srv:
+        yield srv
+
+
+@pytest.fixture
+def client(server):
+    with RpcClient(server.address, "client-1") as c:
+        yield c
+
+
+def raw_dealer(address: str) -> tuple[zmq.Context, zmq.Socket]:
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.RCVTIMEO, 5000)
+    sock.connect(endpoint(address))
+    return ctx, sock
+
+
+def raw_exchange(address: str, frames: list[bytes]) -> ResponseHeader:
+    ctx, sock = raw_dealer(address)
+    try:
+        sock.send_multipart(frames)
+        answer = sock.recv_multipart()
+        header = ResponseHeader()
+        header.ParseFromString(answer[0])
+        return header
+    finally:
+        sock.close()
+        ctx.term()
+
+
+def request_header(method: str, recipient: str = SERVER_UUID, call_id: int = 5) -> bytes:
+    return RequestHeader(
+        call_id=call_id, method=method, recipient_uuid=recipient, timeout_ms=5000
+    ).SerializeToString()
+
+
+def test_ping_learns_uuid_and_methods(client):
+    answer = client.ping()
+    assert answer.uuid == SERVER_UUID
+    assert "Test.Echo" in answer.methods
+
+
+def test_call_round_trip_carries_caller_uuid(client):
+    answer = client.call(SERVER_UUID, "Test.Echo", PingResponse(uuid="x"), PingResponse)
+    assert answer.uuid == "x"
+    assert answer.service == "client-1"
+
+
+def test_many_clients_many_calls_in_flight(server):
+    transport = Transport()
+    clients = [RpcClient(server.address, f"c{i}", transport=transport) for i in range(8)]
+
+    def worker(i: int) -> list[str]:
+        c = clients[i % len(clients)]
+        return [
+            c.call(SERVER_UUID, "Test.Echo", PingResponse(uuid=f"{i}-{k}"), PingResponse).uuid
+            for k in range(50)
+        ]
+
+    try:
+        with ThreadPoolExecutor(32) as pool:
+            results = list(pool.map(worker, range(32)))
+    finally:
+        transport.close()
+    for i, got in enumerate(results):
+        assert got == [f"{i}-{k}" for k in range(50)]
+
+
+def test_wrong_recipient_is_refused_and_has_no_effect(server, client):
+    with pytest.raises(errors.InvalidName):
+        client.call("someone-else", "Test.Record", PingResponse(uuid="a"), PingResponse)
+    with pytest.raises(errors.InvalidName):
+        client.call("", "Test.Record", PingResponse(uuid="b"), PingResponse)
+    assert server.recorded == []
+    assert server.stats()["invalid_name"] == 2
+    client.call(SERVER_UUID, "Test.Record", PingResponse(uuid="c"), PingResponse)
+    assert server.recorded == ["c"]
+
+
+def test_error_carries_status_hint_and_body(client):
+    with pytest.raises(errors.NotLeader) as info:
+        client.call(SERVER_UUID, "Test.Fail", PingResponse(), PingResponse)
+    err = info.value
+    assert err.leader_hint == LeaderHintValue("leader-uuid", "127.0.0.1:9", 7)
+    assert err.decode_body(PingResponse).uuid == "detail"
+    assert err.server_uuid == SERVER_UUID
+
+
+def test_handler_bug_answers_internal_and_server_keeps_serving(server, client):
+    with pytest.raises(errors.Internal, match="handler bug"):
+        client.call(SERVER_UUID, "Test.Fail", PingResponse(uuid="bug"), PingResponse)
+    assert client.call(SERVER_UUID, "Test.Echo", PingResponse(uuid="after"), PingResponse).uuid == "after"
+
+
+def test_deadline_expiry_times_out_and_late_answer_is_dropped():
+    release = threading.Event()
+
+    def slow(request, ctx):
+        release.wait(10)
+        return PingResponse(uuid="late")
+
+    srv = RpcServer(SERVER_UUID, service="slow", workers=2)
+    srv.register("Test.Slow", PingResponse, slow)
+    srv.register("Test.Echo", PingResponse, echo)
+    with srv, RpcClient(srv.address, "c") as c:
+        started = time.monotonic()
+        with pytest.raises(errors.TimedOut):
+            c.call(SERVER_UUID, "Test.Slow", PingResponse(), PingResponse, timeout_s=0.2)
+        assert time.monotonic() - started < 5  # it gave up at its deadline, not the handler's
+        release.set()
+        # The late answer to the expired call must not be taken as the answer to this one.
+        assert c.call(SERVER_UUID, "Test.Echo", PingResponse(uuid="next"), PingResponse).uuid == "next"
+
+
+def test_bounded_queue_throttles():
+    release = threading.Event()
+    entered = threading.Semaphore(0)
+
+    def block(request, ctx):
+        entered.release()
+        release.wait(10)
+        return PingResponse(uuid=request.uuid)
+
+    srv = RpcServer(SERVER_UUID, service="busy", workers=1, queue_max=1)
+    srv.register("Test.Block", PingResponse, block)
+    with srv, RpcClient(srv.address, "c") as c, ThreadPoolExecutor(4) as pool:
+        first = pool.submit(c.call, SERVER_UUID, "Test.Block", PingResponse(uuid="1"), PingResponse)
+        assert entered.acquire(timeout=5)
+        second = pool.submit(c.call, SERVER_UUID, "Test.Block", PingResponse(uuid="2"), PingResponse)
+        wait_for(lambda: srv.stats()["inflight"] == 2, 5, "second call queued")
+        with pytest.raises(errors.Throttled) as info:
+            c.call(SERVER_UUID, "Test.Block", PingResponse(uuid="3"), PingResponse)
+        assert info.value.retry_after_ms > 0
+        release.set()
+        assert first.result(5).uuid == "1"
+        assert second.result(5).uuid == "2"
+    assert srv.stats()["throttled"] == 1
+
+
+@pytest.mark.parametrize("size_mib", [16])
+def test_large_sidecars_arrive_intact_both_ways(client, size_mib):
+    payloads = [os.urandom(size_mib << 20), os.urandom(1 << 20)]
+    answer, sidecars = client.call_with_sidecars(
+        SERVER_UUID, "Test.Echo", PingResponse(uuid="big"), PingResponse,
+        sidecars=payloads, timeout_s=30,
+    )
+    assert answer.uuid == "big"
+    assert [hashlib.sha256(s).hexdigest() for s in sidecars] == [
+        hashlib.sha256(p).hexdigest() for p in payloads
+    ]
+
+
+def test_oversized_request_is_refused_by_client_and_server():
+    srv = RpcServer(SERVER_UUID, service="small", message_bytes_max=64 * 1024)
+    srv.register("Test.Echo", PingResponse, echo)
+    with srv:
+        # The client refuses to send it...
+        with RpcClient(srv.address, "c") as c:
+            with pytest.raises(errors.BadRequest, match="exceeds"):
+                c.call(SERVER_UUID, "Test.Echo", PingResponse(), PingResponse, sidecars=[b"x" * 70_000])
+        # ...and a raw sender that does gets BAD_REQUEST.
+        header = raw_exchange(srv.address, [request_header("Test.Echo"), b"", b"x" * 100_000])
+        assert header.status == StatusCode.BAD_REQUEST
+        assert "exceeds" in header.message
+        assert header.call_id == 5
+        with RpcClient(srv.address, "c") as c:
+            assert c.call(SERVER_UUID, "Test.Echo", PingResponse(uuid="ok"), PingResponse).uuid == "ok"
+
+
+@pytest.mark.parametrize(
+    "frames,expected",
+    [
+        pytest.param([b"only-one-frame"], StatusCode.BAD_REQUEST, id="missing-frames"),
+        pytest.param([b"\xff\xff\xff\xff\xff", b""], StatusCode.BAD_REQUEST, id="bad-header"),
+        pytest.param(
+            [request_header("Test.Echo"), b"\xff\xff\xff\xff"], StatusCode.BAD_REQUEST, id="bad-body"
+        ),
+        pytest.param([request_header("Test.Nope"), b""], StatusCode.BAD_REQUEST, id="unknown-method"),
+        pytest.param(
+            [request_header("Test.Echo", recipient="other"), b""],
+            StatusCode.INVALID_NAME,
+            id="wrong-recipient",
+        ),
+    ],
+)
+def test_malformed_input_gets_an_answer_and_server_keeps_serving(server, client, frames, expected):
+    header = raw_exchange(server.address, frames)
+    assert header.status == expected, header
+    assert header.message
+    assert client.call(SERVER_UUID, "Test.Echo", PingResponse(uuid="alive"), PingResponse).uuid == "alive"
+
+
+def test_random_garbage_never_breaks_the_server(server, client):
+    rng = random.Random(1234)
+    ctx, sock = raw_dealer(server.address)
+    try:
+        for _ in range(200):
+            frames = [rng.randbytes(rng.randrange(0, 64)) for _ in range(rng.randrange(1, 4))]
+            sock.send_multipart(frames)
+            answer = sock.recv_multipart()
+            header = ResponseHeader()
+            header.ParseFromString(answer[0])
+            assert header.status in (StatusCode.BAD_REQUEST, StatusCode.INVALID_NAME), header
+    finally:
+        sock.close()
+        ctx.term()
+    stats = server.stats()
+    assert stats["bad_request"] + stats["invalid_name"] == 200
+    assert client.call(SERVER_UUID, "Test.Echo", PingResponse(uuid="alive"), PingResponse).uuid == "alive"
+
+
+def start_echo_process(port: int) -> subprocess.Popen:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.rpc.echo_server", SERVER_UUID, f"127.0.0.1:{port}"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    line = proc.stdout.readline()
+    assert line.startswith("READY"), line
+    return proc
+
+
+@pytest.mark.integration
+def test_server_restart_mid_stream():
+    port = free_port()
+    proc = start_echo_process(port)
+    address = f"127.0.0.1:{port}"
+    stop = threading.Event()
+    outcomes: dict[str, int] = {"ok": 0, "lost": 0, "timed_out": 0}
+    lock = threading.Lock()
+
+    try:
+        with RpcClient(address, "c") as c:
+
+            def hammer() -> None:
+                while not stop.is_set():
+                    try:
+                        c.call(SERVER_UUID, "Test.Echo", PingResponse(uuid="n"), PingResponse, timeout_s=2)
+                        key = "ok"
+                    except ConnectionLost:
+                        key = "lost"
+                    except errors.TimedOut:
+                        key = "timed_out"
+                    with lock:
+                        outcomes[key] += 1
+
+            threads = [threading.Thread(target=hammer) for _ in range(4)]
+            for t in threads:
+                t.start()
+            wait_for(lambda: outcomes["ok"] > 50, 10, "calls flowing")
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(10)
+            proc = start_echo_process(port)
+            ok_before = outcomes["ok"]
+            wait_for(lambda: outcomes["ok"] > ok_before + 50, 20, "calls flowing after restart")
+            # Idempotent calls ride over a restart without the caller noticing.
+            assert c.call(
+                SERVER_UUID, "Test.Echo", PingResponse(uuid="r"), PingResponse,
+                timeout_s=10, idempotent=True,
+            ).uuid == "r"
+            stop.set()
+            for t in threads:
+                t.join(10)
+    finally:
+        stop.set()
+        proc.kill()
+        proc.wait(10)
+    assert outcomes["ok"] > 100
+
+
+@pytest.mark.integration
+def test_idempotent_call_waits_for_a_server_that_is_not_up_yet():
+    port = free_port()
+    address = f"127.0.0.1:{port}"
+    result: dict[str, str] = {}
+    with RpcClient(address, "c") as c:
+
+        def call() -> None:
+            result["uuid"] = c.call(
+                SERVER_UUID, "Test.Echo", PingResponse(uuid="early"), PingResponse, timeout_s=20
+            ).uuid
+
+        t = threading.Thread(target=call)
+        t.start()
+        proc = start_echo_process(port)
+        try:
+            t.join(20)
+            assert result == {"uuid": "early"}
+        finally:
+            proc.kill()
+            proc.wait(10)
+
+
+def test_unreachable_server_times_out_with_clear_message():
+    with RpcClient(f"127.0.0.1:{free_port()}", "c") as c:
+        with pytest.raises(errors.TimedOut, match="not connected"):
+            c.call(SERVER_UUID, "Test.Echo", PingResponse(), PingResponse, timeout_s=0.3)
+
+
+def test_bad_address_is_a_clear_error():
+    with pytest.raises(errors.BadRequest, match="host:port"):
+        RpcClient("no-port-here")

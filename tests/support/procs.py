@@ -1,0 +1,26 @@
+"""Helpers for tests that start processes and sockets: free ports and bounded waits."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(condition: Callable[[], object], timeout_s: float, what: str, interval_s: float = 0.01):
+    """Poll `condition` until it is truthy; fail with `what` after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for: {what}")
+        time.sleep(interval_s)
