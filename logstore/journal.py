@@ -1,0 +1,376 @@
+"""logstore's durable Raft journal: a pysyncobj Journal with CRCs, group commit and fsync.
+
+pysyncobj 0.3.17's FileJournal never fsyncs and has no checksums. This journal replaces it
+(pysyncobj gets it through logstore.replicated; see design/logstore.md for the hook):
+
+- `add()` only buffers the record in memory; `sync()` writes every buffered record with one
+  write and one fdatasync (group commit). The replica calls `sync()` before it sends any
+  message and at the start of every tick, so nothing leaves a replica, and the leader
+  counts no entry of its own toward a commit, before that entry is on stable storage.
+- Record: u32 payload length, u32 CRC32C of the payload, payload = u64 index, u64 term,
+  command bytes. At open, a torn tail (short record, or a bad CRC with nothing valid after
+  it) is cut off; a bad record followed by a valid one is corruption and the replica refuses
+  to start (another replica must be used to rebuild it).
+- Term, vote and commit index live in a small meta file written to a temp file, fsynced,
+  renamed and the directory fsynced; term and vote are stored before any vote is sent.
+- Trimming behind a snapshot and `clear()` rewrite the journal the same atomic way, after
+  fsyncing the directory so the snapshot's rename is durable first.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+from dataclasses import dataclass
+
+import crc32c
+from pysyncobj.journal import Journal
+
+from rpc.errors import Corruption
+
+logger = logging.getLogger(__name__)
+
+JOURNAL_MAGIC = b"LSJRNL01"
+META_MAGIC = b"LSMETA01"
+FORMAT_VERSION = 1
+HEADER = struct.Struct("<8sI")  # magic, version
+HEADER_SIZE = HEADER.size
+RECORD_HEAD = struct.Struct("<II")  # payload length, crc32c(payload)
+ENTRY_HEAD = struct.Struct("<QQ")  # index, term
+RECORD_PAYLOAD_BYTES_MAX = 256 << 20
+META_BODY = struct.Struct("<QQH")  # term, commit index, voted-for length
+
+
+def encode_record(command: bytes, idx: int, term: int) -> bytes:
+    payload = ENTRY_HEAD.pack(idx, term) + bytes(command)
+    assert len(payload) <= RECORD_PAYLOAD_BYTES_MAX, len(payload)
+    return RECORD_HEAD.pack(len(payload), crc32c.crc32c(payload)) + payload
+
+
+@dataclass(frozen=True, slots=True)
+class ScanResult:
+    """Records decoded from a journal image and where the valid prefix ends."""
+
+    entries: list[tuple[bytes, int, int]]
+    offsets: list[int]
+    valid_end: int
+    torn_bytes: int
+
+
+def _record_at(buf: bytes | memoryview, off: int) -> tuple[int, bytes] | None:
+    """(end offset, payload) of a valid record at `off`, else None."""
+    if off + RECORD_HEAD.size > len(buf):
+        return None
+    length, crc = RECORD_HEAD.unpack_from(buf, off)
+    if length < ENTRY_HEAD.size or length > RECORD_PAYLOAD_BYTES_MAX:
+        return None
+    end = off + RECORD_HEAD.size + length
+    if end > len(buf):
+        return None
+    payload = bytes(buf[off + RECORD_HEAD.size : end])
+    if crc32c.crc32c(payload) != crc:
+        return None
+    return end, payload
+
+
+def scan_journal(buf: bytes) -> ScanResult:
+    """Decode a whole journal file image (pure). Raises Corruption for damage that is not a
+    torn tail: a bad header, a bad record followed by a valid one, or non-contiguous indexes."""
+    if len(buf) < HEADER_SIZE:
+        # A crash while the file was being created: nothing was ever acknowledged from it.
+        return ScanResult([], [], 0, len(buf))
+    magic, version = HEADER.unpack_from(buf, 0)
+    if magic != JOURNAL_MAGIC or version != FORMAT_VERSION:
+        raise Corruption(f"journal header is not {JOURNAL_MAGIC!r} v{FORMAT_VERSION}")
+    view = memoryview(buf)
+    off = HEADER_SIZE
+    entries: list[tuple[bytes, int, int]] = []
+    offsets: list[int] = []
+    while off < len(buf):
+        rec = _record_at(view, off)
+        if rec is None:
+            _check_torn_tail(view, off)
+            break
+        end, payload = rec
+        idx, term = ENTRY_HEAD.unpack_from(payload, 0)
+        if entries and idx != entries[-1][1] + 1:
+            raise Corruption(f"journal index {idx} at offset {off} follows {entries[-1][1]}")
+        entries.append((payload[ENTRY_HEAD.size :], idx, term))
+        offsets.append(off)
+        off = end
+    return ScanResult(entries, offsets, off, len(buf) - off)
+
+
+def _check_torn_tail(view: memoryview, off: int) -> None:
+    """A bad record is a torn tail only if no valid record follows it. Probe every later
+    offset (bounded by the file) for a record that decodes: a crash tears only the end."""
+    probe = off + 1
+    limit = len(view) - RECORD_HEAD.size - ENTRY_HEAD.size
+    while probe <= limit:
+        if _record_at(view, probe) is not None:
+            raise Corruption(
+                f"journal record at offset {off} is damaged but a valid record follows at {probe}"
+            )
+        probe += 1
+
+
+def fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_file_atomically(path: str, data: bytes) -> None:
+    """temp file, fsync, rename, directory fsync."""
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            n = os.write(fd, view)
+            view = view[n:]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(os.path.dirname(os.path.abspath(path)))
+
+
+def encode_meta(term: int, commit_index: int, voted_for: str | None) -> bytes:
+    voted = (voted_for or "").encode()
+    body = META_BODY.pack(term, commit_index, len(voted)) + voted
+    return META_MAGIC + struct.pack("<II", len(body), crc32c.crc32c(body)) + body
+
+
+def decode_meta(buf: bytes) -> tuple[int, int, str | None]:
+    if len(buf) < 16 or buf[:8] != META_MAGIC:
+        raise Corruption("journal meta file has a bad header")
+    length, crc = struct.unpack_from("<II", buf, 8)
+    body = buf[16 : 16 + length]
+    if len(body) != length or crc32c.crc32c(body) != crc:
+        raise Corruption("journal meta file fails its CRC")
+    term, commit, vlen = META_BODY.unpack_from(body, 0)
+    voted = body[META_BODY.size : META_BODY.size + vlen].decode() or None
+    return term, commit, voted
+
+
+@dataclass(frozen=True, slots=True)
+class JournalStats:
+    entries: int
+    first_index: int
+    last_index: int
+    file_bytes: int
+    syncs: int
+    records_written: int
+    torn_bytes_cut: int
+
+
+class DurableJournal(Journal):
+    """The journal pysyncobj reads and writes from its tick thread only."""
+
+    def __init__(self, directory: str) -> None:
+        self._dir = directory
+        os.makedirs(directory, exist_ok=True)
+        self._path = os.path.join(directory, "journal")
+        self._meta_path = os.path.join(directory, "journal.meta")
+        self._entries: list[tuple[bytes, int, int]] = []
+        self._offsets: list[int] = []
+        self._pending = bytearray()
+        self._needs_sync = False
+        self._syncs = 0
+        self._records_written = 0
+        self._term = 0
+        self._voted_for: str | None = None
+        self._commit_index = 1
+        self._commit_saved = 1
+        self._closed = False
+        if os.path.exists(self._meta_path):
+            with open(self._meta_path, "rb") as f:
+                self._term, self._commit_index, self._voted_for = decode_meta(f.read())
+            self._commit_saved = self._commit_index
+        self.torn_bytes_cut = 0
+        if os.path.exists(self._path):
+            with open(self._path, "rb") as f:
+                image = f.read()
+            scan = scan_journal(image)
+            self._entries = scan.entries
+            self._offsets = scan.offsets
+            self.torn_bytes_cut = scan.torn_bytes
+            if scan.valid_end < HEADER_SIZE:
+                self._rewrite([])
+            else:
+                self._fd = os.open(self._path, os.O_RDWR)
+                if scan.torn_bytes:
+                    logger.warning(
+                        "journal %s: cut a torn tail of %d bytes at offset %d",
+                        self._path,
+                        scan.torn_bytes,
+                        scan.valid_end,
+                    )
+                    os.ftruncate(self._fd, scan.valid_end)
+                    os.fsync(self._fd)
+                self._end = scan.valid_end
+        else:
+            self._rewrite([])
+        logger.info(
+            "journal %s: %d entries, term %d, commit %d",
+            self._path,
+            len(self._entries),
+            self._term,
+            self._commit_index,
+        )
+
+    # --- pysyncobj Journal interface -------------------------------------------------------
+
+    def add(self, command, idx, term):
+        command = bytes(command)
+        if self._entries:
+            assert idx == self._entries[-1][1] + 1, (idx, self._entries[-1][1])
+        self._offsets.append(self._end + len(self._pending))
+        self._pending += encode_record(command, idx, term)
+        self._entries.append((command, idx, term))
+
+    def clear(self):
+        self._rewrite([])
+
+    def deleteEntriesFrom(self, entryFrom):
+        """Drop the entries at positions >= entryFrom (a follower's conflicting suffix)."""
+        if entryFrom >= len(self._entries):
+            return
+        cut = self._offsets[entryFrom]
+        del self._entries[entryFrom:]
+        del self._offsets[entryFrom:]
+        if cut >= self._end:
+            del self._pending[cut - self._end :]
+            return
+        self._pending.clear()
+        os.ftruncate(self._fd, cut)
+        self._end = cut
+        self._needs_sync = True
+
+    def deleteEntriesTo(self, entryTo):
+        """Drop the entries at positions < entryTo: they are covered by a snapshot that
+        pysyncobj has just renamed into place; make that rename durable first."""
+        fsync_dir(self._dir)
+        self._rewrite(self._entries[entryTo:])
+
+    def __getitem__(self, item):
+        return self._entries[item]
+
+    def __len__(self):
+        return len(self._entries)
+
+    def _destroy(self):
+        self.close()
+
+    def setRaftCommitIndex(self, raftCommitIndex):
+        # Lazily saved (onOneSecondTimer): a stale commit index only delays applying entries
+        # until the leader repeats it; it is clamped to the journal end when read.
+        self._commit_index = raftCommitIndex
+
+    def getRaftCommitIndex(self):
+        last = self._entries[-1][1] if self._entries else 1
+        return max(1, min(self._commit_index, last))
+
+    def setCurrentTerm(self, term, votedForNodeId):
+        self._term = term
+        self._voted_for = votedForNodeId
+        self._save_meta()
+
+    def getCurrentTerm(self):
+        return self._term
+
+    def getVotedForNodeId(self):
+        return self._voted_for
+
+    def onOneSecondTimer(self):
+        if self._commit_index != self._commit_saved and not self._closed:
+            self._save_meta()
+
+    # --- durability ------------------------------------------------------------------------
+
+    def sync(self) -> bool:
+        """Group commit: write every buffered record and fdatasync once. True if it synced."""
+        if self._closed or (not self._pending and not self._needs_sync):
+            return False
+        if self._pending:
+            view = memoryview(bytes(self._pending))
+            off = self._end
+            while view:
+                n = os.pwrite(self._fd, view, off)
+                view = view[n:]
+                off += n
+            self._records_written += self._pending_records()
+            self._end = off
+            self._pending.clear()
+        os.fdatasync(self._fd)
+        self._needs_sync = False
+        self._syncs += 1
+        return True
+
+    def has_unsynced(self) -> bool:
+        return bool(self._pending) or self._needs_sync
+
+    def last_index(self) -> int:
+        return self._entries[-1][1] if self._entries else 0
+
+    def stats(self) -> JournalStats:
+        return JournalStats(
+            entries=len(self._entries),
+            first_index=self._entries[0][1] if self._entries else 0,
+            last_index=self.last_index(),
+            file_bytes=self._end + len(self._pending),
+            syncs=self._syncs,
+            records_written=self._records_written,
+            torn_bytes_cut=self.torn_bytes_cut,
+        )
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        try:
+            self.sync()
+            if self._commit_index != self._commit_saved:
+                self._save_meta()
+        finally:
+            self._closed = True
+            os.close(self._fd)
+
+    # --- internals -------------------------------------------------------------------------
+
+    def _pending_records(self) -> int:
+        # Records still buffered are the ones whose offset is at or past the written end.
+        n = 0
+        for off in reversed(self._offsets):
+            if off < self._end:
+                break
+            n += 1
+        return n
+
+    def _save_meta(self) -> None:
+        write_file_atomically(
+            self._meta_path, encode_meta(self._term, self._commit_index, self._voted_for)
+        )
+        self._commit_saved = self._commit_index
+
+    def _rewrite(self, entries: list[tuple[bytes, int, int]]) -> None:
+        """Replace the journal file with exactly `entries`, atomically and durably."""
+        out = bytearray(HEADER.pack(JOURNAL_MAGIC, FORMAT_VERSION))
+        offsets = []
+        for command, idx, term in entries:
+            offsets.append(len(out))
+            out += encode_record(command, idx, term)
+        old_fd = getattr(self, "_fd", None)
+        write_file_atomically(self._path, bytes(out))
+        if old_fd is not None:
+            os.close(old_fd)
+        self._fd = os.open(self._path, os.O_RDWR)
+        self._entries = list(entries)
+        self._offsets = offsets
+        self._end = len(out)
+        self._pending.clear()
+        self._needs_sync = False
+        self._records_written += len(entries)

@@ -1,0 +1,492 @@
+"""The replicated logstore: a pysyncobj (Raft) replica whose state machine holds the logs.
+
+`ReplicatedLogStore` implements the LogStore protocol (logstore/api.py) for code that embeds
+a replica (the coordinator's default) and for `logstore serve`. Inside:
+
+- `_RaftNode`, a SyncObj subclass. Its replicated methods apply appends to a pure
+  `LogState` (logstore/state.py) in log order on every replica. pysyncobj forwards a command
+  submitted at a follower to the leader and calls back on the submitting replica once that
+  replica has applied it, so an append sent to any replica reaches the leader and returns
+  only when the local state already holds it.
+- Durability (design/logstore.md, "durability"): pysyncobj gets logstore's DurableJournal
+  instead of its own file journal, a transport that fsyncs the journal before sending any
+  message, and a tick that fsyncs before the leader counts its own log toward a commit.
+  Snapshots use logstore's codec through pysyncobj's serializer hooks.
+- Latency: commands wake the tick thread through a pipe, and the leader sends AppendEntries
+  as soon as a batch of new entries is durable (and again when the commit index moves), so
+  neither pysyncobj's 100 ms batching period nor its tick period is on the append path.
+
+This module relies on pysyncobj 0.3.17 internals named in design/logstore.md (the
+`createJournal` hook, `_checkCommandsToApply`, `_onTick`, `_applyCommand` and the private
+`__sendAppendEntries`); pyproject pins pysyncobj below 0.4.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pysyncobj.syncobj as _pso
+from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
+from pysyncobj.poller import POLL_EVENT_TYPE
+from pysyncobj.transport import TCPTransport
+
+from logstore.api import ENTRY_BYTES_MAX, LOG_NAME_BYTES_MAX, READ_LIMIT_MAX, Entry
+from logstore.auth import HmacAuthenticator
+from logstore.journal import DurableJournal
+from logstore.snapshot import SnapshotHooks
+from logstore.state import AppendOutcome, LogState
+from rpc.errors import BadRequest, IllegalState, TimedOut, Unavailable
+
+logger = logging.getLogger(__name__)
+
+SNAPSHOT_FILE = "snapshot"
+CLOSE_TIMEOUT_S = 10.0
+START_TIMEOUT_S = 30.0
+RETRY_BACKOFF_S_MAX = 0.05
+
+
+def _install_journal_hook() -> None:
+    """pysyncobj builds its journal with the module-level `createJournal(conf.journalFile)`
+    and reads `conf.journalFile` nowhere else. logstore passes its DurableJournal object as
+    `journalFile`; this wrapper hands it back unchanged and leaves every other caller's
+    behaviour (None or a path) as it was."""
+    current = _pso.createJournal
+    if getattr(current, "_logstore_hook", False):
+        return
+
+    def create_journal(journal_file=None):
+        if isinstance(journal_file, DurableJournal):
+            return journal_file
+        return current(journal_file)
+
+    create_journal._logstore_hook = True  # type: ignore[attr-defined]
+    _pso.createJournal = create_journal
+
+
+_install_journal_hook()
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaConfig:
+    """Tuning of one replica (design/logstore.md, "tuning"). Defaults work on one machine."""
+
+    # Heartbeat period; also bounds how long one tick drains the command queue.
+    append_entries_period_s: float = 0.05
+    raft_min_timeout_s: float = 0.4
+    raft_max_timeout_s: float = 1.2
+    # A leader that heard from no majority for this long steps down.
+    leader_fallback_timeout_s: float = 3.0
+    connection_timeout_s: float = 3.5
+    connection_retry_s: float = 0.5
+    auto_tick_period_s: float = 0.05
+    send_buffer_bytes: int = 2 << 20
+    recv_buffer_bytes: int = 2 << 20
+    append_entries_batch_bytes: int = 1 << 20
+    commands_queue_max: int = 20_000
+    compaction_min_entries: int = 20_000
+    compaction_min_time_s: float = 60.0
+    snapshot_batch_bytes: int = 1 << 20
+
+
+class _Waker:
+    """A pipe registered with pysyncobj's poller so another thread can end its poll wait."""
+
+    def __init__(self, poller) -> None:
+        self._r, self._w = os.pipe()
+        os.set_blocking(self._r, False)
+        os.set_blocking(self._w, False)
+        poller.subscribe(self._r, self._drain, POLL_EVENT_TYPE.READ)
+
+    def notify(self) -> None:
+        try:
+            os.write(self._w, b"w")
+        except BlockingIOError:
+            pass  # the pipe is full, so the poller is about to wake anyway
+        except OSError:
+            pass  # closed during shutdown
+
+    def _drain(self, _fd, _mask) -> None:
+        try:
+            while os.read(self._r, 4096):
+                pass
+        except BlockingIOError:
+            pass
+
+    def close(self) -> None:
+        for fd in (self._r, self._w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+class _DurableTransport(TCPTransport):
+    """pysyncobj's TCP transport, but nothing is sent while the journal holds unsynced
+    records: a follower's AppendEntries acknowledgement, a vote, or the leader's own
+    AppendEntries all leave only after the entries they describe are on stable storage."""
+
+    def __init__(self, syncObj, selfNode, otherNodes, before_send) -> None:
+        self._before_send = before_send
+        super().__init__(syncObj, selfNode, otherNodes)
+
+    def send(self, node, message):
+        self._before_send()
+        return super().send(node, message)
+
+
+class _RaftNode(SyncObj):
+    def __init__(
+        self,
+        self_address: str,
+        peers: Sequence[str],
+        conf: SyncObjConf,
+        state: LogState,
+        lock: threading.Lock,
+        journal: DurableJournal,
+        authenticator: HmacAuthenticator | None,
+    ) -> None:
+        # Set before SyncObj.__init__: it starts the tick thread and calls _make_transport.
+        self._ls_state = state
+        self._ls_lock = lock
+        self._ls_journal = journal
+        self._ls_auth = authenticator
+        self._ls_waker: _Waker | None = None
+        self._ls_commit_sent = 0
+        self._ls_applied_cond = threading.Condition()
+        super().__init__(self_address, list(peers), conf, transportClass=self._make_transport)
+
+    def _make_transport(self, syncObj, selfNode, otherNodes):
+        self._ls_waker = _Waker(self._poller)
+        return _DurableTransport(syncObj, selfNode, otherNodes, self._ls_journal.sync)
+
+    @property
+    def encryptor(self):  # read by pysyncobj's transport for every connection
+        return self._ls_auth
+
+    # --- replicated state machine -----------------------------------------------------------
+
+    @replicated
+    def _ls_append(
+        self, log: str, data: bytes, expected_id: int | None, invalidates: tuple[int, ...]
+    ) -> AppendOutcome:
+        with self._ls_lock:
+            return self._ls_state.apply_append(log, data, expected_id, invalidates)
+
+    @replicated
+    def _ls_barrier(self) -> None:
+        return None
+
+    # --- hooks into pysyncobj's tick -------------------------------------------------------
+
+    def _applyCommand(self, command, callback, commandType=None):
+        super()._applyCommand(command, callback, commandType)
+        if self._ls_waker is not None:
+            self._ls_waker.notify()
+
+    def _onTick(self, timeToWait=0.0):
+        # The leader counts its own log toward the commit index at the start of a tick:
+        # whatever it appended in the previous tick must be durable by then.
+        self._ls_journal.sync()
+        super()._onTick(timeToWait)
+
+    def _checkCommandsToApply(self):
+        before = self._ls_journal.last_index()
+        super()._checkCommandsToApply()
+        if not self._isLeader():
+            return
+        grew = self._ls_journal.last_index() != before
+        if grew or self.raftCommitIndex != self._ls_commit_sent:
+            # Group commit: one fdatasync for every entry added in this tick, then send at
+            # once instead of at the next heartbeat (pysyncobj's batching period).
+            self._ls_journal.sync()
+            self._ls_commit_sent = self.raftCommitIndex
+            self._SyncObj__sendAppendEntries()
+            if grew and self._ls_waker is not None:
+                # A lone leader commits on its next tick; do not wait for a poll timeout.
+                self._ls_waker.notify()
+
+    def ls_started(self) -> bool:
+        """True once the first tick loaded the snapshot (if any) into the state."""
+        return not self._SyncObj__needLoadDumpFile
+
+    def ls_close_waker(self) -> None:
+        if self._ls_waker is not None:
+            self._ls_waker.close()
+
+    def ls_join(self, timeout_s: float) -> bool:
+        thread = self._SyncObj__thread
+        if thread is None:
+            return True
+        thread.join(timeout_s)
+        return not thread.is_alive()
+
+
+@dataclass(slots=True)
+class _Waiter:
+    event: threading.Event = field(default_factory=threading.Event)
+    result: Any = None
+    error: int = FAIL_REASON.SUCCESS
+
+    def done(self, result, error) -> None:
+        self.result = result
+        self.error = error
+        self.event.set()
+
+
+_RETRYABLE = (
+    FAIL_REASON.QUEUE_FULL,
+    FAIL_REASON.MISSING_LEADER,
+    FAIL_REASON.NOT_LEADER,
+    FAIL_REASON.DISCARDED,
+)
+_UNKNOWN = (FAIL_REASON.LEADER_CHANGED, FAIL_REASON.UNKNOWN_OUTCOME)
+
+
+def _host_of(address: str) -> str:
+    return address.rsplit(":", 1)[0]
+
+
+class ReplicatedLogStore:
+    """One logstore replica. Thread-safe; a context manager.
+
+    Create it on a thread that outlives it: pysyncobj's tick thread stops when the thread
+    that created its SyncObj exits.
+    """
+
+    def __init__(
+        self,
+        self_address: str,
+        peer_addresses: Sequence[str],
+        data_dir: str,
+        password: str | None = None,
+        *,
+        allow_insecure_dev: bool = False,
+        config: ReplicaConfig | None = None,
+        start_timeout_s: float = START_TIMEOUT_S,
+    ) -> None:
+        peers = [p for p in peer_addresses if p != self_address]
+        if not password:
+            if peers or _host_of(self_address) != "127.0.0.1" or not allow_insecure_dev:
+                raise IllegalState(
+                    "a logstore replica needs a cluster password; only a single-node "
+                    "development store bound on 127.0.0.1 may run without one, and only "
+                    "when asked explicitly (allow_insecure_dev)"
+                )
+            logger.warning("logstore %s runs WITHOUT a password (development only)", self_address)
+        self.config = config or ReplicaConfig()
+        self.self_address = self_address
+        self.data_dir = os.path.abspath(data_dir)
+        os.makedirs(self.data_dir, exist_ok=True)
+        self._state = LogState()
+        self._lock = threading.Lock()
+        self._journal = DurableJournal(self.data_dir)
+        self._snapshots = SnapshotHooks(self._state, self._lock)
+        c = self.config
+        conf = SyncObjConf(
+            journalFile=self._journal,
+            fullDumpFile=os.path.join(self.data_dir, SNAPSHOT_FILE),
+            serializer=self._snapshots.serialize,
+            deserializer=self._snapshots.deserialize,
+            appendEntriesUseBatch=True,
+            appendEntriesPeriod=c.append_entries_period_s,
+            raftMinTimeout=c.raft_min_timeout_s,
+            raftMaxTimeout=c.raft_max_timeout_s,
+            leaderFallbackTimeout=c.leader_fallback_timeout_s,
+            connectionTimeout=c.connection_timeout_s,
+            connectionRetryTime=c.connection_retry_s,
+            autoTickPeriod=c.auto_tick_period_s,
+            sendBufferSize=c.send_buffer_bytes,
+            recvBufferSize=c.recv_buffer_bytes,
+            appendEntriesBatchSizeBytes=c.append_entries_batch_bytes,
+            commandsQueueSize=c.commands_queue_max,
+            logCompactionMinEntries=c.compaction_min_entries,
+            logCompactionMinTime=c.compaction_min_time_s,
+            logCompactionBatchSize=c.snapshot_batch_bytes,
+            dynamicMembershipChange=True,
+            useFork=False,
+        )
+        auth = HmacAuthenticator(password) if password else None
+        self._node = _RaftNode(
+            self_address, peers, conf, self._state, self._lock, self._journal, auth
+        )
+        self._closed = False
+        try:
+            self._node._SyncObj__thread.name = f"logstore-raft-{self_address}"
+        except AttributeError:
+            pass
+        deadline = time.monotonic() + start_timeout_s
+        while not self._node.ls_started():
+            if time.monotonic() > deadline:
+                self.close()
+                raise Unavailable(f"logstore replica {self_address} did not start (bind?)")
+            time.sleep(0.005)
+
+    # --- LogStore protocol ----------------------------------------------------------------
+
+    def append(
+        self,
+        log: str,
+        data: bytes,
+        expected_id: int | None = None,
+        invalidates: Sequence[int] = (),
+        timeout_s: float = 5.0,
+    ) -> int:
+        if not isinstance(log, str) or not log or len(log.encode()) > LOG_NAME_BYTES_MAX:
+            raise BadRequest(f"log name must be 1..{LOG_NAME_BYTES_MAX} bytes")
+        if len(data) > ENTRY_BYTES_MAX:
+            raise BadRequest(f"entry of {len(data)} bytes exceeds {ENTRY_BYTES_MAX}")
+        inv = tuple(int(i) for i in invalidates)
+        if expected_id is not None:
+            expected_id = int(expected_id)
+        outcome = self._submit(
+            self._node._ls_append, (log, bytes(data), expected_id, inv), timeout_s, False
+        )
+        assert isinstance(outcome, AppendOutcome), outcome
+        return outcome.raise_if_error()
+
+    def read(
+        self, log: str, from_id: int = 1, limit: int = 1000, timeout_s: float = 5.0
+    ) -> list[Entry]:
+        if limit <= 0 or limit > READ_LIMIT_MAX:
+            raise BadRequest(f"limit must be 1..{READ_LIMIT_MAX}")
+        self._check_open()
+        with self._lock:
+            return self._state.read(log, from_id, limit)
+
+    def last_id(self, log: str, timeout_s: float = 5.0) -> int:
+        self._check_open()
+        with self._lock:
+            return self._state.last_id(log)
+
+    def barrier(self, timeout_s: float = 5.0) -> None:
+        """A no-op through the log; returns once this replica applied it, hence everything
+        acknowledged before the call."""
+        self._submit(self._node._ls_barrier, (), timeout_s, True)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._node.destroy()
+        if not self._node.ls_join(CLOSE_TIMEOUT_S):
+            logger.error("logstore replica %s: tick thread did not stop", self.self_address)
+        self._node.ls_close_waker()
+
+    def __enter__(self) -> ReplicatedLogStore:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # --- operations -----------------------------------------------------------------------
+
+    def add_member(self, address: str, timeout_s: float = 10.0) -> None:
+        """Add one voting replica; start it first with the current members as peers."""
+        self._membership(self._node.addNodeToCluster, address, timeout_s)
+
+    def remove_member(self, address: str, timeout_s: float = 10.0) -> None:
+        self._membership(self._node.removeNodeFromCluster, address, timeout_s)
+
+    def force_compaction(self) -> None:
+        """Ask for a snapshot and journal trim at the next tick (tests, operators)."""
+        self._node.forceLogCompaction()
+        if self._node._ls_waker is not None:
+            self._node._ls_waker.notify()
+
+    def is_leader(self) -> bool:
+        return self._node._isLeader()
+
+    def leader(self) -> str | None:
+        leader = self._node._getLeader()
+        return None if leader is None else leader.id
+
+    def status(self) -> dict[str, Any]:
+        raw: dict[str, Any] = {}
+        for _ in range(5):  # getStatus iterates dicts the tick thread may be resizing
+            try:
+                raw = self._node.getStatus()
+                break
+            except RuntimeError:
+                continue
+        roles = {0: "follower", 1: "candidate", 2: "leader"}
+        js = self._journal.stats()
+        snap_path = os.path.join(self.data_dir, SNAPSHOT_FILE)
+        members = sorted([self.self_address] + [n.id for n in self._node.otherNodes])
+        with self._lock:
+            logs = {n: self._state.last_id(n) for n in self._state.log_names()}
+            live_entries = self._state.live_entries
+            live_bytes = self._state.live_bytes
+        return {
+            "address": self.self_address,
+            "role": roles.get(raw.get("state"), "unknown"),
+            "leader": self.leader(),
+            "term": raw.get("raft_term", 0),
+            "commit_index": raw.get("commit_idx", 0),
+            "applied_index": raw.get("last_applied", 0),
+            "members": members,
+            "journal_entries": js.entries,
+            "journal_first_index": js.first_index,
+            "journal_bytes": js.file_bytes,
+            "journal_syncs": js.syncs,
+            "snapshot_bytes": os.path.getsize(snap_path) if os.path.exists(snap_path) else 0,
+            "snapshots_written": self._snapshots.snapshots_written,
+            "snapshots_loaded": self._snapshots.snapshots_loaded,
+            "live_entries": live_entries,
+            "live_bytes": live_bytes,
+            "logs": logs,
+        }
+
+    # --- internals ------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise Unavailable("logstore replica is closed")
+
+    def _membership(self, fn, address: str, timeout_s: float) -> None:
+        self._check_open()
+        waiter = _Waiter()
+        fn(address, callback=waiter.done)
+        if not waiter.event.wait(timeout_s):
+            raise TimedOut(f"membership change for {address} not committed in {timeout_s}s")
+        if waiter.error == FAIL_REASON.REQUEST_DENIED:
+            raise IllegalState(
+                f"membership change for {address} refused: another change is in progress, "
+                "the leader has not committed in its term yet, or the member list already "
+                "says so"
+            )
+        if waiter.error != FAIL_REASON.SUCCESS:
+            raise Unavailable(f"membership change for {address} failed ({waiter.error})")
+
+    def _submit(self, fn, args: tuple, timeout_s: float, retry_unknown: bool) -> Any:
+        """Run one replicated command; retry only while it surely is not in the log."""
+        self._check_open()
+        deadline = time.monotonic() + timeout_s
+        backoff_s = 0.002
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimedOut("no leader accepted the command in time")
+            waiter = _Waiter()
+            fn(*args, callback=waiter.done)
+            if not waiter.event.wait(remaining):
+                raise TimedOut(
+                    f"no outcome within {timeout_s}s (the command may still be committed)"
+                )
+            if waiter.error == FAIL_REASON.SUCCESS:
+                return waiter.result
+            if waiter.error in _RETRYABLE or (retry_unknown and waiter.error in _UNKNOWN):
+                time.sleep(min(backoff_s, max(0.0, deadline - time.monotonic())))
+                backoff_s = min(backoff_s * 2, RETRY_BACKOFF_S_MAX)
+                continue
+            if waiter.error in _UNKNOWN:
+                raise Unavailable(
+                    "leader changed before the command's outcome was known; "
+                    "read the log to learn whether it was committed"
+                )
+            raise Unavailable(f"command failed (pysyncobj reason {waiter.error})")

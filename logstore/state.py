@@ -1,0 +1,116 @@
+"""The pure state machine of a logstore replica: named logs of live entries.
+
+Owns no threads, files or clocks. The replicated store applies committed commands to it in
+log order; the snapshot codec (logstore/snapshot.py) saves and restores it. Invalidated
+entries are deleted at once, so the state (and every snapshot of it) holds only live data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from logstore.api import READ_LIMIT_MAX, Entry, LogConditionFailed
+from logstore.memory import validate_append
+from rpc.errors import BadRequest, RpcError
+
+
+@dataclass(frozen=True, slots=True)
+class AppendOutcome:
+    """What applying one append produced; an error is carried, not raised, so the Raft apply
+    loop (which must never throw) can hand it to the waiting caller."""
+
+    entry_id: int = 0
+    # "" on success, else "condition" or "bad_request".
+    error_kind: str = ""
+    message: str = ""
+    last_id: int = 0
+
+    def raise_if_error(self) -> int:
+        if self.error_kind == "condition":
+            raise LogConditionFailed(self.message, last_id=self.last_id)
+        if self.error_kind == "bad_request":
+            raise BadRequest(self.message)
+        assert not self.error_kind, self.error_kind
+        return self.entry_id
+
+
+class LogState:
+    """Named logs; each maps id -> live Entry, plus the last id ever assigned."""
+
+    def __init__(self) -> None:
+        self.logs: dict[str, dict[int, Entry]] = {}
+        self.last_ids: dict[str, int] = {}
+        self.live_bytes = 0
+        self.live_entries = 0
+
+    def apply_append(
+        self,
+        log: str,
+        data: bytes,
+        expected_id: int | None,
+        invalidates: Sequence[int],
+    ) -> AppendOutcome:
+        invalidates = tuple(int(i) for i in invalidates)
+        try:
+            validate_append(self.logs, self.last_ids, log, data, expected_id, invalidates)
+        except LogConditionFailed as err:
+            return AppendOutcome(error_kind="condition", message=err.message, last_id=err.last_id)
+        except RpcError as err:
+            return AppendOutcome(error_kind="bad_request", message=err.message)
+        new_id = self.last_ids.get(log, 0) + 1
+        live = self.logs.setdefault(log, {})
+        for i in invalidates:
+            gone = live.pop(i)
+            self.live_bytes -= len(gone.data)
+            self.live_entries -= 1
+        if data:
+            live[new_id] = Entry(new_id, bytes(data), invalidates)
+            self.live_bytes += len(data)
+            self.live_entries += 1
+        self.last_ids[log] = new_id
+        return AppendOutcome(entry_id=new_id)
+
+    def read(self, log: str, from_id: int = 1, limit: int = 1000) -> list[Entry]:
+        if limit <= 0 or limit > READ_LIMIT_MAX:
+            raise BadRequest(f"limit must be 1..{READ_LIMIT_MAX}")
+        live = self.logs.get(log, {})
+        # Dicts keep insertion order, which is id order: ids only grow and a restore
+        # inserts in id order.
+        out: list[Entry] = []
+        for i, entry in live.items():
+            if i >= from_id:
+                out.append(entry)
+                if len(out) >= limit:
+                    break
+        return out
+
+    def last_id(self, log: str) -> int:
+        return self.last_ids.get(log, 0)
+
+    def log_names(self) -> list[str]:
+        return sorted(self.last_ids)
+
+    def iter_logs(self) -> Iterator[tuple[str, int, dict[int, Entry]]]:
+        for name in sorted(self.last_ids):
+            yield name, self.last_ids[name], self.logs.get(name, {})
+
+    def replace_with(self, other: LogState) -> None:
+        self.logs = other.logs
+        self.last_ids = other.last_ids
+        self.live_bytes = other.live_bytes
+        self.live_entries = other.live_entries
+
+    def restore_log(self, name: str, last_id: int, entries: list[Entry]) -> None:
+        """Used by the snapshot codec: install one log as it was saved."""
+        assert name not in self.last_ids, name
+        live = {}
+        prev = 0
+        for e in entries:
+            assert prev < e.id <= last_id, (prev, e.id, last_id)
+            prev = e.id
+            live[e.id] = e
+            self.live_bytes += len(e.data)
+        self.live_entries += len(live)
+        self.logs[name] = live
+        self.last_ids[name] = last_id
