@@ -1,0 +1,1066 @@
+"""The pure per-tablet Raft core (etcd-io/raft's Ready style, sans-I/O).
+
+RaftCore owns one tablet replica's consensus state in memory: term and vote, the log
+after the snapshot point, the member config, the commit index, and the leader's view of
+its peers. It takes inputs (step, tick, propose, change_config, transfer_leadership,
+read_index, persisted, compact) and accumulates outputs that the driver collects with
+ready(). No threads, sockets, clocks, files or global randomness: the only source of
+randomness is the injected `random.Random` that spreads election timeouts, so the same
+inputs always give the same outputs. The driver contract (what must be durable before
+which message leaves) is in design/consensus.md and on types.Ready.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from tservers.consensus.types import (
+    AppendRequest,
+    AppendResponse,
+    ConfigChange,
+    ConfigChangeType,
+    CopyReason,
+    CoreStatus,
+    Entry,
+    EntryType,
+    HardState,
+    Member,
+    MemberType,
+    Message,
+    OpId,
+    PeerProgress,
+    ProposalStatus,
+    ProposeResult,
+    RaftConfig,
+    ReadResult,
+    Ready,
+    ReplicaStatus,
+    Role,
+    SoftState,
+    TabletCopyRequest,
+    TimeoutNow,
+    VoteRequest,
+    VoteResponse,
+)
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class RaftOptions:
+    election_timeout_ticks: int = 10  # randomized in [T, 2T) with the injected rng
+    heartbeat_interval_ticks: int = 2
+    pre_vote: bool = True
+    # The leader steps down when it has not heard from a majority for an election timeout;
+    # followers that heard from a leader within an election timeout ignore (pre-)votes
+    # (leader stickiness), except those of a leadership transfer.
+    check_quorum: bool = True
+    append_entries_max: int = 64  # entries per AppendRequest
+    inflight_entries_max: int = 4096  # sent but unacknowledged entries per peer
+    uncommitted_entries_max: int = 10_000  # proposals beyond this get THROTTLED
+    pending_reads_max: int = 10_000
+
+    def __post_init__(self) -> None:
+        assert self.election_timeout_ticks >= 2
+        assert 1 <= self.heartbeat_interval_ticks < self.election_timeout_ticks
+        assert self.append_entries_max >= 1 and self.inflight_entries_max >= 1
+        assert self.uncommitted_entries_max >= 1 and self.pending_reads_max >= 1
+
+
+class _Progress:
+    """The leader's view of one peer (mutable, private)."""
+
+    __slots__ = ("match", "next", "probing", "probe_inflight", "acked", "needs_copy")
+
+    def __init__(self, next_index: int) -> None:
+        self.match = 0
+        self.next = next_index
+        self.probing = True  # until the first success: one request at a time
+        self.probe_inflight = False
+        self.acked = False  # any success since the last heartbeat
+        self.needs_copy = False
+
+
+class _PendingRead:
+    __slots__ = ("request_id", "seq", "index")
+
+    def __init__(self, request_id: int, seq: int, index: int | None) -> None:
+        self.request_id = request_id
+        self.seq = seq
+        self.index = index  # None until the leader has committed in its term
+
+
+_INFINITE_SEQ = 1 << 62
+_NO_HARD_STATE = HardState(0, None)
+_NO_OP_ID = OpId(0, 0)
+
+
+def missing_replica_response(message: Message, status: ReplicaStatus) -> Message | None:
+    """The answer of a server that has no core for the tablet (DOES_NOT_EXIST, or a replica
+    that is not running). AppendRequests get `status` so the leader starts a tablet copy;
+    VoteRequests get a term-0 refusal, which counts for nothing: such replicas do not vote.
+    Other messages get no answer."""
+    assert status is not ReplicaStatus.OK
+    if isinstance(message, AppendRequest):
+        return AppendResponse(
+            message.tablet_id,
+            message.recipient,
+            message.sender,
+            message.term,
+            success=False,
+            status=status,
+        )
+    if isinstance(message, VoteRequest):
+        return VoteResponse(
+            message.tablet_id,
+            message.recipient,
+            message.sender,
+            0,
+            granted=False,
+            pre_vote=message.pre_vote,
+            status=status,
+        )
+    return None
+
+
+class RaftCore:
+    """One replica of one tablet. Not thread-safe: one driver thread calls it."""
+
+    def __init__(
+        self,
+        uuid: str,
+        tablet_id: str,
+        *,
+        options: RaftOptions,
+        rng: random.Random,
+        base_config: RaftConfig,
+        base_config_index: int = 0,
+        hard_state: HardState = _NO_HARD_STATE,
+        snapshot: OpId = _NO_OP_ID,
+        entries: Sequence[Entry] = (),
+        applied_index: int | None = None,
+        vote_only: bool = False,
+    ) -> None:
+        """Start (or restart) a replica from what the driver has durable: the hard state,
+        the config as of the snapshot point (`base_config` at `base_config_index`), the
+        snapshot point (last entry compacted away) and the log entries after it.
+        `applied_index` (default: the snapshot index) is what the state machine already
+        holds; entries after it are handed out again once known committed.
+        `vote_only` is a tombstoned replica: no log, votes with `snapshot` as last op id."""
+        assert uuid and tablet_id
+        assert base_config_index <= snapshot.index
+        assert hard_state.term >= snapshot.term
+        self.uuid = uuid
+        self.tablet_id = tablet_id
+        self._opts = options
+        self._rng = rng
+        self._vote_only = vote_only
+        self._term = hard_state.term
+        self._voted_for = hard_state.voted_for
+        self._snap_index = snapshot.index
+        self._snap_term = snapshot.term
+        self._log: list[Entry] = []
+        expected = snapshot.index + 1
+        for e in entries:
+            assert e.index == expected, f"log not contiguous at {e.index}, expected {expected}"
+            assert e.term <= self._term, (e, self._term)
+            assert not self._log or self._log[-1].term <= e.term
+            expected += 1
+            self._log.append(e)
+        assert not (vote_only and self._log), "a tombstoned replica has no log"
+        self._base_config = base_config
+        self._base_config_index = base_config_index
+        self._config_indexes = [e.index for e in self._log if e.entry_type is EntryType.CONFIG]
+        self._config, self._config_index = self._tail_config()
+        if applied_index is None:
+            applied_index = snapshot.index
+        assert snapshot.index <= applied_index <= self.last_index
+        self._commit = applied_index
+        self._applied = applied_index
+        self._durable = self.last_index  # everything given to us came from storage
+        self._unstable_from: int | None = None
+        self._hs_sent = HardState(self._term, self._voted_for)
+
+        self._role = Role.VOTE_ONLY if vote_only else Role.FOLLOWER
+        self._leader: str | None = None
+        self._election_elapsed = 0
+        self._heartbeat_elapsed = 0
+        self._randomized_timeout = self._new_timeout()
+        self._votes: dict[str, bool] = {}
+        self._progress: dict[str, _Progress] = {}
+        self._recent_active: set[str] = set()
+        self._transfer_target: str | None = None
+        self._transfer_elapsed = 0
+        self._read_seq = 0
+        self._read_acks: dict[str, int] = {}
+        self._pending_reads: list[_PendingRead] = []
+
+        self._msgs: list[Message] = []
+        self._reads_out: list[ReadResult] = []
+        self._copy_out: list[TabletCopyRequest] = []
+        self._soft_sent = SoftState(self._role, self._leader, self._term)
+
+    @classmethod
+    def tombstoned(
+        cls,
+        uuid: str,
+        tablet_id: str,
+        *,
+        options: RaftOptions,
+        rng: random.Random,
+        hard_state: HardState,
+        last_op_id: OpId,
+        config: RaftConfig,
+        config_index: int = 0,
+    ) -> RaftCore:
+        """A DELETED replica: keeps its consensus metadata and last op id and only votes."""
+        return cls(
+            uuid,
+            tablet_id,
+            options=options,
+            rng=rng,
+            base_config=config,
+            base_config_index=min(config_index, last_op_id.index),
+            hard_state=hard_state,
+            snapshot=last_op_id,
+            vote_only=True,
+        )
+
+    # ------------------------------------------------------------------ accessors
+
+    @property
+    def role(self) -> Role:
+        return self._role
+
+    @property
+    def term(self) -> int:
+        return self._term
+
+    @property
+    def leader_uuid(self) -> str | None:
+        return self._leader
+
+    @property
+    def commit_index(self) -> int:
+        return self._commit
+
+    @property
+    def first_index(self) -> int:
+        return self._snap_index + 1
+
+    @property
+    def last_index(self) -> int:
+        return self._snap_index + len(self._log)
+
+    @property
+    def last_term(self) -> int:
+        return self._log[-1].term if self._log else self._snap_term
+
+    @property
+    def config(self) -> RaftConfig:
+        return self._config
+
+    def term_at(self, index: int) -> int | None:
+        """The term of the entry at index; None when compacted away or not there."""
+        if index == self._snap_index:
+            return self._snap_term
+        if index < self._snap_index or index > self.last_index:
+            return None
+        return self._log[index - self._snap_index - 1].term
+
+    def entry(self, index: int) -> Entry:
+        assert self._snap_index < index <= self.last_index, index
+        return self._log[index - self._snap_index - 1]
+
+    def entries(self) -> tuple[Entry, ...]:
+        return tuple(self._log)
+
+    def committed_config_index(self) -> int:
+        for idx in reversed(self._config_indexes):
+            if idx <= self._commit:
+                return idx
+        return self._base_config_index
+
+    def committed_config(self) -> RaftConfig:
+        idx = self.committed_config_index()
+        if idx == self._base_config_index:
+            return self._base_config
+        cfg = self.entry(idx).config
+        assert cfg is not None
+        return cfg
+
+    def status(self) -> CoreStatus:
+        return CoreStatus(
+            uuid=self.uuid,
+            tablet_id=self.tablet_id,
+            role=self._role,
+            term=self._term,
+            voted_for=self._voted_for,
+            leader_uuid=self._leader,
+            commit_index=self._commit,
+            applied_index=self._applied,
+            first_index=self.first_index,
+            last_op_id=OpId(self.last_term, self.last_index),
+            config=self._config,
+            config_index=self._config_index,
+            committed_config=self.committed_config(),
+            committed_config_index=self.committed_config_index(),
+            peers=tuple(
+                PeerProgress(u, p.match, p.next, p.needs_copy)
+                for u, p in sorted(self._progress.items())
+            ),
+        )
+
+    # ------------------------------------------------------------------ inputs
+
+    def tick(self) -> None:
+        """One logical clock tick (the driver calls it every tick interval)."""
+        if self._vote_only:
+            return
+        self._election_elapsed += 1
+        if self._role is Role.LEADER:
+            self._tick_leader()
+            return
+        if self._election_elapsed >= self._randomized_timeout and self._config.is_voter(self.uuid):
+            self._campaign(skip_pre_vote=False, transfer=False)
+
+    def step(self, msg: Message) -> None:
+        """Handle one message addressed to this replica (the driver already answered
+        INVALID_NAME for a wrong recipient; a wrong one here is a programmer error)."""
+        assert msg.recipient == self.uuid and msg.tablet_id == self.tablet_id, msg
+        if msg.sender == self.uuid:
+            return
+        if self._vote_only:
+            self._step_vote_only(msg)
+            return
+        if msg.term > self._term:
+            if isinstance(msg, VoteRequest):
+                if self._in_lease() and not msg.leadership_transfer:
+                    self._reply_vote(msg, granted=False)
+                    return
+                if not msg.pre_vote:
+                    self._become_follower(msg.term, None)
+            elif isinstance(msg, VoteResponse) and msg.pre_vote and msg.granted:
+                pass  # a pre-vote granted for the term we would campaign in
+            elif isinstance(msg, AppendRequest | TimeoutNow):
+                self._become_follower(msg.term, msg.sender)
+            else:
+                self._become_follower(msg.term, None)
+        elif msg.term < self._term:
+            # Stale sender: tell it our term so it steps down; ignore stale responses.
+            if isinstance(msg, AppendRequest):
+                self._send(
+                    AppendResponse(
+                        self.tablet_id,
+                        self.uuid,
+                        msg.sender,
+                        self._term,
+                        success=False,
+                        reject_index=msg.prev_log_index,
+                        hint_index=0,
+                    )
+                )
+            elif isinstance(msg, VoteRequest):
+                self._reply_vote(msg, granted=False)
+            return
+
+        if isinstance(msg, VoteRequest):
+            self._handle_vote_request(msg)
+        elif isinstance(msg, VoteResponse):
+            self._handle_vote_response(msg)
+        elif isinstance(msg, AppendRequest):
+            self._handle_append(msg)
+        elif isinstance(msg, AppendResponse):
+            self._handle_append_response(msg)
+        elif isinstance(msg, TimeoutNow):
+            self._handle_timeout_now(msg)
+        else:  # pragma: no cover - exhaustive
+            raise AssertionError(f"unknown message {msg!r}")
+
+    def propose(self, payload: bytes) -> ProposeResult:
+        """Append a WRITE at the leader. OK gives (index, term): the write is done when an
+        entry with that index AND term is handed out committed; another term at that index
+        means it was lost (and a stepped-down leader's writes stay unknown until then)."""
+        refused = self._refuse_proposal()
+        if refused is not None:
+            return refused
+        e = self._append_as_leader(EntryType.WRITE, payload, None)
+        return ProposeResult(ProposalStatus.OK, e.index, e.term)
+
+    def change_config(
+        self, change: ConfigChange, cas_config_index: int | None = None
+    ) -> ProposeResult:
+        """AddServer / RemoveServer / ChangeRole through a CONFIG entry (one member, hence at
+        most one voter, per change). Checks in order: leader, CAS against the committed
+        config index, no pending change, a commit in this term, then the change itself."""
+        if self._role is not Role.LEADER:
+            return ProposeResult(ProposalStatus.NOT_LEADER, leader_hint=self._leader)
+        committed_idx = self.committed_config_index()
+        if cas_config_index is not None and cas_config_index != committed_idx:
+            return ProposeResult(
+                ProposalStatus.CAS_FAILED,
+                message=f"committed config index is {committed_idx}, not {cas_config_index}",
+            )
+        if self._config_index > self._commit:
+            return ProposeResult(
+                ProposalStatus.ALREADY_IN_PROGRESS,
+                message=f"config change at index {self._config_index} not committed yet",
+            )
+        if not self._committed_in_term():
+            return ProposeResult(ProposalStatus.UNAVAILABLE, message="no commit in this term yet")
+        if self._transfer_target is not None:
+            return ProposeResult(ProposalStatus.UNAVAILABLE, message="leadership transfer running")
+        cfg = self._config
+        current = cfg.member(change.uuid)
+        if change.change_type is ConfigChangeType.ADD_MEMBER:
+            if current is not None:
+                return ProposeResult(ProposalStatus.ILLEGAL_STATE, message="already a member")
+            if change.promote and change.member_type is not MemberType.NON_VOTER:
+                return ProposeResult(ProposalStatus.BAD_REQUEST, message="promote needs NON_VOTER")
+            new_cfg = cfg.with_member(Member(change.uuid, change.member_type, change.promote))
+        elif change.change_type is ConfigChangeType.REMOVE_MEMBER:
+            if current is None:
+                return ProposeResult(ProposalStatus.ILLEGAL_STATE, message="not a member")
+            if change.uuid == self.uuid:
+                return self._transfer_before_leaving()
+            new_cfg = cfg.without(change.uuid)
+        else:
+            if current is None:
+                return ProposeResult(ProposalStatus.ILLEGAL_STATE, message="not a member")
+            if change.promote and change.member_type is not MemberType.NON_VOTER:
+                return ProposeResult(ProposalStatus.BAD_REQUEST, message="promote needs NON_VOTER")
+            if change.uuid == self.uuid and change.member_type is not MemberType.VOTER:
+                return self._transfer_before_leaving()
+            new_cfg = cfg.with_member(Member(change.uuid, change.member_type, change.promote))
+        if not new_cfg.voters:
+            return ProposeResult(ProposalStatus.ILLEGAL_STATE, message="no voter would remain")
+        assert len(set(new_cfg.voters) ^ set(cfg.voters)) <= 1, "one voter at a time"
+        e = self._append_as_leader(EntryType.CONFIG, b"", new_cfg)
+        return ProposeResult(ProposalStatus.OK, e.index, e.term)
+
+    def transfer_leadership(self, target: str) -> ProposeResult:
+        """Hand leadership to `target` (a voter): catch it up, then send TimeoutNow.
+        Proposals get UNAVAILABLE meanwhile; the attempt ends after an election timeout."""
+        if self._role is not Role.LEADER:
+            return ProposeResult(ProposalStatus.NOT_LEADER, leader_hint=self._leader)
+        if target == self.uuid:
+            return ProposeResult(ProposalStatus.OK, term=self._term)
+        if not self._config.is_voter(target):
+            return ProposeResult(ProposalStatus.BAD_REQUEST, message=f"{target} is not a voter")
+        self._transfer_target = target
+        self._transfer_elapsed = 0
+        self._maybe_timeout_now(target)
+        if self._transfer_target is not None:
+            self._send_append(target)
+        return ProposeResult(ProposalStatus.OK, term=self._term)
+
+    def read_index(self, request_id: int) -> None:
+        """Ask for a linearizable read point. A ReadResult comes back in a later Ready: OK
+        once a heartbeat round confirmed leadership with a majority of voters after this
+        call, and the committed entries up to read_index (the commit index at request time,
+        or the first commit of the term) have been handed out; else NOT_LEADER."""
+        if self._role is not Role.LEADER:
+            self._reads_out.append(
+                ReadResult(request_id, ProposalStatus.NOT_LEADER, leader_hint=self._leader)
+            )
+            return
+        if len(self._pending_reads) >= self._opts.pending_reads_max:
+            self._reads_out.append(ReadResult(request_id, ProposalStatus.THROTTLED))
+            return
+        self._read_seq += 1
+        index = self._commit if self._committed_in_term() else None
+        self._pending_reads.append(_PendingRead(request_id, self._read_seq, index))
+        for peer in self._progress:
+            self._send_append(peer, heartbeat=True)
+
+    def persisted(self, index: int, term: int) -> None:
+        """The driver made the log durable up to (index, term). Stale acknowledgements (the
+        entry was truncated meanwhile) are ignored."""
+        if self._vote_only or index <= self._durable:
+            return
+        if self.term_at(index) != term:
+            return
+        self._durable = index
+        if self._role is Role.LEADER:
+            self._maybe_commit()
+
+    def compact(self, up_to_index: int) -> None:
+        """The driver deleted the stored entries up to and including up_to_index (WAL GC).
+        They must be applied and durable. Peers needing them will need a tablet copy."""
+        if self._vote_only or up_to_index <= self._snap_index:
+            return
+        assert up_to_index <= self._applied and up_to_index <= self._durable, up_to_index
+        snap_term = self.term_at(up_to_index)
+        assert snap_term is not None
+        for idx in self._config_indexes:
+            if idx <= up_to_index:
+                cfg = self.entry(idx).config
+                assert cfg is not None
+                self._base_config, self._base_config_index = cfg, idx
+        self._config_indexes = [i for i in self._config_indexes if i > up_to_index]
+        del self._log[: up_to_index - self._snap_index]
+        self._snap_index, self._snap_term = up_to_index, snap_term
+
+    def has_ready(self) -> bool:
+        return bool(
+            self._msgs
+            or self._unstable_from is not None
+            or HardState(self._term, self._voted_for) != self._hs_sent
+            or self._applied < min(self._commit, self._durable)
+            or self._reads_out
+            or self._copy_out
+            or self._current_soft() != self._soft_sent
+            or self._ready_reads_possible()
+        )
+
+    def ready(self) -> Ready:
+        """Collect the outputs accumulated since the last call (see types.Ready)."""
+        hs = HardState(self._term, self._voted_for)
+        hard_state = None
+        if hs != self._hs_sent:
+            hard_state = hs
+            self._hs_sent = hs
+        entries: tuple[Entry, ...] = ()
+        if self._unstable_from is not None:
+            entries = tuple(self._log[self._unstable_from - self._snap_index - 1 :])
+            assert entries, "truncation without new entries"
+            self._unstable_from = None
+        committed: tuple[Entry, ...] = ()
+        upto = min(self._commit, self._durable)
+        if upto > self._applied:
+            committed = tuple(self._log[self._applied - self._snap_index : upto - self._snap_index])
+            assert committed[0].index == self._applied + 1 and committed[-1].index == upto
+            self._applied = upto
+        self._release_reads()
+        soft = self._current_soft()
+        soft_state = None
+        if soft != self._soft_sent:
+            soft_state = soft
+            self._soft_sent = soft
+        ready = Ready(
+            hard_state=hard_state,
+            entries=entries,
+            messages=tuple(self._msgs),
+            committed_entries=committed,
+            soft_state=soft_state,
+            reads=tuple(self._reads_out),
+            copy_requests=tuple(self._copy_out),
+        )
+        self._msgs.clear()
+        self._reads_out.clear()
+        self._copy_out.clear()
+        return ready
+
+    # ------------------------------------------------------------------ roles
+
+    def _new_timeout(self) -> int:
+        t = self._opts.election_timeout_ticks
+        return t + self._rng.randrange(t)
+
+    def _current_soft(self) -> SoftState:
+        return SoftState(self._role, self._leader, self._term)
+
+    def _in_lease(self) -> bool:
+        return (
+            self._opts.check_quorum
+            and self._leader is not None
+            and self._election_elapsed < self._opts.election_timeout_ticks
+        )
+
+    def _reset_leader_state(self) -> None:
+        self._progress.clear()
+        self._recent_active.clear()
+        self._transfer_target = None
+        self._read_acks.clear()
+        for r in self._pending_reads:
+            self._reads_out.append(
+                ReadResult(r.request_id, ProposalStatus.NOT_LEADER, leader_hint=self._leader)
+            )
+        self._pending_reads.clear()
+
+    def _become_follower(self, term: int, leader: str | None) -> None:
+        assert term >= self._term
+        if term > self._term:
+            self._term = term
+            self._voted_for = None
+        self._role = Role.FOLLOWER
+        self._leader = leader
+        self._reset_leader_state()
+        self._votes.clear()
+        self._election_elapsed = 0
+        self._randomized_timeout = self._new_timeout()
+
+    def _campaign(self, skip_pre_vote: bool, transfer: bool) -> None:
+        self._election_elapsed = 0
+        self._randomized_timeout = self._new_timeout()
+        self._leader = None
+        self._votes = {self.uuid: True}
+        pre = self._opts.pre_vote and not (skip_pre_vote or transfer)
+        if pre:
+            self._role = Role.PRE_CANDIDATE
+            term = self._term + 1
+        else:
+            self._role = Role.CANDIDATE
+            self._term += 1
+            self._voted_for = self.uuid
+            term = self._term
+        if self._tally() is True:
+            self._won_election()
+            return
+        for v in self._config.voters:
+            if v != self.uuid:
+                self._send(
+                    VoteRequest(
+                        self.tablet_id,
+                        self.uuid,
+                        v,
+                        term,
+                        self.last_term,
+                        self.last_index,
+                        pre_vote=pre,
+                        leadership_transfer=transfer,
+                    )
+                )
+
+    def _tally(self) -> bool | None:
+        voters = self._config.voters
+        granted = sum(1 for v in voters if self._votes.get(v) is True)
+        refused = sum(1 for v in voters if self._votes.get(v) is False)
+        if granted >= self._config.majority():
+            return True
+        if refused >= self._config.majority():
+            return False
+        return None
+
+    def _won_election(self) -> None:
+        if self._role is Role.PRE_CANDIDATE:
+            self._campaign(skip_pre_vote=True, transfer=False)  # the real election
+            return
+        assert self._role is Role.CANDIDATE
+        self._become_leader()
+
+    def _become_leader(self) -> None:
+        assert self._config.is_voter(self.uuid)
+        self._role = Role.LEADER
+        self._leader = self.uuid
+        self._votes.clear()
+        self._election_elapsed = 0
+        self._heartbeat_elapsed = 0
+        self._progress = {
+            u: _Progress(self.last_index + 1) for u in self._config.uuids if u != self.uuid
+        }
+        self._recent_active = set()
+        self._read_acks = {}
+        logger.debug("%s/%s leader of term %d", self.tablet_id, self.uuid, self._term)
+        self._append_as_leader(EntryType.NOOP, b"", None)
+
+    def _tick_leader(self) -> None:
+        self._heartbeat_elapsed += 1
+        if self._transfer_target is not None:
+            self._transfer_elapsed += 1
+            if self._transfer_elapsed >= self._opts.election_timeout_ticks:
+                self._transfer_target = None
+        if self._election_elapsed >= self._opts.election_timeout_ticks:
+            self._election_elapsed = 0
+            if self._opts.check_quorum:
+                active = sum(
+                    1 for v in self._config.voters if v == self.uuid or v in self._recent_active
+                )
+                self._recent_active = set()
+                if active < self._config.majority():
+                    logger.debug("%s/%s lost quorum", self.tablet_id, self.uuid)
+                    self._become_follower(self._term, None)
+                    return
+        if self._heartbeat_elapsed >= self._opts.heartbeat_interval_ticks:
+            self._heartbeat_elapsed = 0
+            for peer, pr in self._progress.items():
+                if not pr.probing and not pr.acked and pr.match < self.last_index:
+                    pr.next = pr.match + 1  # nothing acknowledged: resend what may be lost
+                pr.acked = False
+                pr.probe_inflight = False
+                self._send_append(peer, heartbeat=True)
+
+    # ------------------------------------------------------------------ votes
+
+    def _reply_vote(self, msg: VoteRequest, granted: bool) -> None:
+        term = msg.term if (granted and msg.pre_vote) else self._term
+        self._send(
+            VoteResponse(
+                self.tablet_id, self.uuid, msg.sender, term, granted, pre_vote=msg.pre_vote
+            )
+        )
+
+    def _log_up_to_date(self, msg: VoteRequest) -> bool:
+        return (msg.last_log_term, msg.last_log_index) >= (self.last_term, self.last_index)
+
+    def _handle_vote_request(self, msg: VoteRequest) -> None:
+        can_vote = (
+            self._voted_for == msg.sender
+            or (self._voted_for is None and self._leader is None)
+            or (msg.pre_vote and msg.term > self._term)
+        )
+        if can_vote and self._log_up_to_date(msg):
+            if not msg.pre_vote:
+                self._voted_for = msg.sender
+                self._election_elapsed = 0
+            self._reply_vote(msg, granted=True)
+        else:
+            self._reply_vote(msg, granted=False)
+
+    def _handle_vote_response(self, msg: VoteResponse) -> None:
+        expected = Role.PRE_CANDIDATE if msg.pre_vote else Role.CANDIDATE
+        if self._role is not expected or not self._config.is_voter(msg.sender):
+            return
+        self._votes.setdefault(msg.sender, msg.granted)
+        outcome = self._tally()
+        if outcome is True:
+            self._won_election()
+        elif outcome is False:
+            self._become_follower(self._term, None)
+
+    def _handle_timeout_now(self, msg: TimeoutNow) -> None:
+        if self._role is Role.LEADER or not self._config.is_voter(self.uuid):
+            return
+        self._campaign(skip_pre_vote=True, transfer=True)
+
+    def _step_vote_only(self, msg: Message) -> None:
+        if msg.term < self._term:
+            if isinstance(msg, AppendRequest):
+                self._send(
+                    AppendResponse(
+                        self.tablet_id,
+                        self.uuid,
+                        msg.sender,
+                        self._term,
+                        success=False,
+                        reject_index=msg.prev_log_index,
+                    )
+                )
+            elif isinstance(msg, VoteRequest):
+                self._reply_vote(msg, granted=False)
+            return
+        if isinstance(msg, VoteRequest):
+            if msg.term > self._term and not msg.pre_vote:
+                self._term, self._voted_for = msg.term, None
+            self._handle_vote_request(msg)
+        elif isinstance(msg, AppendRequest):
+            if msg.term > self._term:
+                self._term, self._voted_for = msg.term, None
+            self._send(
+                AppendResponse(
+                    self.tablet_id,
+                    self.uuid,
+                    msg.sender,
+                    self._term,
+                    success=False,
+                    reject_index=msg.prev_log_index,
+                    read_seq=msg.read_seq,
+                    status=ReplicaStatus.TABLET_DELETED,
+                )
+            )
+
+    # ------------------------------------------------------------------ replication
+
+    def _send(self, msg: Message) -> None:
+        self._msgs.append(msg)
+
+    def _committed_in_term(self) -> bool:
+        return self.term_at(self._commit) == self._term
+
+    def _refuse_proposal(self) -> ProposeResult | None:
+        if self._role is not Role.LEADER:
+            return ProposeResult(ProposalStatus.NOT_LEADER, leader_hint=self._leader)
+        if self._transfer_target is not None:
+            return ProposeResult(ProposalStatus.UNAVAILABLE, message="leadership transfer running")
+        if self.last_index - self._commit >= self._opts.uncommitted_entries_max:
+            return ProposeResult(ProposalStatus.THROTTLED, message="too many uncommitted entries")
+        return None
+
+    def _append_as_leader(
+        self, entry_type: EntryType, payload: bytes, config: RaftConfig | None
+    ) -> Entry:
+        assert self._role is Role.LEADER
+        e = Entry(self._term, self.last_index + 1, entry_type, payload, config)
+        self._log.append(e)
+        if self._unstable_from is None:
+            self._unstable_from = e.index
+        if config is not None:
+            self._config_indexes.append(e.index)
+            self._apply_config_change()
+        for peer in self._progress:
+            self._send_append(peer)
+        self._maybe_commit()  # a lone voter still waits for persisted()
+        return e
+
+    def _tail_config(self) -> tuple[RaftConfig, int]:
+        if self._config_indexes:
+            idx = self._config_indexes[-1]
+            cfg = self.entry(idx).config
+            assert cfg is not None
+            return cfg, idx
+        return self._base_config, self._base_config_index
+
+    def _apply_config_change(self) -> None:
+        """The newest config in the log is in force at once, committed or not."""
+        self._config, self._config_index = self._tail_config()
+        if self._role is not Role.LEADER:
+            return
+        assert self._config.is_voter(self.uuid), "a leader never removes or demotes itself"
+        for u in self._config.uuids:
+            if u != self.uuid and u not in self._progress:
+                self._progress[u] = _Progress(self.last_index + 1)
+        for u in list(self._progress):
+            if self._config.member(u) is None:
+                del self._progress[u]
+                self._read_acks.pop(u, None)
+        if self._transfer_target is not None and not self._config.is_voter(self._transfer_target):
+            self._transfer_target = None
+
+    def _send_append(self, peer: str, heartbeat: bool = False) -> None:
+        pr = self._progress[peer]
+        if pr.next <= self._snap_index:
+            # The peer needs entries this replica no longer has: only a tablet copy helps.
+            pr.needs_copy = True
+            self._copy_out.append(
+                TabletCopyRequest(self.tablet_id, peer, self._term, CopyReason.LOG_COMPACTED)
+            )
+            return
+        if pr.probing and pr.probe_inflight and not heartbeat:
+            return
+        capped = not pr.probing and (
+            pr.next > self.last_index or pr.next - pr.match - 1 >= self._opts.inflight_entries_max
+        )
+        if capped:
+            if not heartbeat or pr.match < self._snap_index:
+                return
+            # A pure heartbeat at a point the peer is known to have: confirms leadership
+            # and carries the commit index without disturbing the pipeline.
+            prev, entries = pr.match, ()
+        else:
+            prev = pr.next - 1
+            stop = min(self.last_index, pr.next + self._opts.append_entries_max - 1)
+            entries = tuple(self._log[pr.next - self._snap_index - 1 : stop - self._snap_index])
+        prev_term = self.term_at(prev)
+        assert prev_term is not None, (prev, self._snap_index, self.last_index)
+        self._send(
+            AppendRequest(
+                self.tablet_id,
+                self.uuid,
+                peer,
+                self._term,
+                prev,
+                prev_term,
+                entries,
+                self._commit,
+                read_seq=self._read_seq,
+            )
+        )
+        if pr.probing:
+            pr.probe_inflight = True
+        elif entries:
+            pr.next = entries[-1].index + 1
+
+    def _handle_append(self, msg: AppendRequest) -> None:
+        if self._role is not Role.FOLLOWER:
+            assert self._role is not Role.LEADER, "two leaders in one term"
+            self._become_follower(msg.term, msg.sender)
+        self._leader = msg.sender
+        self._election_elapsed = 0
+        prev, prev_term, entries = msg.prev_log_index, msg.prev_log_term, msg.entries
+        if prev < self._commit:
+            # Everything up to our commit index matches any leader's log: skip it.
+            skip = self._commit - prev
+            entries = entries[skip:]
+            prev = self._commit
+            prev_term = self.term_at(prev)
+            if entries:
+                assert entries[0].index == prev + 1
+        elif self.term_at(prev) != prev_term:
+            hint = min(prev - 1, self.last_index)
+            while hint > self._commit and (self.term_at(hint) or 0) > msg.prev_log_term:
+                hint -= 1
+            self._send(
+                AppendResponse(
+                    self.tablet_id,
+                    self.uuid,
+                    msg.sender,
+                    self._term,
+                    success=False,
+                    reject_index=msg.prev_log_index,
+                    hint_index=hint,
+                    read_seq=msg.read_seq,
+                )
+            )
+            return
+        for e in entries:
+            have = self.term_at(e.index)
+            if have == e.term:
+                continue
+            if have is not None:
+                self._truncate_from(e.index)
+            assert e.index == self.last_index + 1
+            self._log.append(e)
+            if self._unstable_from is None or e.index < self._unstable_from:
+                self._unstable_from = e.index
+            if e.entry_type is EntryType.CONFIG:
+                self._config_indexes.append(e.index)
+                self._apply_config_change()
+        last_new = msg.prev_log_index + len(msg.entries)
+        new_commit = min(msg.leader_commit, max(last_new, prev))
+        if new_commit > self._commit:
+            self._commit = new_commit
+        self._send(
+            AppendResponse(
+                self.tablet_id,
+                self.uuid,
+                msg.sender,
+                self._term,
+                success=True,
+                match_index=max(last_new, prev),
+                read_seq=msg.read_seq,
+            )
+        )
+
+    def _truncate_from(self, index: int) -> None:
+        assert index > self._commit, f"truncating committed entry {index} <= {self._commit}"
+        assert index > self._snap_index
+        del self._log[index - self._snap_index - 1 :]
+        if self._unstable_from is not None and self._unstable_from > index:
+            self._unstable_from = index
+        self._durable = min(self._durable, index - 1)
+        self._config_indexes = [i for i in self._config_indexes if i < index]
+        self._apply_config_change()
+
+    def _handle_append_response(self, msg: AppendResponse) -> None:
+        if self._role is not Role.LEADER:
+            return
+        pr = self._progress.get(msg.sender)
+        if pr is None:
+            return
+        if msg.status is not ReplicaStatus.OK:
+            pr.needs_copy = True
+            reason = (
+                CopyReason.TABLET_DELETED
+                if msg.status is ReplicaStatus.TABLET_DELETED
+                else CopyReason.TABLET_NOT_FOUND
+            )
+            self._copy_out.append(TabletCopyRequest(self.tablet_id, msg.sender, self._term, reason))
+            return
+        self._recent_active.add(msg.sender)
+        if self._config.is_voter(msg.sender) and msg.read_seq > self._read_acks.get(msg.sender, 0):
+            self._read_acks[msg.sender] = msg.read_seq
+        pr.probe_inflight = False
+        if msg.success:
+            pr.needs_copy = False
+            pr.acked = True
+            if msg.match_index > pr.match:
+                pr.match = msg.match_index
+            pr.next = max(pr.next, pr.match + 1)
+            pr.probing = False
+            self._maybe_commit()
+            if self._role is not Role.LEADER:
+                return
+            self._maybe_promote(msg.sender)
+            self._maybe_timeout_now(msg.sender)
+            if pr.next <= self.last_index:
+                self._send_append(msg.sender)
+        else:
+            if msg.reject_index <= pr.match:
+                return  # stale rejection
+            pr.next = max(pr.match + 1, min(msg.reject_index, msg.hint_index + 1))
+            pr.probing = True
+            self._send_append(msg.sender)
+
+    def _maybe_commit(self) -> None:
+        if self._role is not Role.LEADER:
+            return
+        voters = self._config.voters
+        matches = sorted(
+            (self._durable if v == self.uuid else self._progress[v].match for v in voters),
+            reverse=True,
+        )
+        n = matches[self._config.majority() - 1]
+        if n > self._commit and self.term_at(n) == self._term:
+            self._commit = n
+            for r in self._pending_reads:
+                if r.index is None:
+                    r.index = n
+            for peer in list(self._progress):
+                self._maybe_promote(peer)
+            if not self._config.is_voter(self.uuid):  # pragma: no cover - guarded above
+                self._become_follower(self._term, None)
+
+    def _maybe_promote(self, peer: str) -> None:
+        m = self._config.member(peer)
+        if m is None or not m.promote or m.member_type is not MemberType.NON_VOTER:
+            return
+        pr = self._progress[peer]
+        if (
+            pr.match >= self._commit
+            and self._committed_in_term()
+            and self._config_index <= self._commit
+            and self._transfer_target is None
+        ):
+            logger.debug("%s/%s promoting %s", self.tablet_id, self.uuid, peer)
+            self._append_as_leader(
+                EntryType.CONFIG, b"", self._config.with_member(Member(peer, MemberType.VOTER))
+            )
+
+    def _maybe_timeout_now(self, peer: str) -> None:
+        if self._transfer_target != peer:
+            return
+        if self._progress[peer].match == self.last_index:
+            self._send(TimeoutNow(self.tablet_id, self.uuid, peer, self._term))
+
+    def _transfer_before_leaving(self) -> ProposeResult:
+        candidates = [v for v in self._config.voters if v != self.uuid]
+        if not candidates:
+            return ProposeResult(
+                ProposalStatus.ILLEGAL_STATE, message="the leader is the only voter"
+            )
+        best = max(
+            candidates,
+            key=lambda v: (v in self._recent_active, self._progress[v].match, v),
+        )
+        self.transfer_leadership(best)
+        return ProposeResult(
+            ProposalStatus.UNAVAILABLE,
+            leader_hint=best,
+            message=f"transferring leadership to {best} before removing the leader; retry there",
+        )
+
+    # ------------------------------------------------------------------ reads
+
+    def _ready_reads_possible(self) -> bool:
+        if not self._pending_reads:
+            return False
+        confirmed = self._confirmed_seq()
+        return any(
+            r.seq <= confirmed and r.index is not None and r.index <= self._applied
+            for r in self._pending_reads
+        )
+
+    def _confirmed_seq(self) -> int:
+        acks = sorted(
+            (
+                _INFINITE_SEQ if v == self.uuid else self._read_acks.get(v, 0)
+                for v in self._config.voters
+            ),
+            reverse=True,
+        )
+        return acks[self._config.majority() - 1]
+
+    def _release_reads(self) -> None:
+        if not self._pending_reads:
+            return
+        confirmed = self._confirmed_seq()
+        keep = []
+        for r in self._pending_reads:
+            if r.seq <= confirmed and r.index is not None and r.index <= self._applied:
+                self._reads_out.append(ReadResult(r.request_id, ProposalStatus.OK, r.index))
+            else:
+                keep.append(r)
+        self._pending_reads = keep

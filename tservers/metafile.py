@@ -1,0 +1,98 @@
+"""Small metadata files: instance, superblock and consensus metadata.
+
+Format: 4-byte magic naming the kind, u32 version, u32 payload length, u32 CRC32C of the
+payload, then the payload (a protobuf). Written to a temp file in the same directory,
+fsynced, renamed over the target, and the directory fsynced, so a reader sees the old file
+or the new one, never a mix. Reading checks everything and raises `MetaFileCorrupt` naming
+the file and what is wrong.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from pathlib import Path
+from typing import TypeVar
+
+import crc32c
+from google.protobuf.message import DecodeError, Message
+
+VERSION = 1
+_HEADER = struct.Struct("<4sIII")
+PAYLOAD_BYTES_MAX = 16 << 20
+
+MAGIC_INSTANCE = b"TSIN"
+MAGIC_SUPERBLOCK = b"TSSB"
+MAGIC_CMETA = b"TSCM"
+
+M = TypeVar("M", bound=Message)
+
+
+class MetaFileCorrupt(Exception):
+    """A metadata file failed its checks; the message says which file and why."""
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def encode(magic: bytes, msg: Message) -> bytes:
+    payload = msg.SerializeToString()
+    assert len(magic) == 4 and len(payload) <= PAYLOAD_BYTES_MAX
+    return _HEADER.pack(magic, VERSION, len(payload), crc32c.crc32c(payload)) + payload
+
+
+def decode(magic: bytes, data: bytes, msg_type: type[M], where: str = "") -> M:
+    if len(data) < _HEADER.size:
+        raise MetaFileCorrupt(f"{where}: file too short ({len(data)} bytes)")
+    got_magic, version, length, crc = _HEADER.unpack_from(data)
+    if got_magic != magic:
+        raise MetaFileCorrupt(f"{where}: bad magic {got_magic!r}, expected {magic!r}")
+    if version != VERSION:
+        raise MetaFileCorrupt(f"{where}: unsupported version {version}")
+    payload = data[_HEADER.size :]
+    if len(payload) != length:
+        raise MetaFileCorrupt(f"{where}: length {len(payload)} bytes, header says {length}")
+    if crc32c.crc32c(payload) != crc:
+        raise MetaFileCorrupt(f"{where}: CRC mismatch")
+    msg = msg_type()
+    try:
+        msg.ParseFromString(payload)
+    except DecodeError as e:
+        raise MetaFileCorrupt(f"{where}: undecodable payload: {e}") from e
+    return msg
+
+
+def write_atomic(path: Path, data: bytes, *, sync: bool = True) -> None:
+    """Temp file, fsync, rename, directory fsync."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            n = os.write(fd, view)
+            view = view[n:]
+        if sync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    if sync:
+        fsync_dir(path.parent)
+
+
+def write_meta(path: Path, magic: bytes, msg: Message) -> None:
+    data = encode(magic, msg)
+    # Same property on both paths: what we write must decode to what we meant.
+    assert decode(magic, data, type(msg), str(path)) == msg
+    write_atomic(path, data)
+
+
+def read_meta(path: Path, magic: bytes, msg_type: type[M]) -> M:
+    with open(path, "rb") as f:
+        data = f.read(PAYLOAD_BYTES_MAX + _HEADER.size + 1)
+    return decode(magic, data, msg_type, str(path))

@@ -1,0 +1,1 @@
+"""Tablet storage (`schema`, `tablet`) and lifecycle (`manager`)."""

@@ -1,0 +1,430 @@
+"""Tablet lifecycle on one server (seed 000, "Tablet deletion" and "Tablet startup").
+
+Data states: DOES_NOT_EXIST (no superblock), DELETED (tombstone: superblock and consensus
+metadata kept forever, with the last op id), COPYING, READY.
+
+Deletion, in this order:
+  1. shut the tablet down (writes drained, WAL closed);
+  2. create the quarantine directory quarantine/<tablet_id>.<n>;
+  3. copy the superblock into it;
+  4. write the superblock as DELETED with the last op id and the quarantine path (fsynced):
+     from here on the deletion is always rolled forward;
+  5. copy the consensus metadata into the quarantine directory;
+  6. move the data directory and then the WAL directory into it (atomic renames).
+Startup: DELETED with a WAL (or data) directory -> redo steps 5 and 6; COPYING -> delete self
+(steps 2-6, keeping consensus metadata and the last op id); READY -> bootstrap; a failed
+bootstrap leaves that tablet FAILED (offline, reported) while the others run.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import shutil
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rpc.errors import (
+    AlreadyExists,
+    BadRequest,
+    CasFailed,
+    IllegalState,
+    TabletDeleted,
+    TabletFailed,
+    TabletNotFound,
+    Unavailable,
+)
+from tservers.crash import crash_point
+from tservers.fs import FsLayout, move_dir
+from tservers.metafile import MetaFileCorrupt, fsync_dir, write_atomic
+from tservers.tablet import schema as schemamod
+from tservers.tablet.tablet import Tablet, TabletOptions, TabletStatus
+from tservers.tserver_pb2 import (
+    ConsensusMetaPB,
+    CreateTabletRequest,
+    DataState,
+    MemberType,
+    OpIdPB,
+    RaftConfigPB,
+    SchemaPB,
+    SuperblockPB,
+    TabletReportPB,
+)
+from tservers.wal.log import Appender, WalOptions
+
+log = logging.getLogger(__name__)
+
+TABLET_ID_RE = re.compile(r"^[A-Za-z0-9_\-]{1,64}$")
+TABLETS_MAX = 10_000
+
+
+@dataclass(slots=True)
+class Replica:
+    """What the server knows about one tablet id, whatever its state."""
+
+    tablet_id: str
+    sb: SuperblockPB | None
+    status: TabletStatus
+    error: str = ""
+    tablet: Tablet | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def check_tablet_id(tablet_id: str) -> None:
+    if not TABLET_ID_RE.match(tablet_id or ""):
+        raise BadRequest(f"bad tablet id {tablet_id!r} (1-64 of A-Z a-z 0-9 _ -)")
+
+
+class TabletManager:
+    """Owns every replica of the server, the WAL appender and the maintenance thread."""
+
+    def __init__(
+        self,
+        fs: FsLayout,
+        wal_opts: WalOptions | None = None,
+        tablet_opts: TabletOptions | None = None,
+        *,
+        maintenance: bool = True,
+    ) -> None:
+        self.fs = fs
+        self.wal_opts = wal_opts or WalOptions()
+        self.tablet_opts = tablet_opts or TabletOptions()
+        self.appender = Appender(self.wal_opts)
+        self._lock = threading.Lock()
+        self.replicas: dict[str, Replica] = {}
+        self._stop = threading.Event()
+        self._maint: threading.Thread | None = None
+        self._maintenance = maintenance
+
+    # ================================================================ startup
+    def open(self) -> None:
+        for tablet_id in self.fs.tablet_ids():
+            self.replicas[tablet_id] = self._startup_one(tablet_id)
+        if self._maintenance:
+            self._maint = threading.Thread(
+                target=self._maintenance_loop, name="tablet-maintenance", daemon=True
+            )
+            self._maint.start()
+
+    def _startup_one(self, tablet_id: str) -> Replica:
+        try:
+            sb = self.fs.read_superblock(tablet_id)
+        except (MetaFileCorrupt, OSError) as e:
+            log.error("tablet %s: unreadable superblock, staying offline: %s", tablet_id, e)
+            return Replica(tablet_id, None, TabletStatus.FAILED, f"superblock: {e}")
+        try:
+            if sb.data_state == DataState.DELETED:
+                if self.fs.wal_dir(tablet_id).exists() or self.fs.data_dir(tablet_id).exists():
+                    log.info("tablet %s: rolling an interrupted deletion forward", tablet_id)
+                    self._roll_forward(sb)
+                    crash_point("startup.after_roll_forward")
+                return Replica(tablet_id, sb, TabletStatus.TOMBSTONED)
+            if sb.data_state == DataState.COPYING:
+                log.info("tablet %s: found COPYING at startup, deleting self", tablet_id)
+                sb = self._delete_from_step2(sb, sb.last_op_id)
+                return Replica(tablet_id, sb, TabletStatus.TOMBSTONED)
+            if sb.data_state != DataState.READY:
+                raise MetaFileCorrupt(f"unknown data state {sb.data_state}")
+        except (MetaFileCorrupt, OSError) as e:
+            log.error("tablet %s: startup failed, staying offline: %s", tablet_id, e)
+            return Replica(tablet_id, sb, TabletStatus.FAILED, str(e))
+        return self._start_ready(sb)
+
+    def _start_ready(self, sb: SuperblockPB) -> Replica:
+        tablet_id = sb.tablet_id
+        tablet: Tablet | None = None
+        try:
+            cmeta = self.fs.read_cmeta(tablet_id)
+            tablet = Tablet(self.fs, sb, cmeta, self.appender, self.wal_opts, self.tablet_opts)
+            tablet.bootstrap()
+        except Exception as e:  # any failure: this tablet stays offline, the server runs on
+            log.error("tablet %s: bootstrap failed, staying offline: %s", tablet_id, e)
+            if tablet is not None:
+                with tablet.lock:
+                    tablet.status = TabletStatus.FAILED
+                    tablet.error = str(e)
+                if tablet.wal is not None:
+                    tablet.wal.close()
+            return Replica(tablet_id, sb, TabletStatus.FAILED, f"{type(e).__name__}: {e}", tablet)
+        return Replica(tablet_id, sb, TabletStatus.RUNNING, "", tablet)
+
+    # ================================================================ create
+    def create_tablet(self, req: CreateTabletRequest) -> Tablet:
+        check_tablet_id(req.tablet_id)
+        tablet_id = req.tablet_id
+        schema_pb = schemamod.validate_new(req.schema)
+        config = RaftConfigPB()
+        config.CopyFrom(req.config)
+        if not config.peers:
+            config.opid_index = -1
+            config.peers.add(uuid=self.fs.uuid, member_type=MemberType.VOTER)
+        voters = [p for p in config.peers if p.member_type == MemberType.VOTER]
+        if len(config.peers) != 1 or len(voters) != 1 or voters[0].uuid != self.fs.uuid:
+            raise BadRequest(
+                "only single-replica tablets (this server as the one VOTER) are "
+                "supported until per-tablet replication lands"
+            )
+        with self._lock:
+            r = self.replicas.get(tablet_id)
+            if r is not None and r.status is not TabletStatus.TOMBSTONED:
+                raise AlreadyExists(f"tablet {tablet_id} already exists ({r.status.value})")
+            if r is None and len(self.replicas) >= TABLETS_MAX:
+                raise Unavailable(f"server hosts {TABLETS_MAX} tablets already")
+            # Reserve the id so that concurrent creates of the same tablet fail.
+            placeholder = Replica(tablet_id, r.sb if r else None, TabletStatus.BOOTSTRAPPING)
+            self.replicas[tablet_id] = placeholder
+        try:
+            cmeta = ConsensusMetaPB(tablet_id=tablet_id)
+            if r is not None:  # re-created over a tombstone: terms stay monotonic
+                try:
+                    old = self.fs.read_cmeta(tablet_id)
+                    cmeta.current_term = old.current_term
+                    cmeta.voted_for = old.voted_for
+                except (MetaFileCorrupt, FileNotFoundError):
+                    pass
+            cmeta.committed_config.CopyFrom(config)
+            # Leftovers of a create that crashed before its superblock was written.
+            for d in (self.fs.wal_dir(tablet_id), self.fs.data_dir(tablet_id)):
+                if d.exists():
+                    shutil.rmtree(d)
+            self.fs.write_cmeta(cmeta)
+            self.fs.data_dir(tablet_id).mkdir(parents=True)
+            self.fs.wal_dir(tablet_id).mkdir(parents=True)
+            fsync_dir(self.fs.root / "data")
+            fsync_dir(self.fs.root / "wals")
+            sb = SuperblockPB(
+                tablet_id=tablet_id,
+                table_id=req.table_id,
+                table_name=req.table_name,
+                data_state=DataState.READY,
+                schema=schema_pb,
+                partition=req.partition,
+                next_block_id=1,
+            )
+            if r is not None and r.sb is not None:
+                sb.last_op_id.CopyFrom(r.sb.last_op_id)
+            self.fs.write_superblock(sb)  # the tablet exists from here on
+        except BaseException:
+            with self._lock:
+                if r is not None:
+                    self.replicas[tablet_id] = r
+                else:
+                    self.replicas.pop(tablet_id, None)
+            raise
+        replica = self._start_ready(sb)
+        with self._lock:
+            self.replicas[tablet_id] = replica
+        if replica.tablet is None or replica.status is not TabletStatus.RUNNING:
+            raise TabletFailed(f"tablet {tablet_id} created but failed to start: {replica.error}")
+        log.info("tablet %s: created (table %s)", tablet_id, req.table_name)
+        return replica.tablet
+
+    # ================================================================ delete
+    def delete_tablet(self, tablet_id: str) -> OpIdPB:
+        """Tombstone a tablet (seed 000 steps 1-6). Deleting a tombstone is a no-op."""
+        check_tablet_id(tablet_id)
+        r = self._replica(tablet_id)
+        with r.lock:
+            if r.status is TabletStatus.TOMBSTONED:
+                assert r.sb is not None
+                return r.sb.last_op_id
+            if r.status in (TabletStatus.BOOTSTRAPPING, TabletStatus.COPYING):
+                raise IllegalState(f"tablet {tablet_id} is {r.status.value}")
+            if r.sb is None:
+                raise TabletFailed(
+                    f"tablet {tablet_id} has an unreadable superblock: "
+                    f"{r.error}; repair it with `tserver` tools first"
+                )
+            # Step 1: shut the tablet down.
+            last = OpIdPB()
+            last.CopyFrom(r.sb.last_op_id)
+            if r.tablet is not None:
+                r.tablet.shutdown()
+                op = r.tablet.last_op_id()
+                if op.index >= last.index:
+                    last = op
+            crash_point("delete.after_step_1")
+            sb = self._delete_from_step2(r.sb, last)
+            r.sb = sb
+            r.tablet = None
+            r.status = TabletStatus.TOMBSTONED
+            r.error = ""
+        log.info("tablet %s: deleted (tombstone at %d.%d)", tablet_id, last.term, last.index)
+        return last
+
+    def _delete_from_step2(self, sb: SuperblockPB, last: OpIdPB) -> SuperblockPB:
+        tablet_id = sb.tablet_id
+        # Step 2: the quarantine directory.
+        qdir = self.fs.new_quarantine_dir(tablet_id)
+        crash_point("delete.after_step_2")
+        # Step 3: a copy of the current superblock.
+        data = self.fs.superblock_path(tablet_id).read_bytes()
+        write_atomic(qdir / "superblock", data)
+        crash_point("delete.after_step_3")
+        # Step 4: the tombstone; from here on the deletion is rolled forward.
+        new = SuperblockPB()
+        new.CopyFrom(sb)
+        new.data_state = DataState.DELETED
+        new.last_op_id.CopyFrom(last)
+        new.quarantine_path = str(qdir.relative_to(self.fs.root))
+        del new.blocks[:]
+        new.flushed_index = 0
+        self.fs.write_superblock(new)
+        crash_point("delete.after_step_4")
+        self._roll_forward(new)
+        return new
+
+    def _roll_forward(self, sb: SuperblockPB) -> None:
+        """Steps 5 and 6; idempotent, so startup can redo them."""
+        tablet_id = sb.tablet_id
+        assert sb.data_state == DataState.DELETED and sb.quarantine_path
+        qdir = self.fs.root / sb.quarantine_path
+        qdir.mkdir(parents=True, exist_ok=True)
+        # Step 5: a copy of the consensus metadata (the original stays: it is kept forever).
+        cm = self.fs.cmeta_path(tablet_id)
+        if cm.exists():
+            write_atomic(qdir / "consensus-meta", cm.read_bytes())
+        crash_point("delete.after_step_5")
+        # Step 6: move the data and then the WAL directory aside.
+        data_dir = self.fs.data_dir(tablet_id)
+        if data_dir.exists():
+            move_dir(data_dir, qdir / "data")
+        crash_point("delete.after_move_data")
+        wal_dir = self.fs.wal_dir(tablet_id)
+        if wal_dir.exists():
+            move_dir(wal_dir, qdir / "wal")
+        crash_point("delete.after_step_6")
+
+    # ================================================================ copy (step 1)
+    def begin_copy(self, tablet_id: str) -> None:
+        """Follower tablet copy, step 1: superblock COPYING (fsynced). The quarantine path is
+        cleared, the last op id kept. Only DOES_NOT_EXIST or DELETED replicas may start."""
+        check_tablet_id(tablet_id)
+        with self._lock:
+            r = self.replicas.get(tablet_id)
+            if r is not None and r.status is TabletStatus.COPYING:
+                raise IllegalState(f"tablet {tablet_id} is already copying")
+            if r is not None and r.status is not TabletStatus.TOMBSTONED:
+                raise IllegalState(f"tablet {tablet_id} is {r.status.value}; delete it first")
+            sb = SuperblockPB()
+            if r is not None and r.sb is not None:
+                sb.CopyFrom(r.sb)
+            sb.tablet_id = tablet_id
+            sb.data_state = DataState.COPYING
+            sb.quarantine_path = ""
+            self.fs.write_superblock(sb)
+            self.replicas[tablet_id] = Replica(tablet_id, sb, TabletStatus.COPYING)
+        crash_point("copy.after_copying_superblock")
+
+    # ================================================================ data path
+    def _replica(self, tablet_id: str) -> Replica:
+        with self._lock:
+            r = self.replicas.get(tablet_id)
+        if r is None:
+            raise TabletNotFound(f"tablet {tablet_id} not found on server {self.fs.uuid}")
+        return r
+
+    def tablet(self, tablet_id: str) -> Tablet:
+        """The running tablet, or the error a client should get."""
+        r = self._replica(tablet_id)
+        if r.status is TabletStatus.TOMBSTONED:
+            raise TabletDeleted(f"tablet {tablet_id} is deleted")
+        if r.status is TabletStatus.FAILED:
+            raise TabletFailed(f"tablet {tablet_id} failed: {r.error}")
+        if r.tablet is None or r.status is not TabletStatus.RUNNING:
+            raise Unavailable(f"tablet {tablet_id} is {r.status.value}", retry_after_ms=100)
+        return r.tablet
+
+    def alter_schema(
+        self, tablet_id: str, expected_version: int, add, drop, deadline: float
+    ) -> SchemaPB:
+        r = self._replica(tablet_id)
+        with r.lock:
+            t = self.tablet(tablet_id)
+            current = t.sb.schema
+            if expected_version and expected_version != current.version:
+                raise CasFailed(f"schema version is {current.version}, expected {expected_version}")
+            new = schemamod.altered(current, list(add), list(drop))
+            t.alter_schema(new, deadline)
+            return new
+
+    def reports(self) -> list[TabletReportPB]:
+        with self._lock:
+            replicas = list(self.replicas.values())
+        out = []
+        for r in replicas:
+            rep = TabletReportPB(tablet_id=r.tablet_id, status=r.status.value, error=r.error)
+            sb = r.tablet.sb if r.tablet is not None else r.sb
+            if sb is not None:
+                rep.table_id = sb.table_id
+                rep.table_name = sb.table_name
+                rep.data_state = sb.data_state
+                rep.last_op_id.CopyFrom(sb.last_op_id)
+                rep.schema_version = sb.schema.version
+                rep.flushed_index = sb.flushed_index
+            t = r.tablet
+            if t is not None and r.status is TabletStatus.RUNNING:
+                rep.status = t.status.value
+                rep.last_op_id.CopyFrom(t.last_op_id())
+                rep.current_term = t.cmeta.current_term
+                rep.committed_config.CopyFrom(t.cmeta.committed_config)
+                rep.memstore_rows = t.memstore_rows()
+                rep.blocks = len(t.blocks)
+            else:
+                try:
+                    cm = self.fs.read_cmeta(r.tablet_id)
+                    rep.current_term = cm.current_term
+                    rep.committed_config.CopyFrom(cm.committed_config)
+                except (MetaFileCorrupt, OSError):
+                    pass
+            out.append(rep)
+        return out
+
+    # ================================================================ maintenance
+    def _maintenance_loop(self) -> None:
+        while not self._stop.wait(0.2):
+            self.run_maintenance_once()
+
+    def run_maintenance_once(self) -> None:
+        with self._lock:
+            tablets = [
+                r.tablet
+                for r in self.replicas.values()
+                if r.tablet is not None and r.status is TabletStatus.RUNNING
+            ]
+        for t in tablets:
+            if self._stop.is_set():
+                return
+            try:
+                if t.memstore_rows() >= self.tablet_opts.flush_rows_threshold:
+                    t.flush()
+                if len(t.blocks) >= self.tablet_opts.compaction_blocks_min:
+                    t.compact()
+            except Exception as e:  # the tablet keeps serving from memstore and WAL
+                log.exception("tablet %s: maintenance failed: %s", t.tablet_id, e)
+
+    def close(self, timeout_s: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        self._stop.set()
+        if self._maint is not None:
+            self._maint.join(max(0.1, deadline - time.monotonic()))
+        with self._lock:
+            tablets = [r.tablet for r in self.replicas.values() if r.tablet is not None]
+        for t in tablets:
+            t.shutdown(max(0.1, deadline - time.monotonic()))
+        self.appender.close(max(0.1, deadline - time.monotonic()))
+
+    def __enter__(self) -> TabletManager:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def quarantine_dirs(fs: FsLayout, tablet_id: str) -> list[Path]:
+    return sorted(
+        (fs.root / "quarantine").glob(f"{tablet_id}.*"),
+        key=lambda p: int(p.suffix[1:]) if p.suffix[1:].isdigit() else 0,
+    )

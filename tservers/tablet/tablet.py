@@ -1,0 +1,827 @@
+"""One tablet replica: memstore, data blocks, WAL replay, writes and scans.
+
+State of a running tablet:
+- `blocks`: immutable data blocks (Arrow IPC files, sorted by key, columns named `c<id>` plus
+  `__deleted` for tombstones), oldest first; a newer block overrides an older one.
+- `memstore`: key -> row tuple (schema order) or None (tombstone), for applied entries not yet
+  flushed; `frozen` is the memstore being flushed. Both are hash maps: they are sorted by key
+  once, when flushed or scanned, rather than on every write.
+- `pending`: key -> (index, row or None) for writes in the WAL queue but not yet durable.
+  Validation (ALREADY_EXISTS, NOT_FOUND) sees them, scans do not: only durable writes are
+  applied and visible.
+- `live_keys`: every key that has a live row in blocks + memstore (existence checks).
+
+A write: decode and check outside the lock; under the lock check each row against the state,
+number the entry (term, index), queue it to the server's WAL appender; the appender syncs the
+group and calls back, and the callback applies the rows to the memstore in index order.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from rpc.errors import (
+    AlreadyExists,
+    BadRequest,
+    Corruption,
+    NotFound,
+    TabletDeleted,
+    TabletFailed,
+    Throttled,
+    TimedOut,
+    Unavailable,
+)
+from tservers.crash import crash_point
+from tservers.fs import FsLayout
+from tservers.metafile import fsync_dir
+from tservers.tablet.schema import DELETED_FIELD, Schema, block_name, value_from_pb
+from tservers.tserver_pb2 import (
+    ConsensusMetaPB,
+    DataType,
+    EntryType,
+    LogEntryPB,
+    OpIdPB,
+    OpType,
+    PredicateOp,
+    PredicatePB,
+    RowBlockPB,
+    SuperblockPB,
+    ValuePB,
+    WriteOpPB,
+)
+from tservers.wal.log import Appender, TabletLog, WalOptions
+
+log = logging.getLogger(__name__)
+
+ROWS_PER_WRITE_MAX = 100_000
+WRITE_BYTES_MAX = 48 << 20
+GEN_FIELD = "__gen"
+
+
+class TabletStatus(enum.Enum):
+    """Runtime state of a replica (the data state is in the superblock)."""
+
+    BOOTSTRAPPING = "BOOTSTRAPPING"
+    RUNNING = "RUNNING"
+    FAILED = "FAILED"
+    SHUTDOWN = "SHUTDOWN"
+    TOMBSTONED = "TOMBSTONED"
+    COPYING = "COPYING"
+
+
+@dataclass(frozen=True, slots=True)
+class TabletOptions:
+    flush_rows_threshold: int = 200_000
+    compaction_blocks_min: int = 4
+    apply_timeout_s: float = 30.0
+
+
+@dataclass(slots=True)
+class _Op:
+    """One decoded row block of a write."""
+
+    op: int
+    keys: list
+    rows: list  # full rows (INSERT/UPSERT), partial value tuples (UPDATE), unused (DELETE)
+    present: tuple[int, ...]  # column positions given (UPDATE)
+    ipc: bytes
+
+
+class _Inflight:
+    __slots__ = ("index", "changes", "event", "error")
+
+    def __init__(self, index: int, changes: dict) -> None:
+        self.index = index
+        self.changes = changes
+        self.event = threading.Event()
+        self.error: Exception | None = None
+
+
+def _to_python(col: pa.ChunkedArray | pa.Array) -> list:
+    # Timestamps live in the memstore as int64 microseconds: cheaper than datetime objects.
+    if pa.types.is_timestamp(col.type):
+        col = col.cast(pa.int64())
+    return col.to_pylist()
+
+
+def read_ipc(data: bytes) -> pa.Table:
+    try:
+        return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
+    except (pa.ArrowInvalid, OSError) as e:
+        raise BadRequest(f"undecodable Arrow IPC rows: {e}") from e
+
+
+class Tablet:
+    """A READY replica. Created by the TabletManager, which owns its lifecycle."""
+
+    def __init__(
+        self,
+        fs: FsLayout,
+        sb: SuperblockPB,
+        cmeta: ConsensusMetaPB,
+        appender: Appender,
+        wal_opts: WalOptions,
+        opts: TabletOptions,
+    ) -> None:
+        self.fs = fs
+        self.tablet_id = sb.tablet_id
+        self.sb = sb
+        self.cmeta = cmeta
+        self.appender = appender
+        self.wal_opts = wal_opts
+        self.opts = opts
+        self.schema = Schema(sb.schema)
+        self.lock = threading.Lock()
+        self.cond = threading.Condition(self.lock)
+        self.flush_lock = threading.Lock()  # one flush or compaction at a time
+        self.status = TabletStatus.BOOTSTRAPPING
+        self.error = ""
+        self.wal: TabletLog | None = None
+        self.blocks: list[tuple[str, pa.Table]] = []
+        self.memstore: dict = {}
+        self.frozen: dict | None = None
+        self.pending: dict = {}
+        self.live_keys: set = set()
+        self.inflight = 0
+        self.barrier = False
+        self.term = cmeta.current_term
+        self.last_index = 0
+        self.applied_index = 0
+        self.writes = 0
+        self.rows_written = 0
+
+    # ================================================================ bootstrap
+    def bootstrap(self) -> None:
+        """Load blocks, replay the WAL above the flushed index, start a new term (no-op entry).
+        Raises on any failure; the manager then leaves the tablet FAILED."""
+        data_dir = self.fs.data_dir(self.tablet_id)
+        for name in self.sb.blocks:
+            self.blocks.append((name, self._load_block(data_dir / name)))
+        if self.blocks:
+            merged = self._merge([b for _, b in self.blocks], None)
+            keys = self._key_lists(merged)
+            self.live_keys = set(keys)
+        wal, entries = TabletLog.open(
+            self.fs.wal_dir(self.tablet_id), self.tablet_id, self.wal_opts
+        )
+        self.wal = wal
+        flushed = self.sb.flushed_index
+        wal.gc(flushed)
+        replayed = 0
+        for e in entries:
+            self.last_index = e.index
+            self.term = max(self.term, e.term)
+            if e.index <= flushed:
+                continue
+            if e.type == EntryType.WRITE:
+                if e.write.schema_version != self.schema.version:
+                    raise Corruption(
+                        f"WAL entry {e.index} has schema version {e.write.schema_version}, "
+                        f"tablet has {self.schema.version}"
+                    )
+                ops = [
+                    self._decode(b.op, read_ipc(b.arrow_ipc), b.arrow_ipc) for b in e.write.blocks
+                ]
+                try:
+                    changes = self._prepare(ops)
+                except (AlreadyExists, NotFound) as err:
+                    raise Corruption(f"WAL replay of entry {e.index} diverged: {err}") from err
+                self._apply(changes)
+                replayed += 1
+            self.applied_index = e.index
+        self.last_index = max(self.last_index, flushed)
+        self.applied_index = self.last_index
+        log.info(
+            "tablet %s: %d blocks, replayed %d WAL entries above %d, last index %d",
+            self.tablet_id,
+            len(self.blocks),
+            replayed,
+            flushed,
+            self.last_index,
+        )
+        # Single replica: this server leads a new term, opened with a no-op entry (as Raft does).
+        self.cmeta.current_term = max(self.cmeta.current_term, self.term) + 1
+        self.cmeta.voted_for = self.fs.uuid
+        self.fs.write_cmeta(self.cmeta)
+        self.term = self.cmeta.current_term
+        with self.lock:
+            self.status = TabletStatus.RUNNING
+        self._append_wait(LogEntryPB(type=EntryType.NO_OP), {}, time.monotonic() + 30.0)
+
+    def _load_block(self, path: Path) -> pa.Table:
+        with pa.memory_map(str(path), "r") as src:
+            return pa.ipc.open_file(src).read_all()
+
+    # ================================================================ writes
+    def write(
+        self, schema_version: int, blocks: list[tuple[int, bytes]], deadline: float
+    ) -> OpIdPB:
+        if not blocks:
+            raise BadRequest("write has no rows")
+        total = sum(len(b) for _, b in blocks)
+        if total > WRITE_BYTES_MAX:
+            raise BadRequest(f"write of {total} bytes exceeds {WRITE_BYTES_MAX}")
+        self._check_running()
+        if schema_version != self.schema.version:
+            raise BadRequest(
+                f"schema mismatch: write uses version {schema_version}, tablet {self.tablet_id} "
+                f"has version {self.schema.version}"
+            )
+        ops = [self._decode(op, read_ipc(data), data) for op, data in blocks]
+        nrows = sum(len(o.keys) for o in ops)
+        if nrows > ROWS_PER_WRITE_MAX:
+            raise BadRequest(f"write of {nrows} rows exceeds {ROWS_PER_WRITE_MAX} rows")
+        entry = LogEntryPB(
+            type=EntryType.WRITE,
+            write=WriteOpPB(
+                schema_version=schema_version,
+                blocks=[RowBlockPB(op=o.op, arrow_ipc=o.ipc) for o in ops],
+            ),
+        )
+        op_id = self._append_wait(entry, ops, deadline)
+        self.writes += 1
+        self.rows_written += nrows
+        return op_id
+
+    def _append_wait(self, entry: LogEntryPB, ops, deadline: float) -> OpIdPB:
+        with self.lock:
+            while self.barrier:
+                if not self.cond.wait(max(0.0, deadline - time.monotonic())):
+                    raise TimedOut(f"tablet {self.tablet_id}: schema change in progress")
+            self._check_running_locked()
+            if entry.type == EntryType.WRITE and entry.write.schema_version != self.schema.version:
+                raise BadRequest(
+                    f"schema mismatch: tablet {self.tablet_id} schema changed to "
+                    f"version {self.schema.version}"
+                )
+            changes = self._prepare(ops) if ops else {}
+            index = self.last_index + 1
+            entry.term = self.term
+            entry.index = index
+            inflight = _Inflight(index, changes)
+            assert self.wal is not None
+            try:
+                self.appender.append(
+                    self.wal, [entry], lambda err, f=inflight: self._on_durable(f, err), block=False
+                )
+            except OSError as e:
+                raise Unavailable(f"WAL is not accepting appends: {e}") from e
+            except TimeoutError as e:
+                raise Throttled("WAL queue is full", retry_after_ms=50) from e
+            self.last_index = index
+            self.inflight += 1
+            for k, v in changes.items():
+                self.pending[k] = (index, v)
+        remaining = deadline - time.monotonic()
+        if not inflight.event.wait(max(remaining, 0.0)):
+            # Still in flight: it may yet become durable and applied; the caller must not assume
+            # either outcome.
+            raise TimedOut(f"write to tablet {self.tablet_id} not durable before the deadline")
+        if inflight.error is not None:
+            raise TabletFailed(f"tablet {self.tablet_id}: WAL append failed: {inflight.error}")
+        return OpIdPB(term=entry.term, index=index)
+
+    def _on_durable(self, f: _Inflight, err: Exception | None) -> None:
+        """Appender thread, in index order: apply a durable entry to the memstore."""
+        crash_point("write.after_sync_before_apply")
+        with self.lock:
+            if err is not None:
+                self.status = TabletStatus.FAILED
+                self.error = f"WAL append failed: {err}"
+                f.error = err
+            else:
+                self._apply(f.changes)
+                for k in f.changes:
+                    p = self.pending.get(k)
+                    if p is not None and p[0] == f.index:
+                        del self.pending[k]
+                self.applied_index = f.index
+            self.inflight -= 1
+            self.cond.notify_all()
+        f.event.set()
+
+    def _apply(self, changes: dict) -> None:
+        mem = self.memstore
+        live = self.live_keys
+        for k, v in changes.items():
+            mem[k] = v
+            if v is None:
+                live.discard(k)
+            else:
+                live.add(k)
+
+    def _check_running(self) -> None:
+        with self.lock:
+            self._check_running_locked()
+
+    def _check_running_locked(self) -> None:
+        if self.status is TabletStatus.RUNNING:
+            return
+        if self.status is TabletStatus.FAILED:
+            raise TabletFailed(f"tablet {self.tablet_id} failed: {self.error}")
+        if self.status is TabletStatus.TOMBSTONED:
+            raise TabletDeleted(f"tablet {self.tablet_id} is deleted")
+        raise Unavailable(f"tablet {self.tablet_id} is {self.status.value}", retry_after_ms=100)
+
+    def _decode(self, op: int, table: pa.Table, ipc: bytes) -> _Op:
+        """Check a row block against the schema and turn it into Python keys and rows."""
+        schema = self.schema
+        if op not in (OpType.INSERT, OpType.UPSERT, OpType.UPDATE, OpType.DELETE):
+            raise BadRequest(f"unknown operation type {op}")
+        n = table.num_rows
+        given: dict[int, pa.ChunkedArray] = {}
+        for field, col in zip(table.schema, table.columns, strict=True):
+            i = schema.by_name.get(field.name)
+            if i is None:
+                raise BadRequest(f"unknown column {field.name!r} (schema version {schema.version})")
+            c = schema.columns[i]
+            if field.type != c.arrow_type:
+                if field.type == pa.null() and c.nullable:
+                    col = pa.nulls(n, c.arrow_type)
+                elif _compatible(field.type, c.arrow_type):
+                    col = col.cast(c.arrow_type)
+                else:
+                    raise BadRequest(
+                        f"column {c.name!r} is {DataType.Name(c.type)} "
+                        f"({c.arrow_type}), write has {field.type}"
+                    )
+            if i in given:
+                raise BadRequest(f"column {c.name!r} given twice")
+            if col.null_count and (c.is_key or not c.nullable):
+                raise BadRequest(f"column {c.name!r} is not nullable but the write has nulls")
+            given[i] = col
+        nk = schema.num_keys
+        for i in range(nk):
+            if i not in given:
+                raise BadRequest(f"key column {schema.columns[i].name!r} missing from write")
+        key_lists = [_to_python(given[i]) for i in range(nk)]
+        keys = key_lists[0] if nk == 1 else list(zip(*key_lists, strict=True))
+        rows: list = []
+        present: tuple[int, ...] = ()
+        if op in (OpType.INSERT, OpType.UPSERT):
+            cols = []
+            for i, c in enumerate(schema.columns):
+                if i < nk:
+                    cols.append(key_lists[i])
+                elif i in given:
+                    cols.append(_to_python(given[i]))
+                elif c.nullable:
+                    cols.append([None] * n)
+                else:
+                    raise BadRequest(
+                        f"non-nullable column {c.name!r} missing from {OpType.Name(op)}"
+                    )
+            rows = list(zip(*cols, strict=True))
+        elif op == OpType.UPDATE:
+            present = tuple(sorted(i for i in given if i >= nk))
+            rows = (
+                list(zip(*[_to_python(given[i]) for i in present], strict=True))
+                if present
+                else [()] * n
+            )
+        return _Op(op, keys, rows, present, ipc)
+
+    def _prepare(self, ops: list[_Op]) -> dict:
+        """Check every row against the state (caller holds the lock or is bootstrapping);
+        returns key -> final row (None: deleted). Raises before changing anything."""
+        local: dict = {}
+        pending = self.pending
+        live = self.live_keys
+        missing = object()
+
+        def exists(k) -> bool:
+            v = local.get(k, missing)
+            if v is not missing:
+                return v is not None
+            p = pending.get(k)
+            if p is not None:
+                return p[1] is not None
+            return k in live
+
+        for o in ops:
+            if o.op == OpType.INSERT:
+                for k, row in zip(o.keys, o.rows, strict=True):
+                    if exists(k):
+                        raise AlreadyExists(
+                            f"key {k!r} already exists in tablet {self.tablet_id}; nothing written"
+                        )
+                    local[k] = row
+            elif o.op == OpType.UPSERT:
+                for k, row in zip(o.keys, o.rows, strict=True):
+                    local[k] = row
+            elif o.op == OpType.DELETE:
+                for k in o.keys:
+                    if not exists(k):
+                        raise NotFound(
+                            f"key {k!r} not found in tablet {self.tablet_id}; nothing written"
+                        )
+                    local[k] = None
+            else:  # UPDATE
+                for k in o.keys:
+                    if not exists(k):
+                        raise NotFound(
+                            f"key {k!r} not found in tablet {self.tablet_id}; nothing written"
+                        )
+                need = [
+                    k
+                    for k in o.keys
+                    if k not in local
+                    and k not in pending
+                    and k not in self.memstore
+                    and (self.frozen is None or k not in self.frozen)
+                ]
+                fetched = self._fetch_from_blocks(need) if need else {}
+                for k, vals in zip(o.keys, o.rows, strict=True):
+                    old = self._current_row(k, local, fetched)
+                    row = list(old)
+                    for i, v in zip(o.present, vals, strict=True):
+                        row[i] = v
+                    local[k] = tuple(row)
+        return local
+
+    def _current_row(self, k, local: dict, fetched: dict) -> tuple:
+        if k in local:
+            return local[k]
+        p = self.pending.get(k)
+        if p is not None:
+            return p[1]
+        if k in self.memstore:
+            return self.memstore[k]
+        if self.frozen is not None and k in self.frozen:
+            return self.frozen[k]
+        return fetched[k]
+
+    def _fetch_from_blocks(self, keys: list) -> dict:
+        """Rows of live keys that are only in data blocks (newest block wins)."""
+        out: dict = {}
+        want = set(keys)
+        nk = self.schema.num_keys
+        for _, block in reversed(self.blocks):
+            if not want:
+                break
+            t = self._adapt(block)
+            first = [k if nk == 1 else k[0] for k in want]
+            kcol = t.column(block_name(self.schema.columns[0].id))
+            mask = pc.is_in(kcol, value_set=pa.array(first, type=kcol.type))
+            sub = t.filter(mask)
+            cols = [_to_python(sub.column(i)) for i in range(len(self.schema.columns))]
+            deleted = sub.column(DELETED_FIELD).to_pylist()
+            for j, row in enumerate(zip(*cols, strict=True)) if cols else ():
+                k = row[0] if nk == 1 else tuple(row[:nk])
+                if k in want:
+                    want.discard(k)
+                    if not deleted[j]:
+                        out[k] = row
+        return out
+
+    # ================================================================ flush / compaction
+    def flush(self) -> bool:
+        """Write the memstore as a new block; returns False when there was nothing to flush."""
+        with self.flush_lock:
+            with self.lock:
+                if not self.memstore or self.status is not TabletStatus.RUNNING:
+                    return False
+                frozen = self.memstore
+                self.memstore = {}
+                self.frozen = frozen
+                index = self.applied_index
+                block_id = self.sb.next_block_id
+            try:
+                table = self._memtable(frozen, with_deleted=True)
+                name = f"block-{block_id:09d}.arrow"
+                self._write_block(name, table)
+                crash_point("flush.after_block_write")
+                with self.lock:
+                    sb = SuperblockPB()
+                    sb.CopyFrom(self.sb)
+                    sb.blocks.append(name)
+                    sb.flushed_index = index
+                    sb.next_block_id = block_id + 1
+                    self.fs.write_superblock(sb)
+                    self.sb = sb
+                    self.blocks.append(
+                        (name, self._load_block(self.fs.data_dir(self.tablet_id) / name))
+                    )
+                    self.frozen = None
+                crash_point("flush.after_superblock")
+            except Exception:
+                with self.lock:
+                    # Put the rows back so nothing is lost from view; the WAL still has them.
+                    frozen.update(self.memstore)
+                    self.memstore = frozen
+                    self.frozen = None
+                raise
+            assert self.wal is not None
+            self.wal.gc(index)
+            log.info(
+                "tablet %s: flushed %d rows to %s (flushed index %d)",
+                self.tablet_id,
+                table.num_rows,
+                name,
+                index,
+            )
+            return True
+
+    def compact(self) -> bool:
+        """Merge every block into one, dropping tombstones (all older versions are merged)."""
+        with self.flush_lock:
+            with self.lock:
+                if len(self.blocks) < 2 or self.status is not TabletStatus.RUNNING:
+                    return False
+                blocks = list(self.blocks)
+                block_id = self.sb.next_block_id
+            merged = self._merge([b for _, b in blocks], None)
+            name = f"block-{block_id:09d}.arrow"
+            self._write_block(
+                name,
+                merged.append_column(
+                    DELETED_FIELD, pa.array([False] * merged.num_rows, pa.bool_())
+                ),
+            )
+            crash_point("compact.after_block_write")
+            with self.lock:
+                sb = SuperblockPB()
+                sb.CopyFrom(self.sb)
+                del sb.blocks[:]
+                sb.blocks.append(name)
+                sb.next_block_id = block_id + 1
+                self.fs.write_superblock(sb)
+                self.sb = sb
+                self.blocks = [(name, self._load_block(self.fs.data_dir(self.tablet_id) / name))]
+            crash_point("compact.after_superblock")
+            data_dir = self.fs.data_dir(self.tablet_id)
+            for old, _ in blocks:
+                (data_dir / old).unlink(missing_ok=True)
+            fsync_dir(data_dir)
+            log.info(
+                "tablet %s: compacted %d blocks into %s (%d rows)",
+                self.tablet_id,
+                len(blocks),
+                name,
+                merged.num_rows,
+            )
+            return True
+
+    def _write_block(self, name: str, table: pa.Table) -> None:
+        data_dir = self.fs.data_dir(self.tablet_id)
+        data_dir.mkdir(parents=True, exist_ok=True)
+        path = data_dir / name
+        tmp = data_dir / (name + ".tmp")
+        with pa.OSFile(str(tmp), "wb") as sink:
+            with pa.ipc.new_file(sink, table.schema) as writer:
+                writer.write_table(table, max_chunksize=64 * 1024)
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        fsync_dir(data_dir)
+
+    # ================================================================ schema
+    def alter_schema(self, new_schema_pb, deadline: float) -> None:
+        """Drain in-flight writes, flush (so the WAL never needs an older schema to replay),
+        then switch to the new schema version."""
+        with self.lock:
+            self._check_running_locked()
+            if self.barrier:
+                raise Unavailable("another schema change is in progress", retry_after_ms=100)
+            self.barrier = True
+        try:
+            with self.lock:
+                while self.inflight:
+                    if not self.cond.wait(max(0.0, deadline - time.monotonic())):
+                        raise TimedOut("in-flight writes did not drain before the deadline")
+            self.flush()
+            with self.lock:
+                sb = SuperblockPB()
+                sb.CopyFrom(self.sb)
+                sb.schema.CopyFrom(new_schema_pb)
+                self.fs.write_superblock(sb)
+                self.sb = sb
+                self.schema = Schema(new_schema_pb)
+                assert not self.memstore and not self.pending
+        finally:
+            with self.lock:
+                self.barrier = False
+                self.cond.notify_all()
+
+    # ================================================================ scans
+    def scan(
+        self,
+        projection: list[str],
+        predicates: list[PredicatePB],
+        lower: list[ValuePB],
+        upper: list[ValuePB],
+        limit: int,
+    ) -> pa.Table:
+        """A consistent snapshot of the tablet, filtered, projected, sorted by key."""
+        with self.lock:
+            self._check_running_locked()
+            schema = self.schema
+            blocks = [b for _, b in self.blocks]
+            mem = dict(self.memstore)
+            if self.frozen is not None:
+                frozen = dict(self.frozen)
+                frozen.update(mem)
+                mem = frozen
+        names = projection or [c.name for c in schema.columns]
+        cols = [schema.column(n) for n in names]  # raises BadRequest on unknown names
+        key_filter = self._key_range_expr(schema, lower, upper)
+        pred = self._predicate_expr(schema, predicates)
+        parts = list(blocks)
+        memtable = self._memtable(mem, with_deleted=True, schema=schema) if mem else None
+        table = self._merge(parts, memtable, key_filter=key_filter, schema=schema)
+        if pred is not None:
+            table = table.filter(pred)
+        if limit:
+            table = table.slice(0, limit)
+        table = table.select([block_name(c.id) for c in cols])
+        return table.rename_columns(names)
+
+    def _key_range_expr(self, schema: Schema, lower, upper):
+        keys = schema.key_columns
+        exprs = []
+        for bound, strict_last, is_lower in ((lower, False, True), (upper, True, False)):
+            if not bound:
+                continue
+            if len(bound) != len(keys):
+                raise BadRequest(f"key bound needs {len(keys)} values, got {len(bound)}")
+            vals = [
+                pa.scalar(value_from_pb(v, c), c.arrow_type)
+                for v, c in zip(bound, keys, strict=True)
+            ]
+            expr = None
+            for i in reversed(range(len(keys))):
+                f = pc.field(block_name(keys[i].id))
+                if i == len(keys) - 1:
+                    e = (f < vals[i]) if (not is_lower and strict_last) else (f >= vals[i])
+                else:
+                    e = (f > vals[i]) if is_lower else (f < vals[i])
+                    e = e | ((f == vals[i]) & expr)
+                expr = e
+            exprs.append(expr)
+        if not exprs:
+            return None
+        return exprs[0] if len(exprs) == 1 else exprs[0] & exprs[1]
+
+    def _predicate_expr(self, schema: Schema, predicates: list[PredicatePB]):
+        out = None
+        for p in predicates:
+            c = schema.column(p.column)
+            f = pc.field(block_name(c.id))
+            op = p.op
+            if op == PredicateOp.IS_NULL:
+                e = f.is_null()
+            elif op == PredicateOp.IS_NOT_NULL:
+                e = f.is_valid()
+            elif op == PredicateOp.IN:
+                vals = [value_from_pb(v, c) for v in p.values]
+                e = f.isin(pa.array([v for v in vals if v is not None], c.arrow_type))
+            elif op in (
+                PredicateOp.EQ,
+                PredicateOp.LT,
+                PredicateOp.LE,
+                PredicateOp.GT,
+                PredicateOp.GE,
+            ):
+                if len(p.values) != 1:
+                    raise BadRequest(f"predicate on {c.name!r} needs exactly one value")
+                v = value_from_pb(p.values[0], c)
+                if v is None:
+                    raise BadRequest(f"comparison with null on {c.name!r}; use IS NULL")
+                s = pa.scalar(v, c.arrow_type)
+                e = {
+                    PredicateOp.EQ: f == s,
+                    PredicateOp.LT: f < s,
+                    PredicateOp.LE: f <= s,
+                    PredicateOp.GT: f > s,
+                    PredicateOp.GE: f >= s,
+                }[op]
+            else:
+                raise BadRequest(f"unknown predicate operator {op}")
+            out = e if out is None else out & e
+        return out
+
+    def _adapt(self, block: pa.Table, schema: Schema | None = None) -> pa.Table:
+        """A block in the current schema's columns (added columns null, dropped ones gone)."""
+        schema = schema or self.schema
+        names = set(block.column_names)
+        arrays, fields = [], []
+        for c in schema.columns:
+            bn = block_name(c.id)
+            arrays.append(
+                block.column(bn) if bn in names else pa.nulls(block.num_rows, c.arrow_type)
+            )
+            fields.append(pa.field(bn, c.arrow_type))
+        arrays.append(block.column(DELETED_FIELD))
+        fields.append(pa.field(DELETED_FIELD, pa.bool_()))
+        return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+    def _memtable(self, mem: dict, *, with_deleted: bool, schema: Schema | None = None) -> pa.Table:
+        schema = schema or self.schema
+        nk = schema.num_keys
+        items = sorted(mem.items(), key=lambda kv: kv[0])
+        ncols = len(schema.columns)
+        rows = []
+        deleted = []
+        for k, v in items:
+            if v is None:
+                kv = (k,) if nk == 1 else tuple(k)
+                rows.append(kv + (None,) * (ncols - nk))
+                deleted.append(True)
+            else:
+                rows.append(v)
+                deleted.append(False)
+        cols = list(zip(*rows, strict=True)) if rows else [[] for _ in range(ncols)]
+        arrays = [pa.array(cols[i], type=c.arrow_type) for i, c in enumerate(schema.columns)]
+        arrays.append(pa.array(deleted, type=pa.bool_()))
+        return pa.Table.from_arrays(arrays, schema=schema.block_schema())
+
+    def _merge(
+        self,
+        blocks: list[pa.Table],
+        memtable: pa.Table | None,
+        key_filter=None,
+        schema: Schema | None = None,
+    ) -> pa.Table:
+        """Newest version of every key, live rows only, sorted by key, without __deleted."""
+        schema = schema or self.schema
+        parts = [self._adapt(b, schema) for b in blocks]
+        if memtable is not None:
+            parts.append(memtable)
+        if key_filter is not None:
+            parts = [p.filter(key_filter) for p in parts]
+        parts = [p for p in parts if p.num_rows]
+        key_names = [block_name(c.id) for c in schema.key_columns]
+        if not parts:
+            t = schema.block_schema().empty_table()
+        elif len(parts) == 1:
+            t = parts[0]
+        else:
+            tagged = [
+                p.append_column(GEN_FIELD, pa.array([g] * p.num_rows, pa.int32()))
+                for g, p in enumerate(parts)
+            ]
+            t = pa.concat_tables(tagged)
+            order = pc.sort_indices(
+                t, sort_keys=[(k, "ascending") for k in key_names] + [(GEN_FIELD, "descending")]
+            )
+            t = t.take(order)
+            n = t.num_rows
+            first = None
+            for k in key_names:
+                col = t.column(k)
+                neq = pc.not_equal(col.slice(1), col.slice(0, n - 1))
+                first = neq if first is None else pc.or_(first, neq)
+            mask = pa.concat_arrays([pa.array([True]), first.combine_chunks()])
+            t = t.filter(mask).drop_columns([GEN_FIELD])
+        t = t.filter(pc.invert(t.column(DELETED_FIELD)))
+        return t.drop_columns([DELETED_FIELD])
+
+    def _key_lists(self, merged: pa.Table) -> list:
+        keys = [_to_python(merged.column(block_name(c.id))) for c in self.schema.key_columns]
+        return keys[0] if len(keys) == 1 else list(zip(*keys, strict=True))
+
+    # ================================================================ lifecycle
+    def shutdown(self, timeout_s: float = 30.0) -> None:
+        """Stop accepting writes, wait for in-flight ones, close the WAL (footer)."""
+        deadline = time.monotonic() + timeout_s
+        with self.lock:
+            if self.status is TabletStatus.RUNNING:
+                self.status = TabletStatus.SHUTDOWN
+            while self.inflight:
+                if not self.cond.wait(max(0.0, deadline - time.monotonic())):
+                    log.warning(
+                        "tablet %s: %d writes still in flight at shutdown",
+                        self.tablet_id,
+                        self.inflight,
+                    )
+                    break
+        if self.wal is not None:
+            self.wal.close()
+
+    def last_op_id(self) -> OpIdPB:
+        return OpIdPB(term=self.term, index=self.last_index)
+
+    def memstore_rows(self) -> int:
+        return len(self.memstore) + (len(self.frozen) if self.frozen else 0)
+
+
+def _compatible(given: pa.DataType, want: pa.DataType) -> bool:
+    if pa.types.is_timestamp(want):
+        return pa.types.is_timestamp(given)
+    if want == pa.string():
+        return given == pa.large_string()
+    if want == pa.binary():
+        return given == pa.large_binary()
+    return False

@@ -1,0 +1,452 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class DataType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TYPE_UNKNOWN: _ClassVar[DataType]
+    INT64: _ClassVar[DataType]
+    INT32: _ClassVar[DataType]
+    DOUBLE: _ClassVar[DataType]
+    BOOL: _ClassVar[DataType]
+    STRING: _ClassVar[DataType]
+    BINARY: _ClassVar[DataType]
+    TIMESTAMP: _ClassVar[DataType]
+
+class DataState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    DATA_STATE_UNKNOWN: _ClassVar[DataState]
+    READY: _ClassVar[DataState]
+    COPYING: _ClassVar[DataState]
+    DELETED: _ClassVar[DataState]
+
+class MemberType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    MEMBER_TYPE_UNKNOWN: _ClassVar[MemberType]
+    VOTER: _ClassVar[MemberType]
+    NON_VOTER: _ClassVar[MemberType]
+
+class EntryType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ENTRY_TYPE_UNKNOWN: _ClassVar[EntryType]
+    WRITE: _ClassVar[EntryType]
+    NO_OP: _ClassVar[EntryType]
+    CONFIG_CHANGE: _ClassVar[EntryType]
+
+class OpType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    OP_TYPE_UNKNOWN: _ClassVar[OpType]
+    INSERT: _ClassVar[OpType]
+    UPSERT: _ClassVar[OpType]
+    UPDATE: _ClassVar[OpType]
+    DELETE: _ClassVar[OpType]
+
+class PredicateOp(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PREDICATE_OP_UNKNOWN: _ClassVar[PredicateOp]
+    EQ: _ClassVar[PredicateOp]
+    LT: _ClassVar[PredicateOp]
+    LE: _ClassVar[PredicateOp]
+    GT: _ClassVar[PredicateOp]
+    GE: _ClassVar[PredicateOp]
+    IN: _ClassVar[PredicateOp]
+    IS_NULL: _ClassVar[PredicateOp]
+    IS_NOT_NULL: _ClassVar[PredicateOp]
+TYPE_UNKNOWN: DataType
+INT64: DataType
+INT32: DataType
+DOUBLE: DataType
+BOOL: DataType
+STRING: DataType
+BINARY: DataType
+TIMESTAMP: DataType
+DATA_STATE_UNKNOWN: DataState
+READY: DataState
+COPYING: DataState
+DELETED: DataState
+MEMBER_TYPE_UNKNOWN: MemberType
+VOTER: MemberType
+NON_VOTER: MemberType
+ENTRY_TYPE_UNKNOWN: EntryType
+WRITE: EntryType
+NO_OP: EntryType
+CONFIG_CHANGE: EntryType
+OP_TYPE_UNKNOWN: OpType
+INSERT: OpType
+UPSERT: OpType
+UPDATE: OpType
+DELETE: OpType
+PREDICATE_OP_UNKNOWN: PredicateOp
+EQ: PredicateOp
+LT: PredicateOp
+LE: PredicateOp
+GT: PredicateOp
+GE: PredicateOp
+IN: PredicateOp
+IS_NULL: PredicateOp
+IS_NOT_NULL: PredicateOp
+
+class InstancePB(_message.Message):
+    __slots__ = ("uuid", "format_time_ms")
+    UUID_FIELD_NUMBER: _ClassVar[int]
+    FORMAT_TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    uuid: str
+    format_time_ms: int
+    def __init__(self, uuid: _Optional[str] = ..., format_time_ms: _Optional[int] = ...) -> None: ...
+
+class ColumnSchemaPB(_message.Message):
+    __slots__ = ("id", "name", "type", "nullable", "is_key")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    NULLABLE_FIELD_NUMBER: _ClassVar[int]
+    IS_KEY_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    name: str
+    type: DataType
+    nullable: bool
+    is_key: bool
+    def __init__(self, id: _Optional[int] = ..., name: _Optional[str] = ..., type: _Optional[_Union[DataType, str]] = ..., nullable: _Optional[bool] = ..., is_key: _Optional[bool] = ...) -> None: ...
+
+class SchemaPB(_message.Message):
+    __slots__ = ("version", "columns", "next_column_id")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    COLUMNS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_COLUMN_ID_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    columns: _containers.RepeatedCompositeFieldContainer[ColumnSchemaPB]
+    next_column_id: int
+    def __init__(self, version: _Optional[int] = ..., columns: _Optional[_Iterable[_Union[ColumnSchemaPB, _Mapping]]] = ..., next_column_id: _Optional[int] = ...) -> None: ...
+
+class OpIdPB(_message.Message):
+    __slots__ = ("term", "index")
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    term: int
+    index: int
+    def __init__(self, term: _Optional[int] = ..., index: _Optional[int] = ...) -> None: ...
+
+class PartitionPB(_message.Message):
+    __slots__ = ("start_key", "end_key")
+    START_KEY_FIELD_NUMBER: _ClassVar[int]
+    END_KEY_FIELD_NUMBER: _ClassVar[int]
+    start_key: bytes
+    end_key: bytes
+    def __init__(self, start_key: _Optional[bytes] = ..., end_key: _Optional[bytes] = ...) -> None: ...
+
+class SuperblockPB(_message.Message):
+    __slots__ = ("tablet_id", "table_id", "table_name", "data_state", "schema", "partition", "blocks", "flushed_index", "last_op_id", "quarantine_path", "next_block_id")
+    TABLET_ID_FIELD_NUMBER: _ClassVar[int]
+    TABLE_ID_FIELD_NUMBER: _ClassVar[int]
+    TABLE_NAME_FIELD_NUMBER: _ClassVar[int]
+    DATA_STATE_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    FLUSHED_INDEX_FIELD_NUMBER: _ClassVar[int]
+    LAST_OP_ID_FIELD_NUMBER: _ClassVar[int]
+    QUARANTINE_PATH_FIELD_NUMBER: _ClassVar[int]
+    NEXT_BLOCK_ID_FIELD_NUMBER: _ClassVar[int]
+    tablet_id: str
+    table_id: str
+    table_name: str
+    data_state: DataState
+    schema: SchemaPB
+    partition: PartitionPB
+    blocks: _containers.RepeatedScalarFieldContainer[str]
+    flushed_index: int
+    last_op_id: OpIdPB
+    quarantine_path: str
+    next_block_id: int
+    def __init__(self, tablet_id: _Optional[str] = ..., table_id: _Optional[str] = ..., table_name: _Optional[str] = ..., data_state: _Optional[_Union[DataState, str]] = ..., schema: _Optional[_Union[SchemaPB, _Mapping]] = ..., partition: _Optional[_Union[PartitionPB, _Mapping]] = ..., blocks: _Optional[_Iterable[str]] = ..., flushed_index: _Optional[int] = ..., last_op_id: _Optional[_Union[OpIdPB, _Mapping]] = ..., quarantine_path: _Optional[str] = ..., next_block_id: _Optional[int] = ...) -> None: ...
+
+class RaftPeerPB(_message.Message):
+    __slots__ = ("uuid", "address", "member_type", "promote")
+    UUID_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_TYPE_FIELD_NUMBER: _ClassVar[int]
+    PROMOTE_FIELD_NUMBER: _ClassVar[int]
+    uuid: str
+    address: str
+    member_type: MemberType
+    promote: bool
+    def __init__(self, uuid: _Optional[str] = ..., address: _Optional[str] = ..., member_type: _Optional[_Union[MemberType, str]] = ..., promote: _Optional[bool] = ...) -> None: ...
+
+class RaftConfigPB(_message.Message):
+    __slots__ = ("opid_index", "peers")
+    OPID_INDEX_FIELD_NUMBER: _ClassVar[int]
+    PEERS_FIELD_NUMBER: _ClassVar[int]
+    opid_index: int
+    peers: _containers.RepeatedCompositeFieldContainer[RaftPeerPB]
+    def __init__(self, opid_index: _Optional[int] = ..., peers: _Optional[_Iterable[_Union[RaftPeerPB, _Mapping]]] = ...) -> None: ...
+
+class ConsensusMetaPB(_message.Message):
+    __slots__ = ("tablet_id", "current_term", "voted_for", "committed_config")
+    TABLET_ID_FIELD_NUMBER: _ClassVar[int]
+    CURRENT_TERM_FIELD_NUMBER: _ClassVar[int]
+    VOTED_FOR_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_CONFIG_FIELD_NUMBER: _ClassVar[int]
+    tablet_id: str
+    current_term: int
+    voted_for: str
+    committed_config: RaftConfigPB
+    def __init__(self, tablet_id: _Optional[str] = ..., current_term: _Optional[int] = ..., voted_for: _Optional[str] = ..., committed_config: _Optional[_Union[RaftConfigPB, _Mapping]] = ...) -> None: ...
+
+class SegmentHeaderPB(_message.Message):
+    __slots__ = ("tablet_id", "sequence", "created_ms")
+    TABLET_ID_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    CREATED_MS_FIELD_NUMBER: _ClassVar[int]
+    tablet_id: str
+    sequence: int
+    created_ms: int
+    def __init__(self, tablet_id: _Optional[str] = ..., sequence: _Optional[int] = ..., created_ms: _Optional[int] = ...) -> None: ...
+
+class SegmentFooterPB(_message.Message):
+    __slots__ = ("num_entries", "min_index", "max_index", "closed_ms")
+    NUM_ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    MIN_INDEX_FIELD_NUMBER: _ClassVar[int]
+    MAX_INDEX_FIELD_NUMBER: _ClassVar[int]
+    CLOSED_MS_FIELD_NUMBER: _ClassVar[int]
+    num_entries: int
+    min_index: int
+    max_index: int
+    closed_ms: int
+    def __init__(self, num_entries: _Optional[int] = ..., min_index: _Optional[int] = ..., max_index: _Optional[int] = ..., closed_ms: _Optional[int] = ...) -> None: ...
+
+class RowBlockPB(_message.Message):
+    __slots__ = ("op", "arrow_ipc")
+    OP_FIELD_NUMBER: _ClassVar[int]
+    ARROW_IPC_FIELD_NUMBER: _ClassVar[int]
+    op: OpType
+    arrow_ipc: bytes
+    def __init__(self, op: _Optional[_Union[OpType, str]] = ..., arrow_ipc: _Optional[bytes] = ...) -> None: ...
+
+class WriteOpPB(_message.Message):
+    __slots__ = ("schema_version", "blocks")
+    SCHEMA_VERSION_FIELD_NUMBER: _ClassVar[int]
+    BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    schema_version: int
+    blocks: _containers.RepeatedCompositeFieldContainer[RowBlockPB]
+    def __init__(self, schema_version: _Optional[int] = ..., blocks: _Optional[_Iterable[_Union[RowBlockPB, _Mapping]]] = ...) -> None: ...
+
+class LogEntryPB(_message.Message):
+    __slots__ = ("term", "index", "type", "write", "config")
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    WRITE_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    term: int
+    index: int
+    type: EntryType
+    write: WriteOpPB
+    config: RaftConfigPB
+    def __init__(self, term: _Optional[int] = ..., index: _Optional[int] = ..., type: _Optional[_Union[EntryType, str]] = ..., write: _Optional[_Union[WriteOpPB, _Mapping]] = ..., config: _Optional[_Union[RaftConfigPB, _Mapping]] = ...) -> None: ...
+
+class LogEntryBatchPB(_message.Message):
+    __slots__ = ("entries",)
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    entries: _containers.RepeatedCompositeFieldContainer[LogEntryPB]
+    def __init__(self, entries: _Optional[_Iterable[_Union[LogEntryPB, _Mapping]]] = ...) -> None: ...
+
+class ValuePB(_message.Message):
+    __slots__ = ("is_null", "int_value", "double_value", "bool_value", "string_value", "binary_value")
+    IS_NULL_FIELD_NUMBER: _ClassVar[int]
+    INT_VALUE_FIELD_NUMBER: _ClassVar[int]
+    DOUBLE_VALUE_FIELD_NUMBER: _ClassVar[int]
+    BOOL_VALUE_FIELD_NUMBER: _ClassVar[int]
+    STRING_VALUE_FIELD_NUMBER: _ClassVar[int]
+    BINARY_VALUE_FIELD_NUMBER: _ClassVar[int]
+    is_null: bool
+    int_value: int
+    double_value: float
+    bool_value: bool
+    string_value: str
+    binary_value: bytes
+    def __init__(self, is_null: _Optional[bool] = ..., int_value: _Optional[int] = ..., double_value: _Optional[float] = ..., bool_value: _Optional[bool] = ..., string_value: _Optional[str] = ..., binary_value: _Optional[bytes] = ...) -> None: ...
+
+class PredicatePB(_message.Message):
+    __slots__ = ("column", "op", "values")
+    COLUMN_FIELD_NUMBER: _ClassVar[int]
+    OP_FIELD_NUMBER: _ClassVar[int]
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    column: str
+    op: PredicateOp
+    values: _containers.RepeatedCompositeFieldContainer[ValuePB]
+    def __init__(self, column: _Optional[str] = ..., op: _Optional[_Union[PredicateOp, str]] = ..., values: _Optional[_Iterable[_Union[ValuePB, _Mapping]]] = ...) -> None: ...
+
+class CreateTabletRequest(_message.Message):
+    __slots__ = ("tablet_id", "table_id", "table_name", "schema", "partition", "config")
+    TABLET_ID_FIELD_NUMBER: _ClassVar[int]
+    TABLE_ID_FIELD_NUMBER: _ClassVar[int]
+    TABLE_NAME_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    tablet_id: str
+    table_id: str
+    table_name: str
+    schema: SchemaPB
+    partition: PartitionPB
+    config: RaftConfigPB
+    def __init__(self, tablet_id: _Optional[str] = ..., table_id: _Optional[str] = ..., table_name: _Optional[str] = ..., schema: _Optional[_Union[SchemaPB, _Mapping]] = ..., partition: _Optional[_Union[PartitionPB, _Mapping]] = ..., config: _Optional[_Union[RaftConfigPB, _Mapping]] = ...) -> None: ...
+
+class CreateTabletResponse(_message.Message):
+    __slots__ = ("schema",)
+    SCHEMA_FIELD_NUMBER: _ClassVar[int]
+    schema: SchemaPB
+    def __init__(self, schema: _Optional[_Union[SchemaPB, _Mapping]] = ...) -> None: ...
+
+class DeleteTabletRequest(_message.Message):
+    __slots__ = ("tablet_id",)
+    TABLET_ID_FIELD_NUMBER: _ClassVar[int]
+    tablet_id: str
+    def __init__(self, tablet_id: _Optional[str] = ...) -> None: ...
+
+class DeleteTabletResponse(_message.Message):
+    __slots__ = ("last_op_id",)
+    LAST_OP_ID_FIELD_NUMBER: _ClassVar[int]
+    last_op_id: OpIdPB
+    def __init__(self, last_op_id: _Optional[_Union[OpIdPB, _Mapping]] = ...) -> None: ...
+
+class AlterSchemaRequest(_message.Message):
+    __slots__ = ("tablet_id", "expected_version", "add_columns", "drop_columns")
+    TABLET_ID_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_VERSION_FIELD_NUMBER: _ClassVar[int]
+    ADD_COLUMNS_FIELD_NUMBER: _ClassVar[int]
+    DROP_COLUMNS_FIELD_NUMBER: _ClassVar[int]
+    tablet_id: str
+    expected_version: int
+    add_columns: _containers.RepeatedCompositeFieldContainer[ColumnSchemaPB]
+    drop_columns: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, tablet_id: _Optional[str] = ..., expected_version: _Optional[int] = ..., add_columns: _Optional[_Iterable[_Union[ColumnSchemaPB, _Mapping]]] = ..., drop_columns: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class AlterSchemaResponse(_message.Message):
+    __slots__ = ("schema",)
+    SCHEMA_FIELD_NUMBER: _ClassVar[int]
+    schema: SchemaPB
+    def __init__(self, schema: _Optional[_Union[SchemaPB, _Mapping]] = ...) -> None: ...
+
+class WriteRequest(_message.Message):
+    __slots__ = ("tablet_id", "schema_version", "ops")
+    TABLET_ID_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_VERSION_FIELD_NUMBER: _ClassVar[int]
+    OPS_FIELD_NUMBER: _ClassVar[int]
+    tablet_id: str
+    schema_version: int
+    ops: _containers.RepeatedScalarFieldContainer[OpType]
+    def __init__(self, tablet_id: _Optional[str] = ..., schema_version: _Optional[int] = ..., ops: _Optional[_Iterable[_Union[OpType, str]]] = ...) -> None: ...
+
+class WriteResponse(_message.Message):
+    __slots__ = ("op_id", "rows")
+    OP_ID_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    op_id: OpIdPB
+    rows: int
+    def __init__(self, op_id: _Optional[_Union[OpIdPB, _Mapping]] = ..., rows: _Optional[int] = ...) -> None: ...
+
+class ScanRequest(_message.Message):
+    __slots__ = ("tablet_id", "projection", "predicates", "lower_bound", "upper_bound", "batch_rows_max", "limit", "scanner_id", "close")
+    TABLET_ID_FIELD_NUMBER: _ClassVar[int]
+    PROJECTION_FIELD_NUMBER: _ClassVar[int]
+    PREDICATES_FIELD_NUMBER: _ClassVar[int]
+    LOWER_BOUND_FIELD_NUMBER: _ClassVar[int]
+    UPPER_BOUND_FIELD_NUMBER: _ClassVar[int]
+    BATCH_ROWS_MAX_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    SCANNER_ID_FIELD_NUMBER: _ClassVar[int]
+    CLOSE_FIELD_NUMBER: _ClassVar[int]
+    tablet_id: str
+    projection: _containers.RepeatedScalarFieldContainer[str]
+    predicates: _containers.RepeatedCompositeFieldContainer[PredicatePB]
+    lower_bound: _containers.RepeatedCompositeFieldContainer[ValuePB]
+    upper_bound: _containers.RepeatedCompositeFieldContainer[ValuePB]
+    batch_rows_max: int
+    limit: int
+    scanner_id: str
+    close: bool
+    def __init__(self, tablet_id: _Optional[str] = ..., projection: _Optional[_Iterable[str]] = ..., predicates: _Optional[_Iterable[_Union[PredicatePB, _Mapping]]] = ..., lower_bound: _Optional[_Iterable[_Union[ValuePB, _Mapping]]] = ..., upper_bound: _Optional[_Iterable[_Union[ValuePB, _Mapping]]] = ..., batch_rows_max: _Optional[int] = ..., limit: _Optional[int] = ..., scanner_id: _Optional[str] = ..., close: _Optional[bool] = ...) -> None: ...
+
+class ScanResponse(_message.Message):
+    __slots__ = ("scanner_id", "has_more", "rows", "schema")
+    SCANNER_ID_FIELD_NUMBER: _ClassVar[int]
+    HAS_MORE_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_FIELD_NUMBER: _ClassVar[int]
+    scanner_id: str
+    has_more: bool
+    rows: int
+    schema: SchemaPB
+    def __init__(self, scanner_id: _Optional[str] = ..., has_more: _Optional[bool] = ..., rows: _Optional[int] = ..., schema: _Optional[_Union[SchemaPB, _Mapping]] = ...) -> None: ...
+
+class ListTabletsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class TabletReportPB(_message.Message):
+    __slots__ = ("tablet_id", "table_id", "table_name", "data_state", "status", "error", "current_term", "committed_config", "last_op_id", "schema_version", "flushed_index", "memstore_rows", "blocks")
+    TABLET_ID_FIELD_NUMBER: _ClassVar[int]
+    TABLE_ID_FIELD_NUMBER: _ClassVar[int]
+    TABLE_NAME_FIELD_NUMBER: _ClassVar[int]
+    DATA_STATE_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    CURRENT_TERM_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_CONFIG_FIELD_NUMBER: _ClassVar[int]
+    LAST_OP_ID_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_VERSION_FIELD_NUMBER: _ClassVar[int]
+    FLUSHED_INDEX_FIELD_NUMBER: _ClassVar[int]
+    MEMSTORE_ROWS_FIELD_NUMBER: _ClassVar[int]
+    BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    tablet_id: str
+    table_id: str
+    table_name: str
+    data_state: DataState
+    status: str
+    error: str
+    current_term: int
+    committed_config: RaftConfigPB
+    last_op_id: OpIdPB
+    schema_version: int
+    flushed_index: int
+    memstore_rows: int
+    blocks: int
+    def __init__(self, tablet_id: _Optional[str] = ..., table_id: _Optional[str] = ..., table_name: _Optional[str] = ..., data_state: _Optional[_Union[DataState, str]] = ..., status: _Optional[str] = ..., error: _Optional[str] = ..., current_term: _Optional[int] = ..., committed_config: _Optional[_Union[RaftConfigPB, _Mapping]] = ..., last_op_id: _Optional[_Union[OpIdPB, _Mapping]] = ..., schema_version: _Optional[int] = ..., flushed_index: _Optional[int] = ..., memstore_rows: _Optional[int] = ..., blocks: _Optional[int] = ...) -> None: ...
+
+class ListTabletsResponse(_message.Message):
+    __slots__ = ("tablets",)
+    TABLETS_FIELD_NUMBER: _ClassVar[int]
+    tablets: _containers.RepeatedCompositeFieldContainer[TabletReportPB]
+    def __init__(self, tablets: _Optional[_Iterable[_Union[TabletReportPB, _Mapping]]] = ...) -> None: ...
+
+class StatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class StatusResponse(_message.Message):
+    __slots__ = ("uuid", "address", "tablets", "wal_groups", "wal_syncs", "wal_entries", "writes", "rows_written", "wal_sync_enabled")
+    UUID_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    TABLETS_FIELD_NUMBER: _ClassVar[int]
+    WAL_GROUPS_FIELD_NUMBER: _ClassVar[int]
+    WAL_SYNCS_FIELD_NUMBER: _ClassVar[int]
+    WAL_ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    WRITES_FIELD_NUMBER: _ClassVar[int]
+    ROWS_WRITTEN_FIELD_NUMBER: _ClassVar[int]
+    WAL_SYNC_ENABLED_FIELD_NUMBER: _ClassVar[int]
+    uuid: str
+    address: str
+    tablets: int
+    wal_groups: int
+    wal_syncs: int
+    wal_entries: int
+    writes: int
+    rows_written: int
+    wal_sync_enabled: bool
+    def __init__(self, uuid: _Optional[str] = ..., address: _Optional[str] = ..., tablets: _Optional[int] = ..., wal_groups: _Optional[int] = ..., wal_syncs: _Optional[int] = ..., wal_entries: _Optional[int] = ..., writes: _Optional[int] = ..., rows_written: _Optional[int] = ..., wal_sync_enabled: _Optional[bool] = ...) -> None: ...

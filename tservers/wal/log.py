@@ -1,0 +1,357 @@
+"""Per-tablet WAL (segments in wals/<tablet_id>/) and the per-server group-commit appender.
+
+`TabletLog.open` reads every segment of a tablet, cuts a torn tail off the last one, closes
+it with a footer if it had none, and starts a new segment; it returns the entries for replay.
+Corruption anywhere else raises `WalCorruption` (the tablet then stays offline).
+
+`Appender` is the one thread per server that writes: callers hand it records already
+encoded (serialization happens in the caller's thread, outside any lock); the thread takes
+everything queued, writes each record to its tablet's current segment, then syncs each
+touched segment once (group commit) and runs the completion callbacks in queue order.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from tservers.crash import crash_point
+from tservers.metafile import fsync_dir
+from tservers.tserver_pb2 import LogEntryPB, OpIdPB, SegmentFooterPB, SegmentHeaderPB
+from tservers.wal import segment as seg
+from tservers.wal.segment import WalCorruption
+
+log = logging.getLogger(__name__)
+
+SEGMENT_SIZE_BYTES_DEFAULT = 16 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class WalOptions:
+    segment_size_bytes_max: int = SEGMENT_SIZE_BYTES_DEFAULT
+    preallocate: bool = True
+    sync: bool = True  # durable by default: one fdatasync per group and touched segment
+    queue_entries_max: int = 1024
+    group_records_max: int = 256
+    enqueue_timeout_s: float = 10.0
+
+
+@dataclass(slots=True)
+class _SegmentInfo:
+    sequence: int
+    path: Path
+    min_index: int  # 0 when empty
+    max_index: int
+
+
+class _SegmentWriter:
+    """The open segment of one tablet: written only by the appender thread (under the log lock)."""
+
+    def __init__(self, path: Path, header: SegmentHeaderPB, opts: WalOptions) -> None:
+        self.path = path
+        self.opts = opts
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        head = seg.encode_file_header(header)
+        os.write(self.fd, head)
+        self.offset = len(head)
+        if opts.preallocate:
+            os.posix_fallocate(self.fd, 0, opts.segment_size_bytes_max)
+        self.num_entries = 0
+        self.min_index = 0
+        self.max_index = 0
+        if opts.sync:
+            os.fsync(self.fd)
+            fsync_dir(path.parent)
+
+    def write(self, record: bytes, min_index: int, max_index: int, count: int) -> None:
+        view = memoryview(record)
+        while view:
+            n = os.pwrite(self.fd, view, self.offset)
+            self.offset += n
+            view = view[n:]
+        if self.min_index == 0:
+            self.min_index = min_index
+        self.max_index = max(self.max_index, max_index)
+        self.num_entries += count
+
+    def sync(self) -> None:
+        # Within the preallocated size the file's size does not change: fdatasync suffices.
+        os.fdatasync(self.fd)
+
+    def close(self) -> None:
+        footer = SegmentFooterPB(
+            num_entries=self.num_entries,
+            min_index=self.min_index,
+            max_index=self.max_index,
+            closed_ms=int(time.time() * 1000),
+        )
+        rec = seg.encode_footer(footer)
+        os.pwrite(self.fd, rec, self.offset)
+        self.offset += len(rec)
+        os.ftruncate(self.fd, self.offset)
+        if self.opts.sync:
+            os.fsync(self.fd)
+        os.close(self.fd)
+        self.fd = -1
+
+
+class TabletLog:
+    """The WAL of one tablet. Appends go through the server's `Appender`."""
+
+    def __init__(self, wal_dir: Path, tablet_id: str, opts: WalOptions) -> None:
+        self.wal_dir = wal_dir
+        self.tablet_id = tablet_id
+        self.opts = opts
+        self.lock = threading.Lock()
+        self.segments: list[_SegmentInfo] = []  # closed segments, oldest first
+        self.writer: _SegmentWriter | None = None
+        self.writer_seq = 0
+        self.last_op_id = OpIdPB()
+        self.failed: Exception | None = None
+        self.closed = False
+
+    # ------------------------------------------------------------ open / replay
+    @classmethod
+    def create(cls, wal_dir: Path, tablet_id: str, opts: WalOptions) -> TabletLog:
+        wal_dir.mkdir(parents=True, exist_ok=True)
+        fsync_dir(wal_dir.parent)
+        tl = cls(wal_dir, tablet_id, opts)
+        tl._new_segment(1)
+        return tl
+
+    @classmethod
+    def open(
+        cls, wal_dir: Path, tablet_id: str, opts: WalOptions
+    ) -> tuple[TabletLog, list[LogEntryPB]]:
+        """Read the whole log; returns it ready for appends and every entry in index order."""
+        tl = cls(wal_dir, tablet_id, opts)
+        found = seg.list_segments(wal_dir)
+        entries: list[LogEntryPB] = []
+        for i, (sequence, path) in enumerate(found):
+            is_last = i == len(found) - 1
+            contents = seg.read_segment(path, is_last=is_last)
+            if contents.header.tablet_id != tablet_id or contents.header.sequence != sequence:
+                raise WalCorruption(path, 0, "segment header names another tablet or sequence")
+            if contents.torn_at is not None:
+                log.warning(
+                    "tablet %s: cutting torn tail of %s at offset %d (%s)",
+                    tablet_id,
+                    path,
+                    contents.torn_at,
+                    contents.torn_reason,
+                )
+            for e in contents.entries:
+                if entries and e.index != entries[-1].index + 1:
+                    raise WalCorruption(
+                        path, 0, f"index {e.index} follows {entries[-1].index} (gap or reorder)"
+                    )
+                entries.append(e)
+            mn = contents.entries[0].index if contents.entries else 0
+            mx = contents.entries[-1].index if contents.entries else 0
+            if contents.footer is None:
+                if not is_last:
+                    raise WalCorruption(path, contents.data_end, "closed segment has no footer")
+                tl._seal(path, contents)
+            tl.segments.append(_SegmentInfo(sequence, path, mn, mx))
+        if entries:
+            last = entries[-1]
+            tl.last_op_id = OpIdPB(term=last.term, index=last.index)
+        tl._new_segment(found[-1][0] + 1 if found else 1)
+        return tl, entries
+
+    def _seal(self, path: Path, contents: seg.SegmentContents) -> None:
+        """Close a segment left open by a crash: cut at the last good record, add a footer."""
+        n = len(contents.entries)
+        footer = SegmentFooterPB(
+            num_entries=n,
+            min_index=contents.entries[0].index if n else 0,
+            max_index=contents.entries[-1].index if n else 0,
+            closed_ms=int(time.time() * 1000),
+        )
+        fd = os.open(path, os.O_RDWR)
+        try:
+            os.ftruncate(fd, contents.data_end)
+            rec = seg.encode_footer(footer)
+            os.pwrite(fd, rec, contents.data_end)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def _new_segment(self, sequence: int) -> None:
+        header = SegmentHeaderPB(
+            tablet_id=self.tablet_id, sequence=sequence, created_ms=int(time.time() * 1000)
+        )
+        self.writer = _SegmentWriter(self.wal_dir / seg.segment_name(sequence), header, self.opts)
+        self.writer_seq = sequence
+
+    # ------------------------------------------------------------ used by the appender
+    def write_locked(self, record: bytes, first: int, last: int, count: int) -> None:
+        if self.closed or self.writer is None:
+            raise OSError(f"WAL of tablet {self.tablet_id} is closed")
+        if self.writer.offset + len(record) > self.opts.segment_size_bytes_max and (
+            self.writer.num_entries > 0
+        ):
+            self._roll_locked()
+        self.writer.write(record, first, last, count)
+
+    def _roll_locked(self) -> None:
+        w = self.writer
+        assert w is not None
+        w.close()
+        self.segments.append(_SegmentInfo(self.writer_seq, w.path, w.min_index, w.max_index))
+        self._new_segment(self.writer_seq + 1)
+
+    def sync_locked(self) -> None:
+        if self.writer is not None and self.opts.sync:
+            self.writer.sync()
+
+    # ------------------------------------------------------------ maintenance
+    def gc(self, flushed_index: int) -> int:
+        """Delete closed segments whose entries are all <= flushed_index. Returns how many."""
+        with self.lock:
+            keep, drop = [], []
+            for s in self.segments:
+                (drop if s.max_index <= flushed_index else keep).append(s)
+            # Segments are contiguous in index: stop at the first we must keep.
+            for s in drop:
+                s.path.unlink(missing_ok=True)
+            self.segments = keep
+        if drop:
+            fsync_dir(self.wal_dir)
+            log.info(
+                "tablet %s: deleted %d WAL segments <= %d", self.tablet_id, len(drop), flushed_index
+            )
+        return len(drop)
+
+    def segment_count(self) -> int:
+        with self.lock:
+            return len(self.segments) + (1 if self.writer else 0)
+
+    def close(self) -> None:
+        with self.lock:
+            if self.closed:
+                return
+            self.closed = True
+            if self.writer is not None:
+                self.writer.close()
+                self.writer = None
+
+
+Callback = Callable[[Exception | None], None]
+
+
+@dataclass(slots=True)
+class _Item:
+    tablet_log: TabletLog
+    record: bytes
+    first: int
+    last: int
+    count: int
+    callback: Callback
+
+
+class Appender:
+    """One thread per server: drains a bounded queue, one sync per touched segment per group."""
+
+    def __init__(self, opts: WalOptions) -> None:
+        self.opts = opts
+        self._q: queue.Queue[_Item | None] = queue.Queue(maxsize=opts.queue_entries_max)
+        self.groups = 0
+        self.syncs = 0
+        self.records = 0
+        self.entries = 0
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="wal-appender", daemon=True)
+        self._thread.start()
+
+    def append(
+        self,
+        tablet_log: TabletLog,
+        entries: list[LogEntryPB],
+        callback: Callback,
+        *,
+        block: bool = True,
+    ) -> None:
+        """Queue entries (already numbered, in index order for the tablet).
+
+        Raises TimeoutError when the queue stays full (at once with block=False) and OSError
+        when the appender is closed."""
+        record = seg.encode_batch(entries)
+        if self._closed:
+            raise OSError("WAL appender is closed")
+        item = _Item(
+            tablet_log, record, entries[0].index, entries[-1].index, len(entries), callback
+        )
+        try:
+            if block:
+                self._q.put(item, timeout=self.opts.enqueue_timeout_s)
+            else:
+                self._q.put_nowait(item)
+        except queue.Full as e:
+            raise TimeoutError("WAL queue is full") from e
+
+    def _run(self) -> None:
+        while True:
+            item = self._q.get()
+            if item is None:
+                return
+            group = [item]
+            stop = False
+            while len(group) < self.opts.group_records_max:
+                try:
+                    nxt = self._q.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is None:
+                    stop = True
+                    break
+                group.append(nxt)
+            results: list[Exception | None] = [None] * len(group)
+            touched: dict[int, TabletLog] = {}
+            for i, it in enumerate(group):
+                tl = it.tablet_log
+                if tl.failed is not None:
+                    results[i] = tl.failed
+                    continue
+                try:
+                    with tl.lock:
+                        tl.write_locked(it.record, it.first, it.last, it.count)
+                    touched[id(tl)] = tl
+                except OSError as e:
+                    log.error("WAL write failed for tablet %s: %s", tl.tablet_id, e)
+                    tl.failed = e
+                    results[i] = e
+            crash_point("wal.after_append_before_sync")
+            for tl in touched.values():
+                try:
+                    with tl.lock:
+                        tl.sync_locked()
+                    if self.opts.sync:
+                        self.syncs += 1
+                except OSError as e:
+                    log.error("WAL sync failed for tablet %s: %s", tl.tablet_id, e)
+                    tl.failed = e
+            for i, it in enumerate(group):
+                err = results[i] or it.tablet_log.failed
+                self.records += 1
+                self.entries += it.count
+                try:
+                    it.callback(err)
+                except Exception:  # a callback bug must not kill the appender
+                    log.exception("WAL completion callback failed")
+            self.groups += 1
+            if stop:
+                return
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._q.put(None, timeout=timeout_s)
+        self._thread.join(timeout_s)

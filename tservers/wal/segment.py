@@ -1,0 +1,186 @@
+"""WAL segment format: encoding and decoding, no threads.
+
+A segment file:
+
+    file header   8-byte magic b"TSWALSG1", u32 header length, u32 CRC32C, SegmentHeaderPB
+    records       16-byte record header (u32 payload length, u32 payload CRC32C, u32 kind,
+                  u32 CRC32C of the first 12 bytes), then the payload
+                  kind 1: LogEntryBatchPB (entries with term and index)
+                  kind 2: SegmentFooterPB; written on close, after which the file is truncated
+    unused space  zeros (the file is preallocated)
+
+An all-zero record header marks the end of written data. A record that fails its checks is a
+torn tail when nothing but zeros follows it (the last write of a crashed process); anything
+else is corruption, reported with the file and offset.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import crc32c
+from google.protobuf.message import DecodeError
+
+from tservers.tserver_pb2 import LogEntryBatchPB, LogEntryPB, SegmentFooterPB, SegmentHeaderPB
+
+MAGIC = b"TSWALSG1"
+_FILE_HEADER = struct.Struct("<8sII")
+_RECORD = struct.Struct("<IIII")
+RECORD_HEADER_BYTES = _RECORD.size
+KIND_BATCH = 1
+KIND_FOOTER = 2
+RECORD_PAYLOAD_BYTES_MAX = 256 << 20
+SEGMENT_PREFIX = "wal-"
+
+
+class WalCorruption(Exception):
+    """Corruption that is not a torn tail; names the file and byte offset."""
+
+    def __init__(self, path: Path | str, offset: int, reason: str) -> None:
+        super().__init__(f"WAL corruption in {path} at offset {offset}: {reason}")
+        self.path = str(path)
+        self.offset = offset
+        self.reason = reason
+
+
+def segment_name(sequence: int) -> str:
+    return f"{SEGMENT_PREFIX}{sequence:09d}"
+
+
+def segment_sequence(name: str) -> int | None:
+    if not name.startswith(SEGMENT_PREFIX):
+        return None
+    digits = name[len(SEGMENT_PREFIX) :]
+    return int(digits) if digits.isdigit() else None
+
+
+def encode_file_header(header: SegmentHeaderPB) -> bytes:
+    payload = header.SerializeToString()
+    return _FILE_HEADER.pack(MAGIC, len(payload), crc32c.crc32c(payload)) + payload
+
+
+def encode_record(kind: int, payload: bytes) -> bytes:
+    assert kind in (KIND_BATCH, KIND_FOOTER) and len(payload) <= RECORD_PAYLOAD_BYTES_MAX
+    head = struct.pack("<III", len(payload), crc32c.crc32c(payload), kind)
+    return head + struct.pack("<I", crc32c.crc32c(head)) + payload
+
+
+def encode_batch(entries: list[LogEntryPB]) -> bytes:
+    assert entries
+    return encode_record(KIND_BATCH, LogEntryBatchPB(entries=entries).SerializeToString())
+
+
+def encode_footer(footer: SegmentFooterPB) -> bytes:
+    return encode_record(KIND_FOOTER, footer.SerializeToString())
+
+
+@dataclass(slots=True)
+class SegmentContents:
+    """What a segment holds. `data_end` is the offset just after the last good record."""
+
+    path: Path
+    header: SegmentHeaderPB
+    entries: list[LogEntryPB] = field(default_factory=list)
+    footer: SegmentFooterPB | None = None
+    data_end: int = 0
+    torn_at: int | None = None  # offset of a torn tail that was ignored
+    torn_reason: str = ""
+
+
+def _zeros_from(data: bytes, start: int) -> bool:
+    return data.count(0, start) == len(data) - start if start < len(data) else True
+
+
+def decode_segment(path: Path, data: bytes, *, is_last: bool) -> SegmentContents:
+    """Decode a whole segment. A torn tail is allowed only in the last segment."""
+    if len(data) < _FILE_HEADER.size:
+        if is_last:
+            raise WalCorruption(path, 0, "segment shorter than its file header")
+        raise WalCorruption(path, 0, "segment shorter than its file header")
+    magic, hlen, hcrc = _FILE_HEADER.unpack_from(data)
+    if magic != MAGIC:
+        raise WalCorruption(path, 0, f"bad magic {magic!r}")
+    hstart = _FILE_HEADER.size
+    hpayload = data[hstart : hstart + hlen]
+    if len(hpayload) != hlen or crc32c.crc32c(hpayload) != hcrc:
+        raise WalCorruption(path, 0, "segment header CRC mismatch")
+    header = SegmentHeaderPB()
+    header.ParseFromString(hpayload)
+    out = SegmentContents(path=path, header=header)
+    pos = hstart + hlen
+    n = len(data)
+    while True:
+        out.data_end = pos
+        if pos + RECORD_HEADER_BYTES > n:
+            if pos < n and not _zeros_from(data, pos):
+                return _bad(out, data, pos, "truncated record header", is_last)
+            return out
+        length, pcrc, kind, head_crc = _RECORD.unpack_from(data, pos)
+        if length == 0 and pcrc == 0 and kind == 0 and head_crc == 0:
+            # End of written data; what follows must be preallocated zeros.
+            if not _zeros_from(data, pos):
+                return _bad(out, data, pos, "zero record header followed by data", is_last)
+            return out
+        if crc32c.crc32c(data[pos : pos + 12]) != head_crc:
+            return _bad(out, data, pos, "record header CRC mismatch", is_last)
+        start = pos + RECORD_HEADER_BYTES
+        end = start + length
+        if end > n:
+            return _bad(out, data, pos, f"record of {length} bytes runs past end of file", is_last)
+        payload = data[start:end]
+        if crc32c.crc32c(payload) != pcrc:
+            return _bad(out, data, pos, "record payload CRC mismatch", is_last, after=end)
+        try:
+            if kind == KIND_BATCH:
+                batch = LogEntryBatchPB()
+                batch.ParseFromString(payload)
+                out.entries.extend(batch.entries)
+            elif kind == KIND_FOOTER:
+                footer = SegmentFooterPB()
+                footer.ParseFromString(payload)
+                out.footer = footer
+                out.data_end = end
+                if end != n and not _zeros_from(data, end):
+                    raise WalCorruption(path, end, "data after the footer")
+                return out
+            else:
+                raise WalCorruption(path, pos, f"unknown record kind {kind}")
+        except DecodeError as e:
+            raise WalCorruption(path, pos, f"undecodable record: {e}") from e
+        pos = end
+
+
+def _bad(
+    out: SegmentContents,
+    data: bytes,
+    pos: int,
+    reason: str,
+    is_last: bool,
+    after: int | None = None,
+) -> SegmentContents:
+    """A bad record at `pos`: a torn tail if it is in the last segment and only zeros follow."""
+    tail_start = after if after is not None else pos + RECORD_HEADER_BYTES
+    if is_last and _zeros_from(data, min(tail_start, len(data))):
+        out.torn_at = pos
+        out.torn_reason = reason
+        out.data_end = pos
+        return out
+    raise WalCorruption(out.path, pos, reason)
+
+
+def read_segment(path: Path, *, is_last: bool) -> SegmentContents:
+    with open(path, "rb") as f:
+        data = f.read()
+    return decode_segment(path, data, is_last=is_last)
+
+
+def list_segments(wal_dir: Path) -> list[tuple[int, Path]]:
+    out = []
+    for p in wal_dir.iterdir():
+        seq = segment_sequence(p.name)
+        if seq is not None:
+            out.append((seq, p))
+    out.sort()
+    return out
