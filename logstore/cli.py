@@ -1,0 +1,213 @@
+"""The `logstore` command: run a replica, inspect and change a cluster.
+
+    logstore serve --raft-address H:P --peers H:P,H:P --rpc-bind H:P --data-dir DIR
+                   (--password-file FILE | env LOGSTORE_PASSWORD | --insecure-dev)
+    logstore status --servers H:P,...          role, term, commit/applied index, sizes
+    logstore add-member --servers H:P,... RAFT_ADDRESS
+    logstore remove-member --servers H:P,... RAFT_ADDRESS
+    logstore append / read / last-id --servers H:P,... LOG ...
+
+`--servers` lists replicas' RPC addresses; `serve` prints one line
+`logstore serving uuid=U rpc=H:P raft=H:P` on stdout once it accepts calls.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+
+from rpc.errors import RpcError
+
+PASSWORD_ENV = "LOGSTORE_PASSWORD"
+
+
+def _split(value: str) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def _password(args) -> str | None:
+    if args.password_file:
+        with open(args.password_file, encoding="utf-8") as f:
+            value = f.read().strip()
+        if not value:
+            raise SystemExit(f"logstore: password file {args.password_file} is empty")
+        return value
+    return os.environ.get(PASSWORD_ENV) or None
+
+
+def cmd_serve(args) -> int:
+    from logstore.replicated import ReplicaConfig
+    from logstore.service import LogStoreServer, ServeConfig
+
+    replica = ReplicaConfig(
+        append_entries_period_s=args.heartbeat_s,
+        raft_min_timeout_s=args.election_min_s,
+        raft_max_timeout_s=args.election_max_s,
+        compaction_min_entries=args.compaction_min_entries,
+    )
+    config = ServeConfig(
+        raft_address=args.raft_address,
+        peers=tuple(_split(args.peers)),
+        data_dir=args.data_dir,
+        rpc_bind=args.rpc_bind,
+        password=_password(args),
+        allow_insecure_dev=args.insecure_dev,
+        replica=replica,
+    )
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    with LogStoreServer(config) as server:
+        print(
+            f"logstore serving uuid={server.uuid} rpc={server.address} raft={args.raft_address}",
+            flush=True,
+        )
+        while not stop.wait(1.0):
+            pass
+    return 0
+
+
+def _remote(args):
+    from logstore.remote import RemoteLogStore
+
+    return RemoteLogStore(_split(args.servers), connect_timeout_s=args.timeout_s)
+
+
+def cmd_status(args) -> int:
+    from logstore.remote import RemoteLogStore
+
+    failures = 0
+    for address in _split(args.servers):
+        with RemoteLogStore([address], connect_timeout_s=args.timeout_s) as store:
+            try:
+                s = store.status(timeout_s=args.timeout_s)
+            except RpcError as err:
+                print(f"{address}: unreachable ({err})")
+                failures += 1
+                continue
+        logs = ", ".join(f"{x.log}={x.last_id}" for x in s.logs) or "-"
+        print(
+            f"{address} raft={s.raft_address} role={s.role} term={s.term} "
+            f"commit={s.commit_index} applied={s.applied_index} leader={s.leader or '-'}\n"
+            f"    members={','.join(s.members)}\n"
+            f"    journal: {s.journal_entries} entries from #{s.journal_first_index}, "
+            f"{s.journal_bytes} bytes, {s.journal_syncs} syncs; snapshot {s.snapshot_bytes} "
+            f"bytes; live: {s.live_entries} entries, {s.live_bytes} bytes\n"
+            f"    logs (last id): {logs}"
+        )
+    return 1 if failures == len(_split(args.servers)) else 0
+
+
+def cmd_member(args) -> int:
+    with _remote(args) as store:
+        if args.command == "add-member":
+            store.add_member(args.raft_address, timeout_s=args.timeout_s)
+        else:
+            store.remove_member(args.raft_address, timeout_s=args.timeout_s)
+    print(f"{args.command} {args.raft_address}: done")
+    return 0
+
+
+def cmd_append(args) -> int:
+    inv = [int(i) for i in _split(args.invalidates)] if args.invalidates else []
+    with _remote(args) as store:
+        new_id = store.append(
+            args.log, args.data.encode(), args.expected_id, inv, timeout_s=args.timeout_s
+        )
+    print(new_id)
+    return 0
+
+
+def cmd_read(args) -> int:
+    with _remote(args) as store:
+        if args.barrier:
+            store.barrier(timeout_s=args.timeout_s)
+        for e in store.read(args.log, args.from_id, args.limit, timeout_s=args.timeout_s):
+            inv = f" invalidates={','.join(map(str, e.invalidates))}" if e.invalidates else ""
+            print(f"{e.id}\t{e.data!r}{inv}")
+    return 0
+
+
+def cmd_last_id(args) -> int:
+    with _remote(args) as store:
+        if args.barrier:
+            store.barrier(timeout_s=args.timeout_s)
+        print(store.last_id(args.log, timeout_s=args.timeout_s))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="logstore", description=__doc__.split("\n")[0])
+    p.add_argument("--log-level", default="WARNING")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("serve", help="run one replica with its zmq API")
+    s.add_argument("--raft-address", required=True, help="this replica's Raft host:port")
+    s.add_argument("--peers", default="", help="other replicas (Raft host:port, comma-separated)")
+    s.add_argument("--rpc-bind", default="127.0.0.1:0", help="host:port of the zmq API")
+    s.add_argument("--data-dir", required=True)
+    s.add_argument("--password-file", help=f"cluster password (else env {PASSWORD_ENV})")
+    s.add_argument(
+        "--insecure-dev",
+        action="store_true",
+        help="allow no password: single-node development store on 127.0.0.1 only",
+    )
+    s.add_argument("--heartbeat-s", type=float, default=0.05)
+    s.add_argument("--election-min-s", type=float, default=0.4)
+    s.add_argument("--election-max-s", type=float, default=1.2)
+    s.add_argument("--compaction-min-entries", type=int, default=20_000)
+    s.set_defaults(func=cmd_serve)
+
+    def client_parser(name: str, help_text: str):
+        c = sub.add_parser(name, help=help_text)
+        c.add_argument("--servers", required=True, help="replicas' RPC host:port, comma-separated")
+        c.add_argument("--timeout-s", type=float, default=5.0)
+        return c
+
+    c = client_parser("status", "print each replica's role, term, indexes and sizes")
+    c.set_defaults(func=cmd_status)
+    for name in ("add-member", "remove-member"):
+        c = client_parser(name, f"{name.split('-')[0]} one voting replica")
+        c.add_argument("raft_address")
+        c.set_defaults(func=cmd_member)
+    c = client_parser("append", "append one entry")
+    c.add_argument("log")
+    c.add_argument("data")
+    c.add_argument("--expected-id", type=int)
+    c.add_argument("--invalidates", default="", help="comma-separated ids")
+    c.set_defaults(func=cmd_append)
+    c = client_parser("read", "print live entries")
+    c.add_argument("log")
+    c.add_argument("--from-id", type=int, default=1)
+    c.add_argument("--limit", type=int, default=1000)
+    c.add_argument("--barrier", action="store_true", help="linearizable: barrier first")
+    c.set_defaults(func=cmd_read)
+    c = client_parser("last-id", "print a log's last id")
+    c.add_argument("log")
+    c.add_argument("--barrier", action="store_true")
+    c.set_defaults(func=cmd_last_id)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=getattr(logging, str(args.log_level).upper(), logging.WARNING),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        return args.func(args)
+    except RpcError as err:
+        print(f"logstore {args.command}: {err}", file=sys.stderr)
+        return 1
+    except OSError as err:
+        print(f"logstore {args.command}: {err}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

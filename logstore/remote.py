@@ -1,0 +1,214 @@
+"""RemoteLogStore: the LogStore protocol over zmq to `logstore serve` replicas.
+
+The same interface as an embedded ReplicatedLogStore (logstore/api.py). Any replica accepts
+appends (it forwards them to the Raft leader). Given several replica addresses, the client
+moves to the next one when a replica is unreachable; it retries only what is safe to retry
+(reads, last_id, barrier, and calls that surely never reached a replica). An append whose
+outcome is unknown raises Unavailable/TimedOut: the caller decides (for example by reading
+the log), because an unconditional append retried blindly could land twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid as uuidlib
+from collections.abc import Sequence
+
+from logstore import logstore_pb2 as pb
+from logstore.api import (
+    ENTRY_BYTES_MAX,
+    LOG_NAME_BYTES_MAX,
+    READ_LIMIT_MAX,
+    Entry,
+    LogConditionFailed,
+)
+from rpc.client import RpcClient
+from rpc.errors import BadRequest, ConditionFailed, InvalidName, TimedOut, Unavailable
+
+logger = logging.getLogger(__name__)
+
+
+class RemoteLogStore:
+    """Thread-safe; a context manager."""
+
+    def __init__(
+        self,
+        addresses: str | Sequence[str],
+        *,
+        caller_uuid: str = "",
+        connect_timeout_s: float = 5.0,
+    ) -> None:
+        if isinstance(addresses, str):
+            addresses = [a for a in addresses.split(",") if a]
+        if not addresses:
+            raise ValueError("RemoteLogStore needs at least one replica address")
+        self._addresses = list(addresses)
+        self._caller = caller_uuid or f"logstore-client-{uuidlib.uuid4().hex[:12]}"
+        self._lock = threading.Lock()
+        self._clients: dict[str, RpcClient] = {}
+        self._uuids: dict[str, str] = {}
+        self._current = 0
+        self._connect_timeout_s = connect_timeout_s
+        self._closed = False
+
+    # --- LogStore protocol ----------------------------------------------------------------
+
+    def append(
+        self,
+        log: str,
+        data: bytes,
+        expected_id: int | None = None,
+        invalidates: Sequence[int] = (),
+        timeout_s: float = 5.0,
+    ) -> int:
+        if not log or len(log.encode()) > LOG_NAME_BYTES_MAX:
+            raise BadRequest(f"log name must be 1..{LOG_NAME_BYTES_MAX} bytes")
+        if len(data) > ENTRY_BYTES_MAX:
+            raise BadRequest(f"entry of {len(data)} bytes exceeds {ENTRY_BYTES_MAX}")
+        inv = [int(i) for i in invalidates]
+        if any(i < 1 for i in inv):
+            raise BadRequest("cannot invalidate an id below 1: no such entry")
+        req = pb.AppendRequest(log=log, data=bytes(data), invalidates=inv)
+        if expected_id is not None:
+            if expected_id < 1:
+                # No log ever has last_id + 1 < 1; answer like the store would.
+                raise LogConditionFailed(
+                    f"expected id {expected_id} is never the next id",
+                    last_id=self.last_id(log, timeout_s),
+                )
+            req.expected_id = int(expected_id)
+        try:
+            resp = self._call("LogStore.Append", req, pb.AppendResponse, timeout_s, False)
+        except ConditionFailed as err:
+            detail = err.decode_body(pb.ConditionFailedDetail)
+            raise LogConditionFailed(err.message, last_id=detail.last_id) from None
+        return resp.id
+
+    def read(
+        self, log: str, from_id: int = 1, limit: int = 1000, timeout_s: float = 5.0
+    ) -> list[Entry]:
+        if limit <= 0 or limit > READ_LIMIT_MAX:
+            raise BadRequest(f"limit must be 1..{READ_LIMIT_MAX}")
+        req = pb.ReadRequest(log=log, from_id=max(1, int(from_id)), limit=limit)
+        resp = self._call("LogStore.Read", req, pb.ReadResponse, timeout_s, True)
+        return [Entry(e.id, bytes(e.data), tuple(e.invalidates)) for e in resp.entries]
+
+    def last_id(self, log: str, timeout_s: float = 5.0) -> int:
+        resp = self._call(
+            "LogStore.LastId", pb.LastIdRequest(log=log), pb.LastIdResponse, timeout_s, True
+        )
+        return resp.last_id
+
+    def barrier(self, timeout_s: float = 5.0) -> None:
+        self._call("LogStore.Barrier", pb.BarrierRequest(), pb.BarrierResponse, timeout_s, True)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            clients = list(self._clients.values())
+            self._clients.clear()
+        for c in clients:
+            c.close()
+
+    def __enter__(self) -> RemoteLogStore:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # --- operations -----------------------------------------------------------------------
+
+    def status(self, address: str | None = None, timeout_s: float = 5.0) -> pb.StatusResponse:
+        """Status of one replica (the current one unless `address` names another)."""
+        if address is None:
+            return self._call(
+                "LogStore.Status", pb.StatusRequest(), pb.StatusResponse, timeout_s, True
+            )
+        return self._call_at(
+            address, "LogStore.Status", pb.StatusRequest(), pb.StatusResponse, timeout_s, True
+        )
+
+    def add_member(self, raft_address: str, timeout_s: float = 10.0) -> None:
+        self._call(
+            "LogStore.AddMember",
+            pb.MemberRequest(raft_address=raft_address),
+            pb.MemberResponse,
+            timeout_s,
+            False,
+        )
+
+    def remove_member(self, raft_address: str, timeout_s: float = 10.0) -> None:
+        self._call(
+            "LogStore.RemoveMember",
+            pb.MemberRequest(raft_address=raft_address),
+            pb.MemberResponse,
+            timeout_s,
+            False,
+        )
+
+    # --- internals ------------------------------------------------------------------------
+
+    def _client(self, address: str) -> tuple[RpcClient, str]:
+        with self._lock:
+            if self._closed:
+                raise Unavailable("RemoteLogStore is closed")
+            client = self._clients.get(address)
+            if client is None:
+                client = RpcClient(address, caller_uuid=self._caller)
+                self._clients[address] = client
+            uuid = self._uuids.get(address)
+        if uuid is None:
+            uuid = client.ping(timeout_s=self._connect_timeout_s).uuid
+            with self._lock:
+                self._uuids[address] = uuid
+        return client, uuid
+
+    def _call_at(self, address, method, req, resp_type, timeout_s, idempotent):
+        client, uuid = self._client(address)
+        try:
+            return client.call(
+                uuid, method, req, resp_type, timeout_s=timeout_s, idempotent=idempotent
+            )
+        except InvalidName:
+            # The replica at this address was re-created with a new UUID; learn it again.
+            with self._lock:
+                self._uuids.pop(address, None)
+            raise
+
+    def _rotate_from(self, address: str) -> None:
+        with self._lock:
+            if self._addresses[self._current % len(self._addresses)] == address:
+                self._current += 1
+
+    def _call(self, method, req, resp_type, timeout_s: float, idempotent: bool):
+        deadline = time.monotonic() + timeout_s
+        last_err: Exception | None = None
+        for _ in range(2 * len(self._addresses) + 1):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            with self._lock:
+                address = self._addresses[self._current % len(self._addresses)]
+            try:
+                # Learning the UUID sends nothing that acts: always safe to move on.
+                self._client(address)
+            except (Unavailable, TimedOut) as err:
+                last_err = err
+                self._rotate_from(address)
+                continue
+            try:
+                return self._call_at(address, method, req, resp_type, remaining, idempotent)
+            except InvalidName as err:
+                last_err = err  # refused unread: safe to send again
+                continue
+            except (Unavailable, TimedOut) as err:
+                if not idempotent:
+                    raise  # the append may have reached the replica
+                last_err = err
+                self._rotate_from(address)
+                logger.debug("%s at %s failed (%s); trying the next replica", method, address, err)
+        if last_err is not None:
+            raise last_err
+        raise TimedOut(f"{method}: no replica answered within {timeout_s}s")
