@@ -385,6 +385,18 @@ class ScanResponse(_message.Message):
     schema: SchemaPB
     def __init__(self, scanner_id: _Optional[str] = ..., has_more: _Optional[bool] = ..., rows: _Optional[int] = ..., schema: _Optional[_Union[SchemaPB, _Mapping]] = ...) -> None: ...
 
+class GetSchemaRequest(_message.Message):
+    __slots__ = ("tablet_id",)
+    TABLET_ID_FIELD_NUMBER: _ClassVar[int]
+    tablet_id: str
+    def __init__(self, tablet_id: _Optional[str] = ...) -> None: ...
+
+class GetSchemaResponse(_message.Message):
+    __slots__ = ("schema",)
+    SCHEMA_FIELD_NUMBER: _ClassVar[int]
+    schema: SchemaPB
+    def __init__(self, schema: _Optional[_Union[SchemaPB, _Mapping]] = ...) -> None: ...
+
 class ListTabletsRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...

@@ -238,15 +238,17 @@ class TabletManager:
                     f"{r.error}; repair it with `tserver` tools first"
                 )
             # Step 1: shut the tablet down.
+            current = r.sb
             last = OpIdPB()
             last.CopyFrom(r.sb.last_op_id)
             if r.tablet is not None:
                 r.tablet.shutdown()
+                current = r.tablet.sb
                 op = r.tablet.last_op_id()
                 if op.index >= last.index:
                     last = op
             crash_point("delete.after_step_1")
-            sb = self._delete_from_step2(r.sb, last)
+            sb = self._delete_from_step2(current, last)
             r.sb = sb
             r.tablet = None
             r.status = TabletStatus.TOMBSTONED

@@ -1,1 +1,1 @@
-"""Write-ahead log: segment codec (`segment`), per-tablet logs and the group-commit appender (`log`)."""
+"""Write-ahead log: segment codec (`segment`), tablet logs and the group-commit appender."""

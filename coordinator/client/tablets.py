@@ -1,0 +1,377 @@
+"""Data-path client of one tablet server: write sessions that batch per tablet, scanners that
+yield Arrow record batches, and tablet administration calls.
+
+Imports only the rpc client and the generated protocol module (`tservers.tserver_pb2`),
+never tablet-server internals. The coordinator's client library routes rows to tablets and
+tablets to servers; this module talks to one server.
+
+    with TabletServerClient("127.0.0.1:7051") as ts:
+        s = ts.new_session()
+        s.insert("t1", [{"id": 1, "name": "a"}])
+        s.flush()
+        for batch in ts.scan("t1", projection=["id"], predicates=[("id", ">=", 0)]):
+            ...
+"""
+
+from __future__ import annotations
+
+import datetime
+import threading
+import uuid as uuidlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from rpc.client import RpcClient
+from tservers.tserver_pb2 import (
+    AlterSchemaRequest,
+    AlterSchemaResponse,
+    ColumnSchemaPB,
+    CreateTabletRequest,
+    CreateTabletResponse,
+    DataType,
+    DeleteTabletRequest,
+    DeleteTabletResponse,
+    GetSchemaRequest,
+    GetSchemaResponse,
+    ListTabletsRequest,
+    ListTabletsResponse,
+    OpIdPB,
+    OpType,
+    PartitionPB,
+    PredicateOp,
+    PredicatePB,
+    ScanRequest,
+    ScanResponse,
+    SchemaPB,
+    StatusRequest,
+    StatusResponse,
+    ValuePB,
+    WriteRequest,
+    WriteResponse,
+)
+
+ARROW_TYPES: dict[int, pa.DataType] = {
+    DataType.INT64: pa.int64(),
+    DataType.INT32: pa.int32(),
+    DataType.DOUBLE: pa.float64(),
+    DataType.BOOL: pa.bool_(),
+    DataType.STRING: pa.string(),
+    DataType.BINARY: pa.binary(),
+    DataType.TIMESTAMP: pa.timestamp("us"),
+}
+OPS = {
+    "=": PredicateOp.EQ,
+    "==": PredicateOp.EQ,
+    "<": PredicateOp.LT,
+    "<=": PredicateOp.LE,
+    ">": PredicateOp.GT,
+    ">=": PredicateOp.GE,
+    "in": PredicateOp.IN,
+    "is null": PredicateOp.IS_NULL,
+    "is not null": PredicateOp.IS_NOT_NULL,
+}
+SESSION_ROWS_MAX_DEFAULT = 10_000
+SESSION_BUFFER_ROWS_MAX = 1_000_000
+
+
+def column(name: str, type_: str, *, key: bool = False, nullable: bool = False) -> ColumnSchemaPB:
+    """A column for CreateTablet: type_ is int64, int32, double, bool, string, binary, timestamp."""
+    return ColumnSchemaPB(
+        name=name, type=DataType.Value(type_.upper()), is_key=key, nullable=nullable
+    )
+
+
+def arrow_schema(schema: SchemaPB) -> pa.Schema:
+    return pa.schema(
+        [pa.field(c.name, ARROW_TYPES[c.type], nullable=c.nullable) for c in schema.columns]
+    )
+
+
+def value_pb(value) -> ValuePB:
+    if value is None:
+        return ValuePB(is_null=True)
+    if isinstance(value, bool):
+        return ValuePB(bool_value=value)
+    if isinstance(value, int):
+        return ValuePB(int_value=value)
+    if isinstance(value, float):
+        return ValuePB(double_value=value)
+    if isinstance(value, str):
+        return ValuePB(string_value=value)
+    if isinstance(value, bytes | bytearray):
+        return ValuePB(binary_value=bytes(value))
+    if isinstance(value, datetime.datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=datetime.UTC)
+        epoch = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+        return ValuePB(int_value=(value - epoch) // datetime.timedelta(microseconds=1))
+    raise TypeError(f"unsupported value type {type(value).__name__}")
+
+
+def predicate(col: str, op: str, value=None) -> PredicatePB:
+    """("x", ">=", 3), ("x", "in", [1, 2]), ("x", "is null")."""
+    pop = OPS.get(op.lower())
+    if pop is None:
+        raise ValueError(f"unknown predicate operator {op!r}")
+    p = PredicatePB(column=col, op=pop)
+    if pop == PredicateOp.IN:
+        p.values.extend(value_pb(v) for v in value)
+    elif pop not in (PredicateOp.IS_NULL, PredicateOp.IS_NOT_NULL):
+        p.values.append(value_pb(value))
+    return p
+
+
+def ipc_bytes(table: pa.Table | pa.RecordBatch) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as w:
+        if isinstance(table, pa.RecordBatch):
+            w.write_batch(table)
+        else:
+            w.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+@dataclass(frozen=True, slots=True)
+class TabletSchema:
+    version: int
+    arrow: pa.Schema
+    pb: SchemaPB
+
+
+class TabletServerClient:
+    """Calls to one tablet server. Thread-safe."""
+
+    def __init__(
+        self, address: str, server_uuid: str = "", *, caller_uuid: str = "", timeout_s: float = 30.0
+    ) -> None:
+        self.address = address
+        self._rpc = RpcClient(address, caller_uuid=caller_uuid or f"client-{uuidlib.uuid4().hex}")
+        self.timeout_s = timeout_s
+        self.server_uuid = server_uuid or self._rpc.ping(timeout_s=timeout_s).uuid
+        self._schemas: dict[str, TabletSchema] = {}
+        self._lock = threading.Lock()
+
+    def _call(self, method: str, req, resp_type, *, idempotent: bool = False, sidecars=()):
+        return self._rpc.call_with_sidecars(
+            self.server_uuid,
+            f"TServer.{method}",
+            req,
+            resp_type,
+            timeout_s=self.timeout_s,
+            idempotent=idempotent,
+            sidecars=sidecars,
+        )
+
+    # ------------------------------------------------------------ admin
+    def create_tablet(
+        self,
+        tablet_id: str,
+        columns: Sequence[ColumnSchemaPB],
+        *,
+        table_id: str = "",
+        table_name: str = "",
+        partition: PartitionPB | None = None,
+    ) -> SchemaPB:
+        req = CreateTabletRequest(
+            tablet_id=tablet_id,
+            table_id=table_id,
+            table_name=table_name,
+            schema=SchemaPB(columns=list(columns)),
+        )
+        if partition is not None:
+            req.partition.CopyFrom(partition)
+        resp, _ = self._call("CreateTablet", req, CreateTabletResponse)
+        self._remember(tablet_id, resp.schema)
+        return resp.schema
+
+    def delete_tablet(self, tablet_id: str) -> OpIdPB:
+        resp, _ = self._call(
+            "DeleteTablet",
+            DeleteTabletRequest(tablet_id=tablet_id),
+            DeleteTabletResponse,
+            idempotent=True,
+        )
+        with self._lock:
+            self._schemas.pop(tablet_id, None)
+        return resp.last_op_id
+
+    def alter_schema(
+        self,
+        tablet_id: str,
+        *,
+        add: Sequence[ColumnSchemaPB] = (),
+        drop: Sequence[str] = (),
+        expected_version: int = 0,
+    ) -> SchemaPB:
+        req = AlterSchemaRequest(
+            tablet_id=tablet_id,
+            expected_version=expected_version,
+            add_columns=list(add),
+            drop_columns=list(drop),
+        )
+        resp, _ = self._call("AlterSchema", req, AlterSchemaResponse)
+        self._remember(tablet_id, resp.schema)
+        return resp.schema
+
+    def schema(self, tablet_id: str, *, refresh: bool = False) -> TabletSchema:
+        with self._lock:
+            s = self._schemas.get(tablet_id)
+        if s is None or refresh:
+            resp, _ = self._call(
+                "GetSchema",
+                GetSchemaRequest(tablet_id=tablet_id),
+                GetSchemaResponse,
+                idempotent=True,
+            )
+            s = self._remember(tablet_id, resp.schema)
+        return s
+
+    def _remember(self, tablet_id: str, pb: SchemaPB) -> TabletSchema:
+        s = TabletSchema(pb.version, arrow_schema(pb), pb)
+        with self._lock:
+            self._schemas[tablet_id] = s
+        return s
+
+    def list_tablets(self) -> ListTabletsResponse:
+        return self._call(
+            "ListTablets", ListTabletsRequest(), ListTabletsResponse, idempotent=True
+        )[0]
+
+    def status(self) -> StatusResponse:
+        return self._call("Status", StatusRequest(), StatusResponse, idempotent=True)[0]
+
+    # ------------------------------------------------------------ data
+    def write(
+        self,
+        tablet_id: str,
+        blocks: Sequence[tuple[int, pa.Table | pa.RecordBatch]],
+        schema_version: int | None = None,
+    ) -> WriteResponse:
+        """One atomic write of row blocks [(OpType, rows)] to a tablet."""
+        if schema_version is None:
+            schema_version = self.schema(tablet_id).version
+        req = WriteRequest(
+            tablet_id=tablet_id, schema_version=schema_version, ops=[op for op, _ in blocks]
+        )
+        return self._call("Write", req, WriteResponse, sidecars=[ipc_bytes(t) for _, t in blocks])[
+            0
+        ]
+
+    def new_session(self, flush_rows_max: int = SESSION_ROWS_MAX_DEFAULT) -> WriteSession:
+        return WriteSession(self, flush_rows_max)
+
+    def scan(
+        self,
+        tablet_id: str,
+        *,
+        projection: Sequence[str] = (),
+        predicates: Sequence[PredicatePB | tuple] = (),
+        lower_bound: Sequence = (),
+        upper_bound: Sequence = (),
+        batch_rows_max: int = 0,
+        limit: int = 0,
+    ) -> Iterator[pa.RecordBatch]:
+        """Arrow record batches of the rows that match, in key order."""
+        preds = [p if isinstance(p, PredicatePB) else predicate(*p) for p in predicates]
+        req = ScanRequest(
+            tablet_id=tablet_id,
+            projection=list(projection),
+            predicates=preds,
+            lower_bound=[value_pb(v) for v in lower_bound],
+            upper_bound=[value_pb(v) for v in upper_bound],
+            batch_rows_max=batch_rows_max,
+            limit=limit,
+        )
+        resp, sidecars = self._call("Scan", req, ScanResponse, idempotent=True)
+        while True:
+            for sc in sidecars:
+                reader = pa.ipc.open_stream(pa.py_buffer(sc))
+                for batch in reader:
+                    yield batch
+            if not resp.has_more:
+                return
+            resp, sidecars = self._call(
+                "Scan", ScanRequest(scanner_id=resp.scanner_id), ScanResponse
+            )
+
+    def scan_table(self, tablet_id: str, **kwargs) -> pa.Table:
+        batches = list(self.scan(tablet_id, **kwargs))
+        return pa.Table.from_batches(batches) if batches else pa.table({})
+
+    def close(self) -> None:
+        self._rpc.close()
+
+    def __enter__(self) -> TabletServerClient:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class WriteSession:
+    """Buffers operations per tablet; flush() sends one atomic write per tablet.
+
+    Consecutive rows with the same operation form one row block. A tablet's buffer is sent
+    automatically when it reaches flush_rows_max rows. Not thread-safe: one per thread."""
+
+    def __init__(self, client: TabletServerClient, flush_rows_max: int) -> None:
+        assert 0 < flush_rows_max <= SESSION_BUFFER_ROWS_MAX
+        self.client = client
+        self.flush_rows_max = flush_rows_max
+        self._buf: dict[str, list[tuple[int, list[dict] | pa.Table]]] = {}
+        self._rows: dict[str, int] = {}
+
+    def insert(self, tablet_id: str, rows) -> None:
+        self._add(tablet_id, OpType.INSERT, rows)
+
+    def upsert(self, tablet_id: str, rows) -> None:
+        self._add(tablet_id, OpType.UPSERT, rows)
+
+    def update(self, tablet_id: str, rows) -> None:
+        self._add(tablet_id, OpType.UPDATE, rows)
+
+    def delete(self, tablet_id: str, rows) -> None:
+        self._add(tablet_id, OpType.DELETE, rows)
+
+    def _add(self, tablet_id: str, op: int, rows) -> None:
+        """rows: a pyarrow Table/RecordBatch, or a list of dicts (column name -> value)."""
+        if isinstance(rows, pa.RecordBatch):
+            rows = pa.Table.from_batches([rows])
+        n = rows.num_rows if isinstance(rows, pa.Table) else len(rows)
+        if n == 0:
+            return
+        blocks = self._buf.setdefault(tablet_id, [])
+        if (
+            blocks
+            and blocks[-1][0] == op
+            and isinstance(rows, list)
+            and isinstance(blocks[-1][1], list)
+        ):
+            blocks[-1][1].extend(rows)
+        else:
+            blocks.append((op, list(rows) if isinstance(rows, list) else rows))
+        self._rows[tablet_id] = self._rows.get(tablet_id, 0) + n
+        if self._rows[tablet_id] >= self.flush_rows_max:
+            self._flush_tablet(tablet_id)
+
+    def pending_rows(self) -> int:
+        return sum(self._rows.values())
+
+    def flush(self) -> list[WriteResponse]:
+        return [self._flush_tablet(t) for t in list(self._buf)]
+
+    def _flush_tablet(self, tablet_id: str) -> WriteResponse:
+        blocks = self._buf.pop(tablet_id, [])
+        self._rows.pop(tablet_id, None)
+        schema = self.client.schema(tablet_id)
+        out = []
+        for op, rows in blocks:
+            if isinstance(rows, list):
+                given = set().union(*rows)
+                names = [f.name for f in schema.arrow if f.name in given]
+                sub = pa.schema([schema.arrow.field(n) for n in names])
+                rows = pa.Table.from_pylist(rows, schema=sub)
+            out.append((op, rows))
+        return self.client.write(tablet_id, out, schema.version)

@@ -1,0 +1,320 @@
+"""`tserver`: run a tablet server and its operator tools.
+
+tserver start --fs-root DIR --bind HOST:PORT [--no-wal-sync]
+tserver fs format --fs-root DIR        (refuses a non-empty directory)
+tserver fs uuid --fs-root DIR
+tserver wal dump (--fs-root DIR --tablet ID | --segment FILE)
+tserver cmeta dump --fs-root DIR --tablet ID
+tserver cmeta rewrite --fs-root DIR --tablet ID [--term N] [--voted-for UUID|--clear-vote]
+                      [--config-index N] [--peer UUID=ADDRESS:VOTER|NON_VOTER ...]
+tserver tablets (--fs-root DIR | --address HOST:PORT)
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+from google.protobuf import text_format
+
+from tservers import metafile
+from tservers.fs import FsError, FsLayout
+from tservers.metafile import MetaFileCorrupt
+from tservers.tserver_pb2 import (
+    ConsensusMetaPB,
+    DataState,
+    EntryType,
+    MemberType,
+    OpType,
+)
+from tservers.wal import segment as seg
+from tservers.wal.segment import WalCorruption
+
+
+class CliError(Exception):
+    """An operating error: printed without a traceback, exit status 1."""
+
+
+def _cmd_start(args) -> int:
+    from tservers.server import TabletServer, TServerConfig
+
+    logging.basicConfig(
+        level=getattr(logging, args.log_level.upper()),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    cfg = TServerConfig(
+        fs_root=Path(args.fs_root),
+        bind=args.bind,
+        wal_sync=not args.no_wal_sync,
+        segment_size_bytes_max=args.segment_size_mb << 20,
+        flush_rows_threshold=args.flush_rows,
+        workers=args.workers,
+    )
+    try:
+        server = TabletServer(cfg)
+    except FsError as e:
+        raise CliError(str(e)) from e
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    server.start()
+    print(f"tserver {server.uuid} serving on {server.address}", flush=True)
+    while not stop.wait(1.0):
+        pass
+    logging.getLogger(__name__).info("shutting down")
+    server.close()
+    return 0
+
+
+def _cmd_fs_format(args) -> int:
+    try:
+        fs = FsLayout.format(Path(args.fs_root), args.uuid)
+    except FsError as e:
+        raise CliError(str(e)) from e
+    print(fs.uuid)
+    return 0
+
+
+def _cmd_fs_uuid(args) -> int:
+    try:
+        print(FsLayout.read_instance(Path(args.fs_root)).uuid)
+    except FsError as e:
+        raise CliError(str(e)) from e
+    return 0
+
+
+def _open_fs(root: str) -> FsLayout:
+    try:
+        return FsLayout.open(Path(root))
+    except FsError as e:
+        raise CliError(str(e)) from e
+
+
+def _describe_entry(e) -> str:
+    head = f"  entry {e.term}.{e.index} {EntryType.Name(e.type)}"
+    if e.type == EntryType.WRITE:
+        import pyarrow as pa
+
+        parts = []
+        for b in e.write.blocks:
+            t = pa.ipc.open_stream(pa.py_buffer(b.arrow_ipc)).read_all()
+            parts.append(f"{OpType.Name(b.op)} {t.num_rows} rows {t.column_names}")
+            if len(parts) == 1 and t.num_rows:
+                parts[-1] += f" first={t.slice(0, 1).to_pylist()[0]}"
+        return f"{head} schema v{e.write.schema_version}: " + "; ".join(parts)
+    if e.type == EntryType.CONFIG_CHANGE:
+        return f"{head} {text_format.MessageToString(e.config, as_one_line=True)}"
+    return head
+
+
+def _dump_segment(path: Path, is_last: bool) -> None:
+    try:
+        c = seg.read_segment(path, is_last=is_last)
+    except WalCorruption as e:
+        raise CliError(str(e)) from e
+    h = c.header
+    print(f"segment {path}")
+    print(f"  header: tablet {h.tablet_id} sequence {h.sequence} created_ms {h.created_ms}")
+    for e in c.entries:
+        print(_describe_entry(e))
+    if c.torn_at is not None:
+        print(f"  torn tail at offset {c.torn_at}: {c.torn_reason}")
+    if c.footer is not None:
+        f = c.footer
+        print(
+            f"  footer: {f.num_entries} entries, index {f.min_index}..{f.max_index}, "
+            f"closed_ms {f.closed_ms}"
+        )
+    else:
+        print(f"  no footer (open segment), data ends at offset {c.data_end}")
+
+
+def _cmd_wal_dump(args) -> int:
+    if args.segment:
+        _dump_segment(Path(args.segment), is_last=True)
+        return 0
+    if not (args.fs_root and args.tablet):
+        raise CliError("give --segment FILE, or --fs-root DIR and --tablet ID")
+    fs = _open_fs(args.fs_root)
+    wal_dir = fs.wal_dir(args.tablet)
+    if not wal_dir.is_dir():
+        raise CliError(f"tablet {args.tablet} has no WAL directory ({wal_dir})")
+    segs = seg.list_segments(wal_dir)
+    for i, (_, path) in enumerate(segs):
+        _dump_segment(path, is_last=i == len(segs) - 1)
+    return 0
+
+
+def _read_cmeta(fs: FsLayout, tablet: str) -> ConsensusMetaPB:
+    try:
+        return fs.read_cmeta(tablet)
+    except FileNotFoundError as e:
+        raise CliError(f"tablet {tablet} has no consensus metadata") from e
+    except MetaFileCorrupt as e:
+        raise CliError(str(e)) from e
+
+
+def _cmd_cmeta_dump(args) -> int:
+    fs = _open_fs(args.fs_root)
+    print(text_format.MessageToString(_read_cmeta(fs, args.tablet)), end="")
+    return 0
+
+
+def _cmd_cmeta_rewrite(args) -> int:
+    fs = _open_fs(args.fs_root)
+    cm = _read_cmeta(fs, args.tablet)
+    path = fs.cmeta_path(args.tablet)
+    backup = path.with_name(f"{path.name}.backup-{int(time.time() * 1000)}")
+    metafile.write_atomic(backup, path.read_bytes())
+    print(f"backup written to {backup}")
+    if args.term is not None:
+        if args.term < cm.current_term and not args.force:
+            raise CliError(
+                f"refusing to lower the term from {cm.current_term} to {args.term} "
+                "(amnesia risk); add --force if you really mean it"
+            )
+        cm.current_term = args.term
+    if args.clear_vote:
+        cm.voted_for = ""
+    elif args.voted_for is not None:
+        cm.voted_for = args.voted_for
+    if args.config_index is not None:
+        cm.committed_config.opid_index = args.config_index
+    if args.peer:
+        del cm.committed_config.peers[:]
+        for spec in args.peer:
+            try:
+                uuid, rest = spec.split("=", 1)
+                address, mtype = rest.rsplit(":", 1) if rest.count(":") >= 2 else (rest, "VOTER")
+                member = MemberType.Value(mtype)
+            except ValueError as e:
+                raise CliError(f"bad --peer {spec!r}: want UUID=HOST:PORT:VOTER|NON_VOTER") from e
+            cm.committed_config.peers.add(uuid=uuid, address=address, member_type=member)
+    fs.write_cmeta(cm)
+    print(text_format.MessageToString(cm), end="")
+    return 0
+
+
+def _cmd_tablets(args) -> int:
+    if args.address:
+        from rpc.client import RpcClient
+        from rpc.errors import RpcError
+        from tservers.tserver_pb2 import ListTabletsRequest, ListTabletsResponse
+
+        try:
+            with RpcClient(args.address, caller_uuid="tserver-cli") as c:
+                uuid = c.ping().uuid
+                resp = c.call(
+                    uuid,
+                    "TServer.ListTablets",
+                    ListTabletsRequest(),
+                    ListTabletsResponse,
+                    idempotent=True,
+                )
+        except RpcError as e:
+            raise CliError(f"{args.address}: {e}") from e
+        reports = list(resp.tablets)
+        for r in reports:
+            print(
+                f"{r.tablet_id}\t{DataState.Name(r.data_state)}\t{r.status}\t"
+                f"term={r.current_term}\tlast={r.last_op_id.term}.{r.last_op_id.index}\t"
+                f"{r.table_name}\t{r.error}"
+            )
+        return 0
+    if not args.fs_root:
+        raise CliError("give --fs-root DIR or --address HOST:PORT")
+    fs = _open_fs(args.fs_root)
+    for tid in fs.tablet_ids():
+        try:
+            sb = fs.read_superblock(tid)
+            print(
+                f"{tid}\t{DataState.Name(sb.data_state)}\tschema v{sb.schema.version}\t"
+                f"flushed={sb.flushed_index}\tblocks={len(sb.blocks)}\t{sb.table_name}"
+            )
+        except MetaFileCorrupt as e:
+            print(f"{tid}\tCORRUPT\t{e}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tserver", description="Tablet server and its tools.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("start", help="run a tablet server")
+    s.add_argument("--fs-root", required=True)
+    s.add_argument("--bind", default="127.0.0.1:0", help="HOST:PORT (port 0: any free port)")
+    s.add_argument(
+        "--no-wal-sync",
+        action="store_true",
+        help="do not fsync the WAL (acknowledged writes may be lost on a crash)",
+    )
+    s.add_argument("--segment-size-mb", type=int, default=16)
+    s.add_argument(
+        "--flush-rows",
+        type=int,
+        default=200_000,
+        help="flush a tablet's memstore when it holds this many rows",
+    )
+    s.add_argument("--workers", type=int, default=8)
+    s.add_argument("--log-level", default="info")
+    s.set_defaults(func=_cmd_start)
+
+    fs = sub.add_parser("fs", help="file system root").add_subparsers(dest="fs_cmd", required=True)
+    f = fs.add_parser("format", help="write a new instance file (the root must be empty)")
+    f.add_argument("--fs-root", required=True)
+    f.add_argument("--uuid", default=None, help="use this uuid instead of a new one")
+    f.set_defaults(func=_cmd_fs_format)
+    f = fs.add_parser("uuid", help="print the server's uuid")
+    f.add_argument("--fs-root", required=True)
+    f.set_defaults(func=_cmd_fs_uuid)
+
+    wal = sub.add_parser("wal", help="WAL tools").add_subparsers(dest="wal_cmd", required=True)
+    w = wal.add_parser("dump", help="print header, entries and footer of WAL segments")
+    w.add_argument("--fs-root")
+    w.add_argument("--tablet")
+    w.add_argument("--segment", help="one segment file")
+    w.set_defaults(func=_cmd_wal_dump)
+
+    cm = sub.add_parser("cmeta", help="consensus metadata tools").add_subparsers(
+        dest="cmeta_cmd", required=True
+    )
+    c = cm.add_parser("dump", help="print a tablet's consensus metadata")
+    c.add_argument("--fs-root", required=True)
+    c.add_argument("--tablet", required=True)
+    c.set_defaults(func=_cmd_cmeta_dump)
+    c = cm.add_parser("rewrite", help="change consensus metadata (a backup is written first)")
+    c.add_argument("--fs-root", required=True)
+    c.add_argument("--tablet", required=True)
+    c.add_argument("--term", type=int)
+    c.add_argument("--voted-for")
+    c.add_argument("--clear-vote", action="store_true")
+    c.add_argument("--config-index", type=int)
+    c.add_argument("--peer", action="append", help="UUID=HOST:PORT:VOTER|NON_VOTER (repeat)")
+    c.add_argument("--force", action="store_true", help="allow lowering the term")
+    c.set_defaults(func=_cmd_cmeta_rewrite)
+
+    t = sub.add_parser("tablets", help="list tablets (offline from --fs-root or live)")
+    t.add_argument("--fs-root")
+    t.add_argument("--address")
+    t.set_defaults(func=_cmd_tablets)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except CliError as e:
+        print(f"tserver: error: {e}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,65 @@
+"""Per-tablet Raft: the pure core (raft_core.RaftCore) and the values it exchanges (types).
+
+The driver that connects cores to the WAL, consensus metadata and zmq lives elsewhere in
+tservers/; design/consensus.md is the contract between the two.
+"""
+
+from tservers.consensus.raft_core import RaftCore, RaftOptions, missing_replica_response
+from tservers.consensus.types import (
+    AppendRequest,
+    AppendResponse,
+    ConfigChange,
+    ConfigChangeType,
+    CopyReason,
+    CoreStatus,
+    Entry,
+    EntryType,
+    HardState,
+    Member,
+    MemberType,
+    Message,
+    OpId,
+    ProposalStatus,
+    ProposeResult,
+    RaftConfig,
+    ReadResult,
+    Ready,
+    ReplicaStatus,
+    Role,
+    SoftState,
+    TabletCopyRequest,
+    TimeoutNow,
+    VoteRequest,
+    VoteResponse,
+)
+
+__all__ = [
+    "AppendRequest",
+    "AppendResponse",
+    "ConfigChange",
+    "ConfigChangeType",
+    "CopyReason",
+    "CoreStatus",
+    "Entry",
+    "EntryType",
+    "HardState",
+    "Member",
+    "MemberType",
+    "Message",
+    "OpId",
+    "ProposalStatus",
+    "ProposeResult",
+    "RaftConfig",
+    "RaftCore",
+    "RaftOptions",
+    "ReadResult",
+    "Ready",
+    "ReplicaStatus",
+    "Role",
+    "SoftState",
+    "TabletCopyRequest",
+    "TimeoutNow",
+    "VoteRequest",
+    "VoteResponse",
+    "missing_replica_response",
+]

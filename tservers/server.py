@@ -1,0 +1,80 @@
+"""The tablet server daemon: file system root, tablet manager and the rpc service together."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from rpc.server import RpcServer
+from tservers.fs import FsLayout
+from tservers.service import TServerService
+from tservers.tablet.manager import TabletManager
+from tservers.tablet.tablet import TabletOptions
+from tservers.wal.log import SEGMENT_SIZE_BYTES_DEFAULT, WalOptions
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class TServerConfig:
+    fs_root: Path
+    bind: str = "127.0.0.1:0"
+    wal_sync: bool = True
+    segment_size_bytes_max: int = SEGMENT_SIZE_BYTES_DEFAULT
+    flush_rows_threshold: int = 200_000
+    compaction_blocks_min: int = 4
+    workers: int = 8
+    queue_max: int = 256
+    message_bytes_max: int = 64 << 20
+
+
+class TabletServer:
+    """Opens the fs root (refusing an unformatted or corrupt one), starts tablets, serves."""
+
+    def __init__(self, config: TServerConfig) -> None:
+        self.config = config
+        self.fs = FsLayout.open(config.fs_root)  # raises FsError with a clear message
+        self.manager = TabletManager(
+            self.fs,
+            WalOptions(segment_size_bytes_max=config.segment_size_bytes_max, sync=config.wal_sync),
+            TabletOptions(
+                flush_rows_threshold=config.flush_rows_threshold,
+                compaction_blocks_min=config.compaction_blocks_min,
+            ),
+        )
+        self.rpc: RpcServer | None = None
+
+    @property
+    def uuid(self) -> str:
+        return self.fs.uuid
+
+    @property
+    def address(self) -> str:
+        return self.rpc.address if self.rpc else ""
+
+    def start(self) -> TabletServer:
+        self.manager.open()
+        self.rpc = RpcServer(
+            self.fs.uuid,
+            self.config.bind,
+            service="tserver",
+            workers=self.config.workers,
+            queue_max=self.config.queue_max,
+            message_bytes_max=self.config.message_bytes_max,
+        )
+        TServerService(self.manager, lambda: self.address).register(self.rpc)
+        self.rpc.start()
+        log.info("tablet server %s serving on %s", self.fs.uuid, self.rpc.address)
+        return self
+
+    def close(self) -> None:
+        if self.rpc is not None:
+            self.rpc.close()
+        self.manager.close()
+
+    def __enter__(self) -> TabletServer:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,212 @@
+"""The TServer rpc service: tablet administration, writes and scans over the rpc layer.
+
+Methods (request and response messages in tservers/tserver.proto):
+  TServer.CreateTablet, TServer.DeleteTablet (tombstone), TServer.AlterSchema,
+  TServer.Write (rows as Arrow IPC sidecars, one per operation block),
+  TServer.Scan (Arrow IPC record batches as sidecars; open scanners continue with scanner_id),
+  TServer.ListTablets, TServer.Status.
+Every error is an rpc.errors class, so clients get a status code and a clear message.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import threading
+import time
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from rpc.errors import BadRequest, NotFound, Throttled
+from rpc.server import CallContext, Reply, RpcServer
+from tservers.tablet.manager import TabletManager, check_tablet_id
+from tservers.tserver_pb2 import (
+    AlterSchemaRequest,
+    AlterSchemaResponse,
+    CreateTabletRequest,
+    CreateTabletResponse,
+    DeleteTabletRequest,
+    DeleteTabletResponse,
+    GetSchemaRequest,
+    GetSchemaResponse,
+    ListTabletsRequest,
+    ListTabletsResponse,
+    OpType,
+    ScanRequest,
+    ScanResponse,
+    StatusRequest,
+    StatusResponse,
+    WriteRequest,
+    WriteResponse,
+)
+
+log = logging.getLogger(__name__)
+
+SCANNERS_MAX = 256
+SCANNER_IDLE_S = 60.0
+SCAN_BATCH_ROWS_DEFAULT = 4096
+SCAN_BATCH_ROWS_MAX = 65_536
+SCAN_RESPONSE_BYTES_MAX = 16 << 20
+WRITE_BLOCKS_MAX = 64
+
+
+@dataclass(slots=True)
+class _Scanner:
+    table: pa.Table
+    offset: int
+    batch_rows: int
+    schema_pb: object
+    last_used: float
+
+
+def ipc_batch(batch: pa.RecordBatch) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as w:
+        w.write_batch(batch)
+    return sink.getvalue().to_pybytes()
+
+
+class TServerService:
+    """Handlers of the TServer methods; registers itself on an RpcServer."""
+
+    def __init__(self, manager: TabletManager, address_fn) -> None:
+        self.manager = manager
+        self._address_fn = address_fn
+        self._scanners: dict[str, _Scanner] = {}
+        self._scanners_lock = threading.Lock()
+
+    def register(self, server: RpcServer) -> None:
+        server.register("TServer.CreateTablet", CreateTabletRequest, self.create_tablet)
+        server.register("TServer.DeleteTablet", DeleteTabletRequest, self.delete_tablet)
+        server.register("TServer.AlterSchema", AlterSchemaRequest, self.alter_schema)
+        server.register("TServer.Write", WriteRequest, self.write)
+        server.register("TServer.Scan", ScanRequest, self.scan)
+        server.register("TServer.GetSchema", GetSchemaRequest, self.get_schema)
+        server.register("TServer.ListTablets", ListTabletsRequest, self.list_tablets)
+        server.register("TServer.Status", StatusRequest, self.status)
+
+    # ------------------------------------------------------------ admin
+    def create_tablet(self, req: CreateTabletRequest, ctx: CallContext) -> CreateTabletResponse:
+        t = self.manager.create_tablet(req)
+        return CreateTabletResponse(schema=t.sb.schema)
+
+    def delete_tablet(self, req: DeleteTabletRequest, ctx: CallContext) -> DeleteTabletResponse:
+        return DeleteTabletResponse(last_op_id=self.manager.delete_tablet(req.tablet_id))
+
+    def alter_schema(self, req: AlterSchemaRequest, ctx: CallContext) -> AlterSchemaResponse:
+        check_tablet_id(req.tablet_id)
+        new = self.manager.alter_schema(
+            req.tablet_id, req.expected_version, req.add_columns, req.drop_columns, ctx.deadline
+        )
+        return AlterSchemaResponse(schema=new)
+
+    def get_schema(self, req: GetSchemaRequest, ctx: CallContext) -> GetSchemaResponse:
+        check_tablet_id(req.tablet_id)
+        return GetSchemaResponse(schema=self.manager.tablet(req.tablet_id).sb.schema)
+
+    def list_tablets(self, req: ListTabletsRequest, ctx: CallContext) -> ListTabletsResponse:
+        return ListTabletsResponse(tablets=self.manager.reports())
+
+    def status(self, req: StatusRequest, ctx: CallContext) -> StatusResponse:
+        m = self.manager
+        writes = rows = 0
+        for r in list(m.replicas.values()):
+            if r.tablet is not None:
+                writes += r.tablet.writes
+                rows += r.tablet.rows_written
+        a = m.appender
+        return StatusResponse(
+            uuid=m.fs.uuid,
+            address=self._address_fn(),
+            tablets=len(m.replicas),
+            wal_groups=a.groups,
+            wal_syncs=a.syncs,
+            wal_entries=a.entries,
+            writes=writes,
+            rows_written=rows,
+            wal_sync_enabled=m.wal_opts.sync,
+        )
+
+    # ------------------------------------------------------------ data
+    def write(self, req: WriteRequest, ctx: CallContext) -> WriteResponse:
+        check_tablet_id(req.tablet_id)
+        if len(req.ops) != len(ctx.sidecars):
+            raise BadRequest(
+                f"write names {len(req.ops)} operation blocks but carries "
+                f"{len(ctx.sidecars)} sidecars"
+            )
+        if len(req.ops) > WRITE_BLOCKS_MAX:
+            raise BadRequest(f"write has {len(req.ops)} blocks, at most {WRITE_BLOCKS_MAX}")
+        for op in req.ops:
+            if op not in (OpType.INSERT, OpType.UPSERT, OpType.UPDATE, OpType.DELETE):
+                raise BadRequest(f"unknown operation type {op}")
+        tablet = self.manager.tablet(req.tablet_id)
+        blocks = [(op, bytes(sc)) for op, sc in zip(req.ops, ctx.sidecars, strict=True)]
+        rows_before = tablet.rows_written
+        op_id = tablet.write(req.schema_version, blocks, ctx.deadline)
+        return WriteResponse(op_id=op_id, rows=max(0, tablet.rows_written - rows_before))
+
+    def scan(self, req: ScanRequest, ctx: CallContext) -> Reply:
+        now = time.monotonic()
+        self._expire(now)
+        if req.scanner_id:
+            with self._scanners_lock:
+                sc = self._scanners.get(req.scanner_id)
+                if req.close:
+                    self._scanners.pop(req.scanner_id, None)
+                    return Reply(ScanResponse())
+            if sc is None:
+                raise NotFound(f"scanner {req.scanner_id} not found (expired or finished)")
+        else:
+            check_tablet_id(req.tablet_id)
+            tablet = self.manager.tablet(req.tablet_id)
+            batch_rows = req.batch_rows_max or SCAN_BATCH_ROWS_DEFAULT
+            batch_rows = max(1, min(batch_rows, SCAN_BATCH_ROWS_MAX))
+            table = tablet.scan(
+                list(req.projection),
+                list(req.predicates),
+                list(req.lower_bound),
+                list(req.upper_bound),
+                req.limit,
+            )
+            sc = _Scanner(table.combine_chunks(), 0, batch_rows, tablet.sb.schema, now)
+        sidecars: list[bytes] = []
+        size = 0
+        rows = 0
+        while sc.offset < sc.table.num_rows and size < SCAN_RESPONSE_BYTES_MAX:
+            batch = sc.table.slice(sc.offset, sc.batch_rows).to_batches()
+            for b in batch:
+                data = ipc_batch(b)
+                sidecars.append(data)
+                size += len(data)
+                rows += b.num_rows
+            sc.offset += min(sc.batch_rows, sc.table.num_rows - sc.offset)
+        has_more = sc.offset < sc.table.num_rows
+        resp = ScanResponse(has_more=has_more, rows=rows, schema=sc.schema_pb)
+        if not sidecars and sc.table.num_rows == 0:
+            # An empty result still tells the client its columns.
+            sidecars.append(ipc_batch(pa.RecordBatch.from_pylist([], schema=sc.table.schema)))
+        if has_more:
+            sc.last_used = now
+            if req.scanner_id:
+                resp.scanner_id = req.scanner_id
+            else:
+                with self._scanners_lock:
+                    if len(self._scanners) >= SCANNERS_MAX:
+                        raise Throttled(f"{SCANNERS_MAX} scanners open", retry_after_ms=500)
+                    sid = secrets.token_hex(8)
+                    self._scanners[sid] = sc
+                resp.scanner_id = sid
+        elif req.scanner_id:
+            with self._scanners_lock:
+                self._scanners.pop(req.scanner_id, None)
+        return Reply(resp, sidecars)
+
+    def _expire(self, now: float) -> None:
+        with self._scanners_lock:
+            dead = [k for k, s in self._scanners.items() if now - s.last_used > SCANNER_IDLE_S]
+            for k in dead:
+                del self._scanners[k]
+        if dead:
+            log.info("expired %d idle scanners", len(dead))
