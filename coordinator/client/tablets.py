@@ -288,8 +288,7 @@ class TabletServerClient:
         while True:
             for sc in sidecars:
                 reader = pa.ipc.open_stream(pa.py_buffer(sc))
-                for batch in reader:
-                    yield batch
+                yield from reader
             if not resp.has_more:
                 return
             resp, sidecars = self._call(
