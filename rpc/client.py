@@ -28,6 +28,7 @@ from google.protobuf.message import DecodeError, Message
 
 from rpc import errors
 from rpc.addresses import endpoint
+from rpc.frames import recv_frames, send_frames
 from rpc.rpc_pb2 import PingRequest, PingResponse, RequestHeader, ResponseHeader, StatusCode
 from rpc.server import MESSAGE_BYTES_MAX_DEFAULT, PING_METHOD
 
@@ -37,11 +38,40 @@ RETRY_BACKOFF_INITIAL_S = 0.01
 RETRY_BACKOFF_MAX_S = 1.0
 POLL_INTERVAL_MS = 50
 
+_OK = int(StatusCode.OK)
+
 log = logging.getLogger(__name__)
 
 
 class ConnectionLost(errors.Unavailable):
     """The connection dropped after the request was written: it may or may not have run."""
+
+
+class _Done:
+    """A one-shot completion flag; a held lock is much cheaper than threading.Event."""
+
+    __slots__ = ("_lock", "_set")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._lock.acquire()
+        self._set = False
+
+    def set(self) -> None:
+        if not self._set:
+            self._set = True
+            self._lock.release()
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def wait(self, timeout_s: float) -> bool:
+        if self._set:
+            return True
+        if self._lock.acquire(timeout=max(0.0, timeout_s)):
+            self._lock.release()
+            return True
+        return self._set
 
 
 @dataclass(slots=True)
@@ -51,7 +81,7 @@ class _Call:
     header: RequestHeader
     frames: list  # [body, *sidecars]
     deadline: float
-    done: threading.Event = field(default_factory=threading.Event)
+    done: _Done = field(default_factory=_Done)
     reply: list | None = None
     error: errors.RpcError | None = None
     sent: bool = False
@@ -107,7 +137,7 @@ class Transport:
 
     # -- caller side -------------------------------------------------------------------
 
-    def call_frames(
+    def start_call(
         self,
         address: str,
         recipient_uuid: str,
@@ -116,8 +146,8 @@ class Transport:
         body: bytes,
         sidecars,
         timeout_s: float,
-    ) -> tuple[ResponseHeader, list]:
-        """One attempt: send, wait for the answer; raises RpcError for a non-OK status."""
+    ) -> _Call:
+        """Hand a request to the I/O thread; `finish_call` waits for its answer."""
         if self._closing.is_set():
             raise errors.Unavailable("the rpc transport is closed")
         assert timeout_s > 0, "every call needs a deadline"
@@ -140,16 +170,22 @@ class Transport:
             if len(self._calls) >= INFLIGHT_CALLS_MAX:
                 raise errors.Throttled(f"{len(self._calls)} calls already in flight")
             self._calls[call.call_id] = call
+            # One wake-up per batch: the I/O thread takes everything queued when it wakes.
+            wake = not self._submitted
             self._submitted.append(call)
-        self._wake()
-        finished = call.done.wait(timeout_s)
+        if wake:
+            self._wake()
+        return call
+
+    def finish_call(self, call: _Call) -> tuple[ResponseHeader, list]:
+        """Wait until the call's deadline; raises RpcError for a non-OK status."""
+        finished = call.done.wait(max(0.0, call.deadline - time.monotonic()))
         with self._lock:
             self._calls.pop(call.call_id, None)
+        method, address = call.header.method, call.address
         if not finished:
             where = "waiting for its answer" if call.sent else f"not connected to {address}"
-            raise errors.TimedOut(
-                f"{method} to {address} timed out after {timeout_s:.3f}s ({where})"
-            )
+            raise errors.TimedOut(f"{method} to {address} timed out ({where})")
         if call.error is not None:
             raise call.error
         assert call.reply is not None
@@ -160,9 +196,16 @@ class Transport:
             raise errors.Internal(f"malformed answer header from {address}: {exc}") from None
         rest = call.reply[1:]
         body_bytes = rest[0].bytes if rest else b""
-        if header.status != StatusCode.OK:
+        if header.status != _OK:
             raise errors.error_from_header(header, body_bytes)
         return header, [body_bytes, *(f.buffer for f in rest[1:])]
+
+    def call_frames(self, address, recipient_uuid, caller_uuid, method, body, sidecars, timeout_s):
+        """One attempt: send, wait for the answer; raises RpcError for a non-OK status."""
+        call = self.start_call(
+            address, recipient_uuid, caller_uuid, method, body, sidecars, timeout_s
+        )
+        return self.finish_call(call)
 
     def _wake(self) -> None:
         try:
@@ -202,14 +245,13 @@ class Transport:
         poller = zmq.Poller()
         poller.register(self._wake_pull, zmq.POLLIN)
         frame_max = self.message_bytes_max * 2
+        next_expiry = 0.0
         try:
             while not self._closing.is_set():
                 # Take new calls from callers.
-                while True:
-                    with self._lock:
-                        if not self._submitted:
-                            break
-                        call = self._submitted.popleft()
+                with self._lock:
+                    submitted, self._submitted = self._submitted, deque()
+                for call in submitted:
                     peer = peers.get(call.address)
                     if peer is None:
                         peer = _Peer(self._ctx, call.address, frame_max)
@@ -234,7 +276,10 @@ class Transport:
                         self._on_monitor(by_monitor[sock])
                     elif events & zmq.POLLIN:
                         self._on_replies(by_socket[sock])
-                self._expire(peers.values(), time.monotonic())
+                now = time.monotonic()
+                if now >= next_expiry:
+                    self._expire(peers.values(), now)
+                    next_expiry = now + POLL_INTERVAL_MS / 1000.0
         finally:
             for peer in peers.values():
                 peer.close()
@@ -255,9 +300,7 @@ class Transport:
             # The server's deadline is what is left now, not what was asked at submit time.
             call.header.timeout_ms = max(1, int((call.deadline - now) * 1000))
             try:
-                peer.socket.send_multipart(
-                    [call.header.SerializeToString(), *call.frames], zmq.NOBLOCK, copy=False
-                )
+                send_frames(peer.socket, [call.header.SerializeToString(), *call.frames])
             except zmq.Again:
                 return  # no live connection yet (IMMEDIATE) or pipe full: wait for POLLOUT
             peer.backlog.popleft()
@@ -268,7 +311,7 @@ class Transport:
     def _on_replies(self, peer: _Peer) -> None:
         for _ in range(256):
             try:
-                frames = peer.socket.recv_multipart(zmq.NOBLOCK, copy=False)
+                frames = recv_frames(peer.socket)
             except zmq.Again:
                 return
             header = ResponseHeader()
@@ -310,6 +353,26 @@ class Transport:
 
 
 RETRYABLE = (ConnectionLost, errors.Throttled, errors.Unavailable)
+
+
+class PendingCall:
+    """A call in flight; `result()` waits for it (until the call's own deadline)."""
+
+    __slots__ = ("_transport", "_call", "_response_type")
+
+    def __init__(self, transport: Transport, call: _Call, response_type: type) -> None:
+        self._transport = transport
+        self._call = call
+        self._response_type = response_type
+
+    def done(self) -> bool:
+        return self._call.done.is_set()
+
+    def result(self):
+        _, frames = self._transport.finish_call(self._call)
+        response = self._response_type()
+        response.ParseFromString(frames[0])
+        return response
 
 
 class RpcClient:
@@ -393,6 +456,30 @@ class RpcClient:
         except (DecodeError, ValueError) as exc:
             raise errors.Internal(f"malformed {method} answer from {self.address}: {exc}") from None
         return response, frames[1:]
+
+    def call_async(
+        self,
+        recipient_uuid: str,
+        method: str,
+        request: Message,
+        response_type: type,
+        *,
+        timeout_s: float = 5.0,
+        sidecars=(),
+    ) -> PendingCall:
+        """Send now, collect later with `.result()`: many calls in flight from one thread.
+
+        No retries: a pending call is one attempt."""
+        call = self._transport.start_call(
+            self.address,
+            recipient_uuid,
+            self.caller_uuid,
+            method,
+            request.SerializeToString(),
+            sidecars,
+            timeout_s,
+        )
+        return PendingCall(self._transport, call, response_type)
 
     def ping(self, timeout_s: float = 2.0, *, idempotent: bool = True) -> PingResponse:
         """Learn who serves this address (the one call allowed without a recipient UUID)."""

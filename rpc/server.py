@@ -11,10 +11,11 @@ answers back through an inproc socket that the I/O thread forwards.
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +24,7 @@ from google.protobuf.message import DecodeError, Message
 
 from rpc import errors
 from rpc.addresses import bind_endpoint, host_port_of
+from rpc.frames import recv_frames, send_frames
 from rpc.rpc_pb2 import PingRequest, PingResponse, RequestHeader, ResponseHeader, StatusCode
 
 PING_METHOD = "rpc.Ping"
@@ -33,6 +35,8 @@ CALL_TIMEOUT_MS_DEFAULT = 30_000
 CALL_TIMEOUT_MS_MAX = 600_000
 POLL_INTERVAL_MS = 50
 DRAIN_BATCH_MAX = 256
+
+_OK = int(StatusCode.OK)
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +73,7 @@ class _Method:
     request_type: type
     handler: Handler
     anonymous: bool
+    inline: bool
 
 
 class RpcServer:
@@ -98,7 +103,10 @@ class RpcServer:
         self._reply_pull: zmq.Socket | None = None
         self._reply_push: zmq.Socket | None = None
         self._reply_lock = threading.Lock()
-        self._pool: ThreadPoolExecutor | None = None
+        self._replies: deque[list] = deque()  # answers from workers, for the I/O thread
+        # Work for the pool; its length is bounded by the in-flight count checked at dispatch.
+        self._work: queue.SimpleQueue = queue.SimpleQueue()
+        self._pool: list[threading.Thread] = []
         self._io_thread: threading.Thread | None = None
         self._stopping = threading.Event()
         self._stats_lock = threading.Lock()
@@ -114,17 +122,27 @@ class RpcServer:
         }
         self._inflight = 0
         self._address = ""
-        self.register(PING_METHOD, PingRequest, self._ping, anonymous=True)
+        self.register(PING_METHOD, PingRequest, self._ping, anonymous=True, inline=True)
 
     # -- setup -------------------------------------------------------------------------
 
     def register(
-        self, method: str, request_type: type, handler: Handler, *, anonymous: bool = False
+        self,
+        method: str,
+        request_type: type,
+        handler: Handler,
+        *,
+        anonymous: bool = False,
+        inline: bool = False,
     ) -> None:
-        """Serve `method`. `anonymous` methods also accept an empty recipient UUID."""
+        """Serve `method`. `anonymous` methods also accept an empty recipient UUID.
+
+        `inline` handlers run on the I/O thread, saving two thread hand-offs per call; only
+        for handlers that never block (no locks held by slow code, no I/O, no waiting).
+        """
         assert self._io_thread is None, "register methods before start()"
         assert method not in self._methods, f"method {method} registered twice"
-        self._methods[method] = _Method(request_type, handler, anonymous)
+        self._methods[method] = _Method(request_type, handler, anonymous, inline)
 
     @property
     def address(self) -> str:
@@ -147,11 +165,18 @@ class RpcServer:
         self._reply_pull.bind(inproc)
         self._reply_push = self._ctx.socket(zmq.PUSH)
         self._reply_push.setsockopt(zmq.LINGER, 0)
-        self._reply_push.setsockopt(zmq.SNDHWM, 0)  # bounded by the pool's queue instead
+        self._reply_push.setsockopt(zmq.SNDHWM, 1)  # only wake-ups travel here
         self._reply_push.connect(inproc)
-        self._pool = ThreadPoolExecutor(
-            max_workers=self._workers, thread_name_prefix=f"rpc-{self.service or 'server'}-worker"
-        )
+        self._pool = [
+            threading.Thread(
+                target=self._worker_loop,
+                name=f"rpc-{self.service or 'server'}-worker-{i}",
+                daemon=True,
+            )
+            for i in range(self._workers)
+        ]
+        for thread in self._pool:
+            thread.start()
         self._io_thread = threading.Thread(
             target=self._io_loop, name=f"rpc-{self.service or 'server'}-io", daemon=True
         )
@@ -172,8 +197,13 @@ class RpcServer:
             self._io_thread.join(timeout_s)
             if self._io_thread.is_alive():
                 log.warning("rpc io thread did not stop within %.1fs", timeout_s)
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
+        for _ in self._pool:
+            self._work.put(None)
+        deadline = time.monotonic() + timeout_s
+        for thread in self._pool:
+            thread.join(max(0.0, deadline - time.monotonic()))
+            if thread.is_alive():
+                log.warning("%s did not stop within %.1fs", thread.name, timeout_s)
         for sock in (self._router, self._reply_pull, self._reply_push):
             if sock is not None:
                 sock.close(linger=0)
@@ -208,17 +238,20 @@ class RpcServer:
 
     def _forward_replies(self) -> None:
         assert self._router is not None and self._reply_pull is not None
-        for _ in range(DRAIN_BATCH_MAX):
+        while True:
             try:
-                frames = self._reply_pull.recv_multipart(zmq.NOBLOCK, copy=False)
+                self._reply_pull.recv(zmq.NOBLOCK)
             except zmq.Again:
-                return
+                break
+        with self._reply_lock:
+            replies, self._replies = self._replies, deque()
+        for frames in replies:
             self._send(frames)
 
     def _send(self, frames: list) -> None:
         assert self._router is not None
         try:
-            self._router.send_multipart(frames, zmq.NOBLOCK, copy=False)
+            send_frames(self._router, frames)
         except zmq.Again:
             # The caller's pipe is full (it stopped reading); its call will time out.
             log.warning("dropped an answer: the caller's queue is full")
@@ -229,11 +262,10 @@ class RpcServer:
         assert self._router is not None
         for _ in range(DRAIN_BATCH_MAX):
             try:
-                frames = self._router.recv_multipart(zmq.NOBLOCK, copy=False)
+                frames = recv_frames(self._router)
             except zmq.Again:
                 return
             received = time.monotonic()
-            self._count("requests")
             try:
                 self._dispatch(frames, received)
             except errors.RpcError as err:
@@ -242,6 +274,7 @@ class RpcServer:
                 self._send([frames[0], *self._error_frames(call_id, err)])
 
     def _dispatch(self, frames: list, received: float) -> None:
+        self._count("requests")
         identity, rest = frames[0], frames[1:]
         if len(rest) < 2:
             raise self._reject(
@@ -253,7 +286,7 @@ class RpcServer:
         except (DecodeError, ValueError) as exc:
             raise self._reject(errors.BadRequest(f"malformed request header: {exc}")) from None
         call_id = header.call_id
-        size = sum(len(f.buffer) for f in rest)
+        size = sum(map(len, rest))
         if size > self.message_bytes_max:
             raise self._reject(
                 errors.BadRequest(
@@ -271,6 +304,17 @@ class RpcServer:
             )
         if method is None:
             raise self._reject(errors.BadRequest(f"unknown method {header.method!r}"), call_id)
+        timeout_ms = header.timeout_ms or CALL_TIMEOUT_MS_DEFAULT
+        deadline = received + min(timeout_ms, CALL_TIMEOUT_MS_MAX) / 1000.0
+        ctx = CallContext(
+            method=header.method,
+            caller_uuid=header.caller_uuid,
+            deadline=deadline,
+            sidecars=[f.buffer for f in rest[2:]],
+        )
+        if method.inline:
+            self._send([identity, *self._invoke(call_id, method, rest[1], ctx)])
+            return
         with self._stats_lock:
             if self._inflight >= self._queue_max + self._workers:
                 self._stats["throttled"] += 1
@@ -280,16 +324,7 @@ class RpcServer:
                 err.call_id = call_id  # type: ignore[attr-defined]
                 raise err
             self._inflight += 1
-        timeout_ms = header.timeout_ms or CALL_TIMEOUT_MS_DEFAULT
-        deadline = received + min(timeout_ms, CALL_TIMEOUT_MS_MAX) / 1000.0
-        ctx = CallContext(
-            method=header.method,
-            caller_uuid=header.caller_uuid,
-            deadline=deadline,
-            sidecars=[f.buffer for f in rest[2:]],
-        )
-        assert self._pool is not None
-        self._pool.submit(self._run, identity, call_id, method, rest[1], ctx)
+        self._work.put((identity, call_id, method, rest[1], ctx))
 
     def _reject(self, err: errors.RpcError, call_id: int = 0) -> errors.RpcError:
         key = "invalid_name" if isinstance(err, errors.InvalidName) else "bad_request"
@@ -300,18 +335,29 @@ class RpcServer:
 
     # -- workers -----------------------------------------------------------------------
 
+    def _worker_loop(self) -> None:
+        while True:
+            item = self._work.get()
+            if item is None or self._stopping.is_set():
+                return
+            self._run(*item)
+
     def _run(self, identity, call_id: int, method: _Method, body_frame, ctx: CallContext) -> None:
         try:
             frames = self._invoke(call_id, method, body_frame, ctx)
         finally:
             with self._stats_lock:
                 self._inflight -= 1
-        assert self._reply_push is not None
         with self._reply_lock:
-            try:
-                self._reply_push.send_multipart([identity, *frames], copy=False)
-            except zmq.ZMQError as exc:  # closing
-                log.debug("answer to call %d not sent: %s", call_id, exc)
+            # One wake-up per batch of answers: the I/O thread forwards all that are queued.
+            wake = not self._replies
+            self._replies.append([identity, *frames])
+            if wake:
+                assert self._reply_push is not None
+                try:
+                    self._reply_push.send(b"", zmq.NOBLOCK)
+                except zmq.ZMQError as exc:  # closing, or a wake-up already pending
+                    log.debug("wake-up not sent: %s", exc)
 
     def _invoke(self, call_id: int, method: _Method, body_frame, ctx: CallContext) -> list:
         if ctx.expired():
@@ -346,7 +392,7 @@ class RpcServer:
             body, sidecars = result, []
         assert isinstance(body, Message), f"{ctx.method} handler returned {type(body)}"
         self._count("ok")
-        header = ResponseHeader(call_id=call_id, status=StatusCode.OK, server_uuid=self.uuid)
+        header = ResponseHeader(call_id=call_id, status=_OK, server_uuid=self.uuid)
         return [header.SerializeToString(), body.SerializeToString(), *sidecars]
 
     def _error_frames(self, call_id: int, err: errors.RpcError) -> list:

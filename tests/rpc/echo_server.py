@@ -24,6 +24,7 @@ def main() -> None:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     server = RpcServer(uuid, bind, service="echo")
     server.register("Test.Echo", PingResponse, echo)
+    server.register("Test.EchoInline", PingResponse, echo, inline=True)
     with server:
         print(f"READY {server.address}", flush=True)
         stop.wait()

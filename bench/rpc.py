@@ -1,0 +1,152 @@
+"""Benchmark of the rpc layer against raw pyzmq DEALER/ROUTER with the same payloads.
+
+Starts two echo server processes on loopback, one built on rpc.server.RpcServer and one a
+bare ROUTER loop, then measures from this process, for each payload size:
+- round-trip latency of one call at a time (p50, p99)
+- pipelined calls per second (one thread keeping WINDOW calls in flight)
+and prints both side by side with the ratio rpc/raw. Run: ./dev bench rpc [--seconds S]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import zmq
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from rpc.client import RpcClient  # noqa: E402
+from rpc.rpc_pb2 import PingResponse  # noqa: E402
+from tests.support.procs import free_port  # noqa: E402
+
+UUID = "bench-echo"
+RAW_SERVER = """
+import sys, zmq
+ctx = zmq.Context(); s = ctx.socket(zmq.ROUTER); s.bind(sys.argv[1])
+print("READY", flush=True)
+while True:
+    frames = s.recv_multipart(copy=False)
+    s.send_multipart(frames, copy=False)
+"""
+
+
+def start(cmd: list[str]) -> subprocess.Popen:
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    line = proc.stdout.readline()
+    assert line.startswith("READY"), line
+    return proc
+
+
+def percentile(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+def bench_rpc(
+    address: str, payload: bytes, seconds: float, window: int, method: str = "Test.Echo"
+) -> tuple[list[float], float]:
+    with RpcClient(address, "bench") as c:
+        request = PingResponse(uuid="x")
+        for _ in range(50):
+            c.call(UUID, method, request, PingResponse, sidecars=[payload])
+        lat: list[float] = []
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            t = time.perf_counter()
+            c.call(UUID, method, request, PingResponse, sidecars=[payload])
+            lat.append(time.perf_counter() - t)
+        done = 0
+        inflight = []
+        t0 = time.perf_counter()
+        end = time.monotonic() + seconds
+        while time.monotonic() < end or inflight:
+            while len(inflight) < window and time.monotonic() < end:
+                inflight.append(
+                    c.call_async(UUID, method, request, PingResponse, sidecars=[payload])
+                )
+            inflight.pop(0).result()
+            done += 1
+        return lat, done / (time.perf_counter() - t0)
+
+
+def bench_raw(
+    address: str, payload: bytes, seconds: float, window: int
+) -> tuple[list[float], float]:
+    ctx = zmq.Context()
+    s = ctx.socket(zmq.DEALER)
+    s.setsockopt(zmq.LINGER, 0)
+    s.connect(f"tcp://{address}")
+    header = PingResponse(uuid="x").SerializeToString()
+    try:
+        for _ in range(50):
+            s.send_multipart([header, b"", payload], copy=False)
+            s.recv_multipart(copy=False)
+        lat: list[float] = []
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            t = time.perf_counter()
+            s.send_multipart([header, b"", payload], copy=False)
+            s.recv_multipart(copy=False)
+            lat.append(time.perf_counter() - t)
+        done = sent = 0
+        t0 = time.perf_counter()
+        end = time.monotonic() + seconds
+        while time.monotonic() < end or sent > done:
+            while sent - done < window and time.monotonic() < end:
+                s.send_multipart([header, b"", payload], copy=False)
+                sent += 1
+            s.recv_multipart(copy=False)
+            done += 1
+        return lat, done / (time.perf_counter() - t0)
+    finally:
+        s.close()
+        ctx.term()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=3.0, help="per measurement")
+    parser.add_argument("--window", type=int, default=64, help="calls in flight when pipelined")
+    args = parser.parse_args()
+    rpc_port, raw_port = free_port(), free_port()
+    rpc_proc = start([sys.executable, "-m", "tests.rpc.echo_server", UUID, f"127.0.0.1:{rpc_port}"])
+    raw_proc = start([sys.executable, "-c", RAW_SERVER, f"tcp://127.0.0.1:{raw_port}"])
+    try:
+        print(
+            "rpc = handlers on the worker pool (the default); inline = handlers on the I/O thread"
+        )
+        print(
+            f"{'payload':>9} | {'p50 rpc':>9} {'p50 raw':>9} | {'p99 rpc':>9} {'p99 raw':>9} | "
+            f"{'calls/s rpc':>11} {'calls/s raw':>11} {'ratio':>6} | {'inline/s':>9} {'ratio':>6}"
+        )
+        for size in (100, 4096, 65536):
+            payload = b"p" * size
+            lat_rpc, tput_rpc = bench_rpc(
+                f"127.0.0.1:{rpc_port}", payload, args.seconds, args.window
+            )
+            lat_raw, tput_raw = bench_raw(
+                f"127.0.0.1:{raw_port}", payload, args.seconds, args.window
+            )
+            _, tput_inline = bench_rpc(
+                f"127.0.0.1:{rpc_port}", payload, args.seconds, args.window, "Test.EchoInline"
+            )
+            print(
+                f"{size:>8}B | {statistics.median(lat_rpc) * 1e6:>7.0f}us {statistics.median(lat_raw) * 1e6:>7.0f}us | "
+                f"{percentile(lat_rpc, 0.99) * 1e6:>7.0f}us {percentile(lat_raw, 0.99) * 1e6:>7.0f}us | "
+                f"{tput_rpc:>11.0f} {tput_raw:>11.0f} {tput_rpc / tput_raw:>6.2f} | "
+                f"{tput_inline:>9.0f} {tput_inline / tput_raw:>6.2f}"
+            )
+    finally:
+        for p in (rpc_proc, raw_proc):
+            p.kill()
+            p.wait(10)
+
+
+if __name__ == "__main__":
+    main()
