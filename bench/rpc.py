@@ -136,9 +136,11 @@ def main() -> None:
             _, tput_inline = bench_rpc(
                 f"127.0.0.1:{rpc_port}", payload, args.seconds, args.window, "Test.EchoInline"
             )
+            p50_rpc, p50_raw = statistics.median(lat_rpc) * 1e6, statistics.median(lat_raw) * 1e6
+            p99_rpc, p99_raw = percentile(lat_rpc, 0.99) * 1e6, percentile(lat_raw, 0.99) * 1e6
             print(
-                f"{size:>8}B | {statistics.median(lat_rpc) * 1e6:>7.0f}us {statistics.median(lat_raw) * 1e6:>7.0f}us | "
-                f"{percentile(lat_rpc, 0.99) * 1e6:>7.0f}us {percentile(lat_raw, 0.99) * 1e6:>7.0f}us | "
+                f"{size:>8}B | {p50_rpc:>7.0f}us {p50_raw:>7.0f}us | "
+                f"{p99_rpc:>7.0f}us {p99_raw:>7.0f}us | "
                 f"{tput_rpc:>11.0f} {tput_raw:>11.0f} {tput_rpc / tput_raw:>6.2f} | "
                 f"{tput_inline:>9.0f} {tput_inline / tput_raw:>6.2f}"
             )
