@@ -128,7 +128,9 @@ def decode_segment(path: Path, data: bytes, *, is_last: bool) -> SegmentContents
         start = pos + RECORD_HEADER_BYTES
         end = start + length
         if end > n:
-            return _bad(out, data, pos, f"record of {length} bytes runs past end of file", is_last)
+            return _bad(
+                out, data, pos, f"record of {length} bytes runs past end of file", is_last, after=n
+            )
         payload = data[start:end]
         if crc32c.crc32c(payload) != pcrc:
             return _bad(out, data, pos, "record payload CRC mismatch", is_last, after=end)
