@@ -11,14 +11,16 @@ from tservers.tablet.manager import TabletManager
 from tservers.tserver_pb2 import ColumnSchemaPB, CreateTabletRequest, DataType, SchemaPB
 from tservers.wal.log import WalOptions
 
-SIX = SchemaPB(columns=[
-    ColumnSchemaPB(name="id", type=DataType.INT64, is_key=True),
-    ColumnSchemaPB(name="n", type=DataType.INT32, nullable=True),
-    ColumnSchemaPB(name="x", type=DataType.DOUBLE, nullable=True),
-    ColumnSchemaPB(name="s", type=DataType.STRING, nullable=True),
-    ColumnSchemaPB(name="b", type=DataType.BOOL, nullable=True),
-    ColumnSchemaPB(name="ts", type=DataType.TIMESTAMP, nullable=True),
-])
+SIX = SchemaPB(
+    columns=[
+        ColumnSchemaPB(name="id", type=DataType.INT64, is_key=True),
+        ColumnSchemaPB(name="n", type=DataType.INT32, nullable=True),
+        ColumnSchemaPB(name="x", type=DataType.DOUBLE, nullable=True),
+        ColumnSchemaPB(name="s", type=DataType.STRING, nullable=True),
+        ColumnSchemaPB(name="b", type=DataType.BOOL, nullable=True),
+        ColumnSchemaPB(name="ts", type=DataType.TIMESTAMP, nullable=True),
+    ]
+)
 
 
 def ipc(table: pa.Table) -> bytes:
@@ -30,14 +32,16 @@ def ipc(table: pa.Table) -> bytes:
 
 def six_rows(ids) -> pa.Table:
     ids = list(ids)
-    return pa.table({
-        "id": pa.array(ids, pa.int64()),
-        "n": pa.array([i % 1000 for i in ids], pa.int32()),
-        "x": pa.array([i * 0.5 for i in ids], pa.float64()),
-        "s": pa.array([f"s{i}" for i in ids], pa.string()),
-        "b": pa.array([i % 2 == 0 for i in ids], pa.bool_()),
-        "ts": pa.array([1_700_000_000_000_000 + i for i in ids], pa.timestamp("us")),
-    })
+    return pa.table(
+        {
+            "id": pa.array(ids, pa.int64()),
+            "n": pa.array([i % 1000 for i in ids], pa.int32()),
+            "x": pa.array([i * 0.5 for i in ids], pa.float64()),
+            "s": pa.array([f"s{i}" for i in ids], pa.string()),
+            "b": pa.array([i % 2 == 0 for i in ids], pa.bool_()),
+            "ts": pa.array([1_700_000_000_000_000 + i for i in ids], pa.timestamp("us")),
+        }
+    )
 
 
 def keys(table: pa.Table, col: str = "id") -> list:
@@ -48,17 +52,21 @@ def deadline(s: float = 10.0) -> float:
     return time.monotonic() + s
 
 
-def open_manager(root, *, flush_rows: int = 200_000, segment_bytes: int = 1 << 20
-                 ) -> TabletManager:
+def open_manager(root, *, flush_rows: int = 200_000, segment_bytes: int = 1 << 20) -> TabletManager:
     from tservers.tablet.tablet import TabletOptions
 
     fs = FsLayout.open(root) if (root / "instance").exists() else FsLayout.format(root)
-    m = TabletManager(fs, WalOptions(segment_size_bytes_max=segment_bytes),
-                      TabletOptions(flush_rows_threshold=flush_rows), maintenance=False)
+    m = TabletManager(
+        fs,
+        WalOptions(segment_size_bytes_max=segment_bytes),
+        TabletOptions(flush_rows_threshold=flush_rows),
+        maintenance=False,
+    )
     m.open()
     return m
 
 
 def create(m: TabletManager, tablet_id: str = "t1", schema: SchemaPB = SIX):
-    return m.create_tablet(CreateTabletRequest(tablet_id=tablet_id, table_name="tbl",
-                                               schema=schema))
+    return m.create_tablet(
+        CreateTabletRequest(tablet_id=tablet_id, table_name="tbl", schema=schema)
+    )

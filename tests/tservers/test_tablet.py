@@ -51,15 +51,16 @@ def test_insert_upsert_update_delete(mgr):
     with pytest.raises(AlreadyExists, match="key 3"):
         t.write(1, [(OpType.INSERT, ipc(six_rows([3])))], deadline())
     t.write(1, [(OpType.UPSERT, ipc(six_rows([3, 10])))], deadline())
-    t.write(1, [(OpType.UPDATE, ipc(pa.table({"id": pa.array([4], pa.int64()),
-                                                 "s": ["four"]})))], deadline())
+    t.write(
+        1,
+        [(OpType.UPDATE, ipc(pa.table({"id": pa.array([4], pa.int64()), "s": ["four"]})))],
+        deadline(),
+    )
     with pytest.raises(NotFound, match="key 99"):
-        t.write(1, [(OpType.UPDATE, ipc(pa.table({"id": pa.array([99], pa.int64())})))],
-                deadline())
+        t.write(1, [(OpType.UPDATE, ipc(pa.table({"id": pa.array([99], pa.int64())})))], deadline())
     t.write(1, [(OpType.DELETE, ipc(pa.table({"id": pa.array([5], pa.int64())})))], deadline())
     with pytest.raises(NotFound):
-        t.write(1, [(OpType.DELETE, ipc(pa.table({"id": pa.array([5], pa.int64())})))],
-                deadline())
+        t.write(1, [(OpType.DELETE, ipc(pa.table({"id": pa.array([5], pa.int64())})))], deadline())
     r = scan(t)
     assert keys(r) == [0, 1, 2, 3, 4, 6, 7, 8, 9, 10]
     row4 = r.filter(pa.compute.equal(r["id"], 4)).to_pylist()[0]
@@ -72,13 +73,22 @@ def test_batch_is_atomic(mgr):
     before = scan(t)
     # The duplicate is in the middle of the second block: nothing of the batch may apply.
     with pytest.raises(AlreadyExists):
-        t.write(1, [(OpType.UPSERT, ipc(six_rows([100]))),
-                    (OpType.INSERT, ipc(six_rows([1, 2, 5, 7])))], deadline())
+        t.write(
+            1,
+            [(OpType.UPSERT, ipc(six_rows([100]))), (OpType.INSERT, ipc(six_rows([1, 2, 5, 7])))],
+            deadline(),
+        )
     assert scan(t).equals(before)
     # Rows of one batch see each other, in order.
-    t.write(1, [(OpType.INSERT, ipc(six_rows([1]))),
-                (OpType.DELETE, ipc(pa.table({"id": pa.array([1], pa.int64())}))),
-                (OpType.INSERT, ipc(six_rows([1])))], deadline())
+    t.write(
+        1,
+        [
+            (OpType.INSERT, ipc(six_rows([1]))),
+            (OpType.DELETE, ipc(pa.table({"id": pa.array([1], pa.int64())}))),
+            (OpType.INSERT, ipc(six_rows([1]))),
+        ],
+        deadline(),
+    )
     assert keys(scan(t)) == [1, 5]
 
 
@@ -89,12 +99,21 @@ def test_bad_writes_change_nothing(mgr):
     cases = [
         (2, [(OpType.INSERT, ipc(six_rows([2])))], "schema mismatch"),
         (1, [(OpType.INSERT, ipc(pa.table({"id": pa.array(["x"])})))], "write has string"),
-        (1, [(OpType.INSERT, ipc(pa.table({"id": pa.array([2], pa.int64()),
-                                          "zz": [1]})))], "unknown column"),
-        (1, [(OpType.INSERT, ipc(pa.table({"n": pa.array([2], pa.int32())})))],
-         "key column 'id' missing"),
-        (1, [(OpType.INSERT, ipc(pa.table({"id": pa.array([None, 3], pa.int64())})))],
-         "not nullable"),
+        (
+            1,
+            [(OpType.INSERT, ipc(pa.table({"id": pa.array([2], pa.int64()), "zz": [1]})))],
+            "unknown column",
+        ),
+        (
+            1,
+            [(OpType.INSERT, ipc(pa.table({"n": pa.array([2], pa.int32())})))],
+            "key column 'id' missing",
+        ),
+        (
+            1,
+            [(OpType.INSERT, ipc(pa.table({"id": pa.array([None, 3], pa.int64())})))],
+            "not nullable",
+        ),
         (1, [(OpType.INSERT, b"garbage")], "undecodable"),
         (1, [(99, ipc(six_rows([3])))], "unknown operation"),
         (1, [], "no rows"),
@@ -112,9 +131,23 @@ def test_bad_writes_change_nothing(mgr):
 def test_scans(mgr):
     t = create(mgr)
     t.write(1, [(OpType.INSERT, ipc(six_rows(range(100))))], deadline())
-    t.write(1, [(OpType.UPDATE, ipc(pa.table({"id": pa.array([7, 8], pa.int64()),
-                                                 "s": pa.array([None, None], pa.string())})))],
-            deadline())
+    t.write(
+        1,
+        [
+            (
+                OpType.UPDATE,
+                ipc(
+                    pa.table(
+                        {
+                            "id": pa.array([7, 8], pa.int64()),
+                            "s": pa.array([None, None], pa.string()),
+                        }
+                    )
+                ),
+            )
+        ],
+        deadline(),
+    )
     t.flush()
     t.write(1, [(OpType.INSERT, ipc(six_rows(range(100, 120))))], deadline())
     assert keys(scan(t, predicates=[P("id", PredicateOp.LT, 3)])) == [0, 1, 2]
@@ -125,11 +158,18 @@ def test_scans(mgr):
     assert keys(scan(t, predicates=[P("s", PredicateOp.IN, "s3", "s105", "zz")])) == [3, 105]
     assert keys(scan(t, predicates=[P("s", PredicateOp.IS_NULL)])) == [7, 8]
     assert len(scan(t, predicates=[P("s", PredicateOp.IS_NOT_NULL)])) == 118
-    both = scan(t, predicates=[P("id", PredicateOp.GE, 10), P("b", PredicateOp.EQ, True),
-                                P("x", PredicateOp.LT, 8.0)])
+    both = scan(
+        t,
+        predicates=[
+            P("id", PredicateOp.GE, 10),
+            P("b", PredicateOp.EQ, True),
+            P("x", PredicateOp.LT, 8.0),
+        ],
+    )
     assert keys(both) == [10, 12, 14]
-    r = scan(t, projection=["s", "id"], lower=[ValuePB(int_value=98)],
-             upper=[ValuePB(int_value=101)])
+    r = scan(
+        t, projection=["s", "id"], lower=[ValuePB(int_value=98)], upper=[ValuePB(int_value=101)]
+    )
     assert r.column_names == ["s", "id"] and keys(r) == [98, 99, 100]
     assert len(scan(t, limit=5)) == 5
     ts = scan(t, projection=["ts"], predicates=[P("id", PredicateOp.EQ, 1)])
@@ -141,23 +181,36 @@ def test_scans(mgr):
 
 
 def test_composite_key_ranges(mgr):
-    schema = SchemaPB(columns=[
-        ColumnSchemaPB(name="a", type=DataType.STRING, is_key=True),
-        ColumnSchemaPB(name="b", type=DataType.INT32, is_key=True),
-        ColumnSchemaPB(name="v", type=DataType.BINARY, nullable=True),
-    ])
+    schema = SchemaPB(
+        columns=[
+            ColumnSchemaPB(name="a", type=DataType.STRING, is_key=True),
+            ColumnSchemaPB(name="b", type=DataType.INT32, is_key=True),
+            ColumnSchemaPB(name="v", type=DataType.BINARY, nullable=True),
+        ]
+    )
     t = create(mgr, "c1", schema)
-    rows = pa.table({"a": ["x", "x", "x", "y", "y"], "b": pa.array([1, 2, 3, 1, 2], pa.int32()),
-                     "v": [b"1", b"2", b"3", b"4", None]})
+    rows = pa.table(
+        {
+            "a": ["x", "x", "x", "y", "y"],
+            "b": pa.array([1, 2, 3, 1, 2], pa.int32()),
+            "v": [b"1", b"2", b"3", b"4", None],
+        }
+    )
     t.write(1, [(OpType.INSERT, ipc(rows))], deadline())
     with pytest.raises(AlreadyExists, match="'x', 2"):
         t.write(1, [(OpType.INSERT, ipc(rows.slice(1, 1)))], deadline())
-    r = scan(t, lower=[ValuePB(string_value="x"), ValuePB(int_value=2)],
-             upper=[ValuePB(string_value="y"), ValuePB(int_value=2)])
+    r = scan(
+        t,
+        lower=[ValuePB(string_value="x"), ValuePB(int_value=2)],
+        upper=[ValuePB(string_value="y"), ValuePB(int_value=2)],
+    )
     assert list(zip(r["a"].to_pylist(), r["b"].to_pylist())) == [("x", 2), ("x", 3), ("y", 1)]
     t.flush()
-    t.write(1, [(OpType.DELETE, ipc(pa.table({"a": ["x"], "b": pa.array([3], pa.int32())})))],
-            deadline())
+    t.write(
+        1,
+        [(OpType.DELETE, ipc(pa.table({"a": ["x"], "b": pa.array([3], pa.int32())})))],
+        deadline(),
+    )
     assert len(scan(t)) == 4
 
 
@@ -183,8 +236,9 @@ def test_model_check_across_flush_compaction_restart(tmp_path):
                 del model[i]
         else:
             vals = [f"v{step}-{i}" for i in ids]
-            t.write(1, [(op, ipc(pa.table({"id": pa.array(ids, pa.int64()), "s": vals})))],
-                    deadline())
+            t.write(
+                1, [(op, ipc(pa.table({"id": pa.array(ids, pa.int64()), "s": vals})))], deadline()
+            )
             model.update(zip(ids, vals, strict=True))
         if step % 15 == 14:
             t.flush()
@@ -226,13 +280,21 @@ def test_alter_schema(tmp_path):
     m = open_manager(root)
     t = create(m)
     t.write(1, [(OpType.INSERT, ipc(six_rows(range(5))))], deadline())
-    new = m.alter_schema("t1", 1, [ColumnSchemaPB(name="extra", type=DataType.STRING,
-                                                  nullable=True)], ["s"], deadline())
+    new = m.alter_schema(
+        "t1",
+        1,
+        [ColumnSchemaPB(name="extra", type=DataType.STRING, nullable=True)],
+        ["s"],
+        deadline(),
+    )
     assert new.version == 2
     with pytest.raises(BadRequest, match="schema mismatch"):
         t.write(1, [(OpType.INSERT, ipc(six_rows([9])))], deadline())
-    t.write(2, [(OpType.UPSERT, ipc(pa.table({"id": pa.array([1], pa.int64()),
-                                                 "extra": ["e"]})))], deadline())
+    t.write(
+        2,
+        [(OpType.UPSERT, ipc(pa.table({"id": pa.array([1], pa.int64()), "extra": ["e"]})))],
+        deadline(),
+    )
     r = scan(t)
     assert "s" not in r.column_names and r["extra"].to_pylist() == [None, "e", None, None, None]
     with pytest.raises(BadRequest, match="key"):
@@ -240,8 +302,9 @@ def test_alter_schema(tmp_path):
     with pytest.raises(BadRequest, match="nullable"):
         m.alter_schema("t1", 2, [ColumnSchemaPB(name="q", type=DataType.INT64)], [], deadline())
     # Re-adding a dropped name does not bring the old data back.
-    m.alter_schema("t1", 2, [ColumnSchemaPB(name="s", type=DataType.STRING, nullable=True)],
-                   [], deadline())
+    m.alter_schema(
+        "t1", 2, [ColumnSchemaPB(name="s", type=DataType.STRING, nullable=True)], [], deadline()
+    )
     assert scan(t, projection=["s"])["s"].null_count == 5
     m.close()
     m = open_manager(root)

@@ -14,9 +14,14 @@ from tservers.wal.segment import WalCorruption
 
 
 def _entry(i: int, size: int = 100) -> LogEntryPB:
-    return LogEntryPB(term=1, index=i, type=EntryType.WRITE,
-                      write=WriteOpPB(schema_version=1,
-                                      blocks=[RowBlockPB(op=1, arrow_ipc=bytes([i % 251]) * size)]))
+    return LogEntryPB(
+        term=1,
+        index=i,
+        type=EntryType.WRITE,
+        write=WriteOpPB(
+            schema_version=1, blocks=[RowBlockPB(op=1, arrow_ipc=bytes([i % 251]) * size)]
+        ),
+    )
 
 
 def _append_sync(app: Appender, tl: TabletLog, entries: list[LogEntryPB]) -> None:

@@ -1,0 +1,77 @@
+"""A tablet server process for integration tests: start, wait until serving, stop or kill."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.support.procs import free_port, wait_for
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class TServerProcess:
+    def __init__(self, root: Path, *, extra_args=(), env=None) -> None:
+        self.root = root
+        self.port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.extra_args = list(extra_args)
+        self.env = env
+        self.proc: subprocess.Popen | None = None
+        self.uuid = ""
+
+    def start(self, timeout_s: float = 60.0) -> TServerProcess:
+        out = self.root.parent / f"{self.root.name}.{self.port}.out"
+        self.out_path = out
+        self.err_path = out.with_suffix(".err")
+        env = dict(os.environ)
+        env.update(self.env or {})
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tservers.cli",
+                "start",
+                "--fs-root",
+                str(self.root),
+                "--bind",
+                self.address,
+                "--log-level",
+                "warning",
+                *self.extra_args,
+            ],
+            cwd=REPO,
+            env=env,
+            stdout=open(out, "w"),
+            stderr=open(self.err_path, "w"),
+        )
+
+        def ready() -> bool:
+            if self.proc.poll() is not None:
+                raise AssertionError(
+                    f"tserver exited {self.proc.returncode}: {self.err_path.read_text()}"
+                )
+            text = out.read_text()
+            return "serving on" in text
+
+        wait_for(ready, timeout_s, "tserver to serve")
+        self.uuid = out.read_text().split()[1]
+        return self
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait(30)
+
+    def terminate(self, timeout_s: float = 30.0) -> int:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout_s)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(30)

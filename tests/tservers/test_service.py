@@ -1,0 +1,215 @@
+"""The tablet server as a process: service methods, bad requests, kill -9, clean shutdown."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+
+import pyarrow as pa
+import pytest
+
+from coordinator.client.tablets import TabletServerClient, column
+from rpc.client import RpcClient
+from rpc.errors import (
+    AlreadyExists,
+    BadRequest,
+    InvalidName,
+    NotFound,
+    TabletDeleted,
+    TabletNotFound,
+)
+from tests.tservers.procs import REPO, TServerProcess
+from tservers.fs import FsLayout
+from tservers.tserver_pb2 import OpType, StatusRequest, StatusResponse
+from tservers.wal import segment as seg
+
+COLS = [
+    column("id", "int64", key=True),
+    column("n", "int32", nullable=True),
+    column("x", "double", nullable=True),
+    column("s", "string", nullable=True),
+    column("b", "bool", nullable=True),
+    column("ts", "timestamp", nullable=True),
+]
+
+
+def rows(ids) -> pa.Table:
+    ids = list(ids)
+    return pa.table(
+        {
+            "id": pa.array(ids, pa.int64()),
+            "n": pa.array(ids, pa.int32()),
+            "x": pa.array([i / 2 for i in ids]),
+            "s": [f"s{i}" for i in ids],
+            "b": [i % 2 == 0 for i in ids],
+            "ts": pa.array(ids, pa.timestamp("us")),
+        }
+    )
+
+
+@pytest.fixture
+def server(tmp_path):
+    root = tmp_path / "root"
+    FsLayout.format(root)
+    procs = []
+
+    def start(**kw) -> TServerProcess:
+        p = TServerProcess(root, **kw).start()
+        procs.append(p)
+        return p
+
+    yield start
+    for p in procs:
+        p.stop()
+
+
+@pytest.mark.integration
+def test_service_end_to_end(server):
+    p = server()
+    with TabletServerClient(p.address) as c:
+        assert c.server_uuid == p.uuid
+        c.create_tablet("t1", COLS, table_name="tbl")
+        with pytest.raises(AlreadyExists):
+            c.create_tablet("t1", COLS)
+        s = c.new_session(flush_rows_max=2000)
+        s.insert("t1", rows(range(5000)))  # auto-flushes at 2000 rows
+        s.flush()
+        assert s.pending_rows() == 0
+        batches = list(c.scan("t1", batch_rows_max=700))
+        assert all(b.num_rows <= 700 for b in batches)
+        assert sum(b.num_rows for b in batches) == 5000
+        t = c.scan_table(
+            "t1",
+            projection=["id", "s"],
+            predicates=[("id", "in", [3, 4, 99999]), ("s", "is not null")],
+        )
+        assert t.to_pylist() == [{"id": 3, "s": "s3"}, {"id": 4, "s": "s4"}]
+        s.update("t1", [{"id": 3, "s": None}])
+        s.delete("t1", [{"id": 4}])
+        s.flush()
+        assert c.scan_table("t1", predicates=[("s", "is null")])["id"].to_pylist() == [3]
+        assert c.scan_table("t1", lower_bound=[3], upper_bound=[6])["id"].to_pylist() == [3, 5]
+        c.alter_schema("t1", add=[column("extra", "string", nullable=True)], drop=["b"])
+        assert "b" not in c.scan_table("t1", limit=1).column_names
+        reports = {r.tablet_id: r for r in c.list_tablets().tablets}
+        assert reports["t1"].status == "RUNNING" and reports["t1"].schema_version == 2
+        st = c.status()
+        assert st.uuid == p.uuid and st.wal_sync_enabled and st.wal_syncs >= 1
+        c.delete_tablet("t1")
+        with pytest.raises(TabletDeleted):
+            c.scan_table("t1")
+    # Every request names the server: a request for another uuid is refused.
+    with RpcClient(p.address) as rc, pytest.raises(InvalidName):
+        rc.call("someone-else", "TServer.Status", StatusRequest(), StatusResponse)
+
+
+@pytest.mark.integration
+def test_bad_requests_get_clear_errors_and_change_nothing(server):
+    p = server()
+    with TabletServerClient(p.address) as c:
+        c.create_tablet("t1", COLS)
+        c.write("t1", [(OpType.INSERT, rows(range(10)))])
+        before = c.scan_table("t1")
+        with pytest.raises(TabletNotFound, match="nope"):
+            c.write("nope", [(OpType.INSERT, rows([1]))], 1)
+        with pytest.raises(BadRequest, match="schema mismatch"):
+            c.write("t1", [(OpType.INSERT, rows([20]))], 7)
+        with pytest.raises(BadRequest, match="'n' is INT32"):
+            c.write(
+                "t1", [(OpType.INSERT, pa.table({"id": pa.array([21], pa.int64()), "n": ["text"]}))]
+            )
+        with pytest.raises(BadRequest, match="exceeds"):
+            c.write(
+                "t1", [(OpType.INSERT, pa.table({"id": pa.array(range(100, 100_200), pa.int64())}))]
+            )
+        with pytest.raises(AlreadyExists):
+            c.write("t1", [(OpType.INSERT, rows([30, 31, 5]))])
+        with pytest.raises(NotFound):
+            c.write("t1", [(OpType.UPDATE, pa.table({"id": pa.array([77], pa.int64())}))])
+        with pytest.raises(BadRequest, match="bad tablet id"):
+            c.write("../etc", [(OpType.INSERT, rows([1]))], 1)
+        with pytest.raises(BadRequest, match="unknown column"):
+            c.scan_table("t1", projection=["zz"])
+        with pytest.raises(BadRequest):
+            c.create_tablet("t2", [column("v", "string", nullable=True)])
+        assert c.scan_table("t1").equals(before)
+
+
+@pytest.mark.integration
+def test_kill9_during_heavy_writes_keeps_every_acknowledged_row(server):
+    p = server(extra_args=["--flush-rows", "3000", "--segment-size-mb", "1"])
+    c = TabletServerClient(p.address)
+    c.create_tablet("t1", COLS)
+    acked: list[list[int]] = [[] for _ in range(4)]
+    stop = threading.Event()
+
+    def writer(k: int) -> None:
+        with TabletServerClient(p.address, p.uuid) as wc:
+            b = 0
+            while not stop.is_set():
+                ids = list(range((k * 1_000_000) + b * 200, (k * 1_000_000) + (b + 1) * 200))
+                try:
+                    wc.write("t1", [(OpType.INSERT, rows(ids))], 1)
+                except Exception:
+                    return  # the server died under us: that write was not acknowledged
+                acked[k].extend(ids)
+                b += 1
+
+    threads = [threading.Thread(target=writer, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    from tests.support.procs import wait_for
+
+    wait_for(lambda: sum(len(a) for a in acked) >= 20_000, 120, "20k acknowledged rows")
+    p.kill9()
+    stop.set()
+    for t in threads:
+        t.join(30)
+    c.close()
+    p2 = server(extra_args=["--flush-rows", "3000"])
+    with TabletServerClient(p2.address) as c2:
+        got = set(c2.scan_table("t1", projection=["id"])["id"].to_pylist())
+    want = {i for a in acked for i in a}
+    assert want <= got, f"{len(want - got)} acknowledged rows lost"
+
+
+@pytest.mark.integration
+def test_restart_with_truncated_last_segment(server):
+    p = server()
+    with TabletServerClient(p.address) as c:
+        c.create_tablet("t1", COLS)
+        for b in range(5):
+            c.write("t1", [(OpType.INSERT, rows(range(b * 10, b * 10 + 10)))])
+    p.kill9()
+    fs = FsLayout.open(p.root)
+    path = seg.list_segments(fs.wal_dir("t1"))[-1][1]
+    contents = seg.read_segment(path, is_last=True)
+    import os
+
+    os.truncate(path, contents.data_end - 5)  # the last write's record is cut short
+    p2 = server()
+    with TabletServerClient(p2.address) as c:
+        ids = c.scan_table("t1", projection=["id"])["id"].to_pylist()
+        assert ids == list(range(40))
+        c.write("t1", [(OpType.INSERT, rows([40]))])
+
+
+@pytest.mark.integration
+def test_sigterm_is_a_clean_shutdown_and_unformatted_root_is_refused(server, tmp_path):
+    p = server()
+    with TabletServerClient(p.address) as c:
+        c.create_tablet("t1", COLS)
+        c.write("t1", [(OpType.INSERT, rows([1]))])
+    assert p.terminate() == 0
+    fs = FsLayout.open(p.root)
+    for _, path in seg.list_segments(fs.wal_dir("t1")):
+        assert seg.read_segment(path, is_last=False).footer is not None  # closed cleanly
+    r = subprocess.run(
+        [sys.executable, "-m", "tservers.cli", "start", "--fs-root", str(tmp_path / "empty")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 1 and "not formatted" in r.stderr and "Traceback" not in r.stderr
