@@ -194,16 +194,18 @@ class EnlistServer(_message.Message):
     def __init__(self, header: _Optional[_Union[OpHeader, _Mapping]] = ..., server_uuid: _Optional[str] = ..., address: _Optional[str] = ..., previous_record_id: _Optional[int] = ...) -> None: ...
 
 class ServerDown(_message.Message):
-    __slots__ = ("header", "server_uuid", "previous_record_id", "reason")
+    __slots__ = ("header", "server_uuid", "previous_record_id", "reason", "address")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     SERVER_UUID_FIELD_NUMBER: _ClassVar[int]
     PREVIOUS_RECORD_ID_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
     header: OpHeader
     server_uuid: str
     previous_record_id: int
     reason: str
-    def __init__(self, header: _Optional[_Union[OpHeader, _Mapping]] = ..., server_uuid: _Optional[str] = ..., previous_record_id: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+    address: str
+    def __init__(self, header: _Optional[_Union[OpHeader, _Mapping]] = ..., server_uuid: _Optional[str] = ..., previous_record_id: _Optional[int] = ..., reason: _Optional[str] = ..., address: _Optional[str] = ...) -> None: ...
 
 class RemoveServer(_message.Message):
     __slots__ = ("header", "server_uuid", "previous_record_id")
@@ -394,6 +396,18 @@ class ListServersResponse(_message.Message):
     SERVERS_FIELD_NUMBER: _ClassVar[int]
     servers: _containers.RepeatedCompositeFieldContainer[ServerSummary]
     def __init__(self, servers: _Optional[_Iterable[_Union[ServerSummary, _Mapping]]] = ...) -> None: ...
+
+class RemoveServerRequest(_message.Message):
+    __slots__ = ("request_id", "server_uuid")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    SERVER_UUID_FIELD_NUMBER: _ClassVar[int]
+    request_id: RequestId
+    server_uuid: str
+    def __init__(self, request_id: _Optional[_Union[RequestId, _Mapping]] = ..., server_uuid: _Optional[str] = ...) -> None: ...
+
+class RemoveServerResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
 
 class EnlistServerRequest(_message.Message):
     __slots__ = ("server_uuid", "address")

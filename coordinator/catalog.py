@@ -1,0 +1,191 @@
+"""The coordinator's in-memory catalog, rebuilt from the log (architecture 4.4).
+
+Tables, tablets, tablet servers, pending operations, client sessions (exactly-once results)
+and the last Lease record (for leader hints). Only the operations' `apply` functions change
+the logged part, always in log order; heartbeats change the unlogged part (last heartbeat,
+tablet reports), which lives on every node but is acted on by the leader only.
+
+Values are frozen dataclasses replaced on change; protobuf fields held by them are never
+mutated after they are stored (copies are made before any change). `lock` guards everything;
+readers take it briefly.
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from coordinator import coordinator_pb2 as pb
+
+TABLE_NAME_BYTES_MAX = 256
+COLUMN_NAME_BYTES_MAX = 256
+COLUMNS_MAX = 300
+TABLETS_PER_TABLE_MAX = 256
+REPLICATION_FACTOR_MAX = 7
+SERVER_UUID_BYTES_MAX = 64
+ADDRESS_BYTES_MAX = 256
+CLIENT_ID_BYTES_MAX = 128
+# Exactly-once bookkeeping: results kept per client, clients kept, superseded requests carried.
+SESSION_RESULTS_PER_CLIENT_MAX = 64
+SESSION_CLIENTS_MAX = 10_000
+SUPERSEDED_REQUESTS_MAX = 16
+
+
+class TableState(enum.Enum):
+    CREATING = "CREATING"
+    RUNNING = "RUNNING"
+    ALTERING = "ALTERING"
+    DROPPING = "DROPPING"
+
+
+class ServerState(enum.Enum):
+    LIVE = "LIVE"
+    DOWN = "DOWN"
+
+
+@dataclass(frozen=True, slots=True)
+class TableInfo:
+    table_id: str
+    name: str
+    schema: pb.Schema
+    replication_factor: int
+    tablet_ids: tuple[str, ...]
+    state: TableState
+    create_record_id: int  # the live CreateTable record (STARTED or DONE)
+    alter_record_id: int = 0  # the live AlterTable DONE record, 0 if none
+    pending_op_id: int = 0  # an operation on this table between STARTED and DONE
+    # Requests whose results live in this table's records (carried when those are invalidated).
+    requests: tuple[tuple[str, int, int], ...] = ()  # (client_id, seq, schema_version)
+
+
+@dataclass(frozen=True, slots=True)
+class TabletInfo:
+    tablet_id: str
+    table_id: str
+    hash_bucket: int
+    num_buckets: int
+    replicas: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TabletReportInfo:
+    """Unlogged: the last heartbeat report about a tablet from one of its replicas."""
+
+    leader_uuid: str
+    term: int
+    config_index: int
+    config_uuids: tuple[str, ...]
+    reported_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class ServerInfo:
+    uuid: str
+    address: str
+    state: ServerState
+    record_id: int  # its live EnlistServer or ServerDown record
+
+
+@dataclass(frozen=True, slots=True)
+class PendingOp:
+    op_id: int
+    kind: str  # the LogRecord oneof name
+    record: pb.LogRecord  # the STARTED record
+
+
+@dataclass(frozen=True, slots=True)
+class OpResult:
+    """What a retried request gets back: the operation's id and, once done, its result."""
+
+    op_id: int
+    kind: str
+    done: bool
+    table_id: str = ""
+    schema_version: int = 0
+
+
+@dataclass
+class Catalog:
+    """Everything a coordinator node knows; see the module docstring."""
+
+    applied_id: int = 0
+    tables: dict[str, TableInfo] = field(default_factory=dict)
+    names: dict[str, str] = field(default_factory=dict)  # name -> table id
+    tablets: dict[str, TabletInfo] = field(default_factory=dict)
+    servers: dict[str, ServerInfo] = field(default_factory=dict)
+    pending: OrderedDict[int, PendingOp] = field(default_factory=OrderedDict)
+    sessions: OrderedDict[str, OrderedDict[int, OpResult]] = field(default_factory=OrderedDict)
+    last_lease: tuple[int, pb.Lease] | None = None
+    # Unlogged state, fed by heartbeats (time.monotonic() of this node).
+    heartbeats: dict[str, float] = field(default_factory=dict)
+    tablet_reports: dict[str, TabletReportInfo] = field(default_factory=dict)
+    lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
+    changed: threading.Condition = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.changed = threading.Condition(self.lock)
+
+    # ------------------------------------------------------------ queries
+
+    def live_servers(self) -> list[ServerInfo]:
+        return sorted(
+            (s for s in self.servers.values() if s.state is ServerState.LIVE),
+            key=lambda s: s.uuid,
+        )
+
+    def replica_counts(self) -> dict[str, int]:
+        counts = {uuid: 0 for uuid in self.servers}
+        for tablet in self.tablets.values():
+            for uuid in tablet.replicas:
+                if uuid in counts:
+                    counts[uuid] += 1
+        return counts
+
+    def table_by_name(self, name: str) -> TableInfo | None:
+        table_id = self.names.get(name)
+        return self.tables.get(table_id) if table_id else None
+
+    def session_result(self, client_id: str, seq: int) -> OpResult | None:
+        results = self.sessions.get(client_id)
+        return results.get(seq) if results else None
+
+    def hint_fields(self) -> tuple[str, str, int]:
+        """(holder uuid, address, epoch) of the last Lease record."""
+        if self.last_lease is None:
+            return ("", "", 0)
+        entry_id, lease = self.last_lease
+        return (lease.holder_uuid, lease.holder_address, lease.epoch or entry_id)
+
+    # ------------------------------------------------------------ changes used by apply
+
+    def record_session(self, request_id: pb.RequestId, result: OpResult) -> None:
+        if not request_id.client_id or request_id.seq == 0:
+            return
+        results = self.sessions.get(request_id.client_id)
+        if results is None:
+            results = self.sessions[request_id.client_id] = OrderedDict()
+        self.sessions.move_to_end(request_id.client_id)
+        results[request_id.seq] = result
+        while len(results) > SESSION_RESULTS_PER_CLIENT_MAX:
+            results.popitem(last=False)
+        while len(self.sessions) > SESSION_CLIENTS_MAX:
+            self.sessions.popitem(last=False)
+
+    def put_table(self, table: TableInfo) -> None:
+        old = self.tables.get(table.table_id)
+        if old is not None and self.names.get(old.name) == old.table_id:
+            del self.names[old.name]
+        self.tables[table.table_id] = table
+        self.names[table.name] = table.table_id
+
+    def remove_table(self, table_id: str) -> None:
+        table = self.tables.pop(table_id, None)
+        if table is None:
+            return
+        if self.names.get(table.name) == table_id:
+            del self.names[table.name]
+        for tablet_id in table.tablet_ids:
+            self.tablets.pop(tablet_id, None)
+            self.tablet_reports.pop(tablet_id, None)

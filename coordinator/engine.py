@@ -1,0 +1,427 @@
+"""The coordinator's request handling, independent of the transport.
+
+The leader handles a mutating request as architecture 4.3 says: validate; lock; decide;
+conditional append of the record (the commit point, through the lease driver's safe append);
+apply; unlock; complete (tablet-server calls, then DONE); answer. Exactly-once: a request id
+already in the catalog's sessions waits for that operation's result instead of running again.
+
+A node serves only when its lease is valid AND recovery for the current epoch has finished
+(replayed to the takeover record, every pending operation completed in log order); before,
+requests get NOT_LEADER with the hint or UNAVAILABLE. Catalog reads come from the leader's
+memory under its lease. Heartbeats are recorded on every node; only the leader acts (marks
+silent servers down, asks unknown servers to enlist).
+
+Threads: one recovery thread per epoch won, one monitor thread (silent servers, pending
+operations left by failed completions). Both stop in close().
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from coordinator import coordinator_pb2 as pb
+from coordinator.catalog import Catalog, OpResult, ServerState, TabletReportInfo
+from coordinator.crashpoints import CrashPoints
+from coordinator.leases.driver import LeaseDriver
+from coordinator.leases.lease import Role
+from coordinator.ops import OPS, TWO_PHASE
+from coordinator.ops.common import CompletionContext, TabletServerGateway, check_name
+from coordinator.ops.server_down import ServerDownRequest
+from coordinator.replay.replayer import Replayer
+from rpc.errors import NotFound, NotLeader, RpcError, Unavailable
+
+logger = logging.getLogger(__name__)
+
+JOIN_TIMEOUT_S = 10.0
+RECOVERY_BACKOFF_S = 0.1
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    tserver_timeout_s: float = 5.0
+    result_wait_s: float = 10.0
+    call_timeout_s: float = 5.0
+    monitor_interval_s: float = 0.25
+    replay_timeout_s: float = 10.0
+
+
+class _NothingToLog(Exception):
+    """decide found the request already satisfied (e.g. enlisting a live server again)."""
+
+
+class Engine:
+    def __init__(
+        self,
+        catalog: Catalog,
+        lease: LeaseDriver,
+        replayer: Replayer,
+        gateway: TabletServerGateway,
+        crash: CrashPoints | None = None,
+        config: EngineConfig | None = None,
+    ) -> None:
+        self.catalog = catalog
+        self.lease = lease
+        self.replayer = replayer
+        self.gateway = gateway
+        self.crash = crash or CrashPoints()
+        self.config = config or EngineConfig()
+        self.recovered_epoch = 0
+        self.leader_since = 0.0
+        self._write_lock = threading.Lock()
+        self._completing: set[int] = set()
+        self._completing_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._threads_lock = threading.Lock()
+        self._recoveries: list[threading.Thread] = []
+        self._monitor: threading.Thread | None = None
+
+    # ------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        self._monitor = threading.Thread(target=self._monitor_loop, name="monitor", daemon=True)
+        self._monitor.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        with self._threads_lock:
+            threads = [t for t in (self._monitor, *self._recoveries) if t is not None]
+        for t in threads:
+            t.join(JOIN_TIMEOUT_S)
+            if t.is_alive():
+                logger.error("thread %s did not stop in %.0f s", t.name, JOIN_TIMEOUT_S)
+
+    def on_role_change(self, role: Role, epoch: int) -> None:
+        """Lease driver callback: a new epoch won starts recovery in its own thread."""
+        if role is not Role.LEADER or self._stop.is_set():
+            return
+        self.leader_since = time.monotonic()
+        thread = threading.Thread(
+            target=self._recover, args=(epoch,), name=f"recovery-{epoch}", daemon=True
+        )
+        # Never join here: this runs on the lease thread, which must keep renewing. A
+        # recovery of an older epoch ends by itself (its epoch is no longer current).
+        with self._threads_lock:
+            self._recoveries = [t for t in self._recoveries if t.is_alive()]
+            self._recoveries.append(thread)
+        thread.start()
+
+    # ------------------------------------------------------------ role
+
+    def hint(self):
+        return self.lease.hint()
+
+    def serving(self) -> bool:
+        return self.lease.is_serving() and self.recovered_epoch == self.lease.epoch
+
+    def check_serving(self) -> None:
+        if not self.lease.is_serving():
+            raise NotLeader("this coordinator node is not the leader", leader_hint=self.hint())
+        if self.recovered_epoch != self.lease.epoch:
+            raise Unavailable(
+                "the new leader is replaying the log", retry_after_ms=100, leader_hint=self.hint()
+            )
+
+    # ------------------------------------------------------------ mutating requests
+
+    def execute(self, kind: str, request, *, internal: bool = False):
+        """Run one operation; returns its response message. `internal` requests (the
+        leader's own ServerDown) may run during recovery."""
+        if internal:
+            if not self.lease.is_serving():
+                raise NotLeader("not the leader", leader_hint=self.hint())
+        else:
+            self.check_serving()
+        module = OPS[kind]
+        rid: pb.RequestId | None = getattr(request, "request_id", None)
+        keyed = rid is not None and bool(rid.client_id) and rid.seq > 0
+        if keyed:
+            with self.catalog.lock:
+                known = self.catalog.session_result(rid.client_id, rid.seq)
+            if known is not None:
+                return self._await(module, rid)
+        box: list[pb.LogRecord] = []
+
+        def build(expected_id: int) -> tuple[bytes, Sequence[int]]:
+            with self.catalog.lock:
+                if keyed and self.catalog.session_result(rid.client_id, rid.seq) is not None:
+                    raise _NothingToLog()  # a concurrent duplicate committed it first
+                record = module.decide(self.catalog, request, expected_id)
+            if record is None:
+                raise _NothingToLog()
+            box.append(record)
+            return record.SerializeToString(), module.invalidates_at_commit(record)
+
+        with self._write_lock:
+            self.crash.hit(f"{kind}.before_commit_point")
+            try:
+                entry_id = self.lease.safe_append(build)
+            except _NothingToLog:
+                if keyed:
+                    return self._await(module, rid)
+                return module.response(None)
+            record = box[0]
+            self.replayer.apply_own(entry_id, record)
+            self.crash.hit(f"{kind}.after_commit_point")
+        if kind in TWO_PHASE:
+            self.complete_pending(entry_id)
+        if keyed:
+            return self._await(module, rid)
+        return module.response(None)
+
+    def _await(self, module, rid: pb.RequestId):
+        """The result of a logged request: completes it here if nobody else is doing so."""
+        deadline = time.monotonic() + self.config.result_wait_s
+        while True:
+            with self.catalog.lock:
+                result: OpResult | None = self.catalog.session_result(rid.client_id, rid.seq)
+            assert result is not None
+            if result.done:
+                return module.response(result)
+            if not self.lease.is_serving():
+                raise NotLeader(
+                    "lost the lease before the operation finished", leader_hint=self.hint()
+                )
+            if not self.complete_pending(result.op_id):
+                with self.catalog.lock:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise Unavailable(
+                            f"operation {result.op_id} still in progress", retry_after_ms=200
+                        )
+                    self.catalog.changed.wait(min(remaining, 0.1))
+
+    def complete_pending(self, op_id: int) -> bool:
+        """Complete a pending operation unless another thread is; True if it ran here."""
+        with self._completing_lock:
+            if op_id in self._completing:
+                return False
+            self._completing.add(op_id)
+        try:
+            with self.catalog.lock:
+                pending = self.catalog.pending.get(op_id)
+            if pending is None:
+                return True
+            OPS[pending.kind].complete(self._context(), pending.record)
+            return True
+        finally:
+            with self._completing_lock:
+                self._completing.discard(op_id)
+
+    def _context(self) -> CompletionContext:
+        return CompletionContext(
+            catalog=self.catalog,
+            gateway=self.gateway,
+            commit=self._commit,
+            crash=self.crash.hit,
+            call_timeout_s=self.config.call_timeout_s,
+        )
+
+    def _commit(self, record: pb.LogRecord, invalidates: Sequence[int]) -> int:
+        data = record.SerializeToString()
+        with self._write_lock:
+            entry_id = self.lease.safe_append(lambda _expected: (data, tuple(invalidates)))
+            self.replayer.apply_own(entry_id, record)
+        return entry_id
+
+    # ------------------------------------------------------------ recovery
+
+    def _recover(self, epoch: int) -> None:
+        """Replay to the takeover record, complete every pending operation in log order,
+        then serve (seed 003: never serve a request before older operations are done)."""
+        logger.info("epoch %d: recovering", epoch)
+        while not self._stop.is_set() and self.lease.epoch == epoch and self.lease.is_serving():
+            try:
+                self.replayer.apply_through(epoch, timeout_s=self.config.replay_timeout_s)
+                with self.catalog.lock:
+                    pending = sorted(self.catalog.pending)
+                for op_id in pending:
+                    self.complete_pending(op_id)
+                with self.catalog.lock:
+                    if self.catalog.pending:
+                        self.catalog.changed.wait(RECOVERY_BACKOFF_S)
+                        continue
+                    self.recovered_epoch = epoch
+                    self.catalog.changed.notify_all()
+                logger.info("epoch %d: recovered, serving", epoch)
+                return
+            except RpcError as e:
+                logger.warning("epoch %d: recovery step failed: %s", epoch, e)
+                self._stop.wait(RECOVERY_BACKOFF_S)
+        logger.info("epoch %d: recovery abandoned (lease lost or closing)", epoch)
+
+    # ------------------------------------------------------------ leader duties
+
+    def _monitor_loop(self) -> None:
+        while not self._stop.wait(self.config.monitor_interval_s):
+            if not self.lease.is_serving():
+                continue
+            try:
+                self._mark_silent_servers_down()
+                if self.serving():
+                    with self.catalog.lock:
+                        pending = sorted(self.catalog.pending)
+                    for op_id in pending:
+                        self.complete_pending(op_id)
+            except RpcError as e:
+                logger.warning("monitor: %s", e)
+
+    def _mark_silent_servers_down(self) -> None:
+        now = time.monotonic()
+        with self.catalog.lock:
+            silent = [
+                s.uuid
+                for s in self.catalog.live_servers()
+                if now - max(self.catalog.heartbeats.get(s.uuid, 0.0), self.leader_since)
+                > self.config.tserver_timeout_s
+            ]
+        for uuid in silent:
+            logger.warning(
+                "tablet server %s silent for %.1f s: marking it down",
+                uuid,
+                self.config.tserver_timeout_s,
+            )
+            self.execute(
+                "server_down",
+                ServerDownRequest(uuid, f"no heartbeat for {self.config.tserver_timeout_s} s"),
+                internal=True,
+            )
+
+    # ------------------------------------------------------------ heartbeats
+
+    def heartbeat(self, request: pb.HeartbeatRequest) -> pb.HeartbeatResponse:
+        now = time.monotonic()
+        with self.catalog.lock:
+            self.catalog.heartbeats[request.server_uuid] = now
+            for report in request.tablets:
+                if report.tablet_id in self.catalog.tablets:
+                    self.catalog.tablet_reports[report.tablet_id] = TabletReportInfo(
+                        report.leader_uuid,
+                        report.term,
+                        report.config_index,
+                        tuple(report.config_uuids),
+                        now,
+                    )
+            server = self.catalog.servers.get(request.server_uuid)
+        leader = self.serving()
+        needs_enlist = leader and (
+            server is None
+            or server.state is not ServerState.LIVE
+            or server.address != request.address
+        )
+        return pb.HeartbeatResponse(is_leader=leader, needs_enlist=needs_enlist)
+
+    # ------------------------------------------------------------ reads (leader only)
+
+    def list_tables(self) -> pb.ListTablesResponse:
+        self.check_serving()
+        with self.catalog.lock:
+            tables = sorted(self.catalog.tables.values(), key=lambda t: t.name)
+            summaries = [
+                pb.TableSummary(table_id=t.table_id, name=t.name, state=t.state.value)
+                for t in tables
+            ]
+        return pb.ListTablesResponse(tables=summaries)
+
+    def describe_table(self, request: pb.DescribeTableRequest) -> pb.DescribeTableResponse:
+        self.check_serving()
+        check_name(request.name)
+        with self.catalog.lock:
+            table = self.catalog.table_by_name(request.name)
+            if table is None:
+                raise NotFound(f"no table named {request.name!r}")
+            return pb.DescribeTableResponse(
+                table_id=table.table_id,
+                name=table.name,
+                schema=table.schema,
+                num_tablets=len(table.tablet_ids),
+                replication_factor=table.replication_factor,
+                state=table.state.value,
+            )
+
+    def get_tablet_locations(
+        self, request: pb.GetTabletLocationsRequest
+    ) -> pb.GetTabletLocationsResponse:
+        self.check_serving()
+        with self.catalog.lock:
+            if request.table_id:
+                table = self.catalog.tables.get(request.table_id)
+            else:
+                check_name(request.name)
+                table = self.catalog.table_by_name(request.name)
+            if table is None:
+                raise NotFound(f"no table {request.table_id or request.name!r}")
+            response = pb.GetTabletLocationsResponse(
+                table_id=table.table_id, schema_version=table.schema.version
+            )
+            for tablet_id in table.tablet_ids:
+                tablet = self.catalog.tablets[tablet_id]
+                report = self.catalog.tablet_reports.get(tablet_id)
+                reported_leader = report.leader_uuid if report else ""
+                loc = response.tablets.add(tablet_id=tablet_id)
+                loc.partition.hash_bucket = tablet.hash_bucket
+                loc.partition.num_buckets = tablet.num_buckets
+                for i, uuid in enumerate(tablet.replicas):
+                    server = self.catalog.servers.get(uuid)
+                    loc.replicas.add(
+                        server_uuid=uuid,
+                        address=server.address if server else "",
+                        is_leader=(uuid == reported_leader) if reported_leader else i == 0,
+                        server_state=server.state.value if server else "REMOVED",
+                    )
+            return response
+
+    def list_servers(self) -> pb.ListServersResponse:
+        self.check_serving()
+        now = time.monotonic()
+        with self.catalog.lock:
+            counts = self.catalog.replica_counts()
+            response = pb.ListServersResponse()
+            for uuid in sorted(self.catalog.servers):
+                s = self.catalog.servers[uuid]
+                seen = self.catalog.heartbeats.get(uuid)
+                response.servers.add(
+                    uuid=uuid,
+                    address=s.address,
+                    state=s.state.value,
+                    replicas=counts.get(uuid, 0),
+                    last_heartbeat_age_s=(now - seen) if seen is not None else -1.0,
+                )
+            return response
+
+    # ------------------------------------------------------------ any node
+
+    def get_leader(self) -> pb.GetLeaderResponse:
+        hint = self.hint()
+        return pb.GetLeaderResponse(
+            leader_uuid=hint.uuid,
+            leader_address=hint.address,
+            epoch=hint.epoch,
+            serving=self.serving(),
+        )
+
+    def status(self, uuid: str, address: str) -> pb.StatusResponse:
+        hint = self.hint()
+        if self.serving():
+            role = "LEADER"
+        elif self.lease.is_serving():
+            role = "RECOVERING"
+        else:
+            role = "FOLLOWER"
+        with self.catalog.lock:
+            return pb.StatusResponse(
+                uuid=uuid,
+                address=address,
+                role=role,
+                applied_id=self.catalog.applied_id,
+                epoch=self.lease.epoch,
+                leader_uuid=hint.uuid,
+                leader_address=hint.address,
+                tables=len(self.catalog.tables),
+                tablets=len(self.catalog.tablets),
+                servers=len(self.catalog.servers),
+                pending_ops=len(self.catalog.pending),
+            )

@@ -1,0 +1,217 @@
+"""What every operation module shares: request validation, the tablet-server gateway
+interface, the completion context and the replica-call loop of `complete`.
+
+An operation module has `KIND` (its LogRecord oneof name), `decide(catalog, request, op_id)
+-> LogRecord` (pure, raises rpc.errors for bad input and logs nothing), `apply(catalog,
+entry_id, record)` (pure change of the catalog, every node, log order) and `complete(ctx,
+record)` (leader only: idempotent tablet-server calls, then the DONE record).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from coordinator import coordinator_pb2 as pb
+from coordinator.catalog import (
+    CLIENT_ID_BYTES_MAX,
+    COLUMN_NAME_BYTES_MAX,
+    COLUMNS_MAX,
+    SUPERSEDED_REQUESTS_MAX,
+    TABLE_NAME_BYTES_MAX,
+    Catalog,
+    ServerInfo,
+    ServerState,
+    TableInfo,
+    TableState,
+)
+from rpc.errors import AlreadyInProgress, BadRequest, NotFound, RpcError, TimedOut, Unavailable
+
+logger = logging.getLogger(__name__)
+
+CALL_ATTEMPTS_MAX = 3
+CALL_BACKOFF_S = 0.05
+
+
+class TabletServerGateway(Protocol):
+    """Idempotent calls to tablet servers. Each succeeds when the effect is already there
+    (tablet already created with that id, already deleted or absent, schema already at the
+    target version); it raises Unavailable/TimedOut when the server cannot be reached and
+    another rpc error when the server refuses."""
+
+    def create_tablet(
+        self,
+        server: ServerInfo,
+        table_id: str,
+        table_name: str,
+        tablet: pb.TabletPlacement,
+        schema: pb.Schema,
+        peers: Sequence[ServerInfo],
+        timeout_s: float,
+    ) -> None: ...
+
+    def delete_tablet(self, server: ServerInfo, tablet_id: str, timeout_s: float) -> None: ...
+
+    def alter_schema(
+        self,
+        server: ServerInfo,
+        tablet_id: str,
+        old_schema: pb.Schema,
+        new_schema: pb.Schema,
+        timeout_s: float,
+    ) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class CompletionContext:
+    """What `complete` may use. `commit(record, invalidates)` is the leader's safe append
+    followed by apply (under the write lock); `crash(name)` is the crash-point hook."""
+
+    catalog: Catalog
+    gateway: TabletServerGateway
+    commit: Callable[[pb.LogRecord, Sequence[int]], int]
+    crash: Callable[[str], None]
+    call_timeout_s: float = 5.0
+    attempts_max: int = CALL_ATTEMPTS_MAX
+    sleep: Callable[[float], None] = time.sleep
+
+
+# ---------------------------------------------------------------- validation
+
+
+def check_request_id(request_id: pb.RequestId) -> None:
+    if not request_id.client_id or request_id.seq == 0:
+        raise BadRequest("request_id with a client id and a sequence number > 0 is required")
+    if len(request_id.client_id.encode()) > CLIENT_ID_BYTES_MAX:
+        raise BadRequest(f"client id over {CLIENT_ID_BYTES_MAX} bytes")
+
+
+def check_name(name: str, what: str = "table name") -> None:
+    if not name:
+        raise BadRequest(f"{what} must not be empty")
+    if len(name.encode()) > TABLE_NAME_BYTES_MAX:
+        raise BadRequest(f"{what} is {len(name.encode())} bytes, over {TABLE_NAME_BYTES_MAX}")
+    if not name.isprintable():
+        raise BadRequest(f"{what} must be printable")
+
+
+def check_column(column: pb.ColumnSchema) -> None:
+    if not column.name:
+        raise BadRequest("a column has no name")
+    if len(column.name.encode()) > COLUMN_NAME_BYTES_MAX:
+        raise BadRequest(f"column name over {COLUMN_NAME_BYTES_MAX} bytes")
+    if column.type == pb.TYPE_UNKNOWN or column.type not in pb.ColumnType.values():
+        raise BadRequest(f"column {column.name!r} has no valid type")
+
+
+def check_schema(schema: pb.Schema) -> None:
+    columns = list(schema.columns)
+    if not columns:
+        raise BadRequest("the schema has no columns")
+    if len(columns) > COLUMNS_MAX:
+        raise BadRequest(f"{len(columns)} columns, over {COLUMNS_MAX}")
+    seen: set[str] = set()
+    key_done = False
+    for column in columns:
+        check_column(column)
+        if column.name in seen:
+            raise BadRequest(f"column {column.name!r} appears twice")
+        seen.add(column.name)
+        if column.is_key:
+            if key_done:
+                raise BadRequest(f"key column {column.name!r} after a non-key column")
+            if column.nullable:
+                raise BadRequest(f"key column {column.name!r} must not be nullable")
+        else:
+            key_done = True
+    if not columns[0].is_key:
+        raise BadRequest("the schema has no key column")
+
+
+def table_for_change(catalog: Catalog, name: str) -> TableInfo:
+    """The table a DropTable/AlterTable names; it must exist and have no operation pending."""
+    check_name(name)
+    table = catalog.table_by_name(name)
+    if table is None:
+        raise NotFound(f"no table named {name!r}")
+    if table.pending_op_id or table.state is not TableState.RUNNING:
+        raise AlreadyInProgress(
+            f"table {name!r} is {table.state.value} (operation {table.pending_op_id})",
+            retry_after_ms=100,
+        )
+    return table
+
+
+def header(op_id: int, request_id: pb.RequestId | None, phase: int) -> pb.OpHeader:
+    h = pb.OpHeader(op_id=op_id, phase=phase)
+    if request_id is not None:
+        h.request_id.CopyFrom(request_id)
+    return h
+
+
+def placements(catalog: Catalog, table: TableInfo) -> list[pb.TabletPlacement]:
+    out = []
+    for tablet_id in table.tablet_ids:
+        t = catalog.tablets[tablet_id]
+        out.append(
+            pb.TabletPlacement(
+                tablet_id=t.tablet_id,
+                partition=pb.Partition(hash_bucket=t.hash_bucket, num_buckets=t.num_buckets),
+                replica_uuids=list(t.replicas),
+            )
+        )
+    return out
+
+
+def superseded(
+    requests: Sequence[tuple[str, int, int]], table_id: str
+) -> list[pb.SupersededRequest]:
+    """Results of a table's requests, carried by the record that invalidates their records."""
+    return [
+        pb.SupersededRequest(
+            request_id=pb.RequestId(client_id=c, seq=s), table_id=table_id, schema_version=v
+        )
+        for c, s, v in list(requests)[-SUPERSEDED_REQUESTS_MAX:]
+    ]
+
+
+# ---------------------------------------------------------------- completion
+
+
+def call_replica(
+    ctx: CompletionContext,
+    point: str,
+    server_uuid: str,
+    tablet_id: str,
+    call: Callable[[ServerInfo], None],
+) -> bool:
+    """One idempotent call to one replica, between crash points `<point>` (before/after).
+
+    Returns False when the replica was skipped: its server is down or gone, so it is left to
+    the re-replication policy (seed 003: never wait on a server that is gone). Raises
+    Unavailable when a live server cannot be reached after the bounded attempts; the
+    operation then stays pending and the leader rolls it forward later.
+    """
+    last_error: RpcError | None = None
+    for attempt in range(ctx.attempts_max):
+        with ctx.catalog.lock:
+            server = ctx.catalog.servers.get(server_uuid)
+        if server is None or server.state is not ServerState.LIVE:
+            logger.info("skipping %s on %s: server down or gone", tablet_id, server_uuid)
+            return False
+        ctx.crash(f"{point.replace('{}', 'before')}")
+        try:
+            call(server)
+        except (Unavailable, TimedOut) as e:
+            last_error = e
+            ctx.sleep(CALL_BACKOFF_S * (2**attempt))
+            continue
+        ctx.crash(f"{point.replace('{}', 'after')}")
+        return True
+    raise Unavailable(
+        f"tablet server {server_uuid} unreachable for {tablet_id}: {last_error}",
+        retry_after_ms=500,
+    )

@@ -1,0 +1,164 @@
+"""CreateTable: hash partitioning into N tablets, replicas placed across live tablet servers.
+
+Commit point: the STARTED record with the whole decision (table id, schema with column ids,
+tablet ids, partition bounds, placement). `complete` creates every replica on its tablet
+server (idempotent; replicas on down servers are skipped and left to re-replication), then
+appends DONE invalidating STARTED.
+"""
+
+from __future__ import annotations
+
+from coordinator import coordinator_pb2 as pb
+from coordinator.catalog import (
+    REPLICATION_FACTOR_MAX,
+    TABLETS_PER_TABLE_MAX,
+    Catalog,
+    OpResult,
+    PendingOp,
+    TableInfo,
+    TableState,
+    TabletInfo,
+)
+from coordinator.ops.common import (
+    CompletionContext,
+    call_replica,
+    check_name,
+    check_request_id,
+    check_schema,
+    header,
+)
+from rpc.errors import AlreadyExists, BadRequest
+
+KIND = "create_table"
+
+
+def table_id_of(op_id: int) -> str:
+    return f"t{op_id}"
+
+
+def tablet_id_of(table_id: str, bucket: int) -> str:
+    return f"{table_id}.{bucket}"
+
+
+def decide(catalog: Catalog, request: pb.CreateTableRequest, op_id: int) -> pb.LogRecord:
+    check_request_id(request.request_id)
+    check_name(request.name)
+    check_schema(request.schema)
+    if request.name in catalog.names:
+        raise AlreadyExists(f"a table named {request.name!r} exists")
+    n = request.num_tablets
+    if not 1 <= n <= TABLETS_PER_TABLE_MAX:
+        raise BadRequest(f"num_tablets must be 1..{TABLETS_PER_TABLE_MAX}, got {n}")
+    rf = request.replication_factor
+    if not 1 <= rf <= REPLICATION_FACTOR_MAX:
+        raise BadRequest(f"replication_factor must be 1..{REPLICATION_FACTOR_MAX}, got {rf}")
+    live = catalog.live_servers()
+    if rf > len(live):
+        raise BadRequest(f"replication factor {rf} above the {len(live)} live tablet servers")
+
+    schema = pb.Schema(version=1)
+    for i, column in enumerate(request.schema.columns, start=1):
+        c = schema.columns.add()
+        c.CopyFrom(column)
+        c.id = i
+    schema.next_column_id = len(schema.columns) + 1
+
+    table_id = table_id_of(op_id)
+    load = catalog.replica_counts()
+    order = [s.uuid for s in live]
+    record = pb.LogRecord()
+    ct = record.create_table
+    ct.header.CopyFrom(header(op_id, request.request_id, pb.STARTED))
+    ct.table_id = table_id
+    ct.name = request.name
+    ct.schema.CopyFrom(schema)
+    ct.replication_factor = rf
+    for bucket in range(n):
+        # Least loaded first; ties broken by a rotation so that tablets spread evenly, and
+        # no server twice for one tablet.
+        ranked = sorted(
+            range(len(order)),
+            key=lambda j, b=bucket: (load.get(order[j], 0), (j - b) % len(order)),
+        )
+        chosen = [order[j] for j in ranked[:rf]]
+        for uuid in chosen:
+            load[uuid] = load.get(uuid, 0) + 1
+        t = ct.tablets.add()
+        t.tablet_id = tablet_id_of(table_id, bucket)
+        t.partition.hash_bucket = bucket
+        t.partition.num_buckets = n
+        t.replica_uuids.extend(chosen)
+    return record
+
+
+def invalidates_at_commit(record: pb.LogRecord) -> tuple[int, ...]:
+    return ()
+
+
+def apply(catalog: Catalog, entry_id: int, record: pb.LogRecord) -> None:
+    ct = record.create_table
+    op_id = ct.header.op_id
+    done = ct.header.phase == pb.DONE
+    rid = ct.header.request_id
+    for t in ct.tablets:
+        catalog.tablets[t.tablet_id] = TabletInfo(
+            t.tablet_id,
+            ct.table_id,
+            t.partition.hash_bucket,
+            t.partition.num_buckets,
+            tuple(t.replica_uuids),
+        )
+    catalog.put_table(
+        TableInfo(
+            table_id=ct.table_id,
+            name=ct.name,
+            schema=ct.schema,
+            replication_factor=ct.replication_factor,
+            tablet_ids=tuple(t.tablet_id for t in ct.tablets),
+            state=TableState.RUNNING if done else TableState.CREATING,
+            create_record_id=entry_id,
+            pending_op_id=0 if done else op_id,
+            requests=((rid.client_id, rid.seq, ct.schema.version),) if rid.seq else (),
+        )
+    )
+    if done:
+        catalog.pending.pop(op_id, None)
+    else:
+        catalog.pending[op_id] = PendingOp(op_id, KIND, record)
+    catalog.record_session(
+        rid, OpResult(op_id, KIND, done, table_id=ct.table_id, schema_version=ct.schema.version)
+    )
+
+
+def complete(ctx: CompletionContext, record: pb.LogRecord) -> pb.LogRecord:
+    ct = record.create_table
+    assert ct.header.phase == pb.STARTED
+    skipped: list[str] = []
+    with ctx.catalog.lock:
+        servers = dict(ctx.catalog.servers)
+    for tablet in ct.tablets:
+        peers = [servers[u] for u in tablet.replica_uuids if u in servers]
+        for uuid in tablet.replica_uuids:
+            ok = call_replica(
+                ctx,
+                f"{KIND}.{{}}_create_tablet",
+                uuid,
+                tablet.tablet_id,
+                lambda server, tablet=tablet, peers=peers: ctx.gateway.create_tablet(
+                    server, ct.table_id, ct.name, tablet, ct.schema, peers, ctx.call_timeout_s
+                ),
+            )
+            if not ok:
+                skipped.append(f"{tablet.tablet_id}/{uuid}")
+    done = pb.LogRecord()
+    done.CopyFrom(record)
+    done.create_table.header.phase = pb.DONE
+    done.create_table.skipped_replicas.extend(skipped)
+    ctx.crash(f"{KIND}.before_done")
+    ctx.commit(done, (ct.header.op_id,))
+    ctx.crash(f"{KIND}.after_done")
+    return done
+
+
+def response(result: OpResult) -> pb.CreateTableResponse:
+    return pb.CreateTableResponse(table_id=result.table_id)
