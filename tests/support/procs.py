@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import Callable
 
+from jobs.procs import free_port
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+__all__ = ["free_port", "wait_for"]
 
 
 def wait_for(condition: Callable[[], object], timeout_s: float, what: str, interval_s: float = 0.01):

@@ -1,0 +1,1 @@
+"""jobs: end-to-end jobs run from the command line (the README's main job)."""
