@@ -204,7 +204,11 @@ def test_composite_key_ranges(mgr):
         lower=[ValuePB(string_value="x"), ValuePB(int_value=2)],
         upper=[ValuePB(string_value="y"), ValuePB(int_value=2)],
     )
-    assert list(zip(r["a"].to_pylist(), r["b"].to_pylist())) == [("x", 2), ("x", 3), ("y", 1)]
+    assert list(zip(r["a"].to_pylist(), r["b"].to_pylist(), strict=True)) == [
+        ("x", 2),
+        ("x", 3),
+        ("y", 1),
+    ]
     t.flush()
     t.write(
         1,

@@ -1,0 +1,225 @@
+"""Tablet server write and scan throughput against a plain-file baseline, in one run.
+
+One tablet server process on loopback with a durable WAL (one fdatasync per group). Batches
+of 1,000 rows of a 6-column schema are written by 1 and by 8 concurrent writers; then a full
+scan. Beside them, the same batches are appended to a plain file by the same number of
+threads with the same policy (durable before acknowledged: fdatasync after each append, no
+group commit), and the same rows are read back from Parquet with pyarrow.
+
+    .venv/bin/python bench/tserver.py [--batches 100] [--writers 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from coordinator.client.tablets import TabletServerClient, column, ipc_bytes  # noqa: E402
+from tservers.tserver_pb2 import OpType  # noqa: E402
+
+BATCH_ROWS = 1000
+COLS = [
+    column("id", "int64", key=True),
+    column("n", "int32", nullable=True),
+    column("x", "double", nullable=True),
+    column("s", "string", nullable=True),
+    column("b", "bool", nullable=True),
+    column("ts", "timestamp", nullable=True),
+]
+
+
+def batch(start: int) -> pa.Table:
+    ids = range(start, start + BATCH_ROWS)
+    return pa.table(
+        {
+            "id": pa.array(ids, pa.int64()),
+            "n": pa.array([i % 9999 for i in ids], pa.int32()),
+            "x": pa.array([i * 0.25 for i in ids]),
+            "s": [f"row-{i:012d}" for i in ids],
+            "b": [i % 3 == 0 for i in ids],
+            "ts": pa.array([1_700_000_000_000_000 + i for i in ids], pa.timestamp("us")),
+        }
+    )
+
+
+def start_server(root: Path, port_file: Path) -> tuple[subprocess.Popen, str]:
+    subprocess.run(
+        [sys.executable, "-m", "tservers.cli", "fs", "format", "--fs-root", str(root)],
+        check=True,
+        capture_output=True,
+        cwd=ROOT,
+    )
+    out = open(port_file, "w")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tservers.cli",
+            "start",
+            "--fs-root",
+            str(root),
+            "--bind",
+            "127.0.0.1:0",
+            "--log-level",
+            "warning",
+        ],
+        stdout=out,
+        stderr=subprocess.DEVNULL,
+        cwd=ROOT,
+    )
+    deadline = time.monotonic() + 60
+    while "serving on" not in port_file.read_text():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit("tablet server did not start")
+        time.sleep(0.05)
+    return proc, port_file.read_text().split()[-1]
+
+
+def run_writers(n_writers: int, batches_per_writer: int, fn) -> float:
+    errors: list[BaseException] = []
+
+    def body(k: int) -> None:
+        try:
+            for j in range(batches_per_writer):
+                fn(k, j)
+        except BaseException as e:  # reported below
+            errors.append(e)
+
+    threads = [
+        threading.Thread(target=body, args=(k,), name=f"writer-{k}") for k in range(n_writers)
+    ]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return time.perf_counter() - t0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--batches", type=int, default=40, help="batches per writer")
+    ap.add_argument("--writers", type=int, default=8)
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="tserver-bench-"))
+    proc, address = start_server(tmp / "root", tmp / "server.out")
+    results = {}
+    try:
+        client = TabletServerClient(address, timeout_s=60)
+        # Batches are encoded up front, for the server and the baseline alike.
+        total_batches = args.batches * (1 + args.writers)
+        payloads = [ipc_bytes(batch(i * BATCH_ROWS)) for i in range(total_batches)]
+        tables = {}
+        for nw in (1, args.writers):
+            tid = f"bench{nw}"
+            client.create_tablet(tid, COLS)
+            version = client.schema(tid).version
+            base = 0 if nw == 1 else args.batches
+            clients = [
+                TabletServerClient(address, client.server_uuid, timeout_s=60) for _ in range(nw)
+            ]
+            from tservers.tserver_pb2 import WriteRequest, WriteResponse
+
+            def write(k, j, tid=tid, version=version, clients=clients, base=base, nw=nw):
+                req = WriteRequest(tablet_id=tid, schema_version=version, ops=[OpType.INSERT])
+                clients[k]._call(
+                    "Write", req, WriteResponse, sidecars=[payloads[base + j * nw + k]]
+                )
+
+            s0 = client.status()
+            elapsed = run_writers(nw, args.batches, write)
+            s1 = client.status()
+            rows = nw * args.batches * BATCH_ROWS
+            acked = s1.writes - s0.writes
+            results[f"write_{nw}"] = rows / elapsed
+            results[f"syncs_per_batch_{nw}"] = (s1.wal_syncs - s0.wal_syncs) / max(1, acked)
+            for c in clients:
+                c.close()
+            tables[nw] = tid
+        # Full scan of the 8-writer tablet.
+        tid = tables[args.writers]
+        t0 = time.perf_counter()
+        n = sum(b.num_rows for b in client.scan(tid, batch_rows_max=65536))
+        results["scan"] = n / (time.perf_counter() - t0)
+        assert n == args.writers * args.batches * BATCH_ROWS, n
+        client.close()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+
+    # Baseline: append the same IPC batches to a plain file, fdatasync before "acknowledging".
+    for nw in (1, args.writers):
+        path = tmp / f"plain-{nw}.bin"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        lock = threading.Lock()
+        base = 0 if nw == 1 else args.batches
+
+        def plain(k, j, fd=fd, lock=lock, base=base, nw=nw):
+            with lock:
+                os.write(fd, payloads[base + j * nw + k])
+            os.fdatasync(fd)
+
+        elapsed = run_writers(nw, args.batches, plain)
+        os.close(fd)
+        results[f"plain_write_{nw}"] = nw * args.batches * BATCH_ROWS / elapsed
+    # Baseline read: the same rows from Parquet with pyarrow.
+    rows_8 = pa.concat_tables(
+        [
+            pa.ipc.open_stream(pa.py_buffer(payloads[args.batches + i])).read_all()
+            for i in range(args.writers * args.batches)
+        ]
+    )
+    pq.write_table(rows_8, tmp / "rows.parquet")
+    t0 = time.perf_counter()
+    n = pq.read_table(tmp / "rows.parquet").num_rows
+    results["parquet_read"] = n / (time.perf_counter() - t0)
+
+    w = args.writers
+    print(
+        f"tablet server (durable WAL), batches of {BATCH_ROWS} rows, 6 columns, "
+        f"{args.batches} batches per writer"
+    )
+    print(
+        f"  write, 1 writer:   {results['write_1']:>12,.0f} rows/s   "
+        f"fsyncs/acked batch {results['syncs_per_batch_1']:.2f}"
+    )
+    print(
+        f"  write, {w} writers:  {results[f'write_{w}']:>12,.0f} rows/s   "
+        f"fsyncs/acked batch {results[f'syncs_per_batch_{w}']:.2f}"
+    )
+    print(f"  full scan:         {results['scan']:>12,.0f} rows/s")
+    print("baseline (plain file, fdatasync per append; Parquet read with pyarrow)")
+    print(f"  write, 1 writer:   {results['plain_write_1']:>12,.0f} rows/s")
+    print(f"  write, {w} writers:  {results[f'plain_write_{w}']:>12,.0f} rows/s")
+    print(f"  parquet read:      {results['parquet_read']:>12,.0f} rows/s")
+    print("ratios (tablet server / baseline)")
+    print(
+        f"  write 1 writer {results['write_1'] / results['plain_write_1']:.2f}   "
+        f"write {w} writers {results[f'write_{w}'] / results[f'plain_write_{w}']:.2f}   "
+        f"scan {results['scan'] / results['parquet_read']:.3f}"
+    )
+    target = 100_000
+    print(
+        f"target >= {target:,} rows/s with {w} writers: "
+        f"{'met' if results[f'write_{w}'] >= target else 'NOT met'}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
