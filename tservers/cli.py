@@ -168,16 +168,16 @@ def _cmd_cmeta_dump(args) -> int:
 def _cmd_cmeta_rewrite(args) -> int:
     fs = _open_fs(args.fs_root)
     cm = _read_cmeta(fs, args.tablet)
+    if args.term is not None and args.term < cm.current_term and not args.force:
+        raise CliError(
+            f"refusing to lower the term from {cm.current_term} to {args.term} "
+            "(amnesia risk); add --force if you really mean it"
+        )
     path = fs.cmeta_path(args.tablet)
     backup = path.with_name(f"{path.name}.backup-{int(time.time() * 1000)}")
     metafile.write_atomic(backup, path.read_bytes())
     print(f"backup written to {backup}")
     if args.term is not None:
-        if args.term < cm.current_term and not args.force:
-            raise CliError(
-                f"refusing to lower the term from {cm.current_term} to {args.term} "
-                "(amnesia risk); add --force if you really mean it"
-            )
         cm.current_term = args.term
     if args.clear_vote:
         cm.voted_for = ""

@@ -73,7 +73,7 @@ class RaftOptions:
 class _Progress:
     """The leader's view of one peer (mutable, private)."""
 
-    __slots__ = ("match", "next", "probing", "probe_inflight", "acked", "needs_copy")
+    __slots__ = ("match", "next", "probing", "probe_inflight", "acked", "needs_copy", "heard_tick")
 
     def __init__(self, next_index: int) -> None:
         self.match = 0
@@ -82,6 +82,7 @@ class _Progress:
         self.probe_inflight = False
         self.acked = False  # any success since the last heartbeat
         self.needs_copy = False
+        self.heard_tick = -(1 << 30)  # leader tick of the last OK answer
 
 
 class _PendingRead:
@@ -192,6 +193,7 @@ class RaftCore:
         self._votes: dict[str, bool] = {}
         self._progress: dict[str, _Progress] = {}
         self._recent_active: set[str] = set()
+        self._leader_ticks = 0
         self._transfer_target: str | None = None
         self._transfer_elapsed = 0
         self._read_seq = 0
@@ -438,6 +440,11 @@ class RaftCore:
         if not new_cfg.voters:
             return ProposeResult(ProposalStatus.ILLEGAL_STATE, message="no voter would remain")
         assert len(set(new_cfg.voters) ^ set(cfg.voters)) <= 1, "one voter at a time"
+        if not self._config_keeps_quorum(new_cfg):
+            return ProposeResult(
+                ProposalStatus.ILLEGAL_STATE,
+                message="refused: the new config would not have a majority of healthy voters",
+            )
         e = self._append_as_leader(EntryType.CONFIG, b"", new_cfg)
         return ProposeResult(ProposalStatus.OK, e.index, e.term)
 
@@ -659,6 +666,7 @@ class RaftCore:
 
     def _tick_leader(self) -> None:
         self._heartbeat_elapsed += 1
+        self._leader_ticks += 1
         if self._transfer_target is not None:
             self._transfer_elapsed += 1
             if self._transfer_elapsed >= self._opts.election_timeout_ticks:
@@ -950,6 +958,7 @@ class RaftCore:
             self._copy_out.append(TabletCopyRequest(self.tablet_id, msg.sender, self._term, reason))
             return
         self._recent_active.add(msg.sender)
+        pr.heard_tick = self._leader_ticks
         if self._config.is_voter(msg.sender) and msg.read_seq > self._read_acks.get(msg.sender, 0):
             self._read_acks[msg.sender] = msg.read_seq
         pr.probe_inflight = False
@@ -1004,10 +1013,29 @@ class RaftCore:
             and self._config_index <= self._commit
             and self._transfer_target is None
         ):
+            new_cfg = self._config.with_member(Member(peer, MemberType.VOTER))
+            if not self._config_keeps_quorum(new_cfg):
+                return
             logger.debug("%s/%s promoting %s", self.tablet_id, self.uuid, peer)
-            self._append_as_leader(
-                EntryType.CONFIG, b"", self._config.with_member(Member(peer, MemberType.VOTER))
-            )
+            self._append_as_leader(EntryType.CONFIG, b"", new_cfg)
+
+    def _healthy(self, uuid: str) -> bool:
+        """Self, or a peer that answered OK within an election timeout and needs no copy."""
+        if uuid == self.uuid:
+            return True
+        pr = self._progress.get(uuid)
+        return (
+            pr is not None
+            and not pr.needs_copy
+            and self._leader_ticks - pr.heard_tick <= self._opts.election_timeout_ticks
+        )
+
+    def _config_keeps_quorum(self, new_cfg: RaftConfig) -> bool:
+        """etcd's strict reconfig check: a change is refused when the voters of the new
+        config that are healthy now would not form its majority (adding a voter that does
+        not exist yet while another is down would make the tablet unavailable)."""
+        healthy = sum(1 for v in new_cfg.voters if self._healthy(v))
+        return healthy >= new_cfg.majority()
 
     def _maybe_timeout_now(self, peer: str) -> None:
         if self._transfer_target != peer:
