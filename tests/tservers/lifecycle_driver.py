@@ -1,7 +1,8 @@
 """Runs one lifecycle action on an fs root in its own process, so crash points can end it.
 
     python -m tests.tservers.lifecycle_driver ROOT ACTION
-ACTION: setup (create t1 and t2, write rows), delete (delete t1), begin_copy (t1), open.
+ACTION: setup (create t1 and t2, write rows), delete (delete t1), begin_copy (t1), open,
+flush (t2), compact (t1, after deleting 3 rows), write (one row to t2).
 """
 
 from __future__ import annotations
@@ -29,6 +30,18 @@ def main() -> int:
         m.delete_tablet("t1")
     elif action == "begin_copy":
         m.begin_copy("t1")
+    elif action == "flush":
+        t = m.tablet("t2")
+        t.write(1, [(OpType.UPSERT, ipc(six_rows(range(50, 60))))], deadline())
+        t.flush()
+    elif action == "compact":
+        t = m.tablet("t1")
+        for b in range(3):
+            t.write(1, [(OpType.DELETE, ipc(six_rows([b])))], deadline())
+            t.flush()
+        t.compact()
+    elif action == "write":
+        m.tablet("t2").write(1, [(OpType.INSERT, ipc(six_rows([7777])))], deadline())
     elif action != "open":
         raise SystemExit(f"unknown action {action}")
     m.close()

@@ -14,8 +14,13 @@ from tservers.tserver_pb2 import OpType
 
 
 def tserver(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tservers.cli", *args], cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "tservers.cli", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 @pytest.fixture
@@ -63,15 +68,31 @@ def test_cmeta_dump_and_rewrite(root):
     assert r.returncode == 0 and "current_term: 1" in r.stdout and "VOTER" in r.stdout
     low = tserver("cmeta", "rewrite", "--fs-root", str(root), "--tablet", "t1", "--term", "0")
     assert low.returncode == 1 and "refusing to lower the term" in low.stderr
-    w = tserver("cmeta", "rewrite", "--fs-root", str(root), "--tablet", "t1", "--term", "9",
-                "--clear-vote", "--config-index", "4", "--peer", "u1=127.0.0.1:7000:VOTER",
-                "--peer", "u2=127.0.0.1:7001:NON_VOTER")
+    w = tserver(
+        "cmeta",
+        "rewrite",
+        "--fs-root",
+        str(root),
+        "--tablet",
+        "t1",
+        "--term",
+        "9",
+        "--clear-vote",
+        "--config-index",
+        "4",
+        "--peer",
+        "u1=127.0.0.1:7000:VOTER",
+        "--peer",
+        "u2=127.0.0.1:7001:NON_VOTER",
+    )
     assert w.returncode == 0, w.stderr
     fs = FsLayout.open(root)
     cm = fs.read_cmeta("t1")
     assert cm.current_term == 9 and cm.voted_for == "" and cm.committed_config.opid_index == 4
     assert [(p.uuid, p.address) for p in cm.committed_config.peers] == [
-        ("u1", "127.0.0.1:7000"), ("u2", "127.0.0.1:7001")]
+        ("u1", "127.0.0.1:7000"),
+        ("u2", "127.0.0.1:7001"),
+    ]
     backups = list((root / "consensus-meta").glob("t1.backup-*"))
     assert len(backups) == 1  # written before the change; none for the refused rewrite
     assert tserver("cmeta", "dump", "--fs-root", str(root), "--tablet", "zz").returncode == 1

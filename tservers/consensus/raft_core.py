@@ -964,9 +964,9 @@ class RaftCore:
         pr.probe_inflight = False
         if msg.success:
             pr.needs_copy = False
-            pr.acked = True
             if msg.match_index > pr.match:
                 pr.match = msg.match_index
+                pr.acked = True  # progress since the last heartbeat: no need to resend
             pr.next = max(pr.next, pr.match + 1)
             pr.probing = False
             self._maybe_commit()

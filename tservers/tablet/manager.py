@@ -18,6 +18,7 @@ bootstrap leaves that tablet FAILED (offline, reported) while the others run.
 
 from __future__ import annotations
 
+import enum
 import logging
 import re
 import shutil
@@ -58,6 +59,15 @@ log = logging.getLogger(__name__)
 
 TABLET_ID_RE = re.compile(r"^[A-Za-z0-9_\-]{1,64}$")
 TABLETS_MAX = 10_000
+
+
+class TabletDataState(enum.Enum):
+    """Seed 000's data states; DOES_NOT_EXIST is the absence of a superblock."""
+
+    DOES_NOT_EXIST = 0
+    READY = DataState.READY
+    COPYING = DataState.COPYING
+    DELETED = DataState.DELETED
 
 
 @dataclass(slots=True)
@@ -327,6 +337,23 @@ class TabletManager:
         if r is None:
             raise TabletNotFound(f"tablet {tablet_id} not found on server {self.fs.uuid}")
         return r
+
+    def data_state(self, tablet_id: str) -> TabletDataState:
+        with self._lock:
+            r = self.replicas.get(tablet_id)
+        if r is None or r.sb is None:
+            return TabletDataState.DOES_NOT_EXIST
+        sb = r.tablet.sb if r.tablet is not None else r.sb
+        return TabletDataState(sb.data_state)
+
+    def last_op_id(self, tablet_id: str) -> OpIdPB:
+        """The last op id a replica knows: from its log when running, from the tombstone
+        otherwise (a tombstoned replica still votes with it)."""
+        r = self._replica(tablet_id)
+        if r.tablet is not None:
+            return r.tablet.last_op_id()
+        assert r.sb is not None
+        return r.sb.last_op_id
 
     def tablet(self, tablet_id: str) -> Tablet:
         """The running tablet, or the error a client should get."""

@@ -166,6 +166,12 @@ class Tablet:
         data_dir = self.fs.data_dir(self.tablet_id)
         for name in self.sb.blocks:
             self.blocks.append((name, self._load_block(data_dir / name)))
+        # Blocks of a flush or compaction that crashed before or after its superblock write.
+        listed = set(self.sb.blocks)
+        for p in data_dir.iterdir() if data_dir.is_dir() else ():
+            if p.name not in listed:
+                log.info("tablet %s: removing orphan data file %s", self.tablet_id, p.name)
+                p.unlink()
         if self.blocks:
             merged = self._merge([b for _, b in self.blocks], None)
             keys = self._key_lists(merged)
@@ -292,7 +298,8 @@ class Tablet:
 
     def _on_durable(self, f: _Inflight, err: Exception | None) -> None:
         """Appender thread, in index order: apply a durable entry to the memstore."""
-        crash_point("write.after_sync_before_apply")
+        if f.changes:  # a write, not the no-op that opens a term
+            crash_point("write.after_sync_before_apply")
         with self.lock:
             if err is not None:
                 self.status = TabletStatus.FAILED
