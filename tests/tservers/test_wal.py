@@ -213,3 +213,26 @@ def test_gc_deletes_segments_below_flushed_index(tmp_path):
     tl, entries = _open(wal)
     assert entries[0].index <= 151 and entries[-1].index == 300
     tl.close()
+
+
+@pytest.mark.parametrize("size", [0, 5, 200])
+def test_segment_torn_at_creation_is_removed(tmp_path, size):
+    wal = tmp_path / "wal"
+    _write_log(wal, 5)
+    nxt = seg.list_segments(wal)[-1][0] + 1
+    (wal / seg.segment_name(nxt)).write_bytes(b"\0" * size)  # created, header never written
+    tl, entries = _open(wal)
+    assert [e.index for e in entries] == [1, 2, 3, 4, 5]
+    tl.close()
+
+
+def test_garbage_header_in_closed_segment_is_corruption(tmp_path):
+    wal = tmp_path / "wal"
+    _write_log(wal, 300, size=1000)
+    first = seg.list_segments(wal)[0][1]
+    data = bytearray(first.read_bytes())
+    data[0] ^= 0xFF
+    first.write_bytes(bytes(data))
+    with pytest.raises(WalCorruption, match="bad magic") as e:
+        _open(wal)
+    assert not isinstance(e.value, seg.TornSegmentHeader)

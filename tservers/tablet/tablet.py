@@ -355,7 +355,12 @@ class Tablet:
                 if field.type == pa.null() and c.nullable:
                     col = pa.nulls(n, c.arrow_type)
                 elif _compatible(field.type, c.arrow_type):
-                    col = col.cast(c.arrow_type)
+                    try:
+                        col = col.cast(c.arrow_type)
+                    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+                        raise BadRequest(
+                            f"column {c.name!r}: cannot convert {field.type} to {c.arrow_type}: {e}"
+                        ) from e
                 else:
                     raise BadRequest(
                         f"column {c.name!r} is {DataType.Name(c.type)} "

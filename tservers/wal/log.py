@@ -133,6 +133,13 @@ class TabletLog:
         tl = cls(wal_dir, tablet_id, opts)
         found = seg.list_segments(wal_dir)
         entries: list[LogEntryPB] = []
+        try:
+            seg.read_segment(found[-1][1], is_last=True) if found else None
+        except seg.TornSegmentHeader as e:
+            log.warning("tablet %s: removing segment torn at creation: %s", tablet_id, e)
+            found[-1][1].unlink()
+            fsync_dir(wal_dir)
+            found.pop()
         for i, (sequence, path) in enumerate(found):
             is_last = i == len(found) - 1
             contents = seg.read_segment(path, is_last=is_last)

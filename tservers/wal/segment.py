@@ -45,6 +45,10 @@ class WalCorruption(Exception):
         self.reason = reason
 
 
+class TornSegmentHeader(WalCorruption):
+    """The last segment's file header was never completely written (crash at creation)."""
+
+
 def segment_name(sequence: int) -> str:
     return f"{SEGMENT_PREFIX}{sequence:09d}"
 
@@ -95,17 +99,19 @@ def _zeros_from(data: bytes, start: int) -> bool:
 
 def decode_segment(path: Path, data: bytes, *, is_last: bool) -> SegmentContents:
     """Decode a whole segment. A torn tail is allowed only in the last segment."""
-    if len(data) < _FILE_HEADER.size:
+    hstart = _FILE_HEADER.size
+    if len(data) < hstart:
         if is_last:
-            raise WalCorruption(path, 0, "segment shorter than its file header")
+            raise TornSegmentHeader(path, 0, "segment shorter than its file header")
         raise WalCorruption(path, 0, "segment shorter than its file header")
     magic, hlen, hcrc = _FILE_HEADER.unpack_from(data)
-    if magic != MAGIC:
-        raise WalCorruption(path, 0, f"bad magic {magic!r}")
-    hstart = _FILE_HEADER.size
     hpayload = data[hstart : hstart + hlen]
-    if len(hpayload) != hlen or crc32c.crc32c(hpayload) != hcrc:
-        raise WalCorruption(path, 0, "segment header CRC mismatch")
+    if magic != MAGIC or len(hpayload) != hlen or crc32c.crc32c(hpayload) != hcrc:
+        reason = f"bad magic {magic!r}" if magic != MAGIC else "segment header CRC mismatch"
+        if is_last and _zeros_from(data, hstart + min(hlen, 1024) if magic == MAGIC else 0):
+            # The process died while creating this segment: nothing was ever acknowledged in it.
+            raise TornSegmentHeader(path, 0, reason)
+        raise WalCorruption(path, 0, reason)
     header = SegmentHeaderPB()
     header.ParseFromString(hpayload)
     out = SegmentContents(path=path, header=header)
