@@ -1,0 +1,533 @@
+"""Unit tests of the pure Raft core as plain function calls (no simulator randomness)."""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+
+import pytest
+
+from tservers.consensus import (
+    AppendRequest,
+    AppendResponse,
+    ConfigChange,
+    ConfigChangeType,
+    CopyReason,
+    Entry,
+    EntryType,
+    HardState,
+    Member,
+    MemberType,
+    Message,
+    OpId,
+    ProposalStatus,
+    RaftConfig,
+    RaftCore,
+    RaftOptions,
+    Ready,
+    ReplicaStatus,
+    Role,
+    TimeoutNow,
+    VoteRequest,
+    VoteResponse,
+    missing_replica_response,
+)
+
+T = "tablet-a"
+OPTS = RaftOptions(election_timeout_ticks=5, heartbeat_interval_ticks=1)
+
+
+def make(uuid: str, cfg: RaftConfig, **kw) -> RaftCore:
+    return RaftCore(
+        uuid, T, options=kw.pop("options", OPTS), rng=random.Random(uuid), base_config=cfg, **kw
+    )
+
+
+class Cluster:
+    """Drives cores synchronously: persist each Ready, then deliver its messages."""
+
+    def __init__(self, *cores: RaftCore) -> None:
+        self.cores = {c.uuid: c for c in cores}
+        self.applied: dict[str, list[Entry]] = defaultdict(list)
+        self.readies: dict[str, list[Ready]] = defaultdict(list)
+        self.down: set[str] = set()
+        self.missing: set[str] = set()  # DOES_NOT_EXIST servers
+
+    def flush(self, uuid: str) -> list[Message]:
+        core = self.cores[uuid]
+        out: list[Message] = []
+        while core.has_ready():
+            rd = core.ready()
+            self.readies[uuid].append(rd)
+            out.extend(rd.messages)
+            if rd.entries:
+                core.persisted(rd.entries[-1].index, rd.entries[-1].term)
+            self.applied[uuid].extend(rd.committed_entries)
+        return out
+
+    def settle(self, rounds_max: int = 200) -> None:
+        for _ in range(rounds_max):
+            msgs: list[Message] = []
+            for u in list(self.cores):
+                if u not in self.down:
+                    msgs.extend(self.flush(u))
+            if not msgs:
+                return
+            for m in msgs:
+                self.deliver(m)
+        raise AssertionError("cluster did not settle")
+
+    def deliver(self, m: Message) -> None:
+        if m.recipient in self.down:
+            return
+        if m.recipient in self.missing:
+            resp = missing_replica_response(m, ReplicaStatus.TABLET_NOT_FOUND)
+            if resp is not None:
+                self.deliver(resp)
+            return
+        self.cores[m.recipient].step(m)
+
+    def elect(self, uuid: str) -> RaftCore:
+        core = self.cores[uuid]
+        for _ in range(3 * OPTS.election_timeout_ticks):
+            core.tick()
+            if core.role is not Role.FOLLOWER:
+                break
+        self.settle()
+        assert core.role is Role.LEADER
+        return core
+
+    def tick_all(self, n: int = 1) -> None:
+        for _ in range(n):
+            for u, c in self.cores.items():
+                if u not in self.down:
+                    c.tick()
+            self.settle()
+
+
+def three(pre_vote: bool = True) -> Cluster:
+    cfg = RaftConfig.of_voters("a", "b", "c")
+    opts = RaftOptions(election_timeout_ticks=5, heartbeat_interval_ticks=1, pre_vote=pre_vote)
+    return Cluster(*(make(u, cfg, options=opts) for u in ("a", "b", "c")))
+
+
+def test_single_voter_elects_itself_and_commits_only_after_persisting() -> None:
+    a = make("a", RaftConfig.of_voters("a"))
+    for _ in range(2 * OPTS.election_timeout_ticks):
+        a.tick()
+    assert a.role is Role.LEADER and a.term == 1
+    rd = a.ready()
+    assert rd.hard_state == HardState(1, "a")
+    assert [e.entry_type for e in rd.entries] == [EntryType.NOOP]
+    assert rd.committed_entries == ()
+    assert a.commit_index == 0  # not durable yet: the leader does not count itself
+    a.persisted(1, 1)
+    assert a.commit_index == 1
+    assert [e.index for e in a.ready().committed_entries] == [1]
+
+
+def test_pre_vote_does_not_change_term_then_real_vote_persists_before_sending() -> None:
+    c = three()
+    a = c.cores["a"]
+    for _ in range(2 * OPTS.election_timeout_ticks):
+        a.tick()
+        if a.role is not Role.FOLLOWER:
+            break
+    assert a.role is Role.PRE_CANDIDATE and a.term == 0
+    rd = a.ready()
+    assert rd.hard_state is None
+    assert all(isinstance(m, VoteRequest) and m.pre_vote and m.term == 1 for m in rd.messages)
+    for m in rd.messages:
+        c.deliver(m)
+    # Pre-votes granted by b and c without either changing its term or vote.
+    for u in ("b", "c"):
+        rd_u = c.cores[u].ready()
+        assert rd_u.hard_state is None
+        (resp,) = rd_u.messages
+        assert isinstance(resp, VoteResponse) and resp.granted and resp.pre_vote
+        c.deliver(resp)
+    assert a.role is Role.CANDIDATE and a.term == 1
+    rd = a.ready()
+    # The real vote requests leave in the same Ready as the hard state they depend on.
+    assert rd.hard_state == HardState(1, "a")
+    assert {m.recipient for m in rd.messages} == {"b", "c"}
+    for m in rd.messages:
+        c.deliver(m)
+    rd_b = c.cores["b"].ready()
+    assert rd_b.hard_state == HardState(1, "a")
+    (resp,) = rd_b.messages
+    assert isinstance(resp, VoteResponse) and resp.granted and not resp.pre_vote
+
+
+def test_vote_is_remembered_in_term_and_after_restart() -> None:
+    cfg = RaftConfig.of_voters("a", "b", "c")
+    b = make("b", cfg)
+    b.step(VoteRequest(T, "a", "b", 3, 0, 0))
+    rd = b.ready()
+    assert rd.hard_state == HardState(3, "a")
+    assert rd.messages[0].granted  # type: ignore[union-attr]
+    b.step(VoteRequest(T, "c", "b", 3, 0, 0))
+    assert not b.ready().messages[0].granted  # type: ignore[union-attr]
+    # Restart from the persisted hard state: still refuses c in term 3.
+    b2 = make("b", cfg, hard_state=rd.hard_state)
+    b2.step(VoteRequest(T, "c", "b", 3, 5, 5))
+    resp = b2.ready().messages[0]
+    assert isinstance(resp, VoteResponse) and not resp.granted
+    # A stale term is refused with the current term.
+    b2.step(VoteRequest(T, "c", "b", 2, 5, 5))
+    resp = b2.ready().messages[0]
+    assert isinstance(resp, VoteResponse) and not resp.granted and resp.term == 3
+
+
+def test_vote_refused_to_candidate_with_older_log() -> None:
+    cfg = RaftConfig.of_voters("a", "b", "c")
+    log = [Entry(1, 1, EntryType.NOOP), Entry(2, 2, EntryType.NOOP)]
+    b = make("b", cfg, hard_state=HardState(2, None), entries=log)
+    b.step(VoteRequest(T, "a", "b", 3, last_log_term=1, last_log_index=5))
+    assert not b.ready().messages[0].granted  # type: ignore[union-attr]
+    b.step(VoteRequest(T, "c", "b", 3, last_log_term=2, last_log_index=2))
+    assert b.ready().messages[0].granted  # type: ignore[union-attr]
+
+
+def test_three_node_replication_and_commit_needs_majority_of_voters() -> None:
+    c = three()
+    a = c.elect("a")
+    assert {x.role for x in c.cores.values()} == {Role.LEADER, Role.FOLLOWER}
+    res = a.propose(b"x")
+    assert res.status is ProposalStatus.OK and res.index == 2
+    c.down = {"b", "c"}
+    c.settle()
+    assert a.commit_index == 1  # only the leader has it durable
+    c.down = {"c"}
+    c.tick_all(2)  # a lost append is resent after a heartbeat interval without progress
+    assert a.commit_index == 2
+    c.tick_all(1)  # the next heartbeat carries the commit index to b
+    assert [e.payload for e in c.applied["b"] if e.entry_type is EntryType.WRITE] == [b"x"]
+
+
+def test_leader_counts_itself_only_after_its_own_persist() -> None:
+    c = three()
+    a = c.elect("a")
+    before = a.commit_index
+    res = a.propose(b"y")
+    rd = a.ready()  # the leader has not persisted its entry yet
+    assert [e.index for e in rd.entries] == [res.index]
+    for m in rd.messages:
+        if m.recipient == "b":
+            c.deliver(m)
+    for m in c.flush("b"):
+        c.deliver(m)
+    # b has it durable, c does not, and the leader's own copy is not durable: 1 of 3.
+    assert a.commit_index == before
+    a.persisted(res.index, res.term)
+    assert a.commit_index == res.index
+    assert [e.payload for e in a.ready().committed_entries] == [b"y"]
+
+
+def test_conflicting_suffix_is_truncated_and_rewritten() -> None:
+    cfg = RaftConfig.of_voters("a", "b", "c")
+    old = [
+        Entry(1, 1, EntryType.NOOP),
+        Entry(1, 2, EntryType.WRITE, b"keep"),
+        Entry(2, 3, EntryType.WRITE, b"lost1"),
+        Entry(2, 4, EntryType.WRITE, b"lost2"),
+    ]
+    b = make("b", cfg, hard_state=HardState(2, None), entries=old, applied_index=2)
+    # A leader of term 3 whose log is 1,2 then (3,3): prev (2, term 1) matches.
+    new = (Entry(3, 3, EntryType.NOOP),)
+    b.step(AppendRequest(T, "c", "b", 3, 2, 1, new, leader_commit=3))
+    rd = b.ready()
+    assert rd.hard_state == HardState(3, None)
+    assert rd.entries == new  # the driver truncates at index 3, then appends
+    assert b.last_index == 3 and b.term_at(3) == 3
+    (resp,) = rd.messages
+    assert isinstance(resp, AppendResponse) and resp.success and resp.match_index == 3
+    # The stale durability ack of the truncated (4, term 2) is ignored.
+    b.persisted(4, 2)
+    assert b.ready().committed_entries == ()
+    b.persisted(3, 3)
+    assert [e.index for e in b.ready().committed_entries] == [3]
+
+
+def test_mismatched_prev_is_rejected_with_a_hint() -> None:
+    cfg = RaftConfig.of_voters("a", "b", "c")
+    b = make("b", cfg, hard_state=HardState(1, None), entries=[Entry(1, 1, EntryType.NOOP)])
+    b.step(AppendRequest(T, "a", "b", 2, 7, 2, (), leader_commit=0))
+    (resp,) = b.ready().messages
+    assert isinstance(resp, AppendResponse) and not resp.success
+    assert resp.reject_index == 7 and resp.hint_index == 1
+
+
+def test_stale_leader_steps_down_on_higher_term() -> None:
+    c = three()
+    a = c.elect("a")
+    a.step(AppendResponse(T, "b", "a", a.term + 1, success=False))
+    assert a.role is Role.FOLLOWER and a.term == 2
+    assert a.propose(b"x").status is ProposalStatus.NOT_LEADER
+
+
+def test_non_voter_acks_do_not_count_for_commit() -> None:
+    cfg = RaftConfig(
+        (
+            Member("a", MemberType.VOTER),
+            Member("b", MemberType.VOTER),
+            Member("c", MemberType.VOTER),
+            Member("d", MemberType.NON_VOTER),
+        )
+    )
+    c = Cluster(*(make(u, cfg) for u in "abcd"))
+    a = c.elect("a")
+    c.down = {"b", "c"}
+    res = a.propose(b"x")
+    c.settle()
+    assert c.cores["d"].last_index == res.index  # d has it durable
+    assert a.commit_index < res.index
+
+
+def _leader_with_committed_term(c: Cluster, uuid: str = "a") -> RaftCore:
+    a = c.elect(uuid)
+    c.settle()
+    assert a.commit_index == a.last_index
+    return a
+
+
+def test_config_change_cas_pending_and_own_term_rules() -> None:
+    c = three()
+    a = c.cores["a"]
+    change = ConfigChange(ConfigChangeType.ADD_MEMBER, "d", MemberType.NON_VOTER, promote=True)
+    assert a.change_config(change).status is ProposalStatus.NOT_LEADER
+    for _ in range(3 * OPTS.election_timeout_ticks):
+        a.tick()
+        if a.role is not Role.FOLLOWER:
+            break
+    c.settle()
+    assert a.role is Role.LEADER
+    assert a.committed_config_index() == 0
+    assert a.change_config(change, cas_config_index=5).status is ProposalStatus.CAS_FAILED
+    c.down = {"b", "c"}
+    b_ready = a.propose(b"w")
+    assert b_ready.status is ProposalStatus.OK
+    c.down = set()
+    c.settle()
+    res = a.change_config(change, cas_config_index=0)
+    assert res.status is ProposalStatus.OK
+    # Pending: another change (even with the right CAS) is refused until it commits.
+    c.down = {"b", "c"}
+    other = ConfigChange(ConfigChangeType.REMOVE_MEMBER, "c")
+    assert a.change_config(other, cas_config_index=0).status is ProposalStatus.ALREADY_IN_PROGRESS
+    c.down = set()
+    c.missing = {"d"}
+    c.settle()
+    assert a.committed_config_index() == res.index
+    assert a.change_config(other, cas_config_index=0).status is ProposalStatus.CAS_FAILED
+    assert a.change_config(other, cas_config_index=res.index).status is ProposalStatus.OK
+
+
+def test_no_config_change_before_commit_in_own_term() -> None:
+    c = three()
+    a = c.cores["a"]
+    for _ in range(3 * OPTS.election_timeout_ticks):
+        a.tick()
+        if a.role is not Role.FOLLOWER:
+            break
+    for _ in range(4):  # deliver votes but not the appends of the no-op
+        for m in c.flush("a") + c.flush("b") + c.flush("c"):
+            if not isinstance(m, AppendRequest):
+                c.deliver(m)
+    assert a.role is Role.LEADER and a.commit_index == 0
+    change = ConfigChange(ConfigChangeType.REMOVE_MEMBER, "c")
+    assert a.change_config(change).status is ProposalStatus.UNAVAILABLE
+
+
+def test_missing_replica_gets_copy_then_non_voter_is_promoted() -> None:
+    cfg = RaftConfig.of_voters("a", "b", "c")
+    c = Cluster(*(make(u, cfg) for u in "abc"))
+    a = _leader_with_committed_term(c)
+    res = a.change_config(
+        ConfigChange(ConfigChangeType.ADD_MEMBER, "d", MemberType.NON_VOTER, promote=True),
+        cas_config_index=0,
+    )
+    assert res.status is ProposalStatus.OK
+    c.missing = {"d"}
+    c.settle()
+    copies = [r for rd in c.readies["a"] for r in rd.copy_requests]
+    assert copies and copies[0].peer_uuid == "d"
+    assert copies[0].reason is CopyReason.TABLET_NOT_FOUND and copies[0].leader_term == a.term
+    # "Copy" d: it starts from a's durable state (the driver's tablet copy).
+    c.missing = set()
+    c.cores["d"] = make("d", cfg, hard_state=HardState(a.term, None), entries=list(a.entries()))
+    c.tick_all(2)
+    assert a.config.is_voter("d")
+    assert a.committed_config().is_voter("d")
+    assert a.committed_config().member("d").promote is False  # type: ignore[union-attr]
+
+
+def test_leader_transfers_leadership_before_removing_itself() -> None:
+    c = three()
+    a = _leader_with_committed_term(c)
+    res = a.change_config(
+        ConfigChange(ConfigChangeType.REMOVE_MEMBER, "a"), a.committed_config_index()
+    )
+    assert res.status is ProposalStatus.UNAVAILABLE and res.leader_hint in ("b", "c")
+    assert not any(e.entry_type is EntryType.CONFIG for e in a.entries())
+    msgs = c.flush("a")
+    assert any(isinstance(m, TimeoutNow) and m.recipient == res.leader_hint for m in msgs)
+    for m in msgs:
+        c.deliver(m)
+    c.settle()
+    new = c.cores[res.leader_hint]  # type: ignore[index]
+    assert new.role is Role.LEADER and a.role is Role.FOLLOWER
+    c.tick_all(1)
+    res2 = new.change_config(ConfigChange(ConfigChangeType.REMOVE_MEMBER, "a"), 0)
+    assert res2.status is ProposalStatus.OK
+    c.settle()
+    assert not new.committed_config().member("a")
+
+
+def test_leader_demoting_itself_also_transfers() -> None:
+    c = three()
+    a = _leader_with_committed_term(c)
+    change = ConfigChange(ConfigChangeType.CHANGE_MEMBER_TYPE, "a", MemberType.NON_VOTER)
+    assert a.change_config(change).status is ProposalStatus.UNAVAILABLE
+
+
+def test_tombstoned_replica_votes_with_last_op_id_and_answers_deleted() -> None:
+    cfg = RaftConfig.of_voters("a", "b", "c")
+    t = RaftCore.tombstoned(
+        "c",
+        T,
+        options=OPTS,
+        rng=random.Random(1),
+        hard_state=HardState(4, "b"),
+        last_op_id=OpId(4, 10),
+        config=cfg,
+    )
+    assert t.role is Role.VOTE_ONLY
+    for _ in range(50):
+        t.tick()
+    assert t.role is Role.VOTE_ONLY and not t.has_ready()  # never campaigns
+    t.step(VoteRequest(T, "a", "c", 5, last_log_term=4, last_log_index=9))
+    rd = t.ready()
+    assert rd.hard_state == HardState(5, None)
+    assert not rd.messages[0].granted  # type: ignore[union-attr]
+    t.step(VoteRequest(T, "b", "c", 5, last_log_term=4, last_log_index=10))
+    rd = t.ready()
+    assert rd.hard_state == HardState(5, "b") and rd.messages[0].granted  # type: ignore[union-attr]
+    t.step(AppendRequest(T, "b", "c", 5, 10, 4, (), leader_commit=10))
+    (resp,) = t.ready().messages
+    assert isinstance(resp, AppendResponse) and resp.status is ReplicaStatus.TABLET_DELETED
+    # The leader turns that answer into a tablet copy request.
+    c = three()
+    a = _leader_with_committed_term(c)
+    a.step(AppendResponse(T, "c", "a", a.term, success=False, status=ReplicaStatus.TABLET_DELETED))
+    (req,) = a.ready().copy_requests
+    assert req.peer_uuid == "c" and req.reason is CopyReason.TABLET_DELETED
+
+
+def test_does_not_exist_replica_does_not_vote() -> None:
+    req = VoteRequest(T, "a", "d", 3, 1, 1)
+    resp = missing_replica_response(req, ReplicaStatus.TABLET_NOT_FOUND)
+    assert isinstance(resp, VoteResponse) and not resp.granted and resp.term == 0
+    cfg = RaftConfig.of_voters("a", "d")
+    a = make("a", cfg, hard_state=HardState(2, None))
+    for _ in range(3 * OPTS.election_timeout_ticks):
+        a.tick()
+    a.ready()
+    a.step(
+        VoteResponse(T, "d", "a", 0, False, pre_vote=True, status=ReplicaStatus.TABLET_NOT_FOUND)
+    )
+    assert a.role is Role.PRE_CANDIDATE and a.term == 2
+
+
+def test_read_index_needs_a_heartbeat_round_and_applied_commit() -> None:
+    c = three()
+    a = _leader_with_committed_term(c)
+    a.propose(b"v")
+    c.settle()
+    commit = a.commit_index
+    a.read_index(1)
+    rd = a.ready()
+    assert rd.reads == ()
+    heartbeats = [m for m in rd.messages if isinstance(m, AppendRequest)]
+    assert {m.recipient for m in heartbeats} == {"b", "c"}
+    assert all(m.read_seq >= 1 for m in heartbeats)
+    # One follower's answer makes a majority with the leader.
+    c.deliver(heartbeats[0])
+    for m in c.flush(heartbeats[0].recipient):
+        c.deliver(m)
+    (read,) = a.ready().reads
+    assert read.request_id == 1 and read.status is ProposalStatus.OK and read.read_index == commit
+
+
+def test_read_index_fails_when_leadership_is_lost() -> None:
+    c = three()
+    a = _leader_with_committed_term(c)
+    a.read_index(9)
+    a.ready()
+    a.step(AppendResponse(T, "b", "a", a.term + 1, success=False))
+    (read,) = a.ready().reads
+    assert read.request_id == 9 and read.status is ProposalStatus.NOT_LEADER
+    a.read_index(10)
+    (read,) = a.ready().reads
+    assert read.status is ProposalStatus.NOT_LEADER
+
+
+def test_peer_behind_compaction_needs_tablet_copy() -> None:
+    c = three()
+    a = _leader_with_committed_term(c)
+    c.down = {"c"}
+    for i in range(5):
+        a.propose(b"%d" % i)
+    c.settle()
+    a.compact(a.commit_index - 1)
+    assert a.first_index == a.commit_index
+    c.down = set()
+    # c answers with its old position; a can no longer send what c needs.
+    c.cores["c"].step(AppendRequest(T, "a", "c", a.term, a.last_index, a.last_term, (), 0))
+    for m in c.flush("c"):
+        c.deliver(m)
+    reqs = [r for r in a.ready().copy_requests]
+    assert reqs and reqs[0].peer_uuid == "c" and reqs[0].reason is CopyReason.LOG_COMPACTED
+
+
+def test_restart_recovers_config_from_log_and_keeps_log() -> None:
+    cfg = RaftConfig.of_voters("a", "b")
+    new_cfg = cfg.with_member(Member("c", MemberType.NON_VOTER, promote=True))
+    log = [Entry(1, 1, EntryType.NOOP), Entry(1, 2, EntryType.CONFIG, config=new_cfg)]
+    a = make("a", cfg, hard_state=HardState(1, "a"), entries=log)
+    assert a.config == new_cfg and a.committed_config() == cfg  # not known committed yet
+    b = make("b", cfg, hard_state=HardState(1, "a"), entries=log, applied_index=2)
+    assert b.committed_config() == new_cfg and b.committed_config_index() == 2
+
+
+def test_proposals_are_bounded() -> None:
+    opts = RaftOptions(
+        election_timeout_ticks=5, heartbeat_interval_ticks=1, uncommitted_entries_max=3
+    )
+    c = Cluster(*(make(u, RaftConfig.of_voters("a", "b", "c"), options=opts) for u in "abc"))
+    a = c.elect("a")
+    c.down = {"b", "c"}
+    statuses = [a.propose(b"x").status for _ in range(5)]
+    assert statuses.count(ProposalStatus.OK) == 3 and statuses[-1] is ProposalStatus.THROTTLED
+
+
+def test_core_is_deterministic() -> None:
+    def run() -> list[object]:
+        c = three()
+        a = c.elect("a")
+        for i in range(5):
+            a.propose(b"%d" % i)
+        c.tick_all(3)
+        return [(u, r) for u in "abc" for r in c.readies[u]]
+
+    assert run() == run()
+
+
+@pytest.mark.parametrize("pre_vote", [True, False])
+def test_elections_with_and_without_pre_vote(pre_vote: bool) -> None:
+    c = three(pre_vote)
+    a = c.elect("a")
+    c.down = {"a"}
+    c.tick_all(4 * OPTS.election_timeout_ticks)
+    leaders = [x for x in c.cores.values() if x.role is Role.LEADER and x.uuid != "a"]
+    assert len(leaders) == 1 and leaders[0].term > a.term
