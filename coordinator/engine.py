@@ -73,6 +73,7 @@ class Engine:
         self.leader_since = 0.0
         self._write_lock = threading.Lock()
         self._completing: set[int] = set()
+        self._stalled: set[int] = set()  # completions that failed, for the monitor to retry
         self._completing_lock = threading.Lock()
         self._stop = threading.Event()
         self._threads_lock = threading.Lock()
@@ -205,7 +206,16 @@ class Engine:
                 pending = self.catalog.pending.get(op_id)
             if pending is None:
                 return True
-            OPS[pending.kind].complete(self._context(), pending.record)
+            try:
+                OPS[pending.kind].complete(self._context(), pending.record)
+            except RpcError:
+                # Left pending: the monitor rolls it forward later (e.g. once a silent
+                # tablet server is marked down and skipped).
+                with self._completing_lock:
+                    self._stalled.add(op_id)
+                raise
+            with self._completing_lock:
+                self._stalled.discard(op_id)
             return True
         finally:
             with self._completing_lock:
@@ -262,9 +272,9 @@ class Engine:
             try:
                 self._mark_silent_servers_down()
                 if self.serving():
-                    with self.catalog.lock:
-                        pending = sorted(self.catalog.pending)
-                    for op_id in pending:
+                    with self._completing_lock:
+                        stalled = sorted(self._stalled)
+                    for op_id in stalled:
                         self.complete_pending(op_id)
             except RpcError as e:
                 logger.warning("monitor: %s", e)
