@@ -315,3 +315,46 @@ def test_alter_schema(tmp_path):
     r = scan(m.tablet("t1"))
     assert r["extra"].to_pylist()[1] == "e" and m.tablet("t1").schema.version == 3
     m.close()
+
+
+def test_concurrent_writers_see_in_flight_writes(mgr):
+    """Validation sees writes queued to the WAL but not yet durable: one insert of a key wins."""
+    import threading
+
+    t = create(mgr)
+    outcomes: list[str] = []
+    lock = threading.Lock()
+
+    def writer(k: int) -> None:
+        for b in range(20):
+            try:
+                t.write(
+                    1, [(OpType.INSERT, ipc(six_rows(range(b * 50, b * 50 + 50))))], deadline(30)
+                )
+                res = "ok"
+            except AlreadyExists:
+                res = "dup"
+            t.write(
+                1,
+                [
+                    (
+                        OpType.INSERT,
+                        ipc(
+                            six_rows(
+                                range(10_000 + k * 1000 + b * 10, 10_000 + k * 1000 + b * 10 + 10)
+                            )
+                        ),
+                    )
+                ],
+                deadline(30),
+            )
+            with lock:
+                outcomes.append(res)
+
+    threads = [threading.Thread(target=writer, args=(k,)) for k in range(6)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(120)
+    assert outcomes.count("ok") == 20 and outcomes.count("dup") == 100
+    assert len(scan(t)) == 20 * 50 + 6 * 20 * 10

@@ -307,24 +307,27 @@ class Tablet:
                 f.error = err
             else:
                 self._apply(f.changes)
-                for k in f.changes:
-                    p = self.pending.get(k)
-                    if p is not None and p[0] == f.index:
-                        del self.pending[k]
+                if self.inflight == 1:
+                    self.pending.clear()  # this was the only write in flight
+                else:
+                    pending = self.pending
+                    for k in f.changes:
+                        p = pending.get(k)
+                        if p is not None and p[0] == f.index:
+                            del pending[k]
                 self.applied_index = f.index
             self.inflight -= 1
             self.cond.notify_all()
         f.event.set()
 
     def _apply(self, changes: dict) -> None:
-        mem = self.memstore
-        live = self.live_keys
-        for k, v in changes.items():
-            mem[k] = v
-            if v is None:
-                live.discard(k)
-            else:
-                live.add(k)
+        self.memstore.update(changes)
+        deleted = [k for k, v in changes.items() if v is None]
+        if deleted:
+            self.live_keys.difference_update(deleted)
+            self.live_keys.update(k for k, v in changes.items() if v is not None)
+        else:
+            self.live_keys.update(changes)
 
     def _check_running(self) -> None:
         with self.lock:
@@ -420,6 +423,16 @@ class Tablet:
             return k in live
 
         for o in ops:
+            if o.op == OpType.INSERT and not local:
+                # Fast path, all in C: unique keys, none live, none pending.
+                kset = set(o.keys)
+                if (
+                    len(kset) == len(o.keys)
+                    and live.isdisjoint(kset)
+                    and (not pending or pending.keys().isdisjoint(kset))
+                ):
+                    local.update(zip(o.keys, o.rows, strict=True))
+                    continue
             if o.op == OpType.INSERT:
                 for k, row in zip(o.keys, o.rows, strict=True):
                     if exists(k):
@@ -428,8 +441,7 @@ class Tablet:
                         )
                     local[k] = row
             elif o.op == OpType.UPSERT:
-                for k, row in zip(o.keys, o.rows, strict=True):
-                    local[k] = row
+                local.update(zip(o.keys, o.rows, strict=True))
             elif o.op == OpType.DELETE:
                 for k in o.keys:
                     if not exists(k):
