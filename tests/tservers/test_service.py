@@ -213,3 +213,33 @@ def test_sigterm_is_a_clean_shutdown_and_unformatted_root_is_refused(server, tmp
         timeout=60,
     )
     assert r.returncode == 1 and "not formatted" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.integration
+def test_flipped_byte_takes_one_tablet_offline_and_reports_it(server):
+    from rpc.errors import TabletFailed
+
+    p = server()
+    with TabletServerClient(p.address) as c:
+        c.create_tablet("t1", COLS)
+        c.create_tablet("t2", COLS)
+        for b in range(5):
+            c.write("t1", [(OpType.INSERT, rows(range(b * 10, b * 10 + 10)))])
+            c.write("t2", [(OpType.INSERT, rows(range(b * 10, b * 10 + 10)))])
+    p.kill9()
+    fs = FsLayout.open(p.root)
+    path = seg.list_segments(fs.wal_dir("t2"))[0][1]
+    contents = seg.read_segment(path, is_last=True)
+    data = bytearray(path.read_bytes())
+    data[contents.data_end // 2] ^= 0x04
+    path.write_bytes(bytes(data))
+    p2 = server()
+    with TabletServerClient(p2.address) as c:
+        reports = {r.tablet_id: r for r in c.list_tablets().tablets}
+        assert reports["t2"].status == "FAILED"
+        assert str(path) in reports["t2"].error and "offset" in reports["t2"].error
+        assert reports["t1"].status == "RUNNING"
+        with pytest.raises(TabletFailed):
+            c.scan_table("t2")
+        c.write("t1", [(OpType.INSERT, rows([100]))])
+        assert c.scan_table("t1").num_rows == 51
