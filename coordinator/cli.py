@@ -1,0 +1,183 @@
+"""`coordinator` command line: run a node and ask a running group simple questions.
+
+    coordinator start --id c1 --data-dir DIR --bind 127.0.0.1:7100 \\
+        --raft 127.0.0.1:7200 --peers 127.0.0.1:7201,127.0.0.1:7202 --password-file PW
+    coordinator start --id dev --data-dir DIR --raft 127.0.0.1:7200 --insecure-dev
+    coordinator status --coordinators 127.0.0.1:7100,127.0.0.1:7101
+    coordinator tables --coordinators ...
+    coordinator servers --coordinators ...
+
+The cluster password protects the Raft traffic of the embedded logstore (pysyncobj pickles
+its messages: it never runs unauthenticated between hosts). Without one, only a single-node
+development group bound on 127.0.0.1 may run, and only with --insecure-dev.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+
+PASSWORD_ENV = "COORDINATOR_PASSWORD"
+
+
+def _split(value: str) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()] if value else []
+
+
+def _password(args) -> str | None:
+    if args.password_file:
+        try:
+            with open(args.password_file, encoding="utf-8") as f:
+                value = f.read().strip()
+        except OSError as e:
+            raise SystemExit(f"coordinator: cannot read password file: {e}") from None
+        if not value:
+            raise SystemExit(f"coordinator: password file {args.password_file} is empty")
+        return value
+    return os.environ.get(PASSWORD_ENV) or None
+
+
+def cmd_start(args) -> int:
+    from coordinator.engine import EngineConfig
+    from coordinator.leases import LeaseConfig
+    from coordinator.node import CoordinatorNode, NodeConfig
+    from rpc.errors import RpcError
+
+    if not args.logstore and not args.raft:
+        raise SystemExit("coordinator: --raft HOST:PORT is needed for the embedded logstore")
+    try:
+        lease = LeaseConfig(
+            lease_timeout_s=args.lease_timeout_s,
+            renew_interval_s=args.lease_timeout_s / 5,
+            drift_margin_s=args.lease_timeout_s / 10,
+            backoff_min_s=args.lease_timeout_s / 20,
+            backoff_max_s=args.lease_timeout_s / 2,
+        )
+    except AssertionError:
+        raise SystemExit("coordinator: --lease-timeout-s must be positive") from None
+    config = NodeConfig(
+        node_id=args.id,
+        data_dir=args.data_dir,
+        bind=args.bind,
+        raft_address=args.raft,
+        peers=tuple(_split(args.peers)),
+        password=_password(args),
+        allow_insecure_dev=args.insecure_dev,
+        logstore_addresses=tuple(_split(args.logstore)),
+        lease=lease,
+        engine=EngineConfig(tserver_timeout_s=args.tserver_timeout_s),
+    )
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        node = CoordinatorNode(config)
+    except (RpcError, ValueError, OSError) as e:
+        print(f"coordinator: cannot start: {e}", file=sys.stderr)
+        return 1
+    with node:
+        print(f"coordinator {args.id} uuid={node.uuid} rpc={node.address}", flush=True)
+        while not stop.wait(1.0):
+            pass
+    return 0
+
+
+def _client(args):
+    from coordinator.client.meta import CoordinatorClient
+
+    return CoordinatorClient(_split(args.coordinators), timeout_s=args.timeout_s)
+
+
+def cmd_status(args) -> int:
+    from rpc.errors import RpcError
+
+    code = 0
+    with _client(args) as client:
+        for address in client.addresses:
+            try:
+                s = client.status(address)
+            except RpcError as e:
+                print(f"{address}: unreachable ({e})")
+                code = 1
+                continue
+            print(
+                f"{address}: {s.role} uuid={s.uuid} epoch={s.epoch} applied={s.applied_id} "
+                f"leader={s.leader_address or '-'} tables={s.tables} tablets={s.tablets} "
+                f"servers={s.servers} pending_ops={s.pending_ops}"
+            )
+    return code
+
+
+def cmd_tables(args) -> int:
+    with _client(args) as client:
+        for t in client.list_tables():
+            print(f"{t.name}\t{t.table_id}\t{t.state}")
+    return 0
+
+
+def cmd_servers(args) -> int:
+    with _client(args) as client:
+        for s in client.list_servers():
+            print(f"{s.uuid}\t{s.address}\t{s.state}\treplicas={s.replicas}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="coordinator", description=__doc__.splitlines()[0])
+    parser.add_argument("--log-level", default="INFO")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    start = sub.add_parser("start", help="run one coordinator node")
+    start.add_argument("--id", required=True, help="this node's name")
+    start.add_argument("--data-dir", required=True)
+    start.add_argument("--bind", default="127.0.0.1:7100", help="client RPC HOST:PORT")
+    start.add_argument("--raft", default="", help="this node's logstore Raft HOST:PORT")
+    start.add_argument(
+        "--peers", default="", help="the other nodes' Raft HOST:PORT, comma-separated"
+    )
+    start.add_argument("--password-file", default="", help=f"cluster password (or ${PASSWORD_ENV})")
+    start.add_argument(
+        "--insecure-dev",
+        action="store_true",
+        help="allow a single-node group on 127.0.0.1 without a password",
+    )
+    start.add_argument(
+        "--logstore", default="", help="external logstore RPC addresses instead of embedding one"
+    )
+    start.add_argument("--lease-timeout-s", type=float, default=1.0)
+    start.add_argument("--tserver-timeout-s", type=float, default=5.0)
+    start.set_defaults(func=cmd_start)
+
+    for name, func, text in (
+        ("status", cmd_status, "role, epoch and catalog size of every node"),
+        ("tables", cmd_tables, "list tables"),
+        ("servers", cmd_servers, "list tablet servers"),
+    ):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("--coordinators", required=True, help="coordinator addresses")
+        p.add_argument("--timeout-s", type=float, default=10.0)
+        p.set_defaults(func=func)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    from rpc.errors import RpcError
+
+    try:
+        return args.func(args)
+    except RpcError as e:
+        print(f"coordinator: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,154 @@
+"""The tablet-server gateway over rpc: the coordinator's idempotent calls to tablet servers.
+
+Implements coordinator.ops.common.TabletServerGateway with the TServer protocol messages
+(tservers/tserver.proto) and nothing else from the tablet servers. Idempotence, as the
+operations need it: CreateTablet answering ALREADY_EXISTS is success (tablet ids are never
+reused, so an existing id is this very tablet); DeleteTablet answering TABLET_NOT_FOUND is
+success (never created, or gone); AlterSchema answering CAS_FAILED is success when the
+replica already has the target version.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+import threading
+from collections.abc import Sequence
+
+from coordinator import coordinator_pb2 as pb
+from coordinator.catalog import ServerInfo
+from rpc.client import RpcClient, Transport
+from rpc.errors import AlreadyExists, CasFailed, IllegalState, TabletNotFound
+from tservers import tserver_pb2 as ts
+
+logger = logging.getLogger(__name__)
+
+CLIENTS_MAX = 4096
+
+
+def schema_to_tserver(schema: pb.Schema) -> ts.SchemaPB:
+    """Same field numbers on both sides; the copy goes through the wire format."""
+    out = ts.SchemaPB()
+    out.ParseFromString(schema.SerializeToString())
+    return out
+
+
+def partition_to_tserver(partition: pb.Partition) -> ts.PartitionPB:
+    """The tablet server treats partition keys as opaque: bucket i of n is [i, i+1)."""
+    return ts.PartitionPB(
+        start_key=struct.pack(">II", partition.num_buckets, partition.hash_bucket),
+        end_key=struct.pack(">II", partition.num_buckets, partition.hash_bucket + 1),
+    )
+
+
+class RpcTabletServerGateway:
+    """One RpcClient per tablet-server address over one shared transport."""
+
+    def __init__(self, caller_uuid: str) -> None:
+        self.caller_uuid = caller_uuid
+        self._transport = Transport()
+        self._clients: dict[str, RpcClient] = {}
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        with self._lock:
+            self._clients.clear()
+        self._transport.close()
+
+    def _client(self, address: str) -> RpcClient:
+        with self._lock:
+            client = self._clients.get(address)
+            if client is None:
+                if len(self._clients) >= CLIENTS_MAX:
+                    self._clients.pop(next(iter(self._clients)))
+                client = RpcClient(address, self.caller_uuid, transport=self._transport)
+                self._clients[address] = client
+            return client
+
+    def create_tablet(
+        self,
+        server: ServerInfo,
+        table_id: str,
+        table_name: str,
+        tablet: pb.TabletPlacement,
+        schema: pb.Schema,
+        peers: Sequence[ServerInfo],
+        timeout_s: float,
+    ) -> None:
+        request = ts.CreateTabletRequest(
+            tablet_id=tablet.tablet_id,
+            table_id=table_id,
+            table_name=table_name,
+            schema=schema_to_tserver(schema),
+            partition=partition_to_tserver(tablet.partition),
+        )
+        request.config.opid_index = -1
+        for peer in peers:
+            request.config.peers.add(
+                uuid=peer.uuid, address=peer.address, member_type=ts.MemberType.VOTER
+            )
+        try:
+            self._client(server.address).call(
+                server.uuid,
+                "TServer.CreateTablet",
+                request,
+                ts.CreateTabletResponse,
+                timeout_s=timeout_s,
+                idempotent=True,
+            )
+        except AlreadyExists:
+            logger.debug("tablet %s already on %s", tablet.tablet_id, server.uuid)
+
+    def delete_tablet(self, server: ServerInfo, tablet_id: str, timeout_s: float) -> None:
+        try:
+            self._client(server.address).call(
+                server.uuid,
+                "TServer.DeleteTablet",
+                ts.DeleteTabletRequest(tablet_id=tablet_id),
+                ts.DeleteTabletResponse,
+                timeout_s=timeout_s,
+                idempotent=True,
+            )
+        except TabletNotFound:
+            logger.debug("tablet %s not on %s: nothing to delete", tablet_id, server.uuid)
+
+    def alter_schema(
+        self,
+        server: ServerInfo,
+        tablet_id: str,
+        old_schema: pb.Schema,
+        new_schema: pb.Schema,
+        timeout_s: float,
+    ) -> None:
+        old_names = {c.name for c in old_schema.columns}
+        new_names = {c.name for c in new_schema.columns}
+        request = ts.AlterSchemaRequest(tablet_id=tablet_id, expected_version=old_schema.version)
+        for c in schema_to_tserver(new_schema).columns:
+            if c.name not in old_names:
+                request.add_columns.append(c)
+        request.drop_columns.extend(c.name for c in old_schema.columns if c.name not in new_names)
+        client = self._client(server.address)
+        try:
+            client.call(
+                server.uuid,
+                "TServer.AlterSchema",
+                request,
+                ts.AlterSchemaResponse,
+                timeout_s=timeout_s,
+                idempotent=True,
+            )
+        except CasFailed:
+            current = client.call(
+                server.uuid,
+                "TServer.GetSchema",
+                ts.GetSchemaRequest(tablet_id=tablet_id),
+                ts.GetSchemaResponse,
+                timeout_s=timeout_s,
+                idempotent=True,
+            )
+            if current.schema.version < new_schema.version:
+                raise IllegalState(
+                    f"tablet {tablet_id} on {server.uuid} has schema version "
+                    f"{current.schema.version}, neither {old_schema.version} nor "
+                    f"{new_schema.version}"
+                ) from None

@@ -1,0 +1,238 @@
+"""One coordinator node: logstore replica, lease keeper, replay thread, engine, RPC service.
+
+The node embeds a logstore replica by default (or reaches an external logstore with
+`logstore_addresses`). Its RPC service ("Coordinator.*") answers:
+- on the leader, after recovery: everything;
+- on the leader during recovery: UNAVAILABLE with a retry hint;
+- on followers: NOT_LEADER with the hint from the last Lease record (catalog reads and
+  mutating requests); GetLeader, Status, Heartbeat are answered by every node (tablet
+  servers heartbeat to every node; only the leader acts on them).
+
+Construct it on a thread that outlives it (the embedded pysyncobj replica's tick thread
+stops with the thread that created it).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import uuid as uuidlib
+from dataclasses import dataclass, field
+
+from coordinator import coordinator_pb2 as pb
+from coordinator.catalog import Catalog
+from coordinator.crashpoints import CrashPoints
+from coordinator.engine import Engine, EngineConfig
+from coordinator.gateway import RpcTabletServerGateway
+from coordinator.leases import LeaseConfig
+from coordinator.leases.driver import LeaseDriver
+from coordinator.replay.replayer import Replayer
+from logstore.api import LogStore
+from rpc.errors import Unavailable
+from rpc.server import CallContext, RpcServer
+
+logger = logging.getLogger(__name__)
+
+UUID_FILE = "coordinator-uuid"
+LOGSTORE_DIR = "logstore"
+RPC_WORKERS = 16
+RPC_QUEUE_MAX = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class NodeConfig:
+    node_id: str
+    data_dir: str
+    bind: str = "127.0.0.1:0"
+    # Embedded logstore: this node's Raft address and the Raft addresses of the others.
+    raft_address: str = ""
+    peers: tuple[str, ...] = ()
+    password: str | None = None
+    allow_insecure_dev: bool = False
+    # External logstore instead (`logstore serve` replicas' RPC addresses).
+    logstore_addresses: tuple[str, ...] = ()
+    lease: LeaseConfig = field(default_factory=LeaseConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+
+
+def load_or_create_uuid(data_dir: str, node_id: str) -> str:
+    """The node's UUID, created once per data directory (a wiped node gets a new one)."""
+    path = os.path.join(data_dir, UUID_FILE)
+    try:
+        with open(path, encoding="utf-8") as f:
+            value = f.read().strip()
+        if value:
+            return value
+    except FileNotFoundError:
+        pass
+    value = f"{node_id}-{uuidlib.uuid4().hex[:16]}"
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(value + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fd = os.open(data_dir, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return value
+
+
+def open_store(config: NodeConfig, uuid: str) -> LogStore:
+    if config.logstore_addresses:
+        from logstore.remote import RemoteLogStore
+
+        return RemoteLogStore(list(config.logstore_addresses), caller_uuid=uuid)
+    from logstore.replicated import ReplicatedLogStore
+
+    if not config.raft_address:
+        raise ValueError("an embedded logstore needs this node's Raft address")
+    return ReplicatedLogStore(
+        config.raft_address,
+        list(config.peers),
+        os.path.join(config.data_dir, LOGSTORE_DIR),
+        config.password,
+        allow_insecure_dev=config.allow_insecure_dev,
+    )
+
+
+class CoordinatorNode:
+    """Owns every component; a context manager. `address` is the client RPC address."""
+
+    def __init__(self, config: NodeConfig, store: LogStore | None = None) -> None:
+        self.config = config
+        os.makedirs(config.data_dir, exist_ok=True)
+        self.uuid = load_or_create_uuid(config.data_dir, config.node_id)
+        self._owns_store = store is None
+        self.store = store if store is not None else open_store(config, self.uuid)
+        self.catalog = Catalog()
+        self.replayer = Replayer(self.store, self.catalog, name=f"replay-{config.node_id}")
+        self.gateway = RpcTabletServerGateway(self.uuid)
+        self.engine: Engine | None = None
+        self.server = RpcServer(
+            self.uuid,
+            config.bind,
+            service="coordinator",
+            workers=RPC_WORKERS,
+            queue_max=RPC_QUEUE_MAX,
+        )
+        self._register()
+        self._closed = threading.Event()
+        try:
+            self.server.start()
+            self.address = self.server.address
+            self.lease = LeaseDriver(
+                self.store,
+                self.uuid,
+                self.address,
+                config.lease,
+                seed=hash(self.uuid) & 0xFFFFFFFF,
+                on_role_change=self._on_role_change,
+            )
+            self.engine = Engine(
+                self.catalog,
+                self.lease,
+                self.replayer,
+                self.gateway,
+                CrashPoints.from_env(),
+                config.engine,
+            )
+            self.replayer.start()
+            self.engine.start()
+            self.lease.start()
+        except BaseException:
+            self.close()
+            raise
+        logger.info("coordinator %s (%s) serving on %s", config.node_id, self.uuid, self.address)
+
+    def _on_role_change(self, role, epoch: int) -> None:
+        if self.engine is not None:
+            self.engine.on_role_change(role, epoch)
+
+    def close(self) -> None:
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        lease = getattr(self, "lease", None)
+        if lease is not None:
+            lease.close()
+        if self.engine is not None:
+            self.engine.close()
+        self.server.close()
+        self.replayer.close()
+        self.gateway.close()
+        if self._owns_store:
+            self.store.close()
+
+    def __enter__(self) -> CoordinatorNode:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ------------------------------------------------------------ rpc
+
+    def _engine(self) -> Engine:
+        engine = self.engine
+        if engine is None:
+            raise Unavailable("coordinator node starting", retry_after_ms=100)
+        return engine
+
+    def _register(self) -> None:
+        s = self.server
+        mutate = {
+            "CreateTable": (pb.CreateTableRequest, "create_table"),
+            "DropTable": (pb.DropTableRequest, "drop_table"),
+            "AlterTable": (pb.AlterTableRequest, "alter_table"),
+            "EnlistServer": (pb.EnlistServerRequest, "enlist_server"),
+            "RemoveServer": (pb.RemoveServerRequest, "remove_server"),
+        }
+        for method, (request_type, kind) in mutate.items():
+            s.register(
+                f"Coordinator.{method}",
+                request_type,
+                lambda req, ctx, kind=kind: self._execute(kind, req),
+            )
+        s.register(
+            "Coordinator.ListTables",
+            pb.ListTablesRequest,
+            lambda req, ctx: self._engine().list_tables(),
+        )
+        s.register(
+            "Coordinator.DescribeTable",
+            pb.DescribeTableRequest,
+            lambda req, ctx: self._engine().describe_table(req),
+        )
+        s.register(
+            "Coordinator.GetTabletLocations",
+            pb.GetTabletLocationsRequest,
+            lambda req, ctx: self._engine().get_tablet_locations(req),
+        )
+        s.register(
+            "Coordinator.ListServers",
+            pb.ListServersRequest,
+            lambda req, ctx: self._engine().list_servers(),
+        )
+        s.register(
+            "Coordinator.Heartbeat",
+            pb.HeartbeatRequest,
+            lambda req, ctx: self._engine().heartbeat(req),
+        )
+        s.register(
+            "Coordinator.GetLeader",
+            pb.GetLeaderRequest,
+            lambda req, ctx: self._engine().get_leader(),
+        )
+        s.register("Coordinator.Status", pb.StatusRequest, self._status)
+
+    def _execute(self, kind: str, request):
+        response = self._engine().execute(kind, request)
+        if response is None:
+            return pb.EnlistServerResponse() if kind == "enlist_server" else None
+        return response
+
+    def _status(self, request: pb.StatusRequest, ctx: CallContext) -> pb.StatusResponse:
+        return self._engine().status(self.uuid, self.address)
