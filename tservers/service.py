@@ -143,9 +143,8 @@ class TServerService:
                 raise BadRequest(f"unknown operation type {op}")
         tablet = self.manager.tablet(req.tablet_id)
         blocks = [(op, bytes(sc)) for op, sc in zip(req.ops, ctx.sidecars, strict=True)]
-        rows_before = tablet.rows_written
-        op_id = tablet.write(req.schema_version, blocks, ctx.deadline)
-        return WriteResponse(op_id=op_id, rows=max(0, tablet.rows_written - rows_before))
+        result = tablet.write(req.schema_version, blocks, ctx.deadline)
+        return WriteResponse(op_id=result.op_id, rows=result.rows)
 
     def scan(self, req: ScanRequest, ctx: CallContext) -> Reply:
         now = time.monotonic()

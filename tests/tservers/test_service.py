@@ -109,7 +109,8 @@ def test_bad_requests_get_clear_errors_and_change_nothing(server):
     p = server()
     with TabletServerClient(p.address) as c:
         c.create_tablet("t1", COLS)
-        c.write("t1", [(OpType.INSERT, rows(range(10)))])
+        resp = c.write("t1", [(OpType.INSERT, rows(range(10)))])
+        assert resp.rows == 10 and resp.op_id.term == 1 and resp.op_id.index == 2
         before = c.scan_table("t1")
         with pytest.raises(TabletNotFound, match="nope"):
             c.write("nope", [(OpType.INSERT, rows([1]))], 1)

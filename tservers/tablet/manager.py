@@ -427,7 +427,11 @@ class TabletManager:
             if self._stop.is_set():
                 return
             try:
-                if t.memstore_rows() >= self.tablet_opts.flush_rows_threshold:
+                wal_segments = t.wal.segment_count() if t.wal is not None else 0
+                if (
+                    t.memstore_rows() >= self.tablet_opts.flush_rows_threshold
+                    or wal_segments > self.tablet_opts.wal_segments_flush
+                ):
                     t.flush()
                 if len(t.blocks) >= self.tablet_opts.compaction_blocks_min:
                     t.compact()

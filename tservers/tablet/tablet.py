@@ -82,6 +82,9 @@ class TabletStatus(enum.Enum):
 class TabletOptions:
     flush_rows_threshold: int = 200_000
     compaction_blocks_min: int = 4
+    # Flush also when the WAL holds this many segments, so that a workload of updates to few
+    # keys (a small memstore) cannot grow the WAL without bound.
+    wal_segments_flush: int = 8
     apply_timeout_s: float = 30.0
 
 
@@ -94,6 +97,12 @@ class _Op:
     rows: list  # full rows (INSERT/UPSERT), partial value tuples (UPDATE), unused (DELETE)
     present: tuple[int, ...]  # column positions given (UPDATE)
     ipc: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class WriteResult:
+    op_id: OpIdPB
+    rows: int
 
 
 class _Inflight:
@@ -254,9 +263,10 @@ class Tablet:
             ),
         )
         op_id = self._append_wait(entry, ops, deadline)
-        self.writes += 1
-        self.rows_written += nrows
-        return op_id
+        with self.lock:
+            self.writes += 1
+            self.rows_written += nrows
+        return WriteResult(op_id, nrows)
 
     def _append_wait(self, entry: LogEntryPB, ops, deadline: float) -> OpIdPB:
         with self.lock:
@@ -831,8 +841,11 @@ class Tablet:
                         self.inflight,
                     )
                     break
-        if self.wal is not None:
-            self.wal.close()
+        # A flush or compaction in progress finishes first: none may write a superblock after
+        # this tablet is shut down (deletion rewrites it next).
+        with self.flush_lock:
+            if self.wal is not None:
+                self.wal.close()
 
     def last_op_id(self) -> OpIdPB:
         return OpIdPB(term=self.term, index=self.last_index)
