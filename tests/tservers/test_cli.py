@@ -101,3 +101,25 @@ def test_cmeta_dump_and_rewrite(root):
 def test_tablets_offline(root):
     r = tserver("tablets", "--fs-root", str(root))
     assert r.returncode == 0 and r.stdout.startswith("t1\tREADY")
+
+
+def test_start_refuses_corrupt_instance(root):
+    data = bytearray((root / "instance").read_bytes())
+    data[-1] ^= 0x01
+    (root / "instance").write_bytes(bytes(data))
+    r = tserver("start", "--fs-root", str(root))
+    assert r.returncode == 1 and "corrupt instance file" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+@pytest.mark.integration
+def test_tablets_live(root):
+    from tests.tservers.procs import TServerProcess
+
+    p = TServerProcess(root).start()
+    try:
+        r = tserver("tablets", "--address", p.address)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.startswith("t1\tREADY\tRUNNING")
+    finally:
+        p.stop()
