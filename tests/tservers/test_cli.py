@@ -12,6 +12,8 @@ from tests.tservers.procs import REPO
 from tservers.fs import FsLayout
 from tservers.tserver_pb2 import OpType
 
+pytestmark = pytest.mark.integration  # every test runs the `tserver` command as a process
+
 
 def tserver(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(

@@ -244,3 +244,34 @@ def test_flipped_byte_takes_one_tablet_offline_and_reports_it(server):
             c.scan_table("t2")
         c.write("t1", [(OpType.INSERT, rows([100]))])
         assert c.scan_table("t1").num_rows == 51
+
+
+@pytest.mark.integration
+def test_client_session_mixed_operations_and_timestamps(server):
+    import datetime
+
+    p = server()
+    with TabletServerClient(p.address) as c:
+        c.create_tablet("t1", COLS)
+        s = c.new_session()
+        t0 = datetime.datetime(2024, 1, 1, tzinfo=datetime.UTC)
+        s.insert(
+            "t1",
+            [{"id": i, "s": f"v{i}", "ts": t0 + datetime.timedelta(seconds=i)} for i in range(10)],
+        )
+        s.upsert("t1", [{"id": 20, "n": 5}])
+        s.update("t1", [{"id": 1, "n": 7}])
+        s.delete("t1", [{"id": 2}])
+        assert s.pending_rows() == 13
+        (resp,) = s.flush()
+        assert resp.rows == 13
+        got = c.scan_table(
+            "t1",
+            projection=["id", "n", "s"],
+            predicates=[("ts", ">=", t0 + datetime.timedelta(seconds=8))],
+        )
+        assert got.to_pylist() == [{"id": 8, "n": None, "s": "v8"}, {"id": 9, "n": None, "s": "v9"}]
+        assert c.scan_table("t1", predicates=[("id", "=", 1)])["n"].to_pylist() == [7]
+        assert 2 not in c.scan_table("t1", projection=["id"])["id"].to_pylist()
+        empty = c.scan_table("t1", predicates=[("id", ">", 1000)])
+        assert empty.num_rows == 0 and "id" in empty.column_names

@@ -236,3 +236,17 @@ def test_garbage_header_in_closed_segment_is_corruption(tmp_path):
     with pytest.raises(WalCorruption, match="bad magic") as e:
         _open(wal)
     assert not isinstance(e.value, seg.TornSegmentHeader)
+
+
+def test_read_entries_from_index_across_segments(tmp_path):
+    opts = WalOptions(segment_size_bytes_max=64 << 10)
+    app = Appender(opts)
+    tl = TabletLog.create(tmp_path / "wal", "t1", opts)
+    for i in range(1, 201):
+        _append_sync(app, tl, [_entry(i, 1000)])
+    assert tl.segment_count() > 2
+    assert [e.index for e in tl.read_entries(150)] == list(range(150, 201))
+    assert [e.index for e in tl.read_entries(1, entries_max=5)] == [1, 2, 3, 4, 5]
+    assert tl.read_entries(201) == []
+    tl.close()
+    app.close()

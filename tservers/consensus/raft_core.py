@@ -835,7 +835,12 @@ class RaftCore:
             self._copy_out.append(
                 TabletCopyRequest(self.tablet_id, peer, self._term, CopyReason.LOG_COMPACTED)
             )
-            return
+            if not heartbeat:
+                return
+            # Probe at the snapshot point on every heartbeat: once a copy has given the
+            # peer this log, the probe succeeds and normal replication resumes.
+            pr.next = self._snap_index + 1
+            pr.probing = True
         if pr.probing and pr.probe_inflight and not heartbeat:
             return
         capped = not pr.probing and (

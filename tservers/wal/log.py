@@ -236,6 +236,34 @@ class TabletLog:
             )
         return len(drop)
 
+    def read_entries(self, from_index: int, entries_max: int = 10_000) -> list[LogEntryPB]:
+        """Durable-or-written entries with index >= from_index, in order (at most entries_max).
+
+        For peers that need entries (the replication issue) and for tools. Reads closed
+        segments and the open one up to what has been written; never blocks the appender
+        for longer than taking a snapshot of the segment list."""
+        assert entries_max > 0
+        with self.lock:
+            closed = [s for s in self.segments if s.max_index >= from_index or s.max_index == 0]
+            current = (self.writer.path, self.writer.offset) if self.writer else None
+        out: list[LogEntryPB] = []
+        for s in closed:
+            for e in seg.read_segment(s.path, is_last=False).entries:
+                if e.index >= from_index:
+                    out.append(e)
+                    if len(out) >= entries_max:
+                        return out
+        if current is not None:
+            path, offset = current
+            with open(path, "rb") as f:
+                data = f.read(offset)
+            for e in seg.decode_segment(path, data, is_last=True).entries:
+                if e.index >= from_index:
+                    out.append(e)
+                    if len(out) >= entries_max:
+                        return out
+        return out
+
     def segment_count(self) -> int:
         with self.lock:
             return len(self.segments) + (1 if self.writer else 0)
