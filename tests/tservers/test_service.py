@@ -162,7 +162,7 @@ def test_kill9_during_heavy_writes_keeps_every_acknowledged_row(server):
         t.start()
     from tests.support.procs import wait_for
 
-    wait_for(lambda: sum(len(a) for a in acked) >= 20_000, 120, "20k acknowledged rows")
+    wait_for(lambda: sum(len(a) for a in acked) >= 50_000, 120, "50k acknowledged rows")
     p.kill9()
     stop.set()
     for t in threads:
@@ -275,3 +275,13 @@ def test_client_session_mixed_operations_and_timestamps(server):
         assert 2 not in c.scan_table("t1", projection=["id"])["id"].to_pylist()
         empty = c.scan_table("t1", predicates=[("id", ">", 1000)])
         assert empty.num_rows == 0 and "id" in empty.column_names
+
+
+@pytest.mark.integration
+def test_no_wal_sync_flag(server):
+    p = server(extra_args=["--no-wal-sync"])
+    with TabletServerClient(p.address) as c:
+        c.create_tablet("t1", COLS)
+        c.write("t1", [(OpType.INSERT, rows(range(10)))])
+        st = c.status()
+        assert not st.wal_sync_enabled and st.wal_syncs == 0 and st.wal_entries >= 2
