@@ -37,7 +37,7 @@ def table_id_of(op_id: int) -> str:
 
 
 def tablet_id_of(table_id: str, bucket: int) -> str:
-    return f"{table_id}.{bucket}"
+    return f"{table_id}-{bucket}"
 
 
 def decide(catalog: Catalog, request: pb.CreateTableRequest, op_id: int) -> pb.LogRecord:

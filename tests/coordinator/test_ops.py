@@ -123,7 +123,7 @@ def test_create_decide_ids_placement_and_schema():
     ct = record.create_table
     assert ct.header.op_id == op_id and ct.header.phase == pb.STARTED
     assert ct.table_id == f"t{op_id}"
-    assert [t.tablet_id for t in ct.tablets] == [f"t{op_id}.{i}" for i in range(6)]
+    assert [t.tablet_id for t in ct.tablets] == [f"t{op_id}-{i}" for i in range(6)]
     assert [(t.partition.hash_bucket, t.partition.num_buckets) for t in ct.tablets] == [
         (i, 6) for i in range(6)
     ]
