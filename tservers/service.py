@@ -48,6 +48,7 @@ SCANNER_IDLE_S = 60.0
 SCAN_BATCH_ROWS_DEFAULT = 4096
 SCAN_BATCH_ROWS_MAX = 65_536
 SCAN_RESPONSE_BYTES_MAX = 16 << 20
+SCAN_RESPONSE_BATCHES_MAX = 64
 WRITE_BLOCKS_MAX = 64
 
 
@@ -150,13 +151,13 @@ class TServerService:
         now = time.monotonic()
         self._expire(now)
         if req.scanner_id:
+            # Taken out of the registry while served, so one scanner never serves two calls.
             with self._scanners_lock:
-                sc = self._scanners.get(req.scanner_id)
-                if req.close:
-                    self._scanners.pop(req.scanner_id, None)
-                    return Reply(ScanResponse())
+                sc = self._scanners.pop(req.scanner_id, None)
+            if req.close:
+                return Reply(ScanResponse())
             if sc is None:
-                raise NotFound(f"scanner {req.scanner_id} not found (expired or finished)")
+                raise NotFound(f"scanner {req.scanner_id} not found (expired, finished or in use)")
         else:
             check_tablet_id(req.tablet_id)
             tablet = self.manager.tablet(req.tablet_id)
@@ -173,7 +174,11 @@ class TServerService:
         sidecars: list[bytes] = []
         size = 0
         rows = 0
-        while sc.offset < sc.table.num_rows and size < SCAN_RESPONSE_BYTES_MAX:
+        while (
+            sc.offset < sc.table.num_rows
+            and size < SCAN_RESPONSE_BYTES_MAX
+            and len(sidecars) < SCAN_RESPONSE_BATCHES_MAX
+        ):
             batch = sc.table.slice(sc.offset, sc.batch_rows).to_batches()
             for b in batch:
                 data = ipc_batch(b)
@@ -188,18 +193,12 @@ class TServerService:
             sidecars.append(ipc_batch(pa.RecordBatch.from_pylist([], schema=sc.table.schema)))
         if has_more:
             sc.last_used = now
-            if req.scanner_id:
-                resp.scanner_id = req.scanner_id
-            else:
-                with self._scanners_lock:
-                    if len(self._scanners) >= SCANNERS_MAX:
-                        raise Throttled(f"{SCANNERS_MAX} scanners open", retry_after_ms=500)
-                    sid = secrets.token_hex(8)
-                    self._scanners[sid] = sc
-                resp.scanner_id = sid
-        elif req.scanner_id:
             with self._scanners_lock:
-                self._scanners.pop(req.scanner_id, None)
+                if not req.scanner_id and len(self._scanners) >= SCANNERS_MAX:
+                    raise Throttled(f"{SCANNERS_MAX} scanners open", retry_after_ms=500)
+                sid = req.scanner_id or secrets.token_hex(8)
+                self._scanners[sid] = sc
+            resp.scanner_id = sid
         return Reply(resp, sidecars)
 
     def _expire(self, now: float) -> None:

@@ -79,6 +79,10 @@ def test_service_end_to_end(server):
         batches = list(c.scan("t1", batch_rows_max=700))
         assert all(b.num_rows <= 700 for b in batches)
         assert sum(b.num_rows for b in batches) == 5000
+        # 100 batches of 50 rows: more than one response, so the scanner is continued.
+        small = list(c.scan("t1", batch_rows_max=50))
+        assert len(small) == 100
+        assert [i for b in small for i in b.column("id").to_pylist()] == list(range(5000))
         t = c.scan_table(
             "t1",
             projection=["id", "s"],

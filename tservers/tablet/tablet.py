@@ -311,24 +311,34 @@ class Tablet:
         if f.changes:  # a write, not the no-op that opens a term
             crash_point("write.after_sync_before_apply")
         with self.lock:
-            if err is not None:
+            try:
+                self._on_durable_locked(f, err)
+            except Exception as e:  # a bug: this replica can no longer be trusted
+                log.exception("tablet %s: applying entry %d failed", self.tablet_id, f.index)
                 self.status = TabletStatus.FAILED
-                self.error = f"WAL append failed: {err}"
-                f.error = err
-            else:
-                self._apply(f.changes)
-                if self.inflight == 1:
-                    self.pending.clear()  # this was the only write in flight
-                else:
-                    pending = self.pending
-                    for k in f.changes:
-                        p = pending.get(k)
-                        if p is not None and p[0] == f.index:
-                            del pending[k]
-                self.applied_index = f.index
-            self.inflight -= 1
-            self.cond.notify_all()
+                self.error = f"applying entry {f.index} failed: {e}"
+                f.error = e
+            finally:
+                self.inflight -= 1
+                self.cond.notify_all()
         f.event.set()
+
+    def _on_durable_locked(self, f: _Inflight, err: Exception | None) -> None:
+        if err is not None:
+            self.status = TabletStatus.FAILED
+            self.error = f"WAL append failed: {err}"
+            f.error = err
+            return
+        self._apply(f.changes)
+        if self.inflight == 1:
+            self.pending.clear()  # this was the only write in flight
+        else:
+            pending = self.pending
+            for k in f.changes:
+                p = pending.get(k)
+                if p is not None and p[0] == f.index:
+                    del pending[k]
+        self.applied_index = f.index
 
     def _apply(self, changes: dict) -> None:
         self.memstore.update(changes)

@@ -358,7 +358,7 @@ class Appender:
                     with tl.lock:
                         tl.write_locked(it.record, it.first, it.last, it.count)
                     touched[id(tl)] = tl
-                except OSError as e:
+                except Exception as e:  # disk errors, and bugs: the tablet fails, not the server
                     log.error("WAL write failed for tablet %s: %s", tl.tablet_id, e)
                     tl.failed = e
                     results[i] = e
@@ -369,7 +369,7 @@ class Appender:
                         tl.sync_locked()
                     if self.opts.sync:
                         self.syncs += 1
-                except OSError as e:
+                except Exception as e:
                     log.error("WAL sync failed for tablet %s: %s", tl.tablet_id, e)
                     tl.failed = e
             for i, it in enumerate(group):
