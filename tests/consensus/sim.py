@@ -60,6 +60,7 @@ class SimOptions:
     steps: int = 300
     liveness_rounds_max: int = 300  # after the faulty phase: heal and require a commit
     delay_steps_max: int = 4
+    vary: bool = True  # let each seed pick pre-vote, check-quorum, batch sizes, group size
     raft: RaftOptions = RaftOptions(
         election_timeout_ticks=6, heartbeat_interval_ticks=2, append_entries_max=8
     )
@@ -99,7 +100,22 @@ class Simulation:
         self.trace: collections.deque[str] = collections.deque(maxlen=40)
         self.nodes: dict[str, _Node] = {}
         self.uuids = [f"n{i}" for i in range(1, self.opts.universe + 1)]
-        initial = RaftConfig.of_voters(*self.uuids[: self.opts.initial_voters])
+        self.raft_options = self.opts.raft
+        voters = self.opts.initial_voters
+        if self.opts.vary:
+            # Each seed also picks the core's options and the initial group size.
+            base = self.opts.raft
+            self.raft_options = RaftOptions(
+                election_timeout_ticks=base.election_timeout_ticks,
+                heartbeat_interval_ticks=base.heartbeat_interval_ticks,
+                pre_vote=self.rng.random() < 0.75,
+                check_quorum=self.rng.random() < 0.75,
+                append_entries_max=self.rng.choice((1, 3, base.append_entries_max)),
+                inflight_entries_max=self.rng.choice((2, base.inflight_entries_max)),
+                uncommitted_entries_max=self.rng.choice((5, base.uncommitted_entries_max)),
+            )
+            voters = self.rng.choice((1, 2, 3, 3, 3, 5))
+        initial = RaftConfig.of_voters(*self.uuids[:voters])
         for u in self.uuids:
             n = _Node(u)
             self.nodes[u] = n
@@ -172,7 +188,7 @@ class Simulation:
             node.core = RaftCore.tombstoned(
                 node.uuid,
                 TABLET,
-                options=self.opts.raft,
+                options=self.raft_options,
                 rng=self._core_rng(node),
                 hard_state=node.hs,
                 last_op_id=node.last_op_at_tombstone,
@@ -184,7 +200,7 @@ class Simulation:
         node.core = RaftCore(
             node.uuid,
             TABLET,
-            options=self.opts.raft,
+            options=self.raft_options,
             rng=self._core_rng(node),
             base_config=node.base_config,
             base_config_index=node.base_config_index,
@@ -615,6 +631,15 @@ class Simulation:
             return bool(self.copy_jobs)
         return True
 
+    def _guarded(self, fn) -> None:  # type: ignore[no-untyped-def]
+        """Run an event; an assertion inside a core also reports the seed."""
+        try:
+            fn()
+        except SimulationFailure:
+            raise
+        except AssertionError as e:
+            self.fail(f"assertion in the core: {e!r}")
+
     def run(self) -> collections.Counter:
         handlers = {n: getattr(self, f"_ev_{n}") for n, _ in self._EVENTS}
         for _ in range(self.opts.steps):
@@ -622,8 +647,8 @@ class Simulation:
             names = [n for n, _ in self._EVENTS if self._enabled(n)]
             weights = [w for n, w in self._EVENTS if n in names]
             ev = self.rng.choices(names, weights)[0]
-            handlers[ev]()
-        self._liveness()
+            self._guarded(handlers[ev])
+        self._guarded(self._liveness)
         self.stats["committed"] = self.max_committed
         return self.stats
 
