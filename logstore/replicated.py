@@ -131,13 +131,19 @@ class _DurableTransport(TCPTransport):
     records: a follower's AppendEntries acknowledgement, a vote, or the leader's own
     AppendEntries all leave only after the entries they describe are on stable storage."""
 
-    def __init__(self, syncObj, selfNode, otherNodes, before_send) -> None:
+    def __init__(self, syncObj, selfNode, otherNodes, before_send, on_message) -> None:
         self._before_send = before_send
+        self._filter_message = on_message
         super().__init__(syncObj, selfNode, otherNodes)
 
     def send(self, node, message):
         self._before_send()
         return super().send(node, message)
+
+    def _onMessageReceived(self, node, message):
+        message = self._filter_message(node, message)
+        if message is not None:
+            super()._onMessageReceived(node, message)
 
 
 class _RaftNode(SyncObj):
@@ -163,7 +169,64 @@ class _RaftNode(SyncObj):
 
     def _make_transport(self, syncObj, selfNode, otherNodes):
         self._ls_waker = _Waker(self._poller)
-        return _DurableTransport(syncObj, selfNode, otherNodes, self._ls_journal.sync)
+        return _DurableTransport(
+            syncObj, selfNode, otherNodes, self._ls_journal.sync, self._ls_filter_message
+        )
+
+    def _ls_filter_message(self, node, message):
+        """Make a follower's handling of AppendEntries follow Raft (paper, fig. 2, rule 3):
+        delete local entries only from the first one that CONFLICTS with the leader's.
+
+        pysyncobj deletes every local entry after the message's range, even entries that
+        match the leader's log. A leader that lowers its next index for a follower (it does
+        on every out-of-order acknowledgement) then resends an old range, and the follower
+        drops entries it has already acknowledged: the leader may count them toward a commit
+        while the follower no longer has them. Here a message's entries that are already
+        present (same index and term) are skipped; a message that brings nothing new
+        becomes a plain heartbeat, with the commit index limited to what it vouched for,
+        and its acknowledgement is sent here.
+        """
+        if (
+            not isinstance(message, dict)
+            or message.get("type") != "append_entries"
+            or "prevLogIdx" not in message
+            or "transmission" in message
+        ):
+            return message
+        if message.get("term", -1) < self.raftCurrentTerm:
+            return message
+        log = self._ls_journal
+        if len(log) == 0:
+            return message
+        first_idx, last_idx = log[0][1], log[-1][1]
+        prev_idx, prev_term = message["prevLogIdx"], message["prevLogTerm"]
+        if prev_idx is None or prev_idx < first_idx or prev_idx > last_idx:
+            return message
+        if log[prev_idx - first_idx][2] != prev_term:
+            return message  # pysyncobj answers with a reset
+        entries = message.get("entries") or []
+        k = 0
+        while k < len(entries) and prev_idx + 1 + k <= last_idx:
+            if log[prev_idx + 1 + k - first_idx][2] != entries[k][2]:
+                break  # conflict: pysyncobj truncates from here, as Raft says
+            k += 1
+        if k < len(entries):
+            if k == 0:
+                return message
+            trimmed = dict(message)
+            trimmed["prevLogIdx"] = entries[k - 1][1]
+            trimmed["prevLogTerm"] = entries[k - 1][2]
+            trimmed["entries"] = entries[k:]
+            return trimmed
+        covered = prev_idx + len(entries)
+        if covered == last_idx and not entries:
+            return message  # a heartbeat at our end: nothing to delete
+        heartbeat = {
+            k2: v for k2, v in message.items() if k2 not in ("prevLogIdx", "prevLogTerm", "entries")
+        }
+        heartbeat["commit_index"] = min(message["commit_index"], covered)
+        self._SyncObj__sendNextNodeIdx(node, nextNodeIdx=covered + 1, success=True)
+        return heartbeat
 
     @property
     def encryptor(self):  # read by pysyncobj's transport for every connection
@@ -417,7 +480,13 @@ class ReplicatedLogStore:
         roles = {0: "follower", 1: "candidate", 2: "leader"}
         js = self._journal.stats()
         snap_path = os.path.join(self.data_dir, SNAPSHOT_FILE)
-        members = sorted([self.self_address] + [n.id for n in self._node.otherNodes])
+        others = list(self._node.otherNodes)
+        members = sorted([self.self_address] + [n.id for n in others])
+        connected = sorted(n.id for n in others if self._node.isNodeConnected(n))
+        try:
+            _cmd, last_index, last_term = self._journal[-1]
+        except IndexError:
+            last_index = last_term = 0
         with self._lock:
             logs = {n: self._state.last_id(n) for n in self._state.log_names()}
             live_entries = self._state.live_entries
@@ -430,6 +499,9 @@ class ReplicatedLogStore:
             "commit_index": raw.get("commit_idx", 0),
             "applied_index": raw.get("last_applied", 0),
             "members": members,
+            "connected": connected,
+            "last_log_index": last_index,
+            "last_log_term": last_term,
             "journal_entries": js.entries,
             "journal_first_index": js.first_index,
             "journal_bytes": js.file_bytes,

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import crc32c
+from pysyncobj.node import TCPNode
 
 from logstore.api import Entry
 from logstore.journal import fsync_dir
@@ -197,4 +198,7 @@ class SnapshotHooks:
         if self._on_loaded is not None:
             self._on_loaded(meta)
         logger.info("snapshot loaded at index %d (%d bytes)", meta.last_entry[1], len(blob))
-        return (meta.last_entry, meta.prev_entry, list(meta.members))
+        # Node objects, not strings: pysyncobj drops its own node from this list by
+        # comparing with its self node, and a Node never equals a str (a replica that
+        # counted itself as a peer could never win an election with one peer down).
+        return (meta.last_entry, meta.prev_entry, [TCPNode(m) for m in meta.members])
