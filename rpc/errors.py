@@ -140,6 +140,10 @@ class TabletFailed(RpcError):
     status = StatusCode.TABLET_FAILED
 
 
+class SchemaVersionMismatch(RpcError):
+    status = StatusCode.SCHEMA_VERSION_MISMATCH
+
+
 ERROR_CLASSES: dict[int, type[RpcError]] = {
     cls.status: cls
     for cls in (
@@ -162,6 +166,7 @@ ERROR_CLASSES: dict[int, type[RpcError]] = {
         Cancelled,
         Corruption,
         TabletFailed,
+        SchemaVersionMismatch,
     )
 }
 

@@ -29,6 +29,7 @@ class StatusCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     CANCELLED: _ClassVar[StatusCode]
     CORRUPTION: _ClassVar[StatusCode]
     TABLET_FAILED: _ClassVar[StatusCode]
+    SCHEMA_VERSION_MISMATCH: _ClassVar[StatusCode]
 OK: StatusCode
 NOT_LEADER: StatusCode
 INVALID_NAME: StatusCode
@@ -49,6 +50,7 @@ INTERNAL: StatusCode
 CANCELLED: StatusCode
 CORRUPTION: StatusCode
 TABLET_FAILED: StatusCode
+SCHEMA_VERSION_MISMATCH: StatusCode
 
 class LeaderHint(_message.Message):
     __slots__ = ("uuid", "address", "epoch")

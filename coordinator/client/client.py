@@ -1,0 +1,650 @@
+"""The client library: tables on the coordinator, rows on the tablet servers.
+
+    with Client(["127.0.0.1:7000", "127.0.0.1:7001", "127.0.0.1:7002"]) as client:
+        client.create_table("events", [Column("id", "int64", key=True), Column("v", "string")])
+        table = client.table("events")
+        with client.new_session() as session:
+            session.insert(table, [{"id": 1, "v": "a"}])
+        rows = table.to_arrow()
+
+Coordinator calls go to the leader, found by asking any node and following NOT_LEADER hints
+(with no hint, the next node), with exponential backoff and jitter under a total deadline.
+Every mutating request carries a request id (client id, sequence) that stays the same across
+retries, so the coordinator does it once however often it is sent (exactly-once).
+
+Data goes straight to tablet servers: rows are routed to tablets by the hash of their key
+(`partition.py`), batched per tablet in a session and flushed on size, interval and close.
+Tablet locations are cached per table and refreshed when a tablet server answers NOT_LEADER,
+TABLET_NOT_FOUND or INVALID_NAME. A batch rejected because of one row (a duplicate key for an
+insert, a missing key for an update) is split until the bad rows are isolated; they become
+per-row errors and the other rows are written.
+
+Imports only rpc and generated protocol modules: no server code.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import random
+import threading
+import time
+import uuid as uuidlib
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from coordinator import coordinator_pb2 as cpb
+from coordinator.client.partition import bucket_of_rows
+from coordinator.client.tablets import TabletServerClient, predicate
+from rpc import errors
+from rpc.client import RpcClient, Transport
+from tservers.tserver_pb2 import OpType
+
+SERVICE = "Coordinator"
+CALL_ATTEMPTS_MAX = 64
+BACKOFF_INITIAL_S = 0.02
+BACKOFF_MAX_S = 1.0
+ATTEMPT_TIMEOUT_S_MAX = 10.0
+WRITE_ATTEMPTS_MAX = 8
+SESSION_ROWS_MAX = 1_000_000
+
+log = logging.getLogger(__name__)
+
+TYPE_NAMES = {
+    "int64": cpb.INT64,
+    "int32": cpb.INT32,
+    "double": cpb.DOUBLE,
+    "bool": cpb.BOOL,
+    "string": cpb.STRING,
+    "binary": cpb.BINARY,
+    "timestamp": cpb.TIMESTAMP,
+}
+ARROW_TYPES = {
+    cpb.INT64: pa.int64(),
+    cpb.INT32: pa.int32(),
+    cpb.DOUBLE: pa.float64(),
+    cpb.BOOL: pa.bool_(),
+    cpb.STRING: pa.string(),
+    cpb.BINARY: pa.binary(),
+    cpb.TIMESTAMP: pa.timestamp("us"),
+}
+OP_NAMES = {
+    OpType.INSERT: "insert",
+    OpType.UPSERT: "upsert",
+    OpType.UPDATE: "update",
+    OpType.DELETE: "delete",
+}
+# A write answered with one of these was refused because of its rows, not its destination.
+ROW_ERRORS = (errors.AlreadyExists, errors.NotFound, errors.BadRequest)
+# ...and with one of these, the destination was wrong or gone: refresh locations, try again.
+LOCATION_ERRORS = (
+    errors.NotLeader,
+    errors.TabletNotFound,
+    errors.InvalidName,
+    errors.TabletDeleted,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    name: str
+    type: str  # int64, int32, double, bool, string, binary, timestamp
+    key: bool = False
+    nullable: bool = False
+
+    def to_pb(self) -> cpb.ColumnSchema:
+        if self.type not in TYPE_NAMES:
+            raise errors.BadRequest(
+                f"column {self.name!r}: unknown type {self.type!r} (one of {', '.join(TYPE_NAMES)})"
+            )
+        return cpb.ColumnSchema(
+            name=self.name, type=TYPE_NAMES[self.type], nullable=self.nullable, is_key=self.key
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaInfo:
+    server_uuid: str
+    address: str
+    is_leader: bool
+    server_state: str
+
+
+@dataclass(frozen=True, slots=True)
+class TabletInfo:
+    tablet_id: str
+    hash_bucket: int
+    num_buckets: int
+    replicas: tuple[ReplicaInfo, ...]
+
+    def leader_first(self) -> list[ReplicaInfo]:
+        """Replicas to try for a write or a scan: the reported leader, then live ones."""
+        return sorted(self.replicas, key=lambda r: (not r.is_leader, r.server_state != "LIVE"))
+
+
+@dataclass(frozen=True, slots=True)
+class RowError:
+    op: str
+    row: dict
+    status: str
+    message: str
+
+
+def arrow_schema_of(schema: cpb.Schema) -> pa.Schema:
+    return pa.schema(
+        [pa.field(c.name, ARROW_TYPES[c.type], nullable=c.nullable) for c in schema.columns]
+    )
+
+
+class _Coordinators:
+    """Leader discovery and bounded retries for coordinator calls."""
+
+    def __init__(self, addresses: Sequence[str], client_id: str, transport: Transport) -> None:
+        if not addresses:
+            raise errors.BadRequest("no coordinator address given")
+        self.addresses = list(dict.fromkeys(addresses))
+        self.client_id = client_id
+        self._transport = transport
+        self._clients = {a: RpcClient(a, client_id, transport=transport) for a in self.addresses}
+        self._uuids: dict[str, str] = {}
+        self._lock = threading.Lock()
+        self._leader: str | None = None
+        self._next = 0
+
+    def _client(self, address: str) -> RpcClient:
+        with self._lock:
+            if address not in self._clients:
+                # A hint may name a node added after this client was made.
+                self._clients[address] = RpcClient(
+                    address, self.client_id, transport=self._transport
+                )
+            return self._clients[address]
+
+    def _uuid(self, address: str, timeout_s: float) -> str:
+        with self._lock:
+            known = self._uuids.get(address)
+        if known:
+            return known
+        uuid = self._client(address).ping(timeout_s=timeout_s).uuid
+        with self._lock:
+            self._uuids[address] = uuid
+        return uuid
+
+    def _target(self) -> str:
+        with self._lock:
+            if self._leader:
+                return self._leader
+            address = self.addresses[self._next % len(self.addresses)]
+            self._next += 1
+            return address
+
+    def _move_on(self, address: str, hint: errors.LeaderHintValue | None) -> None:
+        with self._lock:
+            if hint and hint.address and hint.address != address:
+                self._leader = hint.address
+                if hint.uuid:
+                    self._uuids[hint.address] = hint.uuid
+            else:
+                self._leader = None
+
+    def call(self, method: str, request, response_type, timeout_s: float):
+        """Call the leader; retries are safe because mutating requests carry request ids."""
+        deadline = time.monotonic() + timeout_s
+        backoff_s = BACKOFF_INITIAL_S
+        last: Exception | None = None
+        for _attempt in range(CALL_ATTEMPTS_MAX):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            address = self._target()
+            attempt_s = min(remaining, ATTEMPT_TIMEOUT_S_MAX)
+            try:
+                uuid = self._uuid(address, attempt_s)
+                return self._client(address).call(
+                    uuid, f"{SERVICE}.{method}", request, response_type, timeout_s=attempt_s
+                )
+            except errors.NotLeader as err:
+                last = err
+                self._move_on(address, err.leader_hint)
+                if err.leader_hint and err.leader_hint.address != address:
+                    continue  # go where the hint says at once
+            except errors.InvalidName as err:
+                last = err  # the node at this address was replaced: learn its new UUID
+                with self._lock:
+                    self._uuids.pop(address, None)
+                self._move_on(address, None)
+            except (errors.Unavailable, errors.TimedOut, errors.Throttled) as err:
+                last = err
+                if not isinstance(err, errors.Throttled):
+                    self._move_on(address, err.leader_hint or None)
+            pause = min(backoff_s, max(0.0, deadline - time.monotonic())) * random.uniform(0.5, 1.0)
+            time.sleep(pause)
+            backoff_s = min(backoff_s * 2, BACKOFF_MAX_S)
+        raise errors.TimedOut(
+            f"{method}: no coordinator leader answered within {timeout_s:.1f}s (last error: {last})"
+        )
+
+    def leader(self) -> str | None:
+        with self._lock:
+            return self._leader
+
+
+class Client:
+    """A connection to a cluster. Thread-safe; a context manager."""
+
+    def __init__(self, coordinators: Sequence[str] | str, *, timeout_s: float = 30.0) -> None:
+        if isinstance(coordinators, str):
+            coordinators = [a.strip() for a in coordinators.split(",") if a.strip()]
+        self.client_id = f"client-{uuidlib.uuid4().hex}"
+        self.timeout_s = timeout_s
+        self._transport = Transport(name="client")
+        self._coordinators = _Coordinators(coordinators, self.client_id, self._transport)
+        self._seq = itertools.count(1)
+        self._lock = threading.Lock()
+        self._tservers: dict[str, TabletServerClient] = {}
+        self._tables: dict[str, Table] = {}
+
+    # -- coordinator -------------------------------------------------------------------
+
+    def _request_id(self) -> cpb.RequestId:
+        return cpb.RequestId(client_id=self.client_id, seq=next(self._seq))
+
+    def _call(self, method: str, request, response_type, timeout_s: float | None = None):
+        return self._coordinators.call(method, request, response_type, timeout_s or self.timeout_s)
+
+    def create_table(
+        self,
+        name: str,
+        columns: Sequence[Column],
+        *,
+        num_tablets: int = 4,
+        replication_factor: int = 1,
+    ) -> str:
+        """Create a table; returns its id. ALREADY_EXISTS if the name is taken."""
+        request = cpb.CreateTableRequest(
+            request_id=self._request_id(),
+            name=name,
+            schema=cpb.Schema(columns=[c.to_pb() for c in columns]),
+            num_tablets=num_tablets,
+            replication_factor=replication_factor,
+        )
+        return self._call("CreateTable", request, cpb.CreateTableResponse).table_id
+
+    def drop_table(self, name: str) -> str:
+        request = cpb.DropTableRequest(request_id=self._request_id(), name=name)
+        self._forget(name)
+        return self._call("DropTable", request, cpb.DropTableResponse).table_id
+
+    def alter_table(
+        self,
+        name: str,
+        *,
+        new_name: str = "",
+        add_columns: Sequence[Column] = (),
+        drop_columns: Sequence[str] = (),
+    ) -> int:
+        """Returns the new schema version."""
+        request = cpb.AlterTableRequest(
+            request_id=self._request_id(),
+            name=name,
+            new_name=new_name,
+            add_columns=[c.to_pb() for c in add_columns],
+            drop_columns=list(drop_columns),
+        )
+        self._forget(name)
+        return self._call("AlterTable", request, cpb.AlterTableResponse).schema_version
+
+    def list_tables(self) -> list[str]:
+        answer = self._call("ListTables", cpb.ListTablesRequest(), cpb.ListTablesResponse)
+        return sorted(t.name for t in answer.tables)
+
+    def describe_table(self, name: str) -> cpb.DescribeTableResponse:
+        return self._call(
+            "DescribeTable", cpb.DescribeTableRequest(name=name), cpb.DescribeTableResponse
+        )
+
+    def tablet_locations(self, name: str) -> cpb.GetTabletLocationsResponse:
+        return self._call(
+            "GetTabletLocations",
+            cpb.GetTabletLocationsRequest(name=name),
+            cpb.GetTabletLocationsResponse,
+        )
+
+    def list_servers(self) -> list[cpb.ServerSummary]:
+        return list(
+            self._call("ListServers", cpb.ListServersRequest(), cpb.ListServersResponse).servers
+        )
+
+    def status(self) -> cpb.StatusResponse:
+        return self._call("Status", cpb.StatusRequest(), cpb.StatusResponse)
+
+    def table(self, name: str) -> Table:
+        """A handle on a table (schema and tablet locations, fetched now and cached)."""
+        with self._lock:
+            cached = self._tables.get(name)
+        if cached is not None:
+            return cached
+        table = Table(self, name)
+        table.refresh()
+        with self._lock:
+            self._tables[name] = table
+        return table
+
+    def _forget(self, name: str) -> None:
+        with self._lock:
+            self._tables.pop(name, None)
+
+    # -- tablet servers ----------------------------------------------------------------
+
+    def tserver(self, replica: ReplicaInfo) -> TabletServerClient:
+        with self._lock:
+            ts = self._tservers.get(replica.address)
+            if ts is not None and ts.server_uuid != replica.server_uuid:
+                self._tservers.pop(replica.address).close()
+                ts = None
+            if ts is None:
+                ts = TabletServerClient(
+                    replica.address,
+                    replica.server_uuid,
+                    caller_uuid=self.client_id,
+                    timeout_s=self.timeout_s,
+                )
+                self._tservers[replica.address] = ts
+            return ts
+
+    def new_session(
+        self, *, flush_rows_max: int = 10_000, flush_interval_s: float = 1.0
+    ) -> Session:
+        return Session(self, flush_rows_max=flush_rows_max, flush_interval_s=flush_interval_s)
+
+    def close(self) -> None:
+        with self._lock:
+            tservers, self._tservers = list(self._tservers.values()), {}
+        for ts in tservers:
+            ts.close()
+        self._transport.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class Table:
+    """A table's schema and tablet locations, as last fetched from the coordinator."""
+
+    def __init__(self, client: Client, name: str) -> None:
+        self.client = client
+        self.name = name
+        self._lock = threading.Lock()
+        self.table_id = ""
+        self.schema_version = 0
+        self.arrow_schema = pa.schema([])
+        self.key_columns: list[str] = []
+        self._tablets: list[TabletInfo] = []
+        self._by_bucket: dict[int, TabletInfo] = {}
+
+    def refresh(self) -> None:
+        described = self.client.describe_table(self.name)
+        locations = self.client.tablet_locations(self.name)
+        tablets = [
+            TabletInfo(
+                tablet_id=t.tablet_id,
+                hash_bucket=t.partition.hash_bucket,
+                num_buckets=t.partition.num_buckets,
+                replicas=tuple(
+                    ReplicaInfo(r.server_uuid, r.address, r.is_leader, r.server_state)
+                    for r in t.replicas
+                ),
+            )
+            for t in locations.tablets
+        ]
+        with self._lock:
+            self.table_id = described.table_id
+            self.schema_version = described.schema.version
+            self.arrow_schema = arrow_schema_of(described.schema)
+            self.key_columns = [c.name for c in described.schema.columns if c.is_key]
+            self._tablets = sorted(tablets, key=lambda t: t.hash_bucket)
+            self._by_bucket = {t.hash_bucket: t for t in tablets}
+
+    def tablets(self) -> list[TabletInfo]:
+        with self._lock:
+            return list(self._tablets)
+
+    def num_buckets(self) -> int:
+        with self._lock:
+            return self._tablets[0].num_buckets if self._tablets else 0
+
+    def tablet_for_bucket(self, bucket: int) -> TabletInfo:
+        with self._lock:
+            return self._by_bucket[bucket]
+
+    def as_arrow(self, rows) -> pa.Table:
+        """Rows (Arrow table/batch or list of dicts) as an Arrow table of this table's types."""
+        if isinstance(rows, pa.RecordBatch):
+            rows = pa.Table.from_batches([rows])
+        if isinstance(rows, pa.Table):
+            fields = []
+            for name in rows.column_names:
+                if name not in self.arrow_schema.names:
+                    raise errors.BadRequest(f"table {self.name} has no column {name!r}")
+                fields.append(self.arrow_schema.field(name))
+            target = pa.schema(fields)
+            if rows.schema.equals(target, check_metadata=False):
+                return rows
+            try:
+                return rows.cast(target)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as exc:
+                raise errors.BadRequest(f"rows do not fit table {self.name}: {exc}") from None
+        rows = list(rows)
+        given = set().union(*rows) if rows else set()
+        unknown = given - set(self.arrow_schema.names)
+        if unknown:
+            raise errors.BadRequest(f"table {self.name} has no column(s) {sorted(unknown)}")
+        target = pa.schema([f for f in self.arrow_schema if f.name in given])
+        try:
+            return pa.Table.from_pylist(rows, schema=target)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as exc:
+            raise errors.BadRequest(f"rows do not fit table {self.name}: {exc}") from None
+
+    # -- scans -------------------------------------------------------------------------
+
+    def scan_tablet(
+        self,
+        tablet_id: str,
+        projection: Sequence[str] | None = None,
+        predicates: Sequence[tuple] = (),
+        batch_rows_max: int = 0,
+    ) -> Iterator[pa.RecordBatch]:
+        """Arrow batches of one tablet's matching rows, read at its leader."""
+        preds = [predicate(*p) for p in predicates]
+        last: Exception | None = None
+        for attempt in range(WRITE_ATTEMPTS_MAX):
+            tablet = next((t for t in self.tablets() if t.tablet_id == tablet_id), None)
+            if tablet is None:
+                raise errors.TabletNotFound(f"table {self.name} has no tablet {tablet_id}")
+            for replica in tablet.leader_first():
+                started = False
+                try:
+                    for batch in self.client.tserver(replica).scan(
+                        tablet_id,
+                        projection=list(projection or ()),
+                        predicates=preds,
+                        batch_rows_max=batch_rows_max,
+                    ):
+                        started = True
+                        yield batch
+                    return
+                except (*LOCATION_ERRORS, errors.Unavailable, errors.TimedOut) as err:
+                    if started:
+                        raise  # rows were already handed out: the caller must start over
+                    last = err
+            _pause(attempt)
+            self.refresh()
+        raise errors.Unavailable(f"no replica of tablet {tablet_id} could be scanned: {last}")
+
+    def scan(
+        self, projection: Sequence[str] | None = None, predicates: Sequence[tuple] = ()
+    ) -> Iterator[pa.RecordBatch]:
+        for tablet in self.tablets():
+            yield from self.scan_tablet(tablet.tablet_id, projection, predicates)
+
+    def to_arrow(
+        self, projection: Sequence[str] | None = None, predicates: Sequence[tuple] = ()
+    ) -> pa.Table:
+        schema = self.arrow_schema
+        if projection:
+            schema = pa.schema([schema.field(n) for n in projection])
+        return pa.Table.from_batches(list(self.scan(projection, predicates)), schema=schema)
+
+    def count(self) -> int:
+        return sum(b.num_rows for b in self.scan(projection=self.key_columns[:1]))
+
+
+def _pause(attempt: int) -> None:
+    time.sleep(min(BACKOFF_MAX_S, BACKOFF_INITIAL_S * (2**attempt)) * random.uniform(0.5, 1.0))
+
+
+@dataclass(slots=True)
+class _Pending:
+    table: Table
+    blocks: list[tuple[int, pa.Table]] = field(default_factory=list)
+    rows: int = 0
+
+
+class Session:
+    """Buffers writes per tablet and sends them in batches. One per thread; a context manager.
+
+    Flushes a tablet's buffer when it reaches `flush_rows_max` rows, everything when the
+    oldest buffered row is older than `flush_interval_s` (checked on each write), and on
+    flush() and close(). Row errors are collected in `errors`, never raised."""
+
+    def __init__(self, client: Client, *, flush_rows_max: int, flush_interval_s: float) -> None:
+        if not 0 < flush_rows_max <= SESSION_ROWS_MAX:
+            raise errors.BadRequest(f"flush_rows_max must be 1..{SESSION_ROWS_MAX}")
+        self.client = client
+        self.flush_rows_max = flush_rows_max
+        self.flush_interval_s = flush_interval_s
+        self.errors: list[RowError] = []
+        self.rows_written = 0
+        self._pending: dict[tuple[str, str], _Pending] = {}
+        self._oldest: float | None = None
+
+    def insert(self, table: Table, rows) -> None:
+        self._apply(table, OpType.INSERT, rows)
+
+    def upsert(self, table: Table, rows) -> None:
+        self._apply(table, OpType.UPSERT, rows)
+
+    def update(self, table: Table, rows) -> None:
+        self._apply(table, OpType.UPDATE, rows)
+
+    def delete(self, table: Table, rows) -> None:
+        data = table.as_arrow(rows)
+        missing = [k for k in table.key_columns if k not in data.column_names]
+        if missing:
+            raise errors.BadRequest(f"a delete needs the key column(s) {missing}")
+        self._apply(table, OpType.DELETE, data.select(table.key_columns))
+
+    def _apply(self, table: Table, op: int, rows) -> None:
+        data = table.as_arrow(rows)
+        if data.num_rows == 0:
+            return
+        missing = [k for k in table.key_columns if k not in data.column_names]
+        if missing:
+            raise errors.BadRequest(f"rows lack the key column(s) {missing}")
+        try:
+            buckets = bucket_of_rows(data, table.key_columns, table.num_buckets())
+        except ValueError as exc:
+            raise errors.BadRequest(f"table {table.name}: {exc}") from None
+        full = []
+        for bucket in pc.unique(buckets).to_pylist():
+            part = data.filter(pc.equal(buckets, pa.scalar(bucket, pa.uint64())))
+            tablet = table.tablet_for_bucket(bucket)
+            pending = self._pending.setdefault((table.name, tablet.tablet_id), _Pending(table))
+            pending.blocks.append((op, part))
+            pending.rows += part.num_rows
+            if pending.rows >= self.flush_rows_max:
+                full.append((table.name, tablet.tablet_id))
+        if self._oldest is None:
+            self._oldest = time.monotonic()
+        for key in full:
+            self._flush_one(key)
+        if self._oldest is not None and time.monotonic() - self._oldest >= self.flush_interval_s:
+            self.flush()
+
+    def pending_rows(self) -> int:
+        return sum(p.rows for p in self._pending.values())
+
+    def flush(self) -> list[RowError]:
+        """Send everything buffered; returns the row errors of this flush."""
+        before = len(self.errors)
+        for key in list(self._pending):
+            self._flush_one(key)
+        self._oldest = None
+        return self.errors[before:]
+
+    def _flush_one(self, key: tuple[str, str]) -> None:
+        pending = self._pending.pop(key)
+        _, tablet_id = key
+        for op, rows in pending.blocks:
+            self._write(pending.table, tablet_id, op, rows)
+
+    def _write(self, table: Table, tablet_id: str, op: int, rows: pa.Table) -> None:
+        """Write one block; isolate rows that the server refuses by splitting the block."""
+        try:
+            self._send(table, tablet_id, op, rows)
+            self.rows_written += rows.num_rows
+        except ROW_ERRORS as err:
+            if rows.num_rows == 1:
+                self.errors.append(
+                    RowError(OP_NAMES[op], rows.to_pylist()[0], err.status_name, err.message)
+                )
+                return
+            half = rows.num_rows // 2
+            self._write(table, tablet_id, op, rows.slice(0, half))
+            self._write(table, tablet_id, op, rows.slice(half))
+
+    def _send(self, table: Table, tablet_id: str, op: int, rows: pa.Table) -> None:
+        last: Exception | None = None
+        for attempt in range(WRITE_ATTEMPTS_MAX):
+            tablet = next((t for t in table.tablets() if t.tablet_id == tablet_id), None)
+            if tablet is None:
+                raise errors.TabletNotFound(f"table {table.name} no longer has tablet {tablet_id}")
+            for replica in tablet.leader_first():
+                try:
+                    self.client.tserver(replica).write(tablet_id, [(op, rows)])
+                    return
+                except errors.SchemaVersionMismatch as err:  # the schema changed: fetch it again
+                    last = err
+                    self.client.tserver(replica).schema(tablet_id, refresh=True)
+                except LOCATION_ERRORS as err:
+                    last = err
+                except (errors.Unavailable, errors.TimedOut, errors.Throttled) as err:
+                    # Unknown outcome: resending is safe for upsert and delete; an insert that
+                    # did land comes back as ALREADY_EXISTS and is reported as a row error.
+                    last = err
+            _pause(attempt)
+            table.refresh()
+        raise errors.Unavailable(f"write to tablet {tablet_id} failed after retries: {last}")
+
+    def close(self) -> None:
+        self.flush()
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def rows_of(batches: Iterable[pa.RecordBatch]) -> list[dict]:
+    """Rows as dicts, for small results."""
+    out: list[dict] = []
+    for b in batches:
+        out.extend(b.to_pylist())
+    return out
