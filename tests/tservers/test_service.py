@@ -16,6 +16,7 @@ from rpc.errors import (
     BadRequest,
     InvalidName,
     NotFound,
+    SchemaVersionMismatch,
     TabletDeleted,
     TabletNotFound,
 )
@@ -118,7 +119,7 @@ def test_bad_requests_get_clear_errors_and_change_nothing(server):
         before = c.scan_table("t1")
         with pytest.raises(TabletNotFound, match="nope"):
             c.write("nope", [(OpType.INSERT, rows([1]))], 1)
-        with pytest.raises(BadRequest, match="schema mismatch"):
+        with pytest.raises(SchemaVersionMismatch, match="schema mismatch"):
             c.write("t1", [(OpType.INSERT, rows([20]))], 7)
         with pytest.raises(BadRequest, match="'n' is INT32"):
             c.write(

@@ -34,6 +34,7 @@ from rpc.errors import (
     BadRequest,
     Corruption,
     NotFound,
+    SchemaVersionMismatch,
     TabletDeleted,
     TabletFailed,
     Throttled,
@@ -247,7 +248,7 @@ class Tablet:
             raise BadRequest(f"write of {total} bytes exceeds {WRITE_BYTES_MAX}")
         self._check_running()
         if schema_version != self.schema.version:
-            raise BadRequest(
+            raise SchemaVersionMismatch(
                 f"schema mismatch: write uses version {schema_version}, tablet {self.tablet_id} "
                 f"has version {self.schema.version}"
             )
