@@ -89,7 +89,7 @@ class LogLastId(_message.Message):
     def __init__(self, log: _Optional[str] = ..., last_id: _Optional[int] = ...) -> None: ...
 
 class StatusResponse(_message.Message):
-    __slots__ = ("uuid", "rpc_address", "raft_address", "role", "leader", "term", "commit_index", "applied_index", "members", "journal_entries", "journal_bytes", "snapshot_bytes", "live_entries", "live_bytes", "logs", "journal_syncs", "journal_first_index", "connected", "last_log_index", "last_log_term")
+    __slots__ = ("uuid", "rpc_address", "raft_address", "role", "leader", "term", "commit_index", "applied_index", "members", "journal_entries", "journal_bytes", "snapshot_bytes", "live_entries", "live_bytes", "logs", "journal_syncs", "journal_first_index", "connected", "last_log_index", "last_log_term", "snapshots_loaded")
     UUID_FIELD_NUMBER: _ClassVar[int]
     RPC_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     RAFT_ADDRESS_FIELD_NUMBER: _ClassVar[int]
@@ -110,6 +110,7 @@ class StatusResponse(_message.Message):
     CONNECTED_FIELD_NUMBER: _ClassVar[int]
     LAST_LOG_INDEX_FIELD_NUMBER: _ClassVar[int]
     LAST_LOG_TERM_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOTS_LOADED_FIELD_NUMBER: _ClassVar[int]
     uuid: str
     rpc_address: str
     raft_address: str
@@ -130,7 +131,8 @@ class StatusResponse(_message.Message):
     connected: _containers.RepeatedScalarFieldContainer[str]
     last_log_index: int
     last_log_term: int
-    def __init__(self, uuid: _Optional[str] = ..., rpc_address: _Optional[str] = ..., raft_address: _Optional[str] = ..., role: _Optional[str] = ..., leader: _Optional[str] = ..., term: _Optional[int] = ..., commit_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., members: _Optional[_Iterable[str]] = ..., journal_entries: _Optional[int] = ..., journal_bytes: _Optional[int] = ..., snapshot_bytes: _Optional[int] = ..., live_entries: _Optional[int] = ..., live_bytes: _Optional[int] = ..., logs: _Optional[_Iterable[_Union[LogLastId, _Mapping]]] = ..., journal_syncs: _Optional[int] = ..., journal_first_index: _Optional[int] = ..., connected: _Optional[_Iterable[str]] = ..., last_log_index: _Optional[int] = ..., last_log_term: _Optional[int] = ...) -> None: ...
+    snapshots_loaded: int
+    def __init__(self, uuid: _Optional[str] = ..., rpc_address: _Optional[str] = ..., raft_address: _Optional[str] = ..., role: _Optional[str] = ..., leader: _Optional[str] = ..., term: _Optional[int] = ..., commit_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., members: _Optional[_Iterable[str]] = ..., journal_entries: _Optional[int] = ..., journal_bytes: _Optional[int] = ..., snapshot_bytes: _Optional[int] = ..., live_entries: _Optional[int] = ..., live_bytes: _Optional[int] = ..., logs: _Optional[_Iterable[_Union[LogLastId, _Mapping]]] = ..., journal_syncs: _Optional[int] = ..., journal_first_index: _Optional[int] = ..., connected: _Optional[_Iterable[str]] = ..., last_log_index: _Optional[int] = ..., last_log_term: _Optional[int] = ..., snapshots_loaded: _Optional[int] = ...) -> None: ...
 
 class MemberRequest(_message.Message):
     __slots__ = ("raft_address",)

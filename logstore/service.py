@@ -128,6 +128,7 @@ class LogStoreService:
             journal_bytes=s["journal_bytes"],
             journal_syncs=s["journal_syncs"],
             snapshot_bytes=s["snapshot_bytes"],
+            snapshots_loaded=s["snapshots_loaded"],
             live_entries=s["live_entries"],
             live_bytes=s["live_bytes"],
             logs=[pb.LogLastId(log=k, last_id=v) for k, v in s["logs"].items()],

@@ -146,10 +146,10 @@ def test_kill9_every_replica_under_concurrent_appends(tmp_path):
             try:
                 order = rng.sample(range(3), 3)
                 target = rng.randint(50, 600)
-                wait_for(lambda t=target: work.acks() >= t, 120, "acks before the 1st kill")
+                wait_for(lambda t=target, w=work: w.acks() >= t, 120, "acks before the 1st kill")
                 replicas[order[0]].kill()
                 target = work.acks() + rng.randint(0, 400)
-                wait_for(lambda t=target: work.acks() >= t, 120, "acks before the 2nd kill")
+                wait_for(lambda t=target, w=work: w.acks() >= t, 120, "acks before the 2nd kill")
                 replicas[order[1]].kill()
                 replicas[order[2]].kill()
             finally:

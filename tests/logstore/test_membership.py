@@ -1,0 +1,156 @@
+"""Membership change through `logstore serve` processes: grow 1 -> 3 replicas under load,
+and replace a dead replica. New replicas catch up by snapshot (the journal was compacted
+before they joined)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from logstore.remote import RemoteLogStore
+from rpc.errors import RpcError
+
+from .helpers import wait_for
+from .procs import ReplicaProcess, make_replicas
+
+pytestmark = pytest.mark.integration
+
+ARGS = ["--compaction-min-entries", "200"]
+
+
+class Load:
+    """One writer appending unique entries until stopped; remembers what was acknowledged."""
+
+    def __init__(self, rpc: list[str]) -> None:
+        self.rpc = list(rpc)
+        self.acked: dict[int, bytes] = {}
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="membership-load")
+        self.thread.start()
+
+    def _run(self) -> None:
+        with RemoteLogStore(self.rpc, connect_timeout_s=1.0) as store:
+            k = 0
+            while not self.stop.is_set():
+                payload = b"load-%d" % k
+                k += 1
+                try:
+                    self.acked[store.append("m", payload, timeout_s=3.0)] = payload
+                except RpcError:
+                    continue
+
+    def finish(self) -> dict[int, bytes]:
+        self.stop.set()
+        self.thread.join(60)
+        assert not self.thread.is_alive()
+        return self.acked
+
+
+def _barrier_ok(store: RemoteLogStore) -> bool:
+    try:
+        store.barrier(timeout_s=5.0)
+        return True
+    except RpcError:
+        return False
+
+
+def _status(r: ReplicaProcess):
+    with RemoteLogStore([r.rpc_address], connect_timeout_s=2.0) as s:
+        return s.status(timeout_s=5.0)
+
+
+def _check_same(replicas: list[ReplicaProcess], acked: dict[int, bytes]) -> None:
+    views = []
+    for r in replicas:
+        with RemoteLogStore([r.rpc_address]) as s:
+            s.barrier(timeout_s=30.0)
+            views.append(s.read("m", 1, 100_000, timeout_s=10.0))
+    by_id = {e.id: e.data for e in views[0]}
+    for i, p in acked.items():
+        assert by_id[i] == p
+    for v in views[1:]:
+        assert v == views[0]
+
+
+def test_grow_one_to_three_under_load(tmp_path):
+    a, b, c = make_replicas(tmp_path, 3, ARGS)
+    a.peers = [a.raft_address]
+    b.peers = [a.raft_address]
+    c.peers = [a.raft_address, b.raft_address]
+    started = []
+    try:
+        a.start()
+        started.append(a)
+        load = Load([a.rpc_address])
+        wait_for(lambda: len(load.acked) >= 500, 60, "appends on the single replica")
+        wait_for(lambda: _status(a).journal_first_index > 1, 60, "a compacted journal")
+        b.start()
+        started.append(b)
+        with RemoteLogStore([a.rpc_address]) as admin:
+            admin.add_member(b.raft_address, timeout_s=30.0)
+        wait_for(lambda: _status(b).role == "follower" and _status(b).leader, 60, "b following")
+        n = len(load.acked)
+        wait_for(lambda: len(load.acked) >= n + 300, 60, "appends with two replicas")
+        c.start()
+        started.append(c)
+        with RemoteLogStore([b.rpc_address]) as admin:  # any replica forwards the change
+            admin.add_member(c.raft_address, timeout_s=30.0)
+        n = len(load.acked)
+        wait_for(lambda: len(load.acked) >= n + 300, 60, "appends with three replicas")
+        acked = load.finish()
+        for r in (a, b, c):
+            st = _status(r)
+            assert sorted(st.members) == sorted([a.raft_address, b.raft_address, c.raft_address])
+        # They started empty after the leader had compacted: they caught up by snapshot.
+        assert _status(b).snapshots_loaded >= 1 and _status(c).snapshots_loaded >= 1
+        _check_same([a, b, c], acked)
+        # The group now survives the loss of the first replica.
+        a.kill()
+        with RemoteLogStore([b.rpc_address, c.rpc_address]) as s:
+            wait_for(lambda: _barrier_ok(s), 60, "a new leader among b and c")
+            new_id = s.append("m", b"after-a-died", timeout_s=30.0)
+            assert s.read("m", new_id)[0].data == b"after-a-died"
+    finally:
+        for r in started:
+            r.kill()
+
+
+def test_replace_a_dead_replica(tmp_path):
+    replicas = make_replicas(tmp_path, 4, ARGS)
+    a, b, c, d = replicas
+    for r in (a, b, c):
+        r.peers = [a.raft_address, b.raft_address, c.raft_address]
+    d.peers = [a.raft_address, b.raft_address]
+    started = []
+    try:
+        for r in (a, b, c):
+            r.start()
+            started.append(r)
+        load = Load([a.rpc_address, b.rpc_address])
+        wait_for(lambda: len(load.acked) >= 400, 60, "appends")
+        c.kill()
+        n = len(load.acked)
+        wait_for(lambda: len(load.acked) >= n + 200, 60, "appends with c dead")
+        with RemoteLogStore([a.rpc_address, b.rpc_address]) as admin:
+            admin.remove_member(c.raft_address, timeout_s=30.0)
+            d.start()
+            started.append(d)
+            admin.add_member(d.raft_address, timeout_s=30.0)
+        n = len(load.acked)
+        wait_for(lambda: len(load.acked) >= n + 200, 60, "appends after the replacement")
+        acked = load.finish()
+        _check_same([a, b, d], acked)
+        assert _status(d).snapshots_loaded >= 1
+        for r in (a, b, d):
+            assert sorted(_status(r).members) == sorted(
+                [a.raft_address, b.raft_address, d.raft_address]
+            )
+        # With d in, the group survives the loss of a.
+        a.kill()
+        with RemoteLogStore([b.rpc_address, d.rpc_address]) as s:
+            wait_for(lambda: _barrier_ok(s), 60, "a new leader among b and d")
+            s.append("m", b"after-a-died", timeout_s=30.0)
+    finally:
+        for r in started:
+            r.kill()
