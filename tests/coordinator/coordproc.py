@@ -92,7 +92,11 @@ class CoordinatorGroup:
         self.procs: list[Proc | None] = [None] * n
 
     def start(
-        self, i: int, env: dict[str, str] | None = None, lease_timeout_s: float = 1.0
+        self,
+        i: int,
+        env: dict[str, str] | None = None,
+        lease_timeout_s: float = 1.0,
+        extra: tuple[str, ...] = (),
     ) -> Proc:
         peers = ",".join(a for j, a in enumerate(self.raft) if j != i)
         args = [
@@ -104,6 +108,7 @@ class CoordinatorGroup:
             "--peers", peers,
             "--password-file", str(self.password_file),
             "--lease-timeout-s", str(lease_timeout_s),
+            *extra,
         ]  # fmt: skip
         proc = Proc(args, self.root / f"c{i}.log", env)
         self.procs[i] = proc
@@ -164,6 +169,14 @@ class TServer:
                 self.uuid, "TServer.ListTablets", ts.ListTabletsRequest(), ts.ListTabletsResponse
             )
         return {t.tablet_id: t.data_state for t in resp.tablets}
+
+    def schema_versions(self) -> dict[str, int]:
+        """tablet id -> schema version of the live tablets."""
+        with RpcClient(self.address, "test") as c:
+            resp = c.call(
+                self.uuid, "TServer.ListTablets", ts.ListTabletsRequest(), ts.ListTabletsResponse
+            )
+        return {t.tablet_id: t.schema_version for t in resp.tablets if t.data_state == ts.READY}
 
     def live_tablets(self) -> set[str]:
         return {t for t, state in self.tablets().items() if state == ts.READY}

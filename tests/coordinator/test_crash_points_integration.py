@@ -1,0 +1,145 @@
+"""Every crash point of every operation, with real coordinator processes and tablet servers.
+
+Node c0 is armed (COORDINATOR_CRASH_POINT) and leads first (shorter lease timeout; c1 and
+c2 wait longer, which keeps the timing argument: a follower's timeout is never shorter than
+the leader's). The armed request kills c0 at the point (exit status 86); c1 or c2 takes
+over, and the test checks that the operation either completed everywhere (catalog and
+tablet servers agree) or left no trace, and that a retry with the same request id returns
+the right result.
+"""
+
+from __future__ import annotations
+
+import pytest
+from coordproc import CoordinatorGroup, Heartbeater, TServer, wait_for
+
+from coordinator import coordinator_pb2 as pb
+from coordinator.crashpoints import ALL_POINTS, CRASH_EXIT_STATUS, ENV_VAR
+from rpc.errors import RpcError
+
+pytestmark = pytest.mark.integration
+
+SCHEMA = pb.Schema(
+    columns=[
+        pb.ColumnSchema(name="id", type=pb.INT64, is_key=True),
+        pb.ColumnSchema(name="v", type=pb.STRING, nullable=True),
+    ]
+)
+GHOST = "ghost-server"
+FOLLOWER_LEASE_S = 2.5
+EXTRA = ("--tserver-timeout-s", "1.5")
+
+
+def request_for(kind: str, rid: pb.RequestId):
+    if kind == "create_table":
+        return (
+            "CreateTable",
+            pb.CreateTableRequest(
+                request_id=rid, name="t", schema=SCHEMA, num_tablets=4, replication_factor=1
+            ),
+            pb.CreateTableResponse,
+        )
+    if kind == "drop_table":
+        return "DropTable", pb.DropTableRequest(request_id=rid, name="t"), pb.DropTableResponse
+    if kind == "alter_table":
+        req = pb.AlterTableRequest(
+            request_id=rid,
+            name="t",
+            new_name="t2",
+            add_columns=[pb.ColumnSchema(name="w", type=pb.INT32, nullable=True)],
+        )
+        return "AlterTable", req, pb.AlterTableResponse
+    if kind == "remove_server":
+        req = pb.RemoveServerRequest(request_id=rid, server_uuid=GHOST)
+        return "RemoveServer", req, pb.RemoveServerResponse
+    raise AssertionError(kind)
+
+
+def servers_state(client) -> dict[str, str]:
+    return {s.uuid: s.state for s in client.list_servers()}
+
+
+def check(kind: str, client, tservers: list[TServer], done: bool) -> None:
+    """done: the operation completed everywhere; else: it left no trace."""
+    live = set().union(*(s.live_tablets() for s in tservers))
+    tables = {t.name for t in client.list_tables()}
+    if kind == "create_table":
+        if done:
+            locs = client.get_tablet_locations("t")
+            assert live == {t.tablet_id for t in locs.tablets} and len(live) == 4
+            assert client.describe_table("t").state == "RUNNING"
+        else:
+            assert tables == set() and live == set()
+    elif kind == "drop_table":
+        assert (tables == set() and live == set()) if done else (tables == {"t"} and len(live) == 4)
+    elif kind == "alter_table":
+        if done:
+            assert tables == {"t2"} and client.describe_table("t2").schema.version == 2
+            versions = [v for s in tservers for v in s.schema_versions().values()]
+            assert versions == [2, 2, 2, 2]
+        else:
+            assert tables == {"t"} and client.describe_table("t").schema.version == 1
+    elif kind == "enlist_server":
+        if done:
+            assert set(servers_state(client).values()) == {"LIVE"}
+    elif kind == "server_down":
+        if done:
+            assert servers_state(client)[GHOST] == "DOWN"
+    elif kind == "remove_server":
+        state = servers_state(client)
+        assert (GHOST not in state) if done else state[GHOST] == "DOWN"
+
+
+@pytest.mark.parametrize("point", sorted(ALL_POINTS))
+def test_crash_point(tmp_path, point):
+    kind = point.split(".")[0]
+    committed = not point.endswith("before_commit_point")
+    group = CoordinatorGroup(tmp_path, 3)
+    tservers: list[TServer] = []
+    beat = None
+    client = group.client(timeout_s=60.0, call_timeout_s=5.0)
+    try:
+        tservers = [TServer(tmp_path, f"ts{i}") for i in range(2)]
+        for i in (1, 2):
+            group.start(i, lease_timeout_s=FOLLOWER_LEASE_S, extra=EXTRA)
+        armed = group.start(0, env={ENV_VAR: point}, lease_timeout_s=1.0, extra=EXTRA)
+        assert group.leader_index(client, 60) == 0, "the armed node must lead first"
+        beat = Heartbeater(group, tservers)
+        if kind != "enlist_server":
+            wait_for(lambda: len(client.list_servers()) == 2, 60, "tablet servers enlisted")
+        if kind in ("drop_table", "alter_table"):
+            client.create_table("t", SCHEMA, 4, 1)
+        if kind in ("server_down", "remove_server"):
+            client.enlist_server(GHOST, "127.0.0.1:1")  # never heartbeats
+        if kind == "remove_server":
+            wait_for(lambda: servers_state(client)[GHOST] == "DOWN", 60, "ghost marked down")
+        rid = client.next_request_id()
+        if kind in ("create_table", "drop_table", "alter_table", "remove_server"):
+            method, request, response_type = request_for(kind, rid)
+            with pytest.raises(RpcError):
+                client.call(method, request, response_type, timeout_s=2.0)
+        # enlist_server and server_down are triggered by the heartbeater and the monitor.
+        assert armed.p.wait(60) == CRASH_EXIT_STATUS, armed.text()[-2000:]
+        new = group.leader_index(client, 60)
+        assert new in (1, 2)
+        if kind in ("create_table", "drop_table", "alter_table", "remove_server"):
+            check(kind, client, tservers, done=committed)
+            result = client.call(method, request, response_type, timeout_s=60.0)
+            check(kind, client, tservers, done=True)
+            if kind in ("create_table", "drop_table"):
+                assert result.table_id.startswith("t")
+            if kind == "alter_table":
+                assert result.schema_version == 2
+        elif kind == "enlist_server":
+            wait_for(lambda: len(client.list_servers()) == 2, 60, "servers enlisted again")
+            check(kind, client, tservers, done=True)
+        else:
+            wait_for(lambda: servers_state(client)[GHOST] == "DOWN", 60, "ghost down")
+            check(kind, client, tservers, done=True)
+    finally:
+        client.close()
+        if beat is not None:
+            beat.close()
+        for s in tservers:
+            s.close()
+        group.close()
