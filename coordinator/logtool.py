@@ -1,0 +1,424 @@
+"""`coordinator log`: decode and inspect the coordinator log (design/logtool.md).
+
+    coordinator log --data-dir NODE_DIR                 every record, offline (node stopped or not)
+    coordinator log --address H:P[,H:P]                 live, from `logstore serve` replicas
+    coordinator log ... --type create_table --op 12 --table users --server U --live-only
+    coordinator log ... --follow [--interval-s 0.5]     tail new records until Ctrl-C
+    coordinator log ... --pending                       STARTED operations with no DONE
+    coordinator log ... --leases                        lease history: who led which epoch
+    coordinator log ... --summary                       counts and bytes by type
+    coordinator log ... --json                          one JSON object per line
+
+Each record is printed with its id, live or invalidated (and by which record), type,
+operation id and phase, request id, the table, tablets and servers it concerns, the ids it
+invalidates and its size. A record that does not decode is printed as "undecodable" with
+the reason. Ids whose entries are no longer held anywhere (invalidated, then compacted
+away) are printed as "gone" ranges.
+
+The lead wires this as the `coordinator log` subcommand with `add_arguments(parser)` and
+`run(args)`; `main(argv)` runs it standalone (`python -m coordinator.logtool`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+from collections.abc import Sequence
+from typing import TextIO
+
+from coordinator.logtool_decode import (
+    ALL_TYPES,
+    TYPE_GONE,
+    TYPE_INVALIDATION,
+    Filter,
+    RecordView,
+    Status,
+    decode_entry,
+    gone_ranges,
+    lease_history,
+    normalize_type,
+    pending_operations,
+    summarize,
+)
+from coordinator.logtool_source import (
+    DataDirError,
+    LoadStats,
+    LogImage,
+    RemoteReader,
+    load_data_dir,
+)
+
+DEFAULT_LOG = "coordinator"  # coordinator.leases.driver.LOG_NAME
+INTERVAL_S_MIN = 0.05
+INTERVAL_S_MAX = 60.0
+
+
+def _split(value: str) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def _interval(value: str) -> float:
+    try:
+        v = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {value!r}") from None
+    if not INTERVAL_S_MIN <= v <= INTERVAL_S_MAX:
+        raise argparse.ArgumentTypeError(f"must be {INTERVAL_S_MIN}..{INTERVAL_S_MAX} seconds")
+    return v
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    src = parser.add_mutually_exclusive_group(required=True)
+    src.add_argument(
+        "--data-dir",
+        help="a coordinator node's data dir (or its logstore replica dir): read offline",
+    )
+    src.add_argument(
+        "--address", help="RPC addresses of `logstore serve` replicas, comma-separated: read live"
+    )
+    parser.add_argument("--log", default=DEFAULT_LOG, help="log name (default: %(default)s)")
+    flt = parser.add_argument_group("filters (records must match all given)")
+    flt.add_argument(
+        "--type",
+        action="append",
+        default=[],
+        help=f"record type, repeatable or comma-separated: {', '.join(ALL_TYPES)}",
+    )
+    flt.add_argument(
+        "--op", action="append", default=[], help="operation id (its records), repeatable"
+    )
+    flt.add_argument("--table", action="append", default=[], help="table id or name, repeatable")
+    flt.add_argument("--server", action="append", default=[], help="server uuid, repeatable")
+    flt.add_argument("--live-only", action="store_true", help="only live records")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--pending", action="store_true", help="STARTED operations with no DONE")
+    mode.add_argument("--leases", action="store_true", help="lease history: who led when")
+    mode.add_argument(
+        "--summary", action="store_true", help="counts by type, live and invalidated, bytes"
+    )
+    mode.add_argument("--follow", "-f", action="store_true", help="tail new records until Ctrl-C")
+    parser.add_argument("--json", action="store_true", help="one JSON object per line")
+    parser.add_argument(
+        "--verbose", "-v", action="store_true", help="also print each decoded record in full"
+    )
+    parser.add_argument(
+        "--interval-s",
+        type=_interval,
+        default=0.5,
+        help=f"--follow poll interval, {INTERVAL_S_MIN}..{INTERVAL_S_MAX} (default %(default)s)",
+    )
+    parser.add_argument(
+        "--timeout-s", type=float, default=10.0, help="per-call timeout for --address"
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="coordinator log",
+        description="Decode the coordinator log, offline from a data dir or live.",
+        epilog=__doc__.split("\n\n")[1] if __doc__ else None,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_arguments(parser)
+    return parser
+
+
+class UsageError(Exception):
+    pass
+
+
+def build_filter(args: argparse.Namespace) -> Filter:
+    types = set()
+    for raw in args.type:
+        for t in _split(raw):
+            norm = normalize_type(t)
+            if norm is None:
+                raise UsageError(f"unknown --type {t!r}; one of: {', '.join(ALL_TYPES)}")
+            types.add(norm)
+    ops = set()
+    for raw in args.op:
+        for o in _split(raw):
+            try:
+                ops.add(int(o))
+            except ValueError:
+                raise UsageError(f"--op needs an operation id (a number), not {o!r}") from None
+    tables = {t for raw in args.table for t in _split(raw)}
+    servers = {s for raw in args.server for s in _split(raw)}
+    return Filter(
+        frozenset(types),
+        frozenset(ops),
+        frozenset(tables),
+        frozenset(servers),
+        bool(args.live_only),
+    )
+
+
+# ------------------------------------------------------------------ output
+
+
+def format_view(v: RecordView, verbose: bool = False) -> str:
+    if v.type == TYPE_GONE:
+        ids = f"#{v.id}" if v.id == v.id_to else f"#{v.id}-#{v.id_to}"
+        by = f" by #{v.invalidated_by}" if v.invalidated_by else ""
+        return f"{ids} gone (invalidated{by}; no longer held)"
+    status = v.status.value
+    if v.type == TYPE_INVALIDATION:
+        status = "never-live"  # an empty entry only invalidates others; nothing is kept
+    elif v.status is Status.INVALIDATED and v.invalidated_by:
+        status += f" by #{v.invalidated_by}"
+    parts = [f"#{v.id}", status, v.type]
+    if v.phase:
+        parts.append(v.phase)
+    if v.op_id:
+        parts.append(f"op={v.op_id}")
+    if v.request_id:
+        parts.append(f"req={v.request_id}")
+    if v.table_id or v.table_names:
+        names = "/".join(n for n in v.table_names if n)
+        parts.append(f"table={v.table_id}" + (f"({names})" if names else ""))
+    if v.tablets:
+        parts.append(f"tablets={','.join(v.tablets)}")
+    if v.servers and v.type != "lease":
+        parts.append(f"servers={','.join(v.servers)}")
+    if v.summary:
+        parts.append(v.summary)
+    if v.invalidates:
+        parts.append(f"invalidates={','.join(map(str, v.invalidates))}")
+    parts.append(f"{v.size_bytes}B")
+    if v.committed is False:
+        parts.append("(beyond the saved commit index)")
+    if v.error:
+        parts.append(f"error: {v.error}")
+    line = " ".join(parts)
+    if verbose and v.record:
+        line += "\n    " + json.dumps(v.record, sort_keys=True)
+    return line
+
+
+def views_of(image: LogImage, first_id: int = 1) -> list[RecordView]:
+    """Decoded views of an image, with gone ranges, in id order, from first_id on."""
+    views = [decode_entry(e) for e in image.entries if e.id >= first_id]
+    held = {e.id for e in image.entries}
+    views += gone_ranges(image.last_id, held, image.invalidated_by, first_id=first_id)
+    views.sort(key=lambda v: v.id)
+    return views
+
+
+def _emit(out: TextIO, v: RecordView, args) -> None:
+    if args.json:
+        out.write(json.dumps(v.to_json(), sort_keys=True) + "\n")
+    else:
+        out.write(format_view(v, args.verbose) + "\n")
+
+
+def _print_list(out: TextIO, views: Sequence[RecordView], flt: Filter, args) -> None:
+    for v in views:
+        if v.type == TYPE_GONE and flt.active() and TYPE_GONE not in flt.types:
+            continue
+        if v.type == TYPE_GONE and flt.types and TYPE_GONE in flt.types:
+            _emit(out, v, args)
+            continue
+        if flt.matches(v):
+            _emit(out, v, args)
+
+
+def _print_pending(out: TextIO, views: Sequence[RecordView], flt: Filter, args) -> None:
+    pending = [v for v in pending_operations(views) if flt.matches(v)]
+    last = max((v.id_to or v.id for v in views), default=0)
+    if not args.json:
+        out.write(f"{len(pending)} pending operation(s) (STARTED with no DONE), last id {last}\n")
+    for v in pending:
+        _emit(out, v, args)
+
+
+def _print_leases(out: TextIO, views: Sequence[RecordView], args) -> None:
+    epochs = lease_history(views)
+    if args.json:
+        for e in epochs:
+            out.write(json.dumps(e.to_json(), sort_keys=True) + "\n")
+        return
+    out.write(f"{len(epochs)} epoch(s) named by the lease records still held\n")
+    for e in epochs:
+        until = f"until epoch {e.ended_by}" if e.ended_by else "current"
+        note = ""
+        if not e.takeover_seen:
+            note = " (takeover record no longer held)"
+        elif not e.takeover_live:
+            note = " (takeover record invalidated)"
+        out.write(
+            f"epoch {e.epoch}: holder={e.holder_uuid} address={e.holder_address} "
+            f"lease records #{e.first_id}..#{e.last_id} (renewals seen {e.renewals_seen}), "
+            f"last record #{e.last_record_id}, {until}{note}\n"
+        )
+
+
+def _print_summary(out: TextIO, image: LogImage, views: Sequence[RecordView], args) -> None:
+    s = summarize(views)
+    st: LoadStats = image.stats
+    if args.json:
+        doc = {"log": image.log, "last_id": image.last_id, **s, "source": st.to_json()}
+        out.write(json.dumps(doc, sort_keys=True) + "\n")
+        return
+    t = s["totals"]
+    out.write(
+        f"log {image.log!r}: last id {image.last_id}; {t['live'] + t['invalidated']} records "
+        f"held ({t['live']} live, {t['invalidated']} invalidated), {s['gone_ids']} ids gone\n"
+    )
+    out.write(f"{'type':<14}{'live':>8}{'invalidated':>13}{'live_bytes':>12}{'inval_bytes':>13}\n")
+    for name, row in s["by_type"].items():
+        out.write(
+            f"{name:<14}{row['live']:>8}{row['invalidated']:>13}{row['live_bytes']:>12}"
+            f"{row['invalidated_bytes']:>13}\n"
+        )
+    out.write(
+        f"{'total':<14}{t['live']:>8}{t['invalidated']:>13}{t['live_bytes']:>12}"
+        f"{t['invalidated_bytes']:>13}\n"
+    )
+    out.write(
+        f"pending operations: {s['pending_operations']}; epochs: {s['epochs']}; "
+        f"undecodable: {s['undecodable']}\n"
+    )
+    if args.address:
+        out.write(f"source: live from {st.replica_dir}\n")
+        return
+    out.write(
+        f"source: {st.replica_dir}" + (f" (node {st.node_uuid})" if st.node_uuid else "") + "\n"
+        f"  snapshot: {st.snapshot_bytes} bytes at Raft index {st.snapshot_raft_index}"
+        f" members={','.join(st.snapshot_members) or '-'}\n"
+        f"  journal: {st.journal_entries} entries"
+        f" (Raft #{st.journal_first_index}..#{st.journal_last_index}), {st.journal_bytes} bytes;"
+        f" term {st.term}, saved commit index {st.commit_index}\n"
+        f"  raft commands replayed: {dict(st.raft_commands) or '-'};"
+        f" rejected appends: {dict(st.rejected_appends) or '-'}\n"
+    )
+
+
+# ------------------------------------------------------------------ running
+
+
+class _Source:
+    """The chosen reader: load everything once, then poll for what is new."""
+
+    def __init__(self, args) -> None:
+        self.args = args
+        self.remote: RemoteReader | None = None
+        if args.address:
+            addresses = _split(args.address)
+            if not addresses:
+                raise UsageError("--address needs at least one HOST:PORT")
+            self.remote = RemoteReader(addresses, args.timeout_s)
+            self.remote.check_service()
+
+    def load(self) -> LogImage:
+        if self.remote is not None:
+            return self.remote.load(self.args.log)
+        return load_data_dir(self.args.data_dir, self.args.log)
+
+    def new_views(self, after_id: int) -> tuple[list[RecordView], int]:
+        """Views with id > after_id (gone ranges clipped) and the new last id."""
+        log = self.args.log
+        if self.remote is not None:
+            last = self.remote.last_id(log)
+            if last <= after_id:
+                return [], after_id
+            entries = self.remote.read(log, after_id + 1, last)
+            image = LogImage(
+                log,
+                last,
+                entries,
+                {i: e.id for e in entries for i in e.invalidates},
+                LoadStats(),
+            )
+        else:
+            image = load_data_dir(self.args.data_dir, log)
+            if image.last_id <= after_id:
+                return [], after_id
+        return views_of(image, first_id=after_id + 1), image.last_id
+
+    def close(self) -> None:
+        if self.remote is not None:
+            self.remote.close()
+
+
+def _follow(out: TextIO, source: _Source, after_id: int, flt: Filter, args, stop) -> None:
+    while not stop.wait(args.interval_s):
+        try:
+            views, last = source.new_views(after_id)
+        except (DataDirError, OSError) as err:
+            sys.stderr.write(f"coordinator log: {err} (still following)\n")
+            continue
+        except Exception as err:  # noqa: BLE001 - rpc errors while the node restarts
+            from rpc.errors import RpcError
+
+            if not isinstance(err, RpcError):
+                raise
+            sys.stderr.write(f"coordinator log: {err} (still following)\n")
+            continue
+        _print_list(out, views, flt, args)
+        out.flush()
+        after_id = max(after_id, last)
+
+
+def run(
+    args: argparse.Namespace,
+    out: TextIO | None = None,
+    stop: threading.Event | None = None,
+) -> int:
+    """Run with parsed arguments; returns the exit code. `stop` ends --follow (tests);
+    from the command line, Ctrl-C does."""
+    from rpc.errors import RpcError
+
+    out = out or sys.stdout
+    stop = stop or threading.Event()
+    source: _Source | None = None
+    try:
+        flt = build_filter(args)
+        source = _Source(args)
+        image = source.load()
+        views = views_of(image)
+        for w in image.stats.warnings:
+            sys.stderr.write(f"coordinator log: warning: {w}\n")
+        if args.summary:
+            _print_summary(out, image, views, args)
+        elif args.pending:
+            _print_pending(out, views, flt, args)
+        elif args.leases:
+            _print_leases(out, views, args)
+        else:
+            _print_list(out, views, flt, args)
+            out.flush()
+            if args.follow:
+                _follow(out, source, image.last_id, flt, args, stop)
+        out.flush()
+        return 0
+    except KeyboardInterrupt:
+        return 0 if args.follow else 130
+    except BrokenPipeError:
+        # The reader went away (`| head`): stop quietly, and keep the interpreter's final
+        # flush of stdout from failing again.
+        if out is sys.stdout:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+        return 0
+    except UsageError as err:
+        sys.stderr.write(f"coordinator log: {err}\n")
+        return 2
+    except (DataDirError, RpcError, OSError) as err:
+        sys.stderr.write(f"coordinator log: {err}\n")
+        return 1
+    finally:
+        if source is not None:
+            source.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,416 @@
+"""Pure decoding for the log inspection tool (`coordinator log`, design/logtool.md).
+
+Turns raw log entries (id, bytes, the ids they invalidated, whether they are still live)
+into `RecordView` values: record type, operation id and phase, the table, tablets and
+servers a record concerns. Also derives, from a list of views, the pending operations, the
+lease history and the summary counts. No files, sockets or clocks here: the readers
+(coordinator/logtool_source.py) and the command line (coordinator/logtool.py) sit around it.
+
+A record that does not decode is a RecordView of type "undecodable" carrying the reason;
+nothing in this module raises on bad bytes.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from google.protobuf import json_format
+from google.protobuf.message import DecodeError
+
+from coordinator import coordinator_pb2 as pb
+
+# Types that are not LogRecord oneof names.
+TYPE_INVALIDATION = "invalidation"  # an entry with empty data: it only invalidates others
+TYPE_UNDECODABLE = "undecodable"
+TYPE_GONE = "gone"  # ids whose entries are no longer held anywhere we can read
+
+RECORD_TYPES: tuple[str, ...] = tuple(
+    f.name for f in pb.LogRecord.DESCRIPTOR.oneofs_by_name["record"].fields
+)
+ALL_TYPES: tuple[str, ...] = (*RECORD_TYPES, TYPE_INVALIDATION, TYPE_UNDECODABLE, TYPE_GONE)
+_CAMEL = {"".join(p.capitalize() for p in t.split("_")).lower(): t for t in ALL_TYPES}
+
+
+def normalize_type(name: str) -> str | None:
+    """'CreateTable', 'create-table', 'create_table' -> 'create_table'; None if unknown."""
+    key = name.strip().replace("-", "_").lower()
+    if key in ALL_TYPES:
+        return key
+    return _CAMEL.get(key.replace("_", ""))
+
+
+class Status(enum.Enum):
+    LIVE = "live"
+    INVALIDATED = "invalidated"
+
+
+@dataclass(frozen=True, slots=True)
+class RawEntry:
+    """One entry as a reader found it. `committed` is None when the reader cannot tell."""
+
+    id: int
+    data: bytes
+    invalidates: tuple[int, ...]
+    live: bool
+    invalidated_by: int = 0  # 0: unknown or live
+    source: str = ""  # "snapshot", "journal" or "remote"
+    raft_index: int = 0
+    raft_term: int = 0
+    committed: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RecordView:
+    id: int
+    status: Status
+    type: str
+    size_bytes: int
+    invalidates: tuple[int, ...] = ()
+    invalidated_by: int = 0
+    op_id: int = 0
+    phase: str = ""
+    request_id: str = ""
+    table_id: str = ""
+    table_names: tuple[str, ...] = ()
+    tablets: tuple[str, ...] = ()
+    servers: tuple[str, ...] = ()
+    summary: str = ""  # type-specific words for the text line
+    error: str = ""  # why it did not decode
+    source: str = ""
+    raft_index: int = 0
+    raft_term: int = 0
+    committed: bool | None = None
+    id_to: int = 0  # TYPE_GONE only: the range id..id_to
+    record: dict[str, Any] = field(default_factory=dict)  # the decoded protobuf as JSON
+    lease: tuple[str, str, int, bool] | None = None  # holder uuid, address, epoch, takeover
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "id": self.id,
+            "type": self.type,
+            "status": self.status.value,
+            "invalidated_by": self.invalidated_by or None,
+            "invalidates": list(self.invalidates),
+            "size_bytes": self.size_bytes,
+        }
+        if self.type == TYPE_GONE:
+            out["id_to"] = self.id_to
+            return out
+        out.update(
+            op_id=self.op_id or None,
+            phase=self.phase or None,
+            request_id=self.request_id or None,
+            table_id=self.table_id or None,
+            table_names=list(self.table_names),
+            tablets=list(self.tablets),
+            servers=list(self.servers),
+            source=self.source,
+            raft_index=self.raft_index or None,
+            raft_term=self.raft_term or None,
+            committed=self.committed,
+        )
+        if self.lease is not None:
+            holder, address, epoch, takeover = self.lease
+            out["lease"] = {
+                "holder_uuid": holder,
+                "holder_address": address,
+                "epoch": epoch,
+                "takeover": takeover,
+            }
+        if self.error:
+            out["error"] = self.error
+        out["record"] = self.record
+        return out
+
+
+def _rid(r: pb.RequestId) -> str:
+    return f"{r.client_id}/{r.seq}" if r.client_id or r.seq else ""
+
+
+def _tablets(placements: Iterable[pb.TabletPlacement]) -> tuple[tuple[str, ...], list[str]]:
+    tablets: list[str] = []
+    servers: list[str] = []
+    for t in placements:
+        tablets.append(t.tablet_id)
+        for u in t.replica_uuids:
+            if u not in servers:
+                servers.append(u)
+    return tuple(tablets), servers
+
+
+def decode_entry(raw: RawEntry) -> RecordView:
+    """Decode one entry; never raises for bad data (the view says 'undecodable')."""
+    status = Status.LIVE if raw.live else Status.INVALIDATED
+    base = dict(
+        id=raw.id,
+        status=status,
+        size_bytes=len(raw.data),
+        invalidates=tuple(raw.invalidates),
+        invalidated_by=raw.invalidated_by,
+        source=raw.source,
+        raft_index=raw.raft_index,
+        raft_term=raw.raft_term,
+        committed=raw.committed,
+    )
+    if not raw.data:
+        return RecordView(type=TYPE_INVALIDATION, **base)
+    record = pb.LogRecord()
+    try:
+        record.ParseFromString(raw.data)
+    except (DecodeError, ValueError, RuntimeError) as err:
+        return RecordView(type=TYPE_UNDECODABLE, error=f"not a LogRecord: {err}", **base)
+    kind = record.WhichOneof("record")
+    if kind is None:
+        # Protobuf parses many byte strings as unknown fields; a record sets its oneof.
+        return RecordView(
+            type=TYPE_UNDECODABLE, error="no record kind set (unknown fields only)", **base
+        )
+    try:
+        as_json = json_format.MessageToDict(record, preserving_proto_field_name=True)
+    except (ValueError, TypeError) as err:  # e.g. a string field holding invalid UTF-8
+        return RecordView(type=TYPE_UNDECODABLE, error=f"{kind}: {err}", **base)
+    return _view_of(kind, record, as_json, base)
+
+
+def _view_of(kind: str, record: pb.LogRecord, as_json: dict, base: dict) -> RecordView:
+    msg = getattr(record, kind)
+    fields: dict[str, Any] = {}
+    if kind == "lease":
+        epoch = base["id"] if msg.takeover else msg.epoch
+        fields["lease"] = (msg.holder_uuid, msg.holder_address, epoch, msg.takeover)
+        fields["servers"] = (msg.holder_uuid,)
+        word = "takeover" if msg.takeover else "renewal"
+        fields["summary"] = (
+            f"{word} epoch={epoch} holder={msg.holder_uuid} address={msg.holder_address}"
+        )
+        return RecordView(type=kind, record=as_json, **base, **fields)
+    header = msg.header
+    fields["op_id"] = header.op_id
+    fields["phase"] = (
+        pb.Phase.Name(header.phase) if header.phase in pb.Phase.values() else str(header.phase)
+    )
+    fields["request_id"] = _rid(header.request_id)
+    words: list[str] = []
+    if kind == "create_table":
+        tablets, servers = _tablets(msg.tablets)
+        fields.update(table_id=msg.table_id, table_names=(msg.name,), tablets=tablets)
+        fields["servers"] = tuple(servers)
+        words.append(f"rf={msg.replication_factor} schema_v={msg.schema.version}")
+        if msg.skipped_replicas:
+            words.append(f"skipped={','.join(msg.skipped_replicas)}")
+    elif kind == "drop_table":
+        tablets, servers = _tablets(msg.tablets)
+        fields.update(table_id=msg.table_id, table_names=(msg.name,), tablets=tablets)
+        fields["servers"] = tuple(servers)
+        if msg.moot_record_ids:
+            words.append(f"moot={','.join(map(str, msg.moot_record_ids))}")
+        if msg.superseded:
+            words.append(f"superseded={','.join(_rid(s.request_id) for s in msg.superseded)}")
+        if msg.skipped_replicas:
+            words.append(f"skipped={','.join(msg.skipped_replicas)}")
+    elif kind == "alter_table":
+        tablets, servers = _tablets(msg.tablets)
+        names = (msg.old_name,) if msg.new_name == msg.old_name else (msg.old_name, msg.new_name)
+        fields.update(table_id=msg.table_id, table_names=names, tablets=tablets)
+        fields["servers"] = tuple(servers)
+        words.append(f"schema_v={msg.old_schema.version}->{msg.new_schema.version}")
+        if msg.add_columns:
+            words.append(f"add={','.join(c.name for c in msg.add_columns)}")
+        if msg.drop_columns:
+            words.append(f"drop={','.join(msg.drop_columns)}")
+        if msg.previous_alter_id:
+            words.append(f"previous_alter={msg.previous_alter_id}")
+        if msg.skipped_replicas:
+            words.append(f"skipped={','.join(msg.skipped_replicas)}")
+    elif kind == "enlist_server":
+        fields["servers"] = (msg.server_uuid,)
+        words.append(f"address={msg.address}")
+        if msg.previous_record_id:
+            words.append(f"previous={msg.previous_record_id}")
+    elif kind == "server_down":
+        fields["servers"] = (msg.server_uuid,)
+        words.append(f"address={msg.address} reason={msg.reason!r}")
+        if msg.previous_record_id:
+            words.append(f"previous={msg.previous_record_id}")
+    elif kind == "remove_server":
+        fields["servers"] = (msg.server_uuid,)
+        if msg.previous_record_id:
+            words.append(f"previous={msg.previous_record_id}")
+    fields["summary"] = " ".join(words)
+    return RecordView(type=kind, record=as_json, **base, **fields)
+
+
+def gone_ranges(
+    last_id: int, present: Iterable[int], invalidated_by: dict[int, int], first_id: int = 1
+) -> list[RecordView]:
+    """Views for the ids in 1..last_id that no reader holds: invalidated, then compacted
+    away (or, read live, never returned). One view per run of ids with the same
+    invalidating record (0 when unknown), from first_id on."""
+    have = set(present)
+    out: list[RecordView] = []
+    start = 0
+    by = 0
+    for i in range(max(1, first_id), last_id + 2):
+        missing = i <= last_id and i not in have
+        cur_by = invalidated_by.get(i, 0) if missing else -1
+        if start and (not missing or cur_by != by):
+            out.append(
+                RecordView(
+                    id=start,
+                    id_to=i - 1,
+                    status=Status.INVALIDATED,
+                    type=TYPE_GONE,
+                    size_bytes=0,
+                    invalidated_by=by,
+                )
+            )
+            start = 0
+        if missing and not start:
+            start, by = i, cur_by
+    return out
+
+
+# ------------------------------------------------------------------ filters
+
+
+@dataclass(frozen=True, slots=True)
+class Filter:
+    types: frozenset[str] = frozenset()
+    op_ids: frozenset[int] = frozenset()
+    tables: frozenset[str] = frozenset()  # table ids or names
+    servers: frozenset[str] = frozenset()
+    live_only: bool = False
+
+    def active(self) -> bool:
+        return bool(self.types or self.op_ids or self.tables or self.servers or self.live_only)
+
+    def matches(self, v: RecordView) -> bool:
+        if self.live_only and v.status is not Status.LIVE:
+            return False
+        if self.types and v.type not in self.types:
+            return False
+        if self.op_ids and v.op_id not in self.op_ids and v.id not in self.op_ids:
+            return False
+        if self.tables and not (
+            v.table_id in self.tables
+            or any(n in self.tables for n in v.table_names)
+            or any(t.split("-", 1)[0] in self.tables for t in v.tablets)
+        ):
+            return False
+        if self.servers and not any(s in self.servers for s in v.servers):
+            return False
+        return True
+
+
+# ------------------------------------------------------------------ derived views
+
+
+def pending_operations(views: Sequence[RecordView]) -> list[RecordView]:
+    """STARTED records with no DONE record of the same operation, in log order.
+
+    A DONE record invalidates its STARTED record, so a STARTED record that is still live
+    has no DONE yet; a DONE record seen (even invalidated later) settles the operation."""
+    done = {v.op_id for v in views if v.phase == "DONE" and v.op_id}
+    return [
+        v
+        for v in views
+        if v.phase == "STARTED"
+        and v.status is Status.LIVE
+        and v.op_id not in done
+        and v.type != TYPE_GONE
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class Epoch:
+    epoch: int  # the takeover record's id
+    holder_uuid: str
+    holder_address: str
+    takeover_seen: bool  # the takeover record itself is still held
+    takeover_live: bool
+    first_id: int  # first lease record seen of this epoch
+    last_id: int  # last lease record seen of this epoch
+    renewals_seen: int
+    last_record_id: int  # last record of any kind before the next epoch (who wrote last)
+    ended_by: int  # the next epoch's takeover id (0: still current, as far as we know)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "epoch": self.epoch,
+            "holder_uuid": self.holder_uuid,
+            "holder_address": self.holder_address,
+            "takeover_seen": self.takeover_seen,
+            "takeover_live": self.takeover_live,
+            "first_lease_id": self.first_id,
+            "last_lease_id": self.last_id,
+            "renewals_seen": self.renewals_seen,
+            "last_record_id": self.last_record_id,
+            "ended_by": self.ended_by or None,
+        }
+
+
+def lease_history(views: Sequence[RecordView]) -> list[Epoch]:
+    """Who led when, in log ids: one Epoch per epoch that any held Lease record names."""
+    by_epoch: dict[int, list[RecordView]] = {}
+    for v in views:
+        if v.lease is not None:
+            by_epoch.setdefault(v.lease[2], []).append(v)
+    epochs = sorted(by_epoch)
+    out: list[Epoch] = []
+    for n, e in enumerate(epochs):
+        recs = sorted(by_epoch[e], key=lambda v: v.id)
+        takeover = next((v for v in recs if v.lease and v.lease[3]), None)
+        head = takeover or recs[0]
+        assert head.lease is not None
+        ended_by = epochs[n + 1] if n + 1 < len(epochs) else 0
+        in_epoch = [
+            v.id
+            for v in views
+            if v.type != TYPE_GONE and v.id >= e and (not ended_by or v.id < ended_by)
+        ]
+        out.append(
+            Epoch(
+                epoch=e,
+                holder_uuid=head.lease[0],
+                holder_address=head.lease[1],
+                takeover_seen=takeover is not None,
+                takeover_live=takeover is not None and takeover.status is Status.LIVE,
+                first_id=recs[0].id,
+                last_id=recs[-1].id,
+                renewals_seen=sum(1 for v in recs if v.lease and not v.lease[3]),
+                last_record_id=max(in_epoch) if in_epoch else recs[-1].id,
+                ended_by=ended_by,
+            )
+        )
+    return out
+
+
+def summarize(views: Sequence[RecordView]) -> dict[str, Any]:
+    """Counts and bytes by type, live and invalidated; gone ids counted apart."""
+    by_type: dict[str, dict[str, int]] = {}
+    totals = {"live": 0, "invalidated": 0, "live_bytes": 0, "invalidated_bytes": 0}
+    gone = 0
+    for v in views:
+        if v.type == TYPE_GONE:
+            gone += v.id_to - v.id + 1
+            continue
+        row = by_type.setdefault(
+            v.type, {"live": 0, "invalidated": 0, "live_bytes": 0, "invalidated_bytes": 0}
+        )
+        key = v.status.value
+        row[key] += 1
+        row[f"{key}_bytes"] += v.size_bytes
+        totals[key] += 1
+        totals[f"{key}_bytes"] += v.size_bytes
+    return {
+        "by_type": dict(sorted(by_type.items())),
+        "totals": totals,
+        "gone_ids": gone,
+        "undecodable": by_type.get(TYPE_UNDECODABLE, {}).get("live", 0)
+        + by_type.get(TYPE_UNDECODABLE, {}).get("invalidated", 0),
+        "pending_operations": len(pending_operations(views)),
+        "epochs": len(lease_history(views)),
+    }

@@ -1,0 +1,390 @@
+"""Readers for the log inspection tool: a replica's data dir offline, or live over zmq.
+
+Offline (`load_data_dir`): read-only, with logstore's own codecs (journal.scan_journal,
+journal.decode_meta, snapshot.decode_snapshot) and state machine (state.LogState). The
+snapshot gives the live entries at its Raft index; the journal's later Raft entries are
+replayed into that state exactly as the replica applies them, and every entry they create
+is kept, so entries that were invalidated after the snapshot are still shown (marked
+invalidated). Nothing is written: unlike opening a DurableJournal, a torn tail is only
+skipped, never cut. logstore should own a read-only loader like this one
+(design/logtool.md); it lives here until it does.
+
+Journal commands are pysyncobj's: one type byte, then a pickle of (method id, args). They
+are unpickled with a restricted unpickler that builds nothing but plain values (the only
+globals allowed are `_codecs.encode` and `bytes`, which protocol 2 uses for bytes; pysyncobj node
+objects in membership commands become inert stubs).
+
+Live (`RemoteReader`): a RemoteLogStore to `logstore serve` replicas; it returns only live
+entries, so invalidated ones appear only as ids named by a live entry's `invalidates`.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import pickle
+from collections import Counter
+from dataclasses import dataclass, field
+
+from coordinator.logtool_decode import RawEntry
+from logstore.api import READ_LIMIT_MAX
+from logstore.journal import decode_meta, scan_journal
+from logstore.snapshot import decode_snapshot
+from logstore.state import LogState
+from rpc.errors import Corruption
+
+logger = logging.getLogger(__name__)
+
+REPLICA_DIR = "logstore"  # a coordinator node's embedded replica, under its data dir
+NODE_UUID_FILE = "coordinator-uuid"
+JOURNAL_FILE = "journal"
+META_FILE = "journal.meta"
+SNAPSHOT_FILE = "snapshot"
+FILE_BYTES_MAX = 1 << 30  # refuse to read a journal or snapshot bigger than this
+READ_PAGE = 1000
+
+# pysyncobj's command types (pysyncobj.syncobj._COMMAND_TYPE) and logstore's method ids
+# (_RaftNode's replicated methods in name order: _ls_append = 0, _ls_barrier = 1).
+CMD_REGULAR, CMD_NO_OP, CMD_MEMBERSHIP, CMD_VERSION = 0, 1, 2, 3
+METHOD_APPEND = 0
+
+
+class DataDirError(Exception):
+    """The data dir cannot be read (missing, not a replica, damaged beyond a torn tail)."""
+
+
+class _NodeStub:
+    """Stands in for pysyncobj node objects inside a membership command."""
+
+    def __setstate__(self, state) -> None:
+        self.__dict__.update(state if isinstance(state, dict) else {})
+
+
+class _SafeUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str):
+        if module == "_codecs" and name == "encode":
+            import codecs
+
+            return codecs.encode
+        if module in ("__builtin__", "builtins") and name == "bytes":
+            return bytes  # protocol 2 writes b"" as bytes()
+        if module == "pysyncobj.node" and name in ("Node", "TCPNode"):
+            return _NodeStub
+        raise pickle.UnpicklingError(f"global {module}.{name} is not allowed")
+
+
+def safe_unpickle(data: bytes):
+    return _SafeUnpickler(io.BytesIO(data)).load()
+
+
+@dataclass(slots=True)
+class LoadStats:
+    """What a data dir held, beyond the entries."""
+
+    replica_dir: str = ""
+    node_uuid: str = ""
+    snapshot_bytes: int = 0
+    snapshot_raft_index: int = 0
+    snapshot_members: tuple[str, ...] = ()
+    journal_bytes: int = 0
+    journal_entries: int = 0
+    journal_first_index: int = 0
+    journal_last_index: int = 0
+    journal_torn_bytes: int = 0
+    commit_index: int = 0
+    term: int = 0
+    raft_commands: Counter = field(default_factory=Counter)  # by kind
+    rejected_appends: Counter = field(default_factory=Counter)  # by log: condition / bad
+    warnings: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {
+            "replica_dir": self.replica_dir,
+            "node_uuid": self.node_uuid or None,
+            "snapshot_bytes": self.snapshot_bytes,
+            "snapshot_raft_index": self.snapshot_raft_index,
+            "snapshot_members": list(self.snapshot_members),
+            "journal_bytes": self.journal_bytes,
+            "journal_entries": self.journal_entries,
+            "journal_first_index": self.journal_first_index,
+            "journal_last_index": self.journal_last_index,
+            "journal_torn_bytes": self.journal_torn_bytes,
+            "commit_index": self.commit_index,
+            "term": self.term,
+            "raft_commands": dict(self.raft_commands),
+            "rejected_appends": dict(self.rejected_appends),
+            "warnings": list(self.warnings),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class LogImage:
+    """Every entry of one log that a reader could see, in id order, and its last id."""
+
+    log: str
+    last_id: int
+    entries: list[RawEntry]
+    # Ids no longer held, with the id of the entry that invalidated them when known.
+    invalidated_by: dict[int, int]
+    stats: LoadStats
+
+
+def resolve_replica_dir(path: str) -> str:
+    """A coordinator node's data dir (holding logstore/) or a replica dir itself."""
+    candidates = [os.path.join(path, REPLICA_DIR), path]
+    for c in candidates:
+        if any(os.path.exists(os.path.join(c, f)) for f in (JOURNAL_FILE, SNAPSHOT_FILE)):
+            return c
+    if not os.path.isdir(path):
+        raise DataDirError(f"{path}: no such directory")
+    raise DataDirError(
+        f"{path}: no logstore journal or snapshot here or in {os.path.join(path, REPLICA_DIR)}"
+    )
+
+
+def _read_file(path: str) -> bytes | None:
+    try:
+        size = os.path.getsize(path)
+    except FileNotFoundError:
+        return None
+    if size > FILE_BYTES_MAX:
+        raise DataDirError(f"{path}: {size} bytes is more than {FILE_BYTES_MAX}")
+    try:
+        with open(path, "rb") as f:
+            return f.read(FILE_BYTES_MAX + 1)
+    except FileNotFoundError:
+        return None  # replaced between the size check and the open: read it next time
+    except OSError as err:
+        raise DataDirError(f"{path}: {err}") from None
+
+
+def _append_args(command: bytes):
+    """(log, data, expected_id, invalidates) of an append command, None for other regular
+    commands; raises ValueError for a command that does not decode."""
+    try:
+        value = safe_unpickle(command)
+    except Exception as err:  # noqa: BLE001 - any unpickling failure is "does not decode"
+        raise ValueError(f"command does not unpickle: {err}") from None
+    if isinstance(value, int):
+        return None  # a method without arguments: the barrier
+    if not (isinstance(value, tuple) and len(value) in (2, 3) and isinstance(value[0], int)):
+        raise ValueError(f"command is not (method id, args): {type(value).__name__}")
+    if value[0] != METHOD_APPEND:
+        return None
+    args = value[1]
+    if not (
+        isinstance(args, tuple)
+        and len(args) == 4
+        and isinstance(args[0], str)
+        and isinstance(args[1], bytes | bytearray)
+        and (args[2] is None or isinstance(args[2], int))
+        and isinstance(args[3], tuple | list)
+        and all(isinstance(i, int) for i in args[3])
+    ):
+        raise ValueError("append command arguments have the wrong shape")
+    return args[0], bytes(args[1]), args[2], tuple(args[3])
+
+
+def load_data_dir(path: str, log: str) -> LogImage:
+    """Read a replica's snapshot and journal without changing anything (see module doc)."""
+    replica = resolve_replica_dir(path)
+    stats = LoadStats(replica_dir=replica)
+    node_dir = os.path.dirname(replica) if os.path.basename(replica) == REPLICA_DIR else ""
+    if node_dir:
+        raw_uuid = _read_file(os.path.join(node_dir, NODE_UUID_FILE))
+        if raw_uuid:
+            stats.node_uuid = raw_uuid.decode(errors="replace").strip()
+    # Read the snapshot and the journal as one consistent pair: a running replica may
+    # write a new snapshot and trim its journal between the two reads; then read again.
+    for _attempt in range(5):
+        snap = _read_file(os.path.join(replica, SNAPSHOT_FILE))
+        journal = _read_file(os.path.join(replica, JOURNAL_FILE))
+        snap_again = _read_file(os.path.join(replica, SNAPSHOT_FILE))
+        if snap == snap_again:
+            break
+    else:
+        raise DataDirError(f"{replica}: the snapshot keeps changing while being read")
+    meta = _read_file(os.path.join(replica, META_FILE))
+    if meta is not None:
+        try:
+            stats.term, stats.commit_index, _voted = decode_meta(meta)
+        except Corruption as err:
+            stats.warnings.append(f"journal meta: {err}")
+
+    state = LogState()
+    history: dict[int, RawEntry] = {}  # id -> entry, for `log` only
+    invalidated_by: dict[int, int] = {}
+    snap_index = 0
+    if snap is not None:
+        stats.snapshot_bytes = len(snap)
+        try:
+            state, smeta = decode_snapshot(snap)
+        except Corruption as err:
+            raise DataDirError(f"{replica}/{SNAPSHOT_FILE}: {err}") from None
+        snap_index = smeta.last_entry[1]
+        stats.snapshot_raft_index = snap_index
+        stats.snapshot_members = smeta.members
+        for e in state.read(log, 1, READ_LIMIT_MAX) if log in state.logs else []:
+            history[e.id] = RawEntry(e.id, e.data, e.invalidates, True, source="snapshot")
+        # Entries that live entries invalidated before the snapshot: known by whom, only.
+        for e in history.values():
+            for i in e.invalidates:
+                invalidated_by[i] = e.id
+
+    entries: list[tuple[bytes, int, int]] = []
+    if journal is not None:
+        stats.journal_bytes = len(journal)
+        try:
+            scan = scan_journal(journal)
+        except Corruption as err:
+            stats.warnings.append(f"journal not read: {err}")
+        else:
+            entries = scan.entries
+            stats.journal_torn_bytes = scan.torn_bytes
+            if scan.torn_bytes:
+                stats.warnings.append(
+                    f"journal: {scan.torn_bytes} bytes at its end are torn or being written"
+                )
+    stats.journal_entries = len(entries)
+    if entries:
+        stats.journal_first_index = entries[0][1]
+        stats.journal_last_index = entries[-1][1]
+    tail = [e for e in entries if e[1] > snap_index]
+    if tail and tail[0][1] != snap_index + 1:
+        raise DataDirError(
+            f"{replica}: the journal starts at Raft index {tail[0][1]} but the snapshot "
+            f"ends at {snap_index}: entries in between are missing"
+        )
+    for command, idx, term in tail:
+        committed = idx <= stats.commit_index if stats.commit_index else None
+        kind = command[0] if command else -1
+        if kind == CMD_NO_OP:
+            stats.raft_commands["no_op"] += 1
+            continue
+        if kind == CMD_MEMBERSHIP:
+            stats.raft_commands["membership"] += 1
+            continue
+        if kind == CMD_VERSION:
+            stats.raft_commands["version"] += 1
+            continue
+        if kind != CMD_REGULAR:
+            stats.raft_commands["unknown"] += 1
+            stats.warnings.append(f"Raft entry {idx}: unknown command type {kind}")
+            continue
+        try:
+            args = _append_args(command[1:])
+        except ValueError as err:
+            stats.raft_commands["undecodable"] += 1
+            stats.warnings.append(f"Raft entry {idx}: {err}; the replay may be incomplete")
+            continue
+        if args is None:
+            stats.raft_commands["barrier"] += 1
+            continue
+        stats.raft_commands["append"] += 1
+        name, data, expected_id, invalidates = args
+        outcome = state.apply_append(name, data, expected_id, invalidates)
+        if outcome.error_kind:
+            stats.rejected_appends[f"{name}:{outcome.error_kind}"] += 1
+            continue
+        if name != log:
+            continue
+        for i in invalidates:
+            invalidated_by[i] = outcome.entry_id
+        if data:
+            history[outcome.entry_id] = RawEntry(
+                outcome.entry_id,
+                data,
+                invalidates,
+                True,
+                source="journal",
+                raft_index=idx,
+                raft_term=term,
+                committed=committed,
+            )
+        else:  # an invalidation-only entry: never live, but it is a record of the log
+            history[outcome.entry_id] = RawEntry(
+                outcome.entry_id,
+                b"",
+                invalidates,
+                False,
+                source="journal",
+                raft_index=idx,
+                raft_term=term,
+                committed=committed,
+            )
+    live_ids = set(state.logs.get(log, {}))
+    out: list[RawEntry] = []
+    for i in sorted(history):
+        e = history[i]
+        live = i in live_ids
+        out.append(
+            RawEntry(
+                e.id,
+                e.data,
+                e.invalidates,
+                live,
+                0 if live else invalidated_by.get(i, 0),
+                e.source,
+                e.raft_index,
+                e.raft_term,
+                e.committed,
+            )
+        )
+    return LogImage(log, state.last_id(log), out, invalidated_by, stats)
+
+
+class RemoteReader:
+    """Live entries of one log from `logstore serve` replicas (their RPC addresses)."""
+
+    def __init__(self, addresses: list[str], timeout_s: float) -> None:
+        from logstore.remote import RemoteLogStore
+
+        self.addresses = addresses
+        self.timeout_s = timeout_s
+        self._store = RemoteLogStore(addresses, connect_timeout_s=timeout_s)
+
+    def check_service(self) -> None:
+        """Fail clearly when the address is not a logstore replica (e.g. a coordinator)."""
+        from rpc.client import RpcClient
+        from rpc.errors import Unavailable
+
+        for address in self.addresses:
+            with RpcClient(address, caller_uuid="coordinator-log-tool") as client:
+                service = client.ping(timeout_s=self.timeout_s).service
+            if service != "logstore":
+                raise Unavailable(
+                    f"{address} is a {service!r} server, not a logstore replica: a coordinator "
+                    "node does not serve its log over RPC; read its data dir with --data-dir, "
+                    "or give the RPC address of a `logstore serve` replica"
+                )
+
+    def last_id(self, log: str) -> int:
+        return self._store.last_id(log, timeout_s=self.timeout_s)
+
+    def read(self, log: str, from_id: int, to_id: int) -> list[RawEntry]:
+        """Live entries with from_id <= id <= to_id, read in pages."""
+        out: list[RawEntry] = []
+        next_id = from_id
+        while next_id <= to_id:
+            page = self._store.read(log, next_id, READ_PAGE, timeout_s=self.timeout_s)
+            for e in page:
+                if e.id > to_id:
+                    return out
+                out.append(RawEntry(e.id, e.data, tuple(e.invalidates), True, source="remote"))
+            if len(page) < READ_PAGE:
+                break
+            next_id = page[-1].id + 1
+        return out
+
+    def load(self, log: str) -> LogImage:
+        # last_id first: entries read afterwards may go beyond it, and are cut at it so that
+        # "gone" ids are never claimed past what last_id vouched for.
+        last = self.last_id(log)
+        entries = self.read(log, 1, last)
+        invalidated_by = {i: e.id for e in entries for i in e.invalidates}
+        stats = LoadStats(replica_dir=",".join(self.addresses))
+        return LogImage(log, last, entries, invalidated_by, stats)
+
+    def close(self) -> None:
+        self._store.close()
