@@ -54,6 +54,7 @@ def _cmd_start(args) -> int:
         segment_size_bytes_max=args.segment_size_mb << 20,
         flush_rows_threshold=args.flush_rows,
         workers=args.workers,
+        coordinators=tuple(a.strip() for a in args.coordinators.split(",") if a.strip()),
     )
     try:
         server = TabletServer(cfg)
@@ -261,6 +262,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="flush a tablet's memstore when it holds this many rows",
     )
     s.add_argument("--workers", type=int, default=8)
+    s.add_argument(
+        "--coordinators",
+        default="",
+        help="coordinator node addresses HOST:PORT,... to enlist and heartbeat with",
+    )
     s.add_argument("--log-level", default="info")
     s.set_defaults(func=_cmd_start)
 

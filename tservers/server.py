@@ -8,6 +8,7 @@ from pathlib import Path
 
 from rpc.server import RpcServer
 from tservers.fs import FsLayout
+from tservers.heartbeat import HEARTBEAT_INTERVAL_S_DEFAULT, Heartbeater
 from tservers.service import TServerService
 from tservers.tablet.manager import TabletManager
 from tservers.tablet.tablet import TabletOptions
@@ -27,6 +28,9 @@ class TServerConfig:
     workers: int = 8
     queue_max: int = 256
     message_bytes_max: int = 64 << 20
+    # Coordinator node addresses to heartbeat to; empty: a standalone server.
+    coordinators: tuple[str, ...] = ()
+    heartbeat_interval_s: float = HEARTBEAT_INTERVAL_S_DEFAULT
 
 
 class TabletServer:
@@ -44,6 +48,7 @@ class TabletServer:
             ),
         )
         self.rpc: RpcServer | None = None
+        self.heartbeater: Heartbeater | None = None
 
     @property
     def uuid(self) -> str:
@@ -66,9 +71,19 @@ class TabletServer:
         TServerService(self.manager, lambda: self.address).register(self.rpc)
         self.rpc.start()
         log.info("tablet server %s serving on %s", self.fs.uuid, self.rpc.address)
+        if self.config.coordinators:
+            self.heartbeater = Heartbeater(
+                self.fs.uuid,
+                lambda: self.address,
+                self.manager.reports,
+                self.config.coordinators,
+                interval_s=self.config.heartbeat_interval_s,
+            ).start()
         return self
 
     def close(self) -> None:
+        if self.heartbeater is not None:
+            self.heartbeater.close()
         if self.rpc is not None:
             self.rpc.close()
         self.manager.close()

@@ -7,10 +7,9 @@
             session.insert(table, [{"id": 1, "v": "a"}])
         rows = table.to_arrow()
 
-Coordinator calls go to the leader, found by asking any node and following NOT_LEADER hints
-(with no hint, the next node), with exponential backoff and jitter under a total deadline.
-Every mutating request carries a request id (client id, sequence) that stays the same across
-retries, so the coordinator does it once however often it is sent (exactly-once).
+Coordinator calls go through `meta.CoordinatorClient`: to the leader, found by asking any
+node and following NOT_LEADER hints, with backoff and jitter under a total deadline; every
+mutating request carries a request id that stays the same across retries (exactly-once).
 
 Data goes straight to tablet servers: rows are routed to tablets by the hash of their key
 (`partition.py`), batched per tablet in a session and flushed on size, interval and close.
@@ -24,7 +23,6 @@ Imports only rpc and generated protocol modules: no server code.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import random
 import threading
@@ -37,17 +35,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from coordinator import coordinator_pb2 as cpb
+from coordinator.client.meta import CoordinatorClient
 from coordinator.client.partition import bucket_of_rows
 from coordinator.client.tablets import TabletServerClient, predicate
 from rpc import errors
-from rpc.client import RpcClient, Transport
 from tservers.tserver_pb2 import OpType
 
-SERVICE = "Coordinator"
-CALL_ATTEMPTS_MAX = 64
 BACKOFF_INITIAL_S = 0.02
 BACKOFF_MAX_S = 1.0
-ATTEMPT_TIMEOUT_S_MAX = 10.0
 WRITE_ATTEMPTS_MAX = 8
 SESSION_ROWS_MAX = 1_000_000
 
@@ -139,99 +134,6 @@ def arrow_schema_of(schema: cpb.Schema) -> pa.Schema:
     )
 
 
-class _Coordinators:
-    """Leader discovery and bounded retries for coordinator calls."""
-
-    def __init__(self, addresses: Sequence[str], client_id: str, transport: Transport) -> None:
-        if not addresses:
-            raise errors.BadRequest("no coordinator address given")
-        self.addresses = list(dict.fromkeys(addresses))
-        self.client_id = client_id
-        self._transport = transport
-        self._clients = {a: RpcClient(a, client_id, transport=transport) for a in self.addresses}
-        self._uuids: dict[str, str] = {}
-        self._lock = threading.Lock()
-        self._leader: str | None = None
-        self._next = 0
-
-    def _client(self, address: str) -> RpcClient:
-        with self._lock:
-            if address not in self._clients:
-                # A hint may name a node added after this client was made.
-                self._clients[address] = RpcClient(
-                    address, self.client_id, transport=self._transport
-                )
-            return self._clients[address]
-
-    def _uuid(self, address: str, timeout_s: float) -> str:
-        with self._lock:
-            known = self._uuids.get(address)
-        if known:
-            return known
-        uuid = self._client(address).ping(timeout_s=timeout_s).uuid
-        with self._lock:
-            self._uuids[address] = uuid
-        return uuid
-
-    def _target(self) -> str:
-        with self._lock:
-            if self._leader:
-                return self._leader
-            address = self.addresses[self._next % len(self.addresses)]
-            self._next += 1
-            return address
-
-    def _move_on(self, address: str, hint: errors.LeaderHintValue | None) -> None:
-        with self._lock:
-            if hint and hint.address and hint.address != address:
-                self._leader = hint.address
-                if hint.uuid:
-                    self._uuids[hint.address] = hint.uuid
-            else:
-                self._leader = None
-
-    def call(self, method: str, request, response_type, timeout_s: float):
-        """Call the leader; retries are safe because mutating requests carry request ids."""
-        deadline = time.monotonic() + timeout_s
-        backoff_s = BACKOFF_INITIAL_S
-        last: Exception | None = None
-        for _attempt in range(CALL_ATTEMPTS_MAX):
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            address = self._target()
-            attempt_s = min(remaining, ATTEMPT_TIMEOUT_S_MAX)
-            try:
-                uuid = self._uuid(address, attempt_s)
-                return self._client(address).call(
-                    uuid, f"{SERVICE}.{method}", request, response_type, timeout_s=attempt_s
-                )
-            except errors.NotLeader as err:
-                last = err
-                self._move_on(address, err.leader_hint)
-                if err.leader_hint and err.leader_hint.address != address:
-                    continue  # go where the hint says at once
-            except errors.InvalidName as err:
-                last = err  # the node at this address was replaced: learn its new UUID
-                with self._lock:
-                    self._uuids.pop(address, None)
-                self._move_on(address, None)
-            except (errors.Unavailable, errors.TimedOut, errors.Throttled) as err:
-                last = err
-                if not isinstance(err, errors.Throttled):
-                    self._move_on(address, err.leader_hint or None)
-            pause = min(backoff_s, max(0.0, deadline - time.monotonic())) * random.uniform(0.5, 1.0)
-            time.sleep(pause)
-            backoff_s = min(backoff_s * 2, BACKOFF_MAX_S)
-        raise errors.TimedOut(
-            f"{method}: no coordinator leader answered within {timeout_s:.1f}s (last error: {last})"
-        )
-
-    def leader(self) -> str | None:
-        with self._lock:
-            return self._leader
-
-
 class Client:
     """A connection to a cluster. Thread-safe; a context manager."""
 
@@ -240,20 +142,12 @@ class Client:
             coordinators = [a.strip() for a in coordinators.split(",") if a.strip()]
         self.client_id = f"client-{uuidlib.uuid4().hex}"
         self.timeout_s = timeout_s
-        self._transport = Transport(name="client")
-        self._coordinators = _Coordinators(coordinators, self.client_id, self._transport)
-        self._seq = itertools.count(1)
+        self.meta = CoordinatorClient(coordinators, client_id=self.client_id, timeout_s=timeout_s)
         self._lock = threading.Lock()
         self._tservers: dict[str, TabletServerClient] = {}
         self._tables: dict[str, Table] = {}
 
     # -- coordinator -------------------------------------------------------------------
-
-    def _request_id(self) -> cpb.RequestId:
-        return cpb.RequestId(client_id=self.client_id, seq=next(self._seq))
-
-    def _call(self, method: str, request, response_type, timeout_s: float | None = None):
-        return self._coordinators.call(method, request, response_type, timeout_s or self.timeout_s)
 
     def create_table(
         self,
@@ -264,19 +158,12 @@ class Client:
         replication_factor: int = 1,
     ) -> str:
         """Create a table; returns its id. ALREADY_EXISTS if the name is taken."""
-        request = cpb.CreateTableRequest(
-            request_id=self._request_id(),
-            name=name,
-            schema=cpb.Schema(columns=[c.to_pb() for c in columns]),
-            num_tablets=num_tablets,
-            replication_factor=replication_factor,
-        )
-        return self._call("CreateTable", request, cpb.CreateTableResponse).table_id
+        schema = cpb.Schema(columns=[c.to_pb() for c in columns])
+        return self.meta.create_table(name, schema, num_tablets, replication_factor)
 
     def drop_table(self, name: str) -> str:
-        request = cpb.DropTableRequest(request_id=self._request_id(), name=name)
         self._forget(name)
-        return self._call("DropTable", request, cpb.DropTableResponse).table_id
+        return self.meta.drop_table(name)
 
     def alter_table(
         self,
@@ -287,39 +174,26 @@ class Client:
         drop_columns: Sequence[str] = (),
     ) -> int:
         """Returns the new schema version."""
-        request = cpb.AlterTableRequest(
-            request_id=self._request_id(),
-            name=name,
+        self._forget(name)
+        answer = self.meta.alter_table(
+            name,
             new_name=new_name,
             add_columns=[c.to_pb() for c in add_columns],
             drop_columns=list(drop_columns),
         )
-        self._forget(name)
-        return self._call("AlterTable", request, cpb.AlterTableResponse).schema_version
+        return answer.schema_version
 
     def list_tables(self) -> list[str]:
-        answer = self._call("ListTables", cpb.ListTablesRequest(), cpb.ListTablesResponse)
-        return sorted(t.name for t in answer.tables)
+        return sorted(t.name for t in self.meta.list_tables())
 
     def describe_table(self, name: str) -> cpb.DescribeTableResponse:
-        return self._call(
-            "DescribeTable", cpb.DescribeTableRequest(name=name), cpb.DescribeTableResponse
-        )
+        return self.meta.describe_table(name)
 
     def tablet_locations(self, name: str) -> cpb.GetTabletLocationsResponse:
-        return self._call(
-            "GetTabletLocations",
-            cpb.GetTabletLocationsRequest(name=name),
-            cpb.GetTabletLocationsResponse,
-        )
+        return self.meta.get_tablet_locations(name)
 
     def list_servers(self) -> list[cpb.ServerSummary]:
-        return list(
-            self._call("ListServers", cpb.ListServersRequest(), cpb.ListServersResponse).servers
-        )
-
-    def status(self) -> cpb.StatusResponse:
-        return self._call("Status", cpb.StatusRequest(), cpb.StatusResponse)
+        return self.meta.list_servers()
 
     def table(self, name: str) -> Table:
         """A handle on a table (schema and tablet locations, fetched now and cached)."""
@@ -365,7 +239,7 @@ class Client:
             tservers, self._tservers = list(self._tservers.values()), {}
         for ts in tservers:
             ts.close()
-        self._transport.close()
+        self.meta.close()
 
     def __enter__(self) -> Client:
         return self
@@ -462,6 +336,7 @@ class Table:
     ) -> Iterator[pa.RecordBatch]:
         """Arrow batches of one tablet's matching rows, read at its leader."""
         preds = [predicate(*p) for p in predicates]
+        target = self.projected_schema(projection)
         last: Exception | None = None
         for attempt in range(WRITE_ATTEMPTS_MAX):
             tablet = next((t for t in self.tablets() if t.tablet_id == tablet_id), None)
@@ -477,7 +352,9 @@ class Table:
                         batch_rows_max=batch_rows_max,
                     ):
                         started = True
-                        yield batch
+                        # One schema for every batch of the table, whatever the server says
+                        # of nullability: callers concatenate them.
+                        yield batch if batch.schema.equals(target) else batch.cast(target)
                     return
                 except (*LOCATION_ERRORS, errors.Unavailable, errors.TimedOut) as err:
                     if started:
@@ -493,12 +370,19 @@ class Table:
         for tablet in self.tablets():
             yield from self.scan_tablet(tablet.tablet_id, projection, predicates)
 
+    def projected_schema(self, projection: Sequence[str] | None = None) -> pa.Schema:
+        schema = self.arrow_schema
+        if not projection:
+            return schema
+        missing = [n for n in projection if n not in schema.names]
+        if missing:
+            raise errors.BadRequest(f"table {self.name} has no column(s) {missing}")
+        return pa.schema([schema.field(n) for n in projection])
+
     def to_arrow(
         self, projection: Sequence[str] | None = None, predicates: Sequence[tuple] = ()
     ) -> pa.Table:
-        schema = self.arrow_schema
-        if projection:
-            schema = pa.schema([schema.field(n) for n in projection])
+        schema = self.projected_schema(projection)
         return pa.Table.from_batches(list(self.scan(projection, predicates)), schema=schema)
 
     def count(self) -> int:

@@ -1,0 +1,138 @@
+"""Heartbeats from a tablet server to every coordinator node (architecture 4.5).
+
+Every `interval_s` the heartbeater sends each coordinator node a HeartbeatRequest with this
+server's UUID, address and a report of every tablet replica it hosts. Every node receives
+them (so a node that becomes leader already knows who is alive); only the leader acts. When
+the leader answers `needs_enlist` (it does not know this server, or marked it down), the
+heartbeater sends it EnlistServer.
+
+This module speaks the coordinator's protocol (its generated messages and method names),
+never its code: the import runs from tservers to a generated protocol module only.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+
+from coordinator import coordinator_pb2 as cpb
+from rpc import errors
+from rpc.client import RpcClient, Transport
+from tservers.tserver_pb2 import DataState, MemberType, TabletReportPB
+
+HEARTBEAT_INTERVAL_S_DEFAULT = 0.5
+CALL_TIMEOUT_S = 1.0
+
+log = logging.getLogger(__name__)
+
+
+def to_coordinator_report(report: TabletReportPB, server_uuid: str) -> cpb.TabletReport:
+    """A tablet report as the coordinator reads it."""
+    config = report.committed_config
+    voters = [p.uuid for p in config.peers if p.member_type == MemberType.VOTER]
+    # With one voter the replica leads whenever it runs; per-tablet Raft reports its own role.
+    running = report.status == "RUNNING"
+    is_leader = running and voters == [server_uuid]
+    return cpb.TabletReport(
+        tablet_id=report.tablet_id,
+        data_state=DataState.Name(report.data_state) if report.data_state else "",
+        role="LEADER" if is_leader else ("FOLLOWER" if running else report.status),
+        term=report.current_term,
+        config_index=max(0, config.opid_index),
+        config_uuids=[p.uuid for p in config.peers],
+        leader_uuid=server_uuid if is_leader else "",
+        last_op_index=report.last_op_id.index,
+        schema_version=report.schema_version,
+    )
+
+
+class Heartbeater:
+    """A named thread; stop it with close(). A context manager."""
+
+    def __init__(
+        self,
+        server_uuid: str,
+        address: Callable[[], str],
+        reports: Callable[[], Sequence[TabletReportPB]],
+        coordinators: Sequence[str],
+        *,
+        interval_s: float = HEARTBEAT_INTERVAL_S_DEFAULT,
+    ) -> None:
+        assert coordinators, "no coordinator to heartbeat to"
+        self.server_uuid = server_uuid
+        self._address = address
+        self._reports = reports
+        self.coordinators = list(coordinators)
+        self.interval_s = interval_s
+        self._transport = Transport(name="heartbeat")
+        self._clients = {
+            a: RpcClient(a, server_uuid, transport=self._transport) for a in self.coordinators
+        }
+        self._uuids: dict[str, str] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="tserver-heartbeat", daemon=True)
+        self.beats = 0
+
+    def start(self) -> Heartbeater:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.beat_once()
+            except Exception:  # a bug here must not stop heartbeats for good
+                log.exception("heartbeat round failed")
+            self._stop.wait(self.interval_s)
+
+    def beat_once(self) -> None:
+        request = cpb.HeartbeatRequest(
+            server_uuid=self.server_uuid,
+            address=self._address(),
+            tablets=[to_coordinator_report(r, self.server_uuid) for r in self._reports()],
+        )
+        for address in self.coordinators:
+            if self._stop.is_set():
+                return
+            try:
+                answer = self._call(address, "Heartbeat", request, cpb.HeartbeatResponse)
+            except errors.RpcError as err:
+                log.debug("heartbeat to %s failed: %s", address, err)
+                continue
+            if answer.is_leader and answer.needs_enlist:
+                enlist = cpb.EnlistServerRequest(
+                    server_uuid=self.server_uuid, address=request.address
+                )
+                try:
+                    self._call(address, "EnlistServer", enlist, cpb.EnlistServerResponse)
+                    log.info("enlisted with the coordinator leader at %s", address)
+                except errors.RpcError as err:
+                    log.warning("enlisting at %s failed: %s", address, err)
+        self.beats += 1
+
+    def _call(self, address: str, method: str, request, response_type):
+        uuid = self._uuids.get(address)
+        if uuid is None:
+            uuid = self._clients[address].ping(timeout_s=CALL_TIMEOUT_S).uuid
+            self._uuids[address] = uuid
+        try:
+            return self._clients[address].call(
+                uuid, f"Coordinator.{method}", request, response_type, timeout_s=CALL_TIMEOUT_S
+            )
+        except (errors.InvalidName, errors.TimedOut, errors.Unavailable):
+            # The node may have been replaced at this address: learn its UUID again.
+            self._uuids.pop(address, None)
+            raise
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
+        self._transport.close()
+
+    def __enter__(self) -> Heartbeater:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
