@@ -15,6 +15,7 @@ seed. Rerun one seed with:  SIM_SEED=<seed> .venv/bin/pytest tests/consensus/tes
 from __future__ import annotations
 
 import collections
+import dataclasses
 import enum
 import random
 from dataclasses import dataclass
@@ -229,6 +230,16 @@ class Simulation:
             return
         rd = core.ready()
         self._check_ready(node, rd)
+        if self.pipelined_appends and rd.hard_state is None and core.role is Role.LEADER:
+            # Allowed optimisation: a leader's AppendRequests leave at once, before its own
+            # entries are durable (it counts itself only through persisted()); everything
+            # else waits for the Ready to be persisted.
+            early = [m for m in rd.messages if isinstance(m, AppendRequest)]
+            if early:
+                for m in early:
+                    self._send(m)
+                rest = tuple(m for m in rd.messages if not isinstance(m, AppendRequest))
+                rd = dataclasses.replace(rd, messages=rest)
         node.pending.append(rd)
 
     # ------------------------------------------------------------------ invariants
@@ -308,13 +319,6 @@ class Simulation:
         if rd.hard_state is not None:
             node.hs = rd.hard_state
         messages = rd.messages
-        if self.pipelined_appends and core.role is Role.LEADER:
-            # Allowed optimisation: a leader's AppendRequests may leave before its own
-            # entries are durable (it counts itself only through persisted()).
-            early = [m for m in messages if isinstance(m, AppendRequest)]
-            messages = tuple(m for m in messages if not isinstance(m, AppendRequest))
-            for m in early:
-                self._send(m)
         if crash_after == 1:
             self._crash(node)
             return
