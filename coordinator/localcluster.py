@@ -1,0 +1,418 @@
+"""`coordinator local-cluster up|down|status`: a whole cluster as local processes.
+
+Starts N coordinator nodes (embedded logstore, cluster password) and M tablet servers
+(heartbeating to every node) as real processes on 127.0.0.1, with their data and logs under
+one folder. The folder's `cluster.json` records ports, data dirs and pids, so that `up` on an
+existing folder restarts the same cluster on the same addresses (a logstore replica's Raft
+address is its identity), `down` stops it and keeps the data, and `status` tells who is up.
+
+This is the embedded default for the main job, the Spark tests and anyone trying the system.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from rpc import errors
+
+STATE_FILE = "cluster.json"
+READY_TIMEOUT_S_DEFAULT = 120.0
+STOP_TIMEOUT_S = 15.0
+
+
+@dataclass
+class NodeSpec:
+    name: str
+    rpc: str
+    data: str
+    raft: str = ""  # coordinators only
+    pid: int = 0
+
+
+@dataclass
+class ClusterSpec:
+    root: str
+    coordinators: list[NodeSpec] = field(default_factory=list)
+    tservers: list[NodeSpec] = field(default_factory=list)
+    lease_timeout_s: float = 1.5
+
+    @property
+    def coordinator_addresses(self) -> list[str]:
+        return [n.rpc for n in self.coordinators]
+
+    @property
+    def password_file(self) -> Path:
+        return Path(self.root) / "password"
+
+    def save(self) -> None:
+        path = Path(self.root) / STATE_FILE
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(self), indent=2))
+        os.replace(tmp, path)
+
+    @staticmethod
+    def load(root: Path) -> ClusterSpec | None:
+        path = root / STATE_FILE
+        if not path.exists():
+            return None
+        raw = json.loads(path.read_text())
+        return ClusterSpec(
+            root=raw["root"],
+            coordinators=[NodeSpec(**n) for n in raw["coordinators"]],
+            tservers=[NodeSpec(**n) for n in raw["tservers"]],
+            lease_timeout_s=raw.get("lease_timeout_s", 1.5),
+        )
+
+
+def _free_port() -> int:
+    from jobs.procs import free_port
+
+    return free_port()
+
+
+def _alive(pid: int, marker: str) -> bool:
+    """Whether `pid` runs and is ours (its command line names our data dir)."""
+    if pid <= 0:
+        return False
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return False
+    return marker in cmdline
+
+
+class LocalCluster:
+    """Start, stop, kill and inspect the processes of one cluster folder."""
+
+    def __init__(self, spec: ClusterSpec) -> None:
+        self.spec = spec
+        self.root = Path(spec.root)
+        self.log_dir = self.root / "logs"
+
+    @staticmethod
+    def create(
+        root: Path, coordinators: int, tservers: int, lease_timeout_s: float
+    ) -> LocalCluster:
+        root = root.resolve()
+        existing = ClusterSpec.load(root)
+        if existing is not None:
+            if len(existing.coordinators) != coordinators or len(existing.tservers) != tservers:
+                raise errors.BadRequest(
+                    f"{root} holds a cluster of {len(existing.coordinators)} coordinator(s) and "
+                    f"{len(existing.tservers)} tablet server(s); use the same numbers or --wipe"
+                )
+            return LocalCluster(existing)
+        if coordinators < 1 or tservers < 0:
+            raise errors.BadRequest("need at least one coordinator and no negative tservers")
+        root.mkdir(parents=True, exist_ok=True)
+        spec = ClusterSpec(root=str(root), lease_timeout_s=lease_timeout_s)
+        for i in range(coordinators):
+            spec.coordinators.append(
+                NodeSpec(
+                    name=f"coordinator-{i}",
+                    rpc=f"127.0.0.1:{_free_port()}",
+                    raft=f"127.0.0.1:{_free_port()}",
+                    data=str(root / f"coordinator-{i}"),
+                )
+            )
+        for i in range(tservers):
+            spec.tservers.append(
+                NodeSpec(
+                    name=f"tserver-{i}",
+                    rpc=f"127.0.0.1:{_free_port()}",
+                    data=str(root / f"tserver-{i}"),
+                )
+            )
+        spec.password_file.write_text(secrets.token_hex(24) + "\n")
+        spec.password_file.chmod(0o600)
+        spec.save()
+        return LocalCluster(spec)
+
+    # -- processes ---------------------------------------------------------------------
+
+    def _spawn(self, node: NodeSpec, args: list[str]) -> None:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.log_dir / f"{node.name}.log", "ab") as out:
+            popen = subprocess.Popen(
+                [sys.executable, "-m", *args],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,  # survives the command that started it
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
+        node.pid = popen.pid
+        self.spec.save()
+
+    def coordinator_args(self, node: NodeSpec) -> list[str]:
+        peers = ",".join(n.raft for n in self.spec.coordinators if n is not node)
+        args = [
+            "coordinator.cli", "start",
+            "--id", node.name,
+            "--data-dir", node.data,
+            "--bind", node.rpc,
+            "--raft", node.raft,
+            "--password-file", str(self.spec.password_file),
+            "--lease-timeout-s", str(self.spec.lease_timeout_s),
+        ]  # fmt: skip
+        if peers:
+            args += ["--peers", peers]
+        return args
+
+    def start_coordinator(self, i: int) -> None:
+        node = self.spec.coordinators[i]
+        if not self.is_up(node):
+            self._spawn(node, self.coordinator_args(node))
+
+    def start_tserver(self, i: int) -> None:
+        node = self.spec.tservers[i]
+        if self.is_up(node):
+            return
+        if not (Path(node.data) / "instance").exists():
+            subprocess.run(
+                [sys.executable, "-m", "tservers.cli", "fs", "format", "--fs-root", node.data],
+                check=True,
+                capture_output=True,
+            )
+        self._spawn(
+            node,
+            [
+                "tservers.cli", "start",
+                "--fs-root", node.data,
+                "--bind", node.rpc,
+                "--coordinators", ",".join(self.spec.coordinator_addresses),
+            ],
+        )  # fmt: skip
+
+    def up(self, timeout_s: float = READY_TIMEOUT_S_DEFAULT, progress=None) -> None:
+        for i in range(len(self.spec.coordinators)):
+            self.start_coordinator(i)
+        for i in range(len(self.spec.tservers)):
+            self.start_tserver(i)
+        self.wait_ready(timeout_s, progress)
+
+    def is_up(self, node: NodeSpec) -> bool:
+        return _alive(node.pid, node.data)
+
+    def kill(self, node: NodeSpec, sig: int = signal.SIGKILL) -> None:
+        if self.is_up(node):
+            os.kill(node.pid, sig)
+            if sig == signal.SIGKILL:
+                self._wait_gone(node, STOP_TIMEOUT_S)
+
+    def stop(self, node: NodeSpec) -> None:
+        if not self.is_up(node):
+            return
+        os.kill(node.pid, signal.SIGCONT)
+        os.kill(node.pid, signal.SIGTERM)
+        if not self._wait_gone(node, STOP_TIMEOUT_S):
+            os.kill(node.pid, signal.SIGKILL)
+            self._wait_gone(node, STOP_TIMEOUT_S)
+
+    def _wait_gone(self, node: NodeSpec, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                os.waitpid(node.pid, os.WNOHANG)  # reap it if it is our child
+            except ChildProcessError:
+                pass
+            if not self.is_up(node):
+                return True
+            time.sleep(0.05)
+        return False
+
+    def down(self) -> None:
+        for node in [*self.spec.tservers, *self.spec.coordinators]:
+            self.stop(node)
+
+    # -- readiness and status ----------------------------------------------------------
+
+    def client(self, timeout_s: float = 10.0):
+        from coordinator.client.meta import CoordinatorClient
+
+        return CoordinatorClient(self.spec.coordinator_addresses, timeout_s=timeout_s)
+
+    def leader(self, client) -> NodeSpec | None:
+        for node in self.spec.coordinators:
+            if not self.is_up(node):
+                continue
+            try:
+                if client.status(node.rpc, timeout_s=1.0).role == "LEADER":
+                    return node
+            except errors.RpcError:
+                continue
+        return None
+
+    def wait_ready(self, timeout_s: float, progress=None) -> None:
+        """Until a leader serves and every running tablet server is enlisted and live."""
+        deadline = time.monotonic() + timeout_s
+        expected = {n.rpc for n in self.spec.tservers if self.is_up(n)}
+        with self.client(timeout_s=5.0) as client:
+            while True:
+                self._check_running()
+                leader = self.leader(client)
+                live: set[str] = set()
+                if leader is not None:
+                    try:
+                        live = {s.address for s in client.list_servers() if s.state == "LIVE"}
+                    except errors.RpcError:
+                        live = set()
+                if progress is not None:
+                    progress(leader is not None, len(live & expected), len(expected))
+                if leader is not None and expected <= live:
+                    return
+                if time.monotonic() >= deadline:
+                    raise errors.TimedOut(
+                        f"cluster not ready after {timeout_s:.0f}s: leader "
+                        f"{'up' if leader else 'missing'}, {len(live & expected)}/{len(expected)} "
+                        f"tablet servers live (logs in {self.log_dir})"
+                    )
+                time.sleep(0.2)
+
+    def _check_running(self) -> None:
+        for node in [*self.spec.coordinators, *self.spec.tservers]:
+            if node.pid and not self.is_up(node):
+                log_path = self.log_dir / f"{node.name}.log"
+                last = (
+                    log_path.read_text(errors="replace").splitlines()[-5:]
+                    if log_path.exists()
+                    else []
+                )
+                raise errors.Unavailable(
+                    f"{node.name} is not running; last lines of {log_path}:\n" + "\n".join(last)
+                )
+
+    def status_lines(self) -> tuple[list[str], bool]:
+        lines, healthy = [], True
+        with self.client(timeout_s=3.0) as client:
+            for node in self.spec.coordinators:
+                if not self.is_up(node):
+                    lines.append(f"{node.name:16} {node.rpc:22} DOWN")
+                    healthy = False
+                    continue
+                head = f"{node.name:16} {node.rpc:22} up (pid {node.pid})"
+                try:
+                    st = client.status(node.rpc, timeout_s=1.0)
+                    lines.append(f"{head} {st.role} epoch {st.epoch}")
+                except errors.RpcError as err:
+                    lines.append(f"{head}, not answering: {err}")
+                    healthy = False
+            try:
+                states = {s.address: s.state for s in client.list_servers()}
+            except errors.RpcError:
+                states = {}
+            for node in self.spec.tservers:
+                if not self.is_up(node):
+                    lines.append(f"{node.name:16} {node.rpc:22} DOWN")
+                    healthy = False
+                    continue
+                state = states.get(node.rpc, "not enlisted")
+                healthy &= state == "LIVE"
+                lines.append(f"{node.name:16} {node.rpc:22} up (pid {node.pid}) {state}")
+        return lines, healthy
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="lc_command", required=True, metavar="{up,down,status}")
+    up = sub.add_parser("up", help="start (or restart) the cluster and wait until it is ready")
+    up.add_argument("--dir", type=Path, required=True, help="folder for data, logs, cluster.json")
+    up.add_argument("--coordinators", type=int, default=3)
+    up.add_argument("--tservers", type=int, default=3)
+    up.add_argument("--lease-timeout-s", type=float, default=1.5)
+    up.add_argument("--wipe", action="store_true", help="delete an existing cluster in --dir first")
+    up.add_argument("--timeout-s", type=float, default=READY_TIMEOUT_S_DEFAULT)
+    down = sub.add_parser("down", help="stop every process (data is kept)")
+    down.add_argument("--dir", type=Path, required=True)
+    down.add_argument("--wipe", action="store_true", help="also delete the folder")
+    st = sub.add_parser("status", help="who is up; exit status 1 when anything is down")
+    st.add_argument("--dir", type=Path, required=True)
+    parser.set_defaults(func=run)
+
+
+def run(args) -> int:
+    root: Path = args.dir.resolve()
+    if args.lc_command == "up":
+        if args.wipe:
+            _wipe(root)
+        cluster = LocalCluster.create(root, args.coordinators, args.tservers, args.lease_timeout_s)
+        started = time.monotonic()
+        bar = _progress(len(cluster.spec.tservers))
+        try:
+            cluster.up(args.timeout_s, bar.update)
+        finally:
+            bar.close()
+        print(f"cluster up in {time.monotonic() - started:.1f}s; data and logs in {root}")
+        print(f"coordinators: {','.join(cluster.spec.coordinator_addresses)}")
+        print(f"tservers: {','.join(n.rpc for n in cluster.spec.tservers)}")
+        return 0
+    spec = ClusterSpec.load(root)
+    if spec is None:
+        raise errors.NotFound(f"no cluster in {root} (no {STATE_FILE})")
+    cluster = LocalCluster(spec)
+    if args.lc_command == "down":
+        cluster.down()
+        print(f"cluster in {root} stopped")
+        if args.wipe:
+            _wipe(root)
+            print(f"{root} deleted")
+        return 0
+    lines, healthy = cluster.status_lines()
+    print("\n".join(lines))
+    return 0 if healthy else 1
+
+
+def _wipe(root: Path) -> None:
+    spec = ClusterSpec.load(root)
+    if spec is not None:
+        LocalCluster(spec).down()
+    elif root.exists() and any(root.iterdir()):
+        raise errors.BadRequest(f"{root} is not a local cluster folder; not deleting it")
+    shutil.rmtree(root, ignore_errors=True)
+
+
+class _progress:
+    """A tqdm bar of tablet servers enlisted, shown on a terminal only."""
+
+    def __init__(self, total: int) -> None:
+        self._bar = None
+        if sys.stderr.isatty():
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=total, desc="tablet servers live", unit="server")
+
+    def update(self, leader: bool, live: int, total: int) -> None:
+        if self._bar is not None:
+            self._bar.set_postfix_str("leader up" if leader else "waiting for a leader")
+            self._bar.n = live
+            self._bar.refresh()
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="coordinator local-cluster", description=__doc__.splitlines()[0]
+    )
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except errors.RpcError as err:
+        print(f"coordinator local-cluster: {err}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
