@@ -1,0 +1,244 @@
+"""The "logcentric" Spark 4 Python data source: read and write cluster tables.
+
+Read: `schema()` asks the coordinator for the table's schema; `partitions()` makes one input
+partition per tablet; each task opens a client and streams its tablet's Arrow batches through
+`Table.scan_tablet` (projection = the `columns` option; predicates = pushed filters when the
+`pushdown` option is on). Batches go to Spark as Arrow, never row by row.
+
+Write (`DataSourceArrowWriter`): each task opens one client and one session, applies its
+Arrow batches with the `operation` option (insert | upsert | delete), flushes, and fails with
+the first per-row errors when any row failed. There is no transaction across tasks: rows
+that tasks flushed before a failure stay written; `abort` only logs. Upsert is the
+operation to use when a job may be retried (Spark task retries, a rerun after a failure).
+
+Options: coordinators (required), table (required), operation, columns, pushdown,
+flush_rows_max, timeout_s; see spark_tables/mapping.py and design/spark.md.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    Filter,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import StructType
+
+from spark_tables import mapping
+from spark_tables.mapping import Operation, OptionError, SourceOptions
+
+FORMAT_NAME = "logcentric"
+logger = logging.getLogger(__name__)
+
+
+def _open_client(options: SourceOptions):  # -> coordinator.client.client.Client
+    # Imported here: the data source object is pickled to the Python workers, which import
+    # the client library themselves.
+    from coordinator.client.client import Client
+
+    return Client(list(options.coordinators), timeout_s=options.timeout_s)
+
+
+@dataclass(frozen=True, slots=True)
+class TableInfo:
+    """What the driver learned about the table; travels to the workers inside the reader."""
+
+    table_id: str
+    arrow_schema: pa.Schema  # the table's full schema
+    key_columns: tuple[str, ...]
+
+
+def _describe_table(options: SourceOptions) -> TableInfo:
+    with _open_client(options) as client:
+        t = client.table(options.table)
+        return TableInfo(str(t.table_id), t.arrow_schema, tuple(t.key_columns))
+
+
+class TabletPartition(InputPartition):
+    """One tablet of the table: one Spark task scans it."""
+
+    def __init__(self, tablet_id: str, index: int) -> None:
+        super().__init__(tablet_id)
+        self.tablet_id = tablet_id
+        self.index = index
+
+
+class TableDataSource(DataSource):
+    """`spark.read.format("logcentric")` / `df.write.format("logcentric")`."""
+
+    def __init__(self, options) -> None:
+        super().__init__(options)
+        self._parsed = mapping.parse_options(dict(options))
+        self._info: TableInfo | None = None
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT_NAME
+
+    def _table_info(self) -> TableInfo:
+        if self._info is None:
+            self._info = _describe_table(self._parsed)
+        return self._info
+
+    def schema(self) -> StructType:
+        info = self._table_info()
+        return mapping.spark_schema(mapping.project(info.arrow_schema, self._parsed.columns))
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        info = self._table_info()
+        read_schema = mapping.project(info.arrow_schema, schema.fieldNames())
+        cls = PushdownTableReader if self._parsed.pushdown else TableReader
+        return cls(self._parsed, info, read_schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
+        if overwrite:
+            raise OptionError(
+                'mode("overwrite") is not supported: a table is never truncated by a write; '
+                'use mode("append") with option("operation", "insert|upsert|delete")'
+            )
+        info = self._table_info()
+        mapping.check_write_columns(
+            schema.fieldNames(), info.arrow_schema, info.key_columns, self._parsed.operation
+        )
+        return TableWriter(self._parsed, info)
+
+
+class TableReader(DataSourceReader):
+    """Scans without filter pushdown: Spark evaluates every filter itself."""
+
+    def __init__(self, options: SourceOptions, info: TableInfo, read_schema: pa.Schema) -> None:
+        self.options = options
+        self.info = info
+        self.read_schema = read_schema
+        self.predicates: list[mapping.Predicate] = []
+
+    def partitions(self) -> Sequence[InputPartition]:
+        with _open_client(self.options) as client:
+            t = client.table(self.options.table)
+            self._check_same_table(t)
+            tablets = sorted(t.tablets(), key=lambda info: info.hash_bucket)
+        return [TabletPartition(str(info.tablet_id), i) for i, info in enumerate(tablets)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, TabletPartition), partition
+        target = mapping.spark_batch_schema(self.read_schema)
+        with _open_client(self.options) as client:
+            t = client.table(self.options.table)
+            self._check_same_table(t)
+            batches = t.scan_tablet(
+                partition.tablet_id,
+                projection=list(self.read_schema.names),
+                predicates=list(self.predicates),
+            )
+            for batch in batches:
+                if batch.num_rows:
+                    yield mapping.to_spark_batch(batch, target)
+
+    def _check_same_table(self, t) -> None:
+        if str(t.table_id) != self.info.table_id:
+            raise RuntimeError(
+                f"table {self.options.table!r} was dropped and created again during the query "
+                f"(id {self.info.table_id} -> {t.table_id}); run the query again"
+            )
+
+
+class PushdownTableReader(TableReader):
+    """Pushes the filters it can evaluate with Spark's exact semantics into the scan.
+
+    Needs spark.sql.python.filterPushdown.enabled=true (Spark refuses a reader with
+    pushFilters otherwise). The pushed filters are ALSO handed back to Spark, which evaluates
+    them again on the (already reduced) rows: a pushed predicate can then only save work,
+    never change the answer.
+    """
+
+    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
+        filters = list(filters)
+        pushed, _ = mapping.split_filters(filters, self.read_schema)
+        self.predicates = pushed
+        logger.debug("pushed %s of %s", pushed, filters)
+        yield from filters
+
+
+@dataclass
+class WriteCommit(WriterCommitMessage):
+    """What one write task did (its partition id and rows applied)."""
+
+    partition_id: int
+    rows: int
+
+
+class WriteFailed(RuntimeError):
+    """Per-row errors of a write task."""
+
+
+class TableWriter(DataSourceArrowWriter):
+    def __init__(self, options: SourceOptions, info: TableInfo) -> None:
+        self.options = options
+        self.info = info
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteCommit:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        partition_id = context.partitionId() if context is not None else -1
+        operation = self.options.operation
+        rows = 0
+        with _open_client(self.options) as client:
+            t = client.table(self.options.table)
+            session = client.new_session(flush_rows_max=self.options.flush_rows_max)
+            try:
+                apply = {
+                    Operation.INSERT: session.insert,
+                    Operation.UPSERT: session.upsert,
+                    Operation.DELETE: session.delete,
+                }[operation]
+                for batch in iterator:
+                    if not batch.num_rows:
+                        continue
+                    if operation is Operation.DELETE:
+                        batch = batch.select(list(self.info.key_columns))
+                    apply(t, mapping.to_table_batch(batch, self.info.arrow_schema))
+                    rows += batch.num_rows
+                    if session.errors:
+                        break
+                session.flush()
+            finally:
+                session.close()
+            if session.errors:
+                raise WriteFailed(
+                    mapping.format_row_errors(session.errors, self.options.table, operation)
+                    + f" [task partition {partition_id}; rows this task flushed before the "
+                    "failure stay written]"
+                )
+        return WriteCommit(partition_id, rows)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        rows = sum(m.rows for m in messages if isinstance(m, WriteCommit))
+        logger.info(
+            "%s into %s: %d rows from %d tasks",
+            self.options.operation.value, self.options.table, rows, len(messages),
+        )
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        # Nothing to roll back: every row a task flushed is durable in the table. Say what
+        # is known about it so that the user can decide (a rerun in upsert mode is safe).
+        done = [m for m in messages if isinstance(m, WriteCommit)]
+        logger.error(
+            "%s into %s failed: %d of %d tasks had finished (%d rows, which stay written); "
+            "failed tasks may have written part of their rows",
+            self.options.operation.value, self.options.table, len(done), len(messages),
+            sum(m.rows for m in done),
+        )
+
+
+def register(spark) -> None:
+    """Make format("logcentric") available in this SparkSession."""
+    spark.dataSource.register(TableDataSource)

@@ -1,0 +1,180 @@
+"""Unit tests of the data source's pure parts: options, type mapping, filter translation,
+batch shaping and error messages (no Spark session, no cluster)."""
+
+from __future__ import annotations
+
+import datetime
+
+import pyarrow as pa
+import pytest
+from pyspark.sql.datasource import (
+    EqualNullSafe,
+    EqualTo,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    IsNotNull,
+    IsNull,
+    LessThan,
+    LessThanOrEqual,
+    Not,
+    StringStartsWith,
+)
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import (
+    BinaryType,
+    BooleanType,
+    DoubleType,
+    IntegerType,
+    LongType,
+    StringType,
+    TimestampType,
+)
+
+from coordinator.client.client import RowError
+from spark_tables import mapping
+from spark_tables.mapping import Operation, OptionError
+
+TABLE = pa.schema(
+    [
+        pa.field("id", pa.int64(), nullable=False),
+        pa.field("i32", pa.int32()),
+        pa.field("d", pa.float64()),
+        pa.field("b", pa.bool_()),
+        pa.field("s", pa.string()),
+        pa.field("bin", pa.binary()),
+        pa.field("ts", pa.timestamp("us")),
+    ]
+)
+
+
+def test_options_defaults_and_errors():
+    o = mapping.parse_options({"Coordinators": "127.0.0.1:1, 127.0.0.1:2", "table": "t"})
+    assert o.coordinators == ("127.0.0.1:1", "127.0.0.1:2")
+    assert o.table == "t" and o.operation is Operation.INSERT and o.columns is None
+    assert o.pushdown is False and o.flush_rows_max == mapping.FLUSH_ROWS_DEFAULT
+    o = mapping.parse_options(
+        {"coordinators": "h:1", "table": "t", "operation": "UPSERT", "columns": "a, b",
+         "pushdown": "true", "flush_rows_max": "5", "timeout_s": "2.5"}
+    )
+    assert o.operation is Operation.UPSERT and o.columns == ("a", "b") and o.pushdown
+    assert o.flush_rows_max == 5 and o.timeout_s == 2.5
+    bad = [
+        ({"table": "t"}, "coordinators"),
+        ({"coordinators": "nohost", "table": "t"}, "host:port"),
+        ({"coordinators": "h:1"}, "table"),
+        ({"coordinators": "h:1", "table": "t", "operation": "merge"}, "insert|upsert|delete"),
+        ({"coordinators": "h:1", "table": "t", "columns": "a,a"}, "twice"),
+        ({"coordinators": "h:1", "table": "t", "pushdown": "maybe"}, "true or false"),
+        ({"coordinators": "h:1", "table": "t", "flush_rows_max": "0"}, "flush_rows_max"),
+        ({"coordinators": "h:1", "table": "t", "timeout_s": "x"}, "timeout_s"),
+    ]
+    for options, text in bad:
+        with pytest.raises(OptionError, match=text):
+            mapping.parse_options(options)
+
+
+def test_type_mapping_matches_what_spark_checks():
+    schema = mapping.spark_schema(TABLE)
+    assert [f.dataType for f in schema.fields] == [
+        LongType(), IntegerType(), DoubleType(), BooleanType(), StringType(), BinaryType(),
+        TimestampType(),
+    ]
+    assert [f.nullable for f in schema.fields] == [f.nullable for f in TABLE]
+    # Spark compares yielded batches with this exact schema (nullability included).
+    assert mapping.spark_batch_schema(TABLE).equals(to_arrow_schema(schema, timezone="UTC"))
+    with pytest.raises(ValueError, match="no Spark type"):
+        mapping.spark_type(pa.int16())
+
+
+def test_projection():
+    assert mapping.project(TABLE, None) is TABLE
+    assert mapping.project(TABLE, ["s", "id"]).names == ["s", "id"]
+    with pytest.raises(OptionError, match="unknown column"):
+        mapping.project(TABLE, ["nope"])
+
+
+def _batch() -> pa.RecordBatch:
+    ts = datetime.datetime(2024, 5, 6, 7, 8, 9, 123456)
+    return pa.RecordBatch.from_pylist(
+        [
+            {"id": 1, "i32": 2, "d": 1.5, "b": True, "s": "x", "bin": b"\x00", "ts": ts},
+            {"id": 2, "i32": None, "d": None, "b": None, "s": None, "bin": None, "ts": None},
+        ],
+        schema=TABLE,
+    )
+
+
+def test_batches_round_trip_between_table_and_spark_shapes():
+    batch = _batch()
+    target = mapping.spark_batch_schema(mapping.project(TABLE, ["ts", "id"]))
+    spark_batch = mapping.to_spark_batch(batch, target)
+    assert spark_batch.schema.equals(target)
+    assert spark_batch.column(0).type == pa.timestamp("us", tz="UTC")
+    back = mapping.to_table_batch(mapping.to_spark_batch(batch, mapping.spark_batch_schema(TABLE)),
+                                  TABLE)
+    assert back.to_pylist() == batch.to_pylist()
+    # Spark hands longs where the table has int32: cast, and refuse what does not fit.
+    wide = pa.RecordBatch.from_pydict({"id": [1], "i32": pa.array([2**40], pa.int64())})
+    with pytest.raises(pa.ArrowInvalid):
+        mapping.to_table_batch(wide, TABLE)
+    with pytest.raises(OptionError, match="not in the table"):
+        mapping.to_table_batch(pa.RecordBatch.from_pydict({"zz": [1]}), TABLE)
+
+
+def test_check_write_columns():
+    keys = ["id"]
+    mapping.check_write_columns(["id", "s"], TABLE, keys, Operation.UPSERT)
+    mapping.check_write_columns(["id"], TABLE, keys, Operation.DELETE)
+    with pytest.raises(OptionError, match="not in the table"):
+        mapping.check_write_columns(["id", "zz"], TABLE, keys, Operation.INSERT)
+    with pytest.raises(OptionError, match="key column"):
+        mapping.check_write_columns(["s"], TABLE, keys, Operation.DELETE)
+
+
+def test_filter_translation_only_where_semantics_match():
+    cases = [
+        (EqualTo(("id",), 5), ("id", "=", 5)),
+        (GreaterThan(("id",), 5), ("id", ">", 5)),
+        (GreaterThanOrEqual(("i32",), -1), ("i32", ">=", -1)),
+        (LessThan(("s",), "m"), ("s", "<", "m")),
+        (LessThanOrEqual(("bin",), b"\x01"), ("bin", "<=", b"\x01")),
+        (EqualTo(("b",), True), ("b", "=", True)),
+        (In(("id",), (1, 2, 3)), ("id", "in", [1, 2, 3])),
+        (IsNull(("s",)), ("s", "is null", None)),
+        (IsNotNull(("ts",)), ("ts", "is not null", None)),
+        (EqualTo(("d",), 2.0), ("d", "=", 2.0)),
+        (EqualTo(("d",), 2), ("d", "=", 2.0)),
+        (In(("d",), (1.0, 2.5)), ("d", "in", [1.0, 2.5])),
+    ]
+    for f, predicate in cases:
+        assert mapping.translate_filter(f, TABLE) == predicate, f
+    not_pushed = [
+        Not(EqualTo(("id",), 5)),
+        EqualNullSafe(("id",), 5),
+        StringStartsWith(("s",), "a"),
+        GreaterThan(("d",), 1.0),  # NaN orders above numbers in Spark
+        EqualTo(("d",), float("nan")),
+        EqualTo(("id",), "5"),  # type mismatch
+        EqualTo(("id",), True),
+        EqualTo(("ts",), datetime.datetime(2024, 1, 1)),
+        EqualTo(("missing",), 1),
+        EqualTo(("a", "b"), 1),
+        In(("id",), ()),
+        In(("id",), (1, None)),
+        In(("id",), tuple(range(mapping.IN_VALUES_MAX + 1))),
+    ]
+    for f in not_pushed:
+        assert mapping.translate_filter(f, TABLE) is None, f
+    f1, f2 = EqualTo(("id",), 1), Not(IsNull(("s",)))
+    pushed, remaining = mapping.split_filters([f1, f2], TABLE)
+    assert pushed == [("id", "=", 1)] and remaining == [f2]
+
+
+def test_row_error_message_names_count_and_first_errors():
+    errs = [RowError("insert", {"id": i, "s": "x" * 100}, "ALREADY_EXISTS", "key exists")
+            for i in range(7)]
+    text = mapping.format_row_errors(errs, "t", Operation.INSERT)
+    assert text.startswith("7 row(s) failed to insert into table 't'")
+    assert "ALREADY_EXISTS: key exists" in text and "(and 2 more)" in text
+    assert "x" * 41 not in text
