@@ -52,6 +52,7 @@ from coordinator.logtool_source import (
 )
 
 DEFAULT_LOG = "coordinator"  # coordinator.leases.driver.LOG_NAME
+EXIT_INCOMPLETE = 3  # printed what could be read, but part of the data dir could not be
 INTERVAL_S_MIN = 0.05
 INTERVAL_S_MAX = 60.0
 
@@ -393,7 +394,7 @@ def run(
             if args.follow:
                 _follow(out, source, image.last_id, flt, args, stop)
         out.flush()
-        return 0
+        return EXIT_INCOMPLETE if image.stats.incomplete else 0
     except KeyboardInterrupt:
         return 0 if args.follow else 130
     except BrokenPipeError:

@@ -97,6 +97,8 @@ class LoadStats:
     raft_commands: Counter = field(default_factory=Counter)  # by kind
     rejected_appends: Counter = field(default_factory=Counter)  # by log: condition / bad
     warnings: list[str] = field(default_factory=list)
+    # Something could not be read or replayed: what is shown may miss records.
+    incomplete: bool = False
 
     def to_json(self) -> dict:
         return {
@@ -115,6 +117,7 @@ class LoadStats:
             "raft_commands": dict(self.raft_commands),
             "rejected_appends": dict(self.rejected_appends),
             "warnings": list(self.warnings),
+            "incomplete": self.incomplete,
         }
 
 
@@ -239,6 +242,7 @@ def load_data_dir(path: str, log: str) -> LogImage:
             scan = scan_journal(journal)
         except Corruption as err:
             stats.warnings.append(f"journal not read: {err}")
+            stats.incomplete = True
         else:
             entries = scan.entries
             stats.journal_torn_bytes = scan.torn_bytes
@@ -270,12 +274,14 @@ def load_data_dir(path: str, log: str) -> LogImage:
             continue
         if kind != CMD_REGULAR:
             stats.raft_commands["unknown"] += 1
+            stats.incomplete = True
             stats.warnings.append(f"Raft entry {idx}: unknown command type {kind}")
             continue
         try:
             args = _append_args(command[1:])
         except ValueError as err:
             stats.raft_commands["undecodable"] += 1
+            stats.incomplete = True
             stats.warnings.append(f"Raft entry {idx}: {err}; the replay may be incomplete")
             continue
         if args is None:

@@ -1,0 +1,319 @@
+"""The tool on real data dirs: a replica stopped after a real history (journal only), one
+compacted (snapshot + journal tail), one damaged, and one read while it is running."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from collections import Counter
+
+import pytest
+
+from coordinator import logtool
+from logstore.journal import encode_record
+from tests.logstore.helpers import wait_for
+
+from .builder import A_UUID, B_UUID, GARBAGE, Writer, build_history, lease
+from .conftest import NODE_UUID, open_replica, run_tool
+
+pytestmark = pytest.mark.integration
+
+
+def json_lines(text: str) -> list[dict]:
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def test_lists_every_record_with_live_and_invalidated(offline):
+    exp = offline.expected
+    code, text = run_tool("--data-dir", str(offline.node_dir), "--json")
+    assert code == 0
+    recs = json_lines(text)
+    assert [r["id"] for r in recs] == list(range(1, exp.last_id + 1))
+    for r in recs:
+        i = r["id"]
+        assert r["type"] == exp.types[i], r
+        assert r["size_bytes"] == exp.sizes[i]
+        if i in exp.live:
+            assert r["status"] == "live" and r["invalidated_by"] is None
+        else:
+            assert r["status"] == "invalidated"
+            assert r["invalidated_by"] == exp.invalidated.get(i), r
+        assert r["source"] == "journal" and r["committed"] is True
+    garbage = recs[exp.ids["garbage"] - 1]
+    assert garbage["type"] == "undecodable" and garbage["error"]
+    done = recs[exp.ids["users_done"] - 1]
+    assert done["invalidates"] == [exp.ids["users_started"]]
+    assert done["table_id"] == f"t{exp.ids['users_started']}" and done["phase"] == "DONE"
+    assert done["servers"] == ["ts-1", "ts-2", "ts-3"]
+
+
+def test_text_output_names_each_record(offline):
+    exp = offline.expected
+    code, text = run_tool("--data-dir", str(offline.node_dir))
+    assert code == 0
+    lines = text.splitlines()
+    assert len(lines) == exp.last_id
+    started = lines[exp.ids["users_started"] - 1]
+    assert started.startswith(
+        f"#{exp.ids['users_started']} invalidated by #{exp.ids['users_done']}"
+    )
+    assert "create_table STARTED" in started and "table=t" in started and "(users)" in started
+    assert "undecodable" in lines[exp.ids["garbage"] - 1]
+    assert "never-live invalidation" in lines[exp.ids["inval_only"] - 1]
+
+
+def test_summary_counts(offline):
+    exp = offline.expected
+    code, text = run_tool("--data-dir", str(offline.node_dir), "--summary", "--json")
+    assert code == 0
+    (s,) = json_lines(text)
+    live = Counter(exp.types[i] for i in exp.live)
+    held = Counter(exp.types.values())
+    for t, row in s["by_type"].items():
+        assert row["live"] == live[t], t
+        assert row["live"] + row["invalidated"] == held[t], t
+        assert row["live_bytes"] == sum(exp.sizes[i] for i in exp.live if exp.types[i] == t)
+        assert row["live_bytes"] + row["invalidated_bytes"] == sum(
+            exp.sizes[i] for i in exp.types if exp.types[i] == t
+        )
+    assert s["totals"]["live"] == len(exp.live)
+    assert s["last_id"] == exp.last_id and s["gone_ids"] == 0
+    assert s["pending_operations"] == 1 and s["epochs"] == 2 and s["undecodable"] == 2
+    assert s["source"]["node_uuid"] == NODE_UUID
+    assert s["source"]["raft_commands"]["append"] == exp.last_id
+    code, text = run_tool("--data-dir", str(offline.node_dir), "--summary")
+    assert code == 0 and f"last id {exp.last_id}" in text and NODE_UUID in text
+
+
+def test_pending(offline):
+    exp = offline.expected
+    code, text = run_tool("--data-dir", str(offline.node_dir), "--pending", "--json")
+    assert code == 0
+    assert [r["id"] for r in json_lines(text)] == [exp.ids["events_started"]]
+    code, text = run_tool("--data-dir", str(offline.node_dir), "--pending")
+    assert text.startswith("1 pending operation")
+
+
+def test_leases(offline):
+    exp = offline.expected
+    code, text = run_tool("--data-dir", str(offline.node_dir), "--leases", "--json")
+    assert code == 0
+    e1, e2 = json_lines(text)
+    assert (e1["epoch"], e1["holder_uuid"], e1["ended_by"]) == (
+        exp.ids["takeover_a"],
+        A_UUID,
+        exp.ids["takeover_b"],
+    )
+    assert e1["renewals_seen"] == 3 and e1["takeover_live"]
+    assert (e2["epoch"], e2["holder_uuid"], e2["ended_by"]) == (exp.ids["takeover_b"], B_UUID, None)
+    assert e2["last_record_id"] == exp.last_id
+    code, text = run_tool("--data-dir", str(offline.node_dir), "--leases")
+    assert "2 epoch(s)" in text and "current" in text
+
+
+@pytest.mark.parametrize(
+    "argv, names",
+    [
+        (
+            ["--type", "create_table"],
+            ["users_started", "users_done", "orders_started", "orders_done", "events_started"],
+        ),
+        (
+            ["--type", "CreateTable,DropTable", "--live-only"],
+            ["drop_done", "orders_done", "events_started"],
+        ),
+        (["--table", "users"], ["users_started", "users_done", "alter_started", "alter_done"]),
+        (["--table", "orders"], ["orders_started", "orders_done"]),
+        (
+            ["--server", "ts-2"],
+            [
+                "enlist_1",
+                "users_started",
+                "users_done",
+                "alter_started",
+                "alter_done",
+                "drop_started",
+                "drop_done",
+                "orders_started",
+                "orders_done",
+                "events_started",
+            ],
+        ),
+        (["--type", "undecodable"], ["garbage", "junk"]),
+        (["--type", "lease", "--server", "c2-bbbb"], ["takeover_b", "renew_b1"]),
+    ],
+)
+def test_filters(offline, argv, names):
+    exp = offline.expected
+    code, text = run_tool("--data-dir", str(offline.node_dir), "--json", *argv)
+    assert code == 0
+    assert [r["id"] for r in json_lines(text)] == [exp.ids[n] for n in names]
+
+
+def test_filter_by_operation_and_table_id(offline):
+    exp = offline.expected
+    op = exp.ids["users_started"]
+    code, text = run_tool("--data-dir", str(offline.node_dir), "--json", "--op", str(op))
+    assert [r["id"] for r in json_lines(text)] == [op, exp.ids["users_done"]]
+    code, text = run_tool("--data-dir", str(offline.node_dir), "--json", "--table", f"t{op}")
+    assert len(json_lines(text)) == 6  # create, alter and drop: STARTED and DONE each
+
+
+def test_bad_flags_and_missing_dir(tmp_path, capsys):
+    code, _ = run_tool("--data-dir", str(tmp_path), "--type", "nope")
+    assert code == 2 and "unknown --type" in capsys.readouterr().err
+    code, _ = run_tool("--data-dir", str(tmp_path / "absent"))
+    assert code == 1 and "no such directory" in capsys.readouterr().err
+    code, _ = run_tool("--data-dir", str(tmp_path))
+    assert code == 1 and "no logstore journal or snapshot" in capsys.readouterr().err
+    code, _ = run_tool("--data-dir", str(tmp_path), "--op", "x")
+    assert code == 2
+    with pytest.raises(SystemExit):
+        logtool.build_parser().parse_args(["--data-dir", "x", "--interval-s", "0"])
+
+
+def test_compacted_shows_gone_ids_snapshot_and_tail(compacted):
+    exp = compacted.expected
+    code, text = run_tool("--data-dir", str(compacted.node_dir), "--json")
+    assert code == 0
+    recs = json_lines(text)
+    held = {r["id"]: r for r in recs if r["type"] != "gone"}
+    gone = [r for r in recs if r["type"] == "gone"]
+    # Every live entry is held; invalidated ones before the snapshot are gone.
+    assert exp.live <= set(held)
+    for i in exp.live:
+        assert held[i]["status"] == "live" and held[i]["type"] == exp.types[i]
+    gone_ids = {i for g in gone for i in range(g["id"], g["id_to"] + 1)}
+    assert gone_ids == set(range(1, exp.last_id + 1)) - set(held)
+    assert gone_ids and all(i not in exp.live for i in gone_ids)
+    for g in gone:  # whoever invalidated them is named when a held record says so
+        if g["invalidated_by"]:
+            assert all(
+                exp.invalidated[i] == g["invalidated_by"] for i in range(g["id"], g["id_to"] + 1)
+            )
+    # The record written after the snapshot comes from the journal; it invalidated a
+    # renewal that the snapshot held.
+    tail = held[exp.ids["renew_b2"]]
+    assert tail["source"] == "journal" and tail["status"] == "live"
+    renew = held[exp.ids["renew_b1"]]
+    assert renew["source"] == "snapshot" and renew["status"] == "invalidated"
+    assert renew["invalidated_by"] == exp.ids["renew_b2"]
+    code, text = run_tool("--data-dir", str(compacted.node_dir), "--summary", "--json")
+    (s,) = json_lines(text)
+    assert s["gone_ids"] == len(gone_ids) and s["totals"]["live"] == len(exp.live)
+    assert s["source"]["snapshot_raft_index"] > 0
+    code, text = run_tool("--data-dir", str(compacted.node_dir), "--pending", "--json")
+    assert [r["id"] for r in json_lines(text)] == [exp.ids["events_started"]]
+    code, text = run_tool("--data-dir", str(compacted.node_dir), "--leases", "--json")
+    assert [e["epoch"] for e in json_lines(text)] == [exp.ids["takeover_a"], exp.ids["takeover_b"]]
+    code, text = run_tool("--data-dir", str(compacted.node_dir))
+    assert " gone (invalidated" in text
+
+
+def test_damaged_journal_tail_and_undecodable_command(offline, tmp_path, capsys):
+    """A torn tail and a Raft command that is not logstore's are reported, not fatal."""
+    copy = tmp_path / "node"
+    shutil.copytree(offline.node_dir, copy)
+    journal = copy / "logstore" / "journal"
+    with open(journal, "ab") as f:
+        f.write(encode_record(b"\x00" + GARBAGE, 10_000, 1))
+    # A record with a non-contiguous index is damage that is not a torn tail: logstore's
+    # reader refuses the journal; the tool says so and answers from what it could read
+    # (here: no snapshot, so nothing).
+    code, text = run_tool("--data-dir", str(copy), "--summary", "--json")
+    assert code == logtool.EXIT_INCOMPLETE and json_lines(text)[0]["source"]["incomplete"]
+    assert "journal not read" in capsys.readouterr().err
+    # Now a well-placed record whose command does not unpickle, then a torn tail.
+    shutil.rmtree(copy)
+    shutil.copytree(offline.node_dir, copy)
+    last_index = json_lines(run_tool("--data-dir", str(copy), "--summary", "--json")[1])[0][
+        "source"
+    ]["journal_last_index"]
+    with open(journal, "ab") as f:
+        f.write(encode_record(b"\x00" + GARBAGE, last_index + 1, 1))
+        f.write(b"\x10\x00\x00\x00torn")
+    code, text = run_tool("--data-dir", str(copy), "--json")
+    assert code == logtool.EXIT_INCOMPLETE
+    assert len(json_lines(text)) == offline.expected.last_id
+    err = capsys.readouterr().err
+    assert "does not unpickle" in err and "torn" in err
+
+
+def test_reads_a_running_replica_and_follows(tmp_path):
+    """--follow on the data dir of a replica that keeps appending (the tool never writes)."""
+    node_dir = tmp_path / "node"
+    store = open_replica(node_dir)
+    try:
+        exp = build_history(store)
+        out = _LockedBuffer()
+        stop = threading.Event()
+        args = logtool.build_parser().parse_args(
+            ["--data-dir", str(node_dir), "--follow", "--json", "--interval-s", "0.05"]
+        )
+        codes: list[int] = []
+        t = threading.Thread(target=lambda: codes.append(logtool.run(args, out=out, stop=stop)))
+        t.start()
+        try:
+            wait_for(lambda: len(out.lines()) >= exp.last_id, what="the initial listing")
+            w = Writer(store, exp)
+            w.record(
+                "more", lease(B_UUID, "x:1", exp.ids["takeover_b"], False), (exp.ids["renew_b1"],)
+            )
+            wait_for(
+                lambda: any(json.loads(x)["id"] == exp.ids["more"] for x in out.lines()),
+                what="the new record",
+            )
+        finally:
+            stop.set()
+            t.join(10)
+        assert codes == [0]
+        ids = [json.loads(x)["id"] for x in out.lines()]
+        assert ids == list(range(1, exp.last_id + 1))  # each once, in order
+    finally:
+        store.close()
+
+
+class _LockedBuffer:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._parts: list[str] = []
+
+    def write(self, s: str) -> int:
+        with self._lock:
+            self._parts.append(s)
+        return len(s)
+
+    def flush(self) -> None:
+        pass
+
+    def lines(self) -> list[str]:
+        with self._lock:
+            return [x for x in "".join(self._parts).splitlines() if x.strip()]
+
+
+def test_command_line_process(offline):
+    """As a process: exit codes, no traceback, output through a closed pipe."""
+    env = dict(os.environ, PYTHONPATH=os.getcwd())
+    cmd = [sys.executable, "-m", "coordinator.logtool"]
+    p = subprocess.run(
+        [*cmd, "--data-dir", str(offline.node_dir), "--summary"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert p.returncode == 0 and "last id" in p.stdout
+    p = subprocess.run(
+        [*cmd, "--data-dir", "/nonexistent/dir"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert p.returncode == 1 and "Traceback" not in p.stderr and "no such directory" in p.stderr
+    p = subprocess.run([*cmd, "--help"], capture_output=True, text=True, env=env, timeout=60)
+    assert p.returncode == 0 and "--pending" in p.stdout
