@@ -1,0 +1,132 @@
+"""The tool on the log a real CoordinatorNode writes (embedded logstore replica).
+
+Tablet servers are enlisted at addresses where nothing listens, so a CreateTable stays
+STARTED (its replicas cannot be created) until the servers are marked down. The test reads
+the running node's data dir until the tool shows that pending operation, stops the node,
+checks it offline, then restarts the node with a short tablet-server timeout: the new epoch
+marks the servers down and finishes the operation, and the tool shows both epochs and the
+DONE record invalidating STARTED.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+
+from coordinator import coordinator_pb2 as pb
+from coordinator.client.meta import CoordinatorClient
+from coordinator.engine import EngineConfig
+from coordinator.node import CoordinatorNode, NodeConfig
+from rpc.errors import RpcError
+from tests.logstore.helpers import free_addresses, wait_for
+
+from .conftest import run_tool
+
+pytestmark = pytest.mark.integration
+
+SCHEMA = pb.Schema(
+    columns=[
+        pb.ColumnSchema(name="id", type=pb.INT64, is_key=True),
+        pb.ColumnSchema(name="v", type=pb.STRING, nullable=True),
+    ]
+)
+
+
+def lines(text: str) -> list[dict]:
+    return [json.loads(x) for x in text.splitlines() if x.strip()]
+
+
+def _config(data_dir: str, raft: str, tserver_timeout_s: float) -> NodeConfig:
+    return NodeConfig(
+        node_id="c1",
+        data_dir=data_dir,
+        raft_address=raft,
+        allow_insecure_dev=True,
+        engine=EngineConfig(tserver_timeout_s=tserver_timeout_s, call_timeout_s=0.2),
+    )
+
+
+def test_pending_operation_then_recovery_by_a_new_epoch(tmp_path):
+    data_dir = str(tmp_path / "c1")
+    raft, *ts_addrs = free_addresses(4)
+    node = CoordinatorNode(_config(data_dir, raft, tserver_timeout_s=600.0))
+    try:
+        first_uuid = node.uuid
+        with CoordinatorClient([node.address], timeout_s=30.0) as client:
+            for i, a in enumerate(ts_addrs):
+                client.enlist_server(f"ts{i}", a)
+
+        def create() -> None:
+            with CoordinatorClient([node.address], timeout_s=2.0) as c:
+                try:
+                    c.create_table("users", SCHEMA, 2, 3)
+                except RpcError:
+                    pass  # it stays pending: the servers cannot be reached
+
+        t = threading.Thread(target=create, name="create-users")
+        t.start()
+        pending = wait_for(
+            lambda: lines(run_tool("--data-dir", data_dir, "--pending", "--json")[1]),
+            timeout_s=30.0,
+            what="the pending CreateTable in the running node's data dir",
+        )
+        t.join(30)
+    finally:
+        node.close()
+    (started,) = pending
+    assert started["type"] == "create_table" and started["phase"] == "STARTED"
+    op = started["op_id"]
+    assert started["table_names"] == ["users"] and started["table_id"] == f"t{op}"
+
+    # Offline, node stopped.
+    code, text = run_tool("--data-dir", data_dir, "--pending", "--json")
+    assert code == 0 and [r["id"] for r in lines(text)] == [op]
+    code, text = run_tool("--data-dir", data_dir, "--type", "enlist_server", "--json")
+    assert sorted(s for r in lines(text) for s in r["servers"]) == ["ts0", "ts1", "ts2"]
+
+    # A new epoch: the restarted node marks the silent servers down and finishes the op.
+    node = CoordinatorNode(_config(data_dir, raft, tserver_timeout_s=0.5))
+    try:
+        with CoordinatorClient([node.address], timeout_s=30.0) as client:
+            wait_for(
+                lambda: (
+                    client.status(node.address).pending_ops == 0
+                    and client.status(node.address).role == "LEADER"
+                ),
+                timeout_s=60.0,
+                what="the operation finished by the new epoch",
+            )
+    finally:
+        node.close()
+    assert node.uuid == first_uuid  # same data dir, same node
+
+    code, text = run_tool("--data-dir", data_dir, "--json", "--op", str(op))
+    recs = lines(text)
+    assert [(r["phase"], r["status"]) for r in recs] == [
+        ("STARTED", "invalidated"),
+        ("DONE", "live"),
+    ]
+    assert recs[0]["invalidated_by"] == recs[1]["id"] and recs[1]["invalidates"] == [op]
+    assert recs[1]["record"]["create_table"]["skipped_replicas"]
+    code, text = run_tool("--data-dir", data_dir, "--pending", "--json")
+    assert lines(text) == []
+    code, text = run_tool("--data-dir", data_dir, "--leases", "--json")
+    epochs = lines(text)
+    assert len(epochs) == 2 and all(e["holder_uuid"] == first_uuid for e in epochs)
+    assert epochs[0]["ended_by"] == epochs[1]["epoch"] and epochs[1]["ended_by"] is None
+    assert epochs[0]["last_record_id"] < epochs[1]["epoch"]
+    code, text = run_tool("--data-dir", data_dir, "--type", "server_down", "--json")
+    downs = lines(text)
+    assert sorted(r["servers"][0] for r in downs) == ["ts0", "ts1", "ts2"]
+    assert all(r["id"] > epochs[1]["epoch"] for r in downs)
+    code, text = run_tool("--data-dir", data_dir, "--summary", "--json")
+    (s,) = lines(text)
+    assert s["undecodable"] == 0 and s["pending_operations"] == 0
+    assert s["by_type"]["create_table"] == {
+        "live": 1,
+        "invalidated": 1,
+        "live_bytes": recs[1]["size_bytes"],
+        "invalidated_bytes": recs[0]["size_bytes"],
+    }
