@@ -62,6 +62,7 @@ class SimOptions:
     steps: int = 300
     liveness_rounds_max: int = 300  # after the faulty phase: heal and require a commit
     delay_steps_max: int = 4
+    long_delay_steps_max: int = 80  # 3% of messages: stale messages arriving terms later
     vary: bool = True  # let each seed pick pre-vote, check-quorum, batch sizes, group size
     raft: RaftOptions = RaftOptions(
         election_timeout_ticks=6, heartbeat_interval_ticks=2, append_entries_max=8
@@ -358,7 +359,10 @@ class Simulation:
         self._collect(node)
 
     def _send(self, m: Message) -> None:
-        self.network.append((self.step_no + self.rng.randint(0, self.opts.delay_steps_max), m))
+        delay = self.rng.randint(0, self.opts.delay_steps_max)
+        if self.rng.random() < 0.03:
+            delay = self.rng.randint(self.opts.delay_steps_max, self.opts.long_delay_steps_max)
+        self.network.append((self.step_no + delay, m))
 
     def _crash(self, node: _Node) -> None:
         node.alive = False
@@ -638,6 +642,8 @@ class Simulation:
         ("copy", 2.0),
     )
 
+    _CONDITIONAL = frozenset(("deliver", "flush", "restart", "copy"))
+
     def _enabled(self, name: str) -> bool:
         if name == "deliver":
             return any(t <= self.step_no for t, _ in self.network)
@@ -662,8 +668,11 @@ class Simulation:
         handlers = {n: getattr(self, f"_ev_{n}") for n, _ in self._EVENTS}
         for _ in range(self.opts.steps):
             self.step_no += 1
-            names = [n for n, _ in self._EVENTS if self._enabled(n)]
-            weights = [w for n, w in self._EVENTS if n in names]
+            names, weights = [], []
+            for n, w in self._EVENTS:
+                if n not in self._CONDITIONAL or self._enabled(n):
+                    names.append(n)
+                    weights.append(w)
             ev = self.rng.choices(names, weights)[0]
             self._guarded(handlers[ev])
         self._guarded(self._liveness)
