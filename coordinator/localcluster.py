@@ -254,13 +254,19 @@ class LocalCluster:
         return None
 
     def wait_ready(self, timeout_s: float, progress=None) -> None:
-        """Until a leader serves and every running tablet server is enlisted and live."""
+        """Until a leader serves, every running node answers, and every running tablet
+        server is enlisted and live."""
         deadline = time.monotonic() + timeout_s
         expected = {n.rpc for n in self.spec.tservers if self.is_up(n)}
         with self.client(timeout_s=5.0) as client:
             while True:
                 self._check_running()
                 leader = self.leader(client)
+                silent = [
+                    n.name
+                    for n in self.spec.coordinators
+                    if self.is_up(n) and not self._answers(client, n)
+                ]
                 live: set[str] = set()
                 if leader is not None:
                     try:
@@ -269,15 +275,24 @@ class LocalCluster:
                         live = set()
                 if progress is not None:
                     progress(leader is not None, len(live & expected), len(expected))
-                if leader is not None and expected <= live:
+                if leader is not None and not silent and expected <= live:
                     return
                 if time.monotonic() >= deadline:
                     raise errors.TimedOut(
                         f"cluster not ready after {timeout_s:.0f}s: leader "
-                        f"{'up' if leader else 'missing'}, {len(live & expected)}/{len(expected)} "
-                        f"tablet servers live (logs in {self.log_dir})"
+                        f"{'up' if leader else 'missing'}, not answering: {silent or 'none'}, "
+                        f"{len(live & expected)}/{len(expected)} tablet servers live "
+                        f"(logs in {self.log_dir})"
                     )
                 time.sleep(0.2)
+
+    @staticmethod
+    def _answers(client, node: NodeSpec) -> bool:
+        try:
+            client.status(node.rpc, timeout_s=1.0)
+            return True
+        except errors.RpcError:
+            return False
 
     def _check_running(self) -> None:
         for node in [*self.spec.coordinators, *self.spec.tservers]:

@@ -33,6 +33,8 @@ from rpc.rpc_pb2 import PingRequest, PingResponse, RequestHeader, ResponseHeader
 from rpc.server import MESSAGE_BYTES_MAX_DEFAULT, PING_METHOD
 
 INFLIGHT_CALLS_MAX = 8192
+# How long a request may wait for a connection to its server before failing (never sent).
+CONNECT_TIMEOUT_S_DEFAULT = 0.5
 RETRY_ATTEMPTS_MAX = 20
 RETRY_BACKOFF_INITIAL_S = 0.01
 RETRY_BACKOFF_MAX_S = 1.0
@@ -45,6 +47,10 @@ log = logging.getLogger(__name__)
 
 class ConnectionLost(errors.Unavailable):
     """The connection dropped after the request was written: it may or may not have run."""
+
+
+class NotConnected(errors.Unavailable):
+    """No connection to the server within the connect grace: the request was never sent."""
 
 
 class _Done:
@@ -85,12 +91,13 @@ class _Call:
     reply: list | None = None
     error: errors.RpcError | None = None
     sent: bool = False
+    queued_at: float = 0.0
 
 
 class _Peer:
     """One DEALER socket, its monitor, and the calls waiting to be written to it."""
 
-    __slots__ = ("address", "socket", "monitor", "backlog", "written")
+    __slots__ = ("address", "socket", "monitor", "backlog", "written", "connected")
 
     def __init__(self, ctx: zmq.Context, address: str, frame_bytes_max: int) -> None:
         self.address = address
@@ -104,6 +111,7 @@ class _Peer:
         self.socket.connect(endpoint(address))
         self.backlog: deque[_Call] = deque()
         self.written: dict[int, _Call] = {}
+        self.connected = False
 
     def close(self) -> None:
         self.socket.disable_monitor()
@@ -115,9 +123,15 @@ class Transport:
     """An I/O thread with a DEALER socket per address. Thread-safe; a context manager."""
 
     def __init__(
-        self, *, message_bytes_max: int = MESSAGE_BYTES_MAX_DEFAULT, name: str = "rpc-client"
+        self,
+        *,
+        message_bytes_max: int = MESSAGE_BYTES_MAX_DEFAULT,
+        name: str = "rpc-client",
+        connect_timeout_s: float = CONNECT_TIMEOUT_S_DEFAULT,
     ) -> None:
+        assert connect_timeout_s > 0
         self.message_bytes_max = message_bytes_max
+        self.connect_timeout_s = connect_timeout_s
         self._ctx = zmq.Context()
         self._call_ids = itertools.count(1)
         self._lock = threading.Lock()
@@ -259,6 +273,7 @@ class Transport:
                         by_socket[peer.socket] = peer
                         by_monitor[peer.monitor] = peer
                         poller.register(peer.monitor, zmq.POLLIN)
+                    call.queued_at = time.monotonic()
                     peer.backlog.append(call)
                 now = time.monotonic()
                 for peer in peers.values():
@@ -302,11 +317,24 @@ class Transport:
             try:
                 send_frames(peer.socket, [call.header.SerializeToString(), *call.frames])
             except zmq.Again:
-                return  # no live connection yet (IMMEDIATE) or pipe full: wait for POLLOUT
+                # No live connection (IMMEDIATE) or a full pipe: wait for POLLOUT. A server
+                # that is not there at all fails the calls fast instead of at their deadline,
+                # so that callers can go elsewhere; nothing was sent, so any call may retry.
+                if not peer.connected:
+                    self._fail_unconnected(peer, now)
+                return
             peer.backlog.popleft()
             call.sent = True
             call.frames = []  # the bytes are zmq's now
             peer.written[call.call_id] = call
+
+    def _fail_unconnected(self, peer: _Peer, now: float) -> None:
+        while peer.backlog and now - peer.backlog[0].queued_at >= self.connect_timeout_s:
+            call = peer.backlog.popleft()
+            call.error = NotConnected(
+                f"not connected to {peer.address} within {self.connect_timeout_s:.1f}s"
+            )
+            call.done.set()
 
     def _on_replies(self, peer: _Peer) -> None:
         for _ in range(256):
@@ -332,6 +360,10 @@ class Transport:
                 event = zmq.utils.monitor.recv_monitor_message(peer.monitor, zmq.NOBLOCK)
             except zmq.Again:
                 return
+            if event["event"] == zmq.EVENT_CONNECTED:
+                peer.connected = True
+            elif event["event"] == zmq.EVENT_DISCONNECTED:
+                peer.connected = False
             if event["event"] == zmq.EVENT_DISCONNECTED and peer.written:
                 log.info(
                     "connection to %s lost with %d call(s) in flight",
@@ -352,7 +384,7 @@ class Transport:
                 del peer.written[cid]
 
 
-RETRYABLE = (ConnectionLost, errors.Throttled, errors.Unavailable)
+RETRYABLE = (ConnectionLost, NotConnected, errors.Throttled, errors.Unavailable)
 
 
 class PendingCall:

@@ -17,10 +17,9 @@ import zmq
 
 from rpc import errors
 from rpc.addresses import endpoint
-from rpc.client import ConnectionLost, RpcClient, Transport
+from rpc.client import ConnectionLost, NotConnected, RpcClient, Transport
 from rpc.errors import LeaderHintValue
 from rpc.rpc_pb2 import (
-    PingRequest,
     PingResponse,
     RequestHeader,
     ResponseHeader,
@@ -151,7 +150,10 @@ def test_error_carries_status_hint_and_body(client):
 def test_handler_bug_answers_internal_and_server_keeps_serving(server, client):
     with pytest.raises(errors.Internal, match="handler bug"):
         client.call(SERVER_UUID, "Test.Fail", PingResponse(uuid="bug"), PingResponse)
-    assert client.call(SERVER_UUID, "Test.Echo", PingResponse(uuid="after"), PingResponse).uuid == "after"
+    assert (
+        client.call(SERVER_UUID, "Test.Echo", PingResponse(uuid="after"), PingResponse).uuid
+        == "after"
+    )
 
 
 def test_deadline_expiry_times_out_and_late_answer_is_dropped():
@@ -171,7 +173,9 @@ def test_deadline_expiry_times_out_and_late_answer_is_dropped():
         assert time.monotonic() - started < 5  # it gave up at its deadline, not the handler's
         release.set()
         # The late answer to the expired call must not be taken as the answer to this one.
-        assert c.call(SERVER_UUID, "Test.Echo", PingResponse(uuid="next"), PingResponse).uuid == "next"
+        assert (
+            c.call(SERVER_UUID, "Test.Echo", PingResponse(uuid="next"), PingResponse).uuid == "next"
+        )
 
 
 def test_bounded_queue_throttles():
@@ -188,7 +192,9 @@ def test_bounded_queue_throttles():
     with srv, RpcClient(srv.address, "c") as c, ThreadPoolExecutor(4) as pool:
         first = pool.submit(c.call, SERVER_UUID, "Test.Block", PingResponse(uuid="1"), PingResponse)
         assert entered.acquire(timeout=5)
-        second = pool.submit(c.call, SERVER_UUID, "Test.Block", PingResponse(uuid="2"), PingResponse)
+        second = pool.submit(
+            c.call, SERVER_UUID, "Test.Block", PingResponse(uuid="2"), PingResponse
+        )
         wait_for(lambda: srv.stats()["inflight"] == 2, 5, "second call queued")
         with pytest.raises(errors.Throttled) as info:
             c.call(SERVER_UUID, "Test.Block", PingResponse(uuid="3"), PingResponse)
@@ -203,8 +209,12 @@ def test_bounded_queue_throttles():
 def test_large_sidecars_arrive_intact_both_ways(client, size_mib):
     payloads = [os.urandom(size_mib << 20), os.urandom(1 << 20)]
     answer, sidecars = client.call_with_sidecars(
-        SERVER_UUID, "Test.Echo", PingResponse(uuid="big"), PingResponse,
-        sidecars=payloads, timeout_s=30,
+        SERVER_UUID,
+        "Test.Echo",
+        PingResponse(uuid="big"),
+        PingResponse,
+        sidecars=payloads,
+        timeout_s=30,
     )
     assert answer.uuid == "big"
     assert [hashlib.sha256(s).hexdigest() for s in sidecars] == [
@@ -219,14 +229,18 @@ def test_oversized_request_is_refused_by_client_and_server():
         # The client refuses to send it...
         with RpcClient(srv.address, "c") as c:
             with pytest.raises(errors.BadRequest, match="exceeds"):
-                c.call(SERVER_UUID, "Test.Echo", PingResponse(), PingResponse, sidecars=[b"x" * 70_000])
+                c.call(
+                    SERVER_UUID, "Test.Echo", PingResponse(), PingResponse, sidecars=[b"x" * 70_000]
+                )
         # ...and a raw sender that does gets BAD_REQUEST.
         header = raw_exchange(srv.address, [request_header("Test.Echo"), b"", b"x" * 100_000])
         assert header.status == StatusCode.BAD_REQUEST
         assert "exceeds" in header.message
         assert header.call_id == 5
         with RpcClient(srv.address, "c") as c:
-            assert c.call(SERVER_UUID, "Test.Echo", PingResponse(uuid="ok"), PingResponse).uuid == "ok"
+            assert (
+                c.call(SERVER_UUID, "Test.Echo", PingResponse(uuid="ok"), PingResponse).uuid == "ok"
+            )
 
 
 @pytest.mark.parametrize(
@@ -235,9 +249,13 @@ def test_oversized_request_is_refused_by_client_and_server():
         pytest.param([b"only-one-frame"], StatusCode.BAD_REQUEST, id="missing-frames"),
         pytest.param([b"\xff\xff\xff\xff\xff", b""], StatusCode.BAD_REQUEST, id="bad-header"),
         pytest.param(
-            [request_header("Test.Echo"), b"\xff\xff\xff\xff"], StatusCode.BAD_REQUEST, id="bad-body"
+            [request_header("Test.Echo"), b"\xff\xff\xff\xff"],
+            StatusCode.BAD_REQUEST,
+            id="bad-body",
         ),
-        pytest.param([request_header("Test.Nope"), b""], StatusCode.BAD_REQUEST, id="unknown-method"),
+        pytest.param(
+            [request_header("Test.Nope"), b""], StatusCode.BAD_REQUEST, id="unknown-method"
+        ),
         pytest.param(
             [request_header("Test.Echo", recipient="other"), b""],
             StatusCode.INVALID_NAME,
@@ -249,7 +267,10 @@ def test_malformed_input_gets_an_answer_and_server_keeps_serving(server, client,
     header = raw_exchange(server.address, frames)
     assert header.status == expected, header
     assert header.message
-    assert client.call(SERVER_UUID, "Test.Echo", PingResponse(uuid="alive"), PingResponse).uuid == "alive"
+    assert (
+        client.call(SERVER_UUID, "Test.Echo", PingResponse(uuid="alive"), PingResponse).uuid
+        == "alive"
+    )
 
 
 def test_random_garbage_never_breaks_the_server(server, client):
@@ -268,7 +289,10 @@ def test_random_garbage_never_breaks_the_server(server, client):
         ctx.term()
     stats = server.stats()
     assert stats["bad_request"] + stats["invalid_name"] == 200
-    assert client.call(SERVER_UUID, "Test.Echo", PingResponse(uuid="alive"), PingResponse).uuid == "alive"
+    assert (
+        client.call(SERVER_UUID, "Test.Echo", PingResponse(uuid="alive"), PingResponse).uuid
+        == "alive"
+    )
 
 
 def start_echo_process(port: int) -> subprocess.Popen:
@@ -288,7 +312,7 @@ def test_server_restart_mid_stream():
     proc = start_echo_process(port)
     address = f"127.0.0.1:{port}"
     stop = threading.Event()
-    outcomes: dict[str, int] = {"ok": 0, "lost": 0, "timed_out": 0}
+    outcomes: dict[str, int] = {"ok": 0, "lost": 0, "not_sent": 0, "timed_out": 0}
     lock = threading.Lock()
 
     try:
@@ -297,10 +321,18 @@ def test_server_restart_mid_stream():
             def hammer() -> None:
                 while not stop.is_set():
                     try:
-                        c.call(SERVER_UUID, "Test.Echo", PingResponse(uuid="n"), PingResponse, timeout_s=2)
+                        c.call(
+                            SERVER_UUID,
+                            "Test.Echo",
+                            PingResponse(uuid="n"),
+                            PingResponse,
+                            timeout_s=2,
+                        )
                         key = "ok"
                     except ConnectionLost:
                         key = "lost"
+                    except NotConnected:
+                        key = "not_sent"
                     except errors.TimedOut:
                         key = "timed_out"
                     with lock:
@@ -316,10 +348,17 @@ def test_server_restart_mid_stream():
             ok_before = outcomes["ok"]
             wait_for(lambda: outcomes["ok"] > ok_before + 50, 20, "calls flowing after restart")
             # Idempotent calls ride over a restart without the caller noticing.
-            assert c.call(
-                SERVER_UUID, "Test.Echo", PingResponse(uuid="r"), PingResponse,
-                timeout_s=10, idempotent=True,
-            ).uuid == "r"
+            assert (
+                c.call(
+                    SERVER_UUID,
+                    "Test.Echo",
+                    PingResponse(uuid="r"),
+                    PingResponse,
+                    timeout_s=10,
+                    idempotent=True,
+                ).uuid
+                == "r"
+            )
             stop.set()
             for t in threads:
                 t.join(10)
@@ -339,7 +378,12 @@ def test_idempotent_call_waits_for_a_server_that_is_not_up_yet():
 
         def call() -> None:
             result["uuid"] = c.call(
-                SERVER_UUID, "Test.Echo", PingResponse(uuid="early"), PingResponse, timeout_s=20
+                SERVER_UUID,
+                "Test.Echo",
+                PingResponse(uuid="early"),
+                PingResponse,
+                timeout_s=20,
+                idempotent=True,
             ).uuid
 
         t = threading.Thread(target=call)
@@ -362,3 +406,12 @@ def test_unreachable_server_times_out_with_clear_message():
 def test_bad_address_is_a_clear_error():
     with pytest.raises(errors.BadRequest, match="host:port"):
         RpcClient("no-port-here")
+
+
+def test_unreachable_server_fails_fast_when_not_connected():
+    # A caller with a long deadline learns quickly that nobody listens, and nothing was sent.
+    with RpcClient(f"127.0.0.1:{free_port()}", "c") as c:
+        started = time.monotonic()
+        with pytest.raises(NotConnected, match="not connected"):
+            c.call(SERVER_UUID, "Test.Echo", PingResponse(), PingResponse, timeout_s=30)
+        assert time.monotonic() - started < 15
