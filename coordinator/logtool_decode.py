@@ -12,6 +12,7 @@ nothing in this module raises on bad bytes.
 
 from __future__ import annotations
 
+import bisect
 import enum
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -292,7 +293,7 @@ class Filter:
             return False
         if self.types and v.type not in self.types:
             return False
-        if self.op_ids and v.op_id not in self.op_ids and v.id not in self.op_ids:
+        if self.op_ids and v.op_id not in self.op_ids:
             return False
         if self.tables and not (
             v.table_id in self.tables
@@ -359,6 +360,7 @@ def lease_history(views: Sequence[RecordView]) -> list[Epoch]:
         if v.lease is not None:
             by_epoch.setdefault(v.lease[2], []).append(v)
     epochs = sorted(by_epoch)
+    held_ids = sorted(v.id for v in views if v.type != TYPE_GONE)
     out: list[Epoch] = []
     for n, e in enumerate(epochs):
         recs = sorted(by_epoch[e], key=lambda v: v.id)
@@ -366,11 +368,9 @@ def lease_history(views: Sequence[RecordView]) -> list[Epoch]:
         head = takeover or recs[0]
         assert head.lease is not None
         ended_by = epochs[n + 1] if n + 1 < len(epochs) else 0
-        in_epoch = [
-            v.id
-            for v in views
-            if v.type != TYPE_GONE and v.id >= e and (not ended_by or v.id < ended_by)
-        ]
+        # The last record held before the next epoch opened: the last write of this leader.
+        end = bisect.bisect_left(held_ids, ended_by) if ended_by else len(held_ids)
+        last_in_epoch = held_ids[end - 1] if end and held_ids[end - 1] >= e else recs[-1].id
         out.append(
             Epoch(
                 epoch=e,
@@ -381,7 +381,7 @@ def lease_history(views: Sequence[RecordView]) -> list[Epoch]:
                 first_id=recs[0].id,
                 last_id=recs[-1].id,
                 renewals_seen=sum(1 for v in recs if v.lease and not v.lease[3]),
-                last_record_id=max(in_epoch) if in_epoch else recs[-1].id,
+                last_record_id=last_in_epoch,
                 ended_by=ended_by,
             )
         )
