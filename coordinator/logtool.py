@@ -55,6 +55,7 @@ DEFAULT_LOG = "coordinator"  # coordinator.leases.driver.LOG_NAME
 EXIT_INCOMPLETE = 3  # printed what could be read, but part of the data dir could not be
 INTERVAL_S_MIN = 0.05
 INTERVAL_S_MAX = 60.0
+TIMEOUT_S_MAX = 300.0
 
 
 def _split(value: str) -> list[str]:
@@ -68,6 +69,16 @@ def _interval(value: str) -> float:
         raise argparse.ArgumentTypeError(f"not a number: {value!r}") from None
     if not INTERVAL_S_MIN <= v <= INTERVAL_S_MAX:
         raise argparse.ArgumentTypeError(f"must be {INTERVAL_S_MIN}..{INTERVAL_S_MAX} seconds")
+    return v
+
+
+def _timeout(value: str) -> float:
+    try:
+        v = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {value!r}") from None
+    if not 0 < v <= TIMEOUT_S_MAX:
+        raise argparse.ArgumentTypeError(f"must be in (0, {TIMEOUT_S_MAX}] seconds")
     return v
 
 
@@ -112,7 +123,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"--follow poll interval, {INTERVAL_S_MIN}..{INTERVAL_S_MAX} (default %(default)s)",
     )
     parser.add_argument(
-        "--timeout-s", type=float, default=10.0, help="per-call timeout for --address"
+        "--timeout-s", type=_timeout, default=10.0, help="per-call timeout for --address"
     )
 
 
@@ -311,7 +322,11 @@ class _Source:
             if not addresses:
                 raise UsageError("--address needs at least one HOST:PORT")
             self.remote = RemoteReader(addresses, args.timeout_s)
-            self.remote.check_service()
+            try:
+                self.remote.check_service()
+            except BaseException:
+                self.remote.close()
+                raise
 
     def load(self) -> LogImage:
         if self.remote is not None:

@@ -317,3 +317,14 @@ def test_command_line_process(offline):
     assert p.returncode == 1 and "Traceback" not in p.stderr and "no such directory" in p.stderr
     p = subprocess.run([*cmd, "--help"], capture_output=True, text=True, env=env, timeout=60)
     assert p.returncode == 0 and "--pending" in p.stdout
+
+
+def test_verbose_prints_the_whole_record(offline):
+    exp = offline.expected
+    code, text = run_tool(
+        "--data-dir", str(offline.node_dir), "-v", "--op", str(exp.ids["events_started"])
+    )
+    assert code == 0
+    head, record = text.splitlines()
+    assert head.startswith(f"#{exp.ids['events_started']} live create_table STARTED")
+    assert json.loads(record)["create_table"]["name"] == "events"

@@ -48,7 +48,7 @@ def _config(data_dir: str, raft: str, tserver_timeout_s: float) -> NodeConfig:
     )
 
 
-def test_pending_operation_then_recovery_by_a_new_epoch(tmp_path):
+def test_pending_operation_then_recovery_by_a_new_epoch(tmp_path, capsys):
     data_dir = str(tmp_path / "c1")
     raft, *ts_addrs = free_addresses(4)
     node = CoordinatorNode(_config(data_dir, raft, tserver_timeout_s=600.0))
@@ -73,8 +73,12 @@ def test_pending_operation_then_recovery_by_a_new_epoch(tmp_path):
             what="the pending CreateTable in the running node's data dir",
         )
         t.join(30)
+        # A coordinator node's RPC address is refused clearly: it does not serve its log.
+        code, _ = run_tool("--address", node.address, "--timeout-s", "5")
+        assert code == 1
     finally:
         node.close()
+    assert "not a logstore replica" in capsys.readouterr().err
     (started,) = pending
     assert started["type"] == "create_table" and started["phase"] == "STARTED"
     op = started["op_id"]
