@@ -153,6 +153,11 @@ class LocalCluster:
             )
         node.pid = popen.pid
         self.spec.save()
+        # Until the child has exec'd, /proc/PID/cmdline is still ours: wait for it, so that
+        # is_up() is right from here on.
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        while not self.is_up(node) and popen.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
 
     def coordinator_args(self, node: NodeSpec) -> list[str]:
         peers = ",".join(n.raft for n in self.spec.coordinators if n is not node)

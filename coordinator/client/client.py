@@ -393,6 +393,24 @@ def _pause(attempt: int) -> None:
     time.sleep(min(BACKOFF_MAX_S, BACKOFF_INITIAL_S * (2**attempt)) * random.uniform(0.5, 1.0))
 
 
+class _TabletGone(Exception):
+    """The tablet a block was routed to no longer belongs to the (refreshed) table."""
+
+
+def _split_by_tablet(table: Table, data: pa.Table) -> list[tuple[TabletInfo, pa.Table]]:
+    try:
+        buckets = bucket_of_rows(data, table.key_columns, table.num_buckets())
+    except ValueError as exc:
+        raise errors.BadRequest(f"table {table.name}: {exc}") from None
+    return [
+        (
+            table.tablet_for_bucket(bucket),
+            data.filter(pc.equal(buckets, pa.scalar(bucket, pa.uint64()))),
+        )
+        for bucket in pc.unique(buckets).to_pylist()
+    ]
+
+
 @dataclass(slots=True)
 class _Pending:
     table: Table
@@ -441,14 +459,8 @@ class Session:
         missing = [k for k in table.key_columns if k not in data.column_names]
         if missing:
             raise errors.BadRequest(f"rows lack the key column(s) {missing}")
-        try:
-            buckets = bucket_of_rows(data, table.key_columns, table.num_buckets())
-        except ValueError as exc:
-            raise errors.BadRequest(f"table {table.name}: {exc}") from None
         full = []
-        for bucket in pc.unique(buckets).to_pylist():
-            part = data.filter(pc.equal(buckets, pa.scalar(bucket, pa.uint64())))
-            tablet = table.tablet_for_bucket(bucket)
+        for tablet, part in _split_by_tablet(table, data):
             pending = self._pending.setdefault((table.name, tablet.tablet_id), _Pending(table))
             pending.blocks.append((op, part))
             pending.rows += part.num_rows
@@ -478,11 +490,22 @@ class Session:
         for op, rows in pending.blocks:
             self._write(pending.table, tablet_id, op, rows)
 
-    def _write(self, table: Table, tablet_id: str, op: int, rows: pa.Table) -> None:
+    def _write(
+        self, table: Table, tablet_id: str, op: int, rows: pa.Table, reroutes: int = 0
+    ) -> None:
         """Write one block; isolate rows that the server refuses by splitting the block."""
         try:
             self._send(table, tablet_id, op, rows)
             self.rows_written += rows.num_rows
+        except _TabletGone:
+            # The table was recreated or repartitioned under this handle (now refreshed):
+            # route the rows again by the current partitioning.
+            if reroutes >= 2:
+                raise errors.TabletNotFound(
+                    f"table {table.name}: tablets keep changing under the writes"
+                ) from None
+            for tablet, part in _split_by_tablet(table, rows):
+                self._write(table, tablet.tablet_id, op, part, reroutes + 1)
         except ROW_ERRORS as err:
             if rows.num_rows == 1:
                 self.errors.append(
@@ -498,7 +521,7 @@ class Session:
         for attempt in range(WRITE_ATTEMPTS_MAX):
             tablet = next((t for t in table.tablets() if t.tablet_id == tablet_id), None)
             if tablet is None:
-                raise errors.TabletNotFound(f"table {table.name} no longer has tablet {tablet_id}")
+                raise _TabletGone(tablet_id)
             for replica in tablet.leader_first():
                 try:
                     self.client.tserver(replica).write(tablet_id, [(op, rows)])

@@ -1,0 +1,186 @@
+"""The client library against a real local cluster: metadata, sessions, scans, failover."""
+
+from __future__ import annotations
+
+import threading
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from coordinator.client.client import Client, Column
+from rpc import errors
+from tests.support.cluster import local_cluster
+from tests.support.procs import wait_for
+
+pytestmark = pytest.mark.integration
+
+COLUMNS = [
+    Column("id", "int64", key=True),
+    Column("name", "string"),
+    Column("score", "double", nullable=True),
+]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with local_cluster(tmp_path_factory.mktemp("cluster"), coordinators=3, tservers=2) as c:
+        yield c
+
+
+@pytest.fixture
+def client(cluster):
+    with Client(cluster.spec.coordinator_addresses, timeout_s=60) as c:
+        yield c
+
+
+def rows(ids, name="n"):
+    return [{"id": i, "name": f"{name}{i}", "score": None if i % 4 == 0 else i / 2} for i in ids]
+
+
+def test_table_metadata_round_trip(client):
+    client.create_table("meta_t", COLUMNS, num_tablets=3)
+    assert "meta_t" in client.list_tables()
+    described = client.describe_table("meta_t")
+    assert [c.name for c in described.schema.columns] == ["id", "name", "score"]
+    assert described.num_tablets == 3
+    with pytest.raises(errors.AlreadyExists):
+        client.create_table("meta_t", COLUMNS)
+    with pytest.raises(errors.NotFound):
+        client.describe_table("no_such_table")
+    with pytest.raises(errors.BadRequest):
+        client.create_table("bad_t", [Column("v", "string")])  # no key column
+    with pytest.raises(errors.BadRequest):
+        client.create_table("bad_t", [Column("v", "decimal", key=True)])
+    version = client.alter_table("meta_t", add_columns=[Column("extra", "int32", nullable=True)])
+    assert version == 2
+    assert client.table("meta_t").arrow_schema.names == ["id", "name", "score", "extra"]
+    client.drop_table("meta_t")
+    assert "meta_t" not in client.list_tables()
+
+
+def test_session_operations_and_row_errors(client):
+    client.create_table("ops_t", COLUMNS, num_tablets=4)
+    t = client.table("ops_t")
+    with client.new_session(flush_rows_max=100) as s:
+        s.insert(t, rows(range(1000)))
+    assert s.errors == []
+    assert t.count() == 1000
+    with client.new_session() as s:
+        s.insert(t, rows([5, 2000]))  # 5 exists: only it fails
+        s.update(t, [{"id": 7, "name": "updated"}, {"id": 99_999, "name": "missing"}])
+        s.upsert(t, rows([3000]))
+        s.delete(t, [{"id": 1}, {"id": 2}])
+    failed = sorted((e.op, e.row["id"], e.status) for e in s.errors)
+    assert failed == [("insert", 5, "ALREADY_EXISTS"), ("update", 99_999, "NOT_FOUND")]
+    data = t.to_arrow()
+    ids = set(data["id"].to_pylist())
+    assert {2000, 3000} <= ids and not {1, 2} & ids and len(ids) == 1000
+    row7 = t.to_arrow(predicates=[("id", "=", 7)]).to_pylist()
+    assert row7 == [{"id": 7, "name": "updated", "score": 3.5}]
+
+
+def test_bad_rows_are_refused_before_sending(client):
+    client.create_table("bad_rows_t", COLUMNS, num_tablets=2)
+    t = client.table("bad_rows_t")
+    with client.new_session() as s:
+        with pytest.raises(errors.BadRequest, match="no column"):
+            s.insert(t, [{"id": 1, "nope": 2}])
+        with pytest.raises(errors.BadRequest, match="key column"):
+            s.insert(t, [{"name": "no key"}])
+        with pytest.raises(errors.BadRequest):
+            s.insert(t, [{"id": "not a number", "name": "x"}])
+    assert t.count() == 0
+
+
+@pytest.mark.parametrize(
+    "predicates,check",
+    [
+        (
+            [("id", ">=", 100), ("id", "<", 150)],
+            lambda t: pc.and_(pc.greater_equal(t["id"], 100), pc.less(t["id"], 150)),
+        ),
+        ([("score", "is null")], lambda t: pc.is_null(t["score"])),
+        (
+            [("name", "in", ["n3", "n7", "zz"])],
+            lambda t: pc.is_in(t["name"], pa.array(["n3", "n7", "zz"])),
+        ),
+        ([("score", ">", 400.0)], lambda t: pc.greater(t["score"], 400.0)),
+    ],
+)
+def test_scans_match_arrow_filtering(client, predicates, check):
+    if "scan_t" not in client.list_tables():
+        client.create_table("scan_t", COLUMNS, num_tablets=3)
+        with client.new_session() as s:
+            s.insert(client.table("scan_t"), rows(range(1000)))
+    t = client.table("scan_t")
+    everything = t.to_arrow()
+    expected = everything.filter(check(everything)).sort_by("id")
+    got = t.to_arrow(predicates=predicates).sort_by("id")
+    assert got.to_pylist() == expected.to_pylist()
+    projected = t.to_arrow(projection=["name"], predicates=predicates)
+    assert projected.column_names == ["name"]
+    assert sorted(projected["name"].to_pylist()) == sorted(expected["name"].to_pylist())
+
+
+def test_stale_table_handle_refreshes_after_recreate(client):
+    client.create_table("re_t", COLUMNS, num_tablets=2)
+    old = client.table("re_t")
+    client.drop_table("re_t")
+    client.create_table("re_t", COLUMNS, num_tablets=3)
+    with client.new_session() as s:
+        s.upsert(old, rows(range(50)))  # the old tablets are gone: the handle refreshes
+    assert s.errors == []
+    assert len(old.tablets()) == 3
+    assert client.table("re_t").count() == 50
+
+
+def test_leader_kill_in_the_middle_of_a_workload(cluster, client):
+    client.create_table("failover_t", COLUMNS, num_tablets=4)
+    t = client.table("failover_t")
+    created: list[str] = []
+    written: list[int] = []
+    stop = threading.Event()
+    failures: list[BaseException] = []
+
+    def make_tables() -> None:
+        try:
+            for i in range(1000):
+                if stop.is_set():
+                    return
+                client.create_table(f"fo_{i}", COLUMNS[:2], num_tablets=1)
+                created.append(f"fo_{i}")
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            failures.append(exc)
+
+    def write_rows() -> None:
+        try:
+            with client.new_session(flush_rows_max=200) as s:
+                for start in range(0, 1_000_000, 200):
+                    if stop.is_set():
+                        return
+                    s.upsert(t, rows(range(start, start + 200)))
+                    s.flush()
+                    written.append(start + 200)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            failures.append(exc)
+
+    threads = [threading.Thread(target=make_tables), threading.Thread(target=write_rows)]
+    for th in threads:
+        th.start()
+    wait_for(lambda: len(created) >= 3 and written, 60, "workload running")
+    with cluster.client() as meta:
+        leader = cluster.leader(meta)
+    assert leader is not None
+    cluster.kill(leader)
+    before = len(created)
+    wait_for(lambda: len(created) >= before + 3 or failures, 60, "tables created after the kill")
+    stop.set()
+    for th in threads:
+        th.join(60)
+    assert not failures, failures
+    tables = set(client.list_tables())
+    assert set(created) <= tables, "an acknowledged create-table was lost"
+    assert t.count() == written[-1], "acknowledged rows lost or doubled"
+    cluster.start_coordinator(cluster.spec.coordinators.index(leader))
+    cluster.wait_ready(60)
