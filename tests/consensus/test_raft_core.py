@@ -531,3 +531,51 @@ def test_elections_with_and_without_pre_vote(pre_vote: bool) -> None:
     c.tick_all(4 * OPTS.election_timeout_ticks)
     leaders = [x for x in c.cores.values() if x.role is Role.LEADER and x.uuid != "a"]
     assert len(leaders) == 1 and leaders[0].term > a.term
+
+
+def test_strict_reconfig_check_refuses_a_change_that_loses_quorum() -> None:
+    c = three()
+    a = _leader_with_committed_term(c)
+    c.down = {"c"}
+    c.tick_all(3 * OPTS.election_timeout_ticks)  # c silent for longer than an election timeout
+    assert a.role is Role.LEADER
+    add_voter = ConfigChange(ConfigChangeType.ADD_MEMBER, "d", MemberType.VOTER)
+    res = a.change_config(add_voter, a.committed_config_index())
+    assert res.status is ProposalStatus.ILLEGAL_STATE and "healthy" in res.message
+    add_learner = ConfigChange(ConfigChangeType.ADD_MEMBER, "d", MemberType.NON_VOTER, True)
+    assert a.change_config(add_learner, a.committed_config_index()).status is ProposalStatus.OK
+
+
+def test_check_quorum_leader_steps_down_when_isolated() -> None:
+    c = three()
+    a = _leader_with_committed_term(c)
+    c.down = {"b", "c"}
+    for _ in range(2 * OPTS.election_timeout_ticks + 1):
+        a.tick()
+        c.flush("a")
+    assert a.role is Role.FOLLOWER and a.leader_uuid is None
+
+
+def test_transfer_gives_up_after_an_election_timeout() -> None:
+    c = three()
+    a = _leader_with_committed_term(c)
+    c.down = {"b"}
+    assert a.transfer_leadership("b").status is ProposalStatus.OK
+    assert a.propose(b"x").status is ProposalStatus.UNAVAILABLE
+    c.tick_all(OPTS.election_timeout_ticks)
+    assert a.role is Role.LEADER
+    assert a.propose(b"x").status is ProposalStatus.OK
+
+
+def test_follower_with_leader_ignores_disruptive_votes() -> None:
+    c = three()
+    a = _leader_with_committed_term(c)
+    b = c.cores["b"]
+    b.step(VoteRequest(T, "c", "b", a.term + 5, a.last_term, a.last_index + 10))
+    (resp,) = b.ready().messages
+    assert isinstance(resp, VoteResponse) and not resp.granted and b.term == a.term
+    b.step(
+        VoteRequest(T, "c", "b", a.term + 1, a.last_term, a.last_index, leadership_transfer=True)
+    )
+    rd = b.ready()
+    assert rd.hard_state == HardState(a.term + 1, "c")
