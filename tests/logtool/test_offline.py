@@ -244,7 +244,8 @@ def test_damaged_journal_tail_and_undecodable_command(offline, tmp_path, capsys)
 
 
 def test_reads_a_running_replica_and_follows(tmp_path):
-    """--follow on the data dir of a replica that keeps appending (the tool never writes)."""
+    """--follow on the data dir of a replica that keeps appending and compacts (the tool
+    never writes)."""
     node_dir = tmp_path / "node"
     store = open_replica(node_dir)
     try:
@@ -266,6 +267,19 @@ def test_reads_a_running_replica_and_follows(tmp_path):
             wait_for(
                 lambda: any(json.loads(x)["id"] == exp.ids["more"] for x in out.lines()),
                 what="the new record",
+            )
+            # The replica snapshots and trims its journal under the follower's feet.
+            store.force_compaction()
+            wait_for(lambda: store.status()["snapshots_written"] >= 1, what="a snapshot")
+            wait_for(lambda: store.status()["journal_first_index"] > 10, what="a trim")
+            w.record(
+                "after_snapshot",
+                lease(B_UUID, "x:1", exp.ids["takeover_b"], False),
+                (exp.ids["more"],),
+            )
+            wait_for(
+                lambda: any(json.loads(x)["id"] == exp.ids["after_snapshot"] for x in out.lines()),
+                what="the record appended after the snapshot",
             )
         finally:
             stop.set()
@@ -328,3 +342,15 @@ def test_verbose_prints_the_whole_record(offline):
     head, record = text.splitlines()
     assert head.startswith(f"#{exp.ids['events_started']} live create_table STARTED")
     assert json.loads(record)["create_table"]["name"] == "events"
+
+
+def test_corrupt_snapshot_is_an_error_not_a_crash(compacted, tmp_path, capsys):
+    copy = tmp_path / "node"
+    shutil.copytree(compacted.node_dir, copy)
+    snap = copy / "logstore" / "snapshot"
+    data = bytearray(snap.read_bytes())
+    data[len(data) // 2] ^= 0x40
+    snap.write_bytes(bytes(data))
+    code, text = run_tool("--data-dir", str(copy))
+    assert code == 1 and text == ""
+    assert "CRC" in capsys.readouterr().err
