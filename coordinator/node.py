@@ -182,6 +182,10 @@ class CoordinatorNode:
         return engine
 
     def _register(self) -> None:
+        """Reads run inline on the rpc I/O thread: they only take the catalog lock, which
+        is held briefly by pure code (apply, decide), never across I/O; the lease check is
+        lock-free. Mutating calls run on the worker pool (they wait for appends and tablet
+        servers)."""
         s = self.server
         mutate = {
             "CreateTable": (pb.CreateTableRequest, "create_table"),
@@ -200,33 +204,39 @@ class CoordinatorNode:
             "Coordinator.ListTables",
             pb.ListTablesRequest,
             lambda req, ctx: self._engine().list_tables(),
+            inline=True,
         )
         s.register(
             "Coordinator.DescribeTable",
             pb.DescribeTableRequest,
             lambda req, ctx: self._engine().describe_table(req),
+            inline=True,
         )
         s.register(
             "Coordinator.GetTabletLocations",
             pb.GetTabletLocationsRequest,
             lambda req, ctx: self._engine().get_tablet_locations(req),
+            inline=True,
         )
         s.register(
             "Coordinator.ListServers",
             pb.ListServersRequest,
             lambda req, ctx: self._engine().list_servers(),
+            inline=True,
         )
         s.register(
             "Coordinator.Heartbeat",
             pb.HeartbeatRequest,
             lambda req, ctx: self._engine().heartbeat(req),
+            inline=True,
         )
         s.register(
             "Coordinator.GetLeader",
             pb.GetLeaderRequest,
             lambda req, ctx: self._engine().get_leader(),
+            inline=True,
         )
-        s.register("Coordinator.Status", pb.StatusRequest, self._status)
+        s.register("Coordinator.Status", pb.StatusRequest, self._status, inline=True)
 
     def _execute(self, kind: str, request):
         response = self._engine().execute(kind, request)

@@ -25,9 +25,11 @@ from rpc.errors import NotLeader, RpcError, Throttled, TimedOut, Unavailable
 
 logger = logging.getLogger(__name__)
 
-ATTEMPTS_MAX = 60
+ATTEMPTS_MAX = 200
 BACKOFF_INITIAL_S = 0.02
-BACKOFF_MAX_S = 0.5
+BACKOFF_MAX_S = 0.25
+# A node that failed to answer is not tried again on a hint for this long.
+SUSPECT_S = 2.0
 PING_TIMEOUT_S = 1.0
 RETRYABLE = (Unavailable, Throttled, TimedOut)
 
@@ -57,6 +59,7 @@ class CoordinatorClient:
         self._uuids: dict[str, str] = {}
         self._leader = self.addresses[0]
         self._seq = 0
+        self._suspect: dict[str, float] = {}  # address -> when it last failed to answer
 
     def close(self) -> None:
         self._transport.close()
@@ -176,23 +179,29 @@ class CoordinatorClient:
             with self._lock:
                 address = self._leader
             try:
-                return self.call_at(
+                response = self.call_at(
                     address, method, request, response_type, min(remaining, self.call_timeout_s)
                 )
+                with self._lock:
+                    self._suspect.pop(address, None)
+                return response
             except NotLeader as e:
                 last = e
                 hinted = e.leader_hint.address
                 with self._lock:
-                    if hinted and hinted != address:
+                    if hinted and hinted != address and not self._is_suspect(hinted):
                         self._leader = hinted
                         if hinted not in self.addresses:
                             self.addresses.append(hinted)
                         continue  # follow the hint at once
+                    # No hint, or a hint at a node that just failed us (the followers still
+                    # name the old leader until someone takes over): ask another node.
                     self._rotate(address)
             except RETRYABLE as e:
                 last = e
                 with self._lock:
                     if not isinstance(e, Unavailable) or not e.retry_after_ms:
+                        self._suspect[address] = time.monotonic()
                         self._rotate(address)  # unreachable: try another node
                 self._forget(address)
             pause = max(backoff_s, (getattr(last, "retry_after_ms", 0) or 0) / 1000.0)
@@ -227,6 +236,14 @@ class CoordinatorClient:
         with self._lock:
             self._uuids.pop(address, None)
 
+    def _is_suspect(self, address: str) -> bool:
+        failed_at = self._suspect.get(address)
+        return failed_at is not None and time.monotonic() - failed_at < SUSPECT_S
+
     def _rotate(self, address: str) -> None:
+        """Move to the next address, preferring nodes that have not just failed."""
         i = self.addresses.index(address) if address in self.addresses else -1
-        self._leader = self.addresses[(i + 1) % len(self.addresses)]
+        n = len(self.addresses)
+        candidates = [self.addresses[(i + k) % n] for k in range(1, n + 1)]
+        fresh = [a for a in candidates if not self._is_suspect(a)]
+        self._leader = (fresh or candidates)[0]

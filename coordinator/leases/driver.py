@@ -115,8 +115,11 @@ class LeaseDriver:
     # ------------------------------------------------------------ queries
 
     def is_serving(self) -> bool:
-        with self._lock:
-            return self.keeper.is_serving(self._clock())
+        # No lock: the driver's lock is held across store I/O, and a request must not wait
+        # behind an append to learn whether it may be served. The keeper's role and
+        # lease_end are each replaced atomically; reading them unlocked is as if the check
+        # ran just before or after the concurrent change.
+        return self.keeper.is_serving(self._clock())
 
     @property
     def role(self) -> Role:
@@ -127,8 +130,7 @@ class LeaseDriver:
         return self.keeper.epoch
 
     def hint(self) -> LeaderHintValue:
-        with self._lock:
-            return self.keeper.hint()
+        return self.keeper.hint()  # reads one tuple: no lock needed (see is_serving)
 
     # ------------------------------------------------------------ appends
 

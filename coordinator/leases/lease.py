@@ -250,8 +250,13 @@ class LeaseKeeper:
         kind = inf.kind.value.lower()
         if self.role is Role.LEADER:
             self._step_down(now, f"{kind} append failed (last id {last_id})")
-        self.seen_id = self.last_id_known
-        self.seen_at = now
+        if inf.kind is AppendKind.TAKEOVER and last_id is None:
+            # Outcome unknown (the store did not answer): the tail we watch has not been
+            # seen to change, so the watch keeps its start; a new id resets it as usual.
+            pass
+        else:
+            self.seen_id = self.last_id_known
+            self.seen_at = now
         self.backoff_until = now + self._rng.uniform(
             self.config.backoff_min_s, self.config.backoff_max_s
         )

@@ -114,6 +114,12 @@ class CoordinatorGroup:
         self.procs[i] = proc
         return proc
 
+    def wait_started(self, timeout_s: float = 60.0) -> None:
+        """Every started node has bound its ports (so that no other process takes them)."""
+        for i, p in enumerate(self.procs):
+            if p is not None:
+                wait_for(lambda p=p: " rpc=" in p.text(), timeout_s, f"coordinator c{i} start")
+
     def client(self, **kw) -> CoordinatorClient:
         return CoordinatorClient(self.rpc, **kw)
 

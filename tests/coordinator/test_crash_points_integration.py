@@ -94,12 +94,12 @@ def check(kind: str, client, tservers: list[TServer], done: bool) -> None:
 def test_crash_point(tmp_path, point):
     kind = point.split(".")[0]
     committed = not point.endswith("before_commit_point")
+    # Tablet servers first: the group's free ports are picked while theirs are taken.
+    tservers = [TServer(tmp_path, f"ts{i}") for i in range(2)]
     group = CoordinatorGroup(tmp_path, 3)
-    tservers: list[TServer] = []
     beat = None
     client = group.client(timeout_s=60.0, call_timeout_s=5.0)
     try:
-        tservers = [TServer(tmp_path, f"ts{i}") for i in range(2)]
         for i in (1, 2):
             group.start(i, lease_timeout_s=FOLLOWER_LEASE_S, extra=EXTRA)
         armed = group.start(0, env={ENV_VAR: point}, lease_timeout_s=1.0, extra=EXTRA)

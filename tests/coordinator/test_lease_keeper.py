@@ -226,3 +226,21 @@ def test_cancel_append_keeps_leadership():
     assert k.is_serving(1.2)
     assert k.begin_append(1.2) == 2
     assert AppendKind.OP  # the enum is public
+
+
+def test_takeover_with_unknown_outcome_keeps_the_watch():
+    """A store that did not answer changes nothing we saw: retry after the back-off only."""
+    k = keeper()
+    k.observe_entries(4, [])
+    k.observe_tail(0.0, 4)
+    k.observe_live_leases(4, {})
+    action = k.poll(1.0)
+    k.append_failed(1.5, last_id=None)
+    assert k.seen_at == 0.0 and k.seen_id == 4
+    retry = k.poll(1.5 + CFG.backoff_max_s)
+    assert retry is not None and retry.expected_id == 5 == action.expected_id
+    # Had the first attempt landed late, the tail moves and the watch restarts.
+    k.append_failed(2.0, last_id=None)
+    k.observe_entries(5, [])
+    k.observe_tail(2.1, 5)
+    assert k.seen_id == 5 and k.seen_at == 2.1

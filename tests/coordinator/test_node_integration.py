@@ -33,6 +33,7 @@ def env(tmp_path):
     try:
         for i in range(3):
             group.start(i)
+        group.wait_started()
         servers = [TServer(tmp_path, f"ts{i}") for i in range(2)]
         beat = Heartbeater(group, servers)
         client = group.client(timeout_s=30.0)
