@@ -1,0 +1,357 @@
+"""Operator commands on a running cluster: status (a ksck), tables, create/drop/describe.
+
+`coordinator status` checks the cluster the way `kudu cluster ksck` does: which node leads and
+whether every node answers, every tablet server's state, every table's tablets, and for every
+replica whether its tablet server actually hosts it, running, with the table's schema
+version, and whether the replicas of a tablet agree on their committed config. It asks the
+tablet servers themselves, not only the coordinator's view. Exit status 0 when healthy, 1 when
+anything is wrong (2 for bad usage), with `--json` for machines.
+
+All commands talk through the client library; none imports server code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict, dataclass, field
+
+from coordinator.client.client import TYPE_NAMES, Client, Column
+from coordinator.client.meta import CoordinatorClient
+from coordinator.client.tablets import TabletServerClient
+from rpc import errors
+from tservers.tserver_pb2 import DataState, ListTabletsResponse
+
+DEFAULT_TIMEOUT_S = 10.0
+
+
+@dataclass
+class NodeCheck:
+    address: str
+    ok: bool
+    role: str = ""
+    epoch: int = 0
+    applied_id: int = 0
+    pending_ops: int = 0
+    error: str = ""
+
+
+@dataclass
+class ReplicaCheck:
+    server_uuid: str
+    address: str
+    ok: bool
+    problem: str = ""
+    config_index: int = -1
+
+
+@dataclass
+class TabletCheck:
+    tablet_id: str
+    ok: bool
+    replicas: list[ReplicaCheck] = field(default_factory=list)
+    problem: str = ""
+
+
+@dataclass
+class TableCheck:
+    name: str
+    table_id: str
+    state: str
+    schema_version: int
+    ok: bool
+    tablets: list[TabletCheck] = field(default_factory=list)
+
+
+@dataclass
+class ClusterCheck:
+    healthy: bool = True
+    leader: str = ""
+    nodes: list[NodeCheck] = field(default_factory=list)
+    servers: list[dict] = field(default_factory=list)
+    tables: list[TableCheck] = field(default_factory=list)
+    pending_ops: int = 0
+    problems: list[str] = field(default_factory=list)
+
+    def problem(self, text: str) -> None:
+        self.healthy = False
+        self.problems.append(text)
+
+
+def check_cluster(addresses: list[str], timeout_s: float) -> ClusterCheck:
+    result = ClusterCheck()
+    with CoordinatorClient(
+        addresses, timeout_s=timeout_s, call_timeout_s=min(timeout_s, 3.0)
+    ) as meta:
+        for address in addresses:
+            try:
+                st = meta.status(address, timeout_s=min(timeout_s, 3.0))
+            except errors.RpcError as err:
+                result.nodes.append(NodeCheck(address, False, error=str(err)))
+                result.problem(f"coordinator {address} does not answer: {err}")
+                continue
+            result.nodes.append(
+                NodeCheck(address, True, st.role, st.epoch, st.applied_id, st.pending_ops)
+            )
+            if st.role == "LEADER":
+                result.leader = address
+                result.pending_ops = st.pending_ops
+        if not result.leader:
+            result.problem("no coordinator node leads")
+            return result
+        if result.pending_ops:
+            result.problem(f"{result.pending_ops} operation(s) started and not finished")
+        servers = meta.list_servers()
+        result.servers = [
+            {"uuid": s.uuid, "address": s.address, "state": s.state, "replicas": s.replicas}
+            for s in servers
+        ]
+        for s in servers:
+            if s.state != "LIVE":
+                result.problem(f"tablet server {s.uuid} ({s.address}) is {s.state}")
+        reports = _tablet_reports(servers, timeout_s)
+        for summary in meta.list_tables():
+            result.tables.append(_check_table(meta, summary, reports, result))
+    return result
+
+
+def _tablet_reports(servers, timeout_s: float) -> dict[str, ListTabletsResponse | str]:
+    """ListTablets of every tablet server, or why it could not be asked."""
+    out: dict[str, ListTabletsResponse | str] = {}
+    for s in servers:
+        try:
+            with TabletServerClient(s.address, s.uuid, timeout_s=min(timeout_s, 3.0)) as ts:
+                out[s.uuid] = ts.list_tablets()
+        except errors.RpcError as err:
+            out[s.uuid] = f"unreachable: {err}"
+    return out
+
+
+def _check_table(meta, summary, reports, result: ClusterCheck) -> TableCheck:
+    described = meta.describe_table(summary.name)
+    locations = meta.get_tablet_locations(summary.name)
+    table = TableCheck(
+        summary.name, summary.table_id, summary.state, described.schema.version, ok=True
+    )
+    for loc in locations.tablets:
+        tablet = TabletCheck(loc.tablet_id, ok=True)
+        for r in loc.replicas:
+            replica = ReplicaCheck(r.server_uuid, r.address, ok=True)
+            report = reports.get(r.server_uuid)
+            if isinstance(report, str) or report is None:
+                replica.ok, replica.problem = False, report or "tablet server not known"
+            else:
+                found = next((t for t in report.tablets if t.tablet_id == loc.tablet_id), None)
+                if found is None:
+                    replica.ok, replica.problem = False, "missing on its tablet server"
+                elif found.data_state != DataState.READY or found.status != "RUNNING":
+                    replica.ok = False
+                    replica.problem = (
+                        f"{DataState.Name(found.data_state)}/{found.status} {found.error}".strip()
+                    )
+                elif found.schema_version != described.schema.version:
+                    replica.ok = False
+                    replica.problem = (
+                        f"schema version {found.schema_version}, table has "
+                        f"{described.schema.version}"
+                    )
+                else:
+                    replica.config_index = found.committed_config.opid_index
+            tablet.replicas.append(replica)
+        indexes = {r.config_index for r in tablet.replicas if r.ok}
+        if len(indexes) > 1:
+            tablet.problem = f"replicas disagree on the committed config: {sorted(indexes)}"
+        bad = [r for r in tablet.replicas if not r.ok]
+        if bad or tablet.problem or not tablet.replicas:
+            tablet.ok = table.ok = False
+            why = tablet.problem or "; ".join(f"{r.address}: {r.problem}" for r in bad)
+            result.problem(f"table {summary.name} tablet {loc.tablet_id}: {why or 'no replica'}")
+        table.tablets.append(tablet)
+    return table
+
+
+def cmd_status(args) -> int:
+    result = check_cluster(args.coordinators, args.timeout_s)
+    if args.json:
+        print(json.dumps(asdict(result), indent=2))
+        return 0 if result.healthy else 1
+    print(f"leader: {result.leader or 'NONE'}")
+    for n in result.nodes:
+        state = f"{n.role} epoch {n.epoch} applied {n.applied_id}" if n.ok else f"DOWN ({n.error})"
+        print(f"  coordinator {n.address:22} {state}")
+    for s in result.servers:
+        print(
+            f"  tserver {s['uuid'][:12]} {s['address']:22} {s['state']:5} {s['replicas']} replicas"
+        )
+    for t in result.tables:
+        bad = sum(1 for tb in t.tablets if not tb.ok)
+        print(
+            f"  table {t.name:24} {t.state:8} schema v{t.schema_version} "
+            f"{len(t.tablets)} tablets{'' if not bad else f', {bad} UNHEALTHY'}"
+        )
+    print(f"pending operations: {result.pending_ops}")
+    if result.healthy:
+        print("OK: the cluster is healthy")
+        return 0
+    print(f"UNHEALTHY: {len(result.problems)} problem(s)")
+    for p in result.problems:
+        print(f"  - {p}")
+    return 1
+
+
+def parse_columns(text: str) -> list[Column]:
+    """ "id:int64:key,name:string,score:double:nullable" -> columns."""
+    columns = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        bits = part.split(":")
+        if len(bits) < 2 or bits[1] not in TYPE_NAMES:
+            raise errors.BadRequest(
+                f"column {part!r}: write NAME:TYPE[:key][:nullable] with TYPE one of "
+                f"{', '.join(TYPE_NAMES)}"
+            )
+        flags = set(bits[2:])
+        unknown = flags - {"key", "nullable"}
+        if unknown:
+            raise errors.BadRequest(f"column {part!r}: unknown flag(s) {sorted(unknown)}")
+        columns.append(Column(bits[0], bits[1], key="key" in flags, nullable="nullable" in flags))
+    if not columns:
+        raise errors.BadRequest("no columns given")
+    return columns
+
+
+def cmd_tables(args) -> int:
+    with Client(args.coordinators, timeout_s=args.timeout_s) as client:
+        for summary in client.meta.list_tables():
+            if args.json:
+                print(
+                    json.dumps(
+                        {"name": summary.name, "id": summary.table_id, "state": summary.state}
+                    )
+                )
+            else:
+                print(f"{summary.name}\t{summary.table_id}\t{summary.state}")
+    return 0
+
+
+def cmd_create_table(args) -> int:
+    columns = parse_columns(args.columns)
+    with Client(args.coordinators, timeout_s=args.timeout_s) as client:
+        table_id = client.create_table(
+            args.name, columns, num_tablets=args.tablets, replication_factor=args.replication
+        )
+    print(f"created table {args.name} ({table_id})")
+    return 0
+
+
+def cmd_drop_table(args) -> int:
+    with Client(args.coordinators, timeout_s=args.timeout_s) as client:
+        table_id = client.drop_table(args.name)
+    print(f"dropped table {args.name} ({table_id})")
+    return 0
+
+
+def cmd_describe(args) -> int:
+    with Client(args.coordinators, timeout_s=args.timeout_s) as client:
+        d = client.describe_table(args.name)
+        locations = client.tablet_locations(args.name)
+    columns = [
+        {
+            "name": c.name,
+            "type": next(k for k, v in TYPE_NAMES.items() if v == c.type),
+            "key": c.is_key,
+            "nullable": c.nullable,
+        }
+        for c in d.schema.columns
+    ]
+    tablets = [
+        {
+            "tablet_id": t.tablet_id,
+            "bucket": t.partition.hash_bucket,
+            "replicas": [
+                {"uuid": r.server_uuid, "address": r.address, "leader": r.is_leader}
+                for r in t.replicas
+            ],
+        }
+        for t in locations.tablets
+    ]
+    info = {
+        "name": d.name,
+        "id": d.table_id,
+        "state": d.state,
+        "schema_version": d.schema.version,
+        "replication_factor": d.replication_factor,
+        "columns": columns,
+        "tablets": tablets,
+    }
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return 0
+    print(
+        f"table {d.name} ({d.table_id}) {d.state}, schema v{d.schema.version}, "
+        f"replication {d.replication_factor}"
+    )
+    for c in columns:
+        flags = " ".join(
+            f for f in ("key" if c["key"] else "", "nullable" if c["nullable"] else "") if f
+        )
+        print(f"  {c['name']:24} {c['type']:10} {flags}")
+    for t in tablets:
+        where = ", ".join(f"{r['address']}{'*' if r['leader'] else ''}" for r in t["replicas"])
+        print(f"  tablet {t['tablet_id']:16} bucket {t['bucket']:3}  {where}")
+    return 0
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--coordinators",
+        required=True,
+        type=lambda v: [a.strip() for a in v.split(",") if a.strip()],
+        help="coordinator node addresses HOST:PORT,...",
+    )
+    p.add_argument("--timeout-s", type=float, default=DEFAULT_TIMEOUT_S)
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def add_commands(sub) -> None:
+    """Add status, tables, create-table, drop-table, describe to a subparsers object."""
+    p = sub.add_parser("status", help="check the cluster like ksck; exit 1 when unhealthy")
+    _common(p)
+    p.set_defaults(func=cmd_status)
+    p = sub.add_parser("tables", help="list tables")
+    _common(p)
+    p.set_defaults(func=cmd_tables)
+    p = sub.add_parser("create-table", help="create a hash-partitioned table")
+    _common(p)
+    p.add_argument("name")
+    p.add_argument(
+        "--columns",
+        required=True,
+        help="NAME:TYPE[:key][:nullable],... TYPE one of " + ", ".join(TYPE_NAMES),
+    )
+    p.add_argument("--tablets", type=int, default=4)
+    p.add_argument("--replication", type=int, default=1)
+    p.set_defaults(func=cmd_create_table)
+    p = sub.add_parser("drop-table", help="drop a table (its tablets are tombstoned)")
+    _common(p)
+    p.add_argument("name")
+    p.set_defaults(func=cmd_drop_table)
+    p = sub.add_parser("describe", help="a table's schema and tablets")
+    _common(p)
+    p.add_argument("name")
+    p.set_defaults(func=cmd_describe)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="coordinator", description=__doc__.splitlines()[0])
+    add_commands(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except errors.RpcError as err:
+        print(f"coordinator {args.command}: {err}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
