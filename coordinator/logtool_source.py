@@ -28,7 +28,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from coordinator.logtool_decode import RawEntry
-from logstore.api import READ_LIMIT_MAX
 from logstore.journal import decode_meta, scan_journal
 from logstore.snapshot import decode_snapshot
 from logstore.state import LogState
@@ -228,7 +227,7 @@ def load_data_dir(path: str, log: str) -> LogImage:
         snap_index = smeta.last_entry[1]
         stats.snapshot_raft_index = snap_index
         stats.snapshot_members = smeta.members
-        for e in state.read(log, 1, READ_LIMIT_MAX) if log in state.logs else []:
+        for e in state.logs.get(log, {}).values():  # every live entry, in id order
             history[e.id] = RawEntry(e.id, e.data, e.invalidates, True, source="snapshot")
         # Entries that live entries invalidated before the snapshot: known by whom, only.
         for e in history.values():
