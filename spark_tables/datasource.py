@@ -224,7 +224,10 @@ class TableWriter(DataSourceArrowWriter):
         rows = sum(m.rows for m in messages if isinstance(m, WriteCommit))
         logger.info(
             "%s into %s: %d rows from %d tasks",
-            self.options.operation.value, self.options.table, rows, len(messages),
+            self.options.operation.value,
+            self.options.table,
+            rows,
+            len(messages),
         )
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
@@ -234,7 +237,10 @@ class TableWriter(DataSourceArrowWriter):
         logger.error(
             "%s into %s failed: %d of %d tasks had finished (%d rows, which stay written); "
             "failed tasks may have written part of their rows",
-            self.options.operation.value, self.options.table, len(done), len(messages),
+            self.options.operation.value,
+            self.options.table,
+            len(done),
+            len(messages),
             sum(m.rows for m in done),
         )
 

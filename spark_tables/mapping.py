@@ -137,6 +137,7 @@ def _parse_int(opts: Mapping[str, str], key: str, default: int, low: int, high: 
 
 # ---- types ---------------------------------------------------------------------------------
 
+
 def spark_type(arrow_type: pa.DataType) -> DataType:
     """The Spark type for a table column's Arrow type; ValueError for anything else."""
     if pa.types.is_int64(arrow_type):
@@ -221,7 +222,9 @@ def to_table_batch(batch: pa.RecordBatch, table_schema: pa.Schema) -> pa.RecordB
 
 
 def check_write_columns(
-    input_names: Sequence[str], table_schema: pa.Schema, key_columns: Sequence[str],
+    input_names: Sequence[str],
+    table_schema: pa.Schema,
+    key_columns: Sequence[str],
     operation: Operation,
 ) -> None:
     """Fail on the driver, before any task runs, when the DataFrame cannot fit the table."""
@@ -235,9 +238,7 @@ def check_write_columns(
     if missing_keys:
         raise OptionError(f"DataFrame lacks key column(s) {missing_keys}")
     if operation is not Operation.DELETE:
-        missing = [
-            f.name for f in table_schema if not f.nullable and f.name not in input_names
-        ]
+        missing = [f.name for f in table_schema if not f.nullable and f.name not in input_names]
         if missing:
             raise OptionError(f"DataFrame lacks non-nullable column(s) {missing}")
 
@@ -268,8 +269,10 @@ def _value_fits(arrow_type: pa.DataType, value: object) -> bool:
     if pa.types.is_floating(arrow_type):
         # Spark orders NaN above every number and makes NaN = NaN true; IEEE comparisons in
         # the scan do not, so only equality with an ordinary number is pushed (caller's check).
-        return isinstance(value, float | int) and not isinstance(value, bool) and not (
-            isinstance(value, float) and math.isnan(value)
+        return (
+            isinstance(value, float | int)
+            and not isinstance(value, bool)
+            and not (isinstance(value, float) and math.isnan(value))
         )
     return False  # timestamps: time-zone conversions are Spark's business
 
@@ -334,9 +337,7 @@ def format_row_errors(errors: Sequence[object], table: str, operation: Operation
     """The message of a failed write task: how many rows failed and the first few."""
     shown = "; ".join(_describe_error(e) for e in errors[:ERRORS_SHOWN_MAX])
     more = f" (and {len(errors) - ERRORS_SHOWN_MAX} more)" if len(errors) > ERRORS_SHOWN_MAX else ""
-    return (
-        f"{len(errors)} row(s) failed to {operation.value} into table {table!r}: {shown}{more}"
-    )
+    return f"{len(errors)} row(s) failed to {operation.value} into table {table!r}: {shown}{more}"
 
 
 def _describe_error(error: object) -> str:

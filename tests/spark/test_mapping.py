@@ -54,8 +54,15 @@ def test_options_defaults_and_errors():
     assert o.table == "t" and o.operation is Operation.INSERT and o.columns is None
     assert o.pushdown is False and o.flush_rows_max == mapping.FLUSH_ROWS_DEFAULT
     o = mapping.parse_options(
-        {"coordinators": "h:1", "table": "t", "operation": "UPSERT", "columns": "a, b",
-         "pushdown": "true", "flush_rows_max": "5", "timeout_s": "2.5"}
+        {
+            "coordinators": "h:1",
+            "table": "t",
+            "operation": "UPSERT",
+            "columns": "a, b",
+            "pushdown": "true",
+            "flush_rows_max": "5",
+            "timeout_s": "2.5",
+        }
     )
     assert o.operation is Operation.UPSERT and o.columns == ("a", "b") and o.pushdown
     assert o.flush_rows_max == 5 and o.timeout_s == 2.5
@@ -77,7 +84,12 @@ def test_options_defaults_and_errors():
 def test_type_mapping_matches_what_spark_checks():
     schema = mapping.spark_schema(TABLE)
     assert [f.dataType for f in schema.fields] == [
-        LongType(), IntegerType(), DoubleType(), BooleanType(), StringType(), BinaryType(),
+        LongType(),
+        IntegerType(),
+        DoubleType(),
+        BooleanType(),
+        StringType(),
+        BinaryType(),
         TimestampType(),
     ]
     assert [f.nullable for f in schema.fields] == [f.nullable for f in TABLE]
@@ -111,8 +123,9 @@ def test_batches_round_trip_between_table_and_spark_shapes():
     spark_batch = mapping.to_spark_batch(batch, target)
     assert spark_batch.schema.equals(target)
     assert spark_batch.column(0).type == pa.timestamp("us", tz="UTC")
-    back = mapping.to_table_batch(mapping.to_spark_batch(batch, mapping.spark_batch_schema(TABLE)),
-                                  TABLE)
+    back = mapping.to_table_batch(
+        mapping.to_spark_batch(batch, mapping.spark_batch_schema(TABLE)), TABLE
+    )
     assert back.to_pylist() == batch.to_pylist()
     # Spark hands longs where the table has int32: cast, and refuse what does not fit.
     wide = pa.RecordBatch.from_pydict({"id": [1], "i32": pa.array([2**40], pa.int64())})
@@ -172,8 +185,10 @@ def test_filter_translation_only_where_semantics_match():
 
 
 def test_row_error_message_names_count_and_first_errors():
-    errs = [RowError("insert", {"id": i, "s": "x" * 100}, "ALREADY_EXISTS", "key exists")
-            for i in range(7)]
+    errs = [
+        RowError("insert", {"id": i, "s": "x" * 100}, "ALREADY_EXISTS", "key exists")
+        for i in range(7)
+    ]
     text = mapping.format_row_errors(errs, "t", Operation.INSERT)
     assert text.startswith("7 row(s) failed to insert into table 't'")
     assert "ALREADY_EXISTS: key exists" in text and "(and 2 more)" in text

@@ -1,0 +1,363 @@
+"""The data pipeline job: sample orders -> table -> Spark aggregation -> second table.
+
+    python -m jobs.pipeline --coordinators 127.0.0.1:7000[,...] [--master local[*]] [--rows N]
+
+1. Generate a sample dataset of orders with Spark and write it as Parquet under --workdir
+   (nothing is downloaded; the values are a deterministic function of the order id).
+2. Ingest the Parquet rows into the table `<prefix>orders` through the "logcentric" data
+   source, in several write jobs (slices of the order ids) in upsert mode. Between two slices
+   in the middle, `on_ingest_midpoint` runs: the main job kills the coordinator leader there.
+   A slice whose write job fails is written again (upsert makes that safe), a bounded
+   number of times.
+3. Read the table back with Spark (one partition per tablet) and check that it holds exactly
+   the generated keys, each once.
+4. Transform and aggregate in Spark: revenue per region and day for non-cancelled orders.
+5. Write the aggregate to `<prefix>region_daily` (upsert), read it back, and compare it
+   with the same aggregate computed from the Parquet file alone.
+6. Print a summary: counts in and out, sample rows, and whether every check passed.
+
+`run_pipeline(spark, coordinators, workdir, rows=..., on_ingest_midpoint=callback)` is the
+entry point for other jobs; it returns a PipelineResult and raises PipelineError when a check
+fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+log = logging.getLogger("pipeline")
+
+FORMAT = "logcentric"
+ROWS_DEFAULT = 100_000
+INGEST_SLICES_DEFAULT = 4
+SLICE_ATTEMPTS_MAX = 5
+NUM_TABLETS_DEFAULT = 4
+SAMPLE_ROWS = 5
+REGIONS = ("north", "south", "east", "west", "central")
+DAYS = 14
+
+
+class PipelineError(RuntimeError):
+    """A step of the pipeline failed or a check found wrong data."""
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineResult:
+    rows_generated: int
+    rows_ingested: int  # rows read back from the orders table
+    duplicate_keys: int
+    missing_keys: int
+    slice_retries: int
+    groups_computed: int  # aggregate rows computed from the cluster's table
+    groups_read_back: int  # aggregate rows read back from the result table
+    aggregate_matches_source: bool
+    orders_table: str
+    result_table: str
+    seconds: dict[str, float] = field(default_factory=dict)
+    sample: tuple[dict, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return (
+            self.rows_ingested == self.rows_generated
+            and self.duplicate_keys == 0
+            and self.missing_keys == 0
+            and self.groups_read_back == self.groups_computed
+            and self.aggregate_matches_source
+        )
+
+
+def generate_orders(spark, path: Path, rows: int):
+    """Write `rows` sample orders as Parquet at `path`; returns the DataFrame read from it."""
+    from pyspark.sql import functions as F
+
+    regions = F.array(*[F.lit(r) for r in REGIONS])
+    df = spark.range(0, rows, numPartitions=max(1, min(8, rows // 50_000 + 1))).select(
+        F.col("id").alias("order_id"),
+        F.concat(F.lit("cust-"), F.pmod(F.xxhash64("id"), F.lit(997)).cast("string")).alias(
+            "customer"
+        ),
+        F.element_at(
+            regions, (F.pmod(F.xxhash64("id", F.lit(1)), F.lit(len(REGIONS))) + 1).cast("int")
+        ).alias("region"),  # fmt: skip
+        (F.pmod(F.xxhash64("id", F.lit(2)), F.lit(100_000)) / 100.0).alias("amount"),
+        (F.pmod(F.xxhash64("id", F.lit(3)), F.lit(9)) + 1).cast("int").alias("quantity"),
+        (F.pmod(F.xxhash64("id", F.lit(4)), F.lit(20)) == 0).alias("cancelled"),
+        F.timestamp_seconds(
+            F.lit(1_717_200_000) + F.pmod(F.xxhash64("id", F.lit(5)), F.lit(DAYS * 86_400))
+        ).alias("ordered_at"),
+    )
+    df.write.mode("overwrite").parquet(str(path))
+    return spark.read.parquet(str(path))
+
+
+def create_tables(coordinators: str, orders: str, result: str, num_tablets: int, rf: int) -> None:
+    from coordinator.client.client import Client, Column
+
+    with Client(coordinators, timeout_s=60.0) as client:
+        existing = set(client.list_tables())
+        for name in (orders, result):
+            if name in existing:
+                client.drop_table(name)
+        client.create_table(
+            orders,
+            [
+                Column("order_id", "int64", key=True),
+                Column("customer", "string"),
+                Column("region", "string"),
+                Column("amount", "double"),
+                Column("quantity", "int32"),
+                Column("cancelled", "bool"),
+                Column("ordered_at", "timestamp"),
+            ],
+            num_tablets=num_tablets,
+            replication_factor=rf,
+        )
+        client.create_table(
+            result,
+            [
+                Column("region", "string", key=True),
+                Column("day", "string", key=True),
+                Column("orders", "int64"),
+                Column("customers", "int64"),
+                Column("revenue_cents", "int64"),
+                Column("max_amount", "double", nullable=True),
+            ],
+            num_tablets=2,
+            replication_factor=rf,
+        )
+
+
+def aggregate(df):
+    """Revenue per region and day of the orders that were not cancelled."""
+    from pyspark.sql import functions as F
+
+    return (
+        df.where(~F.col("cancelled"))
+        .withColumn("day", F.date_format(F.col("ordered_at"), "yyyy-MM-dd"))
+        .groupBy("region", "day")
+        .agg(
+            F.count(F.lit(1)).alias("orders"),
+            F.countDistinct("customer").alias("customers"),
+            # Integer cents: a sum of doubles depends on the order of its terms, and the check
+            # compares two aggregates computed in different orders.
+            F.sum(F.round(F.col("amount") * 100).cast("long") * F.col("quantity")).alias(
+                "revenue_cents"
+            ),
+            F.max("amount").alias("max_amount"),
+        )
+    )
+
+
+def _write(df, coordinators: str, table: str, operation: str) -> None:
+    (
+        df.write.format(FORMAT)
+        .option("coordinators", coordinators)
+        .option("table", table)
+        .option("operation", operation)
+        .mode("append")
+        .save()
+    )
+
+
+def _read(spark, coordinators: str, table: str):
+    return (
+        spark.read.format(FORMAT).option("coordinators", coordinators).option("table", table).load()
+    )
+
+
+def ingest(
+    source,
+    coordinators: str,
+    table: str,
+    rows: int,
+    slices: int,
+    on_midpoint: Callable[[], None] | None,
+) -> int:
+    """Upsert the source in `slices` write jobs; returns how many slice writes were retried."""
+    from pyspark.sql import functions as F
+
+    retries = 0
+    bounds = [rows * k // slices for k in range(slices + 1)]
+    for k in range(slices):
+        if k == slices // 2 and on_midpoint is not None:
+            log.info("ingest midpoint (%d of %d slices written): callback", k, slices)
+            on_midpoint()
+        part = source.where((F.col("order_id") >= bounds[k]) & (F.col("order_id") < bounds[k + 1]))
+        for attempt in range(1, SLICE_ATTEMPTS_MAX + 1):
+            try:
+                _write(part, coordinators, table, "upsert")
+                break
+            except Exception as err:  # a Spark job failure arrives as a JVM-wrapped exception
+                if attempt == SLICE_ATTEMPTS_MAX:
+                    raise PipelineError(
+                        f"ingest slice {k} failed {attempt} times; last error: {_first_line(err)}"
+                    ) from err
+                retries += 1
+                log.warning("ingest slice %d attempt %d failed (%s); again", k, attempt,
+                            _first_line(err))  # fmt: skip
+        log.info("ingest slice %d/%d written (order ids %d..%d)", k + 1, slices, bounds[k],
+                 bounds[k + 1] - 1)  # fmt: skip
+    return retries
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0][:300] if text else type(err).__name__
+
+
+def run_pipeline(
+    spark,
+    coordinators: str,
+    workdir: Path | str,
+    *,
+    rows: int = ROWS_DEFAULT,
+    on_ingest_midpoint: Callable[[], None] | None = None,
+    ingest_slices: int = INGEST_SLICES_DEFAULT,
+    table_prefix: str = "pipeline_",
+    num_tablets: int = NUM_TABLETS_DEFAULT,
+    replication_factor: int = 1,
+) -> PipelineResult:
+    """Run every step; the SparkSession must have the data source registered."""
+    from pyspark.sql import functions as F
+
+    if rows < 1 or ingest_slices < 1:
+        raise ValueError("rows and ingest_slices must be positive")
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    orders, result = f"{table_prefix}orders", f"{table_prefix}region_daily"
+    seconds: dict[str, float] = {}
+
+    started = time.monotonic()
+    source = generate_orders(spark, workdir / "orders.parquet", rows)
+    seconds["generate"] = time.monotonic() - started
+
+    started = time.monotonic()
+    create_tables(coordinators, orders, result, num_tablets, replication_factor)
+    retries = ingest(source, coordinators, orders, rows, ingest_slices, on_ingest_midpoint)
+    seconds["ingest"] = time.monotonic() - started
+
+    started = time.monotonic()
+    table_df = _read(spark, coordinators, orders)
+    keys = table_df.select("order_id").cache()
+    try:
+        ingested = keys.count()
+        distinct = keys.distinct().count()
+        missing = source.select("order_id").exceptAll(keys.distinct()).count()
+    finally:
+        keys.unpersist()
+    seconds["verify_ingest"] = time.monotonic() - started
+
+    started = time.monotonic()
+    computed = aggregate(table_df).cache()
+    try:
+        groups_computed = computed.count()
+        _write(computed, coordinators, result, "upsert")
+    finally:
+        computed.unpersist()
+    seconds["aggregate_and_write"] = time.monotonic() - started
+
+    started = time.monotonic()
+    columns = ["region", "day", "orders", "customers", "revenue_cents", "max_amount"]
+    read_back = _read(spark, coordinators, result).select(*columns)
+    expected = aggregate(source).select(*columns)
+    groups_read_back = read_back.count()
+    matches = (
+        read_back.exceptAll(expected).count() == 0 and expected.exceptAll(read_back).count() == 0
+    )
+    top = read_back.orderBy(F.col("revenue_cents").desc(), "region", "day")
+    sample = tuple(r.asDict() for r in top.limit(SAMPLE_ROWS).collect())
+    seconds["verify_result"] = time.monotonic() - started
+
+    return PipelineResult(
+        rows_generated=rows,
+        rows_ingested=ingested,
+        duplicate_keys=ingested - distinct,
+        missing_keys=missing,
+        slice_retries=retries,
+        groups_computed=groups_computed,
+        groups_read_back=groups_read_back,
+        aggregate_matches_source=matches,
+        orders_table=orders,
+        result_table=result,
+        seconds=seconds,
+        sample=sample,
+    )
+
+
+def summary(result: PipelineResult) -> str:
+    lines = [
+        "== pipeline summary ==",
+        f"rows generated (Parquet)        {result.rows_generated}",
+        f"rows in {result.orders_table:<23} {result.rows_ingested} "
+        f"(duplicates {result.duplicate_keys}, missing {result.missing_keys}, "
+        f"slice writes retried {result.slice_retries})",
+        f"aggregate rows computed         {result.groups_computed}",
+        f"rows in {result.result_table:<23} {result.groups_read_back}",
+        f"aggregate equals Parquet-only   {result.aggregate_matches_source}",
+        "times: " + ", ".join(f"{k} {v:.1f}s" for k, v in result.seconds.items()),
+        f"top {len(result.sample)} rows of {result.result_table} by revenue:",
+    ]
+    for row in result.sample:
+        lines.append("  " + ", ".join(f"{k}={v}" for k, v in row.items()))
+    lines.append("RESULT: " + ("OK" if result.ok else "FAILED"))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m jobs.pipeline", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--coordinators", required=True, help="host:port[,host:port...]")
+    parser.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
+    parser.add_argument("--rows", type=int, default=ROWS_DEFAULT)
+    parser.add_argument("--slices", type=int, default=INGEST_SLICES_DEFAULT,
+                        help="ingest write jobs")  # fmt: skip
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        default=Path(".run/pipeline"),
+        help="where the sample Parquet goes (shared storage on a cluster)",
+    )
+    parser.add_argument("--table-prefix", default="pipeline_")
+    parser.add_argument("--num-tablets", type=int, default=NUM_TABLETS_DEFAULT)
+    parser.add_argument("--replication-factor", type=int, default=1)
+    parser.add_argument("--keep-workdir", action="store_true")
+    parser.add_argument("--log-level", default="INFO")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(message)s")
+
+    from spark_tables.session import build_session
+
+    spark = build_session(args.master, "logcentric-pipeline")
+    try:
+        result = run_pipeline(
+            spark,
+            args.coordinators,
+            args.workdir,
+            rows=args.rows,
+            ingest_slices=args.slices,
+            table_prefix=args.table_prefix,
+            num_tablets=args.num_tablets,
+            replication_factor=args.replication_factor,
+        )
+    except PipelineError as err:
+        print(f"pipeline failed: {err}", file=sys.stderr)
+        return 1
+    finally:
+        spark.stop()
+        if not args.keep_workdir:
+            shutil.rmtree(args.workdir / "orders.parquet", ignore_errors=True)
+    print(summary(result), flush=True)
+    return 0 if result.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
