@@ -28,6 +28,7 @@ import os
 import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,7 +42,7 @@ from logstore.auth import HmacAuthenticator
 from logstore.journal import DurableJournal
 from logstore.snapshot import SnapshotHooks
 from logstore.state import AppendOutcome, LogState
-from rpc.errors import BadRequest, IllegalState, TimedOut, Unavailable
+from rpc.errors import BadRequest, IllegalState, RpcError, TimedOut, Unavailable
 
 logger = logging.getLogger(__name__)
 
@@ -127,18 +128,38 @@ class _Waker:
 
 
 class _DurableTransport(TCPTransport):
-    """pysyncobj's TCP transport, but nothing is sent while the journal holds unsynced
-    records: a follower's AppendEntries acknowledgement, a vote, or the leader's own
-    AppendEntries all leave only after the entries they describe are on stable storage."""
+    """pysyncobj's TCP transport, but no message leaves while the journal holds unsynced
+    records (a follower's acknowledgement, a vote, a forwarded command...), with one
+    exception: the leader's own AppendEntries. Raft lets a leader write its log in parallel
+    with replicating it, as long as it counts itself toward a commit only once its copy is
+    durable, which `_RaftNode._onTick` ensures; so the leader's fdatasync overlaps the
+    followers' instead of preceding it."""
 
     def __init__(self, syncObj, selfNode, otherNodes, before_send, on_message) -> None:
         self._before_send = before_send
         self._filter_message = on_message
+        # Acknowledgements held back until the end of the current poll round: a follower
+        # that received several AppendEntries in one round syncs once and answers all.
+        self._deferred: list[tuple[object, dict]] = []
         super().__init__(syncObj, selfNode, otherNodes)
 
     def send(self, node, message):
-        self._before_send()
+        kind = message.get("type")
+        if kind == "append_entries" and self._syncObj._isLeader():
+            return super().send(node, message)
+        if kind == "next_node_idx":
+            self._deferred.append((node, message))
+            return True
+        self.flush()
         return super().send(node, message)
+
+    def flush(self) -> None:
+        """Sync the journal, then send the held-back acknowledgements (tick thread)."""
+        self._before_send()
+        if self._deferred:
+            pending, self._deferred = self._deferred, []
+            for node, message in pending:
+                super().send(node, message)
 
     def _onMessageReceived(self, node, message):
         message = self._filter_message(node, message)
@@ -163,15 +184,17 @@ class _RaftNode(SyncObj):
         self._ls_journal = journal
         self._ls_auth = authenticator
         self._ls_waker: _Waker | None = None
+        self._ls_transport: _DurableTransport | None = None
         self._ls_commit_sent = 0
         self._ls_applied_cond = threading.Condition()
         super().__init__(self_address, list(peers), conf, transportClass=self._make_transport)
 
     def _make_transport(self, syncObj, selfNode, otherNodes):
         self._ls_waker = _Waker(self._poller)
-        return _DurableTransport(
+        self._ls_transport = _DurableTransport(
             syncObj, selfNode, otherNodes, self._ls_journal.sync, self._ls_filter_message
         )
+        return self._ls_transport
 
     def _ls_filter_message(self, node, message):
         """Make a follower's handling of AppendEntries follow Raft (paper, fig. 2, rule 3):
@@ -254,8 +277,12 @@ class _RaftNode(SyncObj):
 
     def _onTick(self, timeToWait=0.0):
         # The leader counts its own log toward the commit index at the start of a tick:
-        # whatever it appended in the previous tick must be durable by then.
-        self._ls_journal.sync()
+        # whatever it appended in the previous tick must be durable by then. A follower
+        # answers here, after one sync, every AppendEntries of the last poll round.
+        if self._ls_transport is not None:
+            self._ls_transport.flush()
+        else:
+            self._ls_journal.sync()
         super()._onTick(timeToWait)
 
     def _checkCommandsToApply(self):
@@ -265,11 +292,12 @@ class _RaftNode(SyncObj):
             return
         grew = self._ls_journal.last_index() != before
         if grew or self.raftCommitIndex != self._ls_commit_sent:
-            # Group commit: one fdatasync for every entry added in this tick, then send at
-            # once instead of at the next heartbeat (pysyncobj's batching period).
-            self._ls_journal.sync()
+            # Send at once instead of at the next heartbeat (pysyncobj's batching period),
+            # then group commit: one fdatasync for every entry added in this tick, while
+            # the followers write theirs.
             self._ls_commit_sent = self.raftCommitIndex
             self._SyncObj__sendAppendEntries()
+            self._ls_journal.sync()
             if grew and self._ls_waker is not None:
                 # A lone leader commits on its next tick; do not wait for a poll timeout.
                 self._ls_waker.notify()
@@ -412,6 +440,39 @@ class ReplicatedLogStore:
         )
         assert isinstance(outcome, AppendOutcome), outcome
         return outcome.raise_if_error()
+
+    def append_async(
+        self,
+        log: str,
+        data: bytes,
+        expected_id: int | None = None,
+        invalidates: Sequence[int] = (),
+    ) -> Future:
+        """Submit one append without waiting: a Future that ends with the new id or the
+        error `append` would raise. Many appends can be in flight; they enter the log in
+        submission order while one leader lasts. No retries: on a leader change the
+        Future fails (Unavailable), and the outcome of that append is unknown."""
+        if not isinstance(log, str) or not log or len(log.encode()) > LOG_NAME_BYTES_MAX:
+            raise BadRequest(f"log name must be 1..{LOG_NAME_BYTES_MAX} bytes")
+        if len(data) > ENTRY_BYTES_MAX:
+            raise BadRequest(f"entry of {len(data)} bytes exceeds {ENTRY_BYTES_MAX}")
+        self._check_open()
+        future: Future = Future()
+        future.set_running_or_notify_cancel()
+
+        def done(result, error) -> None:
+            if error == FAIL_REASON.SUCCESS:
+                try:
+                    future.set_result(result.raise_if_error())
+                except RpcError as err:
+                    future.set_exception(err)
+            else:
+                future.set_exception(Unavailable(f"append failed (pysyncobj reason {error})"))
+
+        inv = tuple(int(i) for i in invalidates)
+        exp = None if expected_id is None else int(expected_id)
+        self._node._ls_append(log, bytes(data), exp, inv, callback=done)
+        return future
 
     def read(
         self, log: str, from_id: int = 1, limit: int = 1000, timeout_s: float = 5.0

@@ -20,6 +20,17 @@ class ReplicaProcess:
     data_dir: str
     peers: list[str]
     extra_args: list[str] = field(default_factory=list)
+    # The program that serves: `logstore serve` unless a bench swaps in another.
+    argv_prefix: list[str] = field(
+        default_factory=lambda: [
+            sys.executable,
+            "-m",
+            "logstore.cli",
+            "--log-level",
+            "INFO",
+            "serve",
+        ]
+    )
     proc: subprocess.Popen | None = None
     uuid: str = ""
     log_path: str = ""
@@ -30,12 +41,7 @@ class ReplicaProcess:
         self.log_path = os.path.join(self.data_dir, "..", os.path.basename(self.data_dir) + ".log")
         env = dict(os.environ, LOGSTORE_PASSWORD=PASSWORD, PYTHONUNBUFFERED="1")
         cmd = [
-            sys.executable,
-            "-m",
-            "logstore.cli",
-            "--log-level",
-            "INFO",
-            "serve",
+            *self.argv_prefix,
             "--raft-address",
             self.raft_address,
             "--peers",
