@@ -32,7 +32,7 @@ from coordinator.ops import OPS, TWO_PHASE
 from coordinator.ops.common import CompletionContext, TabletServerGateway, check_name
 from coordinator.ops.server_down import ServerDownRequest
 from coordinator.replay.replayer import Replayer
-from rpc.errors import NotFound, NotLeader, RpcError, Unavailable
+from rpc.errors import IllegalState, NotFound, NotLeader, RpcError, Unavailable
 
 logger = logging.getLogger(__name__)
 
@@ -179,7 +179,10 @@ class Engine:
         while True:
             with self.catalog.lock:
                 result: OpResult | None = self.catalog.session_result(rid.client_id, rid.seq)
-            assert result is not None
+            if result is None:  # evicted: more than 64 newer requests of this client
+                raise IllegalState(
+                    f"the result of request {rid.client_id}/{rid.seq} is no longer kept"
+                )
             if result.done:
                 return module.response(result)
             if not self.lease.is_serving():
@@ -269,6 +272,8 @@ class Engine:
         while not self._stop.wait(self.config.monitor_interval_s):
             if not self.lease.is_serving():
                 continue
+            if self.catalog.applied_id < self.lease.epoch:
+                continue  # decisions need the catalog replayed to the takeover record
             try:
                 self._mark_silent_servers_down()
                 if self.serving():
