@@ -48,17 +48,20 @@ def cmd_start(args) -> int:
     from rpc.errors import RpcError
 
     if not args.logstore and not args.raft:
-        raise SystemExit("coordinator: --raft HOST:PORT is needed for the embedded logstore")
+        print("coordinator: --raft HOST:PORT is needed for the embedded logstore", file=sys.stderr)
+        return 2
     try:
         lease = LeaseConfig(
             lease_timeout_s=args.lease_timeout_s,
             renew_interval_s=args.lease_timeout_s / 5,
             drift_margin_s=args.lease_timeout_s / 10,
+            # Conditional appends settle duels; the back-off only spreads retries.
             backoff_min_s=args.lease_timeout_s / 20,
-            backoff_max_s=args.lease_timeout_s / 2,
+            backoff_max_s=args.lease_timeout_s / 5,
         )
     except AssertionError:
-        raise SystemExit("coordinator: --lease-timeout-s must be positive") from None
+        print("coordinator: --lease-timeout-s must be positive", file=sys.stderr)
+        return 2
     config = NodeConfig(
         node_id=args.id,
         data_dir=args.data_dir,
