@@ -155,7 +155,20 @@ def test_sigstop_leader_past_lease_then_sigcont(env):
         new = group.leader_index(client)
         assert new != old
         proc.p.send_signal(signal.SIGCONT)
-        # On waking it must not serve, and must end up a follower of the new epoch.
+        # On waking its lease has run out: it refuses writes at once (NOT_LEADER)...
+        request = pb.CreateTableRequest(
+            request_id=client.next_request_id(),
+            name="after-wake",
+            schema=SCHEMA,
+            num_tablets=1,
+            replication_factor=1,
+        )
+        with pytest.raises(NotLeader):
+            client.call_at(
+                group.rpc[old], "CreateTable", request, pb.CreateTableResponse, timeout_s=5.0
+            )
+        assert "after-wake" not in {t.name for t in client.list_tables()}
+        # ... and ends up a follower of the new epoch.
         wait_for(
             lambda: client.status(group.rpc[old], 1.0).role == "FOLLOWER",
             30,
