@@ -5,6 +5,7 @@
     logstore status --servers H:P,...          role, term, commit/applied index, sizes
     logstore add-member --servers H:P,... RAFT_ADDRESS
     logstore remove-member --servers H:P,... RAFT_ADDRESS
+    logstore transfer-leadership --servers H:P,... [RAFT_ADDRESS]
     logstore append / read / last-id --servers H:P,... LOG ...
 
 `--servers` lists replicas' RPC addresses; `serve` prints one line
@@ -115,6 +116,13 @@ def cmd_member(args) -> int:
     return 0
 
 
+def cmd_transfer(args) -> int:
+    with _remote(args) as store:
+        leader = store.transfer_leadership(args.raft_address, timeout_s=args.timeout_s)
+    print(f"leader: {leader}")
+    return 0
+
+
 def cmd_append(args) -> int:
     inv = [int(i) for i in _split(args.invalidates)] if args.invalidates else []
     with _remote(args) as store:
@@ -178,6 +186,9 @@ def build_parser() -> argparse.ArgumentParser:
         c = client_parser(name, f"{name.split('-')[0]} one voting replica")
         c.add_argument("raft_address")
         c.set_defaults(func=cmd_member)
+    c = client_parser("transfer-leadership", "move leadership (to RAFT_ADDRESS if given)")
+    c.add_argument("raft_address", nargs="?")
+    c.set_defaults(func=cmd_transfer)
     c = client_parser("append", "append one entry")
     c.add_argument("log")
     c.add_argument("data")

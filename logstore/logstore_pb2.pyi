@@ -143,3 +143,15 @@ class MemberRequest(_message.Message):
 class MemberResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class TransferLeadershipRequest(_message.Message):
+    __slots__ = ("raft_address",)
+    RAFT_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    raft_address: str
+    def __init__(self, raft_address: _Optional[str] = ...) -> None: ...
+
+class TransferLeadershipResponse(_message.Message):
+    __slots__ = ("leader",)
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    leader: str
+    def __init__(self, leader: _Optional[str] = ...) -> None: ...

@@ -25,7 +25,14 @@ from logstore.api import (
     LogConditionFailed,
 )
 from rpc.client import RpcClient
-from rpc.errors import BadRequest, ConditionFailed, InvalidName, TimedOut, Unavailable
+from rpc.errors import (
+    BadRequest,
+    ConditionFailed,
+    InvalidName,
+    NotLeader,
+    TimedOut,
+    Unavailable,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -147,6 +154,27 @@ class RemoteLogStore:
             timeout_s,
             False,
         )
+
+    def transfer_leadership(self, raft_address: str | None = None, timeout_s: float = 10.0) -> str:
+        """Ask every known replica in turn; the leader hands over. Returns the new leader's
+        Raft address."""
+        req = pb.TransferLeadershipRequest(raft_address=raft_address or "")
+        last_err: Exception | None = None
+        for address in self._addresses:
+            try:
+                resp = self._call_at(
+                    address,
+                    "LogStore.TransferLeadership",
+                    req,
+                    pb.TransferLeadershipResponse,
+                    timeout_s,
+                    False,
+                )
+                return resp.leader
+            except (NotLeader, Unavailable, TimedOut) as err:
+                last_err = err
+        assert last_err is not None
+        raise last_err
 
     # --- internals ------------------------------------------------------------------------
 

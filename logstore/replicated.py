@@ -27,7 +27,8 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,7 +43,15 @@ from logstore.auth import HmacAuthenticator
 from logstore.journal import DurableJournal
 from logstore.snapshot import SnapshotHooks
 from logstore.state import AppendOutcome, LogState
-from rpc.errors import BadRequest, IllegalState, RpcError, TimedOut, Unavailable
+from rpc.errors import (
+    BadRequest,
+    IllegalState,
+    LeaderHintValue,
+    NotLeader,
+    RpcError,
+    TimedOut,
+    Unavailable,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -186,7 +195,8 @@ class _RaftNode(SyncObj):
         self._ls_waker: _Waker | None = None
         self._ls_transport: _DurableTransport | None = None
         self._ls_commit_sent = 0
-        self._ls_applied_cond = threading.Condition()
+        # Work that must run on the tick thread (pysyncobj state is not thread-safe).
+        self._ls_tasks: deque[Callable[[], None]] = deque(maxlen=1024)
         super().__init__(self_address, list(peers), conf, transportClass=self._make_transport)
 
     def _make_transport(self, syncObj, selfNode, otherNodes):
@@ -286,6 +296,8 @@ class _RaftNode(SyncObj):
         super()._onTick(timeToWait)
 
     def _checkCommandsToApply(self):
+        while self._ls_tasks:
+            self._ls_tasks.popleft()()
         before = self._ls_journal.last_index()
         super()._checkCommandsToApply()
         if not self._isLeader():
@@ -301,6 +313,11 @@ class _RaftNode(SyncObj):
             if grew and self._ls_waker is not None:
                 # A lone leader commits on its next tick; do not wait for a poll timeout.
                 self._ls_waker.notify()
+
+    def ls_run_on_tick(self, task: Callable[[], None]) -> None:
+        self._ls_tasks.append(task)
+        if self._ls_waker is not None:
+            self._ls_waker.notify()
 
     def ls_started(self) -> bool:
         """True once the first tick loaded the snapshot (if any) into the state."""
@@ -516,6 +533,40 @@ class ReplicatedLogStore:
 
     def remove_member(self, address: str, timeout_s: float = 10.0) -> None:
         self._membership(self._node.removeNodeFromCluster, address, timeout_s)
+
+    def transfer_leadership(self, to: str | None = None, timeout_s: float = 10.0) -> str:
+        """Hand leadership from this replica (the leader) to `to`, or to the most caught-up
+        follower; returns the new leader's address once this replica sees it lead.
+
+        pysyncobj refuses while the target lags behind the leader's last entry; under
+        load the request is repeated until the deadline."""
+        self._check_open()
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if not self.is_leader():
+                leader = self.leader() or ""
+                if to is not None and leader == to:
+                    return leader
+                raise NotLeader(
+                    f"{self.self_address} is not the leader",
+                    leader_hint=LeaderHintValue(address=leader),
+                )
+            waiter = _Waiter()
+            self._node.ls_run_on_tick(
+                lambda w=waiter: self._node.transferLeadership(to, callback=w.done)
+            )
+            if not waiter.event.wait(max(0.0, deadline - time.monotonic())):
+                raise TimedOut("leadership transfer not started in time")
+            if waiter.error == FAIL_REASON.SUCCESS:
+                end = min(deadline, time.monotonic() + 2 * self.config.raft_max_timeout_s)
+                while time.monotonic() < end:
+                    leader = self.leader()
+                    if leader and leader != self.self_address and (to is None or leader == to):
+                        return leader
+                    time.sleep(0.005)
+            if time.monotonic() >= deadline:
+                raise TimedOut(f"leadership did not move to {to or 'a follower'} in time")
+            time.sleep(0.01)
 
     def force_compaction(self) -> None:
         """Ask for a snapshot and journal trim at the next tick (tests, operators)."""

@@ -82,6 +82,9 @@ class LogStoreService:
         server.register("LogStore.Status", pb.StatusRequest, self.status)
         server.register("LogStore.AddMember", pb.MemberRequest, self.add_member)
         server.register("LogStore.RemoveMember", pb.MemberRequest, self.remove_member)
+        server.register(
+            "LogStore.TransferLeadership", pb.TransferLeadershipRequest, self.transfer_leadership
+        )
 
     def append(self, req: pb.AppendRequest, ctx: CallContext) -> pb.AppendResponse:
         expected = req.expected_id if req.HasField("expected_id") else None
@@ -145,6 +148,12 @@ class LogStoreService:
             raise BadRequest("raft_address is required")
         self.store.remove_member(req.raft_address, timeout_s=_timeout(ctx))
         return pb.MemberResponse()
+
+    def transfer_leadership(
+        self, req: pb.TransferLeadershipRequest, ctx: CallContext
+    ) -> pb.TransferLeadershipResponse:
+        leader = self.store.transfer_leadership(req.raft_address or None, timeout_s=_timeout(ctx))
+        return pb.TransferLeadershipResponse(leader=leader)
 
 
 class LogStoreServer:

@@ -1,0 +1,82 @@
+"""The `logstore` command against real `logstore serve` processes, and leadership transfer."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from .helpers import leader_of, start_cluster, wait_for
+from .procs import make_replicas
+
+pytestmark = pytest.mark.integration
+
+
+def _logstore(*args: str, timeout_s: float = 60.0) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "logstore.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
+
+
+def test_status_append_read_transfer(tmp_path):
+    replicas = make_replicas(tmp_path, 3)
+    try:
+        for r in replicas:
+            r.start()
+        servers = ",".join(r.rpc_address for r in replicas)
+        out = _logstore("append", "--servers", servers, "--timeout-s", "30", "demo", "hello")
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == "1"
+        out = _logstore("read", "--servers", servers, "--barrier", "demo")
+        assert out.returncode == 0 and "1\tb'hello'" in out.stdout
+        out = _logstore("status", "--servers", servers)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.count("role=") == 3 and "role=leader" in out.stdout
+        assert "logs (last id): demo=1" in out.stdout
+        out = _logstore("transfer-leadership", "--servers", servers, "--timeout-s", "20")
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.startswith("leader: 127.0.0.1:")
+        out = _logstore("append", "--servers", servers, "--expected-id", "5", "demo", "x")
+        assert out.returncode == 1 and "CONDITION_FAILED" in out.stderr
+        assert "Traceback" not in out.stderr
+    finally:
+        for r in replicas:
+            r.kill()
+
+
+def test_status_of_unreachable_server_is_an_error():
+    out = _logstore("status", "--servers", "127.0.0.1:1", "--timeout-s", "0.5")
+    assert out.returncode == 1 and "unreachable" in out.stdout
+    assert "Traceback" not in out.stderr
+
+
+def test_serve_refuses_to_run_without_password(tmp_path):
+    out = _logstore(
+        "serve",
+        "--raft-address",
+        "127.0.0.1:1",
+        "--peers",
+        "127.0.0.1:2",
+        "--data-dir",
+        str(tmp_path / "d"),
+    )
+    assert out.returncode == 1 and "password" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_in_process_transfer_leadership(tmp_path):
+    stores = start_cluster(tmp_path, 3)
+    try:
+        leader = leader_of(stores)
+        target = next(s for s in stores if s is not leader)
+        assert leader.transfer_leadership(target.self_address) == target.self_address
+        wait_for(lambda: all(s.leader() == target.self_address for s in stores), what="new leader")
+        assert target.is_leader()
+        target.append("t", b"x")
+    finally:
+        for s in stores:
+            s.close()
