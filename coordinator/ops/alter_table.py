@@ -60,7 +60,8 @@ def decide(catalog: Catalog, request: pb.AlterTableRequest, op_id: int) -> pb.Lo
         check_column(column)
         if column.is_key or not column.nullable:
             raise BadRequest(f"added column {column.name!r} must be nullable and not a key")
-        if (column.name in existing and column.name not in drops) or column.name in added:
+        if column.name in existing or column.name in added:
+            # Also when dropped in the same request: replacing a column takes two requests.
             raise BadRequest(f"column {column.name!r} exists")
         added.add(column.name)
     if new_name == table.name and not drops and not added:

@@ -290,6 +290,13 @@ def test_alter_add_drop_rename():
             BadRequest,
         ),
         (dict(add_columns=[pb.ColumnSchema(name="v", type=pb.INT64, nullable=True)]), BadRequest),
+        (
+            dict(
+                drop_columns=["v"],
+                add_columns=[pb.ColumnSchema(name="v", type=pb.INT64, nullable=True)],
+            ),
+            BadRequest,
+        ),
         (dict(add_columns=[pb.ColumnSchema(name="w", nullable=True)]), BadRequest),
         (dict(new_name="other"), AlreadyExists),
         (dict(new_name="x" * (TABLE_NAME_BYTES_MAX + 1)), BadRequest),
