@@ -1,0 +1,1 @@
+"""Tests of the per-tablet Raft core and its deterministic simulator."""

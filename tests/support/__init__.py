@@ -1,0 +1,1 @@
+"""Shared helpers for tests (linearizability checker, process fixtures)."""
