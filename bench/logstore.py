@@ -1,14 +1,17 @@
-"""Benchmark of logstore: 3 durable replicas as processes vs plain pysyncobj.
+"""Benchmark of logstore: 3 durable replicas vs plain pysyncobj, on loopback.
 
-Starts 3 `logstore serve` replicas on loopback (durable journal: fdatasync per group) and
-measures from this process, through the zmq API at the leader:
+Three replicas run as separate processes with logstore's durable journal (one fdatasync
+per group). The benchmark measures, for two ways of calling the store:
+- "zmq": this process calls the leader's `logstore serve` over the zmq API (RemoteLogStore /
+  rpc call_async); the three replicas are `logstore serve` processes;
+- "embedded": the leader replica runs inside this process (as in a coordinator) and callers
+  are threads calling `append` directly; the two followers are processes;
 - latency of one-at-a-time conditional appends (p50, p99);
 - appends/s with 1, 8 and 64 concurrent callers (unconditional, 64-byte entries);
-then runs the same workload against 3 replicas of plain pysyncobj 0.3.17 (its own
-non-durable file journal, the same state machine and zmq API), with its default settings
-and with appendEntriesUseBatch=False, and prints the ratios. Optionally (--leases N) it
-appends N lease entries, each invalidating the one before, to one durable replica and
-reports disk size and restart time.
+and runs the same workloads against plain pysyncobj 0.3.17 (its own non-durable file
+journal; same state machine and zmq API) with its default settings and with
+appendEntriesUseBatch=False, printing the ratios. `--leases N` also appends N lease entries,
+each invalidating the one before, to one durable replica and reports disk use and restart.
 
     python bench/logstore.py [--seconds 3] [--latency-samples 300] [--leases 1000000]
 """
@@ -23,31 +26,167 @@ import sys
 import tempfile
 import threading
 import time
+from collections import deque
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated  # noqa: E402
+
 from logstore.api import Entry  # noqa: E402
 from logstore.remote import RemoteLogStore  # noqa: E402
-from rpc.errors import RpcError  # noqa: E402
+from logstore.state import LogState  # noqa: E402
+from rpc.errors import NotLeader, RpcError, TimedOut, Unavailable  # noqa: E402
+from tests.logstore.helpers import PASSWORD  # noqa: E402
 from tests.logstore.procs import ReplicaProcess, make_replicas  # noqa: E402
 
 PAYLOAD = b"x" * 64
+PLAIN_RETRY = (
+    FAIL_REASON.MISSING_LEADER,
+    FAIL_REASON.NOT_LEADER,
+    FAIL_REASON.QUEUE_FULL,
+    FAIL_REASON.DISCARDED,
+)
 
 
-# --- plain pysyncobj replica (subprocess mode) ------------------------------------------------
+# --- plain pysyncobj replica -------------------------------------------------------------------
+
+
+class _PlainNode(SyncObj):
+    def __init__(self, addr, peers, conf, state, lock):
+        self._state = state
+        self._lock = lock
+        self._tasks: deque = deque()
+        super().__init__(addr, peers, conf)
+        self.addOnTickCallback(self._run_tasks)
+
+    def _run_tasks(self) -> None:
+        while self._tasks:
+            self._tasks.popleft()()
+
+    @replicated
+    def _ls_append(self, log, data, expected_id, invalidates):
+        with self._lock:
+            return self._state.apply_append(log, data, expected_id, invalidates)
+
+    @replicated
+    def _ls_barrier(self):
+        return None
+
+
+class PlainStore:
+    """The LogStore protocol on stock pysyncobj (FileJournal, no fsync) for comparison."""
+
+    def __init__(self, raft: str, peers: list[str], data_dir: str, batch: bool) -> None:
+        os.makedirs(data_dir, exist_ok=True)
+        self.raft = raft
+        self.state = LogState()
+        self.lock = threading.Lock()
+        conf = SyncObjConf(
+            journalFile=os.path.join(data_dir, "journal"), appendEntriesUseBatch=batch
+        )
+        self.node = _PlainNode(raft, [p for p in peers if p != raft], conf, self.state, self.lock)
+
+    def _submit(self, fn, fargs, timeout_s):
+        deadline = time.monotonic() + timeout_s
+        while True:
+            ev = threading.Event()
+            box: list = []
+
+            def done(r, e, box=box, ev=ev):
+                box.append((r, e))
+                ev.set()
+
+            fn(*fargs, callback=done)
+            if not ev.wait(max(0.0, deadline - time.monotonic())):
+                raise TimedOut("no outcome")
+            res, err = box[0]
+            if err == FAIL_REASON.SUCCESS:
+                return res
+            if time.monotonic() > deadline or err not in PLAIN_RETRY:
+                raise Unavailable(f"pysyncobj reason {err}")
+            time.sleep(0.005)
+
+    def append(self, log, data, expected_id=None, invalidates=(), timeout_s=5.0):
+        args = (log, bytes(data), expected_id, tuple(invalidates))
+        return self._submit(self.node._ls_append, args, timeout_s).raise_if_error()
+
+    def read(self, log, from_id=1, limit=1000, timeout_s=5.0) -> list[Entry]:
+        with self.lock:
+            return self.state.read(log, from_id, limit)
+
+    def last_id(self, log, timeout_s=5.0) -> int:
+        with self.lock:
+            return self.state.last_id(log)
+
+    def barrier(self, timeout_s=5.0) -> None:
+        self._submit(self.node._ls_barrier, (), timeout_s)
+
+    def is_leader(self) -> bool:
+        return self.node._isLeader()
+
+    def leader(self) -> str | None:
+        leader = self.node._getLeader()
+        return None if leader is None else leader.id
+
+    def transfer_leadership(self, to=None, timeout_s=10.0) -> str:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if not self.is_leader():
+                if self.leader() == to:
+                    return to
+                raise NotLeader(f"{self.raft} is not the leader")
+            ev = threading.Event()
+            self.node._tasks.append(
+                lambda ev=ev: self.node.transferLeadership(to, callback=lambda r, e: ev.set())
+            )
+            ev.wait(max(0.0, deadline - time.monotonic()))
+            end = time.monotonic() + 2.0
+            while time.monotonic() < end:
+                if self.leader() == to:
+                    return to
+                time.sleep(0.005)
+        raise TimedOut("transfer did not happen")
+
+    def status(self) -> dict:
+        raw = self.node.getStatus()
+        return {
+            "address": self.raft,
+            "role": {0: "follower", 1: "candidate", 2: "leader"}.get(raw["state"], "?"),
+            "leader": self.leader(),
+            "term": raw["raft_term"],
+            "commit_index": raw["commit_idx"],
+            "applied_index": raw["last_applied"],
+            "members": [self.raft],
+            "connected": [],
+            "last_log_index": 0,
+            "last_log_term": 0,
+            "journal_entries": raw["log_len"],
+            "journal_first_index": 0,
+            "journal_bytes": 0,
+            "journal_syncs": 0,
+            "snapshot_bytes": 0,
+            "snapshots_loaded": 0,
+            "live_entries": self.state.live_entries,
+            "live_bytes": self.state.live_bytes,
+            "logs": {},
+        }
+
+    def add_member(self, address, timeout_s=10.0):
+        raise Unavailable("membership is not part of this bench")
+
+    remove_member = add_member
+
+    def close(self) -> None:
+        self.node.destroy_synchronous()
 
 
 def plain_serve(argv: list[str]) -> int:
-    """A replica of plain pysyncobj behind the same zmq API as `logstore serve`."""
+    """Subprocess mode: a PlainStore replica behind the same zmq API as `logstore serve`."""
     import signal
 
-    from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
-
     from logstore.service import LogStoreService, load_or_create_uuid
-    from logstore.state import LogState
-    from rpc.errors import TimedOut, Unavailable
     from rpc.server import RpcServer
 
     p = argparse.ArgumentParser(prog="bench/logstore.py plain-serve")
@@ -57,110 +196,9 @@ def plain_serve(argv: list[str]) -> int:
     p.add_argument("--data-dir", required=True)
     p.add_argument("--no-batch", action="store_true")
     args = p.parse_args(argv)
-
-    class PlainNode(SyncObj):
-        def __init__(self, addr, peers, conf, state, lock):
-            self._state = state
-            self._lock = lock
-            super().__init__(addr, peers, conf)
-
-        @replicated
-        def _ls_append(self, log, data, expected_id, invalidates):
-            with self._lock:
-                return self._state.apply_append(log, data, expected_id, invalidates)
-
-        @replicated
-        def _ls_barrier(self):
-            return None
-
-    class PlainStore:
-        def __init__(self) -> None:
-            os.makedirs(args.data_dir, exist_ok=True)
-            self.state = LogState()
-            self.lock = threading.Lock()
-            conf = SyncObjConf(
-                journalFile=os.path.join(args.data_dir, "journal"),
-                appendEntriesUseBatch=not args.no_batch,
-            )
-            peers = [x for x in args.peers.split(",") if x]
-            self.node = PlainNode(args.raft_address, peers, conf, self.state, self.lock)
-
-        def _submit(self, fn, fargs, timeout_s):
-            deadline = time.monotonic() + timeout_s
-            while True:
-                ev = threading.Event()
-                box: list = []
-
-                def done(r, e, box=box, ev=ev):
-                    box.append((r, e))
-                    ev.set()
-
-                fn(*fargs, callback=done)
-                if not ev.wait(max(0.0, deadline - time.monotonic())):
-                    raise TimedOut("no outcome")
-                res, err = box[0]
-                if err == FAIL_REASON.SUCCESS:
-                    return res
-                if time.monotonic() > deadline or err not in (
-                    FAIL_REASON.MISSING_LEADER,
-                    FAIL_REASON.NOT_LEADER,
-                    FAIL_REASON.QUEUE_FULL,
-                    FAIL_REASON.DISCARDED,
-                ):
-                    raise Unavailable(f"pysyncobj reason {err}")
-                time.sleep(0.005)
-
-        def append(self, log, data, expected_id=None, invalidates=(), timeout_s=5.0):
-            out = self._submit(
-                self.node._ls_append, (log, bytes(data), expected_id, tuple(invalidates)), timeout_s
-            )
-            return out.raise_if_error()
-
-        def read(self, log, from_id=1, limit=1000, timeout_s=5.0) -> list[Entry]:
-            with self.lock:
-                return self.state.read(log, from_id, limit)
-
-        def last_id(self, log, timeout_s=5.0) -> int:
-            with self.lock:
-                return self.state.last_id(log)
-
-        def barrier(self, timeout_s=5.0) -> None:
-            self._submit(self.node._ls_barrier, (), timeout_s)
-
-        def status(self) -> dict:
-            raw = self.node.getStatus()
-            leader = self.node._getLeader()
-            return {
-                "address": args.raft_address,
-                "role": {0: "follower", 1: "candidate", 2: "leader"}.get(raw["state"], "?"),
-                "leader": None if leader is None else leader.id,
-                "term": raw["raft_term"],
-                "commit_index": raw["commit_idx"],
-                "applied_index": raw["last_applied"],
-                "members": [args.raft_address],
-                "connected": [],
-                "last_log_index": 0,
-                "last_log_term": 0,
-                "journal_entries": raw["log_len"],
-                "journal_first_index": 0,
-                "journal_bytes": 0,
-                "journal_syncs": 0,
-                "snapshot_bytes": 0,
-                "snapshots_loaded": 0,
-                "live_entries": self.state.live_entries,
-                "live_bytes": self.state.live_bytes,
-                "logs": {},
-            }
-
-        def add_member(self, address, timeout_s=10.0):
-            raise Unavailable("membership is not part of this bench")
-
-        remove_member = add_member
-
-        def close(self) -> None:
-            self.node.destroy_synchronous()
-
-    store = PlainStore()
+    sys.setswitchinterval(0.0005)
+    peers = [x for x in args.peers.split(",") if x]
+    store = PlainStore(args.raft_address, peers, args.data_dir, not args.no_batch)
     uuid = load_or_create_uuid(args.data_dir)
     service = LogStoreService(store, uuid)
     stop = threading.Event()
@@ -176,7 +214,7 @@ def plain_serve(argv: list[str]) -> int:
     return 0
 
 
-# --- measurement -----------------------------------------------------------------------------
+# --- measurement -------------------------------------------------------------------------------
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -199,23 +237,49 @@ def find_leader(replicas: list[ReplicaProcess], timeout_s: float = 60.0) -> str:
     raise RuntimeError("no leader")
 
 
-def measure_latency(address: str, samples: int) -> tuple[float, float]:
-    with RemoteLogStore([address]) as s:
-        last = s.last_id("lat")
-        lat = []
-        for _ in range(samples):
-            t = time.perf_counter()
-            last = s.append("lat", PAYLOAD, expected_id=last + 1, timeout_s=10.0)
-            lat.append(time.perf_counter() - t)
+def latency(store, samples: int) -> tuple[float, float]:
+    last = store.last_id("lat")
+    lat = []
+    for _ in range(samples):
+        t = time.perf_counter()
+        last = store.append("lat", PAYLOAD, expected_id=last + 1, timeout_s=10.0)
+        lat.append(time.perf_counter() - t)
     return statistics.median(lat) * 1000, percentile(lat, 0.99) * 1000
 
 
-def measure_throughput(address: str, callers: int, seconds: float) -> float:
-    """`callers` appends kept in flight at all times (pipelined from one thread with the rpc
-    layer's call_async, so the bench client's own Python overhead stays small); each
-    completion immediately starts the next append."""
-    from collections import deque
+def throughput_threads(store, callers: int, seconds: float) -> float:
+    """`callers` threads, each appending as fast as its appends return."""
+    counts = [0] * callers
+    errors = [0] * callers
+    start = threading.Barrier(callers + 1)
+    end_box: list[float] = []
 
+    def caller(i: int) -> None:
+        start.wait()
+        end = end_box[0]
+        while time.monotonic() < end:
+            try:
+                store.append(f"tp{callers}", PAYLOAD, timeout_s=10.0)
+                counts[i] += 1
+            except RpcError:
+                errors[i] += 1
+
+    threads = [threading.Thread(target=caller, args=(i,)) for i in range(callers)]
+    for t in threads:
+        t.start()
+    t0 = time.monotonic()
+    end_box.append(t0 + seconds)
+    start.wait()
+    for t in threads:
+        t.join()
+    if sum(errors):
+        print(f"    ({sum(errors)} failed appends with {callers} callers)")
+    return sum(counts) / (time.monotonic() - t0)
+
+
+def throughput_rpc(address: str, callers: int, seconds: float) -> float:
+    """`callers` appends kept in flight over zmq (pipelined from one thread with call_async,
+    so this client's own Python overhead stays small)."""
     from logstore import logstore_pb2 as pb
     from rpc.client import RpcClient
 
@@ -227,8 +291,7 @@ def measure_throughput(address: str, callers: int, seconds: float) -> float:
         t0 = time.monotonic()
         end = t0 + seconds
         while True:
-            now = time.monotonic()
-            while now < end and len(inflight) < callers:
+            while time.monotonic() < end and len(inflight) < callers:
                 inflight.append(
                     client.call_async(uuid, "LogStore.Append", req, pb.AppendResponse, timeout_s=10)
                 )
@@ -245,8 +308,8 @@ def measure_throughput(address: str, callers: int, seconds: float) -> float:
     return done / elapsed
 
 
-def run_variant(name, tmp: Path, argv_prefix, extra, args) -> dict:
-    replicas = make_replicas(tmp / name, 3, extra)
+def run_zmq(name: str, tmp: Path, argv_prefix, extra, args, slow: bool) -> dict:
+    replicas = make_replicas(tmp / f"{name}-zmq", 3, extra)
     for r in replicas:
         if argv_prefix:
             r.argv_prefix = argv_prefix
@@ -254,31 +317,67 @@ def run_variant(name, tmp: Path, argv_prefix, extra, args) -> dict:
         for r in replicas:
             r.start()
         leader = find_leader(replicas)
-        samples = args.latency_samples if "default" not in name else args.slow_samples
-        p50, p99 = measure_latency(leader, samples)
-        print(f"  {name}: latency p50 {p50:.2f} ms, p99 {p99:.2f} ms ({samples} appends)")
+        samples = args.slow_samples if slow else args.latency_samples
+        with RemoteLogStore([leader]) as store:
+            p50, p99 = latency(store, samples)
+        print(f"  {name} zmq: latency p50 {p50:.2f} ms, p99 {p99:.2f} ms ({samples} appends)")
         tput = {}
         for c in args.callers:
-            tput[c] = measure_throughput(leader, c, args.seconds)
-            print(f"  {name}: {c} callers: {tput[c]:.0f} appends/s")
+            tput[c] = throughput_rpc(leader, c, args.seconds)
+            print(f"  {name} zmq: {c} callers: {tput[c]:.0f} appends/s")
         return {"p50": p50, "p99": p99, "tput": tput}
     finally:
         for r in replicas:
             r.stop()
 
 
+def run_embedded(name: str, tmp: Path, argv_prefix, extra, make_store, args, slow) -> dict:
+    replicas = make_replicas(tmp / f"{name}-emb", 3, extra)
+    for r in replicas:
+        if argv_prefix:
+            r.argv_prefix = argv_prefix
+    local = replicas[0]
+    store = None
+    try:
+        store = make_store(local)
+        for r in replicas[1:]:
+            r.start()
+        store.barrier(timeout_s=60.0)
+        with RemoteLogStore([r.rpc_address for r in replicas[1:]]) as remote:
+            deadline = time.monotonic() + 60
+            while not store.is_leader() and time.monotonic() < deadline:
+                try:
+                    remote.transfer_leadership(local.raft_address, timeout_s=10.0)
+                except RpcError:
+                    time.sleep(0.2)
+        assert store.is_leader(), "could not make the embedded replica the leader"
+        store.barrier(timeout_s=30.0)
+        samples = args.slow_samples if slow else args.latency_samples
+        p50, p99 = latency(store, samples)
+        print(f"  {name} embedded: latency p50 {p50:.2f} ms, p99 {p99:.2f} ms ({samples} appends)")
+        tput = {}
+        for c in args.callers:
+            tput[c] = throughput_threads(store, c, args.seconds)
+            print(f"  {name} embedded: {c} callers: {tput[c]:.0f} appends/s")
+        return {"p50": p50, "p99": p99, "tput": tput}
+    finally:
+        if store is not None:
+            store.close()
+        for r in replicas[1:]:
+            r.stop()
+
+
 def bench_leases(n: int, tmp: Path) -> None:
-    from logstore.replicated import ReplicaConfig, ReplicatedLogStore
-    from tests.logstore.helpers import PASSWORD, free_addresses
+    from logstore.replicated import ReplicatedLogStore
+    from tests.logstore.helpers import free_addresses
 
     (addr,) = free_addresses(1)
     data = str(tmp / "leases")
     payload = b"L" * 100
-    cfg = ReplicaConfig()
-    with ReplicatedLogStore(addr, [], data, PASSWORD, config=cfg) as store:
+    with ReplicatedLogStore(addr, [], data, PASSWORD) as store:
         prev = store.append("lease", payload)
         t = time.monotonic()
-        pending = []
+        pending: list = []
         for _ in range(n - 1):
             pending.append(
                 store.append_async("lease", payload, expected_id=prev + 1, invalidates=[prev])
@@ -295,20 +394,21 @@ def bench_leases(n: int, tmp: Path) -> None:
         st = store.status()
     disk = sum(os.path.getsize(os.path.join(data, f)) for f in os.listdir(data))
     print(
-        f"  leases: {n} entries each invalidating the previous in {elapsed:.1f}s "
-        f"({n / elapsed:.0f}/s, one replica, pipelined); live entries {st['live_entries']}, "
-        f"snapshots {st['snapshots_written']}; on disk {disk} bytes "
-        f"(history {n * len(payload)} bytes of payload)"
+        f"  leases: {n} entries, each invalidating the previous, in {elapsed:.1f}s "
+        f"({n / elapsed:.0f}/s, one durable replica, pipelined conditional appends); "
+        f"live entries {st['live_entries']}, snapshots written {st['snapshots_written']}; "
+        f"on disk {disk} bytes (journal {st['journal_bytes']}, snapshot "
+        f"{st['snapshot_bytes']}) for {n * len(payload)} bytes of history"
     )
     t = time.monotonic()
-    with ReplicatedLogStore(addr, [], data, PASSWORD, config=cfg) as store:
+    with ReplicatedLogStore(addr, [], data, PASSWORD) as store:
         opened = time.monotonic() - t
         store.barrier(timeout_s=60.0)
         ready = time.monotonic() - t
         assert store.last_id("lease") == n and len(store.read("lease")) == 1
     print(
-        f"  leases: restart: state loaded in {opened * 1000:.0f} ms, first barrier (Raft "
-        f"election of the lone replica included) after {ready * 1000:.0f} ms"
+        f"  leases: restart: snapshot + journal loaded in {opened * 1000:.0f} ms; first "
+        f"barrier after {ready * 1000:.0f} ms (includes the lone replica's election timeout)"
     )
 
 
@@ -323,39 +423,57 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--callers", default="1,8,64")
     p.add_argument("--leases", type=int, default=0, help="also run the lease test with N")
     p.add_argument("--skip-plain", action="store_true")
+    p.add_argument("--modes", default="embedded,zmq")
     args = p.parse_args(argv)
     args.callers = [int(c) for c in args.callers.split(",")]
+    modes = args.modes.split(",")
+    sys.setswitchinterval(0.0005)
     tmp = Path(tempfile.mkdtemp(prefix="bench-logstore-"))
     plain = [sys.executable, str(Path(__file__).resolve()), "plain-serve"]
+
+    def durable_local(r: ReplicaProcess):
+        from logstore.replicated import ReplicatedLogStore
+
+        return ReplicatedLogStore(r.raft_address, r.peers, r.data_dir, PASSWORD)
+
+    def plain_local(batch: bool):
+        return lambda r: PlainStore(r.raft_address, r.peers, r.data_dir, batch)
+
+    variants = [("logstore", None, [], durable_local, False)]
+    if not args.skip_plain:
+        variants += [
+            ("pysyncobj-default", plain, [], plain_local(True), True),
+            ("pysyncobj-nobatch", plain, ["--no-batch"], plain_local(False), False),
+        ]
+    results: dict[str, dict] = {}
     try:
         print(f"bench/logstore.py on {os.cpu_count()} cores; data in {tmp}")
-        results = {"logstore (durable)": run_variant("logstore", tmp, None, [], args)}
-        if not args.skip_plain:
-            results["pysyncobj default (no fsync)"] = run_variant(
-                "pysyncobj-default", tmp, plain, [], args
-            )
-            results["pysyncobj no-batch (no fsync)"] = run_variant(
-                "pysyncobj-nobatch", tmp, plain, ["--no-batch"], args
-            )
+        for name, prefix, extra, local, slow in variants:
+            if "embedded" in modes:
+                results[f"{name} embedded"] = run_embedded(
+                    name, tmp, prefix, extra, local, args, slow
+                )
+            if "zmq" in modes:
+                results[f"{name} zmq"] = run_zmq(name, tmp, prefix, extra, args, slow)
         print()
-        head = f"{'variant':34} {'p50 ms':>8} {'p99 ms':>8}" + "".join(
-            f" {str(c) + ' callers/s':>14}" for c in args.callers
+        print(
+            f"{'variant (3 replicas, loopback)':32} {'p50 ms':>8} {'p99 ms':>8}"
+            + "".join(f" {str(c) + ' callers/s':>14}" for c in args.callers)
         )
-        print(head)
         for name, r in results.items():
-            row = f"{name:34} {r['p50']:8.2f} {r['p99']:8.2f}"
-            row += "".join(f" {r['tput'][c]:14.0f}" for c in args.callers)
-            print(row)
-        ours = results["logstore (durable)"]
-        for name, r in results.items():
-            if r is ours:
-                continue
-            ratio = f"logstore / {name}: latency p50 x{ours['p50'] / r['p50']:.2f}"
-            ratio += "".join(
-                f", {c} callers x{ours['tput'][c] / max(r['tput'][c], 1e-9):.2f}"
-                for c in args.callers
-            )
-            print(ratio)
+            row = f"{name:32} {r['p50']:8.2f} {r['p99']:8.2f}"
+            print(row + "".join(f" {r['tput'][c]:14.0f}" for c in args.callers))
+        for mode in modes:
+            ours = results.get(f"logstore {mode}")
+            for name, r in results.items():
+                if ours is None or r is ours or not name.endswith(mode):
+                    continue
+                ratio = f"logstore {mode} / {name}: p50 x{ours['p50'] / r['p50']:.2f}"
+                ratio += "".join(
+                    f", {c} callers x{ours['tput'][c] / max(r['tput'][c], 1e-9):.2f}"
+                    for c in args.callers
+                )
+                print(ratio)
         if args.leases:
             print()
             bench_leases(args.leases, tmp)

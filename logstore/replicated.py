@@ -171,9 +171,11 @@ class _DurableTransport(TCPTransport):
                 super().send(node, message)
 
     def _onMessageReceived(self, node, message):
-        message = self._filter_message(node, message)
+        message, after = self._filter_message(node, message)
         if message is not None:
             super()._onMessageReceived(node, message)
+        if after is not None:
+            after()
 
 
 class _RaftNode(SyncObj):
@@ -219,9 +221,33 @@ class _RaftNode(SyncObj):
         becomes a plain heartbeat, with the commit index limited to what it vouched for,
         and its acknowledgement is sent here.
         """
+        if not isinstance(message, dict):
+            return message, None
+        if message.get("type") == "next_node_idx":
+            return message, self._ls_keep_next_index(node, message)
+        return self._ls_follower_append_entries(node, message), None
+
+    def _ls_keep_next_index(self, node, message):
+        """Leader side: pysyncobj sets a follower's next index to the one in every success
+        acknowledgement, even an old one, and then resends everything after it. Entries
+        already sent on the (ordered) connection need no resend: keep the higher next
+        index. A reset (the follower lacks the previous entry) still takes effect."""
+        if not message.get("success") or message.get("reset") or not self._isLeader():
+            return None
+        next_index = self._SyncObj__raftNextIndex
+        before = next_index.get(node)
+        if before is None:
+            return None
+
+        def restore() -> None:
+            if next_index.get(node, before) < before:
+                next_index[node] = before
+
+        return restore
+
+    def _ls_follower_append_entries(self, node, message):
         if (
-            not isinstance(message, dict)
-            or message.get("type") != "append_entries"
+            message.get("type") != "append_entries"
             or "prevLogIdx" not in message
             or "transmission" in message
         ):
