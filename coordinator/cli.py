@@ -3,9 +3,10 @@
     coordinator start --id c1 --data-dir DIR --bind 127.0.0.1:7100 \\
         --raft 127.0.0.1:7200 --peers 127.0.0.1:7201,127.0.0.1:7202 --password-file PW
     coordinator start --id dev --data-dir DIR --raft 127.0.0.1:7200 --insecure-dev
-    coordinator status --coordinators 127.0.0.1:7100,127.0.0.1:7101
-    coordinator tables --coordinators ...
-    coordinator servers --coordinators ...
+    coordinator status --coordinators 127.0.0.1:7100,127.0.0.1:7101   (a ksck; admin.py)
+    coordinator tables|create-table|drop-table|describe|servers --coordinators ...
+    coordinator local-cluster up|down|status ...                     (localcluster.py)
+    coordinator log --data-dir NODE_DIR ...                          (logtool.py)
 
 The cluster password protects the Raft traffic of the embedded logstore (pysyncobj pickles
 its messages: it never runs unauthenticated between hosts). Without one, only a single-node
@@ -95,33 +96,6 @@ def _client(args):
     return CoordinatorClient(_split(args.coordinators), timeout_s=args.timeout_s)
 
 
-def cmd_status(args) -> int:
-    from rpc.errors import RpcError
-
-    code = 0
-    with _client(args) as client:
-        for address in client.addresses:
-            try:
-                s = client.status(address)
-            except RpcError as e:
-                print(f"{address}: unreachable ({e})")
-                code = 1
-                continue
-            print(
-                f"{address}: {s.role} uuid={s.uuid} epoch={s.epoch} applied={s.applied_id} "
-                f"leader={s.leader_address or '-'} tables={s.tables} tablets={s.tablets} "
-                f"servers={s.servers} pending_ops={s.pending_ops}"
-            )
-    return code
-
-
-def cmd_tables(args) -> int:
-    with _client(args) as client:
-        for t in client.list_tables():
-            print(f"{t.name}\t{t.table_id}\t{t.state}")
-    return 0
-
-
 def cmd_servers(args) -> int:
     with _client(args) as client:
         for s in client.list_servers():
@@ -131,7 +105,7 @@ def cmd_servers(args) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="coordinator", description=__doc__.splitlines()[0])
-    parser.add_argument("--log-level", default="INFO")
+    parser.add_argument("--log-level", default="", help="default: INFO for start, else WARNING")
     sub = parser.add_subparsers(dest="command", required=True)
 
     start = sub.add_parser("start", help="run one coordinator node")
@@ -155,22 +129,27 @@ def build_parser() -> argparse.ArgumentParser:
     start.add_argument("--tserver-timeout-s", type=float, default=5.0)
     start.set_defaults(func=cmd_start)
 
-    for name, func, text in (
-        ("status", cmd_status, "role, epoch and catalog size of every node"),
-        ("tables", cmd_tables, "list tables"),
-        ("servers", cmd_servers, "list tablet servers"),
-    ):
-        p = sub.add_parser(name, help=text)
-        p.add_argument("--coordinators", required=True, help="coordinator addresses")
-        p.add_argument("--timeout-s", type=float, default=10.0)
-        p.set_defaults(func=func)
+    from coordinator import admin, localcluster, logtool
+
+    # status (a ksck), tables, create-table, drop-table, describe
+    admin.add_commands(sub)
+    p = sub.add_parser("servers", help="list tablet servers")
+    p.add_argument("--coordinators", required=True, help="coordinator addresses")
+    p.add_argument("--timeout-s", type=float, default=10.0)
+    p.set_defaults(func=cmd_servers)
+    p = sub.add_parser("local-cluster", help="a whole cluster as local processes")
+    localcluster.add_arguments(p)
+    p = sub.add_parser("log", help="decode and inspect the coordinator log")
+    logtool.add_arguments(p)
+    p.set_defaults(func=logtool.run)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    level = args.log_level or ("INFO" if args.command == "start" else "WARNING")
     logging.basicConfig(
-        level=args.log_level.upper(),
+        level=level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     from rpc.errors import RpcError

@@ -55,8 +55,10 @@ def test_single_node_development_group(tmp_path):
         with CoordinatorClient([rpc], timeout_s=30.0) as client:
             wait_for(lambda: _role(client, rpc) == "LEADER", 30, "the node leads")
             assert client.list_tables() == []
-        out = run("status", "--coordinators", rpc)
-        assert out.returncode == 0 and "LEADER" in out.stdout
+        out = run("status", "--coordinators", rpc)  # the ksck of coordinator/admin.py
+        assert "LEADER" in out.stdout and rpc in out.stdout, out.stdout + out.stderr
+        out = run("servers", "--coordinators", rpc)
+        assert out.returncode == 0 and out.stdout == ""
         out = run("tables", "--coordinators", rpc)
         assert out.returncode == 0 and out.stdout == ""
     finally:
