@@ -432,7 +432,8 @@ class Engine:
                 address=address,
                 role=role,
                 applied_id=self.catalog.applied_id,
-                epoch=self.lease.epoch,
+                # The current epoch as this node knows it (its own when it leads).
+                epoch=self.lease.epoch if role != "FOLLOWER" else hint.epoch,
                 leader_uuid=hint.uuid,
                 leader_address=hint.address,
                 tables=len(self.catalog.tables),
