@@ -1,6 +1,7 @@
 """Process harness for coordinator integration tests: coordinator groups and tablet servers
-as real processes on 127.0.0.1 free ports, and a heartbeater that enlists and heartbeats on
-behalf of the tablet servers (which do not heartbeat by themselves yet)."""
+as real processes on 127.0.0.1 free ports. Tablet servers heartbeat by themselves when given
+the coordinators' addresses; `Heartbeater` does it on their behalf for tests that must start
+the tablet servers before the coordinator group's ports are known."""
 
 from __future__ import annotations
 
@@ -145,7 +146,9 @@ class CoordinatorGroup:
 
 
 class TServer:
-    def __init__(self, root: Path, name: str) -> None:
+    """A tablet server process; with `coordinators` it enlists and heartbeats by itself."""
+
+    def __init__(self, root: Path, name: str, coordinators: list[str] | None = None) -> None:
         fs = root / name
         subprocess.run(
             [sys.executable, "-m", "tservers.cli", "fs", "format", "--fs-root", str(fs)],
@@ -153,10 +156,10 @@ class TServer:
             capture_output=True,
             cwd=ROOT,
         )
-        self.proc = Proc(
-            ["-m", "tservers.cli", "start", "--fs-root", str(fs), "--bind", "127.0.0.1:0"],
-            root / f"{name}.log",
-        )
+        args = ["-m", "tservers.cli", "start", "--fs-root", str(fs), "--bind", "127.0.0.1:0"]
+        if coordinators:
+            args += ["--coordinators", ",".join(coordinators)]
+        self.proc = Proc(args, root / f"{name}.log")
         line = wait_for(
             lambda: next(
                 (ln for ln in self.proc.text().splitlines() if " serving on " in ln), None

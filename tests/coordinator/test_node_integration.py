@@ -8,7 +8,7 @@ import threading
 import time
 
 import pytest
-from coordproc import CoordinatorGroup, Heartbeater, TServer, wait_for
+from coordproc import CoordinatorGroup, TServer, wait_for
 
 from coordinator import coordinator_pb2 as pb
 from rpc.errors import NotLeader, RpcError
@@ -28,22 +28,19 @@ SCHEMA = pb.Schema(
 def env(tmp_path):
     group = CoordinatorGroup(tmp_path, 3)
     servers: list[TServer] = []
-    beat = None
     client = None
     try:
         for i in range(3):
             group.start(i)
         group.wait_started()
-        servers = [TServer(tmp_path, f"ts{i}") for i in range(2)]
-        beat = Heartbeater(group, servers)
+        # The tablet servers enlist and heartbeat to every node by themselves.
+        servers = [TServer(tmp_path, f"ts{i}", group.rpc) for i in range(2)]
         client = group.client(timeout_s=30.0)
         wait_for(lambda: len(client.list_servers()) == 2, 60, "tablet servers enlisted")
         yield group, servers, client
     finally:
         if client is not None:
             client.close()
-        if beat is not None:
-            beat.close()
         for s in servers:
             s.close()
         group.close()
