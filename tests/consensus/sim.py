@@ -20,6 +20,7 @@ import enum
 import random
 from dataclasses import dataclass
 
+from tests.support.linearizability import Operation, OpKind, Outcome, check_history
 from tservers.consensus import (
     AppendRequest,
     ConfigChange,
@@ -62,6 +63,7 @@ class SimOptions:
     steps: int = 300
     liveness_rounds_max: int = 300  # after the faulty phase: heal and require a commit
     delay_steps_max: int = 4
+    clients: int = 4
     long_delay_steps_max: int = 80  # 3% of messages: stale messages arriving terms later
     vary: bool = True  # let each seed pick pre-vote, check-quorum, batch sizes, group size
     raft: RaftOptions = RaftOptions(
@@ -80,6 +82,7 @@ class _Node:
         self.pending: collections.deque[Ready] = collections.deque()
         self.applied = 0
         self.restarts = 0
+        self.sm: dict[str, str] = {}  # the replicated key-value state machine (volatile)
         # durable
         self.hs = HardState(0, None)
         self.snap = OpId(0, 0)
@@ -140,6 +143,15 @@ class Simulation:
         self.next_read_id = 1
         self.next_write = 1
         self.stats = collections.Counter()
+        # Client history (key-value register per key), checked for linearizability at the end.
+        self.clock = 0
+        self.client_ops: list[Operation] = []
+        # (server, index) -> (term, key, value, invoke time, client)
+        self.pending_writes: dict[tuple[str, int], tuple[int, str, str, int, int]] = {}
+        # read id -> (server, key, invoke time, client)
+        self.pending_client_reads: dict[int, tuple[str, str, int, int]] = {}
+        # Each client has at most one operation outstanding, as real clients do.
+        self.idle_clients = list(range(self.opts.clients))
         for u in self.uuids:
             self._start(self.nodes[u])
 
@@ -181,7 +193,26 @@ class Simulation:
             self.seed * 1_000_003 + self.uuids.index(node.uuid) * 7919 + node.restarts
         )
 
+    def _now(self) -> int:
+        self.clock += 1
+        return self.clock
+
+    def _forget_client_ops(self, node: _Node) -> None:
+        """The server lost its core: its clients never hear back (UNKNOWN writes)."""
+        for (u, _), (_, key, value, t0, client) in list(self.pending_writes.items()):
+            if u == node.uuid:
+                self.client_ops.append(
+                    Operation(OpKind.WRITE, key, value, t0, None, Outcome.UNKNOWN, f"c{client}")
+                )
+                self.idle_clients.append(client)
+        self.pending_writes = {k: v for k, v in self.pending_writes.items() if k[0] != node.uuid}
+        for rid, (u, _, _, client) in list(self.pending_client_reads.items()):
+            if u == node.uuid:
+                del self.pending_client_reads[rid]
+                self.idle_clients.append(client)
+
     def _start(self, node: _Node) -> None:
+        self._forget_client_ops(node)
         node.pending.clear()
         node.alive = True
         node.restarts += 1
@@ -214,6 +245,12 @@ class Simulation:
             entries=node.log,
         )
         node.applied = node.snap.index
+        node.sm = {}
+        for idx in range(1, node.snap.index + 1):
+            e = self.committed.get(idx)
+            self.check(e is not None, f"{node.uuid} snapshot holds {idx}, never seen committed")
+            assert e is not None
+            self._apply_to_sm(node, e)
         self._collect(node)
 
     def _leader(self) -> _Node | None:
@@ -267,6 +304,12 @@ class Simulation:
                         core.term_at(idx) == e.term,
                         f"leader {node.uuid} of term {term} lacks committed entry {idx}",
                     )
+
+    @staticmethod
+    def _apply_to_sm(node: _Node, e: Entry) -> None:
+        if e.entry_type is EntryType.WRITE and b"=" in e.payload:
+            key, value = e.payload.decode().split("=", 1)
+            node.sm[key] = value
 
     def _record_commit(self, node: _Node, e: Entry) -> None:
         core = node.core
@@ -348,6 +391,19 @@ class Simulation:
             core.persisted(last.index, last.term)
         for e in rd.committed_entries:
             self._record_commit(node, e)
+            self._apply_to_sm(node, e)
+            pw = self.pending_writes.pop((node.uuid, e.index), None)
+            if pw is not None:
+                term, key, value, t0, client = pw
+                self.idle_clients.append(client)
+                if term == e.term:
+                    # The driver acknowledges a write when its (index, term) is applied.
+                    self.client_ops.append(
+                        Operation(
+                            OpKind.WRITE, key, value, t0, self._now(), Outcome.OK, f"c{client}"
+                        )
+                    )
+                # else another term won that index: the write certainly failed (FAIL).
         for r in rd.reads:
             issued = self.reads.pop(r.request_id, None)
             self.check(issued is not None, f"unknown read {r.request_id}")
@@ -360,6 +416,17 @@ class Simulation:
                     "committed before it was issued",
                 )
                 self.check(node.applied >= r.read_index, "read released before apply")
+            cr = self.pending_client_reads.pop(r.request_id, None)
+            if cr is not None:
+                _, key, t0, client = cr
+                self.idle_clients.append(client)
+                if r.status is ProposalStatus.OK:
+                    value = node.sm.get(key)
+                    self.client_ops.append(
+                        Operation(
+                            OpKind.READ, key, value, t0, self._now(), Outcome.OK, f"c{client}"
+                        )
+                    )
         for c in rd.copy_requests:
             if len(self.copy_jobs) < 8 and c not in self.copy_jobs:
                 self.copy_jobs.append(c)
@@ -372,6 +439,7 @@ class Simulation:
         self.network.append((self.step_no + delay, m))
 
     def _crash(self, node: _Node) -> None:
+        self._forget_client_ops(node)
         node.alive = False
         node.core = None
         node.pending.clear()
@@ -469,27 +537,48 @@ class Simulation:
                 self._collect(n)
 
     def _ev_propose(self) -> None:
-        leader = self._leader()
+        if not self.idle_clients:
+            return  # every client waits for an answer: all committed writes are in the history
         nodes = [n for n in self.nodes.values() if n.alive and n.core is not None]
         if not nodes:
             return
-        n = leader if leader is not None and self.rng.random() < 0.9 else self.rng.choice(nodes)
+        leaders = [n for n in nodes if n.core is not None and n.core.role is Role.LEADER]
+        if leaders and self.rng.random() < 0.9:
+            n = self.rng.choice(leaders)  # possibly a deposed leader that does not know it yet
+        else:
+            n = self.rng.choice(nodes)
         assert n.core is not None
-        payload = b"w%d" % self.next_write
+        key = f"k{self.rng.randrange(3)}"
+        value = f"w{self.next_write}"
         self.next_write += 1
-        res = n.core.propose(payload)
+        invoke = self._now()
+        res = n.core.propose(f"{key}={value}".encode())
+        if res.status is ProposalStatus.OK:
+            client = self.idle_clients.pop(self.rng.randrange(len(self.idle_clients)))
+            self.pending_writes[(n.uuid, res.index)] = (res.term, key, value, invoke, client)
         self.trace.append(f"propose at {n.uuid}: {res.status.name} {res.index}")
         if res.status is ProposalStatus.OK:
             self.stats["proposals_ok"] += 1
         self._collect(n)
 
     def _ev_read(self) -> None:
-        leader = self._leader()
-        if leader is None or leader.core is None:
+        # A client with a stale cache may ask any server that believes it leads.
+        leaders = [
+            n
+            for n in self.nodes.values()
+            if n.alive and n.core is not None and n.core.role is Role.LEADER
+        ]
+        if not leaders:
             return
+        leader = self.rng.choice(leaders)
+        assert leader.core is not None
         rid = self.next_read_id
         self.next_read_id += 1
         self.reads[rid] = (leader.uuid, self.max_committed)
+        if self.idle_clients:
+            client = self.idle_clients.pop(self.rng.randrange(len(self.idle_clients)))
+            key = f"k{self.rng.randrange(3)}"
+            self.pending_client_reads[rid] = (leader.uuid, key, self._now(), client)
         leader.core.read_index(rid)
         self.trace.append(f"read {rid} at {leader.uuid}")
         self._collect(leader)
@@ -683,8 +772,20 @@ class Simulation:
             ev = self.rng.choices(names, weights)[0]
             self._guarded(handlers[ev])
         self._guarded(self._liveness)
+        self._check_linearizable()
         self.stats["committed"] = self.max_committed
         return self.stats
+
+    def _check_linearizable(self) -> None:
+        ops = list(self.client_ops)
+        for _, key, value, t0, client in self.pending_writes.values():
+            ops.append(Operation(OpKind.WRITE, key, value, t0, None, Outcome.UNKNOWN, f"c{client}"))
+        result = check_history(ops, step_limit=200_000, time_limit_s=5.0)
+        self.stats["client_ops"] += len(ops)
+        if result.linearizable is None:
+            self.stats["linearizability_undecided"] += 1
+        elif not result.linearizable:
+            self.fail("client history not linearizable:\n" + result.describe())
 
     def _liveness(self) -> None:
         """Heal everything, restart everyone, stop injecting faults: a write must commit."""

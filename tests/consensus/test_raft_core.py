@@ -579,3 +579,29 @@ def test_follower_with_leader_ignores_disruptive_votes() -> None:
     )
     rd = b.ready()
     assert rd.hard_state == HardState(a.term + 1, "c")
+
+
+def test_replica_demoted_by_an_uncommitted_entry_still_campaigns_and_hands_over() -> None:
+    """Found by the simulator (seed 6, 1500 steps): b alone holds the entry demoting b;
+    a cannot win (b refuses: a's log is behind) and b must not sit still."""
+    cfg = RaftConfig.of_voters("a", "b")
+    demoted = RaftConfig((Member("a", MemberType.VOTER), Member("b", MemberType.NON_VOTER)))
+    noop = Entry(1, 1, EntryType.NOOP)
+    a = make("a", cfg, hard_state=HardState(1, None), entries=[noop])
+    b = make(
+        "b", cfg, hard_state=HardState(1, None),
+        entries=[noop, Entry(1, 2, EntryType.CONFIG, config=demoted)],
+    )  # fmt: skip
+    c = Cluster(a, b)
+    assert not b.config.is_voter("b")
+    for _ in range(3 * OPTS.election_timeout_ticks):
+        b.tick()
+        c.settle()
+        if b.role is Role.LEADER or a.role is Role.LEADER:
+            break
+    # b led just long enough to commit the demotion, then handed over to a.
+    assert b.commit_index >= 2 or a.commit_index >= 2
+    c.tick_all(3 * OPTS.election_timeout_ticks)
+    assert a.role is Role.LEADER and b.role is Role.FOLLOWER
+    assert a.committed_config() == demoted
+    assert a.propose(b"after").status is ProposalStatus.OK

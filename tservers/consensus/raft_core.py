@@ -326,7 +326,7 @@ class RaftCore:
         if self._role is Role.LEADER:
             self._tick_leader()
             return
-        if self._election_elapsed >= self._randomized_timeout and self._config.is_voter(self.uuid):
+        if self._election_elapsed >= self._randomized_timeout and self._may_campaign():
             self._campaign(skip_pre_vote=False, transfer=False)
 
     def step(self, msg: Message) -> None:
@@ -413,8 +413,8 @@ class RaftCore:
             )
         if not self._committed_in_term():
             return ProposeResult(ProposalStatus.UNAVAILABLE, message="no commit in this term yet")
-        if self._transfer_target is not None:
-            return ProposeResult(ProposalStatus.UNAVAILABLE, message="leadership transfer running")
+        if self._transfer_target is not None or not self._config.is_voter(self.uuid):
+            return ProposeResult(ProposalStatus.UNAVAILABLE, message="leadership is moving")
         cfg = self._config
         current = cfg.member(change.uuid)
         if change.change_type is ConfigChangeType.ADD_MEMBER:
@@ -650,7 +650,6 @@ class RaftCore:
         self._become_leader()
 
     def _become_leader(self) -> None:
-        assert self._config.is_voter(self.uuid)
         self._role = Role.LEADER
         self._leader = self.uuid
         self._votes.clear()
@@ -730,7 +729,7 @@ class RaftCore:
             self._become_follower(self._term, None)
 
     def _handle_timeout_now(self, msg: TimeoutNow) -> None:
-        if self._role is Role.LEADER or not self._config.is_voter(self.uuid):
+        if self._role is Role.LEADER or not self._may_campaign():
             return
         self._campaign(skip_pre_vote=True, transfer=True)
 
@@ -781,6 +780,8 @@ class RaftCore:
     def _refuse_proposal(self) -> ProposeResult | None:
         if self._role is not Role.LEADER:
             return ProposeResult(ProposalStatus.NOT_LEADER, leader_hint=self._leader)
+        if not self._config.is_voter(self.uuid):
+            return ProposeResult(ProposalStatus.UNAVAILABLE, message="leader is leaving the config")
         if self._transfer_target is not None:
             return ProposeResult(ProposalStatus.UNAVAILABLE, message="leadership transfer running")
         if self.last_index - self._commit >= self._opts.uncommitted_entries_max:
@@ -816,7 +817,9 @@ class RaftCore:
         self._config, self._config_index = self._tail_config()
         if self._role is not Role.LEADER:
             return
-        assert self._config.is_voter(self.uuid), "a leader never removes or demotes itself"
+        # A leader never removes or demotes itself (change_config refuses it), but it may
+        # have been elected while an uncommitted entry had already demoted it; it then
+        # steps down once that entry is committed (see _maybe_commit).
         for u in self._config.uuids:
             if u != self.uuid and u not in self._progress:
                 self._progress[u] = _Progress(self.last_index + 1)
@@ -1002,10 +1005,41 @@ class RaftCore:
             for r in self._pending_reads:
                 if r.index is None:
                     r.index = n
+            if not self._config.is_voter(self.uuid):
+                self._hand_over_and_step_down()
+                return
             for peer in list(self._progress):
                 self._maybe_promote(peer)
-            if not self._config.is_voter(self.uuid):  # pragma: no cover - guarded above
-                self._become_follower(self._term, None)
+
+    def _may_campaign(self) -> bool:
+        """Voters of the newest config campaign, and so does a replica that an uncommitted
+        entry demotes or removes: it may be the only one holding that entry, and then only
+        it can be elected to commit it (Raft dissertation 4.2.2: a server outside its
+        newest config may still lead; votes are counted in the newest config). Found by the
+        simulator: seed 6 of 1500 steps deadlocked without this."""
+        if self._config.is_voter(self.uuid):
+            return True
+        # Any config this replica cannot rule out as the committed one: those above its
+        # commit index, and the newest at or below it.
+        for idx in reversed(self._config_indexes):
+            cfg = self.entry(idx).config
+            assert cfg is not None
+            if cfg.is_voter(self.uuid):
+                return True
+            if idx <= self._commit:
+                return False
+        return self._base_config.is_voter(self.uuid)
+
+    def _hand_over_and_step_down(self) -> None:
+        """A leader outside its committed config: wake the most caught-up voter, leave."""
+        caught_up = [
+            v
+            for v in self._config.voters
+            if v in self._progress and self._progress[v].match == self.last_index
+        ]
+        if caught_up:
+            self._send(TimeoutNow(self.tablet_id, self.uuid, max(caught_up), self._term))
+        self._become_follower(self._term, None)
 
     def _maybe_promote(self, peer: str) -> None:
         m = self._config.member(peer)
