@@ -2,8 +2,8 @@
 
 Read: `schema()` asks the coordinator for the table's schema; `partitions()` makes one input
 partition per tablet; each task opens a client and streams its tablet's Arrow batches through
-`Table.scan_tablet` (projection = the `columns` option; predicates = pushed filters when the
-`pushdown` option is on). Batches go to Spark as Arrow, never row by row.
+`Table.scan_tablet` (projection = the `columns` option; predicates = the `predicates` option;
+Spark's own filters are evaluated by Spark). Batches go to Spark as Arrow, never row by row.
 
 Write (`DataSourceArrowWriter`): each task opens one client and one session, applies its
 Arrow batches with the `operation` option (insert | upsert | delete), flushes, and fails with
@@ -11,7 +11,7 @@ the first per-row errors when any row failed. There is no transaction across tas
 that tasks flushed before a failure stay written; `abort` only logs. Upsert is the
 operation to use when a job may be retried (Spark task retries, a rerun after a failure).
 
-Options: coordinators (required), table (required), operation, columns, pushdown,
+Options: coordinators (required), table (required), operation, columns, predicates,
 flush_rows_max, timeout_s; see spark_tables/mapping.py and design/spark.md.
 """
 
@@ -26,7 +26,6 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
     DataSourceReader,
-    Filter,
     InputPartition,
     WriterCommitMessage,
 )
@@ -95,8 +94,10 @@ class TableDataSource(DataSource):
     def reader(self, schema: StructType) -> DataSourceReader:
         info = self._table_info()
         read_schema = mapping.project(info.arrow_schema, schema.fieldNames())
-        cls = PushdownTableReader if self._parsed.pushdown else TableReader
-        return cls(self._parsed, info, read_schema)
+        predicates = []
+        if self._parsed.predicates:
+            predicates = mapping.parse_predicates(self._parsed.predicates, info.arrow_schema)
+        return TableReader(self._parsed, info, read_schema, predicates)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
         if overwrite:
@@ -112,13 +113,23 @@ class TableDataSource(DataSource):
 
 
 class TableReader(DataSourceReader):
-    """Scans without filter pushdown: Spark evaluates every filter itself."""
+    """Scans each tablet with the DataFrame's projection and the "predicates" option.
 
-    def __init__(self, options: SourceOptions, info: TableInfo, read_schema: pa.Schema) -> None:
+    No pushFilters: Spark evaluates every filter of a query itself (design/spark.md: Spark's
+    Python filter pushdown hands a reused DataFrame the previous query's filters in 4.3).
+    """
+
+    def __init__(
+        self,
+        options: SourceOptions,
+        info: TableInfo,
+        read_schema: pa.Schema,
+        predicates: list[mapping.Predicate],
+    ) -> None:
         self.options = options
         self.info = info
         self.read_schema = read_schema
-        self.predicates: list[mapping.Predicate] = []
+        self.predicates = predicates
 
     def partitions(self) -> Sequence[InputPartition]:
         with _open_client(self.options) as client:
@@ -148,23 +159,6 @@ class TableReader(DataSourceReader):
                 f"table {self.options.table!r} was dropped and created again during the query "
                 f"(id {self.info.table_id} -> {t.table_id}); run the query again"
             )
-
-
-class PushdownTableReader(TableReader):
-    """Pushes the filters it can evaluate with Spark's exact semantics into the scan.
-
-    Needs spark.sql.python.filterPushdown.enabled=true (Spark refuses a reader with
-    pushFilters otherwise). The pushed filters are ALSO handed back to Spark, which evaluates
-    them again on the (already reduced) rows: a pushed predicate can then only save work,
-    never change the answer.
-    """
-
-    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
-        filters = list(filters)
-        pushed, _ = mapping.split_filters(filters, self.read_schema)
-        self.predicates = pushed
-        logger.debug("pushed %s of %s", pushed, filters)
-        yield from filters
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""The pure parts of the data source: options, type mapping, filter translation, batch shaping.
+"""The pure parts of the data source: options, type mapping, scan predicates, batch shaping.
 
 No Spark session, no network: plain functions over pyarrow schemas, Spark types and the
 `pyspark.sql.datasource` filter values, unit-tested in tests/spark/test_mapping.py.
@@ -13,22 +13,11 @@ from __future__ import annotations
 
 import datetime
 import enum
-import math
-from collections.abc import Iterable, Mapping, Sequence
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
-from pyspark.sql.datasource import (
-    EqualTo,
-    Filter,
-    GreaterThan,
-    GreaterThanOrEqual,
-    In,
-    IsNotNull,
-    IsNull,
-    LessThan,
-    LessThanOrEqual,
-)
 from pyspark.sql.types import (
     BinaryType,
     BooleanType,
@@ -51,6 +40,7 @@ FLUSH_ROWS_DEFAULT = 10_000
 FLUSH_ROWS_MAX = 1_000_000
 ERRORS_SHOWN_MAX = 5
 IN_VALUES_MAX = 1_000
+PREDICATES_MAX = 32
 
 
 class Operation(enum.Enum):
@@ -69,7 +59,7 @@ class SourceOptions:
     table: str
     operation: Operation
     columns: tuple[str, ...] | None  # read projection chosen by the user (None: all)
-    pushdown: bool  # translate Spark filters into scan predicates (needs the Spark conf too)
+    predicates: str  # JSON scan predicates chosen by the user ("" for none)
     flush_rows_max: int
     timeout_s: float
 
@@ -98,7 +88,12 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         columns = tuple(c.strip() for c in opts["columns"].split(",") if c.strip())
         if len(set(columns)) != len(columns):
             raise OptionError(f'option "columns" names a column twice: {opts["columns"]!r}')
-    pushdown = _parse_bool(opts, "pushdown", False)
+    predicates = opts.get("predicates", "").strip()
+    if "pushdown" in opts:
+        raise OptionError(
+            'option "pushdown" is not supported: Spark\'s Python filter pushdown returns stale '
+            'results on reused DataFrames in this Spark; use option("predicates", ...)'
+        )
     flush_rows_max = _parse_int(opts, "flush_rows_max", FLUSH_ROWS_DEFAULT, 1, FLUSH_ROWS_MAX)
     try:
         timeout_s = float(opts.get("timeout_s", TIMEOUT_S_DEFAULT))
@@ -107,19 +102,8 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
     if not 0 < timeout_s <= 3600:
         raise OptionError('option "timeout_s" must be in (0, 3600]')
     return SourceOptions(
-        coordinators, table, operation, columns, pushdown, flush_rows_max, timeout_s
+        coordinators, table, operation, columns, predicates, flush_rows_max, timeout_s
     )
-
-
-def _parse_bool(opts: Mapping[str, str], key: str, default: bool) -> bool:
-    text = opts.get(key)
-    if text is None:
-        return default
-    if text.strip().lower() in ("true", "1", "yes"):
-        return True
-    if text.strip().lower() in ("false", "0", "no"):
-        return False
-    raise OptionError(f'option "{key}" must be true or false, not {text!r}')
 
 
 def _parse_int(opts: Mapping[str, str], key: str, default: int, low: int, high: int) -> int:
@@ -243,94 +227,74 @@ def check_write_columns(
             raise OptionError(f"DataFrame lacks non-nullable column(s) {missing}")
 
 
-# ---- filters -------------------------------------------------------------------------------
-
-_COMPARISONS: dict[type, str] = {
-    EqualTo: "=",
-    GreaterThan: ">",
-    GreaterThanOrEqual: ">=",
-    LessThan: "<",
-    LessThanOrEqual: "<=",
-}
+# ---- scan predicates given as an option ------------------------------------------------
 
 
-def _value_fits(arrow_type: pa.DataType, value: object) -> bool:
-    """Whether `value` compares in the scan exactly as Spark compares it for this column."""
-    if value is None:
-        return False  # Spark's col = NULL is never true; leave it to Spark
-    if pa.types.is_integer(arrow_type):
-        return isinstance(value, int) and not isinstance(value, bool)
-    if pa.types.is_boolean(arrow_type):
-        return isinstance(value, bool)
-    if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type):
-        return isinstance(value, str)
-    if pa.types.is_binary(arrow_type) or pa.types.is_large_binary(arrow_type):
-        return isinstance(value, bytes | bytearray)
-    if pa.types.is_floating(arrow_type):
-        # Spark orders NaN above every number and makes NaN = NaN true; IEEE comparisons in
-        # the scan do not, so only equality with an ordinary number is pushed (caller's check).
-        return (
-            isinstance(value, float | int)
-            and not isinstance(value, bool)
-            and not (isinstance(value, float) and math.isnan(value))
-        )
-    return False  # timestamps: time-zone conversions are Spark's business
+def parse_predicates(text: str, arrow_schema: pa.Schema) -> list[Predicate]:
+    """The "predicates" option: a JSON list of [column, op, value] triples, ANDed, applied by
+    the tablet servers in the scan. Part of the DataFrame's definition (like "columns"), not
+    derived from Spark's filters: Spark's Python filter pushdown is stale on reused
+    DataFrames in PySpark 4.3 (design/spark.md), so it is never used.
 
-
-def _scan_value(arrow_type: pa.DataType, value: object) -> object:
-    if pa.types.is_floating(arrow_type):
-        return float(value)  # type: ignore[arg-type]
-    if isinstance(value, bytearray):
-        return bytes(value)
-    return value
-
-
-def translate_filter(filter_: Filter, arrow_schema: pa.Schema) -> Predicate | None:
-    """The scan predicate equivalent to one Spark filter, or None when it cannot be pushed
-    with exactly Spark's semantics (Not, string matching, NaN, timestamps, nested columns)."""
-    attribute = getattr(filter_, "attribute", None)
-    if not isinstance(attribute, tuple) or len(attribute) != 1:
-        return None
-    name = attribute[0]
-    index = arrow_schema.get_field_index(name)
-    if index < 0:
-        return None
-    arrow_type = arrow_schema.field(index).type
-    if isinstance(filter_, IsNull):
-        return (name, "is null", None)
-    if isinstance(filter_, IsNotNull):
-        return (name, "is not null", None)
-    if isinstance(filter_, In):
-        values = list(filter_.value)
-        if not values or len(values) > IN_VALUES_MAX:
-            return None
-        if not all(_value_fits(arrow_type, v) for v in values):
-            return None
-        return (name, "in", [_scan_value(arrow_type, v) for v in values])
-    op = _COMPARISONS.get(type(filter_))
-    if op is None:
-        return None
-    value = filter_.value
-    if not _value_fits(arrow_type, value):
-        return None
-    if pa.types.is_floating(arrow_type) and op != "=":
-        return None
-    return (name, op, _scan_value(arrow_type, value))
-
-
-def split_filters(
-    filters: Iterable[Filter], arrow_schema: pa.Schema
-) -> tuple[list[Predicate], list[Filter]]:
-    """(predicates for the scan, the filters Spark must still evaluate)."""
-    pushed: list[Predicate] = []
-    remaining: list[Filter] = []
-    for f in filters:
-        predicate = translate_filter(f, arrow_schema)
-        if predicate is None:
-            remaining.append(f)
+    ops: = < <= > >= (a value), in (a list of values), "is null" / "is not null" (no value).
+    Values are JSON numbers, strings, booleans; timestamps are ISO-8601 strings (UTC).
+    """
+    try:
+        items = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise OptionError(f'option "predicates" is not JSON: {err}') from None
+    if not isinstance(items, list) or len(items) > PREDICATES_MAX:
+        raise OptionError(f'option "predicates" must be a list of at most {PREDICATES_MAX} items')
+    out: list[Predicate] = []
+    for item in items:
+        if not isinstance(item, list) or len(item) not in (2, 3) or not isinstance(item[0], str):
+            raise OptionError(f"predicate {item!r} is not [column, op, value] or [column, op]")
+        name, op = item[0], str(item[1]).lower()
+        index = arrow_schema.get_field_index(name)
+        if index < 0:
+            raise OptionError(f"predicate on unknown column {name!r} ({arrow_schema.names})")
+        arrow_type = arrow_schema.field(index).type
+        if op in ("is null", "is not null"):
+            if len(item) == 3 and item[2] is not None:
+                raise OptionError(f"predicate {item!r}: {op} takes no value")
+            out.append((name, op, None))
+            continue
+        if len(item) != 3:
+            raise OptionError(f"predicate {item!r} needs a value")
+        if op == "in":
+            if not isinstance(item[2], list) or not item[2] or len(item[2]) > IN_VALUES_MAX:
+                raise OptionError(f"predicate {item!r}: in takes 1..{IN_VALUES_MAX} values")
+            out.append((name, op, [_predicate_value(arrow_type, v, item) for v in item[2]]))
+        elif op in ("=", "<", "<=", ">", ">="):
+            out.append((name, op, _predicate_value(arrow_type, item[2], item)))
         else:
-            pushed.append(predicate)
-    return pushed, remaining
+            raise OptionError(f"predicate {item!r}: unknown op {op!r}")
+    return out
+
+
+def _predicate_value(arrow_type: pa.DataType, value: object, item: object) -> object:
+    ok = False
+    if pa.types.is_integer(arrow_type):
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif pa.types.is_floating(arrow_type):
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        value = float(value) if ok else value  # type: ignore[arg-type]
+    elif pa.types.is_boolean(arrow_type):
+        ok = isinstance(value, bool)
+    elif pa.types.is_string(arrow_type):
+        ok = isinstance(value, str)
+    elif pa.types.is_timestamp(arrow_type) and isinstance(value, str):
+        try:
+            parsed = datetime.datetime.fromisoformat(value)
+        except ValueError:
+            parsed = None
+        if parsed is not None:
+            if parsed.tzinfo is not None:
+                parsed = parsed.astimezone(datetime.UTC).replace(tzinfo=None)
+            value, ok = parsed, True
+    if not ok:
+        raise OptionError(f"predicate {item!r}: {value!r} does not fit a {arrow_type} column")
+    return value
 
 
 def format_row_errors(errors: Sequence[object], table: str, operation: Operation) -> str:

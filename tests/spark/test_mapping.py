@@ -7,19 +7,6 @@ import datetime
 
 import pyarrow as pa
 import pytest
-from pyspark.sql.datasource import (
-    EqualNullSafe,
-    EqualTo,
-    GreaterThan,
-    GreaterThanOrEqual,
-    In,
-    IsNotNull,
-    IsNull,
-    LessThan,
-    LessThanOrEqual,
-    Not,
-    StringStartsWith,
-)
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
     BinaryType,
@@ -52,19 +39,19 @@ def test_options_defaults_and_errors():
     o = mapping.parse_options({"Coordinators": "127.0.0.1:1, 127.0.0.1:2", "table": "t"})
     assert o.coordinators == ("127.0.0.1:1", "127.0.0.1:2")
     assert o.table == "t" and o.operation is Operation.INSERT and o.columns is None
-    assert o.pushdown is False and o.flush_rows_max == mapping.FLUSH_ROWS_DEFAULT
+    assert o.predicates == "" and o.flush_rows_max == mapping.FLUSH_ROWS_DEFAULT
     o = mapping.parse_options(
         {
             "coordinators": "h:1",
             "table": "t",
             "operation": "UPSERT",
             "columns": "a, b",
-            "pushdown": "true",
+            "predicates": '[["a", "=", 1]]',
             "flush_rows_max": "5",
             "timeout_s": "2.5",
         }
     )
-    assert o.operation is Operation.UPSERT and o.columns == ("a", "b") and o.pushdown
+    assert o.operation is Operation.UPSERT and o.columns == ("a", "b") and o.predicates
     assert o.flush_rows_max == 5 and o.timeout_s == 2.5
     bad = [
         ({"table": "t"}, "coordinators"),
@@ -72,7 +59,7 @@ def test_options_defaults_and_errors():
         ({"coordinators": "h:1"}, "table"),
         ({"coordinators": "h:1", "table": "t", "operation": "merge"}, "insert|upsert|delete"),
         ({"coordinators": "h:1", "table": "t", "columns": "a,a"}, "twice"),
-        ({"coordinators": "h:1", "table": "t", "pushdown": "maybe"}, "true or false"),
+        ({"coordinators": "h:1", "table": "t", "pushdown": "true"}, "stale"),
         ({"coordinators": "h:1", "table": "t", "flush_rows_max": "0"}, "flush_rows_max"),
         ({"coordinators": "h:1", "table": "t", "timeout_s": "x"}, "timeout_s"),
     ]
@@ -145,43 +132,38 @@ def test_check_write_columns():
         mapping.check_write_columns(["s"], TABLE, keys, Operation.DELETE)
 
 
-def test_filter_translation_only_where_semantics_match():
-    cases = [
-        (EqualTo(("id",), 5), ("id", "=", 5)),
-        (GreaterThan(("id",), 5), ("id", ">", 5)),
-        (GreaterThanOrEqual(("i32",), -1), ("i32", ">=", -1)),
-        (LessThan(("s",), "m"), ("s", "<", "m")),
-        (LessThanOrEqual(("bin",), b"\x01"), ("bin", "<=", b"\x01")),
-        (EqualTo(("b",), True), ("b", "=", True)),
-        (In(("id",), (1, 2, 3)), ("id", "in", [1, 2, 3])),
-        (IsNull(("s",)), ("s", "is null", None)),
-        (IsNotNull(("ts",)), ("ts", "is not null", None)),
-        (EqualTo(("d",), 2.0), ("d", "=", 2.0)),
-        (EqualTo(("d",), 2), ("d", "=", 2.0)),
-        (In(("d",), (1.0, 2.5)), ("d", "in", [1.0, 2.5])),
+def test_predicates_option():
+    text = (
+        '[["id", ">=", 10], ["d", "=", 2], ["s", "in", ["a", "b"]], ["i32", "is null"],'
+        ' ["b", "=", true], ["ts", "<", "2024-01-02T00:00:00+01:00"], ["s", "IS NOT NULL", null]]'
+    )
+    assert mapping.parse_predicates(text, TABLE) == [
+        ("id", ">=", 10),
+        ("d", "=", 2.0),
+        ("s", "in", ["a", "b"]),
+        ("i32", "is null", None),
+        ("b", "=", True),
+        ("ts", "<", datetime.datetime(2024, 1, 1, 23, 0)),
+        ("s", "is not null", None),
     ]
-    for f, predicate in cases:
-        assert mapping.translate_filter(f, TABLE) == predicate, f
-    not_pushed = [
-        Not(EqualTo(("id",), 5)),
-        EqualNullSafe(("id",), 5),
-        StringStartsWith(("s",), "a"),
-        GreaterThan(("d",), 1.0),  # NaN orders above numbers in Spark
-        EqualTo(("d",), float("nan")),
-        EqualTo(("id",), "5"),  # type mismatch
-        EqualTo(("id",), True),
-        EqualTo(("ts",), datetime.datetime(2024, 1, 1)),
-        EqualTo(("missing",), 1),
-        EqualTo(("a", "b"), 1),
-        In(("id",), ()),
-        In(("id",), (1, None)),
-        In(("id",), tuple(range(mapping.IN_VALUES_MAX + 1))),
+    assert mapping.parse_predicates("[]", TABLE) == []
+    bad = [
+        ("{", "not JSON"),
+        ('{"id": 1}', "list"),
+        ('[["nope", "=", 1]]', "unknown column"),
+        ('[["id", "~", 1]]', "unknown op"),
+        ('[["id", "=", "1"]]', "does not fit"),
+        ('[["id", "=", true]]', "does not fit"),
+        ('[["bin", "=", "x"]]', "does not fit"),
+        ('[["ts", "=", "yesterday"]]', "does not fit"),
+        ('[["id", "in", []]]', "in takes"),
+        ('[["id", "="]]', "needs a value"),
+        ('[["id", "is null", 3]]', "takes no value"),
+        ('[["id"]]', "column, op"),
     ]
-    for f in not_pushed:
-        assert mapping.translate_filter(f, TABLE) is None, f
-    f1, f2 = EqualTo(("id",), 1), Not(IsNull(("s",)))
-    pushed, remaining = mapping.split_filters([f1, f2], TABLE)
-    assert pushed == [("id", "=", 1)] and remaining == [f2]
+    for text, message in bad:
+        with pytest.raises(OptionError, match=message):
+            mapping.parse_predicates(text, TABLE)
 
 
 def test_row_error_message_names_count_and_first_errors():

@@ -82,3 +82,52 @@ def test_arrow_reader_and_writer_work_without_pandas(spark, tmp_path):
     # The driver never needed them; the workers share this interpreter.
     assert importlib.util.find_spec("pandas") is None
     assert importlib.util.find_spec("numpy") is None
+
+
+class _RecordingReader(DataSourceReader):
+    """Yields, with every row, the filters that pushFilters last received."""
+
+    def __init__(self) -> None:
+        self.pushed = ""
+
+    def pushFilters(self, filters):
+        filters = list(filters)
+        self.pushed = ";".join(sorted(type(f).__name__ for f in filters))
+        yield from filters  # nothing is really pushed: Spark evaluates every filter
+
+    def read(self, partition):
+        yield pa.RecordBatch.from_pydict(
+            {"id": pa.array(range(10), pa.int64()), "pushed": pa.array([self.pushed] * 10)}
+        )
+
+
+class _RecordingSource(DataSource):
+    @classmethod
+    def name(cls):
+        return "smoke_recording"
+
+    def schema(self):
+        return "id long, pushed string"
+
+    def reader(self, schema):
+        return _RecordingReader()
+
+
+def test_python_filter_pushdown_reuses_the_previous_querys_reader(spark):
+    """Why the logcentric reader has no pushFilters (design/spark.md): in this Spark, a query
+    on a reused DataFrame that pushes no filter runs the reader planned for the DataFrame's
+    previous query, with that query's filters. A reader that applied them would return too
+    few rows (the "stale count"). Should a Spark upgrade fix this, this test fails and
+    pushdown can be reconsidered."""
+    spark.dataSource.register(_RecordingSource)
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+    try:
+        df = spark.read.format("smoke_recording").load()
+        assert {r.pushed for r in df.where("id = 5").collect()} == {"EqualTo;IsNotNull"}
+        # No filter at all: the reader of `id = 5` runs again, with its filters.
+        assert {r.pushed for r in df.collect()} == {"EqualTo;IsNotNull"}
+        # A fresh DataFrame gets a fresh reader.
+        fresh = spark.read.format("smoke_recording").load()
+        assert {r.pushed for r in fresh.collect()} == {""}
+    finally:
+        spark.conf.unset("spark.sql.python.filterPushdown.enabled")
