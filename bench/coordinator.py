@@ -1,8 +1,7 @@
 """Coordinator failover time, create-table latency and tablet-location lookups per second.
 
 Three coordinator processes (embedded logstore, durable journal, cluster password) and three
-tablet servers (durable WAL) on loopback. Tablet servers do not heartbeat by themselves yet,
-so this process heartbeats on their behalf to every coordinator node.
+tablet servers (durable WAL, heartbeating to every coordinator node) on loopback.
 
 - create-table latency: sequential creates (4 tablets, replication 1), p50 / p99;
 - lookups: GetTabletLocations from 8 client threads for a few seconds; baseline: the rpc
@@ -110,7 +109,9 @@ class Group:
                 p.wait(10)
 
 
-def start_tserver(root: Path, name: str) -> tuple[subprocess.Popen, str, str]:
+def start_tserver(
+    root: Path, name: str, coordinators: list[str]
+) -> tuple[subprocess.Popen, str, str]:
     fs = root / name
     subprocess.run(
         [sys.executable, "-m", "tservers.cli", "fs", "format", "--fs-root", str(fs)],
@@ -119,26 +120,18 @@ def start_tserver(root: Path, name: str) -> tuple[subprocess.Popen, str, str]:
     )
     log = root / f"{name}.log"
     proc = spawn(
-        ["-m", "tservers.cli", "start", "--fs-root", str(fs), "--bind", "127.0.0.1:0"], log
-    )
+        [
+            "-m", "tservers.cli", "start", "--fs-root", str(fs), "--bind", "127.0.0.1:0",
+            "--coordinators", ",".join(coordinators),
+        ],
+        log,
+    )  # fmt: skip
 
     def line():
         return next((ln for ln in log.read_text().splitlines() if " serving on " in ln), None)
 
     parts = wait_for(line, 60, f"{name} start").split()
     return proc, parts[parts.index("tserver") + 1], parts[-1]
-
-
-def heartbeat_loop(client: CoordinatorClient, servers, stop: threading.Event) -> None:
-    while not stop.wait(0.25):
-        for _, uuid, address in servers:
-            try:
-                if client.heartbeat_all(
-                    pb.HeartbeatRequest(server_uuid=uuid, address=address), 0.5
-                ):
-                    client.enlist_server(uuid, address)
-            except RpcError:
-                pass
 
 
 def pct(values: list[float], p: float) -> float:
@@ -177,7 +170,6 @@ def main() -> int:
         root = Path(tmp)
         group = Group(root, args.lease_timeout_s)
         tservers = []
-        stop = threading.Event()
         try:
             for i in range(3):
                 group.start(i)
@@ -185,12 +177,8 @@ def main() -> int:
                 wait_for(
                     lambda i=i: " rpc=" in (root / f"c{i}.log").read_text(), 60, "coordinator start"
                 )
-            tservers = [start_tserver(root, f"ts{i}") for i in range(3)]
-            beat_client = CoordinatorClient(group.rpc, timeout_s=5.0, call_timeout_s=1.0)
-            beat = threading.Thread(
-                target=heartbeat_loop, args=(beat_client, tservers, stop), daemon=True
-            )
-            beat.start()
+            # The tablet servers enlist and heartbeat to every node by themselves.
+            tservers = [start_tserver(root, f"ts{i}", group.rpc) for i in range(3)]
             client = CoordinatorClient(group.rpc, timeout_s=60.0, call_timeout_s=2.0)
             wait_for(lambda: len(client.list_servers()) == 3, 60, "tablet servers enlisted")
 
@@ -236,7 +224,6 @@ def main() -> int:
                 )
                 print(f"  kill {k + 1}: failover {failovers[-1]:.3f} s", flush=True)
         finally:
-            stop.set()
             group.close()
             for p, _, _ in tservers:
                 p.send_signal(signal.SIGTERM)
