@@ -1,0 +1,49 @@
+"""Password rules of a replica and the HMAC authentication of Raft frames (no sockets)."""
+
+from __future__ import annotations
+
+import pytest
+
+from logstore.auth import HmacAuthenticator, InvalidFrame
+from logstore.replicated import ReplicatedLogStore
+from rpc.errors import IllegalState
+
+
+@pytest.mark.parametrize(
+    "address,peers,allow",
+    [
+        ("127.0.0.1:1", ["127.0.0.1:2"], True),  # a cluster: never without a password
+        ("0.0.0.0:1", [], True),  # not loopback
+        ("10.1.2.3:1", [], True),
+        ("127.0.0.1:1", [], False),  # loopback single node, but not asked explicitly
+    ],
+)
+def test_no_password_is_refused(tmp_path, address, peers, allow):
+    with pytest.raises(IllegalState, match="password"):
+        ReplicatedLogStore(address, peers, str(tmp_path / "d"), allow_insecure_dev=allow)
+    assert not (tmp_path / "d").exists()  # refused before touching the disk
+
+
+def test_frames_round_trip_and_carry_their_timestamp():
+    a = HmacAuthenticator("secret")
+    token = a.encrypt_at_time(b"payload", 1234)
+    assert a.extract_timestamp(token) == 1234
+    assert a.decrypt(token) == b"payload"
+
+
+def test_tampered_or_foreign_frames_are_rejected():
+    a = HmacAuthenticator("secret")
+    token = bytearray(a.encrypt_at_time(b"payload", 7))
+    for pos in (0, 9, len(token) - 1):
+        bad = bytearray(token)
+        bad[pos] ^= 1
+        with pytest.raises(InvalidFrame):
+            a.decrypt(bytes(bad))
+        with pytest.raises(InvalidFrame):
+            a.extract_timestamp(bytes(bad))
+    with pytest.raises(InvalidFrame):
+        HmacAuthenticator("other").decrypt(bytes(token))
+    with pytest.raises(InvalidFrame):
+        a.decrypt(b"short")
+    with pytest.raises(ValueError):
+        HmacAuthenticator("")
