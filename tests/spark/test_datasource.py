@@ -260,7 +260,7 @@ def test_read_during_writes(spark, cluster, client):
     client.create_table(
         "growing", [Column("k", "int64", key=True), Column("v", "int64")], num_tablets=2
     )
-    batch_rows, batches = 200, 400  # a bound; the writer is stopped after the scans
+    batch_rows, batches = 100, 2000  # a bound; the writer is stopped after the scans
     acked = [0]
     stop = threading.Event()
     failures: list[BaseException] = []
@@ -270,7 +270,7 @@ def test_read_during_writes(spark, cluster, client):
             with Client(addresses(cluster), timeout_s=60.0) as c:
                 t = c.table("growing")
                 for n in range(batches):
-                    if stop.is_set():
+                    if stop.wait(0.01):  # paced, so that it outlives a few Spark scans
                         return
                     ks = list(range(n * batch_rows, (n + 1) * batch_rows))
                     rows = pa.table({"k": pa.array(ks, pa.int64()),
