@@ -151,13 +151,6 @@ class Catalog:
         results = self.sessions.get(client_id)
         return results.get(seq) if results else None
 
-    def hint_fields(self) -> tuple[str, str, int]:
-        """(holder uuid, address, epoch) of the last Lease record."""
-        if self.last_lease is None:
-            return ("", "", 0)
-        entry_id, lease = self.last_lease
-        return (lease.holder_uuid, lease.holder_address, lease.epoch or entry_id)
-
     # ------------------------------------------------------------ changes used by apply
 
     def record_session(self, request_id: pb.RequestId, result: OpResult) -> None:
