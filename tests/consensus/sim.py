@@ -658,7 +658,11 @@ class Simulation:
             self.blocked = set()
             self.trace.append("heal")
             return
-        side = [u for u in self.uuids if self.rng.random() < 0.4]
+        leader = self._leader()
+        if leader is not None and self.rng.random() < 0.5:
+            side = [leader.uuid]  # isolate the leader: the classic stale-leader window
+        else:
+            side = [u for u in self.uuids if self.rng.random() < 0.4]
         self.blocked = {
             (a, b) for a in self.uuids for b in self.uuids if (a in side) != (b in side)
         }
