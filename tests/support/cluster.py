@@ -18,16 +18,6 @@ def local_cluster(
     try:
         cluster.up(timeout_s=120)
         yield cluster
-    except BaseException:
-        dump_logs(cluster)
-        raise
     finally:
         cluster.down()
 
-
-def dump_logs(cluster: LocalCluster, lines: int = 60) -> None:
-    """Print the end of every process log (pytest shows it with the failure)."""
-    for log in sorted(cluster.log_dir.glob("*.log")):
-        text = log.read_text(errors="replace").splitlines()
-        print(f"===== {log.name} (last {min(lines, len(text))} of {len(text)} lines)")
-        print("\n".join(text[-lines:]))
