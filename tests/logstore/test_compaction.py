@@ -81,3 +81,22 @@ def test_snapshot_holds_only_live_data(tmp_path):
     finally:
         for s in stores:
             s.close()
+
+
+def test_command_encoding_is_stable(tmp_path):
+    """Offline readers (the log tool) decode journal commands: type byte, then a pickle of
+    (method id, args) with _ls_append = 0 and _ls_barrier = 1 (design/logstore.md)."""
+    import pickle
+
+    (store,) = stores = start_cluster(tmp_path, 1)
+    try:
+        assert store._node._methodToID == {"_ls_append_v0": 0, "_ls_barrier_v0": 1}
+        store.append("enc", b"payload", expected_id=1, invalidates=())
+        store.barrier()
+        commands = [c for c, _idx, _term in store._journal[:] if c[:1] == b"\x00"]
+        decoded = [pickle.loads(c[1:]) for c in commands]
+        assert (0, ("enc", b"payload", 1, ())) in decoded
+        assert 1 in decoded
+    finally:
+        for s in stores:
+            s.close()
