@@ -1,0 +1,128 @@
+"""Spark through the "logcentric" data source against Spark's own Parquet, in one run.
+
+A local cluster (`coordinator local-cluster`: 1 coordinator, 1 tablet server, WAL synced)
+under a temporary folder and one SparkSession (default local[2]). The same cached DataFrame
+of --rows rows (id long, n int, x double, s string, ts timestamp) is written to a table
+through the data source (insert, one client session per task) and to Parquet with
+`df.write.parquet`; then each is read in full with the `noop` sink (every column of every
+row is materialised, no Parquet metadata shortcut), --repeats times, best time kept.
+
+    .venv/bin/python bench/spark.py [--rows 1000000] [--tablets 4] [--master local[2]]
+
+Target: reading through the data source within 2x of Parquet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from coordinator.client.client import Client, Column  # noqa: E402
+from coordinator.localcluster import LocalCluster  # noqa: E402
+from spark_tables.session import build_session  # noqa: E402
+
+COLUMNS = [
+    Column("id", "int64", key=True),
+    Column("n", "int32", nullable=True),
+    Column("x", "double", nullable=True),
+    Column("s", "string", nullable=True),
+    Column("ts", "timestamp", nullable=True),
+]
+
+
+def timed(fn) -> float:
+    started = time.perf_counter()
+    fn()
+    return time.perf_counter() - started
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--tablets", type=int, default=4)
+    ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--repeats", type=int, default=2)
+    args = ap.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="bench-spark-"))
+    cluster = LocalCluster.create(work / "cluster", 1, 1, lease_timeout_s=1.5)
+    spark = None
+    try:
+        cluster.up(timeout_s=180)
+        coords = ",".join(cluster.spec.coordinator_addresses)
+        with Client(coords, timeout_s=60.0) as client:
+            client.create_table("bench", COLUMNS, num_tablets=args.tablets)
+        spark = build_session(args.master, "bench-spark")
+        parts = max(2, args.tablets)
+        df = (
+            spark.range(0, args.rows, numPartitions=parts)
+            .selectExpr(
+                "id",
+                "cast(id % 1000 as int) as n",
+                "id * 0.5 as x",
+                "concat('row-', cast(id as string)) as s",
+                "timestamp_seconds(1700000000 + id) as ts",
+            )
+            .cache()
+        )
+        assert df.count() == args.rows
+        parquet = str(work / "bench.parquet")
+
+        write_table = timed(
+            lambda: (
+                df.write.format("logcentric")
+                .option("coordinators", coords)
+                .option("table", "bench")
+                .option("operation", "insert")
+                .mode("append")
+                .save()
+            )
+        )
+        write_parquet = timed(lambda: df.write.mode("overwrite").parquet(parquet))
+        df.unpersist()
+
+        table_df = (
+            spark.read.format("logcentric")
+            .option("coordinators", coords)
+            .option("table", "bench")
+            .load()
+        )
+        parquet_df = spark.read.parquet(parquet)
+        assert table_df.count() == args.rows and parquet_df.count() == args.rows
+        read_table = min(
+            timed(lambda: table_df.write.format("noop").mode("overwrite").save())
+            for _ in range(args.repeats)
+        )
+        read_parquet = min(
+            timed(lambda: parquet_df.write.format("noop").mode("overwrite").save())
+            for _ in range(args.repeats)
+        )
+    finally:
+        if spark is not None:
+            spark.stop()
+        cluster.down()
+        shutil.rmtree(work, ignore_errors=True)
+
+    rows = args.rows
+    print(f"{rows:,} rows, {args.tablets} tablets, master {args.master}")
+    print(f"  read  table (data source): {read_table:7.2f} s  {rows / read_table:>12,.0f} rows/s")
+    print(
+        f"  read  parquet:             {read_parquet:7.2f} s  {rows / read_parquet:>12,.0f} rows/s"
+    )
+    print(f"  write table (data source): {write_table:7.2f} s  {rows / write_table:>12,.0f} rows/s")
+    rate = rows / write_parquet
+    print(f"  write parquet:             {write_parquet:7.2f} s  {rate:>12,.0f} rows/s")
+    print(f"ratio read  table/parquet: {read_table / read_parquet:.2f}x (target <= 2x)")
+    print(f"ratio write table/parquet: {write_table / write_parquet:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
