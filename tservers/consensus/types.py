@@ -272,6 +272,8 @@ class Ready:
     3. only then send messages (they may depend on 1 and 2), and call core.persisted();
     4. apply committed_entries in order, then serve reads;
     5. start/retry copy_requests. Readies are handled strictly in the order they were made.
+    The one allowed shortcut (a leader's AppendRequests before its own entries are durable,
+    once every hard state so far is durable) is described in design/consensus.md.
     """
 
     hard_state: HardState | None = None
