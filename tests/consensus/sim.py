@@ -9,7 +9,8 @@ remove, self-removal through leadership transfer), leadership transfers, log com
 tablet copies (with failures that leave a tombstone) and tombstoning of removed replicas.
 
 Invariants are checked after every step; a violation raises SimulationFailure naming the
-seed. Rerun one seed with:  SIM_SEED=<seed> .venv/bin/pytest tests/consensus/test_sim.py -q
+seed and the command that replays it exactly:
+    SIM_SEED=<seed> SIM_STEPS=<steps> .venv/bin/pytest tests/consensus/test_sim.py -q -s
 """
 
 from __future__ import annotations
@@ -161,7 +162,8 @@ class Simulation:
         trace = "\n  ".join(self.trace)
         raise SimulationFailure(
             f"seed {self.seed} step {self.step_no}: {what}\n"
-            f"rerun: SIM_SEED={self.seed} .venv/bin/pytest tests/consensus/test_sim.py -q\n"
+            f"rerun: SIM_SEED={self.seed} SIM_STEPS={self.opts.steps} "
+            ".venv/bin/pytest tests/consensus/test_sim.py -q -s\n"
             f"nodes:\n  {self.dump()}\nlast events:\n  {trace}"
         )
 
