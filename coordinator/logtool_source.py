@@ -44,9 +44,11 @@ FILE_BYTES_MAX = 1 << 30  # refuse to read a journal or snapshot bigger than thi
 READ_PAGE = 1000
 
 # pysyncobj's command types (pysyncobj.syncobj._COMMAND_TYPE) and logstore's method ids
-# (_RaftNode's replicated methods in name order: _ls_append = 0, _ls_barrier = 1).
+# (_RaftNode's replicated methods in name order: _ls_append = 0, _ls_barrier = 1,
+# _ls_batch = 2: several appends in one Raft entry, applied in order).
 CMD_REGULAR, CMD_NO_OP, CMD_MEMBERSHIP, CMD_VERSION = 0, 1, 2, 3
 METHOD_APPEND = 0
+METHOD_BATCH = 2
 
 
 class DataDirError(Exception):
@@ -161,22 +163,9 @@ def _read_file(path: str) -> bytes | None:
         raise DataDirError(f"{path}: {err}") from None
 
 
-def _append_args(command: bytes):
-    """(log, data, expected_id, invalidates) of an append command, None for other regular
-    commands; raises ValueError for a command that does not decode."""
-    try:
-        value = safe_unpickle(command)
-    except Exception as err:  # noqa: BLE001 - any unpickling failure is "does not decode"
-        raise ValueError(f"command does not unpickle: {err}") from None
-    if isinstance(value, int):
-        return None  # a method without arguments: the barrier
-    if not (isinstance(value, tuple) and len(value) in (2, 3) and isinstance(value[0], int)):
-        raise ValueError(f"command is not (method id, args): {type(value).__name__}")
-    if value[0] != METHOD_APPEND:
-        return None
-    args = value[1]
+def _check_append(args) -> tuple[str, bytes, int | None, tuple[int, ...]]:
     if not (
-        isinstance(args, tuple)
+        isinstance(args, tuple | list)
         and len(args) == 4
         and isinstance(args[0], str)
         and isinstance(args[1], bytes | bytearray)
@@ -186,6 +175,28 @@ def _append_args(command: bytes):
     ):
         raise ValueError("append command arguments have the wrong shape")
     return args[0], bytes(args[1]), args[2], tuple(args[3])
+
+
+def _append_args(command: bytes):
+    """The appends of a command, as a list of (log, data, expected_id, invalidates) in
+    apply order (one for an append, several for a batch), None for other regular commands
+    (the barrier); raises ValueError for a command that does not decode."""
+    try:
+        value = safe_unpickle(command)
+    except Exception as err:  # noqa: BLE001 - any unpickling failure is "does not decode"
+        raise ValueError(f"command does not unpickle: {err}") from None
+    if isinstance(value, int):
+        return None  # a method without arguments: the barrier
+    if not (isinstance(value, tuple) and len(value) in (2, 3) and isinstance(value[0], int)):
+        raise ValueError(f"command is not (method id, args): {type(value).__name__}")
+    if value[0] == METHOD_APPEND:
+        return [_check_append(value[1])]
+    if value[0] == METHOD_BATCH:
+        args = value[1]
+        if not (isinstance(args, tuple) and len(args) == 1 and isinstance(args[0], tuple | list)):
+            raise ValueError("append batch arguments have the wrong shape")
+        return [_check_append(a) for a in args[0]]
+    return None
 
 
 def load_data_dir(path: str, log: str) -> LogImage:
@@ -286,33 +297,24 @@ def load_data_dir(path: str, log: str) -> LogImage:
         if args is None:
             stats.raft_commands["barrier"] += 1
             continue
-        stats.raft_commands["append"] += 1
-        name, data, expected_id, invalidates = args
-        outcome = state.apply_append(name, data, expected_id, invalidates)
-        if outcome.error_kind:
-            stats.rejected_appends[f"{name}:{outcome.error_kind}"] += 1
-            continue
-        if name != log:
-            continue
-        for i in invalidates:
-            invalidated_by[i] = outcome.entry_id
-        if data:
+        if len(args) > 1:
+            stats.raft_commands["append_batch"] += 1
+        for name, data, expected_id, invalidates in args:
+            stats.raft_commands["append"] += 1
+            outcome = state.apply_append(name, data, expected_id, invalidates)
+            if outcome.error_kind:
+                stats.rejected_appends[f"{name}:{outcome.error_kind}"] += 1
+                continue
+            if name != log:
+                continue
+            for i in invalidates:
+                invalidated_by[i] = outcome.entry_id
+            # An invalidation-only entry (empty data) is never live, but it is a record.
             history[outcome.entry_id] = RawEntry(
                 outcome.entry_id,
                 data,
                 invalidates,
-                True,
-                source="journal",
-                raft_index=idx,
-                raft_term=term,
-                committed=committed,
-            )
-        else:  # an invalidation-only entry: never live, but it is a record of the log
-            history[outcome.entry_id] = RawEntry(
-                outcome.entry_id,
-                b"",
-                invalidates,
-                False,
+                bool(data),
                 source="journal",
                 raft_index=idx,
                 raft_term=term,

@@ -33,6 +33,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
+import pysyncobj.pickle as _pso_pickle
 import pysyncobj.syncobj as _pso
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 from pysyncobj.poller import POLL_EVENT_TYPE
@@ -102,6 +103,12 @@ class ReplicaConfig:
     compaction_min_entries: int = 20_000
     compaction_min_time_s: float = 60.0
     snapshot_batch_bytes: int = 1 << 20
+    # Appends submitted at this replica are coalesced: at each tick, everything queued (up
+    # to these bounds) becomes ONE Raft command (design/logstore.md, "batching").
+    append_batch_max: int = 1024
+    append_batch_bytes_max: int = 512 << 10
+    # Appends waiting for the next tick; beyond this, QUEUE_FULL (retried by `append`).
+    append_pending_max: int = 20_000
 
 
 class _Waker:
@@ -188,6 +195,9 @@ class _RaftNode(SyncObj):
         lock: threading.Lock,
         journal: DurableJournal,
         authenticator: HmacAuthenticator | None,
+        batch_max: int = 1024,
+        batch_bytes_max: int = 512 << 10,
+        pending_max: int = 20_000,
     ) -> None:
         # Set before SyncObj.__init__: it starts the tick thread and calls _make_transport.
         self._ls_state = state
@@ -199,7 +209,17 @@ class _RaftNode(SyncObj):
         self._ls_commit_sent = 0
         # Work that must run on the tick thread (pysyncobj state is not thread-safe).
         self._ls_tasks: deque[Callable[[], None]] = deque(maxlen=1024)
+        # Appends waiting to be coalesced into one Raft command by the tick thread:
+        # ((log, data, expected_id, invalidates), callback). deque append/popleft are atomic.
+        self._ls_pending: deque[tuple[tuple, Callable[[Any, int], None]]] = deque()
+        self._ls_batch_max = batch_max
+        self._ls_batch_bytes_max = batch_bytes_max
+        self._ls_pending_max = pending_max
+        self._ls_batches = 0
+        self._ls_batched_appends = 0
         super().__init__(self_address, list(peers), conf, transportClass=self._make_transport)
+        self._ls_batch_method_id = self._methodToID["_ls_batch_v0"]
+        self._ls_append_method_id = self._methodToID["_ls_append_v0"]
 
     def _make_transport(self, syncObj, selfNode, otherNodes):
         self._ls_waker = _Waker(self._poller)
@@ -304,6 +324,88 @@ class _RaftNode(SyncObj):
     def _ls_barrier(self) -> None:
         return None
 
+    # Method ids are given in name order: _ls_append 0, _ls_barrier 1, _ls_batch 2
+    # ("_ls_bar" < "_ls_bat"); test_command_encoding_is_stable pins them.
+    @replicated
+    def _ls_batch(self, appends: tuple[tuple, ...]) -> tuple[AppendOutcome, ...]:
+        """Several appends in one Raft command, applied in order: each gets its own id and
+        sees the state left by the ones before it; a failed one changes nothing."""
+        out = []
+        with self._ls_lock:
+            apply = self._ls_state.apply_append
+            for a in appends:
+                try:
+                    out.append(apply(*a))
+                except Exception as err:  # noqa: BLE001 - a malformed sub-append fails alone
+                    out.append(AppendOutcome(error_kind="bad_request", message=f"bad append: {err}"))
+        return tuple(out)
+
+    # --- coalescing of appends (any thread -> tick thread) ----------------------------------
+
+    def ls_enqueue_append(self, args: tuple, callback: Callable[[Any, int], None]) -> None:
+        """Queue one append (log, data, expected_id, invalidates); the tick thread puts all
+        queued appends into one Raft command. `callback(AppendOutcome | None, fail_reason)`
+        runs on the tick thread, as for a pysyncobj command."""
+        pending = self._ls_pending
+        if len(pending) >= self._ls_pending_max:
+            callback(None, FAIL_REASON.QUEUE_FULL)
+            return
+        pending.append((args, callback))
+        if len(pending) == 1 and self._ls_waker is not None:
+            # The queue was empty: the tick thread may be in poll. (If it is draining right
+            # now it takes this one too, or leaves it and notifies itself.)
+            self._ls_waker.notify()
+
+    def _ls_propose_pending(self) -> None:
+        """Tick thread: turn the queued appends into one command for pysyncobj's queue."""
+        pending = self._ls_pending
+        if not pending:
+            return
+        items: list[tuple] = []
+        callbacks: list[Callable[[Any, int], None]] = []
+        size = 0
+        while pending and len(items) < self._ls_batch_max:
+            args, cb = pending[0]
+            size += len(args[1]) + len(args[0]) + 8 * len(args[3]) + 16
+            if items and size > self._ls_batch_bytes_max:
+                break
+            pending.popleft()
+            items.append(args)
+            callbacks.append(cb)
+        if pending and self._ls_waker is not None:
+            self._ls_waker.notify()  # the rest goes in the next tick's command
+        self._ls_batches += 1
+        self._ls_batched_appends += len(items)
+        if len(items) == 1:
+            # A lone append keeps the plain append encoding (method 0).
+            command = _pso_pickle.dumps((self._ls_append_method_id, items[0]))
+            SyncObj._applyCommand(self, command, callbacks[0], _pso._COMMAND_TYPE.REGULAR)
+            return
+
+        def done(result, error) -> None:
+            if error == FAIL_REASON.SUCCESS and (
+                not isinstance(result, tuple) or len(result) != len(callbacks)
+            ):
+                logger.error("append batch returned %r for %d appends", result, len(callbacks))
+                result, error = None, FAIL_REASON.UNKNOWN_OUTCOME
+            for k, cb in enumerate(callbacks):
+                try:
+                    cb(result[k] if error == FAIL_REASON.SUCCESS else None, error)
+                except Exception:  # noqa: BLE001 - one caller's callback must not stop the rest
+                    logger.exception("append callback failed")
+
+        command = _pso_pickle.dumps((self._ls_batch_method_id, (tuple(items),)))
+        SyncObj._applyCommand(self, command, done, _pso._COMMAND_TYPE.REGULAR)
+
+    def ls_fail_pending(self, reason: int) -> None:
+        """close(): answer the appends that never reached pysyncobj."""
+        while self._ls_pending:
+            _args, cb = self._ls_pending.popleft()
+            try:
+                cb(None, reason)
+            except Exception:  # noqa: BLE001
+                logger.exception("append callback failed")
+
     # --- hooks into pysyncobj's tick -------------------------------------------------------
 
     def _applyCommand(self, command, callback, commandType=None):
@@ -324,6 +426,7 @@ class _RaftNode(SyncObj):
     def _checkCommandsToApply(self):
         while self._ls_tasks:
             self._ls_tasks.popleft()()
+        self._ls_propose_pending()
         before = self._ls_journal.last_index()
         super()._checkCommandsToApply()
         if not self._isLeader():
@@ -447,7 +550,16 @@ class ReplicatedLogStore:
         )
         auth = HmacAuthenticator(password) if password else None
         self._node = _RaftNode(
-            self_address, peers, conf, self._state, self._lock, self._journal, auth
+            self_address,
+            peers,
+            conf,
+            self._state,
+            self._lock,
+            self._journal,
+            auth,
+            batch_max=c.append_batch_max,
+            batch_bytes_max=c.append_batch_bytes_max,
+            pending_max=c.append_pending_max,
         )
         self._closed = False
         try:
@@ -479,7 +591,7 @@ class ReplicatedLogStore:
         if expected_id is not None:
             expected_id = int(expected_id)
         outcome = self._submit(
-            self._node._ls_append, (log, bytes(data), expected_id, inv), timeout_s, False
+            self._enqueue_append, ((log, bytes(data), expected_id, inv),), timeout_s, False
         )
         assert isinstance(outcome, AppendOutcome), outcome
         return outcome.raise_if_error()
@@ -514,7 +626,7 @@ class ReplicatedLogStore:
 
         inv = tuple(int(i) for i in invalidates)
         exp = None if expected_id is None else int(expected_id)
-        self._node._ls_append(log, bytes(data), exp, inv, callback=done)
+        self._node.ls_enqueue_append((log, bytes(data), exp, inv), done)
         return future
 
     def read(
@@ -544,6 +656,7 @@ class ReplicatedLogStore:
         if not self._node.ls_join(CLOSE_TIMEOUT_S):
             logger.error("logstore replica %s: tick thread did not stop", self.self_address)
         self._node.ls_close_waker()
+        self._node.ls_fail_pending(FAIL_REASON.MISSING_LEADER)
 
     def __enter__(self) -> ReplicatedLogStore:
         return self
@@ -654,6 +767,9 @@ class ReplicatedLogStore:
 
     # --- internals ------------------------------------------------------------------------
 
+    def _enqueue_append(self, args: tuple, callback) -> None:
+        self._node.ls_enqueue_append(args, callback)
+
     def _check_open(self) -> None:
         if self._closed:
             raise Unavailable("logstore replica is closed")
@@ -679,6 +795,7 @@ class ReplicatedLogStore:
         deadline = time.monotonic() + timeout_s
         backoff_s = 0.002
         while True:
+            self._check_open()
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise TimedOut("no leader accepted the command in time")

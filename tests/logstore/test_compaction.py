@@ -90,7 +90,11 @@ def test_command_encoding_is_stable(tmp_path):
 
     (store,) = stores = start_cluster(tmp_path, 1)
     try:
-        assert store._node._methodToID == {"_ls_append_v0": 0, "_ls_barrier_v0": 1}
+        assert store._node._methodToID == {
+            "_ls_append_v0": 0,
+            "_ls_barrier_v0": 1,
+            "_ls_batch_v0": 2,
+        }
         store.append("enc", b"payload", expected_id=1, invalidates=())
         store.barrier()
         commands = [c for c, _idx, _term in store._journal[:] if c[:1] == b"\x00"]

@@ -354,3 +354,48 @@ def test_corrupt_snapshot_is_an_error_not_a_crash(compacted, tmp_path, capsys):
     code, text = run_tool("--data-dir", str(copy))
     assert code == 1 and text == ""
     assert "CRC" in capsys.readouterr().err
+
+
+def test_batched_appends_show_as_separate_records(tmp_path):
+    """Appends coalesced by logstore into one Raft entry (method 2, `_ls_batch`) are
+    replayed one by one: each is its own record with its own id and outcome."""
+    from coordinator.logtool_source import load_data_dir
+
+    node_dir = tmp_path / "node-batched"
+    node_dir.mkdir()
+    with open_replica(node_dir) as store:
+        first = store.append("batched", b"one")
+        futures: list = []
+        ready = threading.Event()
+
+        def task() -> None:  # runs on the tick thread, so all four share one command
+            try:
+                futures.append(store.append_async("batched", b"two", first + 1))
+                futures.append(store.append_async("batched", b"stale", first + 1))
+                futures.append(store.append_async("batched", b"", None, [first]))
+                futures.append(store.append_async("other", b"x"))
+            finally:
+                ready.set()
+
+        store._node.ls_run_on_tick(task)
+        assert ready.wait(10.0)
+        results = []
+        for f in futures:
+            try:
+                results.append(f.result(10.0))
+            except Exception as err:  # noqa: BLE001
+                results.append(type(err).__name__)
+        assert results == [2, "LogConditionFailed", 3, 1]
+    image = load_data_dir(str(node_dir), "batched")
+    assert [(e.id, e.data, e.invalidates, e.live) for e in image.entries] == [
+        (1, b"one", (), False),
+        (2, b"two", (), True),
+        (3, b"", (1,), False),
+    ]
+    assert image.invalidated_by == {1: 3}
+    raft_indexes = {e.id: e.raft_index for e in image.entries}
+    assert raft_indexes[2] == raft_indexes[3] != raft_indexes[1]
+    stats = image.stats
+    assert stats.raft_commands["append_batch"] == 1
+    assert stats.raft_commands["append"] == 5
+    assert stats.rejected_appends["batched:condition"] == 1

@@ -1,0 +1,127 @@
+"""Coalescing of appends into one Raft command (design/logstore.md, "batching").
+
+Appends queued before one tick become one `_ls_batch` command. To make a batch happen
+deterministically, the tests enqueue the appends from inside the tick thread (a task run by
+`ls_run_on_tick` runs just before the queue is turned into a command), then check that each
+sub-append got exactly the outcome a lone append would have had.
+"""
+
+from __future__ import annotations
+
+import pickle
+import threading
+
+import pytest
+
+from logstore.api import LogConditionFailed
+from rpc.errors import BadRequest
+
+from .helpers import leader_of, start_cluster
+
+pytestmark = pytest.mark.integration
+
+
+def _in_one_tick(store, appends: list[tuple]) -> list:
+    """Submit `appends` ((log, data, expected_id, invalidates)) so they share one command."""
+    futures: list = []
+    ready = threading.Event()
+
+    def task() -> None:
+        try:
+            for log, data, expected, inv in appends:
+                futures.append(store.append_async(log, data, expected, inv))
+        finally:
+            ready.set()
+
+    store._node.ls_run_on_tick(task)
+    assert ready.wait(10.0)
+    out = []
+    for f in futures:
+        try:
+            out.append(f.result(10.0))
+        except Exception as err:  # noqa: BLE001 - the test compares outcomes
+            out.append(err)
+    return out
+
+
+def _batch_commands(store) -> list[tuple]:
+    cmds = [pickle.loads(c[1:]) for c, _i, _t in store._journal[:] if c[:1] == b"\x00"]
+    return [c for c in cmds if isinstance(c, tuple) and c[0] == 2]
+
+
+def test_batch_applies_each_append_in_order_with_its_own_outcome(tmp_path):
+    (store,) = stores = start_cluster(tmp_path, 1)
+    try:
+        base = store.append("b", b"first")  # id 1
+        out = _in_one_tick(
+            store,
+            [
+                ("b", b"two", None, ()),  # 2
+                ("b", b"three", 3, ()),  # 3: condition true at this point of the batch
+                ("b", b"nope", 3, ()),  # condition false now (next id is 4)
+                ("b", b"", None, (base,)),  # 4: invalidation-only
+                ("b", b"bad", None, (base,)),  # already invalidated: BadRequest
+                ("b", b"dup", None, (2, 2)),  # invalidated twice: BadRequest
+                ("other", b"x", 1, ()),  # another log: its own ids
+                ("b", b"five", 5, (2,)),  # 5
+            ],
+        )
+        assert out[0] == 2 and out[1] == 3
+        assert isinstance(out[2], LogConditionFailed) and out[2].last_id == 3
+        assert out[3] == 4
+        assert isinstance(out[4], BadRequest) and isinstance(out[5], BadRequest)
+        assert out[6] == 1 and out[7] == 5
+        assert [(e.id, e.data, e.invalidates) for e in store.read("b")] == [
+            (3, b"three", ()),
+            (5, b"five", (2,)),
+        ]
+        assert store.last_id("b") == 5 and store.last_id("other") == 1
+        batches = _batch_commands(store)
+        assert len(batches) == 1 and len(batches[0][1][0]) == 8
+    finally:
+        for s in stores:
+            s.close()
+
+
+def test_batch_from_a_follower_is_forwarded_and_applied_everywhere(tmp_path):
+    stores = start_cluster(tmp_path, 3)
+    try:
+        leader = leader_of(stores)
+        follower = next(s for s in stores if s is not leader)
+        out = _in_one_tick(follower, [("f", b"%d" % i, i + 1, ()) for i in range(20)])
+        assert out == list(range(1, 21))
+        # The follower applied them before answering; the others after a barrier.
+        assert [e.data for e in follower.read("f")] == [b"%d" % i for i in range(20)]
+        for s in stores:
+            s.barrier(timeout_s=20.0)
+            assert [e.id for e in s.read("f")] == list(range(1, 21))
+        assert _batch_commands(leader), "the 20 appends should have travelled as one batch"
+    finally:
+        for s in stores:
+            s.close()
+
+
+def test_concurrent_callers_each_get_a_distinct_id(tmp_path):
+    (store,) = stores = start_cluster(tmp_path, 1)
+    try:
+        results: list[list[int]] = [[] for _ in range(16)]
+
+        def caller(i: int) -> None:
+            for k in range(50):
+                results[i].append(store.append("c", b"%d-%d" % (i, k)))
+
+        threads = [threading.Thread(target=caller, args=(i,), name=f"c{i}") for i in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60.0)
+        ids = [i for r in results for i in r]
+        assert sorted(ids) == list(range(1, 801))
+        for i, r in enumerate(results):
+            assert r == sorted(r)  # one caller's appends land in its order
+        data = {e.id: e.data for e in store.read("c", limit=1000)}
+        for i, r in enumerate(results):
+            assert [data[x] for x in r] == [b"%d-%d" % (i, k) for k in range(50)]
+    finally:
+        for s in stores:
+            s.close()
