@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from rpc import errors
+from rpc.addresses import free_port
 
 STATE_FILE = "cluster.json"
 READY_TIMEOUT_S_DEFAULT = 120.0
@@ -74,12 +75,6 @@ class ClusterSpec:
         )
 
 
-def _free_port() -> int:
-    from jobs.procs import free_port
-
-    return free_port()
-
-
 def _alive(pid: int, marker: str) -> bool:
     """Whether `pid` runs and is ours (its command line names our data dir)."""
     if pid <= 0:
@@ -120,8 +115,8 @@ class LocalCluster:
             spec.coordinators.append(
                 NodeSpec(
                     name=f"coordinator-{i}",
-                    rpc=f"127.0.0.1:{_free_port()}",
-                    raft=f"127.0.0.1:{_free_port()}",
+                    rpc=f"127.0.0.1:{free_port()}",
+                    raft=f"127.0.0.1:{free_port()}",
                     data=str(root / f"coordinator-{i}"),
                 )
             )
@@ -129,7 +124,7 @@ class LocalCluster:
             spec.tservers.append(
                 NodeSpec(
                     name=f"tserver-{i}",
-                    rpc=f"127.0.0.1:{_free_port()}",
+                    rpc=f"127.0.0.1:{free_port()}",
                     data=str(root / f"tserver-{i}"),
                 )
             )

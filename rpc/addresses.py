@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
+import socket
+
 from rpc.errors import BadRequest
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port on `host` that was free a moment ago (for local clusters and tests)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
 
 
 def parse_host_port(address: str) -> tuple[str, int]:

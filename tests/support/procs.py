@@ -5,12 +5,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from jobs.procs import free_port
+from rpc.addresses import free_port
 
 __all__ = ["free_port", "wait_for"]
 
 
-def wait_for(condition: Callable[[], object], timeout_s: float, what: str, interval_s: float = 0.01):
+def wait_for(
+    condition: Callable[[], object], timeout_s: float, what: str, interval_s: float = 0.01
+):
     """Poll `condition` until it is truthy; fail with `what` after `timeout_s`."""
     deadline = time.monotonic() + timeout_s
     while True:
