@@ -56,6 +56,7 @@ def test_leader_killed_during_an_upsert_job_loses_and_duplicates_nothing(spark, 
         "id as k", "concat('v', cast(id as string)) as v", "id * 3 as n"
     )
     killed: list[str] = []
+    during: list[bool] = []  # whether the write job was still running after the kill
     errors: list[BaseException] = []
     write_started = threading.Event()
 
@@ -68,6 +69,7 @@ def test_leader_killed_during_an_upsert_job_loses_and_duplicates_nothing(spark, 
                     return
                 time.sleep(0.05)
             killed.append(kill_leader(cluster))
+            during.append(bool(tracker.getActiveJobsIds()))
         except BaseException as err:  # noqa: BLE001 - checked by the test
             errors.append(err)
 
@@ -87,7 +89,7 @@ def test_leader_killed_during_an_upsert_job_loses_and_duplicates_nothing(spark, 
     finally:
         thread.join(KILL_WAIT_S)
     assert not errors, errors
-    assert killed, "the leader was not killed during the write job"
+    assert killed and during == [True], "the leader was not killed during the write job"
     read = (
         spark.read.format("logcentric")
         .option("coordinators", coords)
