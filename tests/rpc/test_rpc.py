@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -167,10 +166,10 @@ def test_deadline_expiry_times_out_and_late_answer_is_dropped():
     srv.register("Test.Slow", PingResponse, slow)
     srv.register("Test.Echo", PingResponse, echo)
     with srv, RpcClient(srv.address, "c") as c:
-        started = time.monotonic()
+        # The handler is still blocked: the caller gave up at its own deadline.
         with pytest.raises(errors.TimedOut):
             c.call(SERVER_UUID, "Test.Slow", PingResponse(), PingResponse, timeout_s=0.2)
-        assert time.monotonic() - started < 5  # it gave up at its deadline, not the handler's
+        assert not release.is_set()
         release.set()
         # The late answer to the expired call must not be taken as the answer to this one.
         assert (
@@ -410,8 +409,7 @@ def test_bad_address_is_a_clear_error():
 
 def test_unreachable_server_fails_fast_when_not_connected():
     # A caller with a long deadline learns quickly that nobody listens, and nothing was sent.
+    # (Waiting out the deadline would raise TimedOut instead.)
     with RpcClient(f"127.0.0.1:{free_port()}", "c") as c:
-        started = time.monotonic()
         with pytest.raises(NotConnected, match="not connected"):
             c.call(SERVER_UUID, "Test.Echo", PingResponse(), PingResponse, timeout_s=30)
-        assert time.monotonic() - started < 15
