@@ -302,6 +302,36 @@ def cmd_describe(args) -> int:
     return 0
 
 
+def cmd_membership(args) -> int:
+    from coordinator import coordinator_pb2 as cpb
+
+    with CoordinatorClient(args.coordinators, timeout_s=args.timeout_s) as meta:
+        method, request = (
+            ("AddNode", cpb.AddNodeRequest(raft_address=args.raft))
+            if args.command == "add-node"
+            else ("RemoveNode", cpb.RemoveNodeRequest(raft_address=args.raft))
+        )
+        last: errors.RpcError | None = None
+        # Any node forwards the change to the Raft leader; try them in turn.
+        for address in args.coordinators:
+            try:
+                answer = meta.call_at(
+                    address, method, request, cpb.MembershipResponse, args.timeout_s
+                )
+                break
+            except (errors.Unavailable, errors.TimedOut) as err:
+                last = err
+        else:
+            raise last or errors.Unavailable("no coordinator node answered")
+    members = ", ".join(answer.members)
+    if args.json:
+        print(json.dumps({"members": list(answer.members)}))
+    else:
+        verb = "added" if args.command == "add-node" else "removed"
+        print(f"{verb} {args.raft}; the coordinator log's replicas are now: {members}")
+    return 0
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--coordinators",
@@ -336,6 +366,14 @@ def add_commands(sub) -> None:
     _common(p)
     p.add_argument("name")
     p.set_defaults(func=cmd_drop_table)
+    for name, text in (
+        ("add-node", "add a coordinator node's log replica (start the node first)"),
+        ("remove-node", "remove a coordinator node's log replica (e.g. of a dead node)"),
+    ):
+        p = sub.add_parser(name, help=text)
+        _common(p)
+        p.add_argument("--raft", required=True, help="the node's logstore Raft HOST:PORT")
+        p.set_defaults(func=cmd_membership)
     p = sub.add_parser("describe", help="a table's schema and tablets")
     _common(p)
     p.add_argument("name")

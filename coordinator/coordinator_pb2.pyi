@@ -482,7 +482,7 @@ class StatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class StatusResponse(_message.Message):
-    __slots__ = ("uuid", "address", "role", "applied_id", "epoch", "leader_uuid", "leader_address", "tables", "tablets", "servers", "pending_ops")
+    __slots__ = ("uuid", "address", "role", "applied_id", "epoch", "leader_uuid", "leader_address", "tables", "tablets", "servers", "pending_ops", "raft_address", "log_members")
     UUID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
@@ -494,6 +494,8 @@ class StatusResponse(_message.Message):
     TABLETS_FIELD_NUMBER: _ClassVar[int]
     SERVERS_FIELD_NUMBER: _ClassVar[int]
     PENDING_OPS_FIELD_NUMBER: _ClassVar[int]
+    RAFT_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    LOG_MEMBERS_FIELD_NUMBER: _ClassVar[int]
     uuid: str
     address: str
     role: str
@@ -505,4 +507,24 @@ class StatusResponse(_message.Message):
     tablets: int
     servers: int
     pending_ops: int
-    def __init__(self, uuid: _Optional[str] = ..., address: _Optional[str] = ..., role: _Optional[str] = ..., applied_id: _Optional[int] = ..., epoch: _Optional[int] = ..., leader_uuid: _Optional[str] = ..., leader_address: _Optional[str] = ..., tables: _Optional[int] = ..., tablets: _Optional[int] = ..., servers: _Optional[int] = ..., pending_ops: _Optional[int] = ...) -> None: ...
+    raft_address: str
+    log_members: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, uuid: _Optional[str] = ..., address: _Optional[str] = ..., role: _Optional[str] = ..., applied_id: _Optional[int] = ..., epoch: _Optional[int] = ..., leader_uuid: _Optional[str] = ..., leader_address: _Optional[str] = ..., tables: _Optional[int] = ..., tablets: _Optional[int] = ..., servers: _Optional[int] = ..., pending_ops: _Optional[int] = ..., raft_address: _Optional[str] = ..., log_members: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class AddNodeRequest(_message.Message):
+    __slots__ = ("raft_address",)
+    RAFT_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    raft_address: str
+    def __init__(self, raft_address: _Optional[str] = ...) -> None: ...
+
+class RemoveNodeRequest(_message.Message):
+    __slots__ = ("raft_address",)
+    RAFT_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    raft_address: str
+    def __init__(self, raft_address: _Optional[str] = ...) -> None: ...
+
+class MembershipResponse(_message.Message):
+    __slots__ = ("members",)
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    members: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, members: _Optional[_Iterable[str]] = ...) -> None: ...

@@ -29,7 +29,8 @@ from coordinator.leases import LeaseConfig
 from coordinator.leases.driver import LeaseDriver
 from coordinator.replay.replayer import Replayer
 from logstore.api import LogStore
-from rpc.errors import Unavailable
+from rpc.addresses import parse_host_port
+from rpc.errors import BadRequest, Unavailable
 from rpc.server import CallContext, RpcServer
 
 logger = logging.getLogger(__name__)
@@ -237,6 +238,8 @@ class CoordinatorNode:
             inline=True,
         )
         s.register("Coordinator.Status", pb.StatusRequest, self._status, inline=True)
+        s.register("Coordinator.AddNode", pb.AddNodeRequest, self._add_node)
+        s.register("Coordinator.RemoveNode", pb.RemoveNodeRequest, self._remove_node)
 
     def _execute(self, kind: str, request):
         response = self._engine().execute(kind, request)
@@ -245,4 +248,35 @@ class CoordinatorNode:
         return response
 
     def _status(self, request: pb.StatusRequest, ctx: CallContext) -> pb.StatusResponse:
-        return self._engine().status(self.uuid, self.address)
+        response = self._engine().status(self.uuid, self.address)
+        store_status = getattr(self.store, "status", None)
+        if self.config.raft_address and callable(store_status):
+            response.raft_address = self.config.raft_address
+            response.log_members.extend(store_status().get("members", ()))
+        return response
+
+    # ------------------------------------------------------------ group membership
+
+    def _membership(self, change: str, raft_address: str, ctx: CallContext):
+        """Add or remove one replica of the embedded log; any node forwards it to the Raft
+        leader. The logstore refuses a second change while one is in progress."""
+        if not raft_address:
+            raise BadRequest("a node's Raft address (HOST:PORT) is needed")
+        parse_host_port(raft_address)
+        fn = getattr(self.store, change, None)
+        if not self.config.raft_address or fn is None:
+            raise BadRequest(
+                "this node uses an external logstore: change its replicas with "
+                "`logstore add-member` / `logstore remove-member`"
+            )
+        logger.info("membership: %s %s", change, raft_address)
+        fn(raft_address, timeout_s=max(1.0, ctx.remaining_s() - 0.5))
+        return pb.MembershipResponse(members=self.store.status().get("members", ()))
+
+    def _add_node(self, request: pb.AddNodeRequest, ctx: CallContext):
+        return self._membership("add_member", request.raft_address, ctx)
+
+    def _remove_node(self, request: pb.RemoveNodeRequest, ctx: CallContext):
+        if request.raft_address == self.config.raft_address:
+            raise BadRequest("a node cannot remove itself: ask another node")
+        return self._membership("remove_member", request.raft_address, ctx)
