@@ -117,7 +117,7 @@ def test_concurrent_callers_each_get_a_distinct_id(tmp_path):
             t.join(60.0)
         ids = [i for r in results for i in r]
         assert sorted(ids) == list(range(1, 801))
-        for i, r in enumerate(results):
+        for r in results:
             assert r == sorted(r)  # one caller's appends land in its order
         data = {e.id: e.data for e in store.read("c", limit=1000)}
         for i, r in enumerate(results):
