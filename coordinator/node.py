@@ -28,7 +28,9 @@ from coordinator.gateway import RpcTabletServerGateway
 from coordinator.leases import LeaseConfig
 from coordinator.leases.driver import LeaseDriver
 from coordinator.replay.replayer import Replayer
+from logstore import logstore_pb2 as lspb
 from logstore.api import LogStore
+from logstore.service import LogStoreService
 from rpc.addresses import parse_host_port
 from rpc.errors import BadRequest, Unavailable
 from rpc.server import CallContext, RpcServer
@@ -238,6 +240,13 @@ class CoordinatorNode:
             inline=True,
         )
         s.register("Coordinator.Status", pb.StatusRequest, self._status, inline=True)
+        # The coordinator log, read-only, through the logstore's own read methods: the log
+        # inspection tool (and any RemoteLogStore reader) can read a running node's log.
+        # Appends are never served here: only the lease holder writes, through its engine.
+        log_service = LogStoreService(self.store, self.uuid)
+        local = bool(self.config.raft_address)  # an external store's reads are RPCs: pool
+        s.register("LogStore.Read", lspb.ReadRequest, log_service.read, inline=local)
+        s.register("LogStore.LastId", lspb.LastIdRequest, log_service.last_id, inline=local)
         s.register("Coordinator.AddNode", pb.AddNodeRequest, self._add_node)
         s.register("Coordinator.RemoveNode", pb.RemoveNodeRequest, self._remove_node)
 
