@@ -14,8 +14,9 @@ are unpickled with a restricted unpickler that builds nothing but plain values (
 globals allowed are `_codecs.encode` and `bytes`, which protocol 2 uses for bytes; pysyncobj node
 objects in membership commands become inert stubs).
 
-Live (`RemoteReader`): a RemoteLogStore to `logstore serve` replicas; it returns only live
-entries, so invalidated ones appear only as ids named by a live entry's `invalidates`.
+Live (`RemoteReader`): a RemoteLogStore to coordinator nodes or `logstore serve` replicas
+(both serve LogStore.Read); it returns only live entries, so invalidated ones appear only as
+ids named by a live entry's `invalidates`.
 """
 
 from __future__ import annotations
@@ -342,7 +343,7 @@ def load_data_dir(path: str, log: str) -> LogImage:
 
 
 class RemoteReader:
-    """Live entries of one log from `logstore serve` replicas (their RPC addresses)."""
+    """Live entries of one log from coordinator nodes or `logstore serve` replicas."""
 
     def __init__(self, addresses: list[str], timeout_s: float) -> None:
         from logstore.remote import RemoteLogStore
@@ -352,18 +353,18 @@ class RemoteReader:
         self._store = RemoteLogStore(addresses, connect_timeout_s=timeout_s)
 
     def check_service(self) -> None:
-        """Fail clearly when the address is not a logstore replica (e.g. a coordinator)."""
+        """Fail clearly when an address serves no log: `logstore serve` replicas and
+        coordinator nodes (which serve their log read-only) do."""
         from rpc.client import RpcClient
         from rpc.errors import Unavailable
 
         for address in self.addresses:
             with RpcClient(address, caller_uuid="coordinator-log-tool") as client:
-                service = client.ping(timeout_s=self.timeout_s).service
-            if service != "logstore":
+                answer = client.ping(timeout_s=self.timeout_s)
+            if "LogStore.Read" not in answer.methods:
                 raise Unavailable(
-                    f"{address} is a {service!r} server, not a logstore replica: a coordinator "
-                    "node does not serve its log over RPC; read its data dir with --data-dir, "
-                    "or give the RPC address of a `logstore serve` replica"
+                    f"{address} is a {answer.service!r} server that serves no log: give the "
+                    "address of a coordinator node or of a `logstore serve` replica"
                 )
 
     def last_id(self, log: str) -> int:

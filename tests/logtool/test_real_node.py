@@ -73,12 +73,19 @@ def test_pending_operation_then_recovery_by_a_new_epoch(tmp_path, capsys):
             what="the pending CreateTable in the running node's data dir",
         )
         t.join(30)
-        # A coordinator node's RPC address is refused clearly: it does not serve its log.
-        code, _ = run_tool("--address", node.address, "--timeout-s", "5")
+        # Live from the running node's RPC address: the same pending operation.
+        code, text = run_tool("--address", node.address, "--pending", "--json", "--timeout-s", "5")
+        assert code == 0
+        assert [r["id"] for r in lines(text)] == [r["id"] for r in pending]
+        # An address that serves no log is refused clearly.
+        from rpc.server import RpcServer
+
+        with RpcServer("not-a-log", service="other") as other:
+            code, _ = run_tool("--address", other.address, "--timeout-s", "5")
         assert code == 1
     finally:
         node.close()
-    assert "not a logstore replica" in capsys.readouterr().err
+    assert "serves no log" in capsys.readouterr().err
     (started,) = pending
     assert started["type"] == "create_table" and started["phase"] == "STARTED"
     op = started["op_id"]
