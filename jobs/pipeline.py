@@ -334,6 +334,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(message)s")
 
+    from pyspark.errors import PySparkException
+
+    from rpc.errors import RpcError
     from spark_tables.session import build_session
 
     spark = build_session(args.master, "logcentric-pipeline")
@@ -348,8 +351,9 @@ def main(argv: list[str] | None = None) -> int:
             num_tablets=args.num_tablets,
             replication_factor=args.replication_factor,
         )
-    except PipelineError as err:
-        print(f"pipeline failed: {err}", file=sys.stderr)
+    except (PipelineError, RpcError, PySparkException) as err:
+        log.debug("pipeline failed", exc_info=True)
+        print(f"pipeline failed: {_first_line(err)}", file=sys.stderr)
         return 1
     finally:
         spark.stop()
