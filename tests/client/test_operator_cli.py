@@ -1,0 +1,69 @@
+"""The operator commands as a user runs them: local-cluster up/status/down, status (ksck),
+tables, create-table, describe, drop-table, log --summary, with real processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from coordinator.localcluster import ClusterSpec
+
+pytestmark = pytest.mark.integration
+
+
+def cli(*args: str, check: int | None = 0) -> subprocess.CompletedProcess:
+    proc = subprocess.run(
+        [sys.executable, "-m", "coordinator.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if check is not None:
+        assert proc.returncode == check, (proc.returncode, proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc
+
+
+def test_operator_session(tmp_path):
+    root = tmp_path / "cluster"
+    up = cli("local-cluster", "up", "--dir", str(root), "--coordinators", "3", "--tservers", "2")
+    coordinators = next(
+        line.split(" ", 1)[1] for line in up.stdout.splitlines() if line.startswith("coordinators:")
+    )
+    try:
+        assert cli("local-cluster", "status", "--dir", str(root)).stdout.count(" up ") == 5
+        c = ["--coordinators", coordinators]
+        cli("create-table", "people", *c, "--columns", "id:int64:key,name:string:nullable",
+            "--tablets", "3")  # fmt: skip
+        assert "people" in cli("tables", *c).stdout
+        described = json.loads(cli("describe", "people", *c, "--json").stdout)
+        assert [col["name"] for col in described["columns"]] == ["id", "name"]
+        assert len(described["tablets"]) == 3
+        bad = cli("create-table", "people", *c, "--columns", "id:int64:key", check=1)
+        assert "ALREADY_EXISTS" in bad.stderr
+        bad = cli("create-table", "x", *c, "--columns", "id:float:key", check=1)
+        assert "TYPE one of" in bad.stderr
+        healthy = json.loads(cli("status", *c, "--json").stdout)
+        assert healthy["healthy"] and healthy["leader"]
+        assert sum(len(t["tablets"]) for t in healthy["tables"]) == 3
+
+        # A dead tablet server makes the cluster unhealthy: exit status 1, and why.
+        spec = ClusterSpec.load(root)
+        victim = spec.tservers[0]
+        os.kill(victim.pid, signal.SIGKILL)
+        sick = cli("status", *c, check=1)
+        assert "UNHEALTHY" in sick.stdout and victim.rpc in sick.stdout
+
+        summary = cli("log", "--data-dir", spec.coordinators[0].data, "--summary")
+        assert "create_table" in summary.stdout
+        cli("drop-table", "people", *c)
+        assert "people" not in cli("tables", *c).stdout
+    finally:
+        cli("local-cluster", "down", "--dir", str(root), check=None)
+    down = cli("local-cluster", "status", "--dir", str(root), check=1)
+    assert down.stdout.count("DOWN") == 5
