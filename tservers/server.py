@@ -70,6 +70,7 @@ class TabletServer:
         )
         TServerService(self.manager, lambda: self.address).register(self.rpc)
         self.rpc.start()
+        self.manager.driver.set_address(self.rpc.address)
         log.info("tablet server %s serving on %s", self.fs.uuid, self.rpc.address)
         if self.config.coordinators:
             self.heartbeater = Heartbeater(

@@ -4,7 +4,10 @@ Methods (request and response messages in tservers/tserver.proto):
   TServer.CreateTablet, TServer.DeleteTablet (tombstone), TServer.AlterSchema,
   TServer.Write (rows as Arrow IPC sidecars, one per operation block),
   TServer.Scan (Arrow IPC record batches as sidecars; open scanners continue with scanner_id),
-  TServer.ListTablets, TServer.Status.
+  TServer.ListTablets, TServer.Status,
+  TServer.Consensus (a batch of per-tablet Raft messages for this server's driver).
+Writes are taken by a tablet's Raft leader only (NOT_LEADER with a hint elsewhere); a new
+scan first confirms leadership through the core's read-index (linearizable reads).
 Every error is an rpc.errors class, so clients get a status code and a clear message.
 """
 
@@ -18,12 +21,15 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from rpc.errors import BadRequest, NotFound, Throttled
+from rpc.errors import BadRequest, InvalidName, NotFound, Throttled
+from tservers.consensus_wire import WireError, message_from_pb
 from rpc.server import CallContext, Reply, RpcServer
 from tservers.tablet.manager import TabletManager, check_tablet_id
 from tservers.tserver_pb2 import (
     AlterSchemaRequest,
     AlterSchemaResponse,
+    ConsensusRequest,
+    ConsensusResponse,
     CreateTabletRequest,
     CreateTabletResponse,
     DeleteTabletRequest,
@@ -86,6 +92,29 @@ class TServerService:
         server.register("TServer.GetSchema", GetSchemaRequest, self.get_schema)
         server.register("TServer.ListTablets", ListTabletsRequest, self.list_tablets)
         server.register("TServer.Status", StatusRequest, self.status)
+        server.register("TServer.Consensus", ConsensusRequest, self.consensus)
+
+    # ------------------------------------------------------------ consensus
+    def consensus(self, req: ConsensusRequest, ctx: CallContext) -> ConsensusResponse:
+        """Queue Raft messages for the driver. The rpc layer checked the call's recipient;
+        every message names its recipient too, and must name this server."""
+        own = self.manager.fs.uuid
+        msgs = []
+        addresses: dict[str, str] = {}
+        for pb in req.messages:
+            if pb.recipient != own:
+                raise InvalidName(
+                    f"consensus message for {pb.recipient!r} sent to server {own}; "
+                    "nothing was delivered"
+                )
+            try:
+                msgs.append(message_from_pb(pb))
+            except WireError as e:
+                raise BadRequest(f"bad consensus message: {e}") from e
+            if pb.sender_address:
+                addresses[pb.sender] = pb.sender_address
+        accepted = self.manager.driver.deliver(msgs, addresses)
+        return ConsensusResponse(accepted=accepted)
 
     # ------------------------------------------------------------ admin
     def create_tablet(self, req: CreateTabletRequest, ctx: CallContext) -> CreateTabletResponse:
@@ -161,6 +190,10 @@ class TServerService:
         else:
             check_tablet_id(req.tablet_id)
             tablet = self.manager.tablet(req.tablet_id)
+            if tablet.group is not None:
+                # Linearizable: leadership confirmed by a majority after this call arrived,
+                # and everything committed before it applied here.
+                tablet.group.read_index(ctx.deadline)
             batch_rows = req.batch_rows_max or SCAN_BATCH_ROWS_DEFAULT
             batch_rows = max(1, min(batch_rows, SCAN_BATCH_ROWS_MAX))
             table = tablet.scan(

@@ -57,6 +57,12 @@ class PredicateOp(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     IN: _ClassVar[PredicateOp]
     IS_NULL: _ClassVar[PredicateOp]
     IS_NOT_NULL: _ClassVar[PredicateOp]
+
+class ReplicaStatusPB(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    REPLICA_OK: _ClassVar[ReplicaStatusPB]
+    REPLICA_TABLET_NOT_FOUND: _ClassVar[ReplicaStatusPB]
+    REPLICA_TABLET_DELETED: _ClassVar[ReplicaStatusPB]
 TYPE_UNKNOWN: DataType
 INT64: DataType
 INT32: DataType
@@ -90,6 +96,9 @@ GE: PredicateOp
 IN: PredicateOp
 IS_NULL: PredicateOp
 IS_NOT_NULL: PredicateOp
+REPLICA_OK: ReplicaStatusPB
+REPLICA_TABLET_NOT_FOUND: ReplicaStatusPB
+REPLICA_TABLET_DELETED: ReplicaStatusPB
 
 class InstancePB(_message.Message):
     __slots__ = ("uuid", "format_time_ms")
@@ -140,7 +149,7 @@ class PartitionPB(_message.Message):
     def __init__(self, start_key: _Optional[bytes] = ..., end_key: _Optional[bytes] = ...) -> None: ...
 
 class SuperblockPB(_message.Message):
-    __slots__ = ("tablet_id", "table_id", "table_name", "data_state", "schema", "partition", "blocks", "flushed_index", "last_op_id", "quarantine_path", "next_block_id")
+    __slots__ = ("tablet_id", "table_id", "table_name", "data_state", "schema", "partition", "blocks", "flushed_index", "last_op_id", "quarantine_path", "next_block_id", "flushed_term")
     TABLET_ID_FIELD_NUMBER: _ClassVar[int]
     TABLE_ID_FIELD_NUMBER: _ClassVar[int]
     TABLE_NAME_FIELD_NUMBER: _ClassVar[int]
@@ -152,6 +161,7 @@ class SuperblockPB(_message.Message):
     LAST_OP_ID_FIELD_NUMBER: _ClassVar[int]
     QUARANTINE_PATH_FIELD_NUMBER: _ClassVar[int]
     NEXT_BLOCK_ID_FIELD_NUMBER: _ClassVar[int]
+    FLUSHED_TERM_FIELD_NUMBER: _ClassVar[int]
     tablet_id: str
     table_id: str
     table_name: str
@@ -163,7 +173,8 @@ class SuperblockPB(_message.Message):
     last_op_id: OpIdPB
     quarantine_path: str
     next_block_id: int
-    def __init__(self, tablet_id: _Optional[str] = ..., table_id: _Optional[str] = ..., table_name: _Optional[str] = ..., data_state: _Optional[_Union[DataState, str]] = ..., schema: _Optional[_Union[SchemaPB, _Mapping]] = ..., partition: _Optional[_Union[PartitionPB, _Mapping]] = ..., blocks: _Optional[_Iterable[str]] = ..., flushed_index: _Optional[int] = ..., last_op_id: _Optional[_Union[OpIdPB, _Mapping]] = ..., quarantine_path: _Optional[str] = ..., next_block_id: _Optional[int] = ...) -> None: ...
+    flushed_term: int
+    def __init__(self, tablet_id: _Optional[str] = ..., table_id: _Optional[str] = ..., table_name: _Optional[str] = ..., data_state: _Optional[_Union[DataState, str]] = ..., schema: _Optional[_Union[SchemaPB, _Mapping]] = ..., partition: _Optional[_Union[PartitionPB, _Mapping]] = ..., blocks: _Optional[_Iterable[str]] = ..., flushed_index: _Optional[int] = ..., last_op_id: _Optional[_Union[OpIdPB, _Mapping]] = ..., quarantine_path: _Optional[str] = ..., next_block_id: _Optional[int] = ..., flushed_term: _Optional[int] = ...) -> None: ...
 
 class RaftPeerPB(_message.Message):
     __slots__ = ("uuid", "address", "member_type", "promote")
@@ -402,7 +413,7 @@ class ListTabletsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class TabletReportPB(_message.Message):
-    __slots__ = ("tablet_id", "table_id", "table_name", "data_state", "status", "error", "current_term", "committed_config", "last_op_id", "schema_version", "flushed_index", "memstore_rows", "blocks")
+    __slots__ = ("tablet_id", "table_id", "table_name", "data_state", "status", "error", "current_term", "committed_config", "last_op_id", "schema_version", "flushed_index", "memstore_rows", "blocks", "role", "leader_uuid", "leader_address", "commit_index", "applied_index")
     TABLET_ID_FIELD_NUMBER: _ClassVar[int]
     TABLE_ID_FIELD_NUMBER: _ClassVar[int]
     TABLE_NAME_FIELD_NUMBER: _ClassVar[int]
@@ -416,6 +427,11 @@ class TabletReportPB(_message.Message):
     FLUSHED_INDEX_FIELD_NUMBER: _ClassVar[int]
     MEMSTORE_ROWS_FIELD_NUMBER: _ClassVar[int]
     BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    LEADER_UUID_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_INDEX_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_INDEX_FIELD_NUMBER: _ClassVar[int]
     tablet_id: str
     table_id: str
     table_name: str
@@ -429,7 +445,12 @@ class TabletReportPB(_message.Message):
     flushed_index: int
     memstore_rows: int
     blocks: int
-    def __init__(self, tablet_id: _Optional[str] = ..., table_id: _Optional[str] = ..., table_name: _Optional[str] = ..., data_state: _Optional[_Union[DataState, str]] = ..., status: _Optional[str] = ..., error: _Optional[str] = ..., current_term: _Optional[int] = ..., committed_config: _Optional[_Union[RaftConfigPB, _Mapping]] = ..., last_op_id: _Optional[_Union[OpIdPB, _Mapping]] = ..., schema_version: _Optional[int] = ..., flushed_index: _Optional[int] = ..., memstore_rows: _Optional[int] = ..., blocks: _Optional[int] = ...) -> None: ...
+    role: str
+    leader_uuid: str
+    leader_address: str
+    commit_index: int
+    applied_index: int
+    def __init__(self, tablet_id: _Optional[str] = ..., table_id: _Optional[str] = ..., table_name: _Optional[str] = ..., data_state: _Optional[_Union[DataState, str]] = ..., status: _Optional[str] = ..., error: _Optional[str] = ..., current_term: _Optional[int] = ..., committed_config: _Optional[_Union[RaftConfigPB, _Mapping]] = ..., last_op_id: _Optional[_Union[OpIdPB, _Mapping]] = ..., schema_version: _Optional[int] = ..., flushed_index: _Optional[int] = ..., memstore_rows: _Optional[int] = ..., blocks: _Optional[int] = ..., role: _Optional[str] = ..., leader_uuid: _Optional[str] = ..., leader_address: _Optional[str] = ..., commit_index: _Optional[int] = ..., applied_index: _Optional[int] = ...) -> None: ...
 
 class ListTabletsResponse(_message.Message):
     __slots__ = ("tablets",)
@@ -462,3 +483,95 @@ class StatusResponse(_message.Message):
     rows_written: int
     wal_sync_enabled: bool
     def __init__(self, uuid: _Optional[str] = ..., address: _Optional[str] = ..., tablets: _Optional[int] = ..., wal_groups: _Optional[int] = ..., wal_syncs: _Optional[int] = ..., wal_entries: _Optional[int] = ..., writes: _Optional[int] = ..., rows_written: _Optional[int] = ..., wal_sync_enabled: _Optional[bool] = ...) -> None: ...
+
+class VoteRequestPB(_message.Message):
+    __slots__ = ("last_log_term", "last_log_index", "pre_vote", "leadership_transfer")
+    LAST_LOG_TERM_FIELD_NUMBER: _ClassVar[int]
+    LAST_LOG_INDEX_FIELD_NUMBER: _ClassVar[int]
+    PRE_VOTE_FIELD_NUMBER: _ClassVar[int]
+    LEADERSHIP_TRANSFER_FIELD_NUMBER: _ClassVar[int]
+    last_log_term: int
+    last_log_index: int
+    pre_vote: bool
+    leadership_transfer: bool
+    def __init__(self, last_log_term: _Optional[int] = ..., last_log_index: _Optional[int] = ..., pre_vote: _Optional[bool] = ..., leadership_transfer: _Optional[bool] = ...) -> None: ...
+
+class VoteResponsePB(_message.Message):
+    __slots__ = ("granted", "pre_vote", "status")
+    GRANTED_FIELD_NUMBER: _ClassVar[int]
+    PRE_VOTE_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    granted: bool
+    pre_vote: bool
+    status: ReplicaStatusPB
+    def __init__(self, granted: _Optional[bool] = ..., pre_vote: _Optional[bool] = ..., status: _Optional[_Union[ReplicaStatusPB, str]] = ...) -> None: ...
+
+class AppendRequestPB(_message.Message):
+    __slots__ = ("prev_log_index", "prev_log_term", "entries", "leader_commit", "read_seq")
+    PREV_LOG_INDEX_FIELD_NUMBER: _ClassVar[int]
+    PREV_LOG_TERM_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    LEADER_COMMIT_FIELD_NUMBER: _ClassVar[int]
+    READ_SEQ_FIELD_NUMBER: _ClassVar[int]
+    prev_log_index: int
+    prev_log_term: int
+    entries: _containers.RepeatedCompositeFieldContainer[LogEntryPB]
+    leader_commit: int
+    read_seq: int
+    def __init__(self, prev_log_index: _Optional[int] = ..., prev_log_term: _Optional[int] = ..., entries: _Optional[_Iterable[_Union[LogEntryPB, _Mapping]]] = ..., leader_commit: _Optional[int] = ..., read_seq: _Optional[int] = ...) -> None: ...
+
+class AppendResponsePB(_message.Message):
+    __slots__ = ("success", "match_index", "reject_index", "hint_index", "read_seq", "status")
+    SUCCESS_FIELD_NUMBER: _ClassVar[int]
+    MATCH_INDEX_FIELD_NUMBER: _ClassVar[int]
+    REJECT_INDEX_FIELD_NUMBER: _ClassVar[int]
+    HINT_INDEX_FIELD_NUMBER: _ClassVar[int]
+    READ_SEQ_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    success: bool
+    match_index: int
+    reject_index: int
+    hint_index: int
+    read_seq: int
+    status: ReplicaStatusPB
+    def __init__(self, success: _Optional[bool] = ..., match_index: _Optional[int] = ..., reject_index: _Optional[int] = ..., hint_index: _Optional[int] = ..., read_seq: _Optional[int] = ..., status: _Optional[_Union[ReplicaStatusPB, str]] = ...) -> None: ...
+
+class TimeoutNowPB(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ConsensusMessagePB(_message.Message):
+    __slots__ = ("tablet_id", "sender", "recipient", "term", "vote_request", "vote_response", "append_request", "append_response", "timeout_now", "sender_address")
+    TABLET_ID_FIELD_NUMBER: _ClassVar[int]
+    SENDER_FIELD_NUMBER: _ClassVar[int]
+    RECIPIENT_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    VOTE_REQUEST_FIELD_NUMBER: _ClassVar[int]
+    VOTE_RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    APPEND_REQUEST_FIELD_NUMBER: _ClassVar[int]
+    APPEND_RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_NOW_FIELD_NUMBER: _ClassVar[int]
+    SENDER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    tablet_id: str
+    sender: str
+    recipient: str
+    term: int
+    vote_request: VoteRequestPB
+    vote_response: VoteResponsePB
+    append_request: AppendRequestPB
+    append_response: AppendResponsePB
+    timeout_now: TimeoutNowPB
+    sender_address: str
+    def __init__(self, tablet_id: _Optional[str] = ..., sender: _Optional[str] = ..., recipient: _Optional[str] = ..., term: _Optional[int] = ..., vote_request: _Optional[_Union[VoteRequestPB, _Mapping]] = ..., vote_response: _Optional[_Union[VoteResponsePB, _Mapping]] = ..., append_request: _Optional[_Union[AppendRequestPB, _Mapping]] = ..., append_response: _Optional[_Union[AppendResponsePB, _Mapping]] = ..., timeout_now: _Optional[_Union[TimeoutNowPB, _Mapping]] = ..., sender_address: _Optional[str] = ...) -> None: ...
+
+class ConsensusRequest(_message.Message):
+    __slots__ = ("messages",)
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[ConsensusMessagePB]
+    def __init__(self, messages: _Optional[_Iterable[_Union[ConsensusMessagePB, _Mapping]]] = ...) -> None: ...
+
+class ConsensusResponse(_message.Message):
+    __slots__ = ("accepted",)
+    ACCEPTED_FIELD_NUMBER: _ClassVar[int]
+    accepted: int
+    def __init__(self, accepted: _Optional[int] = ...) -> None: ...

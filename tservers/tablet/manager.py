@@ -37,9 +37,12 @@ from rpc.errors import (
     TabletNotFound,
     Unavailable,
 )
+from tservers.consensus.types import ReplicaStatus
+from tservers.consensus_wire import WireError, config_from_pb
 from tservers.crash import crash_point
 from tservers.fs import FsLayout, move_dir
 from tservers.metafile import MetaFileCorrupt, fsync_dir, write_atomic
+from tservers.raft_driver import DriverOptions, RaftDriver
 from tservers.tablet import schema as schemamod
 from tservers.tablet.tablet import Tablet, TabletOptions, TabletStatus
 from tservers.tserver_pb2 import (
@@ -59,6 +62,8 @@ log = logging.getLogger(__name__)
 
 TABLET_ID_RE = re.compile(r"^[A-Za-z0-9_\-]{1,64}$")
 TABLETS_MAX = 10_000
+# A tablet whose only voter is this server leads at once; create and startup wait for that.
+LONE_VOTER_READY_S = 10.0
 
 
 class TabletDataState(enum.Enum):
@@ -97,11 +102,15 @@ class TabletManager:
         tablet_opts: TabletOptions | None = None,
         *,
         maintenance: bool = True,
+        driver_opts: DriverOptions | None = None,
     ) -> None:
         self.fs = fs
         self.wal_opts = wal_opts or WalOptions()
         self.tablet_opts = tablet_opts or TabletOptions()
         self.appender = Appender(self.wal_opts)
+        self.driver = RaftDriver(
+            fs.uuid, self.appender, driver_opts, missing_status=self._missing_status
+        )
         self._lock = threading.Lock()
         self.replicas: dict[str, Replica] = {}
         self._stop = threading.Event()
@@ -110,8 +119,13 @@ class TabletManager:
 
     # ================================================================ startup
     def open(self) -> None:
+        self.driver.start()
         for tablet_id in self.fs.tablet_ids():
             self.replicas[tablet_id] = self._startup_one(tablet_id)
+        deadline = time.monotonic() + LONE_VOTER_READY_S
+        for r in list(self.replicas.values()):
+            if r.tablet is not None and r.status is TabletStatus.RUNNING:
+                self._wait_lone_voter(r.tablet, deadline)
         if self._maintenance:
             self._maint = threading.Thread(
                 target=self._maintenance_loop, name="tablet-maintenance", daemon=True
@@ -148,7 +162,10 @@ class TabletManager:
         try:
             cmeta = self.fs.read_cmeta(tablet_id)
             tablet = Tablet(self.fs, sb, cmeta, self.appender, self.wal_opts, self.tablet_opts)
-            tablet.bootstrap()
+            entries = tablet.bootstrap()
+            with tablet.lock:
+                tablet.status = TabletStatus.RUNNING
+            self.driver.add_group(tablet, cmeta, entries, tablet.snapshot_op_id())
         except Exception as e:  # any failure: this tablet stays offline, the server runs on
             log.error("tablet %s: bootstrap failed, staying offline: %s", tablet_id, e)
             if tablet is not None:
@@ -170,12 +187,18 @@ class TabletManager:
         if not config.peers:
             config.opid_index = -1
             config.peers.add(uuid=self.fs.uuid, member_type=MemberType.VOTER)
-        voters = [p for p in config.peers if p.member_type == MemberType.VOTER]
-        if len(config.peers) != 1 or len(voters) != 1 or voters[0].uuid != self.fs.uuid:
-            raise BadRequest(
-                "only single-replica tablets (this server as the one VOTER) are "
-                "supported until per-tablet replication lands"
-            )
+        try:
+            raft_config = config_from_pb(config)
+        except WireError as e:
+            raise BadRequest(f"bad config: {e}") from e
+        if not raft_config.voters:
+            raise BadRequest("config has no VOTER")
+        if raft_config.member(self.fs.uuid) is None:
+            raise BadRequest(f"config does not name this server ({self.fs.uuid})")
+        for p in config.peers:
+            if p.uuid != self.fs.uuid and not p.address:
+                raise BadRequest(f"config peer {p.uuid} has no address")
+        config.opid_index = -1  # no entry committed it: the initial config
         with self._lock:
             r = self.replicas.get(tablet_id)
             if r is not None and r.status is not TabletStatus.TOMBSTONED:
@@ -228,8 +251,27 @@ class TabletManager:
             self.replicas[tablet_id] = replica
         if replica.tablet is None or replica.status is not TabletStatus.RUNNING:
             raise TabletFailed(f"tablet {tablet_id} created but failed to start: {replica.error}")
+        self._wait_lone_voter(replica.tablet, time.monotonic() + LONE_VOTER_READY_S)
         log.info("tablet %s: created (table %s)", tablet_id, req.table_name)
         return replica.tablet
+
+    def _wait_lone_voter(self, tablet: Tablet, deadline: float) -> None:
+        """A tablet whose only voter is this server elects itself at once; wait for that
+        and for its first entry to apply, so that it serves as soon as it is reported."""
+        voters = [
+            p.uuid for p in tablet.cmeta.committed_config.peers if p.member_type == MemberType.VOTER
+        ]
+        if voters != [self.fs.uuid]:
+            return
+        if not tablet.wait_leader_ready(deadline):
+            log.warning("tablet %s: lone voter not leading yet", tablet.tablet_id)
+
+    def _missing_status(self, tablet_id: str) -> ReplicaStatus:
+        with self._lock:
+            r = self.replicas.get(tablet_id)
+        if r is not None and r.status is TabletStatus.TOMBSTONED:
+            return ReplicaStatus.TABLET_DELETED
+        return ReplicaStatus.TABLET_NOT_FOUND
 
     # ================================================================ delete
     def delete_tablet(self, tablet_id: str) -> OpIdPB:
@@ -401,6 +443,20 @@ class TabletManager:
                 rep.committed_config.CopyFrom(t.cmeta.committed_config)
                 rep.memstore_rows = t.memstore_rows()
                 rep.blocks = len(t.blocks)
+                rep.applied_index = t.applied_index
+                g = t.group
+                if g is not None and not g.closed:
+                    st = g.status()
+                    rep.role = st.role.value
+                    rep.current_term = st.term
+                    rep.commit_index = st.commit_index
+                    if st.leader_uuid:
+                        rep.leader_uuid = st.leader_uuid
+                        rep.leader_address = (
+                            self.driver.address
+                            if st.leader_uuid == self.fs.uuid
+                            else self.driver.addresses.get(st.leader_uuid, "")
+                        )
             else:
                 try:
                     cm = self.fs.read_cmeta(r.tablet_id)
@@ -447,6 +503,7 @@ class TabletManager:
             tablets = [r.tablet for r in self.replicas.values() if r.tablet is not None]
         for t in tablets:
             t.shutdown(max(0.1, deadline - time.monotonic()))
+        self.driver.close(max(0.1, deadline - time.monotonic()))
         self.appender.close(max(0.1, deadline - time.monotonic()))
 
     def __enter__(self) -> TabletManager:

@@ -6,14 +6,16 @@ State of a running tablet:
 - `memstore`: key -> row tuple (schema order) or None (tombstone), for applied entries not yet
   flushed; `frozen` is the memstore being flushed. Both are hash maps: they are sorted by key
   once, when flushed or scanned, rather than on every write.
-- `pending`: key -> (index, row or None) for writes in the WAL queue but not yet durable.
-  Validation (ALREADY_EXISTS, NOT_FOUND) sees them, scans do not: only durable writes are
-  applied and visible.
+- `pending`: key -> (index, row or None) for writes proposed at this leader but not applied
+  yet. Validation (ALREADY_EXISTS, NOT_FOUND) sees them, scans do not: only committed writes
+  are applied and visible.
 - `live_keys`: every key that has a live row in blocks + memstore (existence checks).
 
-A write: decode and check outside the lock; under the lock check each row against the state,
-number the entry (term, index), queue it to the server's WAL appender; the appender syncs the
-group and calls back, and the callback applies the rows to the memstore in index order.
+A write (at the Raft leader only): decode and check outside the lock; under the lock check
+each row against the state, propose the entry to the tablet's RaftCore (tservers/raft_driver.py)
+and wait; the driver makes it durable, replicates it and, once committed, calls
+`apply_entry`, which applies the rows in index order and answers the writer. Followers apply
+the same entries, validated again against their state (which is the same, in log order).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from rpc.errors import (
     BadRequest,
     Corruption,
     NotFound,
+    NotLeader,
     SchemaVersionMismatch,
     TabletDeleted,
     TabletFailed,
@@ -41,6 +44,9 @@ from rpc.errors import (
     TimedOut,
     Unavailable,
 )
+from tservers.consensus.types import Entry, HardState, OpId, ProposalStatus, Role, SoftState
+from tservers.consensus.types import EntryType as ConsensusEntryType
+from tservers.consensus_wire import config_to_pb
 from tservers.crash import crash_point
 from tservers.fs import FsLayout
 from tservers.metafile import fsync_dir
@@ -66,6 +72,9 @@ log = logging.getLogger(__name__)
 ROWS_PER_WRITE_MAX = 100_000
 WRITE_BYTES_MAX = 48 << 20
 GEN_FIELD = "__gen"
+# How long a write waits at a replica for an election to end before NOT_LEADER.
+LEADER_WAIT_S = 3.0
+SHUTDOWN_DRAIN_S = 5.0
 
 
 class TabletStatus(enum.Enum):
@@ -107,10 +116,13 @@ class WriteResult:
 
 
 class _Inflight:
-    __slots__ = ("index", "changes", "event", "error")
+    """A write proposed at this replica, waiting for its entry to be applied."""
 
-    def __init__(self, index: int, changes: dict) -> None:
+    __slots__ = ("index", "term", "changes", "event", "error")
+
+    def __init__(self, index: int, term: int, changes: dict) -> None:
         self.index = index
+        self.term = term
         self.changes = changes
         self.event = threading.Event()
         self.error: Exception | None = None
@@ -161,18 +173,25 @@ class Tablet:
         self.frozen: dict | None = None
         self.pending: dict = {}
         self.live_keys: set = set()
-        self.inflight = 0
+        self.inflight = 0  # writes proposed here and not applied yet
+        self.waiters: dict[int, _Inflight] = {}  # index -> write proposed here
         self.barrier = False
-        self.term = cmeta.current_term
-        self.last_index = 0
         self.applied_index = 0
+        self.applied_term = 0
+        # Raft, as the driver last reported it (soft state) and the group driving it.
+        self.group = None  # tservers.raft_driver.RaftGroup once started
+        self.role = Role.FOLLOWER
+        self.leader_uuid: str | None = None
+        self.soft_term = 0
         self.writes = 0
         self.rows_written = 0
 
     # ================================================================ bootstrap
-    def bootstrap(self) -> None:
-        """Load blocks, replay the WAL above the flushed index, start a new term (no-op entry).
-        Raises on any failure; the manager then leaves the tablet FAILED."""
+    def bootstrap(self) -> list[LogEntryPB]:
+        """Load blocks and open the WAL; returns the WAL entries above the flushed index.
+        They are not applied here: the Raft driver hands them back once it knows they are
+        committed (a follower's tail may be truncated by a new leader). Raises on any
+        failure; the manager then leaves the tablet FAILED."""
         data_dir = self.fs.data_dir(self.tablet_id)
         for name in self.sb.blocks:
             self.blocks.append((name, self._load_block(data_dir / name)))
@@ -191,47 +210,29 @@ class Tablet:
         )
         self.wal = wal
         flushed = self.sb.flushed_index
-        wal.gc(flushed)
-        replayed = 0
-        for e in entries:
-            self.last_index = e.index
-            self.term = max(self.term, e.term)
-            if e.index <= flushed:
-                continue
-            if e.type == EntryType.WRITE:
-                if e.write.schema_version != self.schema.version:
-                    raise Corruption(
-                        f"WAL entry {e.index} has schema version {e.write.schema_version}, "
-                        f"tablet has {self.schema.version}"
-                    )
-                ops = [
-                    self._decode(b.op, read_ipc(b.arrow_ipc), b.arrow_ipc) for b in e.write.blocks
-                ]
-                try:
-                    changes = self._prepare(ops)
-                except (AlreadyExists, NotFound) as err:
-                    raise Corruption(f"WAL replay of entry {e.index} diverged: {err}") from err
-                self._apply(changes)
-                replayed += 1
-            self.applied_index = e.index
-        self.last_index = max(self.last_index, flushed)
-        self.applied_index = self.last_index
+        self.applied_index = flushed
+        self.applied_term = self.sb.flushed_term
+        above = [e for e in entries if e.index > flushed]
+        for e in above:
+            if e.type == EntryType.WRITE and e.write.schema_version != self.schema.version:
+                raise Corruption(
+                    f"WAL entry {e.index} has schema version {e.write.schema_version}, "
+                    f"tablet has {self.schema.version}"
+                )
         log.info(
-            "tablet %s: %d blocks, replayed %d WAL entries above %d, last index %d",
+            "tablet %s: %d blocks, %d WAL entries above flushed index %d",
             self.tablet_id,
             len(self.blocks),
-            replayed,
+            len(above),
             flushed,
-            self.last_index,
         )
-        # Single replica: this server leads a new term, opened with a no-op entry (as Raft does).
-        self.cmeta.current_term = max(self.cmeta.current_term, self.term) + 1
-        self.cmeta.voted_for = self.fs.uuid
-        self.fs.write_cmeta(self.cmeta)
-        self.term = self.cmeta.current_term
-        with self.lock:
-            self.status = TabletStatus.RUNNING
-        self._append_wait(LogEntryPB(type=EntryType.NO_OP), {}, time.monotonic() + 30.0)
+        return above
+
+    def snapshot_op_id(self) -> OpId:
+        """The Raft snapshot point: the flushed op id (everything at or below is in blocks)."""
+        if self.sb.flushed_index == 0:
+            return OpId(0, 0)
+        return OpId(self.sb.flushed_term, self.sb.flushed_index)
 
     def _load_block(self, path: Path) -> pa.Table:
         with pa.memory_map(str(path), "r") as src:
@@ -240,7 +241,7 @@ class Tablet:
     # ================================================================ writes
     def write(
         self, schema_version: int, blocks: list[tuple[int, bytes]], deadline: float
-    ) -> OpIdPB:
+    ) -> WriteResult:
         if not blocks:
             raise BadRequest("write has no rows")
         total = sum(len(b) for _, b in blocks)
@@ -256,90 +257,180 @@ class Tablet:
         nrows = sum(len(o.keys) for o in ops)
         if nrows > ROWS_PER_WRITE_MAX:
             raise BadRequest(f"write of {nrows} rows exceeds {ROWS_PER_WRITE_MAX} rows")
-        entry = LogEntryPB(
-            type=EntryType.WRITE,
-            write=WriteOpPB(
-                schema_version=schema_version,
-                blocks=[RowBlockPB(op=o.op, arrow_ipc=o.ipc) for o in ops],
-            ),
-        )
-        op_id = self._append_wait(entry, ops, deadline)
+        payload = WriteOpPB(
+            schema_version=schema_version,
+            blocks=[RowBlockPB(op=o.op, arrow_ipc=o.ipc) for o in ops],
+        ).SerializeToString()
+        op_id = self._propose_wait(schema_version, payload, ops, deadline)
         with self.lock:
             self.writes += 1
             self.rows_written += nrows
         return WriteResult(op_id, nrows)
 
-    def _append_wait(self, entry: LogEntryPB, ops, deadline: float) -> OpIdPB:
+    def _wait_leadership_locked(self, deadline: float) -> None:
+        """Return when this replica leads and has applied an entry of its term (so every
+        earlier entry is in its state and validation against it is exact); raise NotLeader
+        with a hint when another server leads; wait (bounded) while an election runs."""
+        limit = min(deadline, time.monotonic() + LEADER_WAIT_S)
+        while True:
+            self._check_running_locked()
+            if self.role is Role.LEADER and self.applied_term == self.soft_term:
+                return
+            leader = self.leader_uuid
+            if self.role is not Role.LEADER and leader and leader != self.fs.uuid:
+                raise self.group.driver.not_leader(self.tablet_id, leader)
+            remaining = limit - time.monotonic()
+            if remaining <= 0:
+                if self.role is Role.LEADER:
+                    raise Unavailable(
+                        f"tablet {self.tablet_id}: leader still applying its first entry",
+                        retry_after_ms=100,
+                    )
+                raise self.group.driver.not_leader(self.tablet_id, None)
+            self.cond.wait(remaining)
+
+    def _propose_wait(self, schema_version: int, payload: bytes, ops, deadline: float) -> OpIdPB:
+        g = self.group
+        assert g is not None, "tablet is not driven by raft"
         with self.lock:
             while self.barrier:
                 if not self.cond.wait(max(0.0, deadline - time.monotonic())):
                     raise TimedOut(f"tablet {self.tablet_id}: schema change in progress")
-            self._check_running_locked()
-            if entry.type == EntryType.WRITE and entry.write.schema_version != self.schema.version:
+            self._wait_leadership_locked(deadline)
+            if schema_version != self.schema.version:
                 raise BadRequest(
                     f"schema mismatch: tablet {self.tablet_id} schema changed to "
                     f"version {self.schema.version}"
                 )
-            changes = self._prepare(ops) if ops else {}
-            index = self.last_index + 1
-            entry.term = self.term
-            entry.index = index
-            inflight = _Inflight(index, changes)
-            assert self.wal is not None
-            try:
-                self.appender.append(
-                    self.wal, [entry], lambda err, f=inflight: self._on_durable(f, err), block=False
-                )
-            except OSError as e:
-                raise Unavailable(f"WAL is not accepting appends: {e}") from e
-            except TimeoutError as e:
-                raise Throttled("WAL queue is full", retry_after_ms=50) from e
-            self.last_index = index
+            changes = self._prepare(ops)
+            res = g.propose(payload)
+            if res.status is not ProposalStatus.OK:
+                if res.status is ProposalStatus.NOT_LEADER:
+                    raise g.driver.not_leader(self.tablet_id, res.leader_hint)
+                if res.status is ProposalStatus.THROTTLED:
+                    raise Throttled(f"tablet {self.tablet_id}: {res.message}", retry_after_ms=50)
+                raise Unavailable(f"tablet {self.tablet_id}: {res.message}", retry_after_ms=100)
+            inflight = _Inflight(res.index, res.term, changes)
+            self.waiters[res.index] = inflight
             self.inflight += 1
             for k, v in changes.items():
-                self.pending[k] = (index, v)
-        remaining = deadline - time.monotonic()
-        if not inflight.event.wait(max(remaining, 0.0)):
-            # Still in flight: it may yet become durable and applied; the caller must not assume
-            # either outcome.
-            raise TimedOut(f"write to tablet {self.tablet_id} not durable before the deadline")
+                self.pending[k] = (res.index, v)
+        g.wake()
+        if not inflight.event.wait(max(deadline - time.monotonic(), 0.0)):
+            # Still in flight: it may yet commit; the caller must not assume either outcome.
+            raise TimedOut(f"write to tablet {self.tablet_id} not committed before the deadline")
         if inflight.error is not None:
-            raise TabletFailed(f"tablet {self.tablet_id}: WAL append failed: {inflight.error}")
-        return OpIdPB(term=entry.term, index=index)
+            raise inflight.error
+        return OpIdPB(term=res.term, index=res.index)
 
-    def _on_durable(self, f: _Inflight, err: Exception | None) -> None:
-        """Appender thread, in index order: apply a durable entry to the memstore."""
-        if f.changes:  # a write, not the no-op that opens a term
-            crash_point("write.after_sync_before_apply")
+    # ================================================================ raft driver callbacks
+    def apply_entry(self, e: Entry) -> None:
+        """Driver thread, in index order: apply a committed entry to the memstore and answer
+        the writer that proposed it (OK when the term matches, else NOT_LEADER: lost)."""
+        if e.entry_type is ConsensusEntryType.WRITE and e.index in self.waiters:
+            crash_point("write.after_sync_before_apply")  # a new write, not a replay
         with self.lock:
+            w = self.waiters.pop(e.index, None)
             try:
-                self._on_durable_locked(f, err)
-            except Exception as e:  # a bug: this replica can no longer be trusted
-                log.exception("tablet %s: applying entry %d failed", self.tablet_id, f.index)
+                if e.entry_type is ConsensusEntryType.WRITE:
+                    self._apply_write_locked(e, w)
+                elif e.entry_type is ConsensusEntryType.CONFIG:
+                    self._apply_config_locked(e)
+                self.applied_index = e.index
+                self.applied_term = e.term
+            except Exception as err:
+                log.exception("tablet %s: applying entry %d failed", self.tablet_id, e.index)
                 self.status = TabletStatus.FAILED
-                self.error = f"applying entry {f.index} failed: {e}"
-                f.error = e
-            finally:
+                self.error = f"applying entry {e.index} failed: {err}"
+                if w is not None:
+                    w.error = TabletFailed(f"tablet {self.tablet_id}: {self.error}")
+            if w is not None:
                 self.inflight -= 1
-                self.cond.notify_all()
-        f.event.set()
+                if w.error is None and w.term != e.term:
+                    w.error = NotLeader(
+                        f"write to tablet {self.tablet_id} lost: index {e.index} was "
+                        f"committed in term {e.term}, not {w.term}; retry at the leader"
+                    )
+                w.event.set()
+            self.cond.notify_all()
 
-    def _on_durable_locked(self, f: _Inflight, err: Exception | None) -> None:
-        if err is not None:
-            self.status = TabletStatus.FAILED
-            self.error = f"WAL append failed: {err}"
-            f.error = err
-            return
-        self._apply(f.changes)
-        if self.inflight == 1:
-            self.pending.clear()  # this was the only write in flight
-        else:
+    def _apply_write_locked(self, e: Entry, w: _Inflight | None) -> None:
+        if w is not None and w.term == e.term:
+            # Proposed here: validated in log order against this very state.
+            changes = w.changes
             pending = self.pending
-            for k in f.changes:
+            for k in changes:
                 p = pending.get(k)
-                if p is not None and p[0] == f.index:
+                if p is not None and p[0] == e.index:
                     del pending[k]
-        self.applied_index = f.index
+        else:
+            op = WriteOpPB.FromString(e.payload)
+            if op.schema_version != self.schema.version:
+                raise Corruption(
+                    f"entry {e.index} has schema version {op.schema_version}, "
+                    f"tablet has {self.schema.version}"
+                )
+            ops = [self._decode(b.op, read_ipc(b.arrow_ipc), b.arrow_ipc) for b in op.blocks]
+            try:
+                changes = self._prepare(ops, pending={})
+            except (AlreadyExists, NotFound) as err:
+                raise Corruption(f"replay of entry {e.index} diverged: {err}") from err
+        self._apply(changes)
+
+    def _apply_config_locked(self, e: Entry) -> None:
+        assert e.config is not None
+        cm = ConsensusMetaPB()
+        cm.CopyFrom(self.cmeta)
+        addresses = dict(self.group.driver.addresses) if self.group else {}
+        addresses[self.fs.uuid] = self.group.driver.address if self.group else ""
+        for p in cm.committed_config.peers:
+            addresses.setdefault(p.uuid, p.address)
+        cm.committed_config.CopyFrom(config_to_pb(e.config, e.index, addresses))
+        self.fs.write_cmeta(cm)
+        self.cmeta = cm
+
+    def wait_leader_ready(self, deadline: float) -> bool:
+        """Wait until this replica leads and has applied its term's first entry."""
+        with self.lock:
+            while not (self.role is Role.LEADER and self.applied_term == self.soft_term):
+                if self.status is not TabletStatus.RUNNING:
+                    return False
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self.cond.wait(remaining)
+            return True
+
+    def on_soft_state(self, s: SoftState) -> None:
+        with self.lock:
+            if s.role is not Role.LEADER or s.term != self.soft_term:
+                # Validation state of a past leadership: entries it covered are either
+                # applied by now or will be, checked again, from the log.
+                self.pending.clear()
+            self.role = s.role
+            self.leader_uuid = s.leader_uuid
+            self.soft_term = s.term
+            self.cond.notify_all()
+
+    def persist_hard_state(self, hs: HardState) -> None:
+        cm = ConsensusMetaPB()
+        cm.CopyFrom(self.cmeta)
+        cm.current_term = hs.term
+        cm.voted_for = hs.voted_for or ""
+        self.fs.write_cmeta(cm)  # fsynced, before any message that depends on it
+        self.cmeta = cm
+
+    def fail(self, reason: str) -> None:
+        with self.lock:
+            self.status = TabletStatus.FAILED
+            self.error = reason
+            for w in self.waiters.values():
+                w.error = TabletFailed(f"tablet {self.tablet_id} failed: {reason}")
+                w.event.set()
+            self.waiters.clear()
+            self.inflight = 0
+            self.cond.notify_all()
+        log.error("tablet %s: failed: %s", self.tablet_id, reason)
 
     def _apply(self, changes: dict) -> None:
         self.memstore.update(changes)
@@ -426,11 +517,13 @@ class Tablet:
             )
         return _Op(op, keys, rows, present, ipc)
 
-    def _prepare(self, ops: list[_Op]) -> dict:
-        """Check every row against the state (caller holds the lock or is bootstrapping);
-        returns key -> final row (None: deleted). Raises before changing anything."""
+    def _prepare(self, ops: list[_Op], pending: dict | None = None) -> dict:
+        """Check every row against the state (caller holds the lock) and the writes
+        proposed but not applied yet (`pending`, default the leader's); returns key -> final
+        row (None: deleted). Raises before changing anything."""
         local: dict = {}
-        pending = self.pending
+        if pending is None:
+            pending = self.pending
         live = self.live_keys
         missing = object()
 
@@ -539,6 +632,7 @@ class Tablet:
                 self.memstore = {}
                 self.frozen = frozen
                 index = self.applied_index
+                index_term = self.applied_term
                 block_id = self.sb.next_block_id
             try:
                 table = self._memtable(frozen, with_deleted=True)
@@ -550,6 +644,7 @@ class Tablet:
                     sb.CopyFrom(self.sb)
                     sb.blocks.append(name)
                     sb.flushed_index = index
+                    sb.flushed_term = index_term
                     sb.next_block_id = block_id + 1
                     self.fs.write_superblock(sb)
                     self.sb = sb
@@ -566,7 +661,9 @@ class Tablet:
                     self.frozen = None
                 raise
             assert self.wal is not None
-            self.wal.gc(index)
+            # Lagging peers may still need entries below the flushed index (WAL retention).
+            gc_index = self.group.compact_for_flush(index) if self.group is not None else index
+            self.wal.gc(gc_index)
             log.info(
                 "tablet %s: flushed %d rows to %s (flushed index %d)",
                 self.tablet_id,
@@ -839,8 +936,9 @@ class Tablet:
 
     # ================================================================ lifecycle
     def shutdown(self, timeout_s: float = 30.0) -> None:
-        """Stop accepting writes, wait for in-flight ones, close the WAL (footer)."""
-        deadline = time.monotonic() + timeout_s
+        """Stop accepting writes, let in-flight ones finish (bounded), stop the Raft group,
+        close the WAL (footer). Writes still in flight then get TIMED_OUT (outcome unknown)."""
+        deadline = time.monotonic() + min(timeout_s, SHUTDOWN_DRAIN_S)
         with self.lock:
             if self.status is TabletStatus.RUNNING:
                 self.status = TabletStatus.SHUTDOWN
@@ -852,6 +950,15 @@ class Tablet:
                         self.inflight,
                     )
                     break
+        if self.group is not None:
+            self.group.driver.remove_group(self.tablet_id)
+        with self.lock:
+            for w in self.waiters.values():
+                w.error = TimedOut(f"tablet {self.tablet_id} shut down before the write committed")
+                w.event.set()
+            self.waiters.clear()
+            self.inflight = 0
+            self.cond.notify_all()
         # A flush or compaction in progress finishes first: none may write a superblock after
         # this tablet is shut down (deletion rewrites it next).
         with self.flush_lock:
@@ -859,7 +966,10 @@ class Tablet:
                 self.wal.close()
 
     def last_op_id(self) -> OpIdPB:
-        return OpIdPB(term=self.term, index=self.last_index)
+        if self.group is not None:
+            op = self.group.last_op_id()
+            return OpIdPB(term=op.term, index=op.index)
+        return OpIdPB(term=self.applied_term, index=self.applied_index)
 
     def memstore_rows(self) -> int:
         return len(self.memstore) + (len(self.frozen) if self.frozen else 0)

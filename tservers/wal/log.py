@@ -154,11 +154,7 @@ class TabletLog:
                     contents.torn_reason,
                 )
             for e in contents.entries:
-                if entries and e.index != entries[-1].index + 1:
-                    raise WalCorruption(
-                        path, 0, f"index {e.index} follows {entries[-1].index} (gap or reorder)"
-                    )
-                entries.append(e)
+                _append_replacing(entries, e, path)
             mn = contents.entries[0].index if contents.entries else 0
             mx = contents.entries[-1].index if contents.entries else 0
             if contents.footer is None:
@@ -246,23 +242,20 @@ class TabletLog:
         with self.lock:
             closed = [s for s in self.segments if s.max_index >= from_index or s.max_index == 0]
             current = (self.writer.path, self.writer.offset) if self.writer else None
+        # A Raft conflict truncation is written as entries that restart at a lower index:
+        # read everything from from_index on, let later records replace the suffix, then cut.
         out: list[LogEntryPB] = []
         for s in closed:
             for e in seg.read_segment(s.path, is_last=False).entries:
-                if e.index >= from_index:
-                    out.append(e)
-                    if len(out) >= entries_max:
-                        return out
+                _append_replacing(out, e, s.path)
         if current is not None:
             path, offset = current
             with open(path, "rb") as f:
                 data = f.read(offset)
             for e in seg.decode_segment(path, data, is_last=True).entries:
-                if e.index >= from_index:
-                    out.append(e)
-                    if len(out) >= entries_max:
-                        return out
-        return out
+                _append_replacing(out, e, path)
+        out = [e for e in out if e.index >= from_index]
+        return out[:entries_max]
 
     def segment_count(self) -> int:
         with self.lock:
@@ -276,6 +269,24 @@ class TabletLog:
             if self.writer is not None:
                 self.writer.close()
                 self.writer = None
+
+
+def _append_replacing(entries: list[LogEntryPB], e: LogEntryPB, path: Path) -> None:
+    """Add `e` to a log read in order. An entry whose index is at or below the last one is
+    a Raft conflict truncation written by the replication driver: it replaces that index and
+    everything after it. A gap is corruption."""
+    if entries:
+        first = entries[0].index
+        last = entries[-1].index
+        if e.index > last + 1:
+            raise WalCorruption(path, 0, f"index {e.index} follows {last} (gap)")
+        if e.index <= last:
+            if e.index < first:
+                raise WalCorruption(
+                    path, 0, f"index {e.index} truncates below the first entry {first}"
+                )
+            del entries[e.index - first :]
+    entries.append(e)
 
 
 Callback = Callable[[Exception | None], None]

@@ -1,0 +1,563 @@
+"""The Raft driver: one thread per tablet server owning every tablet's RaftCore.
+
+It connects the pure cores (tservers/consensus/) to the world, following the driver
+contract of design/consensus.md:
+- time: `tick()` every `tick_interval_s` of time.monotonic();
+- input: messages from TServer.Consensus (a bounded inbox), proposals and read-index
+  requests from rpc threads (under the group's lock), WAL completions from the appender;
+- per Ready, in order: hard state -> consensus metadata (written and fsynced here, at once);
+  entries -> the tablet's WAL through the server's group-commit appender (a conflict
+  truncation is an append that restarts at a lower index); only once they are durable:
+  the Ready's messages, `persisted()`, committed entries applied to the tablet, reads
+  released. A leader's AppendRequests leave at once (every hard state is durable by then:
+  it is written synchronously), in parallel with its own WAL write;
+- output: messages batched per peer server, each peer with its own sender thread and a
+  bounded queue (oldest dropped when full: Raft resends), so a slow or dead peer never
+  blocks the driver.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import random
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from rpc import errors
+from rpc.client import RpcClient, Transport
+from tservers.consensus import (
+    AppendRequest,
+    Entry,
+    HardState,
+    Message,
+    OpId,
+    ProposalStatus,
+    ProposeResult,
+    RaftCore,
+    RaftOptions,
+    ReadResult,
+    Ready,
+    ReplicaStatus,
+    Role,
+    SoftState,
+    missing_replica_response,
+)
+from tservers.consensus_wire import (
+    config_from_pb,
+    entry_from_pb,
+    entry_to_pb,
+    message_to_pb,
+    peer_addresses,
+)
+from tservers.tserver_pb2 import ConsensusMetaPB, ConsensusRequest, ConsensusResponse, LogEntryPB
+from tservers.wal.log import Appender
+
+log = logging.getLogger(__name__)
+
+CONSENSUS_METHOD = "TServer.Consensus"
+
+
+@dataclass(frozen=True, slots=True)
+class DriverOptions:
+    tick_interval_s: float = 0.1
+    raft: RaftOptions = field(default_factory=RaftOptions)
+    inbox_messages_max: int = 16_384  # network messages waiting for the driver
+    peer_queue_messages_max: int = 8192  # per peer server; the oldest are dropped beyond
+    peer_batch_messages_max: int = 256  # messages per TServer.Consensus call
+    send_timeout_s: float = 2.0
+    process_rounds_max: int = 64  # Readies handled per group per loop round
+    # WAL retention for lagging peers: at most this many entries below the flushed index.
+    retain_entries_max: int = 200_000
+
+
+class _Stage:
+    """One Ready on its way: waiting for its WAL write, then finished in order."""
+
+    __slots__ = ("ready", "durable", "error", "sent_early")
+
+    def __init__(self, ready: Ready) -> None:
+        self.ready = ready
+        self.durable = False
+        self.error: Exception | None = None
+        self.sent_early = False
+
+
+class _ReadWaiter:
+    __slots__ = ("event", "result")
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.result: ReadResult | None = None
+
+
+class RaftGroup:
+    """One tablet's core on this server. `lock` guards the core: the driver and rpc threads
+    (proposals, reads) take it; nobody holds it while waiting for anything else."""
+
+    def __init__(self, driver: RaftDriver, tablet, core: RaftCore) -> None:
+        self.driver = driver
+        self.tablet = tablet
+        self.tablet_id: str = core.tablet_id
+        self.core = core
+        self.lock = threading.Lock()
+        self.process_lock = threading.Lock()  # held by the driver while it works on the group
+        self.stages: deque[_Stage] = deque()
+        self.reads: dict[int, _ReadWaiter] = {}
+        self._read_ids = itertools.count(1)
+        self.closed = False
+        self.failed = False
+        self.copy_logged: dict[str, float] = {}
+
+    # ------------------------------------------------------------ rpc threads
+    def propose(self, payload: bytes) -> ProposeResult:
+        """Caller holds the tablet lock (so proposals enter the log in validation order)."""
+        with self.lock:
+            if self.closed:
+                return ProposeResult(ProposalStatus.UNAVAILABLE, message="replica closed")
+            return self.core.propose(payload)
+
+    def read_index(self, deadline: float) -> int:
+        """Linearizable read point: returns once leadership is confirmed and the tablet has
+        applied up to the read index. Raises NotLeader / TimedOut / Throttled."""
+        w = _ReadWaiter()
+        with self.lock:
+            rid = next(self._read_ids)
+            self.reads[rid] = w
+            self.core.read_index(rid)
+        self.driver.wake(self)
+        if not w.event.wait(max(0.0, deadline - time.monotonic())):
+            with self.lock:
+                self.reads.pop(rid, None)
+            raise errors.TimedOut(f"tablet {self.tablet_id}: read index not confirmed in time")
+        r = w.result
+        assert r is not None
+        if r.status is ProposalStatus.OK:
+            return r.read_index
+        if r.status is ProposalStatus.THROTTLED:
+            raise errors.Throttled("too many pending reads", retry_after_ms=50)
+        raise self.driver.not_leader(self.tablet_id, r.leader_hint)
+
+    def status(self):
+        with self.lock:
+            return self.core.status()
+
+    def last_op_id(self) -> OpId:
+        with self.lock:
+            return OpId(self.core.last_term, self.core.last_index)
+
+    def wake(self) -> None:
+        self.driver.wake(self)
+
+    def compact_for_flush(self, flushed_index: int) -> int:
+        """After a flush: the index up to which the WAL may be deleted (kept for lagging
+        peers up to `retain_entries_max` entries) and the core's log trimmed."""
+        with self.lock:
+            st = self.core.status()
+            upto = min(flushed_index, st.applied_index)
+            if st.role is Role.LEADER and st.peers:
+                lag = min(p.match_index for p in st.peers)
+                upto = max(min(upto, lag), upto - self.driver.options.retain_entries_max)
+            upto = max(0, upto)
+            if upto > st.first_index - 1:
+                self.core.compact(upto)
+        return upto
+
+
+class _PeerSender:
+    """Sends queued messages to one peer server, in order, one batch call at a time."""
+
+    def __init__(self, driver: RaftDriver, uuid: str, address: str) -> None:
+        self.driver = driver
+        self.uuid = uuid
+        self.address = address
+        self._client: RpcClient | None = None
+        self._q: deque = deque()
+        self._cond = threading.Condition()
+        self._stop = False
+        self.dropped = 0
+        self.sent = 0
+        self._thread = threading.Thread(target=self._run, name=f"raft-send-{uuid[:8]}", daemon=True)
+        self._thread.start()
+
+    def put(self, pbs: list, address: str) -> None:
+        cap = self.driver.options.peer_queue_messages_max
+        with self._cond:
+            if address and address != self.address:
+                self.address = address
+                self._client = None
+            self._q.extend(pbs)
+            while len(self._q) > cap:
+                self._q.popleft()  # Raft resends what matters
+                self.dropped += 1
+            self._cond.notify()
+
+    def _run(self) -> None:
+        opts = self.driver.options
+        while True:
+            with self._cond:
+                while not self._q and not self._stop:
+                    self._cond.wait()
+                if self._stop:
+                    return
+                n = min(len(self._q), opts.peer_batch_messages_max)
+                batch = [self._q.popleft() for _ in range(n)]
+                if self._client is None:
+                    self._client = RpcClient(
+                        self.address, self.driver.uuid, transport=self.driver.transport
+                    )
+                client = self._client
+            try:
+                client.call(
+                    self.uuid,
+                    CONSENSUS_METHOD,
+                    ConsensusRequest(messages=batch),
+                    ConsensusResponse,
+                    timeout_s=opts.send_timeout_s,
+                )
+                self.sent += len(batch)
+            except errors.InvalidName as e:
+                log.warning(
+                    "peer %s at %s refused consensus messages: %s", self.uuid, self.address, e
+                )
+            except errors.RpcError as e:
+                log.debug("consensus messages to %s at %s lost: %s", self.uuid, self.address, e)
+
+    def close(self, timeout_s: float) -> None:
+        with self._cond:
+            self._stop = True
+            self._cond.notify()
+        self._thread.join(timeout_s)
+
+
+class RaftDriver:
+    """Owns every RaftGroup of the server; a named thread; stop with close()."""
+
+    def __init__(
+        self,
+        uuid: str,
+        appender: Appender,
+        options: DriverOptions | None = None,
+        *,
+        missing_status: Callable[[str], ReplicaStatus] | None = None,
+    ) -> None:
+        self.uuid = uuid
+        self.appender = appender
+        self.options = options or DriverOptions()
+        self._missing_status = missing_status or (lambda _t: ReplicaStatus.TABLET_NOT_FOUND)
+        self.address = ""
+        self.addresses: dict[str, str] = {}  # peer uuid -> rpc address
+        self._groups: dict[str, RaftGroup] = {}
+        self._groups_lock = threading.Lock()
+        self._cond = threading.Condition()
+        self._inbox: deque = deque()
+        self._net_queued = 0
+        self._stop = False
+        self._senders: dict[str, _PeerSender] = {}
+        self.transport: Transport | None = None
+        self._thread: threading.Thread | None = None
+        self.messages_in = 0
+        self.messages_dropped = 0
+
+    # ------------------------------------------------------------ lifecycle
+    def start(self) -> RaftDriver:
+        self.transport = Transport(name="raft")
+        self._thread = threading.Thread(target=self._run, name="raft-driver", daemon=True)
+        self._thread.start()
+        return self
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            self._stop = True
+            self._cond.notify()
+        if self._thread is not None:
+            self._thread.join(max(0.1, deadline - time.monotonic()))
+        for s in list(self._senders.values()):
+            s.close(max(0.1, deadline - time.monotonic()))
+        if self.transport is not None:
+            self.transport.close(max(0.1, deadline - time.monotonic()))
+
+    def set_address(self, address: str) -> None:
+        self.address = address
+
+    # ------------------------------------------------------------ groups
+    def add_group(
+        self,
+        tablet,
+        cmeta: ConsensusMetaPB,
+        wal_entries: list[LogEntryPB],
+        snapshot: OpId,
+    ) -> RaftGroup:
+        """Start (or restart) a tablet's core from consensus metadata, the snapshot point
+        (the flushed op id: everything at or below it is in the tablet's blocks) and the WAL
+        entries after it."""
+        tablet_id = tablet.tablet_id
+        entries: list[Entry] = [entry_from_pb(e) for e in wal_entries if e.index > snapshot.index]
+        if entries and entries[0].index != snapshot.index + 1:
+            raise ValueError(
+                f"WAL of tablet {tablet_id} starts at {entries[0].index}, "
+                f"after flushed index {snapshot.index}"
+            )
+        hs_term = max([cmeta.current_term, snapshot.term] + [e.term for e in entries[-1:]])
+        hard_state = HardState(hs_term, cmeta.voted_for or None)
+        config_pb = cmeta.committed_config
+        self.learn_addresses(peer_addresses(config_pb))
+        core = RaftCore(
+            self.uuid,
+            tablet_id,
+            options=self.options.raft,
+            rng=random.Random(f"{self.uuid}/{tablet_id}/{time.time_ns()}"),
+            base_config=config_from_pb(config_pb),
+            base_config_index=min(max(0, config_pb.opid_index), snapshot.index),
+            hard_state=hard_state,
+            snapshot=snapshot,
+            entries=entries,
+            applied_index=snapshot.index,
+        )
+        g = RaftGroup(self, tablet, core)
+        if core.config.voters == (self.uuid,):
+            # A lone voter needs no election timeout (nobody else can lead): campaign now.
+            for _ in range(2 * self.options.raft.election_timeout_ticks + 1):
+                if core.role is Role.LEADER:
+                    break
+                core.tick()
+        tablet.group = g
+        with self._groups_lock:
+            self._groups[tablet_id] = g
+        self.wake(g)
+        return g
+
+    def remove_group(self, tablet_id: str) -> None:
+        """Stop driving a tablet (shutdown, deletion). Returns once the driver is not
+        working on it any more; later WAL completions and messages for it are ignored."""
+        with self._groups_lock:
+            g = self._groups.pop(tablet_id, None)
+        if g is None:
+            return
+        with g.process_lock:
+            with g.lock:
+                g.closed = True
+                reads = list(g.reads.values())
+                g.reads.clear()
+        for w in reads:
+            w.result = ReadResult(0, ProposalStatus.NOT_LEADER)
+            w.event.set()
+
+    def group(self, tablet_id: str) -> RaftGroup | None:
+        with self._groups_lock:
+            return self._groups.get(tablet_id)
+
+    def learn_addresses(self, addresses: dict[str, str]) -> None:
+        for u, a in addresses.items():
+            if u != self.uuid and a:
+                self.addresses[u] = a
+
+    def not_leader(self, tablet_id: str, leader: str | None) -> errors.NotLeader:
+        hint = errors.LeaderHintValue()
+        if leader and leader != self.uuid:
+            hint = errors.LeaderHintValue(uuid=leader, address=self.addresses.get(leader, ""))
+        return errors.NotLeader(
+            f"server {self.uuid} is not the leader of tablet {tablet_id}", leader_hint=hint
+        )
+
+    # ------------------------------------------------------------ inputs
+    def deliver(self, messages: list[Message], sender_addresses: dict[str, str]) -> int:
+        """Queue network messages for the driver; returns how many were accepted (the
+        others are dropped: the inbox is bounded and Raft resends)."""
+        self.learn_addresses(sender_addresses)
+        with self._cond:
+            room = self.options.inbox_messages_max - self._net_queued
+            accepted = messages[: max(0, room)]
+            for m in accepted:
+                self._inbox.append(("msg", m))
+            self._net_queued += len(accepted)
+            self.messages_in += len(accepted)
+            self.messages_dropped += len(messages) - len(accepted)
+            if accepted:
+                self._cond.notify()
+        return len(accepted)
+
+    def wake(self, g: RaftGroup) -> None:
+        self._post(("wake", g))
+
+    def _post(self, event: tuple) -> None:
+        with self._cond:
+            self._inbox.append(event)
+            self._cond.notify()
+
+    # ------------------------------------------------------------ the loop
+    def _run(self) -> None:
+        tick_s = self.options.tick_interval_s
+        next_tick = time.monotonic() + tick_s
+        while True:
+            with self._cond:
+                if self._stop:
+                    return
+                if not self._inbox:
+                    self._cond.wait(max(0.0, next_tick - time.monotonic()))
+                    if self._stop:
+                        return
+                events = list(self._inbox)
+                self._inbox.clear()
+                self._net_queued = 0
+            try:
+                next_tick = self._round(events, next_tick, tick_s)
+            except Exception:  # a bug must not stop every tablet's consensus
+                log.exception("raft driver round failed")
+
+    def _round(self, events: list, next_tick: float, tick_s: float) -> float:
+        dirty: dict[str, RaftGroup] = {}
+        for ev in events:
+            kind = ev[0]
+            if kind == "msg":
+                self._on_message(ev[1], dirty)
+            elif kind == "durable":
+                _, g, stage, err = ev
+                stage.error = err
+                stage.durable = True
+                dirty[g.tablet_id] = g
+            else:  # wake
+                g = ev[1]
+                dirty[g.tablet_id] = g
+        now = time.monotonic()
+        if now >= next_tick:
+            next_tick += tick_s
+            if next_tick < now:
+                next_tick = now + tick_s  # a late round skips the ticks it missed
+            with self._groups_lock:
+                groups = list(self._groups.values())
+            for g in groups:
+                with g.lock:
+                    if g.closed or g.failed:
+                        continue
+                    g.core.tick()
+                dirty[g.tablet_id] = g
+        for g in dirty.values():
+            try:
+                self._process(g)
+            except Exception as e:
+                log.exception("tablet %s: raft processing failed", g.tablet_id)
+                self._fail(g, f"raft driver: {type(e).__name__}: {e}")
+        return next_tick
+
+    def _on_message(self, msg: Message, dirty: dict[str, RaftGroup]) -> None:
+        with self._groups_lock:
+            g = self._groups.get(msg.tablet_id)
+        if g is None or g.closed or g.failed:
+            answer = missing_replica_response(msg, self._missing_status(msg.tablet_id))
+            if answer is not None:
+                self._send([answer])
+            return
+        with g.lock:
+            g.core.step(msg)
+        dirty[g.tablet_id] = g
+
+    def _process(self, g: RaftGroup) -> None:
+        with g.process_lock:
+            for _ in range(self.options.process_rounds_max):
+                if g.closed or g.failed:
+                    return
+                self._finish_stages(g)
+                with g.lock:
+                    if not g.core.has_ready():
+                        return
+                    rd = g.core.ready()
+                    is_leader = g.core.role is Role.LEADER
+                self._handle_ready(g, rd, is_leader)
+            self.wake(g)  # more to do: come back after the other groups had their turn
+
+    def _handle_ready(self, g: RaftGroup, rd: Ready, is_leader: bool) -> None:
+        tablet = g.tablet
+        if rd.soft_state is not None:
+            s: SoftState = rd.soft_state
+            log.info(
+                "tablet %s: %s in term %d (leader %s)",
+                g.tablet_id,
+                s.role.value,
+                s.term,
+                s.leader_uuid or "unknown",
+            )
+            tablet.on_soft_state(s)
+        if rd.hard_state is not None:
+            tablet.persist_hard_state(rd.hard_state)  # written and fsynced before any message
+        stage = _Stage(rd)
+        g.stages.append(stage)
+        if not rd.entries:
+            stage.durable = True
+            return
+        if is_leader:
+            early = [m for m in rd.messages if isinstance(m, AppendRequest)]
+            self._send(early)
+            stage.sent_early = True
+        pbs = [entry_to_pb(e, self.addresses) for e in rd.entries]
+        try:
+            self.appender.append(
+                tablet.wal,
+                pbs,
+                lambda err, g=g, st=stage: self._post(("durable", g, st, err)),
+            )
+        except (OSError, TimeoutError) as e:
+            stage.error = e
+            stage.durable = True
+
+    def _finish_stages(self, g: RaftGroup) -> None:
+        while g.stages and g.stages[0].durable:
+            st = g.stages.popleft()
+            rd = st.ready
+            if st.error is not None:
+                self._fail(g, f"WAL append failed: {st.error}")
+                return
+            msgs = rd.messages
+            if st.sent_early:
+                msgs = tuple(m for m in msgs if not isinstance(m, AppendRequest))
+            self._send(msgs)
+            if rd.entries:
+                last = rd.entries[-1]
+                with g.lock:
+                    g.core.persisted(last.index, last.term)
+            for e in rd.committed_entries:
+                g.tablet.apply_entry(e)
+            for r in rd.reads:
+                with g.lock:
+                    w = g.reads.pop(r.request_id, None)
+                if w is not None:
+                    w.result = r
+                    w.event.set()
+            now = time.monotonic()
+            for c in rd.copy_requests:
+                if now - g.copy_logged.get(c.peer_uuid, -1e9) > 60.0:
+                    g.copy_logged[c.peer_uuid] = now
+                    log.warning(
+                        "tablet %s: peer %s needs a tablet copy (%s); tablet copy is not "
+                        "implemented yet",
+                        g.tablet_id,
+                        c.peer_uuid,
+                        c.reason.value,
+                    )
+
+    def _fail(self, g: RaftGroup, reason: str) -> None:
+        g.failed = True
+        g.stages.clear()
+        g.tablet.fail(reason)
+
+    # ------------------------------------------------------------ output
+    def _send(self, msgs) -> None:
+        if not msgs:
+            return
+        by_peer: dict[str, list] = {}
+        for m in msgs:
+            by_peer.setdefault(m.recipient, []).append(message_to_pb(m, self.address))
+        for uuid, pbs in by_peer.items():
+            address = self.addresses.get(uuid, "")
+            s = self._senders.get(uuid)
+            if s is None:
+                if not address:
+                    log.debug("no address for peer %s: %d messages dropped", uuid, len(pbs))
+                    continue
+                s = _PeerSender(self, uuid, address)
+                self._senders[uuid] = s
+            s.put(pbs, address)
