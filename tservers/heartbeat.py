@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from coordinator import coordinator_pb2 as cpb
 from rpc import errors
 from rpc.client import RpcClient, Transport
-from tservers.tserver_pb2 import DataState, MemberType, TabletReportPB
+from tservers.tserver_pb2 import DataState, TabletReportPB
 
 HEARTBEAT_INTERVAL_S_DEFAULT = 0.5
 CALL_TIMEOUT_S = 1.0
@@ -30,18 +30,17 @@ log = logging.getLogger(__name__)
 def to_coordinator_report(report: TabletReportPB, server_uuid: str) -> cpb.TabletReport:
     """A tablet report as the coordinator reads it."""
     config = report.committed_config
-    voters = [p.uuid for p in config.peers if p.member_type == MemberType.VOTER]
-    # With one voter the replica leads whenever it runs; per-tablet Raft reports its own role.
     running = report.status == "RUNNING"
-    is_leader = running and voters == [server_uuid]
+    # Role and leader come from the replica's Raft core (per-tablet consensus).
+    role = report.role if running and report.role else report.status
     return cpb.TabletReport(
         tablet_id=report.tablet_id,
         data_state=DataState.Name(report.data_state) if report.data_state else "",
-        role="LEADER" if is_leader else ("FOLLOWER" if running else report.status),
+        role=role,
         term=report.current_term,
         config_index=max(0, config.opid_index),
         config_uuids=[p.uuid for p in config.peers],
-        leader_uuid=server_uuid if is_leader else "",
+        leader_uuid=report.leader_uuid if running else "",
         last_op_index=report.last_op_id.index,
         schema_version=report.schema_version,
     )

@@ -1,0 +1,161 @@
+"""Per-tablet Raft with real processes: three tablet servers, one tablet with three replicas.
+
+Majority acknowledgement, NOT_LEADER from followers, wrong recipients refused, kill -9 of
+the leader under write load (no acknowledged row lost), a follower restarted catching up.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from rpc import errors
+from rpc.client import RpcClient
+from tests.replication.helpers import TServerTrio
+from tests.support.procs import wait_for
+from tservers.tserver_pb2 import (
+    AppendRequestPB,
+    ConsensusMessagePB,
+    ConsensusRequest,
+    ConsensusResponse,
+)
+
+pytestmark = pytest.mark.integration
+
+
+def _caught_up(trio: TServerTrio, i: int, tablet_id: str, index: int) -> bool:
+    r = trio.report(i, tablet_id)
+    return r is not None and r.applied_index >= index
+
+
+def test_majority_ack_not_leader_and_recipients(trio: TServerTrio):
+    trio.create_tablet("r1")
+    lead = trio.leader("r1")
+    followers = [i for i in range(3) if i != lead]
+    acked = trio.write(lead, "r1", range(100))
+    assert acked.rows == 100
+    # Acknowledged means committed: every replica applies it (followers via the commit index).
+    for i in range(3):
+        wait_for(lambda i=i: _caught_up(trio, i, "r1", acked.op_id.index), 20, f"replica {i}")
+    reports = {i: trio.report(i, "r1") for i in range(3)}
+    leader_uuid = trio.procs[lead].uuid
+    for i, r in reports.items():
+        assert r.leader_uuid == leader_uuid and r.memstore_rows == 100
+        assert r.role == ("LEADER" if i == lead else "FOLLOWER")
+        assert len(r.committed_config.peers) == 3
+
+    # Followers refuse writes and scans with a hint naming the leader.
+    for f in followers:
+        with pytest.raises(errors.NotLeader) as e:
+            trio.write(f, "r1", [1000])
+        assert e.value.leader_hint.uuid == leader_uuid
+        assert e.value.leader_hint.address == trio.procs[lead].address
+        with pytest.raises(errors.NotLeader):
+            trio.scan_ids(f, "r1")
+    assert trio.scan_ids(lead, "r1") == list(range(100))
+
+    # Every consensus message names its recipient: a wrong one is refused.
+    msg = ConsensusMessagePB(
+        tablet_id="r1",
+        sender=trio.procs[followers[0]].uuid,
+        recipient="someone-else",
+        term=99,
+        append_request=AppendRequestPB(),
+    )
+    target = trio.procs[lead]
+    with RpcClient(target.address, "test") as rc:
+        with pytest.raises(errors.InvalidName):  # the rpc layer: the call names another server
+            rc.call(
+                "someone-else",
+                "TServer.Consensus",
+                ConsensusRequest(messages=[msg]),
+                ConsensusResponse,
+            )
+        with pytest.raises(errors.InvalidName):  # the call is right, a message inside is not
+            rc.call(
+                target.uuid,
+                "TServer.Consensus",
+                ConsensusRequest(messages=[msg]),
+                ConsensusResponse,
+            )
+    # ... and nothing happened: the leader is still the leader of the same term.
+    r = trio.report(lead, "r1")
+    assert r.role == "LEADER" and r.current_term == reports[lead].current_term
+
+    # Without a majority nothing is acknowledged: both followers killed, the write times out.
+    for f in followers:
+        trio.kill9(f)
+    c = trio.client(lead)
+    c.timeout_s = 3.0
+    with pytest.raises((errors.TimedOut, errors.NotLeader, errors.Unavailable)):
+        trio.write(lead, "r1", [5000])
+    # One follower back: a majority again, writes are acknowledged again.
+    trio.restart(followers[0])
+    c.timeout_s = 10.0
+    ok = trio.write_anywhere("r1", [6000])
+    assert ok.rows == 1
+    lead2 = trio.leader("r1", among=[lead, followers[0]])
+    ids = trio.scan_ids(lead2, "r1")
+    assert 6000 in ids and set(range(100)) <= set(ids)
+
+
+def test_kill_leader_under_write_load_loses_no_acknowledged_row(trio: TServerTrio):
+    trio.create_tablet("r2")
+    first = trio.leader("r2")
+    acked: list[int] = []
+    stop = threading.Event()
+    errors_seen: list[str] = []
+    next_id = [0]
+
+    def writer() -> None:
+        while not stop.is_set():
+            ids = list(range(next_id[0], next_id[0] + 20))
+            next_id[0] += 20  # fresh keys per attempt: a retried batch never collides
+            for i in trio.alive():
+                try:
+                    trio.write(i, "r2", ids)
+                    acked.extend(ids)
+                    break
+                except errors.RpcError as e:
+                    errors_seen.append(type(e).__name__)
+            else:
+                time.sleep(0.05)
+
+    t = threading.Thread(target=writer, name="test-writer", daemon=True)
+    t.start()
+    try:
+        wait_for(lambda: len(acked) >= 400, 60, "writes before the kill")
+        trio.kill9(first)
+        before = len(acked)
+        wait_for(lambda: len(acked) >= before + 400, 60, "writes after the kill")
+    finally:
+        stop.set()
+        t.join(30)
+    new = trio.leader("r2", among=[i for i in range(3) if i != first])
+    assert new != first
+    ids = set(trio.scan_ids(new, "r2"))
+    lost = set(acked) - ids
+    assert not lost, f"{len(lost)} acknowledged rows lost, e.g. {sorted(lost)[:5]}"
+    assert (
+        "NotLeader" in errors_seen or "Unavailable" in errors_seen or "NotConnected" in errors_seen
+    )
+
+
+def test_restarted_follower_catches_up_from_the_leaders_log(trio: TServerTrio):
+    trio.create_tablet("r3")
+    lead = trio.leader("r3")
+    f, other = [i for i in range(3) if i != lead]
+    trio.write(lead, "r3", range(0, 50))
+    trio.kill9(f)
+    for b in range(1, 11):  # a majority of two still commits
+        last = trio.write(lead, "r3", range(b * 50, b * 50 + 50))
+    trio.restart(f)
+    wait_for(lambda: _caught_up(trio, f, "r3", last.op_id.index), 30, "the follower to catch up")
+    assert trio.report(f, "r3").memstore_rows == 550
+    # It is a full replica: with the leader gone it and the other elect one and serve it all.
+    trio.kill9(lead)
+    trio.write_anywhere("r3", [9999])
+    new = trio.leader("r3", among=[f, other])
+    assert trio.scan_ids(new, "r3") == list(range(550)) + [9999]
