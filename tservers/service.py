@@ -22,8 +22,8 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from rpc.errors import BadRequest, InvalidName, NotFound, Throttled
-from tservers.consensus_wire import WireError, message_from_pb
 from rpc.server import CallContext, Reply, RpcServer
+from tservers.consensus_wire import WireError, message_from_pb
 from tservers.tablet.manager import TabletManager, check_tablet_id
 from tservers.tserver_pb2 import (
     AlterSchemaRequest,
@@ -92,7 +92,10 @@ class TServerService:
         server.register("TServer.GetSchema", GetSchemaRequest, self.get_schema)
         server.register("TServer.ListTablets", ListTabletsRequest, self.list_tablets)
         server.register("TServer.Status", StatusRequest, self.status)
-        server.register("TServer.Consensus", ConsensusRequest, self.consensus)
+        # Inline (on the rpc I/O thread): it only queues messages for the driver, and it must
+        # never wait behind writes that occupy every worker while they wait for a commit
+        # that needs these very messages.
+        server.register("TServer.Consensus", ConsensusRequest, self.consensus, inline=True)
 
     # ------------------------------------------------------------ consensus
     def consensus(self, req: ConsensusRequest, ctx: CallContext) -> ConsensusResponse:

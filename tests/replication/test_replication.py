@@ -159,3 +159,39 @@ def test_restarted_follower_catches_up_from_the_leaders_log(trio: TServerTrio):
     trio.write_anywhere("r3", [9999])
     new = trio.leader("r3", among=[f, other])
     assert trio.scan_ids(new, "r3") == list(range(550)) + [9999]
+
+
+def test_more_concurrent_writers_than_rpc_workers(trio: TServerTrio):
+    """Writers waiting for a commit hold rpc workers; the consensus messages that commit
+    them must still get through (TServer.Consensus never waits for a worker)."""
+    trio.create_tablet("r4")
+    lead = trio.leader("r4")
+    p = trio.procs[lead]
+    from coordinator.client.tablets import TabletServerClient
+
+    clients = [TabletServerClient(p.address, p.uuid, timeout_s=20.0) for _ in range(16)]
+    failures: list[BaseException] = []
+
+    def body(k: int) -> None:
+        try:
+            for j in range(5):
+                start = (k * 5 + j) * 10
+                clients[k].write("r4", [(1, rows_for(range(start, start + 10)))], 1)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            failures.append(e)
+
+    threads = [threading.Thread(target=body, args=(k,), name=f"w{k}") for k in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    for c in clients:
+        c.close()
+    assert not failures, failures[:3]
+    assert trio.scan_ids(lead, "r4") == list(range(800))
+
+
+def rows_for(ids):
+    from tests.replication.helpers import rows
+
+    return rows(ids)
