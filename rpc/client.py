@@ -35,6 +35,9 @@ from rpc.server import MESSAGE_BYTES_MAX_DEFAULT, PING_METHOD
 INFLIGHT_CALLS_MAX = 8192
 # How long a request may wait for a connection to its server before failing (never sent).
 CONNECT_TIMEOUT_S_DEFAULT = 0.5
+# Sockets owned by calling threads for synchronous calls; past this, calls share the I/O thread.
+DIRECT_SOCKETS_MAX = 256
+DIRECT_POLL_SLICE_S = 0.1
 RETRY_ATTEMPTS_MAX = 20
 RETRY_BACKOFF_INITIAL_S = 0.01
 RETRY_BACKOFF_MAX_S = 1.0
@@ -119,8 +122,56 @@ class _Peer:
         self.socket.close(linger=0)
 
 
+class _DirectSocket:
+    """A DEALER socket owned by one calling thread, for synchronous calls without hand-offs.
+
+    Only its owner uses it; `lock` is held for the whole of a call so that Transport.close()
+    can wait for a call in progress (calls poll in short slices and notice the close)."""
+
+    __slots__ = ("address", "socket", "monitor", "poller", "connected", "lock")
+
+    def __init__(self, ctx: zmq.Context, address: str, frame_bytes_max: int) -> None:
+        self.address = address
+        self.socket = ctx.socket(zmq.DEALER)
+        self.socket.setsockopt(zmq.LINGER, 0)
+        self.socket.setsockopt(zmq.IMMEDIATE, 1)
+        self.socket.setsockopt(zmq.MAXMSGSIZE, frame_bytes_max)
+        self.socket.setsockopt(zmq.RECONNECT_IVL, 20)
+        self.socket.setsockopt(zmq.RECONNECT_IVL_MAX, 500)
+        self.monitor = self.socket.get_monitor_socket(zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECTED)
+        self.socket.connect(endpoint(address))
+        self.poller = zmq.Poller()
+        self.poller.register(self.socket, zmq.POLLIN)
+        self.poller.register(self.monitor, zmq.POLLIN)
+        self.connected = False
+        self.lock = threading.Lock()
+
+    def drain_monitor(self) -> bool:
+        """Apply pending connection events; True if the connection dropped."""
+        dropped = False
+        while True:
+            try:
+                event = zmq.utils.monitor.recv_monitor_message(self.monitor, zmq.NOBLOCK)
+            except zmq.Again:
+                return dropped
+            if event["event"] == zmq.EVENT_CONNECTED:
+                self.connected = True
+            elif event["event"] == zmq.EVENT_DISCONNECTED:
+                self.connected = False
+                dropped = True
+
+    def close(self) -> None:
+        self.socket.disable_monitor()
+        self.monitor.close(linger=0)
+        self.socket.close(linger=0)
+
+
 class Transport:
-    """An I/O thread with a DEALER socket per address. Thread-safe; a context manager."""
+    """An I/O thread with a DEALER socket per address. Thread-safe; a context manager.
+
+    Synchronous calls (`call_frames`) use a socket owned by the calling thread instead, so a
+    blocking call costs no thread hand-off; `start_call`/`call_async` go through the I/O
+    thread, which keeps many calls in flight for one caller."""
 
     def __init__(
         self,
@@ -146,6 +197,8 @@ class Transport:
         self._wake_push.setsockopt(zmq.SNDHWM, 1)
         self._wake_push.connect(self._wake_addr)
         self._closing = threading.Event()
+        self._local = threading.local()
+        self._direct: list[_DirectSocket] = []  # every thread's sockets, for close()
         self._thread = threading.Thread(target=self._io_loop, name=f"{name}-io", daemon=True)
         self._thread.start()
 
@@ -216,10 +269,105 @@ class Transport:
 
     def call_frames(self, address, recipient_uuid, caller_uuid, method, body, sidecars, timeout_s):
         """One attempt: send, wait for the answer; raises RpcError for a non-OK status."""
-        call = self.start_call(
-            address, recipient_uuid, caller_uuid, method, body, sidecars, timeout_s
+        direct = self._direct_socket(address)
+        if direct is None:
+            call = self.start_call(
+                address, recipient_uuid, caller_uuid, method, body, sidecars, timeout_s
+            )
+            return self.finish_call(call)
+        with direct.lock:
+            return self._direct_call(
+                direct, recipient_uuid, caller_uuid, method, body, sidecars, timeout_s
+            )
+
+    def _direct_socket(self, address: str) -> _DirectSocket | None:
+        sockets = getattr(self._local, "sockets", None)
+        if sockets is None:
+            sockets = self._local.sockets = {}
+        direct = sockets.get(address)
+        if direct is None:
+            with self._lock:
+                if self._closing.is_set():
+                    raise errors.Unavailable("the rpc transport is closed")
+                if len(self._direct) >= DIRECT_SOCKETS_MAX:
+                    return None  # many short-lived threads: share the I/O thread instead
+                direct = _DirectSocket(self._ctx, address, self.message_bytes_max * 2)
+                self._direct.append(direct)
+            sockets[address] = direct
+        return direct
+
+    def _direct_call(
+        self, d: _DirectSocket, recipient_uuid, caller_uuid, method, body, sidecars, timeout_s
+    ) -> tuple[ResponseHeader, list]:
+        assert timeout_s > 0, "every call needs a deadline"
+        size = len(body) + sum(len(s) for s in sidecars)
+        if size > self.message_bytes_max:
+            raise errors.BadRequest(
+                f"request of {size} bytes exceeds the limit of {self.message_bytes_max}"
+            )
+        now = time.monotonic()
+        deadline = now + timeout_s
+        connect_deadline = now + self.connect_timeout_s
+        call_id = next(self._call_ids)
+        header = RequestHeader(
+            call_id=call_id, method=method, recipient_uuid=recipient_uuid, caller_uuid=caller_uuid
         )
-        return self.finish_call(call)
+        frames = [body, *sidecars]
+        # Send: only to a live connection (IMMEDIATE); fail fast when nobody is there.
+        while True:
+            if self._closing.is_set():
+                raise errors.Unavailable("the rpc transport closed")
+            d.drain_monitor()
+            now = time.monotonic()
+            header.timeout_ms = max(1, int((deadline - now) * 1000))
+            try:
+                send_frames(d.socket, [header.SerializeToString(), *frames])
+                break
+            except zmq.Again:
+                pass
+            if now >= deadline:
+                raise errors.TimedOut(f"{method} to {d.address} timed out (not connected)")
+            if not d.connected and now >= connect_deadline:
+                raise NotConnected(
+                    f"not connected to {d.address} within {self.connect_timeout_s:.1f}s"
+                )
+            wait_ms = max(1, int(min(deadline - now, DIRECT_POLL_SLICE_S) * 1000))
+            zmq.select([d.monitor], [d.socket], [], wait_ms / 1000.0)
+        # Receive: the answer with our call id; older ones are late answers to given-up calls.
+        while True:
+            now = time.monotonic()
+            if now >= deadline:
+                raise errors.TimedOut(
+                    f"{method} to {d.address} timed out after {timeout_s:.3f}s "
+                    "(waiting for its answer)"
+                )
+            if self._closing.is_set():
+                raise errors.Unavailable("the rpc transport closed")
+            ready = dict(
+                d.poller.poll(max(1, int(min(deadline - now, DIRECT_POLL_SLICE_S) * 1000)))
+            )
+            if d.monitor in ready and d.drain_monitor():
+                raise ConnectionLost(f"connection to {d.address} lost")
+            if d.socket not in ready:
+                continue
+            while True:
+                try:
+                    reply = recv_frames(d.socket)
+                except zmq.Again:
+                    break
+                answer = ResponseHeader()
+                try:
+                    answer.ParseFromString(reply[0].buffer)
+                except (DecodeError, ValueError):
+                    log.warning("dropped a malformed answer from %s", d.address)
+                    continue
+                if answer.call_id != call_id:
+                    continue
+                rest = reply[1:]
+                body_bytes = rest[0].bytes if rest else b""
+                if answer.status != _OK:
+                    raise errors.error_from_header(answer, body_bytes)
+                return answer, [body_bytes, *(f.buffer for f in rest[1:])]
 
     def _wake(self) -> None:
         try:
@@ -240,6 +388,15 @@ class Transport:
         for call in calls:
             call.error = errors.Unavailable("the rpc transport closed")
             call.done.set()
+        with self._lock:
+            direct, self._direct = self._direct, []
+        for d in direct:
+            # A call in progress notices the close within one poll slice and lets go.
+            if d.lock.acquire(timeout=timeout_s):
+                d.close()
+                d.lock.release()
+            else:
+                log.warning("a call to %s did not end; its socket is left open", d.address)
         self._wake_push.close(linger=0)
         self._wake_pull.close(linger=0)
         self._ctx.term()
