@@ -8,9 +8,10 @@ contract of design/consensus.md:
 - per Ready, in order: hard state -> consensus metadata (written and fsynced here, at once);
   entries -> the tablet's WAL through the server's group-commit appender (a conflict
   truncation is an append that restarts at a lower index); only once they are durable:
-  the Ready's messages, `persisted()`, committed entries applied to the tablet, reads
-  released. A leader's AppendRequests leave at once (every hard state is durable by then:
-  it is written synchronously), in parallel with its own WAL write;
+  the Ready's messages, `persisted()`, then committed entries handed (in order) to the
+  apply thread, which applies them to the tablet and then releases the Ready's reads.
+  A leader's AppendRequests leave at once (every hard state is durable by then: it is
+  written synchronously), in parallel with its own WAL write;
 - output: messages batched per peer server, each peer with its own sender thread and a
   bounded queue (oldest dropped when full: Raft resends), so a slow or dead peer never
   blocks the driver.
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import queue
 import random
 import threading
 import time
@@ -72,6 +74,7 @@ class DriverOptions:
     process_rounds_max: int = 64  # Readies handled per group per loop round
     # WAL retention for lagging peers: at most this many entries below the flushed index.
     retain_entries_max: int = 200_000
+    apply_queue_max: int = 4096  # Readies' committed entries waiting for the apply thread
 
 
 class _Stage:
@@ -259,6 +262,11 @@ class RaftDriver:
         self._senders: dict[str, _PeerSender] = {}
         self.transport: Transport | None = None
         self._thread: threading.Thread | None = None
+        # Committed entries go to one apply thread, so that applying (Python work per row
+        # on followers) never delays the driver's messages and WAL writes. Bounded: a full
+        # queue makes the driver wait (backpressure).
+        self._apply_q: queue.Queue = queue.Queue(maxsize=self.options.apply_queue_max)
+        self._applier: threading.Thread | None = None
         self.messages_in = 0
         self.messages_dropped = 0
 
@@ -267,6 +275,8 @@ class RaftDriver:
         self.transport = Transport(name="raft")
         self._thread = threading.Thread(target=self._run, name="raft-driver", daemon=True)
         self._thread.start()
+        self._applier = threading.Thread(target=self._apply_loop, name="raft-apply", daemon=True)
+        self._applier.start()
         return self
 
     def close(self, timeout_s: float = 5.0) -> None:
@@ -276,6 +286,12 @@ class RaftDriver:
             self._cond.notify()
         if self._thread is not None:
             self._thread.join(max(0.1, deadline - time.monotonic()))
+        if self._applier is not None:
+            try:
+                self._apply_q.put(None, timeout=max(0.1, deadline - time.monotonic()))
+            except queue.Full:
+                log.warning("apply queue full at close")
+            self._applier.join(max(0.1, deadline - time.monotonic()))
         for s in list(self._senders.values()):
             s.close(max(0.1, deadline - time.monotonic()))
         if self.transport is not None:
@@ -519,14 +535,10 @@ class RaftDriver:
                 last = rd.entries[-1]
                 with g.lock:
                     g.core.persisted(last.index, last.term)
-            for e in rd.committed_entries:
-                g.tablet.apply_entry(e)
-            for r in rd.reads:
-                with g.lock:
-                    w = g.reads.pop(r.request_id, None)
-                if w is not None:
-                    w.result = r
-                    w.event.set()
+            if rd.committed_entries or rd.reads:
+                # Applied in order on the apply thread; reads are released after the entries
+                # before them (the core hands out an OK read only with its entries).
+                self._apply_q.put((g, rd.committed_entries, rd.reads))
             now = time.monotonic()
             for c in rd.copy_requests:
                 if now - g.copy_logged.get(c.peer_uuid, -1e9) > 60.0:
@@ -538,6 +550,24 @@ class RaftDriver:
                         c.peer_uuid,
                         c.reason.value,
                     )
+
+    def _apply_loop(self) -> None:
+        while True:
+            item = self._apply_q.get()
+            if item is None:
+                return
+            g, entries, reads = item
+            try:
+                for e in entries:
+                    g.tablet.apply_entry(e)
+            except Exception:  # apply_entry fails the tablet itself; this is a bug
+                log.exception("tablet %s: apply failed", g.tablet_id)
+            for r in reads:
+                with g.lock:
+                    w = g.reads.pop(r.request_id, None)
+                if w is not None:
+                    w.result = r
+                    w.event.set()
 
     def _fail(self, g: RaftGroup, reason: str) -> None:
         g.failed = True
