@@ -424,10 +424,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--leases", type=int, default=0, help="also run the lease test with N")
     p.add_argument("--skip-plain", action="store_true")
     p.add_argument("--modes", default="embedded,zmq")
+    p.add_argument(
+        "--switch-interval-s",
+        type=float,
+        default=0.005,
+        help="sys.setswitchinterval of this process (the embedded leader and its callers); "
+        "Python's default 5 ms, as in a coordinator",
+    )
     args = p.parse_args(argv)
     args.callers = [int(c) for c in args.callers.split(",")]
     modes = args.modes.split(",")
-    sys.setswitchinterval(0.0005)
+    sys.setswitchinterval(args.switch_interval_s)
     tmp = Path(tempfile.mkdtemp(prefix="bench-logstore-"))
     plain = [sys.executable, str(Path(__file__).resolve()), "plain-serve"]
 

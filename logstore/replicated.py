@@ -84,6 +84,49 @@ def _install_journal_hook() -> None:
 _install_journal_hook()
 
 
+class _WireCodec:
+    """Stands in for the `zlib` module inside pysyncobj.tcp_connection, which zlib-compresses
+    (level 3) every message it sends and decompresses every message it receives. For
+    logstore's small, mostly incompressible frames that costs more CPU on the tick thread
+    than anything else per message (zlib sets up ~256 KiB of state per call), and each call
+    releases and retakes the GIL. On a logstore tick thread messages go out as the raw
+    pickle instead; receiving accepts both forms: a pysyncobj pickle (protocol 2) starts
+    with 0x80, a zlib stream never does (its first byte's low nibble is 8). Other SyncObjs
+    in the process (their own tick threads) keep compressing. Frames are authenticated
+    before this runs. Wire change: a replica older than this cannot read these frames."""
+
+    def __init__(self, real) -> None:
+        self._real = real
+        self.local = threading.local()
+
+    def compress(self, data, level=-1):
+        if getattr(self.local, "raw", False):
+            return data
+        return self._real.compress(data, level)
+
+    def decompress(self, data):
+        if data[:1] == b"\x80":
+            return data
+        return self._real.decompress(data)
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+
+def _install_wire_codec() -> _WireCodec:
+    import pysyncobj.tcp_connection as tcp
+
+    current = tcp.zlib
+    if isinstance(current, _WireCodec):
+        return current
+    codec = _WireCodec(current)
+    tcp.zlib = codec
+    return codec
+
+
+_WIRE = _install_wire_codec()
+
+
 @dataclass(frozen=True, slots=True)
 class ReplicaConfig:
     """Tuning of one replica (design/logstore.md, "tuning"). Defaults work on one machine."""
@@ -199,6 +242,8 @@ class _RaftNode(SyncObj):
         batch_max: int = 1024,
         batch_bytes_max: int = 512 << 10,
         pending_max: int = 20_000,
+        compaction_min_appends: int = 20_000,
+        snapshots_written: Callable[[], int] = lambda: 0,
     ) -> None:
         # Set before SyncObj.__init__: it starts the tick thread and calls _make_transport.
         self._ls_state = state
@@ -218,6 +263,12 @@ class _RaftNode(SyncObj):
         self._ls_pending_max = pending_max
         self._ls_batches = 0
         self._ls_batched_appends = 0
+        # pysyncobj compacts after N Raft entries; a batch entry holds many appends, so
+        # logstore also asks for a compaction after N applied appends (tick thread only).
+        self._ls_compaction_min_appends = compaction_min_appends
+        self._ls_snapshots_written = snapshots_written
+        self._ls_applied_appends = 0
+        self._ls_snapshot_seen = 0
         super().__init__(self_address, list(peers), conf, transportClass=self._make_transport)
         self._ls_batch_method_id = self._methodToID["_ls_batch_v0"]
         self._ls_append_method_id = self._methodToID["_ls_append_v0"]
@@ -318,6 +369,7 @@ class _RaftNode(SyncObj):
     def _ls_append(
         self, log: str, data: bytes, expected_id: int | None, invalidates: tuple[int, ...]
     ) -> AppendOutcome:
+        self._ls_applied_appends += 1
         with self._ls_lock:
             return self._ls_state.apply_append(log, data, expected_id, invalidates)
 
@@ -332,6 +384,7 @@ class _RaftNode(SyncObj):
         """Several appends in one Raft command, applied in order: each gets its own id and
         sees the state left by the ones before it; a failed one changes nothing."""
         out = []
+        self._ls_applied_appends += len(appends)
         with self._ls_lock:
             apply = self._ls_state.apply_append
             for a in appends:
@@ -417,6 +470,7 @@ class _RaftNode(SyncObj):
             self._ls_waker.notify()
 
     def _onTick(self, timeToWait=0.0):
+        _WIRE.local.raw = True  # this is a logstore tick thread: uncompressed frames
         # The leader counts its own log toward the commit index at the start of a tick:
         # whatever it appended in the previous tick must be durable by then. A follower
         # answers here, after one sync, every AppendEntries of the last poll round.
@@ -429,6 +483,7 @@ class _RaftNode(SyncObj):
     def _checkCommandsToApply(self):
         while self._ls_tasks:
             self._ls_tasks.popleft()()
+        self._ls_maybe_compact()
         self._ls_propose_pending()
         before = self._ls_journal.last_index()
         super()._checkCommandsToApply()
@@ -445,6 +500,15 @@ class _RaftNode(SyncObj):
             if grew and self._ls_waker is not None:
                 # A lone leader commits on its next tick; do not wait for a poll timeout.
                 self._ls_waker.notify()
+
+    def _ls_maybe_compact(self) -> None:
+        written = self._ls_snapshots_written()
+        if written != self._ls_snapshot_seen:
+            self._ls_snapshot_seen = written
+            self._ls_applied_appends = 0
+        elif self._ls_applied_appends >= self._ls_compaction_min_appends:
+            self._ls_applied_appends = 0  # ask once per threshold; pysyncobj may decline
+            self.forceLogCompaction()
 
     def ls_run_on_tick(self, task: Callable[[], None]) -> None:
         self._ls_tasks.append(task)
@@ -579,6 +643,8 @@ class ReplicatedLogStore:
             batch_max=c.append_batch_max,
             batch_bytes_max=c.append_batch_bytes_max,
             pending_max=c.append_pending_max,
+            compaction_min_appends=c.compaction_min_entries,
+            snapshots_written=lambda: self._snapshots.snapshots_written,
         )
         self._closed = False
         try:
