@@ -54,7 +54,6 @@ from tservers.tablet.schema import DELETED_FIELD, Schema, block_name, value_from
 from tservers.tserver_pb2 import (
     ConsensusMetaPB,
     DataType,
-    EntryType,
     LogEntryPB,
     OpIdPB,
     OpType,
@@ -75,6 +74,8 @@ GEN_FIELD = "__gen"
 # How long a write waits at a replica for an election to end before NOT_LEADER.
 LEADER_WAIT_S = 3.0
 SHUTDOWN_DRAIN_S = 5.0
+# How long a follower's apply waits for its own schema alter to reach a leader's newer one.
+SCHEMA_CATCH_UP_S = 30.0
 
 
 class TabletStatus(enum.Enum):
@@ -176,6 +177,7 @@ class Tablet:
         self.inflight = 0  # writes proposed here and not applied yet
         self.waiters: dict[int, _Inflight] = {}  # index -> write proposed here
         self.barrier = False
+        self.switching = False  # an alter is flushing and switching the schema
         self.applied_index = 0
         self.applied_term = 0
         # Raft, as the driver last reported it (soft state) and the group driving it.
@@ -212,13 +214,9 @@ class Tablet:
         flushed = self.sb.flushed_index
         self.applied_index = flushed
         self.applied_term = self.sb.flushed_term
+        # Entries of another schema version are possible on a replica (the leader was
+        # altered before or after it); apply_entry handles them.
         above = [e for e in entries if e.index > flushed]
-        for e in above:
-            if e.type == EntryType.WRITE and e.write.schema_version != self.schema.version:
-                raise Corruption(
-                    f"WAL entry {e.index} has schema version {e.write.schema_version}, "
-                    f"tablet has {self.schema.version}"
-                )
         log.info(
             "tablet %s: %d blocks, %d WAL entries above flushed index %d",
             self.tablet_id,
@@ -330,6 +328,9 @@ class Tablet:
         if e.entry_type is ConsensusEntryType.WRITE and e.index in self.waiters:
             crash_point("write.after_sync_before_apply")  # a new write, not a replay
         with self.lock:
+            limit = time.monotonic() + SCHEMA_CATCH_UP_S
+            while self.switching and time.monotonic() < limit:
+                self.cond.wait(max(0.0, limit - time.monotonic()))
             w = self.waiters.pop(e.index, None)
             try:
                 if e.entry_type is ConsensusEntryType.WRITE:
@@ -365,12 +366,26 @@ class Tablet:
                     del pending[k]
         else:
             op = WriteOpPB.FromString(e.payload)
-            if op.schema_version != self.schema.version:
-                raise Corruption(
-                    f"entry {e.index} has schema version {op.schema_version}, "
-                    f"tablet has {self.schema.version}"
-                )
-            ops = [self._decode(b.op, read_ipc(b.arrow_ipc), b.arrow_ipc) for b in op.blocks]
+            if op.schema_version > self.schema.version:
+                # The coordinator alters every replica one after the other: the leader may be
+                # ahead of this one for a moment. Wait (bounded) for this replica's alter.
+                limit = time.monotonic() + SCHEMA_CATCH_UP_S
+                while op.schema_version > self.schema.version:
+                    remaining = limit - time.monotonic()
+                    if remaining <= 0:
+                        raise Corruption(
+                            f"entry {e.index} has schema version {op.schema_version}, tablet "
+                            f"has {self.schema.version} (no alter came within "
+                            f"{SCHEMA_CATCH_UP_S:.0f} s)"
+                        )
+                    self.cond.wait(remaining)
+            # An older version (this replica was altered first) applies by column name:
+            # dropped columns are ignored, added ones (nullable) are null.
+            lenient = op.schema_version < self.schema.version
+            ops = [
+                self._decode(b.op, read_ipc(b.arrow_ipc), b.arrow_ipc, lenient=lenient)
+                for b in op.blocks
+            ]
             try:
                 changes = self._prepare(ops, pending={})
             except (AlreadyExists, NotFound) as err:
@@ -454,11 +469,15 @@ class Tablet:
             raise TabletDeleted(f"tablet {self.tablet_id} is deleted")
         raise Unavailable(f"tablet {self.tablet_id} is {self.status.value}", retry_after_ms=100)
 
-    def _decode(self, op: int, table: pa.Table, ipc: bytes) -> _Op:
-        """Check a row block against the schema and turn it into Python keys and rows."""
+    def _decode(self, op: int, table: pa.Table, ipc: bytes, *, lenient: bool = False) -> _Op:
+        """Check a row block against the schema and turn it into Python keys and rows.
+        `lenient`: a committed entry of an older schema version; columns dropped since are
+        left out."""
         schema = self.schema
         if op not in (OpType.INSERT, OpType.UPSERT, OpType.UPDATE, OpType.DELETE):
             raise BadRequest(f"unknown operation type {op}")
+        if lenient:
+            table = table.select([n for n in table.column_names if n in schema.by_name])
         n = table.num_rows
         given: dict[int, pa.ChunkedArray] = {}
         for field, col in zip(table.schema, table.columns, strict=True):
@@ -743,6 +762,9 @@ class Tablet:
                 while self.inflight:
                     if not self.cond.wait(max(0.0, deadline - time.monotonic())):
                         raise TimedOut("in-flight writes did not drain before the deadline")
+                # Committed entries (a follower's) wait while the memstore is flushed and the
+                # schema switched: memstore rows are tuples in the schema's column order.
+                self.switching = True
             self.flush()
             with self.lock:
                 sb = SuperblockPB()
@@ -755,6 +777,7 @@ class Tablet:
         finally:
             with self.lock:
                 self.barrier = False
+                self.switching = False
                 self.cond.notify_all()
 
     # ================================================================ scans
