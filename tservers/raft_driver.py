@@ -33,6 +33,7 @@ from rpc import errors
 from rpc.client import RpcClient, Transport
 from tservers.consensus import (
     AppendRequest,
+    ConfigChange,
     Entry,
     HardState,
     Message,
@@ -122,6 +123,13 @@ class RaftGroup:
             if self.closed:
                 return ProposeResult(ProposalStatus.UNAVAILABLE, message="replica closed")
             return self.core.propose(payload)
+
+    def change_config(self, change: ConfigChange, cas_config_index: int | None) -> ProposeResult:
+        """Caller holds the tablet lock (like propose)."""
+        with self.lock:
+            if self.closed:
+                return ProposeResult(ProposalStatus.UNAVAILABLE, message="replica closed")
+            return self.core.change_config(change, cas_config_index)
 
     def read_index(self, deadline: float) -> int:
         """Linearizable read point: returns once leadership is confirmed and the tablet has

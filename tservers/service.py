@@ -23,11 +23,15 @@ import pyarrow as pa
 
 from rpc.errors import BadRequest, InvalidName, NotFound, Throttled
 from rpc.server import CallContext, Reply, RpcServer
+from tservers.consensus.types import ConfigChange, ConfigChangeType, MemberType
 from tservers.consensus_wire import WireError, message_from_pb
 from tservers.tablet.manager import TabletManager, check_tablet_id
 from tservers.tserver_pb2 import (
     AlterSchemaRequest,
     AlterSchemaResponse,
+    ChangeConfigRequest,
+    ChangeConfigResponse,
+    ConfigChangeTypePB,
     ConsensusRequest,
     ConsensusResponse,
     CreateTabletRequest,
@@ -46,6 +50,7 @@ from tservers.tserver_pb2 import (
     WriteRequest,
     WriteResponse,
 )
+from tservers.tserver_pb2 import MemberType as MemberTypePB
 
 log = logging.getLogger(__name__)
 
@@ -92,12 +97,41 @@ class TServerService:
         server.register("TServer.GetSchema", GetSchemaRequest, self.get_schema)
         server.register("TServer.ListTablets", ListTabletsRequest, self.list_tablets)
         server.register("TServer.Status", StatusRequest, self.status)
+        server.register("TServer.ChangeConfig", ChangeConfigRequest, self.change_config)
         # Inline (on the rpc I/O thread): it only queues messages for the driver, and it must
         # never wait behind writes that occupy every worker while they wait for a commit
         # that needs these very messages.
         server.register("TServer.Consensus", ConsensusRequest, self.consensus, inline=True)
 
     # ------------------------------------------------------------ consensus
+    def change_config(self, req: ChangeConfigRequest, ctx: CallContext) -> ChangeConfigResponse:
+        """AddServer / RemoveServer / ChangeRole at the tablet's leader (design/consensus.md
+        section 5): answered once the change is committed and applied here."""
+        check_tablet_id(req.tablet_id)
+        kinds = {
+            ConfigChangeTypePB.ADD_SERVER: ConfigChangeType.ADD_MEMBER,
+            ConfigChangeTypePB.REMOVE_SERVER: ConfigChangeType.REMOVE_MEMBER,
+            ConfigChangeTypePB.CHANGE_ROLE: ConfigChangeType.CHANGE_MEMBER_TYPE,
+        }
+        kind = kinds.get(req.type)
+        if kind is None:
+            raise BadRequest(f"unknown config change type {req.type}")
+        if not req.peer.uuid:
+            raise BadRequest("config change names no peer uuid")
+        member_type = MemberType.VOTER
+        if kind is not ConfigChangeType.REMOVE_MEMBER:
+            if req.peer.member_type == MemberTypePB.NON_VOTER:
+                member_type = MemberType.NON_VOTER
+            elif req.peer.member_type != MemberTypePB.VOTER:
+                raise BadRequest("config change needs a member type (VOTER or NON_VOTER)")
+        if kind is ConfigChangeType.ADD_MEMBER and not req.peer.address:
+            raise BadRequest(f"new peer {req.peer.uuid} has no address")
+        change = ConfigChange(kind, req.peer.uuid, member_type, req.peer.promote)
+        cas = req.cas_config_index if req.HasField("cas_config_index") else None
+        tablet = self.manager.tablet(req.tablet_id)
+        tablet.change_config(change, req.peer.address, cas, ctx.deadline)
+        return ChangeConfigResponse(committed_config=tablet.cmeta.committed_config)
+
     def consensus(self, req: ConsensusRequest, ctx: CallContext) -> ConsensusResponse:
         """Queue Raft messages for the driver. The rpc layer checked the call's recipient;
         every message names its recipient too, and must name this server."""

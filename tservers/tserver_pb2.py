@@ -4,126 +4,135 @@
 # source: tservers/tserver.proto
 # Protobuf Python Version: 7.35.1
 """Generated protocol buffer code."""
-
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import descriptor_pool as _descriptor_pool
 from google.protobuf import runtime_version as _runtime_version
 from google.protobuf import symbol_database as _symbol_database
 from google.protobuf.internal import builder as _builder
-
 _runtime_version.ValidateProtobufRuntimeVersion(
-    _runtime_version.Domain.PUBLIC, 7, 35, 1, "", "tservers/tserver.proto"
+    _runtime_version.Domain.PUBLIC,
+    7,
+    35,
+    1,
+    '',
+    'tservers/tserver.proto'
 )
 # @@protoc_insertion_point(imports)
 
 _sym_db = _symbol_database.Default()
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(
-    b'\n\x16tservers/tserver.proto\x12\x08tservers"2\n\nInstancePB\x12\x0c\n\x04uuid\x18\x01 \x01(\t\x12\x16\n\x0e\x66ormat_time_ms\x18\x02 \x01(\x04"n\n\x0e\x43olumnSchemaPB\x12\n\n\x02id\x18\x01 \x01(\r\x12\x0c\n\x04name\x18\x02 \x01(\t\x12 \n\x04type\x18\x03 \x01(\x0e\x32\x12.tservers.DataType\x12\x10\n\x08nullable\x18\x04 \x01(\x08\x12\x0e\n\x06is_key\x18\x05 \x01(\x08"^\n\x08SchemaPB\x12\x0f\n\x07version\x18\x01 \x01(\r\x12)\n\x07\x63olumns\x18\x02 \x03(\x0b\x32\x18.tservers.ColumnSchemaPB\x12\x16\n\x0enext_column_id\x18\x03 \x01(\r"%\n\x06OpIdPB\x12\x0c\n\x04term\x18\x01 \x01(\x04\x12\r\n\x05index\x18\x02 \x01(\x04"1\n\x0bPartitionPB\x12\x11\n\tstart_key\x18\x01 \x01(\x0c\x12\x0f\n\x07\x65nd_key\x18\x02 \x01(\x0c"\xd1\x02\n\x0cSuperblockPB\x12\x11\n\ttablet_id\x18\x01 \x01(\t\x12\x10\n\x08table_id\x18\x02 \x01(\t\x12\x12\n\ntable_name\x18\x03 \x01(\t\x12\'\n\ndata_state\x18\x04 \x01(\x0e\x32\x13.tservers.DataState\x12"\n\x06schema\x18\x05 \x01(\x0b\x32\x12.tservers.SchemaPB\x12(\n\tpartition\x18\x06 \x01(\x0b\x32\x15.tservers.PartitionPB\x12\x0e\n\x06\x62locks\x18\x07 \x03(\t\x12\x15\n\rflushed_index\x18\x08 \x01(\x04\x12$\n\nlast_op_id\x18\t \x01(\x0b\x32\x10.tservers.OpIdPB\x12\x17\n\x0fquarantine_path\x18\n \x01(\t\x12\x15\n\rnext_block_id\x18\x0b \x01(\x04\x12\x14\n\x0c\x66lushed_term\x18\x0c \x01(\x04"g\n\nRaftPeerPB\x12\x0c\n\x04uuid\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12)\n\x0bmember_type\x18\x03 \x01(\x0e\x32\x14.tservers.MemberType\x12\x0f\n\x07promote\x18\x04 \x01(\x08"G\n\x0cRaftConfigPB\x12\x12\n\nopid_index\x18\x01 \x01(\x03\x12#\n\x05peers\x18\x02 \x03(\x0b\x32\x14.tservers.RaftPeerPB"\x7f\n\x0f\x43onsensusMetaPB\x12\x11\n\ttablet_id\x18\x01 \x01(\t\x12\x14\n\x0c\x63urrent_term\x18\x02 \x01(\x04\x12\x11\n\tvoted_for\x18\x03 \x01(\t\x12\x30\n\x10\x63ommitted_config\x18\x04 \x01(\x0b\x32\x16.tservers.RaftConfigPB"J\n\x0fSegmentHeaderPB\x12\x11\n\ttablet_id\x18\x01 \x01(\t\x12\x10\n\x08sequence\x18\x02 \x01(\x04\x12\x12\n\ncreated_ms\x18\x03 \x01(\x04"_\n\x0fSegmentFooterPB\x12\x13\n\x0bnum_entries\x18\x01 \x01(\x04\x12\x11\n\tmin_index\x18\x02 \x01(\x04\x12\x11\n\tmax_index\x18\x03 \x01(\x04\x12\x11\n\tclosed_ms\x18\x04 \x01(\x04"=\n\nRowBlockPB\x12\x1c\n\x02op\x18\x01 \x01(\x0e\x32\x10.tservers.OpType\x12\x11\n\tarrow_ipc\x18\x02 \x01(\x0c"I\n\tWriteOpPB\x12\x16\n\x0eschema_version\x18\x01 \x01(\r\x12$\n\x06\x62locks\x18\x02 \x03(\x0b\x32\x14.tservers.RowBlockPB"\x98\x01\n\nLogEntryPB\x12\x0c\n\x04term\x18\x01 \x01(\x04\x12\r\n\x05index\x18\x02 \x01(\x04\x12!\n\x04type\x18\x03 \x01(\x0e\x32\x13.tservers.EntryType\x12"\n\x05write\x18\x04 \x01(\x0b\x32\x13.tservers.WriteOpPB\x12&\n\x06\x63onfig\x18\x05 \x01(\x0b\x32\x16.tservers.RaftConfigPB"8\n\x0fLogEntryBatchPB\x12%\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x14.tservers.LogEntryPB"\x94\x01\n\x07ValuePB\x12\x11\n\x07is_null\x18\x01 \x01(\x08H\x00\x12\x13\n\tint_value\x18\x02 \x01(\x03H\x00\x12\x16\n\x0c\x64ouble_value\x18\x03 \x01(\x01H\x00\x12\x14\n\nbool_value\x18\x04 \x01(\x08H\x00\x12\x16\n\x0cstring_value\x18\x05 \x01(\tH\x00\x12\x16\n\x0c\x62inary_value\x18\x06 \x01(\x0cH\x00\x42\x03\n\x01v"c\n\x0bPredicatePB\x12\x0e\n\x06\x63olumn\x18\x01 \x01(\t\x12!\n\x02op\x18\x02 \x01(\x0e\x32\x15.tservers.PredicateOp\x12!\n\x06values\x18\x03 \x03(\x0b\x32\x11.tservers.ValuePB"\xc4\x01\n\x13\x43reateTabletRequest\x12\x11\n\ttablet_id\x18\x01 \x01(\t\x12\x10\n\x08table_id\x18\x02 \x01(\t\x12\x12\n\ntable_name\x18\x03 \x01(\t\x12"\n\x06schema\x18\x04 \x01(\x0b\x32\x12.tservers.SchemaPB\x12(\n\tpartition\x18\x05 \x01(\x0b\x32\x15.tservers.PartitionPB\x12&\n\x06\x63onfig\x18\x06 \x01(\x0b\x32\x16.tservers.RaftConfigPB":\n\x14\x43reateTabletResponse\x12"\n\x06schema\x18\x01 \x01(\x0b\x32\x12.tservers.SchemaPB"(\n\x13\x44\x65leteTabletRequest\x12\x11\n\ttablet_id\x18\x01 \x01(\t"<\n\x14\x44\x65leteTabletResponse\x12$\n\nlast_op_id\x18\x01 \x01(\x0b\x32\x10.tservers.OpIdPB"\x86\x01\n\x12\x41lterSchemaRequest\x12\x11\n\ttablet_id\x18\x01 \x01(\t\x12\x18\n\x10\x65xpected_version\x18\x02 \x01(\r\x12-\n\x0b\x61\x64\x64_columns\x18\x03 \x03(\x0b\x32\x18.tservers.ColumnSchemaPB\x12\x14\n\x0c\x64rop_columns\x18\x04 \x03(\t"9\n\x13\x41lterSchemaResponse\x12"\n\x06schema\x18\x01 \x01(\x0b\x32\x12.tservers.SchemaPB"X\n\x0cWriteRequest\x12\x11\n\ttablet_id\x18\x01 \x01(\t\x12\x16\n\x0eschema_version\x18\x02 \x01(\r\x12\x1d\n\x03ops\x18\x03 \x03(\x0e\x32\x10.tservers.OpType">\n\rWriteResponse\x12\x1f\n\x05op_id\x18\x01 \x01(\x0b\x32\x10.tservers.OpIdPB\x12\x0c\n\x04rows\x18\x02 \x01(\x04"\xf9\x01\n\x0bScanRequest\x12\x11\n\ttablet_id\x18\x01 \x01(\t\x12\x12\n\nprojection\x18\x02 \x03(\t\x12)\n\npredicates\x18\x03 \x03(\x0b\x32\x15.tservers.PredicatePB\x12&\n\x0blower_bound\x18\x04 \x03(\x0b\x32\x11.tservers.ValuePB\x12&\n\x0bupper_bound\x18\x05 \x03(\x0b\x32\x11.tservers.ValuePB\x12\x16\n\x0e\x62\x61tch_rows_max\x18\x06 \x01(\r\x12\r\n\x05limit\x18\x07 \x01(\x04\x12\x12\n\nscanner_id\x18\x08 \x01(\t\x12\r\n\x05\x63lose\x18\t \x01(\x08"f\n\x0cScanResponse\x12\x12\n\nscanner_id\x18\x01 \x01(\t\x12\x10\n\x08has_more\x18\x02 \x01(\x08\x12\x0c\n\x04rows\x18\x03 \x01(\x04\x12"\n\x06schema\x18\x04 \x01(\x0b\x32\x12.tservers.SchemaPB"%\n\x10GetSchemaRequest\x12\x11\n\ttablet_id\x18\x01 \x01(\t"7\n\x11GetSchemaResponse\x12"\n\x06schema\x18\x01 \x01(\x0b\x32\x12.tservers.SchemaPB"\x14\n\x12ListTabletsRequest"\xbd\x03\n\x0eTabletReportPB\x12\x11\n\ttablet_id\x18\x01 \x01(\t\x12\x10\n\x08table_id\x18\x02 \x01(\t\x12\x12\n\ntable_name\x18\x03 \x01(\t\x12\'\n\ndata_state\x18\x04 \x01(\x0e\x32\x13.tservers.DataState\x12\x0e\n\x06status\x18\x05 \x01(\t\x12\r\n\x05\x65rror\x18\x06 \x01(\t\x12\x14\n\x0c\x63urrent_term\x18\x07 \x01(\x04\x12\x30\n\x10\x63ommitted_config\x18\x08 \x01(\x0b\x32\x16.tservers.RaftConfigPB\x12$\n\nlast_op_id\x18\t \x01(\x0b\x32\x10.tservers.OpIdPB\x12\x16\n\x0eschema_version\x18\n \x01(\r\x12\x15\n\rflushed_index\x18\x0b \x01(\x04\x12\x15\n\rmemstore_rows\x18\x0c \x01(\x04\x12\x0e\n\x06\x62locks\x18\r \x01(\r\x12\x0c\n\x04role\x18\x0e \x01(\t\x12\x13\n\x0bleader_uuid\x18\x0f \x01(\t\x12\x16\n\x0eleader_address\x18\x10 \x01(\t\x12\x14\n\x0c\x63ommit_index\x18\x11 \x01(\x04\x12\x15\n\rapplied_index\x18\x12 \x01(\x04"@\n\x13ListTabletsResponse\x12)\n\x07tablets\x18\x01 \x03(\x0b\x32\x18.tservers.TabletReportPB"\x0f\n\rStatusRequest"\xbc\x01\n\x0eStatusResponse\x12\x0c\n\x04uuid\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x0f\n\x07tablets\x18\x03 \x01(\r\x12\x12\n\nwal_groups\x18\x04 \x01(\x04\x12\x11\n\twal_syncs\x18\x05 \x01(\x04\x12\x13\n\x0bwal_entries\x18\x06 \x01(\x04\x12\x0e\n\x06writes\x18\x07 \x01(\x04\x12\x14\n\x0crows_written\x18\x08 \x01(\x04\x12\x18\n\x10wal_sync_enabled\x18\t \x01(\x08"m\n\rVoteRequestPB\x12\x15\n\rlast_log_term\x18\x01 \x01(\x04\x12\x16\n\x0elast_log_index\x18\x02 \x01(\x04\x12\x10\n\x08pre_vote\x18\x03 \x01(\x08\x12\x1b\n\x13leadership_transfer\x18\x04 \x01(\x08"^\n\x0eVoteResponsePB\x12\x0f\n\x07granted\x18\x01 \x01(\x08\x12\x10\n\x08pre_vote\x18\x02 \x01(\x08\x12)\n\x06status\x18\x03 \x01(\x0e\x32\x19.tservers.ReplicaStatusPB"\x90\x01\n\x0f\x41ppendRequestPB\x12\x16\n\x0eprev_log_index\x18\x01 \x01(\x04\x12\x15\n\rprev_log_term\x18\x02 \x01(\x04\x12%\n\x07\x65ntries\x18\x03 \x03(\x0b\x32\x14.tservers.LogEntryPB\x12\x15\n\rleader_commit\x18\x04 \x01(\x04\x12\x10\n\x08read_seq\x18\x05 \x01(\x04"\x9f\x01\n\x10\x41ppendResponsePB\x12\x0f\n\x07success\x18\x01 \x01(\x08\x12\x13\n\x0bmatch_index\x18\x02 \x01(\x04\x12\x14\n\x0creject_index\x18\x03 \x01(\x04\x12\x12\n\nhint_index\x18\x04 \x01(\x04\x12\x10\n\x08read_seq\x18\x05 \x01(\x04\x12)\n\x06status\x18\x06 \x01(\x0e\x32\x19.tservers.ReplicaStatusPB"\x0e\n\x0cTimeoutNowPB"\xf7\x02\n\x12\x43onsensusMessagePB\x12\x11\n\ttablet_id\x18\x01 \x01(\t\x12\x0e\n\x06sender\x18\x02 \x01(\t\x12\x11\n\trecipient\x18\x03 \x01(\t\x12\x0c\n\x04term\x18\x04 \x01(\x04\x12/\n\x0cvote_request\x18\x05 \x01(\x0b\x32\x17.tservers.VoteRequestPBH\x00\x12\x31\n\rvote_response\x18\x06 \x01(\x0b\x32\x18.tservers.VoteResponsePBH\x00\x12\x33\n\x0e\x61ppend_request\x18\x07 \x01(\x0b\x32\x19.tservers.AppendRequestPBH\x00\x12\x35\n\x0f\x61ppend_response\x18\x08 \x01(\x0b\x32\x1a.tservers.AppendResponsePBH\x00\x12-\n\x0btimeout_now\x18\t \x01(\x0b\x32\x16.tservers.TimeoutNowPBH\x00\x12\x16\n\x0esender_address\x18\n \x01(\tB\x06\n\x04kind"B\n\x10\x43onsensusRequest\x12.\n\x08messages\x18\x01 \x03(\x0b\x32\x1c.tservers.ConsensusMessagePB"%\n\x11\x43onsensusResponse\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\r*o\n\x08\x44\x61taType\x12\x10\n\x0cTYPE_UNKNOWN\x10\x00\x12\t\n\x05INT64\x10\x01\x12\t\n\x05INT32\x10\x02\x12\n\n\x06\x44OUBLE\x10\x03\x12\x08\n\x04\x42OOL\x10\x04\x12\n\n\x06STRING\x10\x05\x12\n\n\x06\x42INARY\x10\x06\x12\r\n\tTIMESTAMP\x10\x07*H\n\tDataState\x12\x16\n\x12\x44\x41TA_STATE_UNKNOWN\x10\x00\x12\t\n\x05READY\x10\x01\x12\x0b\n\x07\x43OPYING\x10\x02\x12\x0b\n\x07\x44\x45LETED\x10\x03*?\n\nMemberType\x12\x17\n\x13MEMBER_TYPE_UNKNOWN\x10\x00\x12\t\n\x05VOTER\x10\x01\x12\r\n\tNON_VOTER\x10\x02*L\n\tEntryType\x12\x16\n\x12\x45NTRY_TYPE_UNKNOWN\x10\x00\x12\t\n\x05WRITE\x10\x01\x12\t\n\x05NO_OP\x10\x02\x12\x11\n\rCONFIG_CHANGE\x10\x03*M\n\x06OpType\x12\x13\n\x0fOP_TYPE_UNKNOWN\x10\x00\x12\n\n\x06INSERT\x10\x01\x12\n\n\x06UPSERT\x10\x02\x12\n\n\x06UPDATE\x10\x03\x12\n\n\x06\x44\x45LETE\x10\x04*u\n\x0bPredicateOp\x12\x18\n\x14PREDICATE_OP_UNKNOWN\x10\x00\x12\x06\n\x02\x45Q\x10\x01\x12\x06\n\x02LT\x10\x02\x12\x06\n\x02LE\x10\x03\x12\x06\n\x02GT\x10\x04\x12\x06\n\x02GE\x10\x05\x12\x06\n\x02IN\x10\x06\x12\x0b\n\x07IS_NULL\x10\x07\x12\x0f\n\x0bIS_NOT_NULL\x10\x08*[\n\x0fReplicaStatusPB\x12\x0e\n\nREPLICA_OK\x10\x00\x12\x1c\n\x18REPLICA_TABLET_NOT_FOUND\x10\x01\x12\x1a\n\x16REPLICA_TABLET_DELETED\x10\x02\x62\x06proto3'
-)
+
+
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16tservers/tserver.proto\x12\x08tservers\"2\n\nInstancePB\x12\x0c\n\x04uuid\x18\x01 \x01(\t\x12\x16\n\x0e\x66ormat_time_ms\x18\x02 \x01(\x04\"n\n\x0e\x43olumnSchemaPB\x12\n\n\x02id\x18\x01 \x01(\r\x12\x0c\n\x04name\x18\x02 \x01(\t\x12 \n\x04type\x18\x03 \x01(\x0e\x32\x12.tservers.DataType\x12\x10\n\x08nullable\x18\x04 \x01(\x08\x12\x0e\n\x06is_key\x18\x05 \x01(\x08\"^\n\x08SchemaPB\x12\x0f\n\x07version\x18\x01 \x01(\r\x12)\n\x07\x63olumns\x18\x02 \x03(\x0b\x32\x18.tservers.ColumnSchemaPB\x12\x16\n\x0enext_column_id\x18\x03 \x01(\r\"%\n\x06OpIdPB\x12\x0c\n\x04term\x18\x01 \x01(\x04\x12\r\n\x05index\x18\x02 \x01(\x04\"1\n\x0bPartitionPB\x12\x11\n\tstart_key\x18\x01 \x01(\x0c\x12\x0f\n\x07\x65nd_key\x18\x02 \x01(\x0c\"\xd1\x02\n\x0cSuperblockPB\x12\x11\n\ttablet_id\x18\x01 \x01(\t\x12\x10\n\x08table_id\x18\x02 \x01(\t\x12\x12\n\ntable_name\x18\x03 \x01(\t\x12\'\n\ndata_state\x18\x04 \x01(\x0e\x32\x13.tservers.DataState\x12\"\n\x06schema\x18\x05 \x01(\x0b\x32\x12.tservers.SchemaPB\x12(\n\tpartition\x18\x06 \x01(\x0b\x32\x15.tservers.PartitionPB\x12\x0e\n\x06\x62locks\x18\x07 \x03(\t\x12\x15\n\rflushed_index\x18\x08 \x01(\x04\x12$\n\nlast_op_id\x18\t \x01(\x0b\x32\x10.tservers.OpIdPB\x12\x17\n\x0fquarantine_path\x18\n \x01(\t\x12\x15\n\rnext_block_id\x18\x0b \x01(\x04\x12\x14\n\x0c\x66lushed_term\x18\x0c \x01(\x04\"g\n\nRaftPeerPB\x12\x0c\n\x04uuid\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12)\n\x0bmember_type\x18\x03 \x01(\x0e\x32\x14.tservers.MemberType\x12\x0f\n\x07promote\x18\x04 \x01(\x08\"G\n\x0cRaftConfigPB\x12\x12\n\nopid_index\x18\x01 \x01(\x03\x12#\n\x05peers\x18\x02 \x03(\x0b\x32\x14.tservers.RaftPeerPB\"\x7f\n\x0f\x43onsensusMetaPB\x12\x11\n\ttablet_id\x18\x01 \x01(\t\x12\x14\n\x0c\x63urrent_term\x18\x02 \x01(\x04\x12\x11\n\tvoted_for\x18\x03 \x01(\t\x12\x30\n\x10\x63ommitted_config\x18\x04 \x01(\x0b\x32\x16.tservers.RaftConfigPB\"J\n\x0fSegmentHeaderPB\x12\x11\n\ttablet_id\x18\x01 \x01(\t\x12\x10\n\x08sequence\x18\x02 \x01(\x04\x12\x12\n\ncreated_ms\x18\x03 \x01(\x04\"_\n\x0fSegmentFooterPB\x12\x13\n\x0bnum_entries\x18\x01 \x01(\x04\x12\x11\n\tmin_index\x18\x02 \x01(\x04\x12\x11\n\tmax_index\x18\x03 \x01(\x04\x12\x11\n\tclosed_ms\x18\x04 \x01(\x04\"=\n\nRowBlockPB\x12\x1c\n\x02op\x18\x01 \x01(\x0e\x32\x10.tservers.OpType\x12\x11\n\tarrow_ipc\x18\x02 \x01(\x0c\"I\n\tWriteOpPB\x12\x16\n\x0eschema_version\x18\x01 \x01(\r\x12$\n\x06\x62locks\x18\x02 \x03(\x0b\x32\x14.tservers.RowBlockPB\"\x98\x01\n\nLogEntryPB\x12\x0c\n\x04term\x18\x01 \x01(\x04\x12\r\n\x05index\x18\x02 \x01(\x04\x12!\n\x04type\x18\x03 \x01(\x0e\x32\x13.tservers.EntryType\x12\"\n\x05write\x18\x04 \x01(\x0b\x32\x13.tservers.WriteOpPB\x12&\n\x06\x63onfig\x18\x05 \x01(\x0b\x32\x16.tservers.RaftConfigPB\"8\n\x0fLogEntryBatchPB\x12%\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x14.tservers.LogEntryPB\"\x94\x01\n\x07ValuePB\x12\x11\n\x07is_null\x18\x01 \x01(\x08H\x00\x12\x13\n\tint_value\x18\x02 \x01(\x03H\x00\x12\x16\n\x0c\x64ouble_value\x18\x03 \x01(\x01H\x00\x12\x14\n\nbool_value\x18\x04 \x01(\x08H\x00\x12\x16\n\x0cstring_value\x18\x05 \x01(\tH\x00\x12\x16\n\x0c\x62inary_value\x18\x06 \x01(\x0cH\x00\x42\x03\n\x01v\"c\n\x0bPredicatePB\x12\x0e\n\x06\x63olumn\x18\x01 \x01(\t\x12!\n\x02op\x18\x02 \x01(\x0e\x32\x15.tservers.PredicateOp\x12!\n\x06values\x18\x03 \x03(\x0b\x32\x11.tservers.ValuePB\"\xc4\x01\n\x13\x43reateTabletRequest\x12\x11\n\ttablet_id\x18\x01 \x01(\t\x12\x10\n\x08table_id\x18\x02 \x01(\t\x12\x12\n\ntable_name\x18\x03 \x01(\t\x12\"\n\x06schema\x18\x04 \x01(\x0b\x32\x12.tservers.SchemaPB\x12(\n\tpartition\x18\x05 \x01(\x0b\x32\x15.tservers.PartitionPB\x12&\n\x06\x63onfig\x18\x06 \x01(\x0b\x32\x16.tservers.RaftConfigPB\":\n\x14\x43reateTabletResponse\x12\"\n\x06schema\x18\x01 \x01(\x0b\x32\x12.tservers.SchemaPB\"(\n\x13\x44\x65leteTabletRequest\x12\x11\n\ttablet_id\x18\x01 \x01(\t\"<\n\x14\x44\x65leteTabletResponse\x12$\n\nlast_op_id\x18\x01 \x01(\x0b\x32\x10.tservers.OpIdPB\"\x86\x01\n\x12\x41lterSchemaRequest\x12\x11\n\ttablet_id\x18\x01 \x01(\t\x12\x18\n\x10\x65xpected_version\x18\x02 \x01(\r\x12-\n\x0b\x61\x64\x64_columns\x18\x03 \x03(\x0b\x32\x18.tservers.ColumnSchemaPB\x12\x14\n\x0c\x64rop_columns\x18\x04 \x03(\t\"9\n\x13\x41lterSchemaResponse\x12\"\n\x06schema\x18\x01 \x01(\x0b\x32\x12.tservers.SchemaPB\"X\n\x0cWriteRequest\x12\x11\n\ttablet_id\x18\x01 \x01(\t\x12\x16\n\x0eschema_version\x18\x02 \x01(\r\x12\x1d\n\x03ops\x18\x03 \x03(\x0e\x32\x10.tservers.OpType\">\n\rWriteResponse\x12\x1f\n\x05op_id\x18\x01 \x01(\x0b\x32\x10.tservers.OpIdPB\x12\x0c\n\x04rows\x18\x02 \x01(\x04\"\xf9\x01\n\x0bScanRequest\x12\x11\n\ttablet_id\x18\x01 \x01(\t\x12\x12\n\nprojection\x18\x02 \x03(\t\x12)\n\npredicates\x18\x03 \x03(\x0b\x32\x15.tservers.PredicatePB\x12&\n\x0blower_bound\x18\x04 \x03(\x0b\x32\x11.tservers.ValuePB\x12&\n\x0bupper_bound\x18\x05 \x03(\x0b\x32\x11.tservers.ValuePB\x12\x16\n\x0e\x62\x61tch_rows_max\x18\x06 \x01(\r\x12\r\n\x05limit\x18\x07 \x01(\x04\x12\x12\n\nscanner_id\x18\x08 \x01(\t\x12\r\n\x05\x63lose\x18\t \x01(\x08\"f\n\x0cScanResponse\x12\x12\n\nscanner_id\x18\x01 \x01(\t\x12\x10\n\x08has_more\x18\x02 \x01(\x08\x12\x0c\n\x04rows\x18\x03 \x01(\x04\x12\"\n\x06schema\x18\x04 \x01(\x0b\x32\x12.tservers.SchemaPB\"%\n\x10GetSchemaRequest\x12\x11\n\ttablet_id\x18\x01 \x01(\t\"7\n\x11GetSchemaResponse\x12\"\n\x06schema\x18\x01 \x01(\x0b\x32\x12.tservers.SchemaPB\"\x14\n\x12ListTabletsRequest\"\xbd\x03\n\x0eTabletReportPB\x12\x11\n\ttablet_id\x18\x01 \x01(\t\x12\x10\n\x08table_id\x18\x02 \x01(\t\x12\x12\n\ntable_name\x18\x03 \x01(\t\x12\'\n\ndata_state\x18\x04 \x01(\x0e\x32\x13.tservers.DataState\x12\x0e\n\x06status\x18\x05 \x01(\t\x12\r\n\x05\x65rror\x18\x06 \x01(\t\x12\x14\n\x0c\x63urrent_term\x18\x07 \x01(\x04\x12\x30\n\x10\x63ommitted_config\x18\x08 \x01(\x0b\x32\x16.tservers.RaftConfigPB\x12$\n\nlast_op_id\x18\t \x01(\x0b\x32\x10.tservers.OpIdPB\x12\x16\n\x0eschema_version\x18\n \x01(\r\x12\x15\n\rflushed_index\x18\x0b \x01(\x04\x12\x15\n\rmemstore_rows\x18\x0c \x01(\x04\x12\x0e\n\x06\x62locks\x18\r \x01(\r\x12\x0c\n\x04role\x18\x0e \x01(\t\x12\x13\n\x0bleader_uuid\x18\x0f \x01(\t\x12\x16\n\x0eleader_address\x18\x10 \x01(\t\x12\x14\n\x0c\x63ommit_index\x18\x11 \x01(\x04\x12\x15\n\rapplied_index\x18\x12 \x01(\x04\"@\n\x13ListTabletsResponse\x12)\n\x07tablets\x18\x01 \x03(\x0b\x32\x18.tservers.TabletReportPB\"\x0f\n\rStatusRequest\"\xbc\x01\n\x0eStatusResponse\x12\x0c\n\x04uuid\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x0f\n\x07tablets\x18\x03 \x01(\r\x12\x12\n\nwal_groups\x18\x04 \x01(\x04\x12\x11\n\twal_syncs\x18\x05 \x01(\x04\x12\x13\n\x0bwal_entries\x18\x06 \x01(\x04\x12\x0e\n\x06writes\x18\x07 \x01(\x04\x12\x14\n\x0crows_written\x18\x08 \x01(\x04\x12\x18\n\x10wal_sync_enabled\x18\t \x01(\x08\"m\n\rVoteRequestPB\x12\x15\n\rlast_log_term\x18\x01 \x01(\x04\x12\x16\n\x0elast_log_index\x18\x02 \x01(\x04\x12\x10\n\x08pre_vote\x18\x03 \x01(\x08\x12\x1b\n\x13leadership_transfer\x18\x04 \x01(\x08\"^\n\x0eVoteResponsePB\x12\x0f\n\x07granted\x18\x01 \x01(\x08\x12\x10\n\x08pre_vote\x18\x02 \x01(\x08\x12)\n\x06status\x18\x03 \x01(\x0e\x32\x19.tservers.ReplicaStatusPB\"\x90\x01\n\x0f\x41ppendRequestPB\x12\x16\n\x0eprev_log_index\x18\x01 \x01(\x04\x12\x15\n\rprev_log_term\x18\x02 \x01(\x04\x12%\n\x07\x65ntries\x18\x03 \x03(\x0b\x32\x14.tservers.LogEntryPB\x12\x15\n\rleader_commit\x18\x04 \x01(\x04\x12\x10\n\x08read_seq\x18\x05 \x01(\x04\"\x9f\x01\n\x10\x41ppendResponsePB\x12\x0f\n\x07success\x18\x01 \x01(\x08\x12\x13\n\x0bmatch_index\x18\x02 \x01(\x04\x12\x14\n\x0creject_index\x18\x03 \x01(\x04\x12\x12\n\nhint_index\x18\x04 \x01(\x04\x12\x10\n\x08read_seq\x18\x05 \x01(\x04\x12)\n\x06status\x18\x06 \x01(\x0e\x32\x19.tservers.ReplicaStatusPB\"\x0e\n\x0cTimeoutNowPB\"\xf7\x02\n\x12\x43onsensusMessagePB\x12\x11\n\ttablet_id\x18\x01 \x01(\t\x12\x0e\n\x06sender\x18\x02 \x01(\t\x12\x11\n\trecipient\x18\x03 \x01(\t\x12\x0c\n\x04term\x18\x04 \x01(\x04\x12/\n\x0cvote_request\x18\x05 \x01(\x0b\x32\x17.tservers.VoteRequestPBH\x00\x12\x31\n\rvote_response\x18\x06 \x01(\x0b\x32\x18.tservers.VoteResponsePBH\x00\x12\x33\n\x0e\x61ppend_request\x18\x07 \x01(\x0b\x32\x19.tservers.AppendRequestPBH\x00\x12\x35\n\x0f\x61ppend_response\x18\x08 \x01(\x0b\x32\x1a.tservers.AppendResponsePBH\x00\x12-\n\x0btimeout_now\x18\t \x01(\x0b\x32\x16.tservers.TimeoutNowPBH\x00\x12\x16\n\x0esender_address\x18\n \x01(\tB\x06\n\x04kind\"B\n\x10\x43onsensusRequest\x12.\n\x08messages\x18\x01 \x03(\x0b\x32\x1c.tservers.ConsensusMessagePB\"%\n\x11\x43onsensusResponse\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\r\"\xac\x01\n\x13\x43hangeConfigRequest\x12\x11\n\ttablet_id\x18\x01 \x01(\t\x12*\n\x04type\x18\x02 \x01(\x0e\x32\x1c.tservers.ConfigChangeTypePB\x12\"\n\x04peer\x18\x03 \x01(\x0b\x32\x14.tservers.RaftPeerPB\x12\x1d\n\x10\x63\x61s_config_index\x18\x04 \x01(\x03H\x00\x88\x01\x01\x42\x13\n\x11_cas_config_index\"H\n\x14\x43hangeConfigResponse\x12\x30\n\x10\x63ommitted_config\x18\x01 \x01(\x0b\x32\x16.tservers.RaftConfigPB*o\n\x08\x44\x61taType\x12\x10\n\x0cTYPE_UNKNOWN\x10\x00\x12\t\n\x05INT64\x10\x01\x12\t\n\x05INT32\x10\x02\x12\n\n\x06\x44OUBLE\x10\x03\x12\x08\n\x04\x42OOL\x10\x04\x12\n\n\x06STRING\x10\x05\x12\n\n\x06\x42INARY\x10\x06\x12\r\n\tTIMESTAMP\x10\x07*H\n\tDataState\x12\x16\n\x12\x44\x41TA_STATE_UNKNOWN\x10\x00\x12\t\n\x05READY\x10\x01\x12\x0b\n\x07\x43OPYING\x10\x02\x12\x0b\n\x07\x44\x45LETED\x10\x03*?\n\nMemberType\x12\x17\n\x13MEMBER_TYPE_UNKNOWN\x10\x00\x12\t\n\x05VOTER\x10\x01\x12\r\n\tNON_VOTER\x10\x02*L\n\tEntryType\x12\x16\n\x12\x45NTRY_TYPE_UNKNOWN\x10\x00\x12\t\n\x05WRITE\x10\x01\x12\t\n\x05NO_OP\x10\x02\x12\x11\n\rCONFIG_CHANGE\x10\x03*M\n\x06OpType\x12\x13\n\x0fOP_TYPE_UNKNOWN\x10\x00\x12\n\n\x06INSERT\x10\x01\x12\n\n\x06UPSERT\x10\x02\x12\n\n\x06UPDATE\x10\x03\x12\n\n\x06\x44\x45LETE\x10\x04*u\n\x0bPredicateOp\x12\x18\n\x14PREDICATE_OP_UNKNOWN\x10\x00\x12\x06\n\x02\x45Q\x10\x01\x12\x06\n\x02LT\x10\x02\x12\x06\n\x02LE\x10\x03\x12\x06\n\x02GT\x10\x04\x12\x06\n\x02GE\x10\x05\x12\x06\n\x02IN\x10\x06\x12\x0b\n\x07IS_NULL\x10\x07\x12\x0f\n\x0bIS_NOT_NULL\x10\x08*[\n\x0fReplicaStatusPB\x12\x0e\n\nREPLICA_OK\x10\x00\x12\x1c\n\x18REPLICA_TABLET_NOT_FOUND\x10\x01\x12\x1a\n\x16REPLICA_TABLET_DELETED\x10\x02*c\n\x12\x43onfigChangeTypePB\x12\x19\n\x15\x43ONFIG_CHANGE_UNKNOWN\x10\x00\x12\x0e\n\nADD_SERVER\x10\x01\x12\x11\n\rREMOVE_SERVER\x10\x02\x12\x0f\n\x0b\x43HANGE_ROLE\x10\x03\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
-_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, "tservers.tserver_pb2", _globals)
+_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'tservers.tserver_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
-    DESCRIPTOR._loaded_options = None
-    _globals["_DATATYPE"]._serialized_start = 4735
-    _globals["_DATATYPE"]._serialized_end = 4846
-    _globals["_DATASTATE"]._serialized_start = 4848
-    _globals["_DATASTATE"]._serialized_end = 4920
-    _globals["_MEMBERTYPE"]._serialized_start = 4922
-    _globals["_MEMBERTYPE"]._serialized_end = 4985
-    _globals["_ENTRYTYPE"]._serialized_start = 4987
-    _globals["_ENTRYTYPE"]._serialized_end = 5063
-    _globals["_OPTYPE"]._serialized_start = 5065
-    _globals["_OPTYPE"]._serialized_end = 5142
-    _globals["_PREDICATEOP"]._serialized_start = 5144
-    _globals["_PREDICATEOP"]._serialized_end = 5261
-    _globals["_REPLICASTATUSPB"]._serialized_start = 5263
-    _globals["_REPLICASTATUSPB"]._serialized_end = 5354
-    _globals["_INSTANCEPB"]._serialized_start = 36
-    _globals["_INSTANCEPB"]._serialized_end = 86
-    _globals["_COLUMNSCHEMAPB"]._serialized_start = 88
-    _globals["_COLUMNSCHEMAPB"]._serialized_end = 198
-    _globals["_SCHEMAPB"]._serialized_start = 200
-    _globals["_SCHEMAPB"]._serialized_end = 294
-    _globals["_OPIDPB"]._serialized_start = 296
-    _globals["_OPIDPB"]._serialized_end = 333
-    _globals["_PARTITIONPB"]._serialized_start = 335
-    _globals["_PARTITIONPB"]._serialized_end = 384
-    _globals["_SUPERBLOCKPB"]._serialized_start = 387
-    _globals["_SUPERBLOCKPB"]._serialized_end = 724
-    _globals["_RAFTPEERPB"]._serialized_start = 726
-    _globals["_RAFTPEERPB"]._serialized_end = 829
-    _globals["_RAFTCONFIGPB"]._serialized_start = 831
-    _globals["_RAFTCONFIGPB"]._serialized_end = 902
-    _globals["_CONSENSUSMETAPB"]._serialized_start = 904
-    _globals["_CONSENSUSMETAPB"]._serialized_end = 1031
-    _globals["_SEGMENTHEADERPB"]._serialized_start = 1033
-    _globals["_SEGMENTHEADERPB"]._serialized_end = 1107
-    _globals["_SEGMENTFOOTERPB"]._serialized_start = 1109
-    _globals["_SEGMENTFOOTERPB"]._serialized_end = 1204
-    _globals["_ROWBLOCKPB"]._serialized_start = 1206
-    _globals["_ROWBLOCKPB"]._serialized_end = 1267
-    _globals["_WRITEOPPB"]._serialized_start = 1269
-    _globals["_WRITEOPPB"]._serialized_end = 1342
-    _globals["_LOGENTRYPB"]._serialized_start = 1345
-    _globals["_LOGENTRYPB"]._serialized_end = 1497
-    _globals["_LOGENTRYBATCHPB"]._serialized_start = 1499
-    _globals["_LOGENTRYBATCHPB"]._serialized_end = 1555
-    _globals["_VALUEPB"]._serialized_start = 1558
-    _globals["_VALUEPB"]._serialized_end = 1706
-    _globals["_PREDICATEPB"]._serialized_start = 1708
-    _globals["_PREDICATEPB"]._serialized_end = 1807
-    _globals["_CREATETABLETREQUEST"]._serialized_start = 1810
-    _globals["_CREATETABLETREQUEST"]._serialized_end = 2006
-    _globals["_CREATETABLETRESPONSE"]._serialized_start = 2008
-    _globals["_CREATETABLETRESPONSE"]._serialized_end = 2066
-    _globals["_DELETETABLETREQUEST"]._serialized_start = 2068
-    _globals["_DELETETABLETREQUEST"]._serialized_end = 2108
-    _globals["_DELETETABLETRESPONSE"]._serialized_start = 2110
-    _globals["_DELETETABLETRESPONSE"]._serialized_end = 2170
-    _globals["_ALTERSCHEMAREQUEST"]._serialized_start = 2173
-    _globals["_ALTERSCHEMAREQUEST"]._serialized_end = 2307
-    _globals["_ALTERSCHEMARESPONSE"]._serialized_start = 2309
-    _globals["_ALTERSCHEMARESPONSE"]._serialized_end = 2366
-    _globals["_WRITEREQUEST"]._serialized_start = 2368
-    _globals["_WRITEREQUEST"]._serialized_end = 2456
-    _globals["_WRITERESPONSE"]._serialized_start = 2458
-    _globals["_WRITERESPONSE"]._serialized_end = 2520
-    _globals["_SCANREQUEST"]._serialized_start = 2523
-    _globals["_SCANREQUEST"]._serialized_end = 2772
-    _globals["_SCANRESPONSE"]._serialized_start = 2774
-    _globals["_SCANRESPONSE"]._serialized_end = 2876
-    _globals["_GETSCHEMAREQUEST"]._serialized_start = 2878
-    _globals["_GETSCHEMAREQUEST"]._serialized_end = 2915
-    _globals["_GETSCHEMARESPONSE"]._serialized_start = 2917
-    _globals["_GETSCHEMARESPONSE"]._serialized_end = 2972
-    _globals["_LISTTABLETSREQUEST"]._serialized_start = 2974
-    _globals["_LISTTABLETSREQUEST"]._serialized_end = 2994
-    _globals["_TABLETREPORTPB"]._serialized_start = 2997
-    _globals["_TABLETREPORTPB"]._serialized_end = 3442
-    _globals["_LISTTABLETSRESPONSE"]._serialized_start = 3444
-    _globals["_LISTTABLETSRESPONSE"]._serialized_end = 3508
-    _globals["_STATUSREQUEST"]._serialized_start = 3510
-    _globals["_STATUSREQUEST"]._serialized_end = 3525
-    _globals["_STATUSRESPONSE"]._serialized_start = 3528
-    _globals["_STATUSRESPONSE"]._serialized_end = 3716
-    _globals["_VOTEREQUESTPB"]._serialized_start = 3718
-    _globals["_VOTEREQUESTPB"]._serialized_end = 3827
-    _globals["_VOTERESPONSEPB"]._serialized_start = 3829
-    _globals["_VOTERESPONSEPB"]._serialized_end = 3923
-    _globals["_APPENDREQUESTPB"]._serialized_start = 3926
-    _globals["_APPENDREQUESTPB"]._serialized_end = 4070
-    _globals["_APPENDRESPONSEPB"]._serialized_start = 4073
-    _globals["_APPENDRESPONSEPB"]._serialized_end = 4232
-    _globals["_TIMEOUTNOWPB"]._serialized_start = 4234
-    _globals["_TIMEOUTNOWPB"]._serialized_end = 4248
-    _globals["_CONSENSUSMESSAGEPB"]._serialized_start = 4251
-    _globals["_CONSENSUSMESSAGEPB"]._serialized_end = 4626
-    _globals["_CONSENSUSREQUEST"]._serialized_start = 4628
-    _globals["_CONSENSUSREQUEST"]._serialized_end = 4694
-    _globals["_CONSENSUSRESPONSE"]._serialized_start = 4696
-    _globals["_CONSENSUSRESPONSE"]._serialized_end = 4733
+  DESCRIPTOR._loaded_options = None
+  _globals['_DATATYPE']._serialized_start=4984
+  _globals['_DATATYPE']._serialized_end=5095
+  _globals['_DATASTATE']._serialized_start=5097
+  _globals['_DATASTATE']._serialized_end=5169
+  _globals['_MEMBERTYPE']._serialized_start=5171
+  _globals['_MEMBERTYPE']._serialized_end=5234
+  _globals['_ENTRYTYPE']._serialized_start=5236
+  _globals['_ENTRYTYPE']._serialized_end=5312
+  _globals['_OPTYPE']._serialized_start=5314
+  _globals['_OPTYPE']._serialized_end=5391
+  _globals['_PREDICATEOP']._serialized_start=5393
+  _globals['_PREDICATEOP']._serialized_end=5510
+  _globals['_REPLICASTATUSPB']._serialized_start=5512
+  _globals['_REPLICASTATUSPB']._serialized_end=5603
+  _globals['_CONFIGCHANGETYPEPB']._serialized_start=5605
+  _globals['_CONFIGCHANGETYPEPB']._serialized_end=5704
+  _globals['_INSTANCEPB']._serialized_start=36
+  _globals['_INSTANCEPB']._serialized_end=86
+  _globals['_COLUMNSCHEMAPB']._serialized_start=88
+  _globals['_COLUMNSCHEMAPB']._serialized_end=198
+  _globals['_SCHEMAPB']._serialized_start=200
+  _globals['_SCHEMAPB']._serialized_end=294
+  _globals['_OPIDPB']._serialized_start=296
+  _globals['_OPIDPB']._serialized_end=333
+  _globals['_PARTITIONPB']._serialized_start=335
+  _globals['_PARTITIONPB']._serialized_end=384
+  _globals['_SUPERBLOCKPB']._serialized_start=387
+  _globals['_SUPERBLOCKPB']._serialized_end=724
+  _globals['_RAFTPEERPB']._serialized_start=726
+  _globals['_RAFTPEERPB']._serialized_end=829
+  _globals['_RAFTCONFIGPB']._serialized_start=831
+  _globals['_RAFTCONFIGPB']._serialized_end=902
+  _globals['_CONSENSUSMETAPB']._serialized_start=904
+  _globals['_CONSENSUSMETAPB']._serialized_end=1031
+  _globals['_SEGMENTHEADERPB']._serialized_start=1033
+  _globals['_SEGMENTHEADERPB']._serialized_end=1107
+  _globals['_SEGMENTFOOTERPB']._serialized_start=1109
+  _globals['_SEGMENTFOOTERPB']._serialized_end=1204
+  _globals['_ROWBLOCKPB']._serialized_start=1206
+  _globals['_ROWBLOCKPB']._serialized_end=1267
+  _globals['_WRITEOPPB']._serialized_start=1269
+  _globals['_WRITEOPPB']._serialized_end=1342
+  _globals['_LOGENTRYPB']._serialized_start=1345
+  _globals['_LOGENTRYPB']._serialized_end=1497
+  _globals['_LOGENTRYBATCHPB']._serialized_start=1499
+  _globals['_LOGENTRYBATCHPB']._serialized_end=1555
+  _globals['_VALUEPB']._serialized_start=1558
+  _globals['_VALUEPB']._serialized_end=1706
+  _globals['_PREDICATEPB']._serialized_start=1708
+  _globals['_PREDICATEPB']._serialized_end=1807
+  _globals['_CREATETABLETREQUEST']._serialized_start=1810
+  _globals['_CREATETABLETREQUEST']._serialized_end=2006
+  _globals['_CREATETABLETRESPONSE']._serialized_start=2008
+  _globals['_CREATETABLETRESPONSE']._serialized_end=2066
+  _globals['_DELETETABLETREQUEST']._serialized_start=2068
+  _globals['_DELETETABLETREQUEST']._serialized_end=2108
+  _globals['_DELETETABLETRESPONSE']._serialized_start=2110
+  _globals['_DELETETABLETRESPONSE']._serialized_end=2170
+  _globals['_ALTERSCHEMAREQUEST']._serialized_start=2173
+  _globals['_ALTERSCHEMAREQUEST']._serialized_end=2307
+  _globals['_ALTERSCHEMARESPONSE']._serialized_start=2309
+  _globals['_ALTERSCHEMARESPONSE']._serialized_end=2366
+  _globals['_WRITEREQUEST']._serialized_start=2368
+  _globals['_WRITEREQUEST']._serialized_end=2456
+  _globals['_WRITERESPONSE']._serialized_start=2458
+  _globals['_WRITERESPONSE']._serialized_end=2520
+  _globals['_SCANREQUEST']._serialized_start=2523
+  _globals['_SCANREQUEST']._serialized_end=2772
+  _globals['_SCANRESPONSE']._serialized_start=2774
+  _globals['_SCANRESPONSE']._serialized_end=2876
+  _globals['_GETSCHEMAREQUEST']._serialized_start=2878
+  _globals['_GETSCHEMAREQUEST']._serialized_end=2915
+  _globals['_GETSCHEMARESPONSE']._serialized_start=2917
+  _globals['_GETSCHEMARESPONSE']._serialized_end=2972
+  _globals['_LISTTABLETSREQUEST']._serialized_start=2974
+  _globals['_LISTTABLETSREQUEST']._serialized_end=2994
+  _globals['_TABLETREPORTPB']._serialized_start=2997
+  _globals['_TABLETREPORTPB']._serialized_end=3442
+  _globals['_LISTTABLETSRESPONSE']._serialized_start=3444
+  _globals['_LISTTABLETSRESPONSE']._serialized_end=3508
+  _globals['_STATUSREQUEST']._serialized_start=3510
+  _globals['_STATUSREQUEST']._serialized_end=3525
+  _globals['_STATUSRESPONSE']._serialized_start=3528
+  _globals['_STATUSRESPONSE']._serialized_end=3716
+  _globals['_VOTEREQUESTPB']._serialized_start=3718
+  _globals['_VOTEREQUESTPB']._serialized_end=3827
+  _globals['_VOTERESPONSEPB']._serialized_start=3829
+  _globals['_VOTERESPONSEPB']._serialized_end=3923
+  _globals['_APPENDREQUESTPB']._serialized_start=3926
+  _globals['_APPENDREQUESTPB']._serialized_end=4070
+  _globals['_APPENDRESPONSEPB']._serialized_start=4073
+  _globals['_APPENDRESPONSEPB']._serialized_end=4232
+  _globals['_TIMEOUTNOWPB']._serialized_start=4234
+  _globals['_TIMEOUTNOWPB']._serialized_end=4248
+  _globals['_CONSENSUSMESSAGEPB']._serialized_start=4251
+  _globals['_CONSENSUSMESSAGEPB']._serialized_end=4626
+  _globals['_CONSENSUSREQUEST']._serialized_start=4628
+  _globals['_CONSENSUSREQUEST']._serialized_end=4694
+  _globals['_CONSENSUSRESPONSE']._serialized_start=4696
+  _globals['_CONSENSUSRESPONSE']._serialized_end=4733
+  _globals['_CHANGECONFIGREQUEST']._serialized_start=4736
+  _globals['_CHANGECONFIGREQUEST']._serialized_end=4908
+  _globals['_CHANGECONFIGRESPONSE']._serialized_start=4910
+  _globals['_CHANGECONFIGRESPONSE']._serialized_end=4982
 # @@protoc_insertion_point(module_scope)

@@ -63,6 +63,13 @@ class ReplicaStatusPB(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     REPLICA_OK: _ClassVar[ReplicaStatusPB]
     REPLICA_TABLET_NOT_FOUND: _ClassVar[ReplicaStatusPB]
     REPLICA_TABLET_DELETED: _ClassVar[ReplicaStatusPB]
+
+class ConfigChangeTypePB(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CONFIG_CHANGE_UNKNOWN: _ClassVar[ConfigChangeTypePB]
+    ADD_SERVER: _ClassVar[ConfigChangeTypePB]
+    REMOVE_SERVER: _ClassVar[ConfigChangeTypePB]
+    CHANGE_ROLE: _ClassVar[ConfigChangeTypePB]
 TYPE_UNKNOWN: DataType
 INT64: DataType
 INT32: DataType
@@ -99,6 +106,10 @@ IS_NOT_NULL: PredicateOp
 REPLICA_OK: ReplicaStatusPB
 REPLICA_TABLET_NOT_FOUND: ReplicaStatusPB
 REPLICA_TABLET_DELETED: ReplicaStatusPB
+CONFIG_CHANGE_UNKNOWN: ConfigChangeTypePB
+ADD_SERVER: ConfigChangeTypePB
+REMOVE_SERVER: ConfigChangeTypePB
+CHANGE_ROLE: ConfigChangeTypePB
 
 class InstancePB(_message.Message):
     __slots__ = ("uuid", "format_time_ms")
@@ -575,3 +586,21 @@ class ConsensusResponse(_message.Message):
     ACCEPTED_FIELD_NUMBER: _ClassVar[int]
     accepted: int
     def __init__(self, accepted: _Optional[int] = ...) -> None: ...
+
+class ChangeConfigRequest(_message.Message):
+    __slots__ = ("tablet_id", "type", "peer", "cas_config_index")
+    TABLET_ID_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    PEER_FIELD_NUMBER: _ClassVar[int]
+    CAS_CONFIG_INDEX_FIELD_NUMBER: _ClassVar[int]
+    tablet_id: str
+    type: ConfigChangeTypePB
+    peer: RaftPeerPB
+    cas_config_index: int
+    def __init__(self, tablet_id: _Optional[str] = ..., type: _Optional[_Union[ConfigChangeTypePB, str]] = ..., peer: _Optional[_Union[RaftPeerPB, _Mapping]] = ..., cas_config_index: _Optional[int] = ...) -> None: ...
+
+class ChangeConfigResponse(_message.Message):
+    __slots__ = ("committed_config",)
+    COMMITTED_CONFIG_FIELD_NUMBER: _ClassVar[int]
+    committed_config: RaftConfigPB
+    def __init__(self, committed_config: _Optional[_Union[RaftConfigPB, _Mapping]] = ...) -> None: ...

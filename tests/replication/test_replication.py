@@ -138,9 +138,7 @@ def test_kill_leader_under_write_load_loses_no_acknowledged_row(trio: TServerTri
     ids = set(trio.scan_ids(new, "r2"))
     lost = set(acked) - ids
     assert not lost, f"{len(lost)} acknowledged rows lost, e.g. {sorted(lost)[:5]}"
-    assert (
-        "NotLeader" in errors_seen or "Unavailable" in errors_seen or "NotConnected" in errors_seen
-    )
+    assert errors_seen, "the kill went unnoticed by the writer"
 
 
 def test_restarted_follower_catches_up_from_the_leaders_log(trio: TServerTrio):

@@ -33,8 +33,11 @@ import pyarrow.compute as pc
 
 from rpc.errors import (
     AlreadyExists,
+    AlreadyInProgress,
     BadRequest,
+    CasFailed,
     Corruption,
+    IllegalState,
     NotFound,
     NotLeader,
     SchemaVersionMismatch,
@@ -44,7 +47,15 @@ from rpc.errors import (
     TimedOut,
     Unavailable,
 )
-from tservers.consensus.types import Entry, HardState, OpId, ProposalStatus, Role, SoftState
+from tservers.consensus.types import (
+    ConfigChange,
+    Entry,
+    HardState,
+    OpId,
+    ProposalStatus,
+    Role,
+    SoftState,
+)
 from tservers.consensus.types import EntryType as ConsensusEntryType
 from tservers.consensus_wire import config_to_pb
 from tservers.crash import crash_point
@@ -303,11 +314,7 @@ class Tablet:
             changes = self._prepare(ops)
             res = g.propose(payload)
             if res.status is not ProposalStatus.OK:
-                if res.status is ProposalStatus.NOT_LEADER:
-                    raise g.driver.not_leader(self.tablet_id, res.leader_hint)
-                if res.status is ProposalStatus.THROTTLED:
-                    raise Throttled(f"tablet {self.tablet_id}: {res.message}", retry_after_ms=50)
-                raise Unavailable(f"tablet {self.tablet_id}: {res.message}", retry_after_ms=100)
+                raise _proposal_error(self.tablet_id, res, g)
             inflight = _Inflight(res.index, res.term, changes)
             self.waiters[res.index] = inflight
             self.inflight += 1
@@ -320,6 +327,31 @@ class Tablet:
         if inflight.error is not None:
             raise inflight.error
         return OpIdPB(term=res.term, index=res.index)
+
+    def change_config(
+        self, change: ConfigChange, address: str, cas_config_index: int | None, deadline: float
+    ) -> None:
+        """AddServer / RemoveServer / ChangeRole at the leader; returns once the CONFIG entry
+        is committed and applied here (consensus metadata then holds the new config)."""
+        g = self.group
+        assert g is not None, "tablet is not driven by raft"
+        if address:
+            g.driver.learn_addresses({change.uuid: address})
+        with self.lock:
+            self._check_running_locked()
+            res = g.change_config(change, cas_config_index)
+            if res.status is not ProposalStatus.OK:
+                raise _proposal_error(self.tablet_id, res, g)
+            inflight = _Inflight(res.index, res.term, {})
+            self.waiters[res.index] = inflight
+            self.inflight += 1
+        g.wake()
+        if not inflight.event.wait(max(deadline - time.monotonic(), 0.0)):
+            raise TimedOut(
+                f"config change of tablet {self.tablet_id} not committed before the deadline"
+            )
+        if inflight.error is not None:
+            raise inflight.error
 
     # ================================================================ raft driver callbacks
     def apply_entry(self, e: Entry) -> None:
@@ -996,6 +1028,26 @@ class Tablet:
 
     def memstore_rows(self) -> int:
         return len(self.memstore) + (len(self.frozen) if self.frozen else 0)
+
+
+def _proposal_error(tablet_id: str, res, g) -> Exception:
+    """The rpc error of a refused proposal or config change."""
+    st = res.status
+    text = f"tablet {tablet_id}: {res.message or st.value}"
+    if st is ProposalStatus.NOT_LEADER:
+        return g.driver.not_leader(tablet_id, res.leader_hint)
+    if st is ProposalStatus.CAS_FAILED:
+        return CasFailed(text)
+    if st is ProposalStatus.ALREADY_IN_PROGRESS:
+        return AlreadyInProgress(text)
+    if st is ProposalStatus.ILLEGAL_STATE:
+        return IllegalState(text)
+    if st is ProposalStatus.BAD_REQUEST:
+        return BadRequest(text)
+    if st is ProposalStatus.THROTTLED:
+        return Throttled(text, retry_after_ms=50)
+    hint = g.driver.not_leader(tablet_id, res.leader_hint).leader_hint
+    return Unavailable(text, retry_after_ms=100, leader_hint=hint)
 
 
 def _compatible(given: pa.DataType, want: pa.DataType) -> bool:
