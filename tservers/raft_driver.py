@@ -178,6 +178,33 @@ class RaftGroup:
         return upto
 
 
+class _TombstoneSink:
+    """What a vote-only (tombstoned) group needs of a tablet: its hard state persisted."""
+
+    def __init__(self, fs, tablet_id: str, cmeta: ConsensusMetaPB) -> None:
+        self.fs = fs
+        self.tablet_id = tablet_id
+        self.cmeta = cmeta
+        self.wal = None
+
+    def on_soft_state(self, s: SoftState) -> None:
+        pass
+
+    def persist_hard_state(self, hs: HardState) -> None:
+        cm = ConsensusMetaPB()
+        cm.CopyFrom(self.cmeta)
+        cm.current_term = hs.term
+        cm.voted_for = hs.voted_for or ""
+        self.fs.write_cmeta(cm)
+        self.cmeta = cm
+
+    def apply_entry(self, e: Entry) -> None:  # pragma: no cover - a vote-only core has no log
+        raise AssertionError(f"tombstoned replica {self.tablet_id} applying {e}")
+
+    def fail(self, reason: str) -> None:
+        log.error("tombstoned replica %s: %s", self.tablet_id, reason)
+
+
 class _PeerSender:
     """Sends queued messages to one peer server, in order, one batch call at a time."""
 
@@ -353,6 +380,29 @@ class RaftDriver:
         with self._groups_lock:
             self._groups[tablet_id] = g
         self.wake(g)
+        return g
+
+    def add_tombstone(
+        self, tablet_id: str, fs, cmeta: ConsensusMetaPB, last_op_id: OpId
+    ) -> RaftGroup:
+        """A DELETED replica keeps voting with its last op id (seed 000) and persists its
+        term and vote; it never campaigns and answers appends with TABLET_DELETED."""
+        config_pb = cmeta.committed_config
+        self.learn_addresses(peer_addresses(config_pb))
+        term = max(cmeta.current_term, last_op_id.term)
+        core = RaftCore.tombstoned(
+            self.uuid,
+            tablet_id,
+            options=self.options.raft,
+            rng=random.Random(f"{self.uuid}/{tablet_id}/{time.time_ns()}"),
+            hard_state=HardState(term, cmeta.voted_for or None),
+            last_op_id=last_op_id,
+            config=config_from_pb(config_pb),
+            config_index=max(0, config_pb.opid_index),
+        )
+        g = RaftGroup(self, _TombstoneSink(fs, tablet_id, cmeta), core)
+        with self._groups_lock:
+            self._groups[tablet_id] = g
         return g
 
     def remove_group(self, tablet_id: str) -> None:

@@ -236,3 +236,32 @@ def test_alter_schema_one_replica_at_a_time(trio: TServerTrio):
     data = trio.client(new).scan_table("r5")
     assert sorted(data.column("id").to_pylist()) == list(range(23))
     assert data.column_names == ["id", "extra"]
+
+
+def test_tombstoned_replica_keeps_voting(trio: TServerTrio):
+    """A DELETED replica still votes with its last op id (seed 000): with one live voter
+    and one tombstone, the tablet still elects a leader."""
+    trio.create_tablet("r6")
+    lead = trio.leader("r6")
+    last = trio.write(lead, "r6", range(10))
+    a, b = [i for i in range(3) if i != lead]
+    wait_for(lambda: _caught_up(trio, a, "r6", last.op_id.index), 20, "replica a")
+    wait_for(lambda: _caught_up(trio, b, "r6", last.op_id.index), 20, "replica b")
+    tomb = trio.client(a).delete_tablet("r6")
+    assert tomb.index >= last.op_id.index
+    r = trio.report(a, "r6")
+    assert r.status == "TOMBSTONED"
+    term_before = trio.report(b, "r6").current_term
+    trio.kill9(lead)
+    # b needs a's vote: a grants it from the tombstone (b's log is as up to date).
+    wait_for(lambda: (trio.report(b, "r6") or r).role == "LEADER", 30, "b elected with a's vote")
+    assert trio.report(b, "r6").current_term > term_before
+    # The tombstone persisted the term it voted in.
+    wait_for(lambda: trio.report(a, "r6").current_term > term_before, 10, "tombstone's term")
+    # b leads a tablet whose other voters are a tombstone and a dead server: writes cannot
+    # commit (the tombstone answers appends with TABLET_DELETED), reads of old data need
+    # the same majority.
+    c = trio.client(b)
+    c.timeout_s = 2.0
+    with pytest.raises((errors.TimedOut, errors.NotLeader, errors.Unavailable)):
+        trio.write(b, "r6", [99])

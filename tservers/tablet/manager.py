@@ -37,7 +37,7 @@ from rpc.errors import (
     TabletNotFound,
     Unavailable,
 )
-from tservers.consensus.types import ReplicaStatus
+from tservers.consensus.types import OpId, ReplicaStatus
 from tservers.consensus_wire import WireError, config_from_pb
 from tservers.crash import crash_point
 from tservers.fs import FsLayout, move_dir
@@ -144,10 +144,12 @@ class TabletManager:
                     log.info("tablet %s: rolling an interrupted deletion forward", tablet_id)
                     self._roll_forward(sb)
                     crash_point("startup.after_roll_forward")
+                self._start_tombstone(sb)
                 return Replica(tablet_id, sb, TabletStatus.TOMBSTONED)
             if sb.data_state == DataState.COPYING:
                 log.info("tablet %s: found COPYING at startup, deleting self", tablet_id)
                 sb = self._delete_from_step2(sb, sb.last_op_id)
+                self._start_tombstone(sb)
                 return Replica(tablet_id, sb, TabletStatus.TOMBSTONED)
             if sb.data_state != DataState.READY:
                 raise MetaFileCorrupt(f"unknown data state {sb.data_state}")
@@ -208,6 +210,8 @@ class TabletManager:
             # Reserve the id so that concurrent creates of the same tablet fail.
             placeholder = Replica(tablet_id, r.sb if r else None, TabletStatus.BOOTSTRAPPING)
             self.replicas[tablet_id] = placeholder
+        if r is not None:
+            self.driver.remove_group(tablet_id)  # the tombstone's vote-only core
         try:
             cmeta = ConsensusMetaPB(tablet_id=tablet_id)
             if r is not None:  # re-created over a tombstone: terms stay monotonic
@@ -245,6 +249,8 @@ class TabletManager:
                     self.replicas[tablet_id] = r
                 else:
                     self.replicas.pop(tablet_id, None)
+            if r is not None and r.sb is not None and r.status is TabletStatus.TOMBSTONED:
+                self._start_tombstone(r.sb)
             raise
         replica = self._start_ready(sb)
         with self._lock:
@@ -254,6 +260,16 @@ class TabletManager:
         self._wait_lone_voter(replica.tablet, time.monotonic() + LONE_VOTER_READY_S)
         log.info("tablet %s: created (table %s)", tablet_id, req.table_name)
         return replica.tablet
+
+    def _start_tombstone(self, sb: SuperblockPB) -> None:
+        """A DELETED replica votes with its last op id (seed 000); without readable consensus
+        metadata it cannot, and answers as a missing replica."""
+        try:
+            cmeta = self.fs.read_cmeta(sb.tablet_id)
+            last = OpId(sb.last_op_id.term, sb.last_op_id.index)
+            self.driver.add_tombstone(sb.tablet_id, self.fs, cmeta, last)
+        except (MetaFileCorrupt, OSError, WireError, AssertionError) as e:
+            log.warning("tablet %s: tombstone will not vote: %s", sb.tablet_id, e)
 
     def _wait_lone_voter(self, tablet: Tablet, deadline: float) -> None:
         """A tablet whose only voter is this server elects itself at once; wait for that
@@ -305,6 +321,7 @@ class TabletManager:
             r.tablet = None
             r.status = TabletStatus.TOMBSTONED
             r.error = ""
+            self._start_tombstone(sb)
         log.info("tablet %s: deleted (tombstone at %d.%d)", tablet_id, last.term, last.index)
         return last
 
@@ -362,6 +379,8 @@ class TabletManager:
                 raise IllegalState(f"tablet {tablet_id} is already copying")
             if r is not None and r.status is not TabletStatus.TOMBSTONED:
                 raise IllegalState(f"tablet {tablet_id} is {r.status.value}; delete it first")
+            if r is not None:
+                self.driver.remove_group(tablet_id)  # the tombstone's vote-only core
             sb = SuperblockPB()
             if r is not None and r.sb is not None:
                 sb.CopyFrom(r.sb)
