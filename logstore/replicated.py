@@ -15,6 +15,9 @@ a replica (the coordinator's default) and for `logstore serve`. Inside:
 - Latency: commands wake the tick thread through a pipe, and the leader sends AppendEntries
   as soon as a batch of new entries is durable (and again when the commit index moves), so
   neither pysyncobj's 100 ms batching period nor its tick period is on the append path.
+- Throughput: appends are queued and the tick thread turns everything queued since its last
+  tick into ONE Raft command (`_ls_batch`), applied sub-append by sub-append with the exact
+  semantics of single appends; callers wait on a bare lock, not a threading.Event.
 
 This module relies on pysyncobj 0.3.17 internals named in design/logstore.md (the
 `createJournal` hook, `_checkCommandsToApply`, `_onTick`, `_applyCommand` and the private
@@ -490,6 +493,10 @@ class _RaftNode(SyncObj):
         if not self._isLeader():
             return
         grew = self._ls_journal.last_index() != before
+        if not grew and self.raftCommitIndex != self._ls_commit_sent:
+            # Outcomes were just handed to waiting callers: let them take the GIL before
+            # this thread spends time telling the followers about the commit.
+            time.sleep(0)
         if grew or self.raftCommitIndex != self._ls_commit_sent:
             # Send at once instead of at the next heartbeat (pysyncobj's batching period),
             # then group commit: one fdatasync for every entry added in this tick, while
@@ -672,7 +679,7 @@ class ReplicatedLogStore:
             raise BadRequest(f"log name must be 1..{LOG_NAME_BYTES_MAX} bytes")
         if len(data) > ENTRY_BYTES_MAX:
             raise BadRequest(f"entry of {len(data)} bytes exceeds {ENTRY_BYTES_MAX}")
-        inv = tuple(int(i) for i in invalidates)
+        inv = tuple(int(i) for i in invalidates) if invalidates else ()
         if expected_id is not None:
             expected_id = int(expected_id)
         outcome = self._submit(
@@ -709,7 +716,7 @@ class ReplicatedLogStore:
             else:
                 future.set_exception(Unavailable(f"append failed (pysyncobj reason {error})"))
 
-        inv = tuple(int(i) for i in invalidates)
+        inv = tuple(int(i) for i in invalidates) if invalidates else ()
         exp = None if expected_id is None else int(expected_id)
         self._node.ls_enqueue_append((log, bytes(data), exp, inv), done)
         return future
