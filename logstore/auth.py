@@ -21,6 +21,7 @@ import struct
 _SALT = b"logstore-raft-auth-v1"
 _TAG_BYTES = 32
 _TS = struct.Struct("<q")
+_GIL_FREE_BYTES_MIN = 2048  # CPython's hashlib releases the GIL from this input size on
 
 
 class InvalidFrame(Exception):
@@ -40,6 +41,11 @@ class HmacAuthenticator:
         self._last: tuple[bytes, bytes] | None = None
 
     def _tag(self, signed: bytes) -> bytes:
+        if len(signed) < _GIL_FREE_BYTES_MIN:
+            # hmac.new keeps the GIL for short inputs; the one-shot hmac.digest always
+            # releases it, and pysyncobj's tick thread (the bottleneck under load) then
+            # waits for the GIL behind every caller thread.
+            return hmac.new(self._key, signed, hashlib.sha256).digest()
         return hmac.digest(self._key, signed, "sha256")
 
     def encrypt_at_time(self, data: bytes, current_time: int) -> bytes:
