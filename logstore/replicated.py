@@ -520,8 +520,9 @@ class _RaftNode(SyncObj):
             self._ls_commit_sent = self.raftCommitIndex
             self._SyncObj__sendAppendEntries()
             self._ls_journal.sync()
-            if grew and self._ls_waker is not None:
+            if grew and self._ls_waker is not None and not self.otherNodes:
                 # A lone leader commits on its next tick; do not wait for a poll timeout.
+                # (With followers, their acknowledgements wake the tick thread.)
                 self._ls_waker.notify()
 
     def _ls_maybe_compact(self) -> None:
