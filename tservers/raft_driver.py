@@ -34,6 +34,7 @@ from rpc.client import RpcClient, Transport
 from tservers.consensus import (
     AppendRequest,
     ConfigChange,
+    CopyReason,
     Entry,
     HardState,
     Message,
@@ -47,6 +48,7 @@ from tservers.consensus import (
     ReplicaStatus,
     Role,
     SoftState,
+    TabletCopyRequest,
     missing_replica_response,
 )
 from tservers.consensus_wire import (
@@ -56,12 +58,22 @@ from tservers.consensus_wire import (
     message_to_pb,
     peer_addresses,
 )
-from tservers.tserver_pb2 import ConsensusMetaPB, ConsensusRequest, ConsensusResponse, LogEntryPB
+from tservers.tserver_pb2 import (
+    ConsensusMetaPB,
+    ConsensusRequest,
+    ConsensusResponse,
+    DataState,
+    LogEntryPB,
+    StartTabletCopyRequest,
+    StartTabletCopyResponse,
+)
 from tservers.wal.log import Appender
 
 log = logging.getLogger(__name__)
 
 CONSENSUS_METHOD = "TServer.Consensus"
+COPY_BACKOFF_INITIAL_S = 1.0
+COPY_BACKOFF_MAX_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +126,7 @@ class RaftGroup:
         self._read_ids = itertools.count(1)
         self.closed = False
         self.failed = False
-        self.copy_logged: dict[str, float] = {}
+        self.copy_backoff: dict[str, tuple[float, float]] = {}  # peer -> (next, delay)
 
     # ------------------------------------------------------------ rpc threads
     def propose(self, payload: bytes) -> ProposeResult:
@@ -302,6 +314,8 @@ class RaftDriver:
         # queue makes the driver wait (backpressure).
         self._apply_q: queue.Queue = queue.Queue(maxsize=self.options.apply_queue_max)
         self._applier: threading.Thread | None = None
+        self._kicks: queue.Queue = queue.Queue(maxsize=256)  # StartTabletCopy calls to make
+        self._kicker: threading.Thread | None = None
         self.messages_in = 0
         self.messages_dropped = 0
 
@@ -312,6 +326,8 @@ class RaftDriver:
         self._thread.start()
         self._applier = threading.Thread(target=self._apply_loop, name="raft-apply", daemon=True)
         self._applier.start()
+        self._kicker = threading.Thread(target=self._kick_loop, name="copy-kick", daemon=True)
+        self._kicker.start()
         return self
 
     def close(self, timeout_s: float = 5.0) -> None:
@@ -321,6 +337,12 @@ class RaftDriver:
             self._cond.notify()
         if self._thread is not None:
             self._thread.join(max(0.1, deadline - time.monotonic()))
+        if self._kicker is not None:
+            try:
+                self._kicks.put(None, timeout=max(0.1, deadline - time.monotonic()))
+            except queue.Full:
+                log.warning("copy request queue full at close")
+            self._kicker.join(max(0.1, deadline - time.monotonic()))
         if self._applier is not None:
             try:
                 self._apply_q.put(None, timeout=max(0.1, deadline - time.monotonic()))
@@ -597,17 +619,8 @@ class RaftDriver:
                 # Applied in order on the apply thread; reads are released after the entries
                 # before them (the core hands out an OK read only with its entries).
                 self._apply_q.put((g, rd.committed_entries, rd.reads))
-            now = time.monotonic()
             for c in rd.copy_requests:
-                if now - g.copy_logged.get(c.peer_uuid, -1e9) > 60.0:
-                    g.copy_logged[c.peer_uuid] = now
-                    log.warning(
-                        "tablet %s: peer %s needs a tablet copy (%s); tablet copy is not "
-                        "implemented yet",
-                        g.tablet_id,
-                        c.peer_uuid,
-                        c.reason.value,
-                    )
+                self._kick_copy(g, c)
 
     def _apply_loop(self) -> None:
         while True:
@@ -626,6 +639,54 @@ class RaftDriver:
                 if w is not None:
                     w.result = r
                     w.event.set()
+
+    def _kick_copy(self, g: RaftGroup, c: TabletCopyRequest) -> None:
+        """Ask a peer to copy the tablet from here (StartTabletCopy), with backoff per peer."""
+        now = time.monotonic()
+        next_at, delay = g.copy_backoff.get(c.peer_uuid, (0.0, COPY_BACKOFF_INITIAL_S))
+        if now < next_at:
+            return
+        g.copy_backoff[c.peer_uuid] = (now + delay, min(delay * 2, COPY_BACKOFF_MAX_S))
+        address = self.addresses.get(c.peer_uuid, "")
+        if not address:
+            return
+        expected = {
+            CopyReason.TABLET_NOT_FOUND: DataState.DATA_STATE_UNKNOWN,
+            CopyReason.TABLET_DELETED: DataState.DELETED,
+            CopyReason.LOG_COMPACTED: DataState.READY,
+        }[c.reason]
+        req = StartTabletCopyRequest(
+            tablet_id=c.tablet_id,
+            source_uuid=self.uuid,
+            source_address=self.address,
+            caller_term=c.leader_term,
+            expected_state=expected,
+        )
+        try:
+            self._kicks.put_nowait((c.peer_uuid, address, req))
+        except queue.Full:
+            log.debug("copy request queue full; %s will be asked again", c.peer_uuid)
+
+    def _kick_loop(self) -> None:
+        while True:
+            item = self._kicks.get()
+            if item is None:
+                return
+            peer, address, req = item
+            try:
+                with RpcClient(address, self.uuid, transport=self.transport) as rc:
+                    rc.call(
+                        peer,
+                        "TServer.StartTabletCopy",
+                        req,
+                        StartTabletCopyResponse,
+                        timeout_s=self.options.send_timeout_s,
+                    )
+                log.info("tablet %s: peer %s starts a tablet copy from here", req.tablet_id, peer)
+            except errors.AlreadyInProgress:
+                pass
+            except errors.RpcError as e:
+                log.info("tablet %s: StartTabletCopy to %s: %s", req.tablet_id, peer, e)
 
     def _fail(self, g: RaftGroup, reason: str) -> None:
         g.failed = True

@@ -29,6 +29,8 @@ from tservers.tablet.manager import TabletManager, check_tablet_id
 from tservers.tserver_pb2 import (
     AlterSchemaRequest,
     AlterSchemaResponse,
+    BeginCopySessionRequest,
+    BeginCopySessionResponse,
     ChangeConfigRequest,
     ChangeConfigResponse,
     ConfigChangeTypePB,
@@ -38,6 +40,9 @@ from tservers.tserver_pb2 import (
     CreateTabletResponse,
     DeleteTabletRequest,
     DeleteTabletResponse,
+    EndCopySessionRequest,
+    EndCopySessionResponse,
+    FetchCopyChunkRequest,
     GetSchemaRequest,
     GetSchemaResponse,
     ListTabletsRequest,
@@ -45,6 +50,8 @@ from tservers.tserver_pb2 import (
     OpType,
     ScanRequest,
     ScanResponse,
+    StartTabletCopyRequest,
+    StartTabletCopyResponse,
     StatusRequest,
     StatusResponse,
     WriteRequest,
@@ -98,10 +105,32 @@ class TServerService:
         server.register("TServer.ListTablets", ListTabletsRequest, self.list_tablets)
         server.register("TServer.Status", StatusRequest, self.status)
         server.register("TServer.ChangeConfig", ChangeConfigRequest, self.change_config)
+        server.register("TServer.StartTabletCopy", StartTabletCopyRequest, self.start_copy)
+        server.register("TServer.BeginCopySession", BeginCopySessionRequest, self.begin_copy)
+        server.register("TServer.FetchCopyChunk", FetchCopyChunkRequest, self.fetch_chunk)
+        server.register("TServer.EndCopySession", EndCopySessionRequest, self.end_copy)
         # Inline (on the rpc I/O thread): it only queues messages for the driver, and it must
         # never wait behind writes that occupy every worker while they wait for a commit
         # that needs these very messages.
         server.register("TServer.Consensus", ConsensusRequest, self.consensus, inline=True)
+
+    # ------------------------------------------------------------ tablet copy
+    def start_copy(self, req: StartTabletCopyRequest, ctx: CallContext) -> StartTabletCopyResponse:
+        self.manager.copy_jobs.start(req)
+        return StartTabletCopyResponse()
+
+    def begin_copy(
+        self, req: BeginCopySessionRequest, ctx: CallContext
+    ) -> BeginCopySessionResponse:
+        check_tablet_id(req.tablet_id)
+        return self.manager.copy_source.begin(req)
+
+    def fetch_chunk(self, req: FetchCopyChunkRequest, ctx: CallContext) -> Reply:
+        resp, data = self.manager.copy_source.fetch(req)
+        return Reply(resp, [data])
+
+    def end_copy(self, req: EndCopySessionRequest, ctx: CallContext) -> EndCopySessionResponse:
+        return self.manager.copy_source.end(req)
 
     # ------------------------------------------------------------ consensus
     def change_config(self, req: ChangeConfigRequest, ctx: CallContext) -> ChangeConfigResponse:

@@ -604,3 +604,79 @@ class ChangeConfigResponse(_message.Message):
     COMMITTED_CONFIG_FIELD_NUMBER: _ClassVar[int]
     committed_config: RaftConfigPB
     def __init__(self, committed_config: _Optional[_Union[RaftConfigPB, _Mapping]] = ...) -> None: ...
+
+class StartTabletCopyRequest(_message.Message):
+    __slots__ = ("tablet_id", "source_uuid", "source_address", "caller_term", "expected_state")
+    TABLET_ID_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_UUID_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    CALLER_TERM_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_STATE_FIELD_NUMBER: _ClassVar[int]
+    tablet_id: str
+    source_uuid: str
+    source_address: str
+    caller_term: int
+    expected_state: DataState
+    def __init__(self, tablet_id: _Optional[str] = ..., source_uuid: _Optional[str] = ..., source_address: _Optional[str] = ..., caller_term: _Optional[int] = ..., expected_state: _Optional[_Union[DataState, str]] = ...) -> None: ...
+
+class StartTabletCopyResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class BeginCopySessionRequest(_message.Message):
+    __slots__ = ("tablet_id",)
+    TABLET_ID_FIELD_NUMBER: _ClassVar[int]
+    tablet_id: str
+    def __init__(self, tablet_id: _Optional[str] = ...) -> None: ...
+
+class CopyFilePB(_message.Message):
+    __slots__ = ("kind", "name", "size_bytes")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    name: str
+    size_bytes: int
+    def __init__(self, kind: _Optional[str] = ..., name: _Optional[str] = ..., size_bytes: _Optional[int] = ...) -> None: ...
+
+class BeginCopySessionResponse(_message.Message):
+    __slots__ = ("session_id", "superblock", "cmeta", "files")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    SUPERBLOCK_FIELD_NUMBER: _ClassVar[int]
+    CMETA_FIELD_NUMBER: _ClassVar[int]
+    FILES_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    superblock: SuperblockPB
+    cmeta: ConsensusMetaPB
+    files: _containers.RepeatedCompositeFieldContainer[CopyFilePB]
+    def __init__(self, session_id: _Optional[str] = ..., superblock: _Optional[_Union[SuperblockPB, _Mapping]] = ..., cmeta: _Optional[_Union[ConsensusMetaPB, _Mapping]] = ..., files: _Optional[_Iterable[_Union[CopyFilePB, _Mapping]]] = ...) -> None: ...
+
+class FetchCopyChunkRequest(_message.Message):
+    __slots__ = ("session_id", "kind", "name", "offset", "bytes_max")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    BYTES_MAX_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    kind: str
+    name: str
+    offset: int
+    bytes_max: int
+    def __init__(self, session_id: _Optional[str] = ..., kind: _Optional[str] = ..., name: _Optional[str] = ..., offset: _Optional[int] = ..., bytes_max: _Optional[int] = ...) -> None: ...
+
+class FetchCopyChunkResponse(_message.Message):
+    __slots__ = ("crc32c",)
+    CRC32C_FIELD_NUMBER: _ClassVar[int]
+    crc32c: int
+    def __init__(self, crc32c: _Optional[int] = ...) -> None: ...
+
+class EndCopySessionRequest(_message.Message):
+    __slots__ = ("session_id",)
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    def __init__(self, session_id: _Optional[str] = ...) -> None: ...
+
+class EndCopySessionResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

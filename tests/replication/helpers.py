@@ -41,15 +41,16 @@ def rows(ids) -> pa.Table:
 class TServerTrio:
     """Three tablet servers, each with its own fs root; kill -9 and restart on one address."""
 
-    def __init__(self, tmp_path: Path, n: int = 3) -> None:
+    def __init__(self, tmp_path: Path, n: int = 3, extra_args=()) -> None:
         self.roots = [tmp_path / f"ts{i}" for i in range(n)]
+        self.extra_args = list(extra_args)
         self.procs: list[TServerProcess] = []
         self._clients: dict[int, TabletServerClient] = {}
 
     def start_all(self) -> None:
         for root in self.roots:
             FsLayout.format(root)
-            self.procs.append(TServerProcess(root).start())
+            self.procs.append(TServerProcess(root, extra_args=self.extra_args).start())
 
     def stop_all(self) -> None:
         for c in self._clients.values():
@@ -62,11 +63,11 @@ class TServerTrio:
         self._drop_client(i)
         self.procs[i].kill9()
 
-    def restart(self, i: int) -> None:
+    def restart(self, i: int, env: dict[str, str] | None = None) -> None:
         self._drop_client(i)
         old = self.procs[i]
         old.stop()
-        p = TServerProcess(old.root)
+        p = TServerProcess(old.root, extra_args=self.extra_args, env=env)
         p.port, p.address = old.port, old.address
         self.procs[i] = p.start()
 

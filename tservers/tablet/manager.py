@@ -45,6 +45,7 @@ from tservers.metafile import MetaFileCorrupt, fsync_dir, write_atomic
 from tservers.raft_driver import DriverOptions, RaftDriver
 from tservers.tablet import schema as schemamod
 from tservers.tablet.tablet import Tablet, TabletOptions, TabletStatus
+from tservers.tablet_copy import CopyJobs, CopySource
 from tservers.tserver_pb2 import (
     ConsensusMetaPB,
     CreateTabletRequest,
@@ -111,6 +112,8 @@ class TabletManager:
         self.driver = RaftDriver(
             fs.uuid, self.appender, driver_opts, missing_status=self._missing_status
         )
+        self.copy_source = CopySource(self)
+        self.copy_jobs: CopyJobs | None = None  # started by open()
         self._lock = threading.Lock()
         self.replicas: dict[str, Replica] = {}
         self._stop = threading.Event()
@@ -120,6 +123,7 @@ class TabletManager:
     # ================================================================ startup
     def open(self) -> None:
         self.driver.start()
+        self.copy_jobs = CopyJobs(self)
         for tablet_id in self.fs.tablet_ids():
             self.replicas[tablet_id] = self._startup_one(tablet_id)
         deadline = time.monotonic() + LONE_VOTER_READY_S
@@ -391,6 +395,38 @@ class TabletManager:
             self.replicas[tablet_id] = Replica(tablet_id, sb, TabletStatus.COPYING)
         crash_point("copy.after_copying_superblock")
 
+    def finish_copy(self, tablet_id: str, remote_sb: SuperblockPB) -> None:
+        """Copy steps 5 and 6: superblock READY (fsynced), then start the replica."""
+        with self._lock:
+            r = self.replicas.get(tablet_id)
+        if r is None or r.status is not TabletStatus.COPYING:
+            raise IllegalState(f"tablet {tablet_id} is not copying")
+        sb = SuperblockPB()
+        sb.CopyFrom(remote_sb)
+        sb.tablet_id = tablet_id
+        sb.data_state = DataState.READY
+        sb.quarantine_path = ""
+        sb.ClearField("last_op_id")
+        self.fs.write_superblock(sb)
+        crash_point("copy.after_ready_superblock")
+        replica = self._start_ready(sb)
+        with self._lock:
+            self.replicas[tablet_id] = replica
+        if replica.status is not TabletStatus.RUNNING:
+            raise TabletFailed(f"copied tablet {tablet_id} failed to start: {replica.error}")
+
+    def abort_copy(self, tablet_id: str) -> None:
+        """A failed copy: the COPYING replica deletes itself (last op id kept) and votes on."""
+        with self._lock:
+            r = self.replicas.get(tablet_id)
+        if r is None or r.status is not TabletStatus.COPYING or r.sb is None:
+            return
+        with r.lock:
+            sb = self._delete_from_step2(r.sb, r.sb.last_op_id)
+            r.sb = sb
+            r.status = TabletStatus.TOMBSTONED
+            self._start_tombstone(sb)
+
     # ================================================================ data path
     def _replica(self, tablet_id: str) -> Replica:
         with self._lock:
@@ -522,6 +558,8 @@ class TabletManager:
             tablets = [r.tablet for r in self.replicas.values() if r.tablet is not None]
         for t in tablets:
             t.shutdown(max(0.1, deadline - time.monotonic()))
+        if self.copy_jobs is not None:
+            self.copy_jobs.close(max(0.1, deadline - time.monotonic()))
         self.driver.close(max(0.1, deadline - time.monotonic()))
         self.appender.close(max(0.1, deadline - time.monotonic()))
 

@@ -189,6 +189,7 @@ class Tablet:
         self.waiters: dict[int, _Inflight] = {}  # index -> write proposed here
         self.barrier = False
         self.switching = False  # an alter is flushing and switching the schema
+        self.copy_anchors = 0  # tablet copy sessions reading this replica's files
         self.applied_index = 0
         self.applied_term = 0
         # Raft, as the driver last reported it (soft state) and the group driving it.
@@ -712,9 +713,11 @@ class Tablet:
                     self.frozen = None
                 raise
             assert self.wal is not None
-            # Lagging peers may still need entries below the flushed index (WAL retention).
+            # Lagging peers may still need entries below the flushed index (WAL retention);
+            # a tablet copy session in progress needs every segment it listed.
             gc_index = self.group.compact_for_flush(index) if self.group is not None else index
-            self.wal.gc(gc_index)
+            if not self.copy_anchors:
+                self.wal.gc(gc_index)
             log.info(
                 "tablet %s: flushed %d rows to %s (flushed index %d)",
                 self.tablet_id,
@@ -730,6 +733,8 @@ class Tablet:
             with self.lock:
                 if len(self.blocks) < 2 or self.status is not TabletStatus.RUNNING:
                     return False
+                if self.copy_anchors:
+                    return False  # a copy session reads the current blocks
                 blocks = list(self.blocks)
                 block_id = self.sb.next_block_id
             merged = self._merge([b for _, b in blocks], None)
