@@ -85,7 +85,8 @@ def test_snapshot_holds_only_live_data(tmp_path):
 
 def test_command_encoding_is_stable(tmp_path):
     """Offline readers (the log tool) decode journal commands: type byte, then a pickle of
-    (method id, args) with _ls_append = 0 and _ls_barrier = 1 (design/logstore.md)."""
+    (method id, args) with _ls_append = 0, _ls_barrier = 1 and _ls_batch = 2
+    (design/logstore.md; batches are checked in test_batch.py)."""
     import pickle
 
     (store,) = stores = start_cluster(tmp_path, 1)
