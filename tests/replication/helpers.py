@@ -143,7 +143,13 @@ class TServerTrio:
             for i in self.alive():
                 try:
                     return self.write(i, tablet_id, ids)
-                except (errors.NotLeader, errors.Unavailable, errors.TimedOut) as e:
+                except (
+                    errors.NotLeader,
+                    errors.Unavailable,
+                    errors.TimedOut,
+                    errors.TabletNotFound,
+                    errors.TabletDeleted,
+                ) as e:  # not a replica (any more), or not the leader
                     last = e
             time.sleep(0.05)
         raise AssertionError(f"no leader took the write before the deadline: {last}")
