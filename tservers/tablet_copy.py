@@ -25,6 +25,8 @@ import secrets
 import shutil
 import threading
 import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,6 +55,7 @@ log = logging.getLogger(__name__)
 SESSION_IDLE_S = 60.0
 SESSIONS_MAX = 16
 CHUNK_BYTES_MAX = 4 << 20
+FETCHES_IN_FLIGHT = 2  # chunk fetches outstanding per file, overlapping the disk writes
 JOBS_QUEUE_MAX = 8
 CALL_TIMEOUT_S = 30.0
 
@@ -296,30 +299,44 @@ class CopyJobs:
         )
 
     def _download(self, rc: RpcClient, req, session_id: str, f: CopyFilePB, dest: Path) -> int:
+        """Fetch a file in CRC-checked chunks, FETCHES_IN_FLIGHT at a time (so the transfer
+        overlaps the disk writes), write it to `.tmp`, fsync, rename into place."""
+
+        def fetch(offset: int) -> bytes:
+            resp, sidecars = rc.call_with_sidecars(
+                req.source_uuid,
+                "TServer.FetchCopyChunk",
+                FetchCopyChunkRequest(
+                    session_id=session_id,
+                    kind=f.kind,
+                    name=f.name,
+                    offset=offset,
+                    bytes_max=CHUNK_BYTES_MAX,
+                ),
+                FetchCopyChunkResponse,
+                timeout_s=CALL_TIMEOUT_S,
+                idempotent=True,
+            )
+            data = bytes(sidecars[0]) if sidecars else b""
+            want = min(CHUNK_BYTES_MAX, f.size_bytes - offset)
+            if len(data) != want or crc32c.crc32c(data) != resp.crc32c:
+                raise errors.Corruption(f"chunk of {f.name} at {offset}: bad CRC or length")
+            return data
+
         tmp = dest / (f.name + ".tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            offset = 0
-            while offset < f.size_bytes:
-                resp, sidecars = rc.call_with_sidecars(
-                    req.source_uuid,
-                    "TServer.FetchCopyChunk",
-                    FetchCopyChunkRequest(
-                        session_id=session_id,
-                        kind=f.kind,
-                        name=f.name,
-                        offset=offset,
-                        bytes_max=CHUNK_BYTES_MAX,
-                    ),
-                    FetchCopyChunkResponse,
-                    timeout_s=CALL_TIMEOUT_S,
-                    idempotent=True,
-                )
-                data = bytes(sidecars[0]) if sidecars else b""
-                if not data or crc32c.crc32c(data) != resp.crc32c:
-                    raise errors.Corruption(f"chunk of {f.name} at {offset}: bad CRC or empty")
-                os.pwrite(fd, data, offset)
-                offset += len(data)
+            offsets = list(range(0, f.size_bytes, CHUNK_BYTES_MAX))
+            with ThreadPoolExecutor(FETCHES_IN_FLIGHT, thread_name_prefix="copy-fetch") as pool:
+                pending: deque = deque()
+                for off in offsets:
+                    pending.append((off, pool.submit(fetch, off)))
+                    if len(pending) >= FETCHES_IN_FLIGHT:
+                        o, fut = pending.popleft()
+                        os.pwrite(fd, fut.result(), o)
+                while pending:
+                    o, fut = pending.popleft()
+                    os.pwrite(fd, fut.result(), o)
             os.fsync(fd)
         finally:
             os.close(fd)
