@@ -9,8 +9,9 @@ it durable and the leader applied it. Target: rf3 >= 50% of rf1.
 Then tablet copy: (a) the copy data path as a follower runs it (copy session at the rf3
 leader, every file fetched in 4 MiB CRC-checked chunks, two in flight, written and
 fsynced), next to a raw zmq transfer of the same bytes in the same chunks on loopback
-(DEALER/ROUTER, no protobuf, no disk); (b) end to end: a follower's replica deleted, the leader copies it back, until the
-replica runs again with every entry applied (includes start-up and WAL replay).
+(DEALER/ROUTER, no protobuf, no disk); (b) end to end: a follower's replica deleted, the
+leader copies it back, until the replica runs again with every entry applied (includes
+start-up and WAL replay).
 
     .venv/bin/python bench/replication.py [--batches 30] [--writers 4]
 """
