@@ -58,6 +58,7 @@ class TableInfo:
     pending_op_id: int = 0  # an operation on this table between STARTED and DONE
     # Requests whose results live in this table's records (carried when those are invalidated).
     requests: tuple[tuple[str, int, int], ...] = ()  # (client_id, seq, schema_version)
+    replication_record_id: int = 0  # the live SetReplication record, 0 if none
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,13 +72,22 @@ class TabletInfo:
 
 @dataclass(frozen=True, slots=True)
 class TabletReportInfo:
-    """Unlogged: the last heartbeat report about a tablet from one of its replicas."""
+    """Unlogged: the last heartbeat report about a tablet, preferably from its leader (a
+    leader's report replaces any report of an older or equal term; a follower's report is
+    kept only while no leader has reported)."""
 
     leader_uuid: str
     term: int
     config_index: int
     config_uuids: tuple[str, ...]
     reported_at: float
+    reporter_uuid: str = ""
+    role: str = ""
+    member_types: tuple[str, ...] = ()  # of config_uuids, same order; () when not reported
+
+    @property
+    def from_leader(self) -> bool:
+        return self.role == "LEADER" and self.reporter_uuid == self.leader_uuid
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,10 +145,20 @@ class Catalog:
             key=lambda s: s.uuid,
         )
 
+    def current_replicas(self, tablet_id: str) -> tuple[str, ...]:
+        """The tablet's replicas: the committed config its leader (or, until a leader
+        reports, a replica) last reported; the placement decided at creation before any
+        report."""
+        report = self.tablet_reports.get(tablet_id)
+        if report is not None and report.config_uuids:
+            return report.config_uuids
+        tablet = self.tablets.get(tablet_id)
+        return tablet.replicas if tablet is not None else ()
+
     def replica_counts(self) -> dict[str, int]:
         counts = {uuid: 0 for uuid in self.servers}
         for tablet in self.tablets.values():
-            for uuid in tablet.replicas:
+            for uuid in self.current_replicas(tablet.tablet_id):
                 if uuid in counts:
                     counts[uuid] += 1
         return counts

@@ -217,8 +217,22 @@ class RemoveServer(_message.Message):
     previous_record_id: int
     def __init__(self, header: _Optional[_Union[OpHeader, _Mapping]] = ..., server_uuid: _Optional[str] = ..., previous_record_id: _Optional[int] = ...) -> None: ...
 
+class SetReplication(_message.Message):
+    __slots__ = ("header", "table_id", "replication_factor", "old_replication_factor", "previous_record_id")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    TABLE_ID_FIELD_NUMBER: _ClassVar[int]
+    REPLICATION_FACTOR_FIELD_NUMBER: _ClassVar[int]
+    OLD_REPLICATION_FACTOR_FIELD_NUMBER: _ClassVar[int]
+    PREVIOUS_RECORD_ID_FIELD_NUMBER: _ClassVar[int]
+    header: OpHeader
+    table_id: str
+    replication_factor: int
+    old_replication_factor: int
+    previous_record_id: int
+    def __init__(self, header: _Optional[_Union[OpHeader, _Mapping]] = ..., table_id: _Optional[str] = ..., replication_factor: _Optional[int] = ..., old_replication_factor: _Optional[int] = ..., previous_record_id: _Optional[int] = ...) -> None: ...
+
 class LogRecord(_message.Message):
-    __slots__ = ("lease", "create_table", "drop_table", "alter_table", "enlist_server", "server_down", "remove_server")
+    __slots__ = ("lease", "create_table", "drop_table", "alter_table", "enlist_server", "server_down", "remove_server", "set_replication")
     LEASE_FIELD_NUMBER: _ClassVar[int]
     CREATE_TABLE_FIELD_NUMBER: _ClassVar[int]
     DROP_TABLE_FIELD_NUMBER: _ClassVar[int]
@@ -226,6 +240,7 @@ class LogRecord(_message.Message):
     ENLIST_SERVER_FIELD_NUMBER: _ClassVar[int]
     SERVER_DOWN_FIELD_NUMBER: _ClassVar[int]
     REMOVE_SERVER_FIELD_NUMBER: _ClassVar[int]
+    SET_REPLICATION_FIELD_NUMBER: _ClassVar[int]
     lease: Lease
     create_table: CreateTable
     drop_table: DropTable
@@ -233,7 +248,8 @@ class LogRecord(_message.Message):
     enlist_server: EnlistServer
     server_down: ServerDown
     remove_server: RemoveServer
-    def __init__(self, lease: _Optional[_Union[Lease, _Mapping]] = ..., create_table: _Optional[_Union[CreateTable, _Mapping]] = ..., drop_table: _Optional[_Union[DropTable, _Mapping]] = ..., alter_table: _Optional[_Union[AlterTable, _Mapping]] = ..., enlist_server: _Optional[_Union[EnlistServer, _Mapping]] = ..., server_down: _Optional[_Union[ServerDown, _Mapping]] = ..., remove_server: _Optional[_Union[RemoveServer, _Mapping]] = ...) -> None: ...
+    set_replication: SetReplication
+    def __init__(self, lease: _Optional[_Union[Lease, _Mapping]] = ..., create_table: _Optional[_Union[CreateTable, _Mapping]] = ..., drop_table: _Optional[_Union[DropTable, _Mapping]] = ..., alter_table: _Optional[_Union[AlterTable, _Mapping]] = ..., enlist_server: _Optional[_Union[EnlistServer, _Mapping]] = ..., server_down: _Optional[_Union[ServerDown, _Mapping]] = ..., remove_server: _Optional[_Union[RemoveServer, _Mapping]] = ..., set_replication: _Optional[_Union[SetReplication, _Mapping]] = ...) -> None: ...
 
 class TableSummary(_message.Message):
     __slots__ = ("table_id", "name", "state")
@@ -246,26 +262,32 @@ class TableSummary(_message.Message):
     def __init__(self, table_id: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[str] = ...) -> None: ...
 
 class ReplicaLocation(_message.Message):
-    __slots__ = ("server_uuid", "address", "is_leader", "server_state")
+    __slots__ = ("server_uuid", "address", "is_leader", "server_state", "member_type")
     SERVER_UUID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     IS_LEADER_FIELD_NUMBER: _ClassVar[int]
     SERVER_STATE_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_TYPE_FIELD_NUMBER: _ClassVar[int]
     server_uuid: str
     address: str
     is_leader: bool
     server_state: str
-    def __init__(self, server_uuid: _Optional[str] = ..., address: _Optional[str] = ..., is_leader: _Optional[bool] = ..., server_state: _Optional[str] = ...) -> None: ...
+    member_type: str
+    def __init__(self, server_uuid: _Optional[str] = ..., address: _Optional[str] = ..., is_leader: _Optional[bool] = ..., server_state: _Optional[str] = ..., member_type: _Optional[str] = ...) -> None: ...
 
 class TabletLocation(_message.Message):
-    __slots__ = ("tablet_id", "partition", "replicas")
+    __slots__ = ("tablet_id", "partition", "replicas", "config_index", "replication_factor")
     TABLET_ID_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_INDEX_FIELD_NUMBER: _ClassVar[int]
+    REPLICATION_FACTOR_FIELD_NUMBER: _ClassVar[int]
     tablet_id: str
     partition: Partition
     replicas: _containers.RepeatedCompositeFieldContainer[ReplicaLocation]
-    def __init__(self, tablet_id: _Optional[str] = ..., partition: _Optional[_Union[Partition, _Mapping]] = ..., replicas: _Optional[_Iterable[_Union[ReplicaLocation, _Mapping]]] = ...) -> None: ...
+    config_index: int
+    replication_factor: int
+    def __init__(self, tablet_id: _Optional[str] = ..., partition: _Optional[_Union[Partition, _Mapping]] = ..., replicas: _Optional[_Iterable[_Union[ReplicaLocation, _Mapping]]] = ..., config_index: _Optional[int] = ..., replication_factor: _Optional[int] = ...) -> None: ...
 
 class CreateTableRequest(_message.Message):
     __slots__ = ("request_id", "name", "schema", "num_tablets", "replication_factor")
@@ -422,7 +444,7 @@ class EnlistServerResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class TabletReport(_message.Message):
-    __slots__ = ("tablet_id", "data_state", "role", "term", "config_index", "config_uuids", "leader_uuid", "last_op_index", "schema_version")
+    __slots__ = ("tablet_id", "data_state", "role", "term", "config_index", "config_uuids", "leader_uuid", "last_op_index", "schema_version", "config_member_types")
     TABLET_ID_FIELD_NUMBER: _ClassVar[int]
     DATA_STATE_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
@@ -432,6 +454,7 @@ class TabletReport(_message.Message):
     LEADER_UUID_FIELD_NUMBER: _ClassVar[int]
     LAST_OP_INDEX_FIELD_NUMBER: _ClassVar[int]
     SCHEMA_VERSION_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_MEMBER_TYPES_FIELD_NUMBER: _ClassVar[int]
     tablet_id: str
     data_state: str
     role: str
@@ -441,7 +464,8 @@ class TabletReport(_message.Message):
     leader_uuid: str
     last_op_index: int
     schema_version: int
-    def __init__(self, tablet_id: _Optional[str] = ..., data_state: _Optional[str] = ..., role: _Optional[str] = ..., term: _Optional[int] = ..., config_index: _Optional[int] = ..., config_uuids: _Optional[_Iterable[str]] = ..., leader_uuid: _Optional[str] = ..., last_op_index: _Optional[int] = ..., schema_version: _Optional[int] = ...) -> None: ...
+    config_member_types: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, tablet_id: _Optional[str] = ..., data_state: _Optional[str] = ..., role: _Optional[str] = ..., term: _Optional[int] = ..., config_index: _Optional[int] = ..., config_uuids: _Optional[_Iterable[str]] = ..., leader_uuid: _Optional[str] = ..., last_op_index: _Optional[int] = ..., schema_version: _Optional[int] = ..., config_member_types: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
     __slots__ = ("server_uuid", "address", "tablets")
@@ -528,3 +552,79 @@ class MembershipResponse(_message.Message):
     MEMBERS_FIELD_NUMBER: _ClassVar[int]
     members: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, members: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class SetReplicationRequest(_message.Message):
+    __slots__ = ("request_id", "name", "replication_factor")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    REPLICATION_FACTOR_FIELD_NUMBER: _ClassVar[int]
+    request_id: RequestId
+    name: str
+    replication_factor: int
+    def __init__(self, request_id: _Optional[_Union[RequestId, _Mapping]] = ..., name: _Optional[str] = ..., replication_factor: _Optional[int] = ...) -> None: ...
+
+class SetReplicationResponse(_message.Message):
+    __slots__ = ("table_id",)
+    TABLE_ID_FIELD_NUMBER: _ClassVar[int]
+    table_id: str
+    def __init__(self, table_id: _Optional[str] = ...) -> None: ...
+
+class MoveReplicaRequest(_message.Message):
+    __slots__ = ("tablet_id", "from_uuid", "to_uuid")
+    TABLET_ID_FIELD_NUMBER: _ClassVar[int]
+    FROM_UUID_FIELD_NUMBER: _ClassVar[int]
+    TO_UUID_FIELD_NUMBER: _ClassVar[int]
+    tablet_id: str
+    from_uuid: str
+    to_uuid: str
+    def __init__(self, tablet_id: _Optional[str] = ..., from_uuid: _Optional[str] = ..., to_uuid: _Optional[str] = ...) -> None: ...
+
+class MoveReplicaResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class RetireServerRequest(_message.Message):
+    __slots__ = ("server_uuid",)
+    SERVER_UUID_FIELD_NUMBER: _ClassVar[int]
+    server_uuid: str
+    def __init__(self, server_uuid: _Optional[str] = ...) -> None: ...
+
+class RetireServerResponse(_message.Message):
+    __slots__ = ("replicas",)
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    replicas: int
+    def __init__(self, replicas: _Optional[int] = ...) -> None: ...
+
+class ReplicationStatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ReplicaMove(_message.Message):
+    __slots__ = ("tablet_id", "from_uuid", "to_uuid")
+    TABLET_ID_FIELD_NUMBER: _ClassVar[int]
+    FROM_UUID_FIELD_NUMBER: _ClassVar[int]
+    TO_UUID_FIELD_NUMBER: _ClassVar[int]
+    tablet_id: str
+    from_uuid: str
+    to_uuid: str
+    def __init__(self, tablet_id: _Optional[str] = ..., from_uuid: _Optional[str] = ..., to_uuid: _Optional[str] = ...) -> None: ...
+
+class ReplicationStatusResponse(_message.Message):
+    __slots__ = ("tablets", "healthy_tablets", "under_replicated", "unknown", "moves", "retiring", "changes_sent", "changes_refused")
+    TABLETS_FIELD_NUMBER: _ClassVar[int]
+    HEALTHY_TABLETS_FIELD_NUMBER: _ClassVar[int]
+    UNDER_REPLICATED_FIELD_NUMBER: _ClassVar[int]
+    UNKNOWN_FIELD_NUMBER: _ClassVar[int]
+    MOVES_FIELD_NUMBER: _ClassVar[int]
+    RETIRING_FIELD_NUMBER: _ClassVar[int]
+    CHANGES_SENT_FIELD_NUMBER: _ClassVar[int]
+    CHANGES_REFUSED_FIELD_NUMBER: _ClassVar[int]
+    tablets: int
+    healthy_tablets: int
+    under_replicated: int
+    unknown: int
+    moves: _containers.RepeatedCompositeFieldContainer[ReplicaMove]
+    retiring: _containers.RepeatedScalarFieldContainer[str]
+    changes_sent: int
+    changes_refused: int
+    def __init__(self, tablets: _Optional[int] = ..., healthy_tablets: _Optional[int] = ..., under_replicated: _Optional[int] = ..., unknown: _Optional[int] = ..., moves: _Optional[_Iterable[_Union[ReplicaMove, _Mapping]]] = ..., retiring: _Optional[_Iterable[str]] = ..., changes_sent: _Optional[int] = ..., changes_refused: _Optional[int] = ...) -> None: ...

@@ -313,13 +313,7 @@ class Engine:
             self.catalog.heartbeats[request.server_uuid] = now
             for report in request.tablets:
                 if report.tablet_id in self.catalog.tablets:
-                    self.catalog.tablet_reports[report.tablet_id] = TabletReportInfo(
-                        report.leader_uuid,
-                        report.term,
-                        report.config_index,
-                        tuple(report.config_uuids),
-                        now,
-                    )
+                    self._take_report(request.server_uuid, report, now)
             server = self.catalog.servers.get(request.server_uuid)
         leader = self.serving()
         needs_enlist = leader and (
@@ -328,6 +322,38 @@ class Engine:
             or server.address != request.address
         )
         return pb.HeartbeatResponse(is_leader=leader, needs_enlist=needs_enlist)
+
+    def _take_report(self, server_uuid: str, report: pb.TabletReport, now: float) -> None:
+        """Keep, per tablet, what its leader last reported (caller holds the lock). A
+        leader's report replaces one of an older term, or of the same term with an older or
+        equal config index; a follower's report is kept only while no leader has reported
+        in that term or later (it gives the locations before the first election)."""
+        info = TabletReportInfo(
+            report.leader_uuid,
+            report.term,
+            report.config_index,
+            tuple(report.config_uuids),
+            now,
+            reporter_uuid=server_uuid,
+            role=report.role,
+            member_types=tuple(report.config_member_types)
+            if len(report.config_member_types) == len(report.config_uuids)
+            else (),
+        )
+        old = self.catalog.tablet_reports.get(report.tablet_id)
+        if info.from_leader:
+            if (
+                old is None
+                or not old.from_leader
+                or (info.term, info.config_index) >= (old.term, old.config_index)
+            ):
+                self.catalog.tablet_reports[report.tablet_id] = info
+        elif old is None or (not old.from_leader and info.term >= old.term):
+            if info.config_uuids:
+                self.catalog.tablet_reports[report.tablet_id] = info
+        elif old.from_leader and old.reporter_uuid == server_uuid and info.term > old.term:
+            # The old leader stepped down: its report no longer says who leads.
+            self.catalog.tablet_reports[report.tablet_id] = info
 
     # ------------------------------------------------------------ reads (leader only)
 
@@ -376,16 +402,22 @@ class Engine:
                 tablet = self.catalog.tablets[tablet_id]
                 report = self.catalog.tablet_reports.get(tablet_id)
                 reported_leader = report.leader_uuid if report else ""
-                loc = response.tablets.add(tablet_id=tablet_id)
+                loc = response.tablets.add(
+                    tablet_id=tablet_id,
+                    config_index=report.config_index if report else -1,
+                    replication_factor=table.replication_factor,
+                )
                 loc.partition.hash_bucket = tablet.hash_bucket
                 loc.partition.num_buckets = tablet.num_buckets
-                for i, uuid in enumerate(tablet.replicas):
+                types = report.member_types if report else ()
+                for i, uuid in enumerate(self.catalog.current_replicas(tablet_id)):
                     server = self.catalog.servers.get(uuid)
                     loc.replicas.add(
                         server_uuid=uuid,
                         address=server.address if server else "",
                         is_leader=(uuid == reported_leader) if reported_leader else i == 0,
                         server_state=server.state.value if server else "REMOVED",
+                        member_type=types[i] if i < len(types) else "VOTER",
                     )
             return response
 

@@ -28,6 +28,7 @@ from coordinator.gateway import RpcTabletServerGateway
 from coordinator.leases import LeaseConfig
 from coordinator.leases.driver import LeaseDriver
 from coordinator.replay.replayer import Replayer
+from coordinator.replication import ReplicationConfig, ReplicationManager
 from logstore import logstore_pb2 as lspb
 from logstore.api import LogStore
 from logstore.service import LogStoreService
@@ -57,6 +58,7 @@ class NodeConfig:
     logstore_addresses: tuple[str, ...] = ()
     lease: LeaseConfig = field(default_factory=LeaseConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)
+    replication: ReplicationConfig = field(default_factory=ReplicationConfig)
 
 
 def load_or_create_uuid(data_dir: str, node_id: str) -> str:
@@ -115,6 +117,7 @@ class CoordinatorNode:
         self.replayer = Replayer(self.store, self.catalog, name=f"replay-{config.node_id}")
         self.gateway = RpcTabletServerGateway(self.uuid)
         self.engine: Engine | None = None
+        self.replication: ReplicationManager | None = None
         self.server = RpcServer(
             self.uuid,
             config.bind,
@@ -143,8 +146,12 @@ class CoordinatorNode:
                 CrashPoints.from_env(),
                 config.engine,
             )
+            self.replication = ReplicationManager(
+                self.catalog, self.uuid, self.engine.serving, config.replication
+            )
             self.replayer.start()
             self.engine.start()
+            self.replication.start()
             self.lease.start()
         except BaseException:
             self.close()
@@ -162,6 +169,8 @@ class CoordinatorNode:
         lease = getattr(self, "lease", None)
         if lease is not None:
             lease.close()
+        if self.replication is not None:
+            self.replication.close()
         if self.engine is not None:
             self.engine.close()
         self.server.close()
@@ -184,6 +193,13 @@ class CoordinatorNode:
             raise Unavailable("coordinator node starting", retry_after_ms=100)
         return engine
 
+    def _replication_call(self) -> ReplicationManager:
+        """Move/retire/status requests: the serving leader only."""
+        self._engine().check_serving()
+        if self.replication is None:
+            raise Unavailable("coordinator node starting", retry_after_ms=100)
+        return self.replication
+
     def _register(self) -> None:
         """Reads run inline on the rpc I/O thread: they only take the catalog lock, which
         is held briefly by pure code (apply, decide), never across I/O; the lease check is
@@ -196,6 +212,7 @@ class CoordinatorNode:
             "AlterTable": (pb.AlterTableRequest, "alter_table"),
             "EnlistServer": (pb.EnlistServerRequest, "enlist_server"),
             "RemoveServer": (pb.RemoveServerRequest, "remove_server"),
+            "SetReplication": (pb.SetReplicationRequest, "set_replication"),
         }
         for method, (request_type, kind) in mutate.items():
             s.register(
@@ -240,6 +257,21 @@ class CoordinatorNode:
             inline=True,
         )
         s.register("Coordinator.Status", pb.StatusRequest, self._status, inline=True)
+        s.register(
+            "Coordinator.MoveReplica",
+            pb.MoveReplicaRequest,
+            lambda req, ctx: self._replication_call().move_replica(req),
+        )
+        s.register(
+            "Coordinator.RetireServer",
+            pb.RetireServerRequest,
+            lambda req, ctx: self._replication_call().retire_server(req),
+        )
+        s.register(
+            "Coordinator.ReplicationStatus",
+            pb.ReplicationStatusRequest,
+            lambda req, ctx: self._replication_call().status(),
+        )
         # The coordinator log, read-only, through the logstore's own read methods: the log
         # inspection tool (and any RemoteLogStore reader) can read a running node's log.
         # Appends are never served here: only the lease holder writes, through its engine.

@@ -20,11 +20,20 @@ from coordinator.ops import (
     enlist_server,
     remove_server,
     server_down,
+    set_replication,
 )
 
 OPS: dict[str, ModuleType] = {
     m.KIND: m
-    for m in (create_table, drop_table, alter_table, enlist_server, server_down, remove_server)
+    for m in (
+        create_table,
+        drop_table,
+        alter_table,
+        enlist_server,
+        server_down,
+        remove_server,
+        set_replication,
+    )
 }
 # Operations whose STARTED record is followed by side effects and a DONE record.
 TWO_PHASE = frozenset({create_table.KIND, drop_table.KIND, alter_table.KIND})

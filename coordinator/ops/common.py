@@ -160,7 +160,7 @@ def placements(catalog: Catalog, table: TableInfo) -> list[pb.TabletPlacement]:
             pb.TabletPlacement(
                 tablet_id=t.tablet_id,
                 partition=pb.Partition(hash_bucket=t.hash_bucket, num_buckets=t.num_buckets),
-                replica_uuids=list(t.replicas),
+                replica_uuids=list(catalog.current_replicas(t.tablet_id)),
             )
         )
     return out

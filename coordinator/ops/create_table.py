@@ -30,6 +30,7 @@ from coordinator.ops.common import (
 from rpc.errors import AlreadyExists, BadRequest
 
 KIND = "create_table"
+DEFAULT_REPLICATION_FACTOR = 3
 
 
 def table_id_of(op_id: int) -> str:
@@ -49,10 +50,12 @@ def decide(catalog: Catalog, request: pb.CreateTableRequest, op_id: int) -> pb.L
     n = request.num_tablets
     if not 1 <= n <= TABLETS_PER_TABLE_MAX:
         raise BadRequest(f"num_tablets must be 1..{TABLETS_PER_TABLE_MAX}, got {n}")
-    rf = request.replication_factor
+    live = catalog.live_servers()
+    # 0 (unset): the default, 3 replicas when 3 or more tablet servers are live, else one
+    # per live server.
+    rf = request.replication_factor or min(DEFAULT_REPLICATION_FACTOR, max(1, len(live)))
     if not 1 <= rf <= REPLICATION_FACTOR_MAX:
         raise BadRequest(f"replication_factor must be 1..{REPLICATION_FACTOR_MAX}, got {rf}")
-    live = catalog.live_servers()
     if rf > len(live):
         raise BadRequest(f"replication factor {rf} above the {len(live)} live tablet servers")
 

@@ -38,6 +38,8 @@ def decide(catalog: Catalog, request: pb.DropTableRequest, op_id: int) -> pb.Log
     dt.moot_record_ids.append(table.create_record_id)
     if table.alter_record_id:
         dt.moot_record_ids.append(table.alter_record_id)
+    if table.replication_record_id:
+        dt.moot_record_ids.append(table.replication_record_id)
     dt.superseded.extend(superseded(table.requests, table.table_id))
     return record
 

@@ -178,7 +178,7 @@ def test_create_apply_started_then_done():
         (dict(sch=schema(("", pb.INT64, False, True))), BadRequest),
         (dict(n=0), BadRequest),
         (dict(n=TABLETS_PER_TABLE_MAX + 1), BadRequest),
-        (dict(rf=0), BadRequest),
+        (dict(rf=8), BadRequest),  # rf 0 means the default now
         (dict(rf=4), BadRequest),  # above the 3 live servers
         (dict(rf=REPLICATION_FACTOR_MAX + 1), BadRequest),
     ],

@@ -1,0 +1,64 @@
+"""ChangeReplicationFactor (SetReplication record): a table's target number of voters.
+
+Single phase (DONE at the commit point): nothing is called on the tablet servers. The
+re-replication policy (coordinator/replication.py) converges every tablet of the table to
+the new factor: it adds replicas (NON_VOTER with promote) when live voters are fewer, and
+removes voters when there are more. The record stays live while the table exists, a later
+SetReplication of the same table invalidates it, and DropTable makes it moot. Setting the
+factor a table already has logs nothing (the request is idempotent in effect).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from coordinator import coordinator_pb2 as pb
+from coordinator.catalog import REPLICATION_FACTOR_MAX, Catalog, OpResult
+from coordinator.ops.common import check_request_id, header, table_for_change
+from rpc.errors import BadRequest
+
+KIND = "set_replication"
+
+
+def decide(catalog: Catalog, request: pb.SetReplicationRequest, op_id: int) -> pb.LogRecord | None:
+    check_request_id(request.request_id)
+    table = table_for_change(catalog, request.name)
+    rf = request.replication_factor
+    if not 1 <= rf <= REPLICATION_FACTOR_MAX:
+        raise BadRequest(f"replication_factor must be 1..{REPLICATION_FACTOR_MAX}, got {rf}")
+    live = len(catalog.live_servers())
+    if rf > live:
+        raise BadRequest(f"replication factor {rf} above the {live} live tablet servers")
+    if rf == table.replication_factor:
+        return None
+    record = pb.LogRecord()
+    sr = record.set_replication
+    sr.header.CopyFrom(header(op_id, request.request_id, pb.DONE))
+    sr.table_id = table.table_id
+    sr.replication_factor = rf
+    sr.old_replication_factor = table.replication_factor
+    sr.previous_record_id = table.replication_record_id
+    return record
+
+
+def invalidates_at_commit(record: pb.LogRecord) -> tuple[int, ...]:
+    previous = record.set_replication.previous_record_id
+    return (previous,) if previous else ()
+
+
+def apply(catalog: Catalog, entry_id: int, record: pb.LogRecord) -> None:
+    sr = record.set_replication
+    table = catalog.tables.get(sr.table_id)
+    if table is not None:
+        catalog.put_table(
+            dataclasses.replace(
+                table, replication_factor=sr.replication_factor, replication_record_id=entry_id
+            )
+        )
+    catalog.record_session(
+        sr.header.request_id, OpResult(sr.header.op_id, KIND, True, table_id=sr.table_id)
+    )
+
+
+def response(result: OpResult | None) -> pb.SetReplicationResponse:
+    return pb.SetReplicationResponse(table_id=result.table_id if result else "")

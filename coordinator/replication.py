@@ -1,0 +1,477 @@
+"""The re-replication policy (architecture 4.5): the leader keeps every tablet at its table's
+replication factor with live voters.
+
+Not a logged operation. Every `interval_s` the leader's `replication` thread looks at each
+tablet of every RUNNING table as its leader last reported it in heartbeats (committed config,
+its index, leader) and decides at most one config change per tablet (`plan`, pure):
+
+- a member on a bad server (DOWN, removed, being retired, or the source of a requested move)
+  is replaced: ADD_SERVER(target, NON_VOTER, promote=true, cas=reported index) to the
+  tablet's leader, the target being the requested one for a move, else the least loaded
+  live server not hosting the tablet; the tablet leader copies the tablet to the target and
+  promotes it to VOTER by itself once caught up;
+- once the live voters reach the replication factor, the bad member is removed
+  (REMOVE_SERVER(cas));
+- live voters above the factor (after ChangeReplicationFactor down) are removed one at a time
+  (never the leader, the most loaded server first); a non-voter on a bad server is removed.
+
+Every call carries the CAS on the committed config index, so a repeated or stale decision is
+refused (CAS_FAILED, ALREADY_IN_PROGRESS, ILLEGAL_STATE, NOT_LEADER, ...) and simply retried
+on a later round with a fresh report: the policy repeats until the tablet is healthy. Work
+per round is bounded (`changes_per_round_max` calls, `fetches_per_round_max` leader queries)
+and every call has a deadline.
+
+MoveReplica and RetireTabletServer are requests kept in the leader's memory (not logged):
+they only mark replicas as bad for the policy above. A new leader forgets them; the operator
+command is idempotent and is simply issued again (documented in design/coordinator.md).
+
+The heartbeat reports carry member types when the tablet server sends them
+(TabletReport.config_member_types); otherwise the policy asks the tablet's leader
+(TServer.ListTablets) for the committed config of the tablets it has to look at closely.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from coordinator import coordinator_pb2 as pb
+from coordinator.catalog import Catalog, ServerState, TableState, TabletReportInfo
+from rpc.client import RpcClient, Transport
+from rpc.errors import BadRequest, NotFound, RpcError
+from tservers import tserver_pb2 as ts
+
+logger = logging.getLogger(__name__)
+
+ADD = "ADD"
+REMOVE = "REMOVE"
+CLIENTS_MAX = 4096
+JOIN_TIMEOUT_S = 10.0
+MOVES_MAX = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicationConfig:
+    interval_s: float = 0.5
+    call_timeout_s: float = 5.0
+    changes_per_round_max: int = 8
+    fetches_per_round_max: int = 16
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    uuid: str
+    voter: bool
+
+
+@dataclass(frozen=True, slots=True)
+class TabletView:
+    """A tablet as its leader reported it."""
+
+    tablet_id: str
+    replication_factor: int
+    leader_uuid: str
+    config_index: int
+    members: tuple[Member, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    tablet_id: str
+    from_uuid: str
+    to_uuid: str = ""  # empty: the policy picks the least loaded live server
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    kind: str  # ADD or REMOVE
+    tablet_id: str
+    leader_uuid: str
+    peer_uuid: str
+    cas_config_index: int
+    reason: str
+
+
+def plan(
+    view: TabletView,
+    live: frozenset[str],
+    load: dict[str, int],
+    move: Move | None = None,
+    retiring: frozenset[str] = frozenset(),
+) -> Action | None:
+    """At most one config change that brings the tablet closer to health (pure)."""
+
+    def bad(uuid: str) -> bool:
+        return uuid not in live or uuid in retiring or (move is not None and uuid == move.from_uuid)
+
+    if view.leader_uuid not in live:
+        return None  # no leader to ask: wait for an election and its report
+    members = {m.uuid for m in view.members}
+    voters = [m.uuid for m in view.members if m.voter]
+    good_voters = [u for u in voters if not bad(u)]
+    non_voters = [m.uuid for m in view.members if not m.voter]
+    rf = view.replication_factor
+
+    def action(kind: str, peer: str, reason: str) -> Action:
+        return Action(kind, view.tablet_id, view.leader_uuid, peer, view.config_index, reason)
+
+    for uuid in non_voters:
+        if bad(uuid):
+            return action(REMOVE, uuid, "non-voter on a bad server")
+    if len(good_voters) < rf:
+        if any(not bad(u) for u in non_voters):
+            return None  # the leader is copying / promoting a new replica
+        candidates = [
+            u for u in live if u not in members and u not in retiring and u != view.leader_uuid
+        ]
+        if move is not None and move.to_uuid:
+            candidates = [move.to_uuid] if move.to_uuid in candidates else []
+        if not candidates:
+            return None
+        target = min(candidates, key=lambda u: (load.get(u, 0), u))
+        return action(ADD, target, f"{len(good_voters)} good voters, factor {rf}")
+    bad_voters = sorted(
+        (u for u in voters if bad(u)), key=lambda u: (u in live, u == view.leader_uuid, u)
+    )
+    if bad_voters:
+        return action(REMOVE, bad_voters[0], "replaced")
+    if len(good_voters) > rf:
+        excess = [u for u in good_voters if u != view.leader_uuid]
+        if excess:
+            victim = max(excess, key=lambda u: (load.get(u, 0), u))
+            return action(REMOVE, victim, f"{len(good_voters)} voters, factor {rf}")
+    return None
+
+
+def is_healthy(view: TabletView, live: frozenset[str], retiring: frozenset[str]) -> bool:
+    voters = [m.uuid for m in view.members if m.voter]
+    return (
+        len(voters) == view.replication_factor
+        and len(voters) == len(view.members)
+        and all(u in live and u not in retiring for u in voters)
+    )
+
+
+def view_of(
+    tablet_id: str, rf: int, report: TabletReportInfo, member_types: tuple[str, ...]
+) -> TabletView:
+    members = tuple(
+        Member(u, (member_types[i] if i < len(member_types) else "VOTER") != "NON_VOTER")
+        for i, u in enumerate(report.config_uuids)
+    )
+    return TabletView(tablet_id, rf, report.leader_uuid, report.config_index, members)
+
+
+@dataclass
+class _Counters:
+    sent: int = 0
+    refused: int = 0
+    last_error: dict[str, str] = field(default_factory=dict)
+
+
+class ReplicationManager:
+    """The leader-only loop and the in-memory move requests. `serving()` says whether this
+    node is the serving leader."""
+
+    def __init__(
+        self,
+        catalog: Catalog,
+        caller_uuid: str,
+        serving: Callable[[], bool],
+        config: ReplicationConfig | None = None,
+    ) -> None:
+        self.catalog = catalog
+        self.caller_uuid = caller_uuid
+        self.serving = serving
+        self.config = config or ReplicationConfig()
+        self._lock = threading.Lock()
+        self._moves: dict[tuple[str, str], Move] = {}  # (tablet_id, from_uuid) -> move
+        self._retiring: set[str] = set()
+        self.counters = _Counters()
+        self._was_serving = False
+        self._transport: Transport | None = None
+        self._clients: dict[str, RpcClient] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        self._transport = Transport(name="replication")
+        self._thread = threading.Thread(target=self._run, name="replication", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(JOIN_TIMEOUT_S)
+            if self._thread.is_alive():
+                logger.error("replication thread did not stop in %.0f s", JOIN_TIMEOUT_S)
+        if self._transport is not None:
+            self._transport.close()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.config.interval_s):
+            serving = self.serving()
+            if serving != self._was_serving:
+                with self._lock:  # requests of an earlier term are not ours to drive
+                    self._moves.clear()
+                    self._retiring.clear()
+                    self.counters = _Counters()
+                self._was_serving = serving
+            if not serving:
+                continue
+            try:
+                self.run_round()
+            except Exception:  # a bug here must not stop the policy for good
+                logger.exception("replication round failed")
+
+    # ------------------------------------------------------------ requests (leader)
+
+    def move_replica(self, request: pb.MoveReplicaRequest) -> pb.MoveReplicaResponse:
+        with self.catalog.lock:
+            if request.tablet_id not in self.catalog.tablets:
+                raise NotFound(f"no tablet {request.tablet_id!r}")
+            replicas = self.catalog.current_replicas(request.tablet_id)
+            if request.from_uuid not in replicas:
+                raise BadRequest(
+                    f"tablet {request.tablet_id} has no replica on {request.from_uuid}"
+                )
+            if request.to_uuid:
+                server = self.catalog.servers.get(request.to_uuid)
+                if server is None or server.state is not ServerState.LIVE:
+                    raise BadRequest(f"target {request.to_uuid} is not a live tablet server")
+                if request.to_uuid in replicas:
+                    raise BadRequest(
+                        f"tablet {request.tablet_id} already has a replica on {request.to_uuid}"
+                    )
+        with self._lock:
+            if len(self._moves) >= MOVES_MAX:
+                raise BadRequest(f"more than {MOVES_MAX} moves pending")
+            key = (request.tablet_id, request.from_uuid)
+            self._moves[key] = Move(request.tablet_id, request.from_uuid, request.to_uuid)
+        return pb.MoveReplicaResponse()
+
+    def retire_server(self, request: pb.RetireServerRequest) -> pb.RetireServerResponse:
+        with self.catalog.lock:
+            if request.server_uuid not in self.catalog.servers:
+                raise NotFound(f"no tablet server {request.server_uuid!r}")
+            hosted = self.catalog.replica_counts().get(request.server_uuid, 0)
+        with self._lock:
+            if hosted:
+                self._retiring.add(request.server_uuid)
+            else:
+                self._retiring.discard(request.server_uuid)
+        return pb.RetireServerResponse(replicas=hosted)
+
+    def status(self) -> pb.ReplicationStatusResponse:
+        views, _live, retiring, _load, moves = self._snapshot(member_types_only=True)
+        response = pb.ReplicationStatusResponse()
+        with self.catalog.lock:
+            live = frozenset(s.uuid for s in self.catalog.live_servers())
+            response.tablets = sum(len(t.tablet_ids) for t in self.catalog.tables.values())
+        for tablet_id, view in views.items():
+            if view is None:
+                response.unknown += 1
+            elif is_healthy(view, live, retiring) and not any(k[0] == tablet_id for k in moves):
+                response.healthy_tablets += 1
+            else:
+                response.under_replicated += 1
+        for m in moves.values():
+            response.moves.add(tablet_id=m.tablet_id, from_uuid=m.from_uuid, to_uuid=m.to_uuid)
+        response.retiring.extend(sorted(retiring))
+        response.changes_sent = self.counters.sent
+        response.changes_refused = self.counters.refused
+        return response
+
+    # ------------------------------------------------------------ the policy
+
+    def _snapshot(self, member_types_only: bool = False):
+        """Views of every tablet of every RUNNING table (None: no report with a leader)."""
+        with self.catalog.lock:
+            live = frozenset(s.uuid for s in self.catalog.live_servers())
+            load = self.catalog.replica_counts()
+            views: dict[str, TabletView | None] = {}
+            for table in self.catalog.tables.values():
+                if table.state is not TableState.RUNNING:
+                    continue
+                for tablet_id in table.tablet_ids:
+                    report = self.catalog.tablet_reports.get(tablet_id)
+                    if report is None or not report.leader_uuid or not report.config_uuids:
+                        views[tablet_id] = None
+                        continue
+                    views[tablet_id] = view_of(
+                        tablet_id, table.replication_factor, report, report.member_types
+                    )
+            replicas = {t: self.catalog.current_replicas(t) for t in views}
+        with self._lock:
+            # Finished moves and retirements are forgotten.
+            for key in [k for k in self._moves if k[1] not in replicas.get(k[0], ())]:
+                del self._moves[key]
+            for uuid in list(self._retiring):
+                if not any(uuid in r for r in replicas.values()):
+                    self._retiring.discard(uuid)
+            moves = dict(self._moves)
+            retiring = frozenset(self._retiring)
+        return views, live, retiring, load, moves
+
+    def run_round(self) -> int:
+        """One pass over every tablet; returns the number of config changes sent."""
+        views, live, retiring, load, moves = self._snapshot()
+        moves_by_tablet: dict[str, Move] = {}
+        for m in moves.values():
+            moves_by_tablet.setdefault(m.tablet_id, m)
+        fetched: dict[str, dict[str, ts.TabletReportPB] | None] = {}
+        sent = 0
+        for tablet_id, view in sorted(views.items()):
+            if sent >= self.config.changes_per_round_max or self._stop.is_set():
+                break
+            if view is None:
+                continue
+            move = moves_by_tablet.get(tablet_id)
+            uuids = [m.uuid for m in view.members]
+            suspicious = (
+                move is not None
+                or len(uuids) != view.replication_factor
+                or any(u not in live or u in retiring for u in uuids)
+            )
+            if not suspicious:
+                continue
+            with self.catalog.lock:
+                report = self.catalog.tablet_reports.get(tablet_id)
+            if report is not None and not report.member_types:
+                view = self._leader_view(view, fetched)
+                if view is None:
+                    continue
+            action = plan(view, live, load, move, retiring)
+            if action is None:
+                continue
+            if self._execute(action):
+                sent += 1
+                delta = 1 if action.kind == ADD else -1
+                load[action.peer_uuid] = load.get(action.peer_uuid, 0) + delta
+        return sent
+
+    def _leader_view(
+        self, view: TabletView, fetched: dict[str, dict[str, ts.TabletReportPB] | None]
+    ) -> TabletView | None:
+        """The tablet's committed config with member types, from its leader itself."""
+        leader = view.leader_uuid
+        if leader not in fetched:
+            if len(fetched) >= self.config.fetches_per_round_max:
+                return None
+            fetched[leader] = None
+            address = self._address(leader)
+            if address:
+                try:
+                    answer = self._client(address).call(
+                        leader,
+                        "TServer.ListTablets",
+                        ts.ListTabletsRequest(),
+                        ts.ListTabletsResponse,
+                        timeout_s=self.config.call_timeout_s,
+                        idempotent=True,
+                    )
+                    fetched[leader] = {r.tablet_id: r for r in answer.tablets}
+                except RpcError as e:
+                    logger.debug("ListTablets on %s failed: %s", leader, e)
+        reports = fetched.get(leader)
+        r = reports.get(view.tablet_id) if reports else None
+        if r is None or r.role != "LEADER":
+            return None
+        cfg = r.committed_config
+        return TabletView(
+            view.tablet_id,
+            view.replication_factor,
+            leader,
+            max(0, cfg.opid_index),
+            tuple(Member(p.uuid, p.member_type != ts.MemberType.NON_VOTER) for p in cfg.peers),
+        )
+
+    def _execute(self, action: Action) -> bool:
+        leader_address = self._address(action.leader_uuid)
+        request = ts.ChangeConfigRequest(
+            tablet_id=action.tablet_id, cas_config_index=action.cas_config_index
+        )
+        request.peer.uuid = action.peer_uuid
+        if action.kind == ADD:
+            request.type = ts.ConfigChangeTypePB.ADD_SERVER
+            request.peer.address = self._address(action.peer_uuid)
+            request.peer.member_type = ts.MemberType.NON_VOTER
+            request.peer.promote = True
+            if not request.peer.address:
+                return False
+        else:
+            request.type = ts.ConfigChangeTypePB.REMOVE_SERVER
+        if not leader_address:
+            return False
+        logger.info(
+            "tablet %s: %s %s via leader %s (cas %d): %s",
+            action.tablet_id,
+            action.kind,
+            action.peer_uuid,
+            action.leader_uuid,
+            action.cas_config_index,
+            action.reason,
+        )
+        try:
+            answer = self._client(leader_address).call(
+                action.leader_uuid,
+                "TServer.ChangeConfig",
+                request,
+                ts.ChangeConfigResponse,
+                timeout_s=self.config.call_timeout_s,
+                idempotent=True,  # the CAS makes a repeat harmless
+            )
+        except RpcError as e:
+            # CAS_FAILED / ALREADY_IN_PROGRESS / ILLEGAL_STATE / NOT_LEADER / UNAVAILABLE /
+            # TIMED_OUT are normal here: the next round decides again from a fresh report.
+            self.counters.refused += 1
+            self.counters.last_error[action.tablet_id] = f"{type(e).__name__}: {e.message}"
+            logger.info("tablet %s: %s %s refused: %s", action.tablet_id, action.kind,
+                        action.peer_uuid, e)  # fmt: skip
+            return False
+        self.counters.sent += 1
+        self._record_config(action, answer.committed_config)
+        return True
+
+    def _record_config(self, action: Action, config: ts.RaftConfigPB) -> None:
+        """The leader's answer is the newest committed config: use it until the next report."""
+        if config.opid_index < 0 or not config.peers:
+            return
+        with self.catalog.lock:
+            old = self.catalog.tablet_reports.get(action.tablet_id)
+            if old is None or old.config_index > config.opid_index:
+                return
+            self.catalog.tablet_reports[action.tablet_id] = TabletReportInfo(
+                leader_uuid=action.leader_uuid,
+                term=old.term,
+                config_index=config.opid_index,
+                config_uuids=tuple(p.uuid for p in config.peers),
+                reported_at=time.monotonic(),
+                reporter_uuid=action.leader_uuid,
+                role="LEADER",
+                member_types=tuple(
+                    "NON_VOTER" if p.member_type == ts.MemberType.NON_VOTER else "VOTER"
+                    for p in config.peers
+                ),
+            )
+
+    # ------------------------------------------------------------ rpc
+
+    def _address(self, uuid: str) -> str:
+        with self.catalog.lock:
+            server = self.catalog.servers.get(uuid)
+            return server.address if server is not None else ""
+
+    def _client(self, address: str) -> RpcClient:
+        client = self._clients.get(address)
+        if client is None:
+            if len(self._clients) >= CLIENTS_MAX:
+                self._clients.pop(next(iter(self._clients)))
+            client = RpcClient(address, self.caller_uuid, transport=self._transport)
+            self._clients[address] = client
+        return client
