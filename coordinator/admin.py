@@ -15,8 +15,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from dataclasses import asdict, dataclass, field
 
+from coordinator import coordinator_pb2 as cpb
 from coordinator.client.client import TYPE_NAMES, Client, Column
 from coordinator.client.meta import CoordinatorClient
 from coordinator.client.tablets import TabletServerClient
@@ -332,6 +334,124 @@ def cmd_membership(args) -> int:
     return 0
 
 
+# ------------------------------------------------------------ replication (architecture 4.5)
+
+POLL_INTERVAL_S = 0.5
+
+
+def _wait(args, done, what: str) -> bool:
+    """Poll done() every POLL_INTERVAL_S until it is true or --wait-s passed."""
+    deadline = time.monotonic() + args.wait_s
+    while True:
+        if done():
+            return True
+        if time.monotonic() >= deadline:
+            print(f"coordinator {args.command}: {what} not done after {args.wait_s} s",
+                  file=sys.stderr)  # fmt: skip
+            return False
+        time.sleep(POLL_INTERVAL_S)
+
+
+def replication_status(meta: CoordinatorClient) -> cpb.ReplicationStatusResponse:
+    return meta.call("ReplicationStatus", cpb.ReplicationStatusRequest(),
+                     cpb.ReplicationStatusResponse)  # fmt: skip
+
+
+def cmd_move_replica(args) -> int:
+    request = cpb.MoveReplicaRequest(
+        tablet_id=args.tablet, from_uuid=args.from_uuid, to_uuid=args.to_uuid or ""
+    )
+    with CoordinatorClient(args.coordinators, timeout_s=args.timeout_s) as meta:
+        meta.call("MoveReplica", request, cpb.MoveReplicaResponse)
+        print(f"moving the replica of {args.tablet} off {args.from_uuid}")
+        if args.wait_s <= 0:
+            return 0
+
+        def moved() -> bool:
+            # Asking again is idempotent and re-arms the move after a coordinator failover;
+            # BAD_REQUEST "has no replica" means the source is out of the config: done.
+            try:
+                meta.call("MoveReplica", request, cpb.MoveReplicaResponse)
+            except errors.BadRequest as err:
+                if "has no replica on" in err.message:
+                    return True
+                raise
+            return False
+
+        if not _wait(args, moved, "the move"):
+            return 1
+    print(f"moved: {args.tablet} has no replica on {args.from_uuid} any more")
+    return 0
+
+
+def cmd_retire_tserver(args) -> int:
+    request = cpb.RetireServerRequest(server_uuid=args.uuid)
+    with CoordinatorClient(args.coordinators, timeout_s=args.timeout_s) as meta:
+        left = [meta.call("RetireServer", request, cpb.RetireServerResponse).replicas]
+        print(f"retiring {args.uuid}: {left[0]} replicas to move")
+        if args.wait_s > 0:
+
+            def drained() -> bool:  # asking again re-arms it after a failover
+                left[0] = meta.call("RetireServer", request, cpb.RetireServerResponse).replicas
+                return left[0] == 0
+
+            if not _wait(args, drained, "retiring"):
+                return 1
+    if left[0] == 0:
+        print(f"{args.uuid} hosts no replica: it can be stopped and, once marked down, removed")
+    return 0
+
+
+def cmd_set_replication(args) -> int:
+    with CoordinatorClient(args.coordinators, timeout_s=args.timeout_s) as meta:
+        request = cpb.SetReplicationRequest(
+            request_id=meta.next_request_id(), name=args.table, replication_factor=args.factor
+        )
+        table_id = meta.call("SetReplication", request, cpb.SetReplicationResponse).table_id
+        print(f"table {args.table}: replication factor {args.factor}")
+        if args.wait_s <= 0:
+            return 0
+
+        def converged() -> bool:
+            locations = meta.get_tablet_locations(name=args.table)
+            return (
+                all(
+                    len(t.replicas) == args.factor
+                    and all(
+                        r.server_state == "LIVE" and r.member_type == "VOTER" for r in t.replicas
+                    )
+                    for t in locations.tablets
+                )
+                and replication_status(meta).under_replicated == 0
+            )
+
+        if not _wait(args, converged, "converging"):
+            return 1
+    print(f"every tablet of {args.table} ({table_id or 'unchanged'}) has {args.factor} replicas")
+    return 0
+
+
+def cmd_replication(args) -> int:
+    with CoordinatorClient(args.coordinators, timeout_s=args.timeout_s) as meta:
+        st = replication_status(meta)
+    if args.json:
+        print(json.dumps({
+            "tablets": st.tablets, "healthy": st.healthy_tablets,
+            "under_replicated": st.under_replicated, "unknown": st.unknown,
+            "moves": [[m.tablet_id, m.from_uuid, m.to_uuid] for m in st.moves],
+            "retiring": list(st.retiring), "changes_sent": st.changes_sent,
+            "changes_refused": st.changes_refused,
+        }))  # fmt: skip
+    else:
+        print(
+            f"tablets {st.tablets}: healthy {st.healthy_tablets}, under-replicated "
+            f"{st.under_replicated}, unknown {st.unknown}; moves {len(st.moves)}, retiring "
+            f"{len(st.retiring)}; config changes sent {st.changes_sent}, refused "
+            f"{st.changes_refused}"
+        )
+    return 0 if st.under_replicated == 0 and st.unknown == 0 else 1
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--coordinators",
@@ -360,7 +480,12 @@ def add_commands(sub) -> None:
         help="NAME:TYPE[:key][:nullable],... TYPE one of " + ", ".join(TYPE_NAMES),
     )
     p.add_argument("--tablets", type=int, default=4)
-    p.add_argument("--replication", type=int, default=1)
+    p.add_argument(
+        "--replication",
+        type=int,
+        default=0,
+        help="replicas per tablet (default: 3, or the live servers when fewer)",
+    )
     p.set_defaults(func=cmd_create_table)
     p = sub.add_parser("drop-table", help="drop a table (its tablets are tombstoned)")
     _common(p)
@@ -374,6 +499,27 @@ def add_commands(sub) -> None:
         _common(p)
         p.add_argument("--raft", required=True, help="the node's logstore Raft HOST:PORT")
         p.set_defaults(func=cmd_membership)
+    p = sub.add_parser("move-replica", help="move a tablet's replica to another server")
+    _common(p)
+    p.add_argument("tablet")
+    p.add_argument("--from", dest="from_uuid", required=True, help="source tablet server uuid")
+    p.add_argument("--to", dest="to_uuid", help="target uuid (default: the least loaded)")
+    p.add_argument("--wait-s", type=float, default=120.0, help="0: do not wait")
+    p.set_defaults(func=cmd_move_replica)
+    p = sub.add_parser("retire-tserver", help="move every replica off a tablet server")
+    _common(p)
+    p.add_argument("uuid")
+    p.add_argument("--wait-s", type=float, default=600.0, help="0: do not wait")
+    p.set_defaults(func=cmd_retire_tserver)
+    p = sub.add_parser("set-replication", help="change a table's replication factor")
+    _common(p)
+    p.add_argument("table")
+    p.add_argument("factor", type=int)
+    p.add_argument("--wait-s", type=float, default=300.0, help="0: do not wait")
+    p.set_defaults(func=cmd_set_replication)
+    p = sub.add_parser("replication", help="re-replication summary; exit 1 unless all healthy")
+    _common(p)
+    p.set_defaults(func=cmd_replication)
     p = sub.add_parser("describe", help="a table's schema and tablets")
     _common(p)
     p.add_argument("name")

@@ -17,6 +17,7 @@ operations left by failed completions). Both stop in close().
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -341,6 +342,15 @@ class Engine:
             else (),
         )
         old = self.catalog.tablet_reports.get(report.tablet_id)
+        if (
+            not info.member_types
+            and old is not None
+            and old.member_types
+            and (old.config_index, old.config_uuids) == (info.config_index, info.config_uuids)
+        ):
+            # Member types learnt from the tablet's leader (coordinator/replication.py) stay
+            # valid while the committed config is the same.
+            info = dataclasses.replace(info, member_types=old.member_types)
         if info.from_leader:
             if (
                 old is None

@@ -32,6 +32,7 @@ The heartbeat reports carry member types when the tablet server sends them
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -172,6 +173,10 @@ class _Counters:
     last_error: dict[str, str] = field(default_factory=dict)
 
 
+def _type_name(member_type: int) -> str:
+    return "NON_VOTER" if member_type == ts.MemberType.NON_VOTER else "VOTER"
+
+
 class ReplicationManager:
     """The leader-only loop and the in-memory move requests. `serving()` says whether this
     node is the serving leader."""
@@ -274,8 +279,10 @@ class ReplicationManager:
             live = frozenset(s.uuid for s in self.catalog.live_servers())
             response.tablets = sum(len(t.tablet_ids) for t in self.catalog.tables.values())
         for tablet_id, view in views.items():
-            if view is None:
-                response.unknown += 1
+            with self.catalog.lock:
+                report = self.catalog.tablet_reports.get(tablet_id)
+            if view is None or report is None or not report.member_types:
+                response.unknown += 1  # no leader report yet, or member types not learnt
             elif is_healthy(view, live, retiring) and not any(k[0] == tablet_id for k in moves):
                 response.healthy_tablets += 1
             else:
@@ -331,21 +338,28 @@ class ReplicationManager:
                 break
             if view is None:
                 continue
+            if view.leader_uuid not in live:
+                continue  # wait for a live leader's report
             move = moves_by_tablet.get(tablet_id)
+            with self.catalog.lock:
+                report = self.catalog.tablet_reports.get(tablet_id)
+            if report is None:
+                continue
+            if report.member_types:
+                view = view_of(tablet_id, view.replication_factor, report, report.member_types)
+            else:
+                view = self._leader_view(view, fetched)
+                if view is None:
+                    continue
             uuids = [m.uuid for m in view.members]
             suspicious = (
                 move is not None
                 or len(uuids) != view.replication_factor
+                or any(not m.voter for m in view.members)
                 or any(u not in live or u in retiring for u in uuids)
             )
             if not suspicious:
                 continue
-            with self.catalog.lock:
-                report = self.catalog.tablet_reports.get(tablet_id)
-            if report is not None and not report.member_types:
-                view = self._leader_view(view, fetched)
-                if view is None:
-                    continue
             action = plan(view, live, load, move, retiring)
             if action is None:
                 continue
@@ -376,6 +390,7 @@ class ReplicationManager:
                         idempotent=True,
                     )
                     fetched[leader] = {r.tablet_id: r for r in answer.tablets}
+                    self._learn_member_types(leader, answer.tablets)
                 except RpcError as e:
                     logger.debug("ListTablets on %s failed: %s", leader, e)
         reports = fetched.get(leader)
@@ -390,6 +405,22 @@ class ReplicationManager:
             max(0, cfg.opid_index),
             tuple(Member(p.uuid, p.member_type != ts.MemberType.NON_VOTER) for p in cfg.peers),
         )
+
+    def _learn_member_types(self, leader: str, reports) -> None:
+        """Member types of the configs this leader has committed, kept with the heartbeat
+        report of the same config (heartbeats do not carry them yet)."""
+        with self.catalog.lock:
+            for r in reports:
+                old = self.catalog.tablet_reports.get(r.tablet_id)
+                cfg = r.committed_config
+                if r.role != "LEADER" or old is None:
+                    continue
+                uuids = tuple(p.uuid for p in cfg.peers)
+                if (old.config_index, old.config_uuids) != (max(0, cfg.opid_index), uuids):
+                    continue
+                self.catalog.tablet_reports[r.tablet_id] = dataclasses.replace(
+                    old, member_types=tuple(_type_name(p.member_type) for p in cfg.peers)
+                )
 
     def _execute(self, action: Action) -> bool:
         leader_address = self._address(action.leader_uuid)
@@ -454,10 +485,7 @@ class ReplicationManager:
                 reported_at=time.monotonic(),
                 reporter_uuid=action.leader_uuid,
                 role="LEADER",
-                member_types=tuple(
-                    "NON_VOTER" if p.member_type == ts.MemberType.NON_VOTER else "VOTER"
-                    for p in config.peers
-                ),
+                member_types=tuple(_type_name(p.member_type) for p in config.peers),
             )
 
     # ------------------------------------------------------------ rpc

@@ -1,0 +1,144 @@
+"""The re-replication policy's pure decision (coordinator/replication.py `plan`), and the
+SetReplication operation on a catalog."""
+
+from __future__ import annotations
+
+import pytest
+
+from coordinator import coordinator_pb2 as pb
+from coordinator.ops import create_table, decode, drop_table, set_replication
+from coordinator.replication import ADD, REMOVE, Member, Move, TabletView, is_healthy, plan
+from rpc.errors import AlreadyInProgress, BadRequest
+from tests.coordinator.test_ops import LOG, Log, create_req
+
+LIVE4 = frozenset({"a", "b", "c", "d"})
+
+
+def view(members, rf=3, leader="a", index=7):
+    return TabletView("t1-0", rf, leader, index, tuple(Member(u, v) for u, v in members))
+
+
+def test_healthy_tablet_gets_nothing():
+    v = view([("a", True), ("b", True), ("c", True)])
+    assert plan(v, LIVE4, {}) is None
+    assert is_healthy(v, LIVE4, frozenset())
+
+
+def test_dead_voter_is_replaced_by_the_least_loaded_live_server_then_removed():
+    live = frozenset({"a", "b", "d", "e"})  # c is down
+    v = view([("a", True), ("b", True), ("c", True)])
+    action = plan(v, live, {"d": 5, "e": 1})
+    assert action is not None
+    assert (action.kind, action.peer_uuid, action.cas_config_index) == (ADD, "e", 7)
+    assert action.leader_uuid == "a"
+    # While the new replica is a NON_VOTER (being copied), nothing more is sent.
+    v2 = view([("a", True), ("b", True), ("c", True), ("e", False)], index=8)
+    assert plan(v2, live, {}) is None
+    # Once promoted, the dead one goes, with the CAS on the promoted config's index.
+    v3 = view([("a", True), ("b", True), ("c", True), ("e", True)], index=9)
+    action = plan(v3, live, {})
+    assert action is not None
+    assert (action.kind, action.peer_uuid, action.cas_config_index) == (REMOVE, "c", 9)
+    v4 = view([("a", True), ("b", True), ("e", True)], index=10)
+    assert plan(v4, live, {}) is None and is_healthy(v4, live, frozenset())
+
+
+def test_no_target_left_means_wait():
+    live = frozenset({"a", "b"})
+    assert plan(view([("a", True), ("b", True), ("c", True)]), live, {}) is None
+
+
+def test_dead_non_voter_is_removed_first():
+    live = frozenset({"a", "b", "c", "d"})
+    v = view([("a", True), ("b", True), ("c", True), ("x", False)])
+    action = plan(v, live, {})
+    assert action is not None and (action.kind, action.peer_uuid) == (REMOVE, "x")
+
+
+def test_unknown_or_dead_leader_waits():
+    live = frozenset({"b", "c", "d"})
+    assert plan(view([("a", True), ("b", True), ("c", True)]), live, {}) is None
+
+
+def test_move_adds_the_requested_target_then_removes_the_source():
+    v = view([("a", True), ("b", True), ("c", True)])
+    move = Move("t1-0", "b", "d")
+    action = plan(v, LIVE4, {}, move)
+    assert action is not None and (action.kind, action.peer_uuid) == (ADD, "d")
+    v2 = view([("a", True), ("b", True), ("c", True), ("d", True)], index=9)
+    action = plan(v2, LIVE4, {}, move)
+    assert action is not None and (action.kind, action.peer_uuid) == (REMOVE, "b")
+
+
+def test_moving_the_leader_removes_it_last():
+    v = view([("a", True), ("b", True), ("c", True), ("d", True)])
+    action = plan(v, LIVE4, {}, Move("t1-0", "a", "d"))
+    assert action is not None and (action.kind, action.peer_uuid) == (REMOVE, "a")
+
+
+def test_retiring_server_is_drained():
+    v = view([("a", True), ("b", True), ("c", True)])
+    action = plan(v, LIVE4, {}, None, frozenset({"c"}))
+    assert action is not None and (action.kind, action.peer_uuid) == (ADD, "d")
+    assert not is_healthy(v, LIVE4, frozenset({"c"}))
+
+
+def test_lower_factor_removes_excess_voters_never_the_leader():
+    v = view([("a", True), ("b", True), ("c", True)], rf=2)
+    action = plan(v, LIVE4, {"b": 1, "c": 4, "a": 9})
+    assert action is not None and (action.kind, action.peer_uuid) == (REMOVE, "c")
+    v1 = view([("a", True), ("b", True), ("c", True)], rf=1)
+    assert plan(v1, LIVE4, {"a": 9}).peer_uuid != "a"
+
+
+def test_higher_factor_adds():
+    v = view([("a", True), ("b", True)], rf=3)
+    action = plan(v, LIVE4, {"c": 3, "d": 0})
+    assert action is not None and (action.kind, action.peer_uuid) == (ADD, "d")
+
+
+# ---------------------------------------------------------------- SetReplication / defaults
+
+
+def live_kinds(log: Log) -> list[str]:
+    return [decode(e.data).WhichOneof("record") for e in log.store.read(LOG, 1, 1000)]
+
+
+def test_default_replication_is_three_or_the_live_servers():
+    log = Log(servers=4)
+    record = log.run(create_table, create_req(log, name="a", rf=0))
+    assert record.create_table.replication_factor == 3
+    assert all(len(t.replica_uuids) == 3 for t in record.create_table.tablets)
+    small = Log(servers=2)
+    record = small.run(create_table, create_req(small, name="b", rf=0))
+    assert record.create_table.replication_factor == 2
+    record = log.run(create_table, create_req(log, name="c", rf=1))  # explicit still works
+    assert record.create_table.replication_factor == 1
+
+
+def test_set_replication_is_logged_replaces_the_previous_and_dies_with_the_table():
+    log = Log(servers=3)
+    created = log.run(create_table, create_req(log, name="t", rf=3))
+
+    def req(n):
+        return pb.SetReplicationRequest(request_id=log.rid(), name="t", replication_factor=n)
+
+    with pytest.raises(AlreadyInProgress):  # still CREATING
+        log.run(set_replication, req(2))
+    log.done(created)
+    first = log.run(set_replication, req(2))
+    assert first is not None and first.set_replication.old_replication_factor == 3
+    assert log.catalog.table_by_name("t").replication_factor == 2
+    assert log.run(set_replication, req(2)) is None  # already 2: nothing logged
+    first_id = log.catalog.table_by_name("t").replication_record_id
+    second = log.run(set_replication, req(1))
+    assert second.set_replication.previous_record_id == first_id
+    with pytest.raises(BadRequest):
+        log.run(set_replication, req(4))  # above the 3 live servers
+    assert log.replay_fresh().table_by_name("t").replication_factor == 1
+    assert live_kinds(log).count("set_replication") == 1
+    dropped = log.run(drop_table, pb.DropTableRequest(request_id=log.rid(), name="t"))
+    rec_id = log.catalog.table_by_name("t").replication_record_id
+    assert rec_id in list(dropped.drop_table.moot_record_ids)
+    log.done(dropped)
+    assert "set_replication" not in live_kinds(log)
