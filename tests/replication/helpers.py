@@ -6,6 +6,7 @@ the tablet's config), so a restarted server reuses its port.
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -46,6 +47,7 @@ class TServerTrio:
         self.extra_args = list(extra_args)
         self.procs: list[TServerProcess] = []
         self._clients: dict[int, TabletServerClient] = {}
+        self._lock = threading.Lock()  # client threads share the clients
 
     def start_all(self) -> None:
         for root in self.roots:
@@ -72,17 +74,19 @@ class TServerTrio:
         self.procs[i] = p.start()
 
     def _drop_client(self, i: int) -> None:
-        c = self._clients.pop(i, None)
+        with self._lock:
+            c = self._clients.pop(i, None)
         if c is not None:
             c.close()
 
     def client(self, i: int) -> TabletServerClient:
-        c = self._clients.get(i)
-        if c is None:
-            p = self.procs[i]
-            c = TabletServerClient(p.address, p.uuid, timeout_s=10.0)
-            self._clients[i] = c
-        return c
+        with self._lock:
+            c = self._clients.get(i)
+            if c is None:
+                p = self.procs[i]
+                c = TabletServerClient(p.address, p.uuid, timeout_s=10.0)
+                self._clients[i] = c
+            return c
 
     def alive(self) -> list[int]:
         return [i for i, p in enumerate(self.procs) if p.proc is not None and p.proc.poll() is None]
