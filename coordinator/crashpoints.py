@@ -28,6 +28,7 @@ _CALLS: dict[str, str | None] = {
     "enlist_server": None,
     "server_down": None,
     "remove_server": None,
+    "set_replication": None,
 }
 
 

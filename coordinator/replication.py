@@ -249,10 +249,10 @@ class ReplicationManager:
                 server = self.catalog.servers.get(request.to_uuid)
                 if server is None or server.state is not ServerState.LIVE:
                     raise BadRequest(f"target {request.to_uuid} is not a live tablet server")
-                if request.to_uuid in replicas:
-                    raise BadRequest(
-                        f"tablet {request.tablet_id} already has a replica on {request.to_uuid}"
-                    )
+                if request.to_uuid == request.from_uuid:
+                    raise BadRequest("a move needs two different servers")
+                # The target may already be in the config: the move is under way (asked
+                # again, or again after a coordinator failover); the source goes next.
         with self._lock:
             if len(self._moves) >= MOVES_MAX:
                 raise BadRequest(f"more than {MOVES_MAX} moves pending")

@@ -52,6 +52,9 @@ def request_for(kind: str, rid: pb.RequestId):
     if kind == "remove_server":
         req = pb.RemoveServerRequest(request_id=rid, server_uuid=GHOST)
         return "RemoveServer", req, pb.RemoveServerResponse
+    if kind == "set_replication":
+        req = pb.SetReplicationRequest(request_id=rid, name="t", replication_factor=2)
+        return "SetReplication", req, pb.SetReplicationResponse
     raise AssertionError(kind)
 
 
@@ -88,6 +91,8 @@ def check(kind: str, client, tservers: list[TServer], done: bool) -> None:
     elif kind == "remove_server":
         state = servers_state(client)
         assert (GHOST not in state) if done else state[GHOST] == "DOWN"
+    elif kind == "set_replication":
+        assert client.describe_table("t").replication_factor == (2 if done else 1)
 
 
 @pytest.mark.parametrize("point", sorted(ALL_POINTS))
@@ -107,14 +112,20 @@ def test_crash_point(tmp_path, point):
         beat = Heartbeater(group, tservers)
         if kind != "enlist_server":
             wait_for(lambda: len(client.list_servers()) == 2, 60, "tablet servers enlisted")
-        if kind in ("drop_table", "alter_table"):
+        if kind in ("drop_table", "alter_table", "set_replication"):
             client.create_table("t", SCHEMA, 4, 1)
         if kind in ("server_down", "remove_server"):
             client.enlist_server(GHOST, "127.0.0.1:1")  # never heartbeats
         if kind == "remove_server":
             wait_for(lambda: servers_state(client)[GHOST] == "DOWN", 60, "ghost marked down")
         rid = client.next_request_id()
-        if kind in ("create_table", "drop_table", "alter_table", "remove_server"):
+        if kind in (
+            "create_table",
+            "drop_table",
+            "alter_table",
+            "remove_server",
+            "set_replication",
+        ):
             method, request, response_type = request_for(kind, rid)
             with pytest.raises(RpcError):
                 client.call(method, request, response_type, timeout_s=2.0)
@@ -122,7 +133,13 @@ def test_crash_point(tmp_path, point):
         assert armed.p.wait(60) == CRASH_EXIT_STATUS, armed.text()[-2000:]
         new = group.leader_index(client, 60)
         assert new in (1, 2)
-        if kind in ("create_table", "drop_table", "alter_table", "remove_server"):
+        if kind in (
+            "create_table",
+            "drop_table",
+            "alter_table",
+            "remove_server",
+            "set_replication",
+        ):
             check(kind, client, tservers, done=committed)
             result = client.call(method, request, response_type, timeout_s=60.0)
             check(kind, client, tservers, done=True)

@@ -351,7 +351,7 @@ def test_complete_skips_replicas_on_down_servers(cluster):
 def prepare(engine: Engine, kind: str) -> None:
     """State each operation needs before the armed request."""
     enlist(engine)
-    if kind in ("drop_table", "alter_table"):
+    if kind in ("drop_table", "alter_table", "set_replication"):
         engine.execute("create_table", create(seq=1))
     if kind == "remove_server":
         engine.execute("server_down", ServerDownRequest("s2", "test"), internal=True)
@@ -376,6 +376,8 @@ def request_of(kind: str):
         return ServerDownRequest("s1", "test")
     if kind == "remove_server":
         return pb.RemoveServerRequest(request_id=rid, server_uuid="s2")
+    if kind == "set_replication":
+        return pb.SetReplicationRequest(request_id=rid, name="t", replication_factor=2)
     raise AssertionError(kind)
 
 
@@ -402,6 +404,9 @@ def check_outcome(cluster: Cluster, node: Node, kind: str, committed: bool, resu
         assert cat.servers["s1"].state is ServerState.DOWN
     elif kind == "remove_server":
         assert "s2" not in cat.servers
+    elif kind == "set_replication":
+        assert cat.table_by_name("t").replication_factor == 2
+        assert result.table_id == cat.table_by_name("t").table_id
     assert not cat.pending
     # Never done twice: one operation record chain for the armed request.
     bodies = [getattr(r, kind) for r in cluster.records(kind)]
@@ -457,4 +462,4 @@ def test_crash_point_names():
         "create_table.before_done",
         "create_table.after_done",
     )
-    assert len(ALL_POINTS) == 3 * 6 + 3 * 2
+    assert len(ALL_POINTS) == 3 * 6 + 4 * 2

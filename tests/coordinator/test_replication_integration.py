@@ -1,0 +1,158 @@
+"""Re-replication with real processes (architecture 4.5): 3 coordinator nodes, 4 tablet servers.
+
+A table with replication 3 takes writes; one tablet server hosting replicas is killed with -9
+while writes go on; the coordinator leader marks it down and re-replicates every affected
+tablet to the 4th server (ADD NON_VOTER + promote, then REMOVE of the dead replica) until
+every tablet has 3 live voters; no acknowledged row is lost. Then the admin commands:
+`coordinator set-replication 3 -> 2`, then `coordinator move-replica`.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from coordinator import coordinator_pb2 as cpb
+from coordinator.client.client import Client, Column
+from tests.support.cluster import local_cluster
+from tests.support.procs import wait_for
+
+pytestmark = pytest.mark.integration
+
+COLUMNS = [Column("id", "int64", key=True), Column("name", "string")]
+CONVERGE_TIMEOUT_S = 180.0
+
+
+def rows(ids):
+    return [{"id": i, "name": f"n{i}"} for i in ids]
+
+
+def replication_status(client: Client) -> cpb.ReplicationStatusResponse:
+    return client.meta.call(
+        "ReplicationStatus", cpb.ReplicationStatusRequest(), cpb.ReplicationStatusResponse
+    )
+
+
+def converged(client: Client, table: str, factor: int, banned: set[str]) -> bool:
+    """Every tablet: `factor` replicas, all VOTERs on LIVE servers, none on a banned one,
+    a leader reported; and the leader's policy sees every tablet healthy."""
+    locations = client.tablet_locations(table).tablets
+    for t in locations:
+        if len(t.replicas) != factor or not any(r.is_leader for r in t.replicas):
+            return False
+        for r in t.replicas:
+            if r.server_uuid in banned or r.server_state != "LIVE" or r.member_type != "VOTER":
+                return False
+    st = replication_status(client)
+    return st.under_replicated == 0 and st.unknown == 0 and st.healthy_tablets == st.tablets
+
+
+def voters_on_servers(client: Client, table: str) -> dict[str, list[str]]:
+    """Each tablet's committed voters as the tablet's own leader reports them."""
+    out: dict[str, list[str]] = {}
+    servers = {s.uuid: s.address for s in client.list_servers()}
+    from rpc.client import RpcClient
+    from tservers import tserver_pb2 as ts
+
+    for t in client.tablet_locations(table).tablets:
+        leader = next(r for r in t.replicas if r.is_leader)
+        with RpcClient(servers[leader.server_uuid], "test") as rpc:
+            answer = rpc.call(
+                leader.server_uuid,
+                "TServer.ListTablets",
+                ts.ListTabletsRequest(),
+                ts.ListTabletsResponse,
+                timeout_s=10,
+            )
+        report = next(r for r in answer.tablets if r.tablet_id == t.tablet_id)
+        out[t.tablet_id] = sorted(
+            p.uuid for p in report.committed_config.peers if p.member_type == ts.MemberType.VOTER
+        )
+    return out
+
+
+def cli(cluster, *args: str, timeout_s: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "coordinator.cli", *args,
+         "--coordinators", ",".join(cluster.spec.coordinator_addresses)],
+        capture_output=True, text=True, timeout=timeout_s,
+    )  # fmt: skip
+
+
+def write(client: Client, table, ids) -> None:
+    with client.new_session(flush_rows_max=100) as s:
+        for start in range(ids.start, ids.stop, 100):
+            s.upsert(table, rows(range(start, min(start + 100, ids.stop))))
+            s.flush()
+    assert s.errors == []
+
+
+def test_kill_a_tserver_then_re_replicate_lower_the_factor_and_move(tmp_path):
+    with local_cluster(tmp_path / "c", coordinators=3, tservers=4) as cluster:
+        with Client(cluster.spec.coordinator_addresses, timeout_s=60) as client:
+            # Default replication factor: 3 with 4 live servers (0 = unset).
+            wait_for(lambda: len(client.list_servers()) == 4, 60, "4 tablet servers enlisted")
+            client.meta.create_table("dflt", cpb.Schema(columns=[c.to_pb() for c in COLUMNS]), 1, 0)
+            assert client.describe_table("dflt").replication_factor == 3
+
+            client.create_table("rep", COLUMNS, num_tablets=4, replication_factor=3)
+            wait_for(lambda: converged(client, "rep", 3, set()), 60, "leaders reported")
+            t = client.table("rep")
+            write(client, t, range(0, 1000))
+
+            # kill -9 a tablet server that hosts replicas, and keep writing.
+            locations = client.tablet_locations("rep").tablets
+            victim_uuid = locations[0].replicas[1].server_uuid
+            servers = {s.uuid: s.address for s in client.list_servers()}
+            victim = next(n for n in cluster.spec.tservers if n.rpc == servers[victim_uuid])
+            affected = [x.tablet_id for x in locations if any(
+                r.server_uuid == victim_uuid for r in x.replicas)]  # fmt: skip
+            assert affected
+            cluster.kill(victim)
+            write(client, t, range(1000, 2000))
+
+            def down() -> bool:
+                return any(
+                    s.uuid == victim_uuid and s.state == "DOWN" for s in client.list_servers()
+                )
+
+            wait_for(down, 60, "the killed server marked DOWN")
+            write(client, t, range(2000, 2500))
+            wait_for(
+                lambda: converged(client, "rep", 3, {victim_uuid}),
+                CONVERGE_TIMEOUT_S,
+                "every tablet back to 3 live voters without the killed server",
+                interval_s=0.5,
+            )
+            voters = voters_on_servers(client, "rep")
+            assert all(len(v) == 3 and victim_uuid not in v for v in voters.values()), voters
+            t.refresh()
+            assert sorted(t.to_arrow()["id"].to_pylist()) == list(range(2500))
+            st = replication_status(client)
+            assert st.changes_sent >= 2 * len(affected)  # one ADD and one REMOVE per tablet
+
+            # set-replication 3 -> 2, logged: every tablet converges to 2 voters.
+            done = cli(cluster, "set-replication", "rep", "2")
+            assert done.returncode == 0, done.stderr + done.stdout
+            assert client.describe_table("rep").replication_factor == 2
+            wait_for(lambda: converged(client, "rep", 2, {victim_uuid}), 60, "2 replicas each")
+            voters = voters_on_servers(client, "rep")
+            assert all(len(v) == 2 for v in voters.values()), voters
+            write(client, t, range(2500, 3000))
+            t.refresh()
+            assert sorted(t.to_arrow()["id"].to_pylist()) == list(range(3000))
+
+            # move-replica: a follower replica of the first tablet to a server without it.
+            first = client.tablet_locations("rep").tablets[0]
+            source = next(r.server_uuid for r in first.replicas if not r.is_leader)
+            live = {s.uuid for s in client.list_servers() if s.state == "LIVE"}
+            target = next(iter(live - {r.server_uuid for r in first.replicas}))
+            done = cli(cluster, "move-replica", first.tablet_id, "--from", source, "--to", target)
+            assert done.returncode == 0, done.stderr
+            wait_for(
+                lambda: converged(client, "rep", 2, {victim_uuid}), 60, "healthy after the move"
+            )
+            moved = {r.server_uuid for r in client.tablet_locations("rep").tablets[0].replicas}
+            assert source not in moved and target in moved
