@@ -8,6 +8,8 @@ tserver cmeta dump --fs-root DIR --tablet ID
 tserver cmeta rewrite --fs-root DIR --tablet ID [--term N] [--voted-for UUID|--clear-vote]
                       [--config-index N] [--peer UUID=ADDRESS:VOTER|NON_VOTER ...]
 tserver tablets (--fs-root DIR | --address HOST:PORT)
+tserver copies --address HOST:PORT          tablet copies onto a server: progress, rate
+tserver copy-cancel --address HOST:PORT --tablet ID
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ def _cmd_start(args) -> int:
         flush_rows_threshold=args.flush_rows,
         workers=args.workers,
         coordinators=tuple(a.strip() for a in args.coordinators.split(",") if a.strip()),
+        copy_rate_limit_bytes_s=int(args.copy_rate_mb * 1_000_000),
     )
     try:
         server = TabletServer(cfg)
@@ -223,8 +226,9 @@ def _cmd_tablets(args) -> int:
         for r in reports:
             print(
                 f"{r.tablet_id}\t{DataState.Name(r.data_state)}\t{r.status}\t"
+                f"{r.role or '-'}\tleader={r.leader_uuid[:12] or '-'}\t"
                 f"term={r.current_term}\tlast={r.last_op_id.term}.{r.last_op_id.index}\t"
-                f"{r.table_name}\t{r.error}"
+                f"commit={r.commit_index}\t{r.table_name}\t{r.error}"
             )
         return 0
     if not args.fs_root:
@@ -239,6 +243,49 @@ def _cmd_tablets(args) -> int:
             )
         except MetaFileCorrupt as e:
             print(f"{tid}\tCORRUPT\t{e}")
+    return 0
+
+
+def _live_call(address: str, method: str, request, response_type):
+    from rpc.client import RpcClient
+    from rpc.errors import RpcError
+
+    try:
+        with RpcClient(address, caller_uuid="tserver-cli") as c:
+            uuid = c.ping().uuid
+            return c.call(uuid, f"TServer.{method}", request, response_type, idempotent=True)
+    except RpcError as e:
+        raise CliError(f"{address}: {e}") from e
+
+
+def _cmd_copies(args) -> int:
+    from tservers.tserver_pb2 import StatusRequest, StatusResponse
+
+    st = _live_call(args.address, "Status", StatusRequest(), StatusResponse)
+    if not st.copies:
+        print("no tablet copies")
+    for j in st.copies:
+        pct = 100.0 * j.bytes_done / j.bytes_total if j.bytes_total else 0.0
+        limit = f"\tlimit {j.rate_limit_bytes_s / 1e6:.1f} MB/s" if j.rate_limit_bytes_s else ""
+        print(
+            f"{j.tablet_id}\t{j.state}\tfrom {j.source_uuid[:12]}\t"
+            f"files {j.files_done}/{j.files_total}\t"
+            f"{j.bytes_done / 1e6:.1f}/{j.bytes_total / 1e6:.1f} MB ({pct:.0f}%)\t"
+            f"{j.rate_bytes_s / 1e6:.1f} MB/s{limit}\t{j.error}"
+        )
+    return 0
+
+
+def _cmd_copy_cancel(args) -> int:
+    from tservers.tserver_pb2 import CancelTabletCopyRequest, CancelTabletCopyResponse
+
+    _live_call(
+        args.address,
+        "CancelTabletCopy",
+        CancelTabletCopyRequest(tablet_id=args.tablet),
+        CancelTabletCopyResponse,
+    )
+    print(f"cancelling the copy of {args.tablet}")
     return 0
 
 
@@ -266,6 +313,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--coordinators",
         default="",
         help="coordinator node addresses HOST:PORT,... to enlist and heartbeat with",
+    )
+    s.add_argument(
+        "--copy-rate-mb",
+        type=float,
+        default=0.0,
+        help="throttle each tablet copy onto this server to MB/s (0: unthrottled)",
     )
     s.add_argument("--log-level", default="info")
     s.set_defaults(func=_cmd_start)
@@ -303,6 +356,14 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--peer", action="append", help="UUID=HOST:PORT:VOTER|NON_VOTER (repeat)")
     c.add_argument("--force", action="store_true", help="allow lowering the term")
     c.set_defaults(func=_cmd_cmeta_rewrite)
+
+    cp = sub.add_parser("copies", help="tablet copies onto a live server: progress and rate")
+    cp.add_argument("--address", required=True)
+    cp.set_defaults(func=_cmd_copies)
+    cc = sub.add_parser("copy-cancel", help="cancel a tablet copy onto a live server")
+    cc.add_argument("--address", required=True)
+    cc.add_argument("--tablet", required=True)
+    cc.set_defaults(func=_cmd_copy_cancel)
 
     t = sub.add_parser("tablets", help="list tablets (offline from --fs-root or live)")
     t.add_argument("--fs-root")

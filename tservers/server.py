@@ -31,6 +31,7 @@ class TServerConfig:
     # Coordinator node addresses to heartbeat to; empty: a standalone server.
     coordinators: tuple[str, ...] = ()
     heartbeat_interval_s: float = HEARTBEAT_INTERVAL_S_DEFAULT
+    copy_rate_limit_bytes_s: int = 0  # tablet copies onto this server; 0: unthrottled
 
 
 class TabletServer:
@@ -46,6 +47,7 @@ class TabletServer:
                 flush_rows_threshold=config.flush_rows_threshold,
                 compaction_blocks_min=config.compaction_blocks_min,
             ),
+            copy_rate_limit_bytes_s=config.copy_rate_limit_bytes_s,
         )
         self.rpc: RpcServer | None = None
         self.heartbeater: Heartbeater | None = None

@@ -31,6 +31,8 @@ from tservers.tserver_pb2 import (
     AlterSchemaResponse,
     BeginCopySessionRequest,
     BeginCopySessionResponse,
+    CancelTabletCopyRequest,
+    CancelTabletCopyResponse,
     ChangeConfigRequest,
     ChangeConfigResponse,
     ConfigChangeTypePB,
@@ -109,6 +111,7 @@ class TServerService:
         server.register("TServer.BeginCopySession", BeginCopySessionRequest, self.begin_copy)
         server.register("TServer.FetchCopyChunk", FetchCopyChunkRequest, self.fetch_chunk)
         server.register("TServer.EndCopySession", EndCopySessionRequest, self.end_copy)
+        server.register("TServer.CancelTabletCopy", CancelTabletCopyRequest, self.cancel_copy)
         # Inline (on the rpc I/O thread): it only queues messages for the driver, and it must
         # never wait behind writes that occupy every worker while they wait for a commit
         # that needs these very messages.
@@ -118,6 +121,12 @@ class TServerService:
     def start_copy(self, req: StartTabletCopyRequest, ctx: CallContext) -> StartTabletCopyResponse:
         self.manager.copy_jobs.start(req)
         return StartTabletCopyResponse()
+
+    def cancel_copy(
+        self, req: CancelTabletCopyRequest, ctx: CallContext
+    ) -> CancelTabletCopyResponse:
+        self.manager.copy_jobs.cancel(req.tablet_id)
+        return CancelTabletCopyResponse()
 
     def begin_copy(
         self, req: BeginCopySessionRequest, ctx: CallContext
@@ -222,6 +231,7 @@ class TServerService:
             writes=writes,
             rows_written=rows,
             wal_sync_enabled=m.wal_opts.sync,
+            copies=m.copy_jobs.jobs() if m.copy_jobs is not None else [],
         )
 
     # ------------------------------------------------------------ data

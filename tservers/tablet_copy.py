@@ -18,6 +18,7 @@ its last op id); a crash leaves COPYING, which startup turns into DELETED.
 
 from __future__ import annotations
 
+import enum
 import logging
 import os
 import queue
@@ -41,6 +42,7 @@ from tservers.tserver_pb2 import (
     BeginCopySessionResponse,
     ConsensusMetaPB,
     CopyFilePB,
+    CopyJobPB,
     DataState,
     EndCopySessionRequest,
     EndCopySessionResponse,
@@ -57,7 +59,52 @@ SESSIONS_MAX = 16
 CHUNK_BYTES_MAX = 4 << 20
 FETCHES_IN_FLIGHT = 2  # chunk fetches outstanding per file, overlapping the disk writes
 JOBS_QUEUE_MAX = 8
+JOBS_KEPT_MAX = 32  # finished jobs kept for reports
 CALL_TIMEOUT_S = 30.0
+
+
+class JobState(enum.Enum):
+    QUEUED = "QUEUED"
+    RUNNING = "RUNNING"
+    DONE = "DONE"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+
+class CopyCancelled(Exception):
+    """The operator cancelled the copy (TServer.CancelTabletCopy)."""
+
+
+@dataclass(slots=True)
+class _Job:
+    """Progress of one copy (mutable; read under CopyJobs._lock for reports)."""
+
+    req: StartTabletCopyRequest
+    state: JobState = JobState.QUEUED
+    files_done: int = 0
+    files_total: int = 0
+    bytes_done: int = 0
+    bytes_total: int = 0
+    started: float = 0.0
+    ended: float = 0.0
+    error: str = ""
+    cancel: bool = False
+
+    def to_pb(self, rate_limit_bytes_s: int) -> CopyJobPB:
+        end = self.ended or time.monotonic()
+        elapsed = end - self.started if self.started else 0.0
+        return CopyJobPB(
+            tablet_id=self.req.tablet_id,
+            source_uuid=self.req.source_uuid,
+            state=self.state.value,
+            files_done=self.files_done,
+            files_total=self.files_total,
+            bytes_done=self.bytes_done,
+            bytes_total=self.bytes_total,
+            rate_bytes_s=self.bytes_done / elapsed if elapsed > 0 else 0.0,
+            error=self.error,
+            rate_limit_bytes_s=rate_limit_bytes_s,
+        )
 
 
 @dataclass(slots=True)
@@ -160,10 +207,13 @@ class CopySource:
 class CopyJobs:
     """Follower side: checks, then jobs on one bounded worker thread."""
 
-    def __init__(self, manager) -> None:
+    def __init__(self, manager, rate_limit_bytes_s: int = 0) -> None:
         self.manager = manager
+        self.rate_limit_bytes_s = rate_limit_bytes_s  # per job; 0: unthrottled
         self._q: queue.Queue = queue.Queue(maxsize=JOBS_QUEUE_MAX)
         self._running: set[str] = set()
+        self._jobs: dict[str, _Job] = {}  # queued and running, by tablet
+        self._finished: deque[_Job] = deque(maxlen=JOBS_KEPT_MAX)
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="tablet-copy", daemon=True)
         self._thread.start()
@@ -198,37 +248,63 @@ class CopyJobs:
                     raise errors.InvalidTerm(
                         f"caller term {req.caller_term} is below this replica's term {term}"
                     )
+            job = _Job(req)
             try:
-                self._q.put_nowait(req)
+                self._q.put_nowait(job)
             except queue.Full:
                 raise errors.Throttled(
                     "too many tablet copies queued", retry_after_ms=1000
                 ) from None
             self._running.add(tid)
+            self._jobs[tid] = job
         log.info("tablet %s: copy from %s queued", tid, req.source_uuid)
+
+    def jobs(self) -> list[CopyJobPB]:
+        with self._lock:
+            jobs = list(self._jobs.values()) + list(self._finished)
+            return [j.to_pb(self.rate_limit_bytes_s) for j in jobs]
+
+    def cancel(self, tablet_id: str) -> None:
+        with self._lock:
+            job = self._jobs.get(tablet_id)
+            if job is None:
+                raise errors.NotFound(f"no tablet copy of {tablet_id} queued or running")
+            job.cancel = True
 
     def _run(self) -> None:
         while True:
-            req = self._q.get()
-            if req is None:
+            job = self._q.get()
+            if job is None:
                 return
+            req = job.req
+            job.started = time.monotonic()
+            job.state = JobState.RUNNING
             try:
-                self._copy(req)
+                if job.cancel:
+                    raise CopyCancelled("cancelled before it started")
+                self._copy(job)
                 self.done += 1
+                job.state = JobState.DONE
             except Exception as e:  # an operating error of one copy: the replica goes back
                 self.failed += 1
+                job.state = JobState.CANCELLED if isinstance(e, CopyCancelled) else JobState.FAILED
+                job.error = f"{type(e).__name__}: {e}"
                 log.warning("tablet %s: copy from %s failed: %s", req.tablet_id, req.source_uuid, e)
                 try:
                     self.manager.abort_copy(req.tablet_id)
                 except Exception:
                     log.exception("tablet %s: cleaning up a failed copy failed", req.tablet_id)
             finally:
+                job.ended = time.monotonic()
                 with self._lock:
                     self._running.discard(req.tablet_id)
+                    self._jobs.pop(req.tablet_id, None)
+                    self._finished.append(job)
 
-    def _copy(self, req: StartTabletCopyRequest) -> None:
+    def _copy(self, job: _Job) -> None:
         from tservers.tablet.manager import TabletDataState
 
+        req = job.req
         m = self.manager
         tid = req.tablet_id
         if m.data_state(tid) is TabletDataState.READY:
@@ -268,12 +344,13 @@ class CopyJobs:
                 fsync_dir(wal_dir.parent)
                 fsync_dir(data_dir.parent)
                 total = 0
-                for kind in ("wal", "data"):
+                job.files_total = len(begin.files)
+                job.bytes_total = sum(f.size_bytes for f in begin.files)
+                for kind, dest in (("wal", wal_dir), ("data", data_dir)):
                     for f in begin.files:
                         if f.kind == kind:
-                            total += self._download(
-                                rc, req, begin.session_id, f, wal_dir if kind == "wal" else data_dir
-                            )
+                            total += self._download(rc, job, begin.session_id, f, dest)
+                            job.files_done += 1
                     crash_point(f"copy.after_{kind}")
             finally:
                 try:
@@ -298,9 +375,13 @@ class CopyJobs:
             total / max(elapsed, 1e-6) / 1e6,
         )
 
-    def _download(self, rc: RpcClient, req, session_id: str, f: CopyFilePB, dest: Path) -> int:
+    def _download(
+        self, rc: RpcClient, job: _Job, session_id: str, f: CopyFilePB, dest: Path
+    ) -> int:
         """Fetch a file in CRC-checked chunks, FETCHES_IN_FLIGHT at a time (so the transfer
         overlaps the disk writes), write it to `.tmp`, fsync, rename into place."""
+
+        req = job.req
 
         def fetch(offset: int) -> bytes:
             resp, sidecars = rc.call_with_sidecars(
@@ -332,17 +413,31 @@ class CopyJobs:
                 for off in offsets:
                     pending.append((off, pool.submit(fetch, off)))
                     if len(pending) >= FETCHES_IN_FLIGHT:
-                        o, fut = pending.popleft()
-                        os.pwrite(fd, fut.result(), o)
+                        self._write_chunk(fd, job, *pending.popleft())
                 while pending:
-                    o, fut = pending.popleft()
-                    os.pwrite(fd, fut.result(), o)
+                    self._write_chunk(fd, job, *pending.popleft())
             os.fsync(fd)
         finally:
             os.close(fd)
         os.replace(tmp, dest / f.name)
         fsync_dir(dest)
         return f.size_bytes
+
+    def _write_chunk(self, fd: int, job: _Job, offset: int, fut) -> None:
+        data = fut.result()
+        os.pwrite(fd, data, offset)
+        job.bytes_done += len(data)
+        if job.cancel:
+            raise CopyCancelled("cancelled by the operator")
+        limit = self.rate_limit_bytes_s
+        if limit > 0:
+            # Throttle: never ahead of `limit` bytes/s since the job started; the wait is
+            # cut in short steps so that a cancel is seen at once.
+            until = job.started + job.bytes_done / limit
+            while (remaining := until - time.monotonic()) > 0:
+                time.sleep(min(remaining, 0.1))
+                if job.cancel:
+                    raise CopyCancelled("cancelled by the operator")
 
     def close(self, timeout_s: float = 5.0) -> None:
         try:

@@ -474,7 +474,7 @@ class StatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class StatusResponse(_message.Message):
-    __slots__ = ("uuid", "address", "tablets", "wal_groups", "wal_syncs", "wal_entries", "writes", "rows_written", "wal_sync_enabled")
+    __slots__ = ("uuid", "address", "tablets", "wal_groups", "wal_syncs", "wal_entries", "writes", "rows_written", "wal_sync_enabled", "copies")
     UUID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     TABLETS_FIELD_NUMBER: _ClassVar[int]
@@ -484,6 +484,7 @@ class StatusResponse(_message.Message):
     WRITES_FIELD_NUMBER: _ClassVar[int]
     ROWS_WRITTEN_FIELD_NUMBER: _ClassVar[int]
     WAL_SYNC_ENABLED_FIELD_NUMBER: _ClassVar[int]
+    COPIES_FIELD_NUMBER: _ClassVar[int]
     uuid: str
     address: str
     tablets: int
@@ -493,7 +494,8 @@ class StatusResponse(_message.Message):
     writes: int
     rows_written: int
     wal_sync_enabled: bool
-    def __init__(self, uuid: _Optional[str] = ..., address: _Optional[str] = ..., tablets: _Optional[int] = ..., wal_groups: _Optional[int] = ..., wal_syncs: _Optional[int] = ..., wal_entries: _Optional[int] = ..., writes: _Optional[int] = ..., rows_written: _Optional[int] = ..., wal_sync_enabled: _Optional[bool] = ...) -> None: ...
+    copies: _containers.RepeatedCompositeFieldContainer[CopyJobPB]
+    def __init__(self, uuid: _Optional[str] = ..., address: _Optional[str] = ..., tablets: _Optional[int] = ..., wal_groups: _Optional[int] = ..., wal_syncs: _Optional[int] = ..., wal_entries: _Optional[int] = ..., writes: _Optional[int] = ..., rows_written: _Optional[int] = ..., wal_sync_enabled: _Optional[bool] = ..., copies: _Optional[_Iterable[_Union[CopyJobPB, _Mapping]]] = ...) -> None: ...
 
 class VoteRequestPB(_message.Message):
     __slots__ = ("last_log_term", "last_log_index", "pre_vote", "leadership_transfer")
@@ -678,5 +680,39 @@ class EndCopySessionRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ...) -> None: ...
 
 class EndCopySessionResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class CopyJobPB(_message.Message):
+    __slots__ = ("tablet_id", "source_uuid", "state", "files_done", "files_total", "bytes_done", "bytes_total", "rate_bytes_s", "error", "rate_limit_bytes_s")
+    TABLET_ID_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_UUID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    FILES_DONE_FIELD_NUMBER: _ClassVar[int]
+    FILES_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    BYTES_DONE_FIELD_NUMBER: _ClassVar[int]
+    BYTES_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    RATE_BYTES_S_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    RATE_LIMIT_BYTES_S_FIELD_NUMBER: _ClassVar[int]
+    tablet_id: str
+    source_uuid: str
+    state: str
+    files_done: int
+    files_total: int
+    bytes_done: int
+    bytes_total: int
+    rate_bytes_s: float
+    error: str
+    rate_limit_bytes_s: int
+    def __init__(self, tablet_id: _Optional[str] = ..., source_uuid: _Optional[str] = ..., state: _Optional[str] = ..., files_done: _Optional[int] = ..., files_total: _Optional[int] = ..., bytes_done: _Optional[int] = ..., bytes_total: _Optional[int] = ..., rate_bytes_s: _Optional[float] = ..., error: _Optional[str] = ..., rate_limit_bytes_s: _Optional[int] = ...) -> None: ...
+
+class CancelTabletCopyRequest(_message.Message):
+    __slots__ = ("tablet_id",)
+    TABLET_ID_FIELD_NUMBER: _ClassVar[int]
+    tablet_id: str
+    def __init__(self, tablet_id: _Optional[str] = ...) -> None: ...
+
+class CancelTabletCopyResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...

@@ -155,3 +155,65 @@ def test_crash_during_a_copy_then_copied_again(quartet: TServerTrio, point):
     q.write_anywhere("k3", [5000])
     leader = q.leader("k3", among=[3, others[0], others[1]])
     assert q.scan_ids(leader, "k3") == list(range(300)) + [5000]
+
+
+@pytest.fixture
+def throttled(tmp_path):
+    # Copies onto every server limited to 0.5 MB/s, so that a copy is seen in progress.
+    t = TServerTrio(tmp_path, n=3, extra_args=["--copy-rate-mb", "0.5"])
+    try:
+        t.start_all()
+        yield t
+    finally:
+        t.stop_all()
+
+
+def test_copy_progress_cancel_and_throttle(throttled: TServerTrio):
+    import subprocess
+    import sys
+
+    from tests.tservers.procs import REPO
+    from tservers.tserver_pb2 import StatusRequest, StatusResponse
+
+    q = throttled
+    q.create_tablet("k4")
+    lead = q.leader("k4")
+    for b in range(60):
+        q.write(lead, "k4", range(b * 1000, b * 1000 + 1000))
+    f = next(i for i in range(3) if i != lead)
+    p = q.procs[f]
+
+    def jobs():
+        with RpcClient(p.address, "test") as rc:
+            return list(rc.call(p.uuid, "TServer.Status", StatusRequest(), StatusResponse).copies)
+
+    def cli(*args) -> str:
+        r = subprocess.run(
+            [sys.executable, "-m", "tservers.cli", *args, "--address", p.address],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert r.returncode == 0, r.stderr
+        return r.stdout
+
+    q.client(f).delete_tablet("k4")
+    running = wait_for(
+        lambda: next(
+            (j for j in jobs() if j.state == "RUNNING" and j.bytes_done > 0),
+            None,
+        ),
+        30,
+        f"a throttled copy in progress (jobs: {jobs()})",
+    )
+    assert running.rate_limit_bytes_s == 500_000 and running.bytes_total > 1_000_000
+    assert "RUNNING" in cli("copies")
+    assert "cancelling" in cli("copy-cancel", "--tablet", "k4")
+    wait_for(lambda: any(j.state == "CANCELLED" for j in jobs()), 30, "the copy cancelled")
+    # The leader asks again (with backoff); the next copy runs to the end, at about 0.5 MB/s.
+    done = wait_for(lambda: next((j for j in jobs() if j.state == "DONE"), None), 60, "a copy done")
+    assert done.files_done == done.files_total and done.bytes_done == done.bytes_total
+    assert done.rate_bytes_s <= 550_000  # throttled
+    wait_for(lambda: (q.report(f, "k4") or done).status == "RUNNING", 30, "the copy running")
+    assert "DONE" in cli("copies")

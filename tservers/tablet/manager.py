@@ -104,6 +104,7 @@ class TabletManager:
         *,
         maintenance: bool = True,
         driver_opts: DriverOptions | None = None,
+        copy_rate_limit_bytes_s: int = 0,
     ) -> None:
         self.fs = fs
         self.wal_opts = wal_opts or WalOptions()
@@ -114,6 +115,7 @@ class TabletManager:
         )
         self.copy_source = CopySource(self)
         self.copy_jobs: CopyJobs | None = None  # started by open()
+        self._copy_rate_limit_bytes_s = copy_rate_limit_bytes_s
         self._lock = threading.Lock()
         self.replicas: dict[str, Replica] = {}
         self._stop = threading.Event()
@@ -123,7 +125,7 @@ class TabletManager:
     # ================================================================ startup
     def open(self) -> None:
         self.driver.start()
-        self.copy_jobs = CopyJobs(self)
+        self.copy_jobs = CopyJobs(self, self._copy_rate_limit_bytes_s)
         for tablet_id in self.fs.tablet_ids():
             self.replicas[tablet_id] = self._startup_one(tablet_id)
         deadline = time.monotonic() + LONE_VOTER_READY_S
