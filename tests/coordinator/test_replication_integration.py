@@ -156,3 +156,22 @@ def test_kill_a_tserver_then_re_replicate_lower_the_factor_and_move(tmp_path):
             )
             moved = {r.server_uuid for r in client.tablet_locations("rep").tablets[0].replicas}
             assert source not in moved and target in moved
+
+            # retire-tserver: every replica moves off one server (factor 2 on the other two).
+            # (The 1-tablet table of factor 3 could not leave it: 2 servers would remain.)
+            done = cli(cluster, "set-replication", "dflt", "2")
+            assert done.returncode == 0, done.stderr + done.stdout
+            retired = target
+            done = cli(cluster, "retire-tserver", retired, "--wait-s", "120")
+            assert done.returncode == 0, done.stderr + done.stdout
+            assert all(
+                retired not in {r.server_uuid for r in x.replicas}
+                for x in client.tablet_locations("rep").tablets
+            )
+            wait_for(lambda: converged(client, "rep", 2, {victim_uuid, retired}), 60, "retired")
+            voters = voters_on_servers(client, "rep")
+            assert all(len(v) == 2 and retired not in v for v in voters.values()), voters
+            t.refresh()
+            assert sorted(t.to_arrow()["id"].to_pylist()) == list(range(3000))
+            summary = cli(cluster, "replication")
+            assert summary.returncode == 0, summary.stdout + summary.stderr
