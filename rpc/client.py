@@ -97,38 +97,10 @@ class _Call:
     queued_at: float = 0.0
 
 
-class _Peer:
-    """One DEALER socket, its monitor, and the calls waiting to be written to it."""
+class _Dealer:
+    """A DEALER socket to one server address with a monitor of its connection."""
 
-    __slots__ = ("address", "socket", "monitor", "backlog", "written", "connected")
-
-    def __init__(self, ctx: zmq.Context, address: str, frame_bytes_max: int) -> None:
-        self.address = address
-        self.socket = ctx.socket(zmq.DEALER)
-        self.socket.setsockopt(zmq.LINGER, 0)
-        self.socket.setsockopt(zmq.IMMEDIATE, 1)
-        self.socket.setsockopt(zmq.MAXMSGSIZE, frame_bytes_max)
-        self.socket.setsockopt(zmq.RECONNECT_IVL, 20)
-        self.socket.setsockopt(zmq.RECONNECT_IVL_MAX, 500)
-        self.monitor = self.socket.get_monitor_socket(zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECTED)
-        self.socket.connect(endpoint(address))
-        self.backlog: deque[_Call] = deque()
-        self.written: dict[int, _Call] = {}
-        self.connected = False
-
-    def close(self) -> None:
-        self.socket.disable_monitor()
-        self.monitor.close(linger=0)
-        self.socket.close(linger=0)
-
-
-class _DirectSocket:
-    """A DEALER socket owned by one calling thread, for synchronous calls without hand-offs.
-
-    Only its owner uses it; `lock` is held for the whole of a call so that Transport.close()
-    can wait for a call in progress (calls poll in short slices and notice the close)."""
-
-    __slots__ = ("address", "socket", "monitor", "poller", "connected", "lock")
+    __slots__ = ("address", "socket", "monitor", "connected")
 
     def __init__(self, ctx: zmq.Context, address: str, frame_bytes_max: int) -> None:
         self.address = address
@@ -140,11 +112,7 @@ class _DirectSocket:
         self.socket.setsockopt(zmq.RECONNECT_IVL_MAX, 500)
         self.monitor = self.socket.get_monitor_socket(zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECTED)
         self.socket.connect(endpoint(address))
-        self.poller = zmq.Poller()
-        self.poller.register(self.socket, zmq.POLLIN)
-        self.poller.register(self.monitor, zmq.POLLIN)
         self.connected = False
-        self.lock = threading.Lock()
 
     def drain_monitor(self) -> bool:
         """Apply pending connection events; True if the connection dropped."""
@@ -164,6 +132,33 @@ class _DirectSocket:
         self.socket.disable_monitor()
         self.monitor.close(linger=0)
         self.socket.close(linger=0)
+
+
+class _Peer(_Dealer):
+    """The I/O thread's socket to one address and the calls waiting to be written to it."""
+
+    __slots__ = ("backlog", "written")
+
+    def __init__(self, ctx: zmq.Context, address: str, frame_bytes_max: int) -> None:
+        super().__init__(ctx, address, frame_bytes_max)
+        self.backlog: deque[_Call] = deque()
+        self.written: dict[int, _Call] = {}
+
+
+class _DirectSocket(_Dealer):
+    """A socket owned by one calling thread, for synchronous calls without hand-offs.
+
+    Only its owner uses it; `lock` is held for the whole of a call so that Transport.close()
+    can wait for a call in progress (calls poll in short slices and notice the close)."""
+
+    __slots__ = ("poller", "lock")
+
+    def __init__(self, ctx: zmq.Context, address: str, frame_bytes_max: int) -> None:
+        super().__init__(ctx, address, frame_bytes_max)
+        self.poller = zmq.Poller()
+        self.poller.register(self.socket, zmq.POLLIN)
+        self.poller.register(self.monitor, zmq.POLLIN)
+        self.lock = threading.Lock()
 
 
 class Transport:
@@ -512,25 +507,14 @@ class Transport:
             call.done.set()
 
     def _on_monitor(self, peer: _Peer) -> None:
-        while True:
-            try:
-                event = zmq.utils.monitor.recv_monitor_message(peer.monitor, zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            if event["event"] == zmq.EVENT_CONNECTED:
-                peer.connected = True
-            elif event["event"] == zmq.EVENT_DISCONNECTED:
-                peer.connected = False
-            if event["event"] == zmq.EVENT_DISCONNECTED and peer.written:
-                log.info(
-                    "connection to %s lost with %d call(s) in flight",
-                    peer.address,
-                    len(peer.written),
-                )
-                for call in peer.written.values():
-                    call.error = ConnectionLost(f"connection to {peer.address} lost")
-                    call.done.set()
-                peer.written.clear()
+        if peer.drain_monitor() and peer.written:
+            log.info(
+                "connection to %s lost with %d call(s) in flight", peer.address, len(peer.written)
+            )
+            for call in peer.written.values():
+                call.error = ConnectionLost(f"connection to {peer.address} lost")
+                call.done.set()
+            peer.written.clear()
 
     def _expire(self, peers, now: float) -> None:
         for peer in peers:
