@@ -542,10 +542,17 @@ class PendingCall:
         return self._call.done.is_set()
 
     def result(self):
+        return self.result_with_sidecars()[0]
+
+    def result_with_sidecars(self):
+        """(response, [sidecar memoryviews]) once the answer is in."""
         _, frames = self._transport.finish_call(self._call)
         response = self._response_type()
-        response.ParseFromString(frames[0])
-        return response
+        try:
+            response.ParseFromString(frames[0])
+        except (DecodeError, ValueError) as exc:
+            raise errors.Internal(f"malformed answer from {self._call.address}: {exc}") from None
+        return response, frames[1:]
 
 
 class RpcClient:

@@ -413,3 +413,17 @@ def test_unreachable_server_fails_fast_when_not_connected():
     with RpcClient(f"127.0.0.1:{free_port()}", "c") as c:
         with pytest.raises(NotConnected, match="not connected"):
             c.call(SERVER_UUID, "Test.Echo", PingResponse(), PingResponse, timeout_s=30)
+
+
+def test_pipelined_async_calls_carry_sidecars(client):
+    pending = [
+        client.call_async(
+            SERVER_UUID, "Test.Echo", PingResponse(uuid=str(i)), PingResponse,
+            sidecars=[bytes([i]) * (i + 1)],
+        )
+        for i in range(32)
+    ]  # fmt: skip
+    for i, p in enumerate(pending):
+        answer, sidecars = p.result_with_sidecars()
+        assert answer.uuid == str(i)
+        assert [bytes(s) for s in sidecars] == [bytes([i]) * (i + 1)]
