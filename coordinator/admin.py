@@ -164,6 +164,12 @@ def _check_table(meta, summary, reports, result: ClusterCheck) -> TableCheck:
         indexes = {r.config_index for r in tablet.replicas if r.ok}
         if len(indexes) > 1:
             tablet.problem = f"replicas disagree on the committed config: {sorted(indexes)}"
+        elif len(loc.replicas) != described.replication_factor:
+            tablet.problem = (
+                f"{len(loc.replicas)} replicas, replication factor {described.replication_factor}"
+            )
+        elif any(r.member_type == "NON_VOTER" for r in loc.replicas):
+            tablet.problem = "a replica is still a NON_VOTER (being copied)"
         bad = [r for r in tablet.replicas if not r.ok]
         if bad or tablet.problem or not tablet.replicas:
             tablet.ok = table.ok = False

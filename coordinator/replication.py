@@ -273,7 +273,7 @@ class ReplicationManager:
         return pb.RetireServerResponse(replicas=hosted)
 
     def status(self) -> pb.ReplicationStatusResponse:
-        views, _live, retiring, _load, moves = self._snapshot(member_types_only=True)
+        views, _live, retiring, _load, moves = self._snapshot()
         response = pb.ReplicationStatusResponse()
         with self.catalog.lock:
             live = frozenset(s.uuid for s in self.catalog.live_servers())
@@ -296,7 +296,7 @@ class ReplicationManager:
 
     # ------------------------------------------------------------ the policy
 
-    def _snapshot(self, member_types_only: bool = False):
+    def _snapshot(self):
         """Views of every tablet of every RUNNING table (None: no report with a leader)."""
         with self.catalog.lock:
             live = frozenset(s.uuid for s in self.catalog.live_servers())
@@ -313,7 +313,7 @@ class ReplicationManager:
                     views[tablet_id] = view_of(
                         tablet_id, table.replication_factor, report, report.member_types
                     )
-            replicas = {t: self.catalog.current_replicas(t) for t in views}
+            replicas = {t: self.catalog.current_replicas(t) for t in self.catalog.tablets}
         with self._lock:
             # Finished moves and retirements are forgotten.
             for key in [k for k in self._moves if k[1] not in replicas.get(k[0], ())]:

@@ -183,6 +183,21 @@ def test_kill_a_tserver_then_re_replicate_lower_the_factor_and_move(tmp_path):
             summary = cli(cluster, "replication")
             assert summary.returncode == 0, summary.stdout + summary.stderr
 
+            # The dead server removed, the ksck (`coordinator status`) finds it all healthy.
+            client.meta.call(
+                "RemoveServer",
+                cpb.RemoveServerRequest(
+                    request_id=client.meta.next_request_id(), server_uuid=victim_uuid
+                ),
+                cpb.RemoveServerResponse,
+            )
+            wait_for(
+                lambda: cli(cluster, "status").returncode == 0,
+                60,
+                "coordinator status healthy",
+                interval_s=0.5,
+            )
+
 
 def test_re_replication_survives_a_coordinator_failover(tmp_path):
     """The coordinator leader and a tablet server are killed together: the new leader, with
