@@ -281,9 +281,11 @@ class ReplicationManager:
         for tablet_id, view in views.items():
             with self.catalog.lock:
                 report = self.catalog.tablet_reports.get(tablet_id)
-            if view is None or report is None or not report.member_types:
-                response.unknown += 1  # no leader report yet, or member types not learnt
+            if view is None or report is None:
+                response.unknown += 1  # no leader report yet
             elif is_healthy(view, live, retiring) and not any(k[0] == tablet_id for k in moves):
+                # Member types not learnt count as VOTER: with as many members as the
+                # factor, a NON_VOTER among them is only being promoted.
                 response.healthy_tablets += 1
             else:
                 response.under_replicated += 1
@@ -341,25 +343,26 @@ class ReplicationManager:
             if view.leader_uuid not in live:
                 continue  # wait for a live leader's report
             move = moves_by_tablet.get(tablet_id)
+            uuids = [m.uuid for m in view.members]
+            if (
+                move is None
+                and len(uuids) == view.replication_factor
+                and all(u in live and u not in retiring for u in uuids)
+                and all(m.voter for m in view.members)
+            ):
+                # Nothing to do whatever the member types are: with as many members as
+                # the factor, all good, a NON_VOTER among them is being promoted anyway.
+                continue
             with self.catalog.lock:
                 report = self.catalog.tablet_reports.get(tablet_id)
             if report is None:
                 continue
             if report.member_types:
                 view = view_of(tablet_id, view.replication_factor, report, report.member_types)
-            else:
+            else:  # ask the tablet's leader (bounded per round)
                 view = self._leader_view(view, fetched)
                 if view is None:
                     continue
-            uuids = [m.uuid for m in view.members]
-            suspicious = (
-                move is not None
-                or len(uuids) != view.replication_factor
-                or any(not m.voter for m in view.members)
-                or any(u not in live or u in retiring for u in uuids)
-            )
-            if not suspicious:
-                continue
             action = plan(view, live, load, move, retiring)
             if action is None:
                 continue
