@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from coordinator import coordinator_pb2 as pb
 from coordinator.catalog import ServerInfo
 from rpc.client import RpcClient, Transport
-from rpc.errors import AlreadyExists, CasFailed, IllegalState, TabletNotFound
+from rpc.errors import AlreadyExists, CasFailed, IllegalState, TabletDeleted, TabletNotFound
 from tservers import tserver_pb2 as ts
 
 logger = logging.getLogger(__name__)
@@ -109,8 +109,8 @@ class RpcTabletServerGateway:
                 timeout_s=timeout_s,
                 idempotent=True,
             )
-        except TabletNotFound:
-            logger.debug("tablet %s not on %s: nothing to delete", tablet_id, server.uuid)
+        except (TabletNotFound, TabletDeleted):
+            logger.debug("tablet %s not live on %s: nothing to delete", tablet_id, server.uuid)
 
     def alter_schema(
         self,

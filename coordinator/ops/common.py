@@ -28,7 +28,15 @@ from coordinator.catalog import (
     TableInfo,
     TableState,
 )
-from rpc.errors import AlreadyInProgress, BadRequest, NotFound, RpcError, TimedOut, Unavailable
+from rpc.errors import (
+    AlreadyInProgress,
+    BadRequest,
+    NotFound,
+    RpcError,
+    TabletDeleted,
+    TimedOut,
+    Unavailable,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -209,6 +217,12 @@ def call_replica(
             last_error = e
             ctx.sleep(CALL_BACKOFF_S * (2**attempt))
             continue
+        except TabletDeleted as e:
+            # Tombstoned for good (tablet ids are never reused): nothing more will ever
+            # happen on this replica, so retrying would keep the operation, and a new
+            # leader's recovery, pending forever. Skip it like a replica on a dead server.
+            logger.info("skipping %s on %s: %s", tablet_id, server_uuid, e)
+            return False
         ctx.crash(f"{point.replace('{}', 'after')}")
         return True
     raise Unavailable(

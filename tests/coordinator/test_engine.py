@@ -24,7 +24,7 @@ from coordinator.ops import decode
 from coordinator.ops.server_down import ServerDownRequest
 from coordinator.replay.replayer import Replayer
 from logstore.memory import MemoryLogStore
-from rpc.errors import BadRequest, NotLeader, Unavailable
+from rpc.errors import BadRequest, NotLeader, TabletDeleted, Unavailable
 
 LEASE = LeaseConfig(
     lease_timeout_s=0.4,
@@ -75,6 +75,8 @@ class MemoryGateway:
         with self.lock:
             self._enter(server)
             key = (server.uuid, tablet_id)
+            if key in self.deleted:  # as a real tablet server answers a tombstoned tablet
+                raise TabletDeleted(f"tablet {tablet_id} is deleted")
             if key in self.replicas:
                 self.replicas[key] = max(self.replicas[key], new_schema.version)
 
@@ -343,6 +345,30 @@ def test_complete_skips_replicas_on_down_servers(cluster):
     assert len(done) == 1 and len(done[0].create_table.skipped_replicas) == 4
     assert all(uuid != "s2" for uuid, _ in cluster.gateway.replicas)
     assert resp.table_id == done[0].create_table.table_id
+
+
+def test_a_tombstoned_replica_is_skipped_not_retried_forever(cluster):
+    # A replica that is deleted for good (ids are never reused) must not keep an operation,
+    # or a new leader's recovery, pending forever.
+    a = cluster.add("a")
+    cluster.leader()
+    enlist(a.engine)
+    a.engine.execute("create_table", create())
+    victim = sorted(cluster.gateway.replicas)[0]
+    with cluster.gateway.lock:
+        cluster.gateway.replicas.pop(victim)
+        cluster.gateway.deleted.add(victim)
+    a.engine.execute(
+        "alter_table",
+        pb.AlterTableRequest(
+            request_id=pb.RequestId(client_id="client", seq=2),
+            name="t",
+            add_columns=[pb.ColumnSchema(name="w", type=pb.INT32, nullable=True)],
+        ),
+    )
+    done = [r for r in cluster.records("alter_table") if r.alter_table.header.phase == pb.DONE]
+    assert len(done) == 1
+    assert list(done[0].alter_table.skipped_replicas) == [f"{victim[1]}/{victim[0]}"]
 
 
 # ---------------------------------------------------------------- crash points
