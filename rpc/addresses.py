@@ -2,16 +2,29 @@
 
 from __future__ import annotations
 
+import random
 import socket
 
 from rpc.errors import BadRequest
 
+# Ports handed out for servers to bind later lie below the kernel's ephemeral range, so that
+# no outgoing connection can take one between the choice and the bind.
+SERVER_PORTS = range(20000, 32000)
+FREE_PORT_ATTEMPTS_MAX = 200
+
 
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port on `host` that was free a moment ago (for local clusters and tests)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    rng = random.SystemRandom()
+    for _ in range(FREE_PORT_ATTEMPTS_MAX):
+        port = rng.choice(SERVER_PORTS)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
+    raise OSError(f"no free port in {SERVER_PORTS} on {host}")
 
 
 def parse_host_port(address: str) -> tuple[str, int]:

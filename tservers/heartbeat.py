@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from coordinator import coordinator_pb2 as cpb
 from rpc import errors
 from rpc.client import RpcClient, Transport
-from tservers.tserver_pb2 import DataState, TabletReportPB
+from tservers.tserver_pb2 import DataState, MemberType, TabletReportPB
 
 HEARTBEAT_INTERVAL_S_DEFAULT = 0.5
 CALL_TIMEOUT_S = 1.0
@@ -40,6 +40,7 @@ def to_coordinator_report(report: TabletReportPB, server_uuid: str) -> cpb.Table
         term=report.current_term,
         config_index=max(0, config.opid_index),
         config_uuids=[p.uuid for p in config.peers],
+        config_member_types=[MemberType.Name(p.member_type) for p in config.peers],
         leader_uuid=report.leader_uuid if running else "",
         last_op_index=report.last_op_id.index,
         schema_version=report.schema_version,

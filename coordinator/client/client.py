@@ -155,9 +155,12 @@ class Client:
         columns: Sequence[Column],
         *,
         num_tablets: int = 4,
-        replication_factor: int = 1,
+        replication_factor: int = 0,
     ) -> str:
-        """Create a table; returns its id. ALREADY_EXISTS if the name is taken."""
+        """Create a table; returns its id. ALREADY_EXISTS if the name is taken.
+
+        `replication_factor` 0 lets the coordinator choose: 3, or fewer when fewer tablet
+        servers are live."""
         schema = cpb.Schema(columns=[c.to_pb() for c in columns])
         return self.meta.create_table(name, schema, num_tablets, replication_factor)
 
