@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -32,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from coordinator import coordinator_pb2 as pb  # noqa: E402
 from coordinator.client.meta import CoordinatorClient  # noqa: E402
+from rpc.addresses import free_port  # noqa: E402
 from rpc.client import RpcClient  # noqa: E402
 from rpc.errors import RpcError  # noqa: E402
 
@@ -43,10 +43,6 @@ SCHEMA = pb.Schema(
 )
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_for(cond, timeout_s: float, what: str):

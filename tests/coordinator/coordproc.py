@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -17,6 +16,7 @@ from pathlib import Path
 
 from coordinator import coordinator_pb2 as pb
 from coordinator.client.meta import CoordinatorClient
+from rpc.addresses import free_port  # below the ephemeral range: no bind races
 from rpc.client import RpcClient
 from rpc.errors import RpcError
 from tservers import tserver_pb2 as ts
@@ -24,10 +24,6 @@ from tservers import tserver_pb2 as ts
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_for(cond: Callable[[], object], timeout_s: float = 30.0, what: str = "condition"):

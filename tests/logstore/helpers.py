@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import Callable
 
 from logstore.replicated import ReplicaConfig, ReplicatedLogStore
+from rpc.addresses import free_port  # below the ephemeral range: no bind races
 
 PASSWORD = "test-cluster-password"
 FAST = ReplicaConfig(raft_min_timeout_s=0.3, raft_max_timeout_s=0.7, leader_fallback_timeout_s=2.0)
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def free_addresses(n: int) -> list[str]:
