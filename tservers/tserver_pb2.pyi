@@ -326,10 +326,12 @@ class CreateTabletResponse(_message.Message):
     def __init__(self, schema: _Optional[_Union[SchemaPB, _Mapping]] = ...) -> None: ...
 
 class DeleteTabletRequest(_message.Message):
-    __slots__ = ("tablet_id",)
+    __slots__ = ("tablet_id", "cas_config_index")
     TABLET_ID_FIELD_NUMBER: _ClassVar[int]
+    CAS_CONFIG_INDEX_FIELD_NUMBER: _ClassVar[int]
     tablet_id: str
-    def __init__(self, tablet_id: _Optional[str] = ...) -> None: ...
+    cas_config_index: int
+    def __init__(self, tablet_id: _Optional[str] = ..., cas_config_index: _Optional[int] = ...) -> None: ...
 
 class DeleteTabletResponse(_message.Message):
     __slots__ = ("last_op_id",)
