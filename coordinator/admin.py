@@ -446,14 +446,15 @@ def cmd_replication(args) -> int:
             "under_replicated": st.under_replicated, "unknown": st.unknown,
             "moves": [[m.tablet_id, m.from_uuid, m.to_uuid] for m in st.moves],
             "retiring": list(st.retiring), "changes_sent": st.changes_sent,
-            "changes_refused": st.changes_refused,
+            "changes_refused": st.changes_refused, "strays": st.strays,
+            "strays_deleted": st.strays_deleted,
         }))  # fmt: skip
     else:
         print(
             f"tablets {st.tablets}: healthy {st.healthy_tablets}, under-replicated "
             f"{st.under_replicated}, unknown {st.unknown}; moves {len(st.moves)}, retiring "
             f"{len(st.retiring)}; config changes sent {st.changes_sent}, refused "
-            f"{st.changes_refused}"
+            f"{st.changes_refused}; stray replicas {st.strays}, deleted {st.strays_deleted}"
         )
     return 0 if st.under_replicated == 0 and st.unknown == 0 else 1
 

@@ -131,6 +131,8 @@ class Catalog:
     # Unlogged state, fed by heartbeats (time.monotonic() of this node).
     heartbeats: dict[str, float] = field(default_factory=dict)
     tablet_reports: dict[str, TabletReportInfo] = field(default_factory=dict)
+    # (server uuid, tablet id) -> CAS config index of replicas to delete (coordinator/replication)
+    strays: dict[tuple[str, str], int] = field(default_factory=dict)
     lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
     changed: threading.Condition = field(init=False, repr=False)
 

@@ -610,7 +610,7 @@ class ReplicaMove(_message.Message):
     def __init__(self, tablet_id: _Optional[str] = ..., from_uuid: _Optional[str] = ..., to_uuid: _Optional[str] = ...) -> None: ...
 
 class ReplicationStatusResponse(_message.Message):
-    __slots__ = ("tablets", "healthy_tablets", "under_replicated", "unknown", "moves", "retiring", "changes_sent", "changes_refused")
+    __slots__ = ("tablets", "healthy_tablets", "under_replicated", "unknown", "moves", "retiring", "changes_sent", "changes_refused", "strays", "strays_deleted")
     TABLETS_FIELD_NUMBER: _ClassVar[int]
     HEALTHY_TABLETS_FIELD_NUMBER: _ClassVar[int]
     UNDER_REPLICATED_FIELD_NUMBER: _ClassVar[int]
@@ -619,6 +619,8 @@ class ReplicationStatusResponse(_message.Message):
     RETIRING_FIELD_NUMBER: _ClassVar[int]
     CHANGES_SENT_FIELD_NUMBER: _ClassVar[int]
     CHANGES_REFUSED_FIELD_NUMBER: _ClassVar[int]
+    STRAYS_FIELD_NUMBER: _ClassVar[int]
+    STRAYS_DELETED_FIELD_NUMBER: _ClassVar[int]
     tablets: int
     healthy_tablets: int
     under_replicated: int
@@ -627,4 +629,6 @@ class ReplicationStatusResponse(_message.Message):
     retiring: _containers.RepeatedScalarFieldContainer[str]
     changes_sent: int
     changes_refused: int
-    def __init__(self, tablets: _Optional[int] = ..., healthy_tablets: _Optional[int] = ..., under_replicated: _Optional[int] = ..., unknown: _Optional[int] = ..., moves: _Optional[_Iterable[_Union[ReplicaMove, _Mapping]]] = ..., retiring: _Optional[_Iterable[str]] = ..., changes_sent: _Optional[int] = ..., changes_refused: _Optional[int] = ...) -> None: ...
+    strays: int
+    strays_deleted: int
+    def __init__(self, tablets: _Optional[int] = ..., healthy_tablets: _Optional[int] = ..., under_replicated: _Optional[int] = ..., unknown: _Optional[int] = ..., moves: _Optional[_Iterable[_Union[ReplicaMove, _Mapping]]] = ..., retiring: _Optional[_Iterable[str]] = ..., changes_sent: _Optional[int] = ..., changes_refused: _Optional[int] = ..., strays: _Optional[int] = ..., strays_deleted: _Optional[int] = ...) -> None: ...

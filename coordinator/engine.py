@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from coordinator import coordinator_pb2 as pb
+from coordinator import replication
 from coordinator.catalog import Catalog, OpResult, ServerState, TabletReportInfo
 from coordinator.crashpoints import CrashPoints
 from coordinator.leases.driver import LeaseDriver
@@ -310,13 +311,15 @@ class Engine:
 
     def heartbeat(self, request: pb.HeartbeatRequest) -> pb.HeartbeatResponse:
         now = time.monotonic()
+        leader = self.serving()
         with self.catalog.lock:
             self.catalog.heartbeats[request.server_uuid] = now
             for report in request.tablets:
                 if report.tablet_id in self.catalog.tablets:
                     self._take_report(request.server_uuid, report, now)
+                if leader:  # replicas to delete: only a serving leader's catalog is complete
+                    replication.note_report(self.catalog, request.server_uuid, report)
             server = self.catalog.servers.get(request.server_uuid)
-        leader = self.serving()
         needs_enlist = leader and (
             server is None
             or server.state is not ServerState.LIVE

@@ -25,6 +25,16 @@ MoveReplica and RetireTabletServer are requests kept in the leader's memory (not
 they only mark replicas as bad for the policy above. A new leader forgets them; the operator
 command is idempotent and is simply issued again (documented in design/coordinator.md).
 
+Stray replicas are deleted by the same loop. A replica is stray when a tablet server reports
+it READY and either its tablet is unknown to the leader's catalog (its table was dropped: a
+copy or config change in flight when DropTable listed the replicas can leave one behind) or
+its server is no longer in the committed config its tablet's leader reported, the replica's
+own committed config being older (evicted: replaced while its server was down, or removed).
+The heartbeat handler notes them (`stray_of`, pure), only on the serving leader; each round
+re-checks them against the catalog and sends at most `deletes_per_round_max` DeleteTablet
+calls. An evicted replica is deleted with the CAS `cas_config_index` = the config index it
+reported, so a replica added back since then is left alone (CAS_FAILED).
+
 The heartbeat reports carry member types when the tablet server sends them
 (TabletReport.config_member_types); otherwise the policy asks the tablet's leader
 (TServer.ListTablets) for the committed config of the tablets it has to look at closely.
@@ -60,6 +70,7 @@ class ReplicationConfig:
     call_timeout_s: float = 5.0
     changes_per_round_max: int = 8
     fetches_per_round_max: int = 16
+    deletes_per_round_max: int = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,10 +177,55 @@ def view_of(
     return TabletView(tablet_id, rf, report.leader_uuid, report.config_index, members)
 
 
+ORPHAN = -1  # a stray whose tablet the catalog no longer knows: deleted without a CAS
+STRAYS_MAX = 10_000
+
+
+def stray_of(
+    server_uuid: str,
+    report: pb.TabletReport,
+    tablet_known: bool,
+    leader_report: TabletReportInfo | None,
+) -> int | None:
+    """None if the reported replica belongs where it is; else the CAS to delete it with
+    (ORPHAN: no CAS). Pure; see the module docstring."""
+    if report.data_state != "READY":
+        return None  # a tombstone, or a copy in progress (reported again once READY)
+    if not tablet_known:
+        return ORPHAN
+    if (
+        leader_report is None
+        or not leader_report.from_leader
+        or server_uuid == leader_report.leader_uuid
+        or server_uuid in leader_report.config_uuids
+    ):
+        return None
+    if report.config_index >= leader_report.config_index:
+        return None  # not behind the leader's config: maybe newer than what we know
+    return report.config_index
+
+
+def note_report(catalog: Catalog, server_uuid: str, report: pb.TabletReport) -> None:
+    """Called by the serving leader's heartbeat handler (catalog lock held): keep
+    `catalog.strays` up to date with this report (bounded)."""
+    cas = stray_of(
+        server_uuid,
+        report,
+        report.tablet_id in catalog.tablets,
+        catalog.tablet_reports.get(report.tablet_id),
+    )
+    key = (server_uuid, report.tablet_id)
+    if cas is None:
+        catalog.strays.pop(key, None)
+    elif key in catalog.strays or len(catalog.strays) < STRAYS_MAX:
+        catalog.strays[key] = cas
+
+
 @dataclass
 class _Counters:
     sent: int = 0
     refused: int = 0
+    strays_deleted: int = 0
     last_error: dict[str, str] = field(default_factory=dict)
 
 
@@ -226,6 +282,8 @@ class ReplicationManager:
                     self._moves.clear()
                     self._retiring.clear()
                     self.counters = _Counters()
+                with self.catalog.lock:  # noted before this node served: not trusted
+                    self.catalog.strays.clear()
                 self._was_serving = serving
             if not serving:
                 continue
@@ -294,6 +352,9 @@ class ReplicationManager:
         response.retiring.extend(sorted(retiring))
         response.changes_sent = self.counters.sent
         response.changes_refused = self.counters.refused
+        with self.catalog.lock:
+            response.strays = len(self.catalog.strays)
+        response.strays_deleted = self.counters.strays_deleted
         return response
 
     # ------------------------------------------------------------ the policy
@@ -370,7 +431,65 @@ class ReplicationManager:
                 sent += 1
                 delta = 1 if action.kind == ADD else -1
                 load[action.peer_uuid] = load.get(action.peer_uuid, 0) + delta
+        self.delete_strays()
         return sent
+
+    # ------------------------------------------------------------ stray replicas
+
+    def delete_strays(self) -> int:
+        """Delete up to `deletes_per_round_max` stray replicas, each re-checked against the
+        catalog first; returns the number deleted."""
+        with self.catalog.lock:
+            strays = list(self.catalog.strays.items())[: self.config.deletes_per_round_max]
+        deleted = 0
+        for (server_uuid, tablet_id), cas in strays:
+            if self._stop.is_set():
+                break
+            with self.catalog.lock:
+                self.catalog.strays.pop((server_uuid, tablet_id), None)
+                known = tablet_id in self.catalog.tablets
+                leader_report = self.catalog.tablet_reports.get(tablet_id)
+                server = self.catalog.servers.get(server_uuid)
+            if server is None or server.state is not ServerState.LIVE:
+                continue
+            if cas == ORPHAN:
+                if known:
+                    continue
+                why = "its table was dropped"
+            else:
+                if not known or leader_report is None or (
+                    server_uuid in leader_report.config_uuids
+                    or server_uuid == leader_report.leader_uuid
+                    or cas >= leader_report.config_index
+                ):
+                    continue
+                why = f"evicted: not in config {leader_report.config_index}"
+            if self._delete_stray(server, tablet_id, cas, why):
+                deleted += 1
+        return deleted
+
+    def _delete_stray(self, server, tablet_id: str, cas: int, why: str) -> bool:
+        request = ts.DeleteTabletRequest(tablet_id=tablet_id)
+        if cas != ORPHAN:
+            request.cas_config_index = cas
+        logger.info("tablet %s: deleting the stray replica on %s (%s)", tablet_id, server.uuid, why)
+        try:
+            self._client(server.address).call(
+                server.uuid,
+                "TServer.DeleteTablet",
+                request,
+                ts.DeleteTabletResponse,
+                timeout_s=self.config.call_timeout_s,
+                idempotent=True,  # deleting a tombstone is a no-op; the CAS guards the rest
+            )
+        except RpcError as e:
+            # CAS_FAILED (added back), ILLEGAL_STATE (copying), TABLET_NOT_FOUND, a timeout:
+            # the next heartbeat reports it again if it is still stray.
+            logger.info("tablet %s: deleting the stray replica on %s refused: %s",
+                        tablet_id, server.uuid, e)  # fmt: skip
+            return False
+        self.counters.strays_deleted += 1
+        return True
 
     def _leader_view(
         self, view: TabletView, fetched: dict[str, dict[str, ts.TabletReportPB] | None]

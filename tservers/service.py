@@ -197,7 +197,8 @@ class TServerService:
         return CreateTabletResponse(schema=t.sb.schema)
 
     def delete_tablet(self, req: DeleteTabletRequest, ctx: CallContext) -> DeleteTabletResponse:
-        return DeleteTabletResponse(last_op_id=self.manager.delete_tablet(req.tablet_id))
+        cas = req.cas_config_index if req.HasField("cas_config_index") else None
+        return DeleteTabletResponse(last_op_id=self.manager.delete_tablet(req.tablet_id, cas))
 
     def alter_schema(self, req: AlterSchemaRequest, ctx: CallContext) -> AlterSchemaResponse:
         check_tablet_id(req.tablet_id)

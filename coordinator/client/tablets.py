@@ -186,10 +186,15 @@ class TabletServerClient:
         self._remember(tablet_id, resp.schema)
         return resp.schema
 
-    def delete_tablet(self, tablet_id: str) -> OpIdPB:
+    def delete_tablet(self, tablet_id: str, cas_config_index: int | None = None) -> OpIdPB:
+        """Tombstone a replica; with `cas_config_index`, only if its committed config index
+        is not greater (CasFailed otherwise)."""
+        request = DeleteTabletRequest(tablet_id=tablet_id)
+        if cas_config_index is not None:
+            request.cas_config_index = cas_config_index
         resp, _ = self._call(
             "DeleteTablet",
-            DeleteTabletRequest(tablet_id=tablet_id),
+            request,
             DeleteTabletResponse,
             idempotent=True,
         )

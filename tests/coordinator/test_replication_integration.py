@@ -17,6 +17,8 @@ import pytest
 
 from coordinator import coordinator_pb2 as cpb
 from coordinator.client.client import Client, Column
+from coordinator.client.tablets import TabletServerClient
+from rpc.errors import RpcError
 from tests.support.cluster import local_cluster
 from tests.support.procs import wait_for
 
@@ -72,6 +74,10 @@ def voters_on_servers(client: Client, table: str) -> dict[str, list[str]]:
             p.uuid for p in report.committed_config.peers if p.member_type == ts.MemberType.VOTER
         )
     return out
+
+
+def affected_on(locations, uuid: str) -> list[str]:
+    return [x.tablet_id for x in locations if any(r.server_uuid == uuid for r in x.replicas)]
 
 
 def cli(cluster, *args: str, timeout_s: float = 300) -> subprocess.CompletedProcess:
@@ -217,6 +223,11 @@ def test_re_replication_survives_a_coordinator_failover(tmp_path):
             victim_uuid = next(r.server_uuid for r in locations[0].replicas if r.is_leader)
             servers = {s.uuid: s.address for s in client.list_servers()}
             victim = next(n for n in cluster.spec.tservers if n.rpc == servers[victim_uuid])
+            # A table to drop while the victim is dead: its replicas there outlive the drop.
+            client.meta.create_table("gone", schema, 4, 3)
+            gone = {x.tablet_id for x in client.tablet_locations("gone").tablets
+                    if any(r.server_uuid == victim_uuid for r in x.replicas)}  # fmt: skip
+            assert gone, "4 tablets x 3 replicas on 4 servers: every server hosts some"
             started = time.monotonic()
             cluster.kill(leader)
             cluster.kill(victim)
@@ -230,5 +241,33 @@ def test_re_replication_survives_a_coordinator_failover(tmp_path):
             print(f"\nfailover + re-replication: {time.monotonic() - started:.1f} s")
             voters = voters_on_servers(client, "rep")
             assert all(len(v) == 3 and victim_uuid not in v for v in voters.values()), voters
+            t.refresh()
+            assert sorted(t.to_arrow()["id"].to_pylist()) == list(range(1000))
+
+            # Dropped while the victim is dead; then the victim comes back. Its replicas of
+            # the dropped table (orphans) and its evicted replicas of `rep` (replaced while
+            # it was down; their config is older than their leaders') are deleted: tombstones.
+            client.drop_table("gone")
+            evicted = set(affected_on(locations, victim_uuid))
+            cluster.start_tserver(cluster.spec.tservers.index(victim))
+
+            def victim_states() -> dict[str, str]:
+                from tservers import tserver_pb2 as ts
+
+                with TabletServerClient(victim.rpc, victim_uuid, timeout_s=10) as c:
+                    return {r.tablet_id: ts.DataState.Name(r.data_state)
+                            for r in c.list_tablets().tablets}  # fmt: skip
+
+            def strays_gone() -> bool:
+                try:
+                    states = victim_states()
+                except RpcError:  # still starting
+                    return False
+                return all(states.get(x, "DELETED") == "DELETED" for x in gone | evicted)
+
+            wait_for(strays_gone, 60, "the victim's stray replicas deleted", interval_s=0.5)
+            assert replication_status(client).strays_deleted >= len(gone | evicted)
+            # Its replicas were deleted, not the tablets: rep is whole and healthy.
+            wait_for(lambda: converged(client, "rep", 3, set()), 60, "rep healthy")
             t.refresh()
             assert sorted(t.to_arrow()["id"].to_pylist()) == list(range(1000))

@@ -7,7 +7,20 @@ import pytest
 
 from coordinator import coordinator_pb2 as pb
 from coordinator.ops import create_table, decode, drop_table, set_replication
-from coordinator.replication import ADD, REMOVE, Member, Move, TabletView, is_healthy, plan
+from coordinator.catalog import Catalog, TabletInfo, TabletReportInfo
+from coordinator.replication import (
+    ADD,
+    ORPHAN,
+    REMOVE,
+    STRAYS_MAX,
+    Member,
+    Move,
+    TabletView,
+    is_healthy,
+    note_report,
+    plan,
+    stray_of,
+)
 from rpc.errors import AlreadyInProgress, BadRequest
 from tests.coordinator.test_ops import LOG, Log, create_req
 
@@ -142,3 +155,56 @@ def test_set_replication_is_logged_replaces_the_previous_and_dies_with_the_table
     assert rec_id in list(dropped.drop_table.moot_record_ids)
     log.done(dropped)
     assert "set_replication" not in live_kinds(log)
+
+
+def report(tablet="t1-0", state="READY", index=7, uuids=("a", "b", "c")):
+    return pb.TabletReport(
+        tablet_id=tablet, data_state=state, config_index=index, config_uuids=list(uuids)
+    )
+
+
+def leader_report(index=9, uuids=("a", "b", "e"), leader="a"):
+    return TabletReportInfo(leader, 2, index, tuple(uuids), 0.0, reporter_uuid=leader,
+                            role="LEADER")  # fmt: skip
+
+
+def test_replica_of_a_dropped_tablet_is_an_orphan():
+    assert stray_of("c", report(), False, None) == ORPHAN
+    # Not READY: a tombstone or a copy in progress is left alone.
+    assert stray_of("c", report(state="DELETED"), False, None) is None
+    assert stray_of("c", report(state="COPYING"), False, None) is None
+
+
+def test_evicted_replica_is_deleted_with_its_own_config_index_as_cas():
+    # c was replaced by e at config 9; c still reports config 7.
+    assert stray_of("c", report(index=7), True, leader_report()) == 7
+
+
+def test_members_and_replicas_not_behind_the_leader_are_not_stray():
+    lr = leader_report()
+    assert stray_of("b", report(index=7), True, lr) is None  # a member, lagging
+    assert stray_of("a", report(index=7), True, lr) is None  # the leader itself
+    # A new replica whose config is at least the leader's as we know it (our report may
+    # be older than its addition) is not stray.
+    assert stray_of("f", report(index=9), True, lr) is None
+    assert stray_of("f", report(index=10), True, lr) is None
+    # Without a report from the tablet's leader nothing is decided.
+    assert stray_of("c", report(index=7), True, None) is None
+    follower = TabletReportInfo("a", 2, 9, ("a", "b", "e"), 0.0, reporter_uuid="b",
+                                role="FOLLOWER")  # fmt: skip
+    assert stray_of("c", report(index=7), True, follower) is None
+
+
+def test_note_report_keeps_the_stray_set_current_and_bounded():
+    catalog = Catalog()
+    catalog.tablets["t1-0"] = TabletInfo("t1-0", "t1", 0, 1, ("a", "b", "c"))
+    catalog.tablet_reports["t1-0"] = leader_report()
+    note_report(catalog, "c", report(index=7))
+    note_report(catalog, "x", report(tablet="gone-0"))
+    assert catalog.strays == {("c", "t1-0"): 7, ("x", "gone-0"): ORPHAN}
+    # Deleted since: the next report clears it.
+    note_report(catalog, "c", report(state="DELETED"))
+    assert ("c", "t1-0") not in catalog.strays
+    for i in range(STRAYS_MAX + 10):
+        note_report(catalog, "x", report(tablet=f"gone-{i}"))
+    assert len(catalog.strays) == STRAYS_MAX

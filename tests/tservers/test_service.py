@@ -14,6 +14,7 @@ from rpc.client import RpcClient
 from rpc.errors import (
     AlreadyExists,
     BadRequest,
+    CasFailed,
     InvalidName,
     NotFound,
     SchemaVersionMismatch,
@@ -101,9 +102,16 @@ def test_service_end_to_end(server):
         assert reports["t1"].status == "RUNNING" and reports["t1"].schema_version == 2
         st = c.status()
         assert st.uuid == p.uuid and st.wal_sync_enabled and st.wal_syncs >= 1
-        c.delete_tablet("t1")
+        # A delete guarded by an older config index is refused and changes nothing.
+        index = reports["t1"].committed_config.opid_index
+        live_rows = c.scan_table("t1")["id"].to_pylist()
+        with pytest.raises(CasFailed, match="committed config index"):
+            c.delete_tablet("t1", cas_config_index=index - 1)
+        assert c.scan_table("t1")["id"].to_pylist() == live_rows
+        c.delete_tablet("t1", cas_config_index=index)
         with pytest.raises(TabletDeleted):
             c.scan_table("t1")
+        c.delete_tablet("t1", cas_config_index=index - 1)  # a tombstone: a no-op
     # Every request names the server: a request for another uuid is refused.
     with RpcClient(p.address) as rc, pytest.raises(InvalidName):
         rc.call("someone-else", "TServer.Status", StatusRequest(), StatusResponse)

@@ -296,8 +296,12 @@ class TabletManager:
         return ReplicaStatus.TABLET_NOT_FOUND
 
     # ================================================================ delete
-    def delete_tablet(self, tablet_id: str) -> OpIdPB:
-        """Tombstone a tablet (seed 000 steps 1-6). Deleting a tombstone is a no-op."""
+    def delete_tablet(self, tablet_id: str, cas_config_index: int | None = None) -> OpIdPB:
+        """Tombstone a tablet (seed 000 steps 1-6). Deleting a tombstone is a no-op.
+
+        With `cas_config_index`, the replica is deleted only if its committed config index is
+        not greater (CAS_FAILED otherwise): the coordinator removes a replica evicted from its
+        tablet's config this way, and a replica added back since is left alone."""
         check_tablet_id(tablet_id)
         r = self._replica(tablet_id)
         with r.lock:
@@ -311,6 +315,13 @@ class TabletManager:
                     f"tablet {tablet_id} has an unreadable superblock: "
                     f"{r.error}; repair it with `tserver` tools first"
                 )
+            if cas_config_index is not None:
+                index = self._committed_config_index(r)
+                if index > cas_config_index:
+                    raise CasFailed(
+                        f"tablet {tablet_id}: committed config index is {index}, "
+                        f"above {cas_config_index}"
+                    )
             # Step 1: shut the tablet down.
             current = r.sb
             last = OpIdPB()
@@ -330,6 +341,16 @@ class TabletManager:
             self._start_tombstone(sb)
         log.info("tablet %s: deleted (tombstone at %d.%d)", tablet_id, last.term, last.index)
         return last
+
+    def _committed_config_index(self, r) -> int:
+        """The committed config index of a replica (caller holds r.lock)."""
+        if r.tablet is not None:
+            return r.tablet.cmeta.committed_config.opid_index
+        try:
+            return self.fs.read_cmeta(r.sb.tablet_id).committed_config.opid_index
+        except Exception as e:  # no readable cmeta: nothing says it was re-added
+            log.warning("tablet %s: consensus metadata unreadable: %s", r.sb.tablet_id, e)
+            return -1
 
     def _delete_from_step2(self, sb: SuperblockPB, last: OpIdPB) -> SuperblockPB:
         tablet_id = sb.tablet_id
