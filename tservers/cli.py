@@ -10,6 +10,9 @@ tserver cmeta rewrite --fs-root DIR --tablet ID [--term N] [--voted-for UUID|--c
 tserver tablets (--fs-root DIR | --address HOST:PORT)
 tserver copies --address HOST:PORT          tablet copies onto a server: progress, rate
 tserver copy-cancel --address HOST:PORT --tablet ID
+tserver copy-from-remote --fs-root DIR --tablet ID --source HOST:PORT [--source-uuid UUID]
+                         [--force] [--timeout S] [--rate-mb X]
+                                             copy one tablet onto a STOPPED server (seed 004)
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from pathlib import Path
 from google.protobuf import text_format
 
 from tservers import metafile
-from tservers.fs import FsError, FsLayout
+from tservers.fs import FsError, FsLayout, FsLocked, lock_root
 from tservers.metafile import MetaFileCorrupt
 from tservers.tserver_pb2 import (
     ConsensusMetaPB,
@@ -60,9 +63,16 @@ def _cmd_start(args) -> int:
         copy_rate_limit_bytes_s=int(args.copy_rate_mb * 1_000_000),
     )
     try:
+        # Held until the process exits (kill -9 included): offline tools that change the
+        # fs root (`copy-from-remote`) refuse to run beside a live server.
+        fs_lock = lock_root(cfg.fs_root)
         server = TabletServer(cfg)
+    except FsLocked as e:
+        raise CliError(f"{e} (is another tserver running on it?)") from e
     except FsError as e:
         raise CliError(str(e)) from e
+    if args.copy_session_idle_s is not None:
+        server.manager.copy_source.session_idle_s = args.copy_session_idle_s
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -72,6 +82,7 @@ def _cmd_start(args) -> int:
         pass
     logging.getLogger(__name__).info("shutting down")
     server.close()
+    fs_lock.release()
     return 0
 
 
@@ -289,6 +300,179 @@ def _cmd_copy_cancel(args) -> int:
     return 0
 
 
+PROGRESS_TTY_S = 0.2  # bar redraw interval on a terminal
+PROGRESS_LINE_S = 5.0  # one line per interval otherwise (logs, pipes)
+BAR_WIDTH = 30
+
+
+def _progress_text(job, now: float, t0: float) -> str:
+    done, total = job.bytes_done, job.bytes_total
+    elapsed = max(now - t0, 1e-6)
+    rate = done / elapsed
+    pct = 100.0 * done / total if total else 0.0
+    if rate > 0 and total:
+        eta_s = int((total - done) / rate)
+        eta = f"{eta_s // 60}:{eta_s % 60:02d}"
+    else:
+        eta = "--:--"
+    return (
+        f"{done / 1e6:.1f}/{total / 1e6:.1f} MB ({pct:3.0f}%)  "
+        f"files {job.files_done}/{job.files_total}  {rate / 1e6:.1f} MB/s  ETA {eta}"
+    )
+
+
+class _Progress:
+    """The copy's progress on stderr from a thread: on a terminal a bar redrawn in place
+    with \r; otherwise (a pipe, a log file) one plain line every PROGRESS_LINE_S."""
+
+    def __init__(self, job, stream) -> None:
+        self.job = job
+        self.stream = stream
+        self.tty = stream.isatty()
+        self._stop = threading.Event()
+        self._t0 = time.monotonic()
+        self._width = 0
+        self._thread = threading.Thread(target=self._run, name="copy-progress", daemon=True)
+
+    def start(self) -> _Progress:
+        self._thread.start()
+        return self
+
+    def _draw(self) -> None:
+        job, now = self.job, time.monotonic()
+        text = _progress_text(job, now, self._t0)
+        if self.tty:
+            frac = job.bytes_done / job.bytes_total if job.bytes_total else 0.0
+            filled = int(BAR_WIDTH * min(frac, 1.0))
+            line = f"[{'#' * filled}{'.' * (BAR_WIDTH - filled)}] {text}"
+            pad = " " * max(0, self._width - len(line))
+            self._width = len(line)
+            self.stream.write(f"\r{line}{pad}")
+        else:
+            self.stream.write(f"copying: {text}\n")
+        self.stream.flush()
+
+    def _run(self) -> None:
+        interval = PROGRESS_TTY_S if self.tty else PROGRESS_LINE_S
+        while not self._stop.wait(interval):
+            if self.job.bytes_total:
+                self._draw()
+
+    def stop(self, *, completed: bool) -> None:
+        self._stop.set()
+        self._thread.join(5.0)
+        if completed:
+            self._draw()
+        if self.tty and self._width:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def _cmd_copy_from_remote(args) -> int:
+    from rpc.client import RpcClient
+    from rpc.errors import RpcError, TabletNotFound
+    from tservers.tablet_copy import JobState, OfflineTarget, _Job, copy_tablet
+    from tservers.tserver_pb2 import StartTabletCopyRequest
+    from tservers.wal.segment import WalCorruption
+
+    logging.basicConfig(
+        level=getattr(logging, args.log_level.upper()),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if args.timeout <= 0 or args.rate_mb < 0:
+        raise CliError("--timeout must be positive and --rate-mb not negative")
+    root = Path(args.fs_root)
+    fs = _open_fs(args.fs_root)
+    try:
+        lock = lock_root(root, holder="tserver copy-from-remote")
+    except FsLocked as e:
+        raise CliError(f"refusing to copy: {e}") from e
+    except FsError as e:
+        raise CliError(str(e)) from e
+    with lock:
+        from tservers.tablet.manager import check_tablet_id
+
+        try:
+            check_tablet_id(args.tablet)
+        except RpcError as e:
+            raise CliError(e.message) from e
+        target = OfflineTarget(fs, force=args.force)
+        try:
+            local = target.local_superblock(args.tablet)
+        except RpcError as e:
+            raise CliError(e.message) from e
+        if local is not None and local.data_state == DataState.READY and not args.force:
+            raise CliError(
+                f"tablet {args.tablet} is already READY on this server; --force replaces it "
+                "(the local replica is tombstoned and quarantined first)"
+            )
+        # Who serves the source address, within the deadline.
+        try:
+            with RpcClient(args.source, caller_uuid=fs.uuid) as c:
+                pong = c.ping(timeout_s=args.timeout)
+        except RpcError as e:
+            raise CliError(
+                f"source {args.source} unreachable within {args.timeout:g} s: {e.message}"
+            ) from e
+        if pong.service != "tserver":
+            raise CliError(f"{args.source} is a {pong.service or 'unknown'} server, not a tserver")
+        if args.source_uuid and pong.uuid != args.source_uuid:
+            raise CliError(f"{args.source} is server {pong.uuid}, not {args.source_uuid}")
+        if pong.uuid == fs.uuid:
+            raise CliError(f"{args.source} is this server ({fs.uuid}): nothing to copy from")
+        job = _Job(
+            StartTabletCopyRequest(
+                tablet_id=args.tablet, source_uuid=pong.uuid, source_address=args.source
+            )
+        )
+        job.state = JobState.RUNNING
+        job.started = time.monotonic()
+        print(
+            f"copying tablet {args.tablet} from {args.source} ({pong.uuid}) into {root}",
+            file=sys.stderr,
+        )
+        progress = _Progress(job, sys.stderr).start()
+        completed = False
+        try:
+            total = copy_tablet(
+                target,
+                job,
+                caller_uuid=fs.uuid,
+                rate_limit_bytes_s=int(args.rate_mb * 1_000_000),
+            )
+            completed = True
+        except TabletNotFound as e:
+            raise CliError(f"tablet {args.tablet} not found on the source {args.source}") from e
+        except (RpcError, OSError, WalCorruption, MetaFileCorrupt) as e:
+            text = e.message if isinstance(e, RpcError) else f"{type(e).__name__}: {e}"
+            raise CliError(f"copy failed: {text}{_left_state(target, args.tablet)}") from e
+        except KeyboardInterrupt:
+            raise CliError(f"interrupted{_left_state(target, args.tablet)}") from None
+        finally:
+            progress.stop(completed=completed)
+    elapsed = time.monotonic() - job.started
+    print(
+        f"copied tablet {args.tablet}: {job.files_done} files, {total / 1e6:.1f} MB in "
+        f"{elapsed:.1f} s ({total / max(elapsed, 1e-6) / 1e6:.1f} MB/s); it is READY: "
+        "start the tablet server to serve it"
+    )
+    return 0
+
+
+def _left_state(target, tablet_id: str) -> str:
+    """What an interrupted copy leaves, for the error message."""
+    try:
+        sb = target.local_superblock(tablet_id)
+    except Exception:  # the message is about the copy's error; this is a hint only
+        return ""
+    if sb is not None and sb.data_state == DataState.COPYING:
+        return (
+            f"; tablet {tablet_id} is left COPYING here: re-run this command, or start the "
+            "server (it deletes the partial copy at startup)"
+        )
+    return ""
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tserver", description="Tablet server and its tools.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -319,6 +503,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=0.0,
         help="throttle each tablet copy onto this server to MB/s (0: unthrottled)",
+    )
+    s.add_argument(
+        "--copy-session-idle-s",
+        type=float,
+        default=None,
+        help="expire a copy session served by this server after this long without a fetch "
+        "(default 60)",
     )
     s.add_argument("--log-level", default="info")
     s.set_defaults(func=_cmd_start)
@@ -364,6 +555,31 @@ def build_parser() -> argparse.ArgumentParser:
     cc.add_argument("--address", required=True)
     cc.add_argument("--tablet", required=True)
     cc.set_defaults(func=_cmd_copy_cancel)
+
+    r = sub.add_parser(
+        "copy-from-remote",
+        help="copy one tablet from a live replica onto a STOPPED server's fs root (seed 004)",
+        description="The operator's manual tablet copy: the same steps as a copy the leader "
+        "asks for (superblock COPYING, consensus metadata merged, WAL, data, superblock "
+        "READY), onto the fs root of a tablet server that is not running. Start the server "
+        "afterwards to serve the tablet. Safe to re-run after an interruption.",
+    )
+    r.add_argument("--fs-root", required=True, help="the stopped server's fs root")
+    r.add_argument("--tablet", required=True)
+    r.add_argument("--source", required=True, help="HOST:PORT of a server with a live replica")
+    r.add_argument("--source-uuid", help="the source server's uuid (checked against its answer)")
+    r.add_argument(
+        "--force", action="store_true", help="replace a READY local replica (tombstoned first)"
+    )
+    r.add_argument(
+        "--timeout",
+        type=float,
+        default=10.0,
+        help="seconds to reach the source before giving up (default 10)",
+    )
+    r.add_argument("--rate-mb", type=float, default=0.0, help="throttle to MB/s (0: unthrottled)")
+    r.add_argument("--log-level", default="warning")
+    r.set_defaults(func=_cmd_copy_from_remote)
 
     t = sub.add_parser("tablets", help="list tablets (offline from --fs-root or live)")
     t.add_argument("--fs-root")

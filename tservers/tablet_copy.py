@@ -14,6 +14,10 @@ remote term is not higher, remote config adopted) and written before any downloa
 segments; data blocks (each chunk CRC-checked, files fsynced and renamed into place);
 superblock READY; replica started. A failure deletes the replica again (tombstone keeping
 its last op id); a crash leaves COPYING, which startup turns into DELETED.
+
+The steps themselves are `copy_tablet`, shared by the jobs (a `_LiveTarget`: the running
+server's manager) and `tserver copy-from-remote` (an `OfflineTarget`: a stopped server's fs
+root, nothing started; seed 004's manual copy).
 """
 
 from __future__ import annotations
@@ -30,13 +34,15 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import crc32c
 
 from rpc import errors
 from rpc.client import RpcClient
 from tservers.crash import crash_point
-from tservers.metafile import fsync_dir
+from tservers.fs import FsLayout
+from tservers.metafile import MetaFileCorrupt, fsync_dir
 from tservers.tserver_pb2 import (
     BeginCopySessionRequest,
     BeginCopySessionResponse,
@@ -48,6 +54,7 @@ from tservers.tserver_pb2 import (
     EndCopySessionResponse,
     FetchCopyChunkRequest,
     FetchCopyChunkResponse,
+    OpIdPB,
     StartTabletCopyRequest,
     SuperblockPB,
 )
@@ -116,12 +123,23 @@ class _Session:
 
 
 class CopySource:
-    """Copy sessions served by this server (any running replica can be a source)."""
+    """Copy sessions served by this server (any running replica can be a source).
 
-    def __init__(self, manager) -> None:
+    A session unused for `session_idle_s` (its follower died, or gave up) expires: a reaper
+    thread, running while any session is open, releases its anchor."""
+
+    def __init__(self, manager, session_idle_s: float = SESSION_IDLE_S) -> None:
+        assert session_idle_s > 0
         self.manager = manager
+        self.session_idle_s = session_idle_s
         self._sessions: dict[str, _Session] = {}
         self._lock = threading.Lock()
+        self._reaper: threading.Thread | None = None
+        self._closed = threading.Event()
+
+    def sessions(self) -> int:
+        with self._lock:
+            return len(self._sessions)
 
     def begin(self, req: BeginCopySessionRequest) -> BeginCopySessionResponse:
         self.expire()
@@ -153,6 +171,11 @@ class CopySource:
         sid = secrets.token_hex(8)
         with self._lock:
             self._sessions[sid] = _Session(sid, t, files, time.monotonic())
+            if self._reaper is None or not self._reaper.is_alive():
+                self._reaper = threading.Thread(
+                    target=self._reap, name="copy-session-reaper", daemon=True
+                )
+                self._reaper.start()
         log.info("tablet %s: copy session %s (%d files)", t.tablet_id, sid, len(files))
         return BeginCopySessionResponse(
             session_id=sid,
@@ -191,11 +214,38 @@ class CopySource:
     def expire(self) -> None:
         now = time.monotonic()
         with self._lock:
-            dead = [s for s in self._sessions.values() if now - s.last_used > SESSION_IDLE_S]
+            dead = [s for s in self._sessions.values() if now - s.last_used > self.session_idle_s]
             for s in dead:
                 del self._sessions[s.session_id]
         for s in dead:
-            log.info("copy session %s expired", s.session_id)
+            log.warning(
+                "tablet %s: copy session %s expired (no fetch for %.0f s; its follower "
+                "went away); anchor released",
+                s.tablet.tablet_id,
+                s.session_id,
+                self.session_idle_s,
+            )
+            self._release(s)
+
+    def _reap(self) -> None:
+        """Expire idle sessions while any is open; the thread ends with the last one."""
+        step_s = min(1.0, self.session_idle_s / 4)
+        while not self._closed.wait(step_s):
+            self.expire()
+            with self._lock:
+                if not self._sessions:
+                    self._reaper = None
+                    return
+
+    def close(self) -> None:
+        """Stop the reaper and release every session (the server is going away)."""
+        self._closed.set()
+        with self._lock:
+            sessions, self._sessions = list(self._sessions.values()), {}
+            reaper = self._reaper
+        if reaper is not None:
+            reaper.join(5.0)
+        for s in sessions:
             self._release(s)
 
     def _release(self, s: _Session) -> None:
@@ -204,6 +254,287 @@ class CopySource:
             t.copy_anchors -= 1
 
 
+# ==================================================================== the copy steps
+class CopyTarget(Protocol):
+    """Where a copy lands: the running server (`_LiveTarget`) or a stopped one's fs root."""
+
+    fs: FsLayout
+
+    def prepare(self, tablet_id: str) -> None:
+        """Before step 1: make way (a READY replica is deleted, or the copy refused)."""
+
+    def begin_copy(self, tablet_id: str) -> None:
+        """Step 1: superblock COPYING, fsynced (the last op id of a tombstone kept)."""
+
+    def finish_copy(self, tablet_id: str, remote_sb: SuperblockPB) -> None:
+        """Steps 5 (superblock READY, fsynced) and 6 (start the replica, if running)."""
+
+
+def merge_cmeta(
+    tablet_id: str, local: ConsensusMetaPB | None, remote: ConsensusMetaPB
+) -> ConsensusMetaPB:
+    """Seed 000's merge: the highest term wins; our own vote is kept when the remote term is
+    not higher; the remote config is adopted."""
+    cm = ConsensusMetaPB(tablet_id=tablet_id)
+    if local is not None and remote.current_term <= local.current_term:
+        cm.current_term = local.current_term
+        cm.voted_for = local.voted_for  # our own vote in our term is kept
+    else:
+        cm.current_term = remote.current_term  # a higher term: no vote of ours in it
+    cm.committed_config.CopyFrom(remote.committed_config)
+    return cm
+
+
+def copy_tablet(
+    target: CopyTarget, job: _Job, *, caller_uuid: str, rate_limit_bytes_s: int = 0
+) -> int:
+    """Copy `job.req.tablet_id` from `job.req.source_*` onto `target`, step by step.
+
+    The source session is opened first (an unknown tablet or a dead source changes nothing
+    here); then steps 1-6. Progress, cancel and throttle go through `job`. Returns the bytes
+    copied; raises on any failure, leaving the replica COPYING (the caller cleans up, or a
+    restart deletes it)."""
+    req = job.req
+    tid = req.tablet_id
+    fs = target.fs
+    started = time.monotonic()
+    with RpcClient(req.source_address, caller_uuid) as rc:
+        begin = rc.call(
+            req.source_uuid,
+            "TServer.BeginCopySession",
+            BeginCopySessionRequest(tablet_id=tid),
+            BeginCopySessionResponse,
+            timeout_s=CALL_TIMEOUT_S,
+        )
+        try:
+            job.files_total = len(begin.files)
+            job.bytes_total = sum(f.size_bytes for f in begin.files)
+            target.prepare(tid)
+            target.begin_copy(tid)  # 1. superblock COPYING, fsynced
+            # 2. consensus metadata merged and written before anything is downloaded.
+            try:
+                local = fs.read_cmeta(tid)
+            except (FileNotFoundError, MetaFileCorrupt):
+                local = None
+            fs.write_cmeta(merge_cmeta(tid, local, begin.cmeta))
+            crash_point("copy.after_cmeta")
+            # 3, 4: WAL segments, then data blocks, into emptied directories.
+            wal_dir, data_dir = fs.wal_dir(tid), fs.data_dir(tid)
+            for d in (wal_dir, data_dir):
+                if d.exists():
+                    shutil.rmtree(d)
+                d.mkdir(parents=True)
+            fsync_dir(wal_dir.parent)
+            fsync_dir(data_dir.parent)
+            total = 0
+            for kind, dest in (("wal", wal_dir), ("data", data_dir)):
+                for f in begin.files:
+                    if f.kind == kind:
+                        total += _download(rc, job, begin.session_id, f, dest, rate_limit_bytes_s)
+                        job.files_done += 1
+                crash_point(f"copy.after_{kind}")
+        finally:
+            try:
+                rc.call(
+                    req.source_uuid,
+                    "TServer.EndCopySession",
+                    EndCopySessionRequest(session_id=begin.session_id),
+                    EndCopySessionResponse,
+                    timeout_s=5.0,
+                )
+            except errors.RpcError as e:  # the session expires on its own
+                log.debug("ending copy session: %s", e)
+    # 5. superblock READY; 6. start the replica.
+    target.finish_copy(tid, begin.superblock)
+    elapsed = time.monotonic() - started
+    log.info(
+        "tablet %s: copied %d files, %d bytes in %.2f s (%.1f MB/s)",
+        tid,
+        len(begin.files),
+        total,
+        elapsed,
+        total / max(elapsed, 1e-6) / 1e6,
+    )
+    return total
+
+
+def _download(
+    rc: RpcClient,
+    job: _Job,
+    session_id: str,
+    f: CopyFilePB,
+    dest: Path,
+    rate_limit_bytes_s: int,
+) -> int:
+    """Fetch a file in CRC-checked chunks, FETCHES_IN_FLIGHT at a time (so the transfer
+    overlaps the disk writes), write it to `.tmp`, fsync, rename into place."""
+
+    req = job.req
+
+    def fetch(offset: int) -> bytes:
+        resp, sidecars = rc.call_with_sidecars(
+            req.source_uuid,
+            "TServer.FetchCopyChunk",
+            FetchCopyChunkRequest(
+                session_id=session_id,
+                kind=f.kind,
+                name=f.name,
+                offset=offset,
+                bytes_max=CHUNK_BYTES_MAX,
+            ),
+            FetchCopyChunkResponse,
+            timeout_s=CALL_TIMEOUT_S,
+            idempotent=True,
+        )
+        data = bytes(sidecars[0]) if sidecars else b""
+        want = min(CHUNK_BYTES_MAX, f.size_bytes - offset)
+        if len(data) != want or crc32c.crc32c(data) != resp.crc32c:
+            raise errors.Corruption(f"chunk of {f.name} at {offset}: bad CRC or length")
+        return data
+
+    tmp = dest / (f.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        offsets = list(range(0, f.size_bytes, CHUNK_BYTES_MAX))
+        with ThreadPoolExecutor(FETCHES_IN_FLIGHT, thread_name_prefix="copy-fetch") as pool:
+            pending: deque = deque()
+            for off in offsets:
+                pending.append((off, pool.submit(fetch, off)))
+                if len(pending) >= FETCHES_IN_FLIGHT:
+                    _write_chunk(fd, job, *pending.popleft(), rate_limit_bytes_s)
+            while pending:
+                _write_chunk(fd, job, *pending.popleft(), rate_limit_bytes_s)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, dest / f.name)
+    fsync_dir(dest)
+    return f.size_bytes
+
+
+def _write_chunk(fd: int, job: _Job, offset: int, fut, rate_limit_bytes_s: int) -> None:
+    data = fut.result()
+    os.pwrite(fd, data, offset)
+    job.bytes_done += len(data)
+    if job.cancel:
+        raise CopyCancelled("cancelled by the operator")
+    limit = rate_limit_bytes_s
+    if limit > 0:
+        # Throttle: never ahead of `limit` bytes/s since the job started; the wait is
+        # cut in short steps so that a cancel is seen at once.
+        until = job.started + job.bytes_done / limit
+        while (remaining := until - time.monotonic()) > 0:
+            time.sleep(min(remaining, 0.1))
+            if job.cancel:
+                raise CopyCancelled("cancelled by the operator")
+
+
+class _LiveTarget:
+    """The running server: its manager deletes, marks and starts replicas."""
+
+    def __init__(self, manager) -> None:
+        self.manager = manager
+        self.fs = manager.fs
+
+    def prepare(self, tablet_id: str) -> None:
+        from tservers.tablet.manager import TabletDataState
+
+        if self.manager.data_state(tablet_id) is TabletDataState.READY:
+            self.manager.delete_tablet(tablet_id)
+
+    def begin_copy(self, tablet_id: str) -> None:
+        self.manager.begin_copy(tablet_id)
+
+    def finish_copy(self, tablet_id: str, remote_sb: SuperblockPB) -> None:
+        self.manager.finish_copy(tablet_id, remote_sb)
+
+
+class OfflineTarget:
+    """A stopped server's fs root (`tserver copy-from-remote`): the same superblock states
+    as a live copy, nothing started. An interrupted copy leaves COPYING, which the server
+    deletes at startup or a re-run redoes. A READY replica is replaced only with `force`
+    (it is tombstoned first, its last op id read from its WAL)."""
+
+    def __init__(self, fs: FsLayout, *, force: bool = False) -> None:
+        self.fs = fs
+        self.force = force
+
+    def local_superblock(self, tablet_id: str) -> SuperblockPB | None:
+        try:
+            return self.fs.read_superblock(tablet_id)
+        except FileNotFoundError:
+            return None
+        except MetaFileCorrupt as e:
+            raise errors.IllegalState(
+                f"tablet {tablet_id} has an unreadable superblock here ({e}); repair it first"
+            ) from e
+
+    def prepare(self, tablet_id: str) -> None:
+        sb = self.local_superblock(tablet_id)
+        if sb is None or sb.data_state != DataState.READY:
+            return  # DOES_NOT_EXIST, DELETED, or COPYING from an interrupted copy: redone
+        if not self.force:
+            raise errors.IllegalState(
+                f"tablet {tablet_id} is already READY on this server; "
+                "--force replaces it (the local replica is tombstoned and quarantined first)"
+            )
+        last = tombstone_offline(self.fs, sb)
+        log.info("tablet %s: local replica tombstoned at %d.%d", tablet_id, last.term, last.index)
+
+    def begin_copy(self, tablet_id: str) -> None:
+        old = self.local_superblock(tablet_id)
+        sb = SuperblockPB()
+        if old is not None:
+            assert old.data_state != DataState.READY, "prepare() tombstones a READY replica"
+            sb.CopyFrom(old)  # the tombstone's last op id is kept (it votes with it)
+        sb.tablet_id = tablet_id
+        sb.data_state = DataState.COPYING
+        sb.quarantine_path = ""
+        self.fs.write_superblock(sb)
+        crash_point("copy.after_copying_superblock")
+
+    def finish_copy(self, tablet_id: str, remote_sb: SuperblockPB) -> None:
+        sb = SuperblockPB()
+        sb.CopyFrom(remote_sb)
+        sb.tablet_id = tablet_id
+        sb.data_state = DataState.READY
+        sb.quarantine_path = ""
+        sb.ClearField("last_op_id")
+        self.fs.write_superblock(sb)
+        crash_point("copy.after_ready_superblock")
+
+
+def last_op_id_offline(fs: FsLayout, sb: SuperblockPB) -> OpIdPB:
+    """A stopped READY replica's last op id: its WAL's last entry, else its flushed point.
+    Raises WalCorruption for a WAL that cannot be read."""
+    from tservers.wal import segment as seg
+
+    last = OpIdPB(term=sb.flushed_term, index=sb.flushed_index)
+    wal_dir = fs.wal_dir(sb.tablet_id)
+    if wal_dir.is_dir():
+        segs = seg.list_segments(wal_dir)
+        for i, (_, path) in enumerate(segs):
+            c = seg.read_segment(path, is_last=i == len(segs) - 1)
+            if c.entries:  # a later entry replaces what followed its index: the last one wins
+                last = OpIdPB(term=c.entries[-1].term, index=c.entries[-1].index)
+    return last
+
+
+def tombstone_offline(fs: FsLayout, sb: SuperblockPB) -> OpIdPB:
+    """Delete a stopped server's READY replica with the deletion steps of a running one
+    (quarantine, tombstone with the last op id). Returns that op id."""
+    from tservers.tablet.manager import TabletManager
+
+    last = last_op_id_offline(fs, sb)
+    m = TabletManager(fs, maintenance=False)  # never opened: no replica, no Raft, no socket
+    try:
+        m._delete_from_step2(sb, last)
+    finally:
+        m.close(5.0)
+    return last
+
+
+# ==================================================================== follower jobs
 class CopyJobs:
     """Follower side: checks, then jobs on one bounded worker thread."""
 
@@ -302,142 +633,12 @@ class CopyJobs:
                     self._finished.append(job)
 
     def _copy(self, job: _Job) -> None:
-        from tservers.tablet.manager import TabletDataState
-
-        req = job.req
-        m = self.manager
-        tid = req.tablet_id
-        if m.data_state(tid) is TabletDataState.READY:
-            m.delete_tablet(tid)
-        m.begin_copy(tid)  # 1. superblock COPYING, fsynced
-        started = time.monotonic()
-        with RpcClient(req.source_address, m.fs.uuid) as rc:
-            begin = rc.call(
-                req.source_uuid,
-                "TServer.BeginCopySession",
-                BeginCopySessionRequest(tablet_id=tid),
-                BeginCopySessionResponse,
-                timeout_s=CALL_TIMEOUT_S,
-            )
-            try:
-                # 2. consensus metadata merged and written before anything is downloaded.
-                remote = begin.cmeta
-                cm = ConsensusMetaPB(tablet_id=tid)
-                try:
-                    local = m.fs.read_cmeta(tid)
-                except Exception:
-                    local = None
-                if local is not None and remote.current_term <= local.current_term:
-                    cm.current_term = local.current_term
-                    cm.voted_for = local.voted_for  # our own vote in our term is kept
-                else:
-                    cm.current_term = remote.current_term  # a higher term: no vote of ours in it
-                cm.committed_config.CopyFrom(remote.committed_config)
-                m.fs.write_cmeta(cm)
-                crash_point("copy.after_cmeta")
-                # 3, 4: WAL segments, then data blocks.
-                wal_dir, data_dir = m.fs.wal_dir(tid), m.fs.data_dir(tid)
-                for d in (wal_dir, data_dir):
-                    if d.exists():
-                        shutil.rmtree(d)
-                    d.mkdir(parents=True)
-                fsync_dir(wal_dir.parent)
-                fsync_dir(data_dir.parent)
-                total = 0
-                job.files_total = len(begin.files)
-                job.bytes_total = sum(f.size_bytes for f in begin.files)
-                for kind, dest in (("wal", wal_dir), ("data", data_dir)):
-                    for f in begin.files:
-                        if f.kind == kind:
-                            total += self._download(rc, job, begin.session_id, f, dest)
-                            job.files_done += 1
-                    crash_point(f"copy.after_{kind}")
-            finally:
-                try:
-                    rc.call(
-                        req.source_uuid,
-                        "TServer.EndCopySession",
-                        EndCopySessionRequest(session_id=begin.session_id),
-                        EndCopySessionResponse,
-                        timeout_s=5.0,
-                    )
-                except errors.RpcError as e:
-                    log.debug("ending copy session: %s", e)
-        # 5. superblock READY; 6. start the replica.
-        m.finish_copy(tid, begin.superblock)
-        elapsed = time.monotonic() - started
-        log.info(
-            "tablet %s: copied %d files, %d bytes in %.2f s (%.1f MB/s)",
-            tid,
-            len(begin.files),
-            total,
-            elapsed,
-            total / max(elapsed, 1e-6) / 1e6,
+        copy_tablet(
+            _LiveTarget(self.manager),
+            job,
+            caller_uuid=self.manager.fs.uuid,
+            rate_limit_bytes_s=self.rate_limit_bytes_s,
         )
-
-    def _download(
-        self, rc: RpcClient, job: _Job, session_id: str, f: CopyFilePB, dest: Path
-    ) -> int:
-        """Fetch a file in CRC-checked chunks, FETCHES_IN_FLIGHT at a time (so the transfer
-        overlaps the disk writes), write it to `.tmp`, fsync, rename into place."""
-
-        req = job.req
-
-        def fetch(offset: int) -> bytes:
-            resp, sidecars = rc.call_with_sidecars(
-                req.source_uuid,
-                "TServer.FetchCopyChunk",
-                FetchCopyChunkRequest(
-                    session_id=session_id,
-                    kind=f.kind,
-                    name=f.name,
-                    offset=offset,
-                    bytes_max=CHUNK_BYTES_MAX,
-                ),
-                FetchCopyChunkResponse,
-                timeout_s=CALL_TIMEOUT_S,
-                idempotent=True,
-            )
-            data = bytes(sidecars[0]) if sidecars else b""
-            want = min(CHUNK_BYTES_MAX, f.size_bytes - offset)
-            if len(data) != want or crc32c.crc32c(data) != resp.crc32c:
-                raise errors.Corruption(f"chunk of {f.name} at {offset}: bad CRC or length")
-            return data
-
-        tmp = dest / (f.name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            offsets = list(range(0, f.size_bytes, CHUNK_BYTES_MAX))
-            with ThreadPoolExecutor(FETCHES_IN_FLIGHT, thread_name_prefix="copy-fetch") as pool:
-                pending: deque = deque()
-                for off in offsets:
-                    pending.append((off, pool.submit(fetch, off)))
-                    if len(pending) >= FETCHES_IN_FLIGHT:
-                        self._write_chunk(fd, job, *pending.popleft())
-                while pending:
-                    self._write_chunk(fd, job, *pending.popleft())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, dest / f.name)
-        fsync_dir(dest)
-        return f.size_bytes
-
-    def _write_chunk(self, fd: int, job: _Job, offset: int, fut) -> None:
-        data = fut.result()
-        os.pwrite(fd, data, offset)
-        job.bytes_done += len(data)
-        if job.cancel:
-            raise CopyCancelled("cancelled by the operator")
-        limit = self.rate_limit_bytes_s
-        if limit > 0:
-            # Throttle: never ahead of `limit` bytes/s since the job started; the wait is
-            # cut in short steps so that a cancel is seen at once.
-            until = job.started + job.bytes_done / limit
-            while (remaining := until - time.monotonic()) > 0:
-                time.sleep(min(remaining, 0.1))
-                if job.cancel:
-                    raise CopyCancelled("cancelled by the operator")
 
     def close(self, timeout_s: float = 5.0) -> None:
         try:
