@@ -184,27 +184,3 @@ def value_from_pb(v: ValuePB, col: Column):
     except ValueError as e:
         raise BadRequest(str(e)) from e
     raise BadRequest(f"column {col.name!r}: unsupported type")
-
-
-def value_to_pb(value) -> ValuePB:
-    """ValuePB from a Python value (clients use it for predicates and bounds)."""
-    import datetime
-
-    if value is None:
-        return ValuePB(is_null=True)
-    if isinstance(value, bool):
-        return ValuePB(bool_value=value)
-    if isinstance(value, int):
-        return ValuePB(int_value=value)
-    if isinstance(value, float):
-        return ValuePB(double_value=value)
-    if isinstance(value, str):
-        return ValuePB(string_value=value)
-    if isinstance(value, bytes | bytearray):
-        return ValuePB(binary_value=bytes(value))
-    if isinstance(value, datetime.datetime):
-        if value.tzinfo is None:
-            value = value.replace(tzinfo=datetime.UTC)
-        epoch = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
-        return ValuePB(int_value=(value - epoch) // datetime.timedelta(microseconds=1))
-    raise TypeError(f"unsupported value type {type(value).__name__}")
