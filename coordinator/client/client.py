@@ -14,9 +14,11 @@ mutating request carries a request id that stays the same across retries (exactl
 Data goes straight to tablet servers: rows are routed to tablets by the hash of their key
 (`partition.py`), batched per tablet in a session and flushed on size, interval and close.
 Tablet locations are cached per table and refreshed when a tablet server answers NOT_LEADER,
-TABLET_NOT_FOUND or INVALID_NAME. A batch rejected because of one row (a duplicate key for an
-insert, a missing key for an update) is split until the bad rows are isolated; they become
-per-row errors and the other rows are written.
+TABLET_NOT_FOUND or INVALID_NAME. Calls name the replica's server UUID: a server that was
+wiped and came back at the same address under a new UUID refuses calls for its former self
+(INVALID_NAME), and its clients are kept per (UUID, address). A batch rejected because of
+one row (a duplicate key for an insert, a missing key for an update) is split until the bad
+rows are isolated; they become per-row errors and the other rows are written.
 
 Imports only rpc and generated protocol modules: no server code.
 """
@@ -45,6 +47,7 @@ BACKOFF_INITIAL_S = 0.02
 BACKOFF_MAX_S = 1.0
 WRITE_ATTEMPTS_MAX = 8
 SESSION_ROWS_MAX = 1_000_000
+TSERVER_CLIENTS_MAX = 1024  # tablet server clients kept open by one Client
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +147,7 @@ class Client:
         self.timeout_s = timeout_s
         self.meta = CoordinatorClient(coordinators, client_id=self.client_id, timeout_s=timeout_s)
         self._lock = threading.Lock()
-        self._tservers: dict[str, TabletServerClient] = {}
+        self._tservers: dict[tuple[str, str], TabletServerClient] = {}  # (uuid, address)
         self._tables: dict[str, Table] = {}
 
     # -- coordinator -------------------------------------------------------------------
@@ -217,11 +220,13 @@ class Client:
     # -- tablet servers ----------------------------------------------------------------
 
     def tserver(self, replica: ReplicaInfo) -> TabletServerClient:
+        """The client of a replica's server, by UUID and address. A server wiped and formatted
+        again comes back at its address under a new UUID, and locations list both for a while
+        (the old one DOWN): neither may replace the other's client, which another thread may
+        be using. The least recently used client is closed beyond TSERVER_CLIENTS_MAX."""
+        key = (replica.server_uuid, replica.address)
         with self._lock:
-            ts = self._tservers.get(replica.address)
-            if ts is not None and ts.server_uuid != replica.server_uuid:
-                self._tservers.pop(replica.address).close()
-                ts = None
+            ts = self._tservers.pop(key, None)
             if ts is None:
                 ts = TabletServerClient(
                     replica.address,
@@ -229,7 +234,9 @@ class Client:
                     caller_uuid=self.client_id,
                     timeout_s=self.timeout_s,
                 )
-                self._tservers[replica.address] = ts
+            self._tservers[key] = ts  # most recently used last
+            while len(self._tservers) > TSERVER_CLIENTS_MAX:
+                self._tservers.pop(next(iter(self._tservers))).close()
             return ts
 
     def new_session(
