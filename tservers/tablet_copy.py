@@ -31,7 +31,7 @@ import shutil
 import threading
 import time
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -39,7 +39,7 @@ from typing import Protocol
 import crc32c
 
 from rpc import errors
-from rpc.client import RpcClient
+from rpc.client import RETRYABLE, PendingCall, RpcClient
 from tservers.crash import crash_point
 from tservers.fs import FsLayout
 from tservers.metafile import MetaFileCorrupt, fsync_dir
@@ -63,8 +63,18 @@ log = logging.getLogger(__name__)
 
 SESSION_IDLE_S = 60.0
 SESSIONS_MAX = 16
-CHUNK_BYTES_MAX = 4 << 20
-FETCHES_IN_FLIGHT = 2  # chunk fetches outstanding per file, overlapping the disk writes
+CHUNK_BYTES_MAX = 4 << 20  # the most a source serves in one FetchCopyChunk
+# The follower asks for chunks of FETCH_CHUNK_BYTES, FETCH_WINDOW of them in flight on one
+# socket: the transfer overlaps the disk writes, and memory stays within their product
+# (8 MiB). Each rpc costs about 0.4-0.8 ms of Python on a busy 2-core machine, so chunks
+# are large; past 2 MiB the buffers no longer fit the caches and copies slow down instead
+# (bench/replication.py).
+FETCH_CHUNK_BYTES = 2 << 20
+FETCH_WINDOW = 4
+FETCH_ATTEMPTS_MAX = 5  # per chunk, for a lost connection or a busy source
+FETCH_BACKOFF_S = 0.2  # doubling between attempts
+THROTTLED_FETCH_S = 1.0  # a throttled copy fetches about this often (sessions stay alive)
+THROTTLED_CHUNK_BYTES_MIN = 64 << 10
 JOBS_QUEUE_MAX = 8
 JOBS_KEPT_MAX = 32  # finished jobs kept for reports
 CALL_TIMEOUT_S = 30.0
@@ -328,10 +338,13 @@ def copy_tablet(
             fsync_dir(data_dir.parent)
             total = 0
             for kind, dest in (("wal", wal_dir), ("data", data_dir)):
-                for f in begin.files:
-                    if f.kind == kind:
-                        total += _download(rc, job, begin.session_id, f, dest, rate_limit_bytes_s)
-                        job.files_done += 1
+                total += download_files(
+                    rc,
+                    job,
+                    begin.session_id,
+                    [(f, dest) for f in begin.files if f.kind == kind],
+                    rate_limit_bytes_s=rate_limit_bytes_s,
+                )
                 crash_point(f"copy.after_{kind}")
         finally:
             try:
@@ -358,71 +371,144 @@ def copy_tablet(
     return total
 
 
-def _download(
+@dataclass(slots=True)
+class _OutFile:
+    f: CopyFilePB
+    dest: Path
+    fd: int | None = None
+    written: int = 0
+
+    @property
+    def tmp(self) -> Path:
+        return self.dest / (self.f.name + ".tmp")
+
+
+def download_files(
     rc: RpcClient,
     job: _Job,
     session_id: str,
-    f: CopyFilePB,
-    dest: Path,
-    rate_limit_bytes_s: int,
+    files: Iterable[tuple[CopyFilePB, Path]],
+    *,
+    rate_limit_bytes_s: int = 0,
+    fsync: bool = True,
 ) -> int:
-    """Fetch a file in CRC-checked chunks, FETCHES_IN_FLIGHT at a time (so the transfer
-    overlaps the disk writes), write it to `.tmp`, fsync, rename into place."""
-
+    """Fetch files of a copy session into their directories, in order, as one stream of
+    CRC-checked chunks: FETCH_WINDOW fetches in flight on one socket while the oldest
+    answer is written. Each file goes to `<name>.tmp`, is fsynced once, and renamed into
+    place; each directory is fsynced once at the end. Checks `job.cancel` after every
+    chunk; a throttled job fetches one small chunk at a time. Returns the bytes written.
+    `fsync=False` is for the bench's page-cache figure only."""
     req = job.req
+    outs = [_OutFile(f, dest) for f, dest in files]
+    chunk_bytes, window = FETCH_CHUNK_BYTES, FETCH_WINDOW
+    if rate_limit_bytes_s > 0:
+        # One fetch at a time, each sent only when the throttle allows it (nothing waits
+        # unread past its deadline), small enough to keep the source's session alive.
+        chunk_bytes = int(rate_limit_bytes_s * THROTTLED_FETCH_S)
+        chunk_bytes = max(THROTTLED_CHUNK_BYTES_MIN, min(FETCH_CHUNK_BYTES, chunk_bytes))
+        window = 1
+    plan: deque[tuple[_OutFile, int]] = deque(
+        (out, off) for out in outs for off in range(0, out.f.size_bytes, chunk_bytes)
+    )
+    pending: deque[tuple[_OutFile, int, PendingCall]] = deque()
+    dirs: dict[Path, None] = {}
+    total = 0
+    done = 0  # files in place
 
-    def fetch(offset: int) -> bytes:
-        resp, sidecars = rc.call_with_sidecars(
+    def send(out: _OutFile, offset: int) -> PendingCall:
+        return rc.call_async(
             req.source_uuid,
             "TServer.FetchCopyChunk",
             FetchCopyChunkRequest(
                 session_id=session_id,
-                kind=f.kind,
-                name=f.name,
+                kind=out.f.kind,
+                name=out.f.name,
                 offset=offset,
-                bytes_max=CHUNK_BYTES_MAX,
+                bytes_max=chunk_bytes,
             ),
             FetchCopyChunkResponse,
             timeout_s=CALL_TIMEOUT_S,
-            idempotent=True,
         )
-        data = bytes(sidecars[0]) if sidecars else b""
-        want = min(CHUNK_BYTES_MAX, f.size_bytes - offset)
-        if len(data) != want or crc32c.crc32c(data) != resp.crc32c:
-            raise errors.Corruption(f"chunk of {f.name} at {offset}: bad CRC or length")
-        return data
 
-    tmp = dest / (f.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    def finish_files_up_to(limit: int) -> None:
+        """Put in place every file before index `limit` not yet done (all of it written)."""
+        nonlocal done
+        while done < limit:
+            out = outs[done]
+            if out.fd is None:  # an empty file: no chunk ever opened it
+                out.fd = os.open(out.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            assert out.written == out.f.size_bytes, (out.f.name, out.written)
+            if fsync:
+                os.fsync(out.fd)
+            os.close(out.fd)
+            out.fd = None
+            os.replace(out.tmp, out.dest / out.f.name)
+            dirs[out.dest] = None
+            job.files_done += 1
+            done += 1
+
+    index = {id(out): k for k, out in enumerate(outs)}
     try:
-        offsets = list(range(0, f.size_bytes, CHUNK_BYTES_MAX))
-        with ThreadPoolExecutor(FETCHES_IN_FLIGHT, thread_name_prefix="copy-fetch") as pool:
-            pending: deque = deque()
-            for off in offsets:
-                pending.append((off, pool.submit(fetch, off)))
-                if len(pending) >= FETCHES_IN_FLIGHT:
-                    _write_chunk(fd, job, *pending.popleft(), rate_limit_bytes_s)
-            while pending:
-                _write_chunk(fd, job, *pending.popleft(), rate_limit_bytes_s)
-        os.fsync(fd)
+        while plan or pending:
+            while plan and len(pending) < window:
+                out, off = plan.popleft()
+                pending.append((out, off, send(out, off)))
+            out, off, call = pending.popleft()
+            data = _chunk(call, out, off, chunk_bytes, send)
+            finish_files_up_to(index[id(out)])  # files before this one are complete
+            if out.fd is None:
+                out.fd = os.open(out.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.pwrite(out.fd, data, off)
+            n = len(data)
+            del data  # the answer's buffer goes back before the next is awaited
+            out.written += n
+            total += n
+            job.bytes_done += n
+            _pace(job, rate_limit_bytes_s)
+        finish_files_up_to(len(outs))
+        if fsync:
+            for d in dirs:
+                fsync_dir(d)
     finally:
-        os.close(fd)
-    os.replace(tmp, dest / f.name)
-    fsync_dir(dest)
-    return f.size_bytes
+        for out in outs:
+            if out.fd is not None:
+                os.close(out.fd)  # a partial .tmp stays: the next copy empties the directory
+    return total
 
 
-def _write_chunk(fd: int, job: _Job, offset: int, fut, rate_limit_bytes_s: int) -> None:
-    data = fut.result()
-    os.pwrite(fd, data, offset)
-    job.bytes_done += len(data)
+def _chunk(call: PendingCall, out: _OutFile, offset: int, chunk_bytes: int, send) -> memoryview:
+    """The answer to one fetch, length and CRC checked; a lost connection or a busy source
+    is retried (FETCH_ATTEMPTS_MAX, backoff): fetches are idempotent."""
+    want = min(chunk_bytes, out.f.size_bytes - offset)
+    backoff_s = FETCH_BACKOFF_S
+    for attempt in range(1, FETCH_ATTEMPTS_MAX + 1):
+        try:
+            resp, sidecars = call.result_with_sidecars()
+            break
+        except RETRYABLE as e:
+            if attempt == FETCH_ATTEMPTS_MAX:
+                raise
+            log.info("chunk of %s at %d: %s; fetching it again", out.f.name, offset, e)
+            time.sleep(max(backoff_s, e.retry_after_ms / 1000.0))
+            backoff_s *= 2
+            call = send(out, offset)
+    data = sidecars[0] if sidecars else memoryview(b"")
+    if len(data) != want:
+        raise errors.Corruption(
+            f"chunk of {out.f.name} at {offset}: {len(data)} bytes, expected {want}"
+        )
+    if crc32c.crc32c(data) != resp.crc32c:
+        raise errors.Corruption(f"chunk of {out.f.name} at {offset}: bad CRC32C")
+    return data
+
+
+def _pace(job: _Job, rate_limit_bytes_s: int) -> None:
+    """Cancel check, then the throttle: never ahead of `rate_limit_bytes_s` since the job
+    started; the wait is cut in short steps so that a cancel is seen at once."""
     if job.cancel:
         raise CopyCancelled("cancelled by the operator")
-    limit = rate_limit_bytes_s
-    if limit > 0:
-        # Throttle: never ahead of `limit` bytes/s since the job started; the wait is
-        # cut in short steps so that a cancel is seen at once.
-        until = job.started + job.bytes_done / limit
+    if rate_limit_bytes_s > 0:
+        until = job.started + job.bytes_done / rate_limit_bytes_s
         while (remaining := until - time.monotonic()) > 0:
             time.sleep(min(remaining, 0.1))
             if job.cancel:
