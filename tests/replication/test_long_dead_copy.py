@@ -163,3 +163,51 @@ def test_long_dead_follower_whose_log_was_collected_is_copied(trio: TServerTrio)
     new = q.leader(T, timeout_s=60, among=[f, o])
     assert new == f
     assert q.scan_ids(f, T) == sorted(acked)
+
+
+@pytest.fixture
+def trio_default_cap(tmp_path):
+    # The default retention cap (200,000 entries): far more than this test writes.
+    t = TServerTrio(tmp_path, extra_args=["--segment-size-mb", "1", "--flush-rows", "100000"])
+    try:
+        t.start_all()
+        yield t
+    finally:
+        t.stop_all()
+
+
+def test_dead_follower_within_the_cap_catches_up_from_the_log(trio_default_cap: TServerTrio):
+    """Below the cap the leader keeps every segment the dead follower needs (so its WAL
+    grows past the segment count that triggers a flush) without flushing on every
+    maintenance round; the restarted follower catches up from the log, with no copy."""
+    q = trio_default_cap
+    q.create_tablet(T)
+    lead = q.leader(T)
+    f = next(i for i in range(3) if i != lead)
+    last = write(q, lead, range(ROWS_PER_WRITE))
+    wait_for(lambda: applied(q, f) >= last, 30, "the follower caught up before the kill")
+    q.kill9(f)
+    dead_last = wal_indexes(q.roots[f], T)[1]
+    writes = 150  # ~15 MB: ~15 segments of 1 MiB
+    acked = list(range(ROWS_PER_WRITE))
+    for k in range(1, writes + 1):
+        ids = range(k * ROWS_PER_WRITE, (k + 1) * ROWS_PER_WRITE)
+        last = write(q, lead, ids)
+        acked.extend(ids)
+    wait_for(lambda: q.report(lead, T).flushed_index > dead_last, 30, "a flush at the leader")
+    span = wait_for(lambda: wal_indexes(q.roots[lead], T), 30, "the leader's WAL")
+    segments = len(list_segments(q.roots[lead] / "wals" / T))
+    sb = FsLayout.open(q.roots[lead]).read_superblock(T)
+    written = sb.next_block_id - 1  # block ids start at 1; flushes and compactions write
+    print(f"\nleader WAL {span} in {segments} segments; {written} blocks written")
+    assert span[0] <= dead_last + 1 and segments > 9  # kept for the dead follower
+    # Flushes came from unflushed segments only (one per ~9 MiB written), not from the
+    # segments kept for the peer on every maintenance round, nor compactions of those.
+    assert 1 <= written <= 2, sb
+
+    q.restart(f)
+    wait_for(lambda: applied(q, f) >= last, 60, f"the restarted follower applying up to {last}")
+    assert [j for j in q.client(f).status().copies if j.tablet_id == T] == []
+    q.kill9(lead)
+    new = q.leader(T, timeout_s=60)
+    assert q.scan_ids(new, T) == sorted(acked)

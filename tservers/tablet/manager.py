@@ -561,7 +561,7 @@ class TabletManager:
             if self._stop.is_set():
                 return
             try:
-                wal_segments = t.wal.segment_count() if t.wal is not None else 0
+                wal_segments = t.wal_segments_unflushed()
                 if (
                     t.memstore_rows() >= self.tablet_opts.flush_rows_threshold
                     or wal_segments > self.tablet_opts.wal_segments_flush

@@ -104,8 +104,8 @@ class TabletStatus(enum.Enum):
 class TabletOptions:
     flush_rows_threshold: int = 200_000
     compaction_blocks_min: int = 4
-    # Flush also when the WAL holds this many segments, so that a workload of updates to few
-    # keys (a small memstore) cannot grow the WAL without bound.
+    # Flush also when the WAL holds more segments than this above the flushed index, so that a
+    # workload of updates to few keys (a small memstore) cannot grow the WAL without bound.
     wal_segments_flush: int = 8
     apply_timeout_s: float = 30.0
 
@@ -1033,6 +1033,19 @@ class Tablet:
 
     def memstore_rows(self) -> int:
         return len(self.memstore) + (len(self.frozen) if self.frozen else 0)
+
+    def wal_segments_unflushed(self) -> int:
+        """WAL segments holding entries above the flushed index (the open one included): the
+        ones a flush lets GC delete. Segments kept below it for lagging peers or a copy
+        session are not counted: a flush cannot free them, so they must not trigger one (a
+        long-dead peer made every maintenance round flush a few rows and compact the tablet)."""
+        wal = self.wal
+        if wal is None:
+            return 0
+        flushed = self.sb.flushed_index
+        with wal.lock:
+            closed = sum(1 for s in wal.segments if s.max_index > flushed)
+            return closed + (1 if wal.writer is not None else 0)
 
 
 def _proposal_error(tablet_id: str, res, g) -> Exception:
