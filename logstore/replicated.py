@@ -47,7 +47,7 @@ from logstore.api import ENTRY_BYTES_MAX, LOG_NAME_BYTES_MAX, READ_LIMIT_MAX, En
 from logstore.auth import HmacAuthenticator
 from logstore.journal import DurableJournal
 from logstore.snapshot import SnapshotHooks
-from logstore.state import AppendOutcome, LogState
+from logstore.state import AppendOutcome, LogState, outcome_id
 from rpc.errors import (
     BadRequest,
     IllegalState,
@@ -376,11 +376,12 @@ class _RaftNode(SyncObj):
     @replicated
     def _ls_append(
         self, log: str, data: bytes, expected_id: int | None, invalidates: tuple[int, ...]
-    ) -> AppendOutcome:
+    ) -> int | AppendOutcome:
+        """One append: its new id, or an AppendOutcome carrying the error."""
         self._ls_applied_appends += 1
         self._ls_applied_total += 1
         with self._ls_lock:
-            return self._ls_state.apply_append(log, data, expected_id, invalidates)
+            return self._ls_state.apply_many(((log, data, expected_id, invalidates),))[0]
 
     @replicated
     def _ls_barrier(self) -> None:
@@ -389,28 +390,20 @@ class _RaftNode(SyncObj):
     # Method ids are given in name order: _ls_append 0, _ls_barrier 1, _ls_batch 2
     # ("_ls_bar" < "_ls_bat"); test_command_encoding_is_stable pins them.
     @replicated
-    def _ls_batch(self, appends: tuple[tuple, ...]) -> tuple[AppendOutcome, ...]:
+    def _ls_batch(self, appends: tuple[tuple, ...]) -> list[int | AppendOutcome]:
         """Several appends in one Raft command, applied in order: each gets its own id and
-        sees the state left by the ones before it; a failed one changes nothing."""
-        out = []
+        sees the state left by the ones before it; a failed one changes nothing. One
+        outcome per append: the new id, or an AppendOutcome carrying the error."""
         self._ls_applied_appends += len(appends)
         self._ls_applied_total += len(appends)
         with self._ls_lock:
-            apply = self._ls_state.apply_append
-            for a in appends:
-                try:
-                    out.append(apply(*a))
-                except Exception as err:  # noqa: BLE001 - a malformed sub-append fails alone
-                    out.append(
-                        AppendOutcome(error_kind="bad_request", message=f"bad append: {err}")
-                    )
-        return tuple(out)
+            return self._ls_state.apply_many(appends)
 
     # --- coalescing of appends (any thread -> tick thread) ----------------------------------
 
     def ls_enqueue_append(self, args: tuple, callback: Callable[[Any, int], None]) -> None:
         """Queue one append (log, data, expected_id, invalidates); the tick thread puts all
-        queued appends into one Raft command. `callback(AppendOutcome | None, fail_reason)`
+        queued appends into one Raft command. `callback(outcome | None, fail_reason)`
         runs on the tick thread, as for a pysyncobj command."""
         pending = self._ls_pending
         if len(pending) >= self._ls_pending_max:
@@ -450,7 +443,7 @@ class _RaftNode(SyncObj):
 
         def done(result, error) -> None:
             if error == FAIL_REASON.SUCCESS and (
-                not isinstance(result, tuple) or len(result) != len(callbacks)
+                not isinstance(result, list) or len(result) != len(callbacks)
             ):
                 logger.error("append batch returned %r for %d appends", result, len(callbacks))
                 result, error = None, FAIL_REASON.UNKNOWN_OUTCOME
@@ -702,8 +695,7 @@ class ReplicatedLogStore:
         outcome = self._submit(
             self._enqueue_append, ((log, bytes(data), expected_id, inv),), timeout_s, False
         )
-        assert isinstance(outcome, AppendOutcome), outcome
-        return outcome.raise_if_error()
+        return outcome_id(outcome)
 
     def append_async(
         self,
@@ -727,7 +719,7 @@ class ReplicatedLogStore:
         def done(result, error) -> None:
             if error == FAIL_REASON.SUCCESS:
                 try:
-                    future.set_result(result.raise_if_error())
+                    future.set_result(outcome_id(result))
                 except RpcError as err:
                     future.set_exception(err)
             else:

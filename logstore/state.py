@@ -41,6 +41,19 @@ class AppendOutcome:
         return self.entry_id
 
 
+def outcome_id(outcome: int | AppendOutcome) -> int:
+    """The new id an applied append got, or its error raised (see `LogState.apply_many`)."""
+    if type(outcome) is int:
+        return outcome
+    if not isinstance(outcome, AppendOutcome):
+        raise TypeError(f"not an append outcome: {outcome!r}")
+    return outcome.raise_if_error()
+
+
+# A log name of at most this many characters is at most LOG_NAME_BYTES_MAX bytes in UTF-8.
+_SHORT_NAME_CHARS = LOG_NAME_BYTES_MAX // 4
+
+
 class LogState:
     """Named logs; each maps id -> live Entry, plus the last id ever assigned."""
 
@@ -97,6 +110,45 @@ class LogState:
             self.live_entries += 1
         self.last_ids[log] = new_id
         return AppendOutcome(entry_id=new_id)
+
+    def apply_many(self, appends) -> list[int | AppendOutcome]:
+        """Apply (log, data, expected_id, invalidates) tuples in order, each exactly as
+        `apply_append` would. Outcomes: the new id (an int) for a success, an AppendOutcome
+        for a failure (a malformed tuple fails alone, as bad_request). The hot loop of the
+        replicated state machine: appends without invalidations skip the generic path."""
+        out: list[int | AppendOutcome] = []
+        put = out.append
+        logs = self.logs
+        last_ids = self.last_ids
+        for a in appends:
+            try:
+                log, data, expected_id, invalidates = a
+                if (
+                    not invalidates
+                    and type(data) is bytes
+                    and type(log) is str
+                    and 0 < len(log) <= _SHORT_NAME_CHARS
+                    and len(data) <= ENTRY_BYTES_MAX
+                ):
+                    new_id = last_ids.get(log, 0) + 1
+                    if expected_id is None or expected_id == new_id:
+                        if data:
+                            live = logs.get(log)
+                            if live is None:
+                                live = logs[log] = {}
+                            live[new_id] = Entry(new_id, data, ())
+                            self.live_bytes += len(data)
+                            self.live_entries += 1
+                        elif log not in logs:
+                            logs[log] = {}
+                        last_ids[log] = new_id
+                        put(new_id)
+                        continue
+                outcome = self.apply_append(log, data, expected_id, invalidates)
+                put(outcome.entry_id if not outcome.error_kind else outcome)
+            except Exception as err:  # noqa: BLE001 - a malformed append fails alone
+                put(AppendOutcome(error_kind="bad_request", message=f"bad append: {err}"))
+        return out
 
     def read(self, log: str, from_id: int = 1, limit: int = 1000) -> list[Entry]:
         if limit <= 0 or limit > READ_LIMIT_MAX:

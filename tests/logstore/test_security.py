@@ -47,3 +47,22 @@ def test_tampered_or_foreign_frames_are_rejected():
         a.decrypt(b"short")
     with pytest.raises(ValueError):
         HmacAuthenticator("")
+
+
+@pytest.mark.parametrize("size", [0, 2000, 2039, 2040, 4000, 100_000])
+def test_large_frames_are_tagged_like_one_shot_hmac(size):
+    """Frames of 2 KiB and more are hashed in pieces (the tick thread keeps the GIL); the
+    tag is still HMAC-SHA256 of the whole frame, and any flipped byte is caught."""
+    import hashlib
+    import hmac
+
+    a = HmacAuthenticator("secret")
+    payload = bytes(i % 251 for i in range(size))
+    token = a.encrypt_at_time(payload, 99)
+    assert token[-32:] == hmac.digest(a._key, token[:-32], hashlib.sha256)
+    assert a.decrypt(token) == payload
+    for pos in {0, len(token) // 2, len(token) - 33}:
+        bad = bytearray(token)
+        bad[pos] ^= 0x40
+        with pytest.raises(InvalidFrame):
+            HmacAuthenticator("secret").decrypt(bytes(bad))
