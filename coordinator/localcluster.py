@@ -323,7 +323,12 @@ class LocalCluster:
                     lines.append(f"{head}, not answering: {err}")
                     healthy = False
             try:
-                states = {s.address: s.state for s in client.list_servers()}
+                # A server wiped and started again at its address enlists under a new
+                # UUID while the old record goes DOWN: the live record of an address wins.
+                states: dict[str, str] = {}
+                for s in client.list_servers():
+                    if s.state == "LIVE" or s.address not in states:
+                        states[s.address] = s.state
             except errors.RpcError:
                 states = {}
             for node in self.spec.tservers:
