@@ -257,6 +257,36 @@ class DurableJournal(Journal):
         fsync_dir(self._dir)
         self._rewrite(self._entries[entryTo:])
 
+    def align_to_snapshot(self, prev_entry, last_entry) -> bool:
+        """A snapshot covering up to `last_entry` is about to be loaded. If this journal
+        holds the snapshot's two entries (same index, term and command), drop what comes
+        before them, so the journal starts exactly where pysyncobj expects, and keep the
+        entries after them. True if it did (or nothing was needed).
+
+        Needed after a crash between pysyncobj's rename of a new snapshot and the next
+        tick's trim: pysyncobj clears a journal whose first two entries are not the
+        snapshot's, which would drop entries this replica had made durable and
+        acknowledged after the snapshot point."""
+        if len(self._entries) < 2:
+            return False
+        pos = prev_entry[1] - self._entries[0][1]
+        if pos < 0 or pos + 1 >= len(self._entries):
+            return False
+        if tuple(self._entries[pos]) != tuple(prev_entry):
+            return False
+        if tuple(self._entries[pos + 1]) != tuple(last_entry):
+            return False
+        if pos > 0:
+            logger.warning(
+                "journal %s: trimming %d entries covered by the snapshot at index %d "
+                "(a crash came between the snapshot and the trim)",
+                self._path,
+                pos,
+                last_entry[1],
+            )
+            self.deleteEntriesTo(pos)
+        return True
+
     def __getitem__(self, item):
         return self._entries[item]
 

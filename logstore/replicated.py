@@ -623,7 +623,7 @@ class ReplicatedLogStore:
         self._state = LogState()
         self._lock = threading.Lock()
         self._journal = DurableJournal(self.data_dir)
-        self._snapshots = SnapshotHooks(self._state, self._lock)
+        self._snapshots = SnapshotHooks(self._state, self._lock, journal=self._journal)
         c = self.config
         conf = SyncObjConf(
             journalFile=self._journal,

@@ -28,7 +28,7 @@ import crc32c
 from pysyncobj.node import TCPNode
 
 from logstore.api import Entry
-from logstore.journal import fsync_dir
+from logstore.journal import DurableJournal, fsync_dir
 from logstore.state import LogState
 from rpc.errors import Corruption
 
@@ -149,10 +149,12 @@ class SnapshotHooks:
         state: LogState,
         lock: threading.Lock,
         on_loaded: Callable[[SnapshotMeta], None] | None = None,
+        journal: DurableJournal | None = None,
     ) -> None:
         self._state = state
         self._lock = lock
         self._on_loaded = on_loaded
+        self._journal = journal
         self.snapshots_written = 0
         self.snapshots_loaded = 0
 
@@ -192,6 +194,11 @@ class SnapshotHooks:
         except Corruption:
             logger.critical("snapshot %s is corrupt; this replica cannot load it", path)
             raise
+        if self._journal is not None:
+            # Before pysyncobj compares the journal's first entries with the snapshot's (and
+            # clears the journal if they differ): drop a prefix the snapshot covers, keep
+            # the entries after it (DurableJournal.align_to_snapshot).
+            self._journal.align_to_snapshot(meta.prev_entry, meta.last_entry)
         with self._lock:
             self._state.replace_with(state)
         self.snapshots_loaded += 1

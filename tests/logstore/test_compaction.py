@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from logstore.journal import FORMAT_VERSION, HEADER, JOURNAL_MAGIC, encode_record, scan_journal
 from logstore.replicated import ReplicatedLogStore
 
 from .helpers import FAST, PASSWORD, leader_of, start_cluster, wait_for
@@ -105,3 +106,45 @@ def test_command_encoding_is_stable(tmp_path):
     finally:
         for s in stores:
             s.close()
+
+
+def test_crash_between_snapshot_rename_and_journal_trim_keeps_the_journal_tail(tmp_path):
+    """kill -9 after pysyncobj renamed a new snapshot into place but before the next tick
+    trimmed the journal: the journal still starts before the snapshot and holds entries
+    after it (acknowledged: this replica may have counted toward their commit). pysyncobj
+    clears a journal whose first two entries are not the snapshot's; logstore trims the
+    covered prefix first, so the tail survives. The crash state is built byte for byte:
+    the untrimmed journal prefix from before the compaction + the entries after it."""
+
+    (store,) = start_cluster(tmp_path, 1)
+    addr = store.self_address
+    data_dir = tmp_path / "r0"
+    try:
+        before = [store.append("k", b"a%d" % i) for i in range(40)]
+        store.barrier()
+        untrimmed = scan_journal((data_dir / "journal").read_bytes()).entries
+        store.force_compaction()
+        wait_for(lambda: store.status()["snapshots_written"] >= 1, what="a snapshot")
+        wait_for(
+            lambda: store.status()["journal_first_index"] > untrimmed[0][1],
+            what="the journal trimmed",
+        )
+        after = [store.append("k", b"b%d" % i) for i in range(30)]
+        store.barrier()
+    finally:
+        store.close()
+    trimmed = scan_journal((data_dir / "journal").read_bytes()).entries
+    first_kept = trimmed[0][1]
+    assert untrimmed[0][1] < first_kept <= untrimmed[-1][1]
+    # The journal as it was at the crash: nothing trimmed, every entry since appended.
+    crash = [e for e in untrimmed if e[1] < first_kept] + trimmed
+    assert [e[1] for e in crash] == list(range(crash[0][1], crash[-1][1] + 1))
+    image = HEADER.pack(JOURNAL_MAGIC, FORMAT_VERSION) + b"".join(
+        encode_record(c, i, t) for c, i, t in crash
+    )
+    (data_dir / "journal").write_bytes(image)
+
+    with ReplicatedLogStore(addr, [], str(data_dir), PASSWORD, config=FAST) as store:
+        store.barrier(timeout_s=30.0)
+        assert [e.id for e in store.read("k", limit=1000)] == before + after
+        assert store.append("k", b"c", expected_id=after[-1] + 1) == after[-1] + 1

@@ -248,3 +248,23 @@ def test_snapshot_hooks_write_fsynced_temp_and_load(tmp_path):
     assert last == (b"l", 12, 2) and prev == (b"p", 11, 2)
     assert [m.id for m in members] == ["h:1"]
     assert target.read("a") == s.read("a")
+
+
+def test_align_to_snapshot_drops_only_the_covered_prefix(tmp_path):
+    j = _reopen(tmp_path)
+    _fill(j, 10)
+    j.sync()
+    # The snapshot's two entries are #4 and #5: entries 1..3 go, 4..10 stay (durably).
+    assert j.align_to_snapshot(j[3], j[4]) is True
+    assert [e[1] for e in j[:]] == list(range(4, 11))
+    assert j.align_to_snapshot(j[0], j[1]) is True  # already aligned: nothing to do
+    assert len(j) == 7
+    j.close()
+    k = _reopen(tmp_path)
+    assert [e[1] for e in k[:]] == list(range(4, 11))
+    # Entries that differ (another term at that index) or lie outside: no change.
+    assert k.align_to_snapshot((b"cmd-5", 5, 1), (b"cmd-6", 6, 2)) is False
+    assert k.align_to_snapshot((b"cmd-11", 11, 1), (b"cmd-12", 12, 1)) is False
+    assert k.align_to_snapshot((b"cmd-2", 2, 1), (b"cmd-3", 3, 1)) is False
+    assert len(k) == 7
+    k.close()
