@@ -17,13 +17,8 @@ import uuid as uuidlib
 from collections.abc import Sequence
 
 from logstore import logstore_pb2 as pb
-from logstore.api import (
-    ENTRY_BYTES_MAX,
-    LOG_NAME_BYTES_MAX,
-    READ_LIMIT_MAX,
-    Entry,
-    LogConditionFailed,
-)
+from logstore.api import READ_LIMIT_MAX, Entry, LogConditionFailed
+from logstore.state import check_append_args
 from rpc.client import RpcClient
 from rpc.errors import (
     BadRequest,
@@ -70,10 +65,7 @@ class RemoteLogStore:
         invalidates: Sequence[int] = (),
         timeout_s: float = 5.0,
     ) -> int:
-        if not log or len(log.encode()) > LOG_NAME_BYTES_MAX:
-            raise BadRequest(f"log name must be 1..{LOG_NAME_BYTES_MAX} bytes")
-        if len(data) > ENTRY_BYTES_MAX:
-            raise BadRequest(f"entry of {len(data)} bytes exceeds {ENTRY_BYTES_MAX}")
+        check_append_args(log, data)
         inv = [int(i) for i in invalidates]
         if any(i < 1 for i in inv):
             raise BadRequest("cannot invalidate an id below 1: no such entry")

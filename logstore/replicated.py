@@ -43,11 +43,11 @@ from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 from pysyncobj.poller import POLL_EVENT_TYPE
 from pysyncobj.transport import TCPTransport
 
-from logstore.api import ENTRY_BYTES_MAX, LOG_NAME_BYTES_MAX, READ_LIMIT_MAX, Entry
+from logstore.api import READ_LIMIT_MAX, Entry
 from logstore.auth import HmacAuthenticator
 from logstore.journal import DurableJournal
 from logstore.snapshot import SnapshotHooks
-from logstore.state import AppendOutcome, LogState, outcome_id
+from logstore.state import AppendOutcome, LogState, check_append_args, outcome_id
 from rpc.errors import (
     BadRequest,
     IllegalState,
@@ -685,10 +685,7 @@ class ReplicatedLogStore:
         invalidates: Sequence[int] = (),
         timeout_s: float = 5.0,
     ) -> int:
-        if not isinstance(log, str) or not log or len(log.encode()) > LOG_NAME_BYTES_MAX:
-            raise BadRequest(f"log name must be 1..{LOG_NAME_BYTES_MAX} bytes")
-        if len(data) > ENTRY_BYTES_MAX:
-            raise BadRequest(f"entry of {len(data)} bytes exceeds {ENTRY_BYTES_MAX}")
+        check_append_args(log, data)
         inv = tuple(int(i) for i in invalidates) if invalidates else ()
         if expected_id is not None:
             expected_id = int(expected_id)
@@ -708,10 +705,7 @@ class ReplicatedLogStore:
         error `append` would raise. Many appends can be in flight; they enter the log in
         submission order while one leader lasts. No retries: on a leader change the
         Future fails (Unavailable), and the outcome of that append is unknown."""
-        if not isinstance(log, str) or not log or len(log.encode()) > LOG_NAME_BYTES_MAX:
-            raise BadRequest(f"log name must be 1..{LOG_NAME_BYTES_MAX} bytes")
-        if len(data) > ENTRY_BYTES_MAX:
-            raise BadRequest(f"entry of {len(data)} bytes exceeds {ENTRY_BYTES_MAX}")
+        check_append_args(log, data)
         self._check_open()
         future: Future = Future()
         future.set_running_or_notify_cancel()

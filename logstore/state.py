@@ -17,8 +17,41 @@ from logstore.api import (
     Entry,
     LogConditionFailed,
 )
-from logstore.memory import validate_append
 from rpc.errors import BadRequest, RpcError
+
+
+def check_append_args(log: str, data: bytes) -> None:
+    """The checks of an append that need no state (log name, entry size): run by every
+    client before sending and by the state machine itself."""
+    if not isinstance(log, str) or not log or len(log.encode()) > LOG_NAME_BYTES_MAX:
+        raise BadRequest(f"log name must be 1..{LOG_NAME_BYTES_MAX} bytes")
+    if len(data) > ENTRY_BYTES_MAX:
+        raise BadRequest(f"entry of {len(data)} bytes exceeds {ENTRY_BYTES_MAX}")
+
+
+def validate_append(
+    logs: dict[str, dict[int, Entry]],
+    last_ids: dict[str, int],
+    log: str,
+    data: bytes,
+    expected_id: int | None,
+    invalidates: Sequence[int],
+) -> None:
+    """Every check of one append against the state, in the order the semantics give
+    (arguments, then the condition, then the invalidations); raises without changing
+    anything (LogConditionFailed or BadRequest)."""
+    check_append_args(log, data)
+    last = last_ids.get(log, 0)
+    if expected_id is not None and expected_id != last + 1:
+        raise LogConditionFailed(
+            f"expected id {expected_id} but the next id of {log!r} is {last + 1}", last_id=last
+        )
+    live = logs.get(log, {})
+    if len(set(invalidates)) != len(invalidates):
+        raise BadRequest("an id is invalidated twice in one entry")
+    for i in invalidates:
+        if i not in live:
+            raise BadRequest(f"cannot invalidate {log!r}#{i}: no live entry with that id")
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,16 +103,39 @@ class LogState:
         expected_id: int | None,
         invalidates: Sequence[int],
     ) -> AppendOutcome:
-        if not invalidates and type(data) is bytes and type(log) is str:
-            # Fast path (most appends): the same checks as validate_append, inline.
-            last = self.last_ids.get(log, 0)
-            if (
-                (expected_id is None or expected_id == last + 1)
-                and 0 < len(log) <= LOG_NAME_BYTES_MAX
-                and len(log.encode()) <= LOG_NAME_BYTES_MAX
-                and len(data) <= ENTRY_BYTES_MAX
-            ):
-                new_id = last + 1
+        """Apply one append; its outcome (the new id, or the error) as an AppendOutcome."""
+        out = self._apply(log, data, expected_id, invalidates)
+        return AppendOutcome(entry_id=out) if type(out) is int else out
+
+    def apply_many(self, appends) -> list[int | AppendOutcome]:
+        """Apply (log, data, expected_id, invalidates) tuples in order, each exactly as
+        `apply_append` would. Outcomes: the new id (an int) for a success, an AppendOutcome
+        for a failure (a malformed tuple fails alone, as bad_request). The replicated
+        state machine applies every append through here."""
+        out: list[int | AppendOutcome] = []
+        put = out.append
+        apply = self._apply
+        for a in appends:
+            try:
+                put(apply(*a))
+            except Exception as err:  # noqa: BLE001 - a malformed append fails alone
+                put(AppendOutcome(error_kind="bad_request", message=f"bad append: {err}"))
+        return out
+
+    def _apply(
+        self, log: str, data: bytes, expected_id: int | None, invalidates: Sequence[int]
+    ) -> int | AppendOutcome:
+        if (
+            not invalidates
+            and type(data) is bytes
+            and type(log) is str
+            and 0 < len(log) <= _SHORT_NAME_CHARS
+            and len(data) <= ENTRY_BYTES_MAX
+        ):
+            # Fast path (most appends): valid arguments and nothing to invalidate, so the
+            # condition is the only check of validate_append left.
+            new_id = self.last_ids.get(log, 0) + 1
+            if expected_id is None or expected_id == new_id:
                 if data:
                     live = self.logs.get(log)
                     if live is None:
@@ -87,10 +143,10 @@ class LogState:
                     live[new_id] = Entry(new_id, data, ())
                     self.live_bytes += len(data)
                     self.live_entries += 1
-                else:
-                    self.logs.setdefault(log, {})
+                elif log not in self.logs:
+                    self.logs[log] = {}
                 self.last_ids[log] = new_id
-                return AppendOutcome(entry_id=new_id)
+                return new_id
         invalidates = tuple(int(i) for i in invalidates)
         try:
             validate_append(self.logs, self.last_ids, log, data, expected_id, invalidates)
@@ -109,46 +165,7 @@ class LogState:
             self.live_bytes += len(data)
             self.live_entries += 1
         self.last_ids[log] = new_id
-        return AppendOutcome(entry_id=new_id)
-
-    def apply_many(self, appends) -> list[int | AppendOutcome]:
-        """Apply (log, data, expected_id, invalidates) tuples in order, each exactly as
-        `apply_append` would. Outcomes: the new id (an int) for a success, an AppendOutcome
-        for a failure (a malformed tuple fails alone, as bad_request). The hot loop of the
-        replicated state machine: appends without invalidations skip the generic path."""
-        out: list[int | AppendOutcome] = []
-        put = out.append
-        logs = self.logs
-        last_ids = self.last_ids
-        for a in appends:
-            try:
-                log, data, expected_id, invalidates = a
-                if (
-                    not invalidates
-                    and type(data) is bytes
-                    and type(log) is str
-                    and 0 < len(log) <= _SHORT_NAME_CHARS
-                    and len(data) <= ENTRY_BYTES_MAX
-                ):
-                    new_id = last_ids.get(log, 0) + 1
-                    if expected_id is None or expected_id == new_id:
-                        if data:
-                            live = logs.get(log)
-                            if live is None:
-                                live = logs[log] = {}
-                            live[new_id] = Entry(new_id, data, ())
-                            self.live_bytes += len(data)
-                            self.live_entries += 1
-                        elif log not in logs:
-                            logs[log] = {}
-                        last_ids[log] = new_id
-                        put(new_id)
-                        continue
-                outcome = self.apply_append(log, data, expected_id, invalidates)
-                put(outcome.entry_id if not outcome.error_kind else outcome)
-            except Exception as err:  # noqa: BLE001 - a malformed append fails alone
-                put(AppendOutcome(error_kind="bad_request", message=f"bad append: {err}"))
-        return out
+        return new_id
 
     def read(self, log: str, from_id: int = 1, limit: int = 1000) -> list[Entry]:
         if limit <= 0 or limit > READ_LIMIT_MAX:

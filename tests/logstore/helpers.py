@@ -12,8 +12,6 @@ PASSWORD = "test-cluster-password"
 FAST = ReplicaConfig(raft_min_timeout_s=0.3, raft_max_timeout_s=0.7, leader_fallback_timeout_s=2.0)
 
 
-
-
 def free_addresses(n: int) -> list[str]:
     ports: set[int] = set()
     while len(ports) < n:
