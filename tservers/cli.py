@@ -30,6 +30,8 @@ from google.protobuf import text_format
 from tservers import metafile
 from tservers.fs import FsError, FsLayout, FsLocked, lock_root
 from tservers.metafile import MetaFileCorrupt
+from tservers.raft_driver import RETAIN_ENTRIES_MAX_DEFAULT
+from tservers.tablet_copy import SESSION_IDLE_S
 from tservers.tserver_pb2 import (
     ConsensusMetaPB,
     DataState,
@@ -43,6 +45,26 @@ from tservers.wal.segment import WalCorruption
 
 class CliError(Exception):
     """An operating error: printed without a traceback, exit status 1."""
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be above 0, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be above 0, got {value}")
+    return value
 
 
 def _cmd_start(args) -> int:
@@ -61,18 +83,17 @@ def _cmd_start(args) -> int:
         workers=args.workers,
         coordinators=tuple(a.strip() for a in args.coordinators.split(",") if a.strip()),
         copy_rate_limit_bytes_s=int(args.copy_rate_mb * 1_000_000),
+        copy_session_idle_s=args.copy_session_idle_s,
+        wal_retain_entries_max=args.wal_retain_entries,
     )
     try:
-        # Held until the process exits (kill -9 included): offline tools that change the
-        # fs root (`copy-from-remote`) refuse to run beside a live server.
-        fs_lock = lock_root(cfg.fs_root)
+        # The server holds the fs root's lock until it closes (or the process dies):
+        # offline tools that change the root (`copy-from-remote`) refuse to run beside it.
         server = TabletServer(cfg)
     except FsLocked as e:
         raise CliError(f"{e} (is another tserver running on it?)") from e
     except FsError as e:
         raise CliError(str(e)) from e
-    if args.copy_session_idle_s is not None:
-        server.manager.copy_source.session_idle_s = args.copy_session_idle_s
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -82,7 +103,6 @@ def _cmd_start(args) -> int:
         pass
     logging.getLogger(__name__).info("shutting down")
     server.close()
-    fs_lock.release()
     return 0
 
 
@@ -506,10 +526,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument(
         "--copy-session-idle-s",
-        type=float,
-        default=None,
+        type=_positive_float,
+        default=SESSION_IDLE_S,
         help="expire a copy session served by this server after this long without a fetch "
-        "(default 60)",
+        "(default %(default)s)",
+    )
+    s.add_argument(
+        "--wal-retain-entries",
+        type=_positive_int,
+        default=RETAIN_ENTRIES_MAX_DEFAULT,
+        help="WAL entries kept below the flushed index for lagging peers; a peer further "
+        "behind gets a tablet copy (default %(default)s)",
     )
     s.add_argument("--log-level", default="info")
     s.set_defaults(func=_cmd_start)

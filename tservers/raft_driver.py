@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import os
 import queue
 import random
 import threading
@@ -75,19 +74,9 @@ log = logging.getLogger(__name__)
 CONSENSUS_METHOD = "TServer.Consensus"
 COPY_BACKOFF_INITIAL_S = 1.0
 COPY_BACKOFF_MAX_S = 30.0
-# WAL retention for lagging peers (entries below the flushed index), and the environment
-# variable that overrides it for a whole process (tests: a cap reached in seconds).
+# WAL retention for lagging peers (entries below the flushed index); `tserver start
+# --wal-retain-entries` sets it.
 RETAIN_ENTRIES_MAX_DEFAULT = 200_000
-RETAIN_ENTRIES_ENV = "TSERVER_WAL_RETAIN_ENTRIES_MAX"
-
-
-def retain_entries_max_default() -> int:
-    raw = os.environ.get(RETAIN_ENTRIES_ENV, "").strip()
-    if not raw:
-        return RETAIN_ENTRIES_MAX_DEFAULT
-    if not raw.isdigit():
-        raise ValueError(f"{RETAIN_ENTRIES_ENV} must be a whole number of entries, got {raw!r}")
-    return int(raw)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,8 +89,8 @@ class DriverOptions:
     send_timeout_s: float = 2.0
     process_rounds_max: int = 64  # Readies handled per group per loop round
     # WAL retention for lagging peers: at most this many entries below the flushed index
-    # (beyond it a lagging peer needs a tablet copy); default from RETAIN_ENTRIES_ENV.
-    retain_entries_max: int = field(default_factory=retain_entries_max_default)
+    # (beyond it a lagging peer needs a tablet copy).
+    retain_entries_max: int = RETAIN_ENTRIES_MAX_DEFAULT
     apply_queue_max: int = 4096  # Readies' committed entries waiting for the apply thread
 
 

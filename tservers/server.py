@@ -7,11 +7,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rpc.server import RpcServer
-from tservers.fs import FsLayout
+from tservers.fs import FsLayout, lock_root
 from tservers.heartbeat import HEARTBEAT_INTERVAL_S_DEFAULT, Heartbeater
+from tservers.raft_driver import RETAIN_ENTRIES_MAX_DEFAULT, DriverOptions
 from tservers.service import TServerService
 from tservers.tablet.manager import TabletManager
 from tservers.tablet.tablet import TabletOptions
+from tservers.tablet_copy import SESSION_IDLE_S
 from tservers.wal.log import SEGMENT_SIZE_BYTES_DEFAULT, WalOptions
 
 log = logging.getLogger(__name__)
@@ -32,6 +34,9 @@ class TServerConfig:
     coordinators: tuple[str, ...] = ()
     heartbeat_interval_s: float = HEARTBEAT_INTERVAL_S_DEFAULT
     copy_rate_limit_bytes_s: int = 0  # tablet copies onto this server; 0: unthrottled
+    copy_session_idle_s: float = SESSION_IDLE_S  # copy sessions served by this server
+    # WAL entries kept below the flushed index for lagging peers (beyond: tablet copy).
+    wal_retain_entries_max: int = RETAIN_ENTRIES_MAX_DEFAULT
 
 
 class TabletServer:
@@ -39,7 +44,14 @@ class TabletServer:
 
     def __init__(self, config: TServerConfig) -> None:
         self.config = config
-        self.fs = FsLayout.open(config.fs_root)  # raises FsError with a clear message
+        # Held until close (or the process dies): offline tools that change the fs root
+        # (`copy-from-remote`) refuse to run beside a live server. FsLocked if one runs.
+        self._fs_lock = lock_root(config.fs_root)
+        try:
+            self.fs = FsLayout.open(config.fs_root)  # raises FsError with a clear message
+        except BaseException:
+            self._fs_lock.release()
+            raise
         self.manager = TabletManager(
             self.fs,
             WalOptions(segment_size_bytes_max=config.segment_size_bytes_max, sync=config.wal_sync),
@@ -48,6 +60,8 @@ class TabletServer:
                 compaction_blocks_min=config.compaction_blocks_min,
             ),
             copy_rate_limit_bytes_s=config.copy_rate_limit_bytes_s,
+            copy_session_idle_s=config.copy_session_idle_s,
+            driver_opts=DriverOptions(retain_entries_max=config.wal_retain_entries_max),
         )
         self.rpc: RpcServer | None = None
         self.heartbeater: Heartbeater | None = None
@@ -90,6 +104,7 @@ class TabletServer:
         if self.rpc is not None:
             self.rpc.close()
         self.manager.close()
+        self._fs_lock.release()
 
     def __enter__(self) -> TabletServer:
         return self.start()

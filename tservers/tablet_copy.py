@@ -609,14 +609,10 @@ def last_op_id_offline(fs: FsLayout, sb: SuperblockPB) -> OpIdPB:
 def tombstone_offline(fs: FsLayout, sb: SuperblockPB) -> OpIdPB:
     """Delete a stopped server's READY replica with the deletion steps of a running one
     (quarantine, tombstone with the last op id). Returns that op id."""
-    from tservers.tablet.manager import TabletManager
+    from tservers.tablet.manager import tombstone_files
 
     last = last_op_id_offline(fs, sb)
-    m = TabletManager(fs, maintenance=False)  # never opened: no replica, no Raft, no socket
-    try:
-        m._delete_from_step2(sb, last)
-    finally:
-        m.close(5.0)
+    tombstone_files(fs, sb, last)
     return last
 
 

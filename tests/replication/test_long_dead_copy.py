@@ -1,7 +1,7 @@
 """Issue 7, proof "restart a long-dead server whose log was collected and see it copied".
 
 Three real tablet servers with 1 MiB WAL segments, small flushes and a WAL retention cap of
-20 entries (TSERVER_WAL_RETAIN_ENTRIES_MAX). A follower is killed with -9; the leader takes
+20 entries (`tserver start --wal-retain-entries`). A follower is killed with -9; the leader takes
 ~100 KB writes until its WAL GC, capped, has deleted the segments holding what the dead
 follower would need next (checked in the leader's files). The follower is restarted: the
 leader finds that it needs entries below its log and sends StartTabletCopy; the follower is
@@ -20,15 +20,13 @@ from tests.replication.helpers import TServerTrio
 from tests.support.procs import wait_for
 from tests.tservers.procs import TServerProcess
 from tservers.fs import FsLayout
-from tservers.raft_driver import RETAIN_ENTRIES_ENV
 from tservers.tserver_pb2 import DataState, OpType
 from tservers.wal.segment import WalCorruption, list_segments, read_segment
 
 pytestmark = pytest.mark.integration
 
 RETAIN = 20  # entries kept below the flushed index for a lagging peer
-ENV = {RETAIN_ENTRIES_ENV: str(RETAIN)}
-ARGS = ["--segment-size-mb", "1", "--flush-rows", "400"]
+ARGS = ["--segment-size-mb", "1", "--flush-rows", "400", "--wal-retain-entries", str(RETAIN)]
 ROWS_PER_WRITE = 50
 PAD = "x" * 2000  # ~100 KB per write: ~10 entries per 1 MiB segment
 WRITES_MAX = 600  # bound on the writes it may take for the GC to pass the cap
@@ -41,7 +39,7 @@ def trio(tmp_path):
     try:
         for root in t.roots:
             FsLayout.format(root)
-            t.procs.append(TServerProcess(root, extra_args=ARGS, env=ENV).start())
+            t.procs.append(TServerProcess(root, extra_args=ARGS).start())
         yield t
     finally:
         t.stop_all()
@@ -131,7 +129,7 @@ def test_long_dead_follower_whose_log_was_collected_is_copied(trio: TServerTrio)
     )
 
     # Restarted, the follower is behind the leader's log: the leader has it copied.
-    q.restart(f, env=ENV)
+    q.restart(f)
     leader_uuid = q.procs[lead].uuid
 
     def copied():
@@ -159,7 +157,7 @@ def test_long_dead_follower_whose_log_was_collected_is_copied(trio: TServerTrio)
     # Old leader gone, third server back: only the copied replica has the last write, so it
     # alone can win an election (log up-to-date check) - and it serves every acknowledged row.
     q.kill9(lead)
-    q.restart(o, env=ENV)
+    q.restart(o)
     new = q.leader(T, timeout_s=60, among=[f, o])
     assert new == f
     assert q.scan_ids(f, T) == sorted(acked)

@@ -45,7 +45,7 @@ from tservers.metafile import MetaFileCorrupt, fsync_dir, write_atomic
 from tservers.raft_driver import DriverOptions, RaftDriver
 from tservers.tablet import schema as schemamod
 from tservers.tablet.tablet import Tablet, TabletOptions, TabletStatus
-from tservers.tablet_copy import CopyJobs, CopySource
+from tservers.tablet_copy import SESSION_IDLE_S, CopyJobs, CopySource
 from tservers.tserver_pb2 import (
     ConsensusMetaPB,
     CreateTabletRequest,
@@ -105,6 +105,7 @@ class TabletManager:
         maintenance: bool = True,
         driver_opts: DriverOptions | None = None,
         copy_rate_limit_bytes_s: int = 0,
+        copy_session_idle_s: float = SESSION_IDLE_S,
     ) -> None:
         self.fs = fs
         self.wal_opts = wal_opts or WalOptions()
@@ -113,7 +114,7 @@ class TabletManager:
         self.driver = RaftDriver(
             fs.uuid, self.appender, driver_opts, missing_status=self._missing_status
         )
-        self.copy_source = CopySource(self)
+        self.copy_source = CopySource(self, copy_session_idle_s)
         self.copy_jobs: CopyJobs | None = None  # started by open()
         self._copy_rate_limit_bytes_s = copy_rate_limit_bytes_s
         self._lock = threading.Lock()
@@ -148,7 +149,7 @@ class TabletManager:
             if sb.data_state == DataState.DELETED:
                 if self.fs.wal_dir(tablet_id).exists() or self.fs.data_dir(tablet_id).exists():
                     log.info("tablet %s: rolling an interrupted deletion forward", tablet_id)
-                    self._roll_forward(sb)
+                    roll_forward_deletion(self.fs, sb)
                     crash_point("startup.after_roll_forward")
                 self._start_tombstone(sb)
                 return Replica(tablet_id, sb, TabletStatus.TOMBSTONED)
@@ -353,47 +354,7 @@ class TabletManager:
             return -1
 
     def _delete_from_step2(self, sb: SuperblockPB, last: OpIdPB) -> SuperblockPB:
-        tablet_id = sb.tablet_id
-        # Step 2: the quarantine directory.
-        qdir = self.fs.new_quarantine_dir(tablet_id)
-        crash_point("delete.after_step_2")
-        # Step 3: a copy of the current superblock.
-        data = self.fs.superblock_path(tablet_id).read_bytes()
-        write_atomic(qdir / "superblock", data)
-        crash_point("delete.after_step_3")
-        # Step 4: the tombstone; from here on the deletion is rolled forward.
-        new = SuperblockPB()
-        new.CopyFrom(sb)
-        new.data_state = DataState.DELETED
-        new.last_op_id.CopyFrom(last)
-        new.quarantine_path = str(qdir.relative_to(self.fs.root))
-        del new.blocks[:]
-        new.flushed_index = 0
-        self.fs.write_superblock(new)
-        crash_point("delete.after_step_4")
-        self._roll_forward(new)
-        return new
-
-    def _roll_forward(self, sb: SuperblockPB) -> None:
-        """Steps 5 and 6; idempotent, so startup can redo them."""
-        tablet_id = sb.tablet_id
-        assert sb.data_state == DataState.DELETED and sb.quarantine_path
-        qdir = self.fs.root / sb.quarantine_path
-        qdir.mkdir(parents=True, exist_ok=True)
-        # Step 5: a copy of the consensus metadata (the original stays: it is kept forever).
-        cm = self.fs.cmeta_path(tablet_id)
-        if cm.exists():
-            write_atomic(qdir / "consensus-meta", cm.read_bytes())
-        crash_point("delete.after_step_5")
-        # Step 6: move the data and then the WAL directory aside.
-        data_dir = self.fs.data_dir(tablet_id)
-        if data_dir.exists():
-            move_dir(data_dir, qdir / "data")
-        crash_point("delete.after_move_data")
-        wal_dir = self.fs.wal_dir(tablet_id)
-        if wal_dir.exists():
-            move_dir(wal_dir, qdir / "wal")
-        crash_point("delete.after_step_6")
+        return tombstone_files(self.fs, sb, last)
 
     # ================================================================ copy (step 1)
     def begin_copy(self, tablet_id: str) -> None:
@@ -583,6 +544,7 @@ class TabletManager:
             t.shutdown(max(0.1, deadline - time.monotonic()))
         if self.copy_jobs is not None:
             self.copy_jobs.close(max(0.1, deadline - time.monotonic()))
+        self.copy_source.close()
         self.driver.close(max(0.1, deadline - time.monotonic()))
         self.appender.close(max(0.1, deadline - time.monotonic()))
 
@@ -598,3 +560,50 @@ def quarantine_dirs(fs: FsLayout, tablet_id: str) -> list[Path]:
         (fs.root / "quarantine").glob(f"{tablet_id}.*"),
         key=lambda p: int(p.suffix[1:]) if p.suffix[1:].isdigit() else 0,
     )
+
+
+def tombstone_files(fs: FsLayout, sb: SuperblockPB, last: OpIdPB) -> SuperblockPB:
+    """Deletion steps 2-6 of a replica that is shut down (or of a stopped server: `tserver
+    copy-from-remote --force`): quarantine, tombstone with `last`, move the data aside."""
+    tablet_id = sb.tablet_id
+    # Step 2: the quarantine directory.
+    qdir = fs.new_quarantine_dir(tablet_id)
+    crash_point("delete.after_step_2")
+    # Step 3: a copy of the current superblock.
+    data = fs.superblock_path(tablet_id).read_bytes()
+    write_atomic(qdir / "superblock", data)
+    crash_point("delete.after_step_3")
+    # Step 4: the tombstone; from here on the deletion is rolled forward.
+    new = SuperblockPB()
+    new.CopyFrom(sb)
+    new.data_state = DataState.DELETED
+    new.last_op_id.CopyFrom(last)
+    new.quarantine_path = str(qdir.relative_to(fs.root))
+    del new.blocks[:]
+    new.flushed_index = 0
+    fs.write_superblock(new)
+    crash_point("delete.after_step_4")
+    roll_forward_deletion(fs, new)
+    return new
+
+
+def roll_forward_deletion(fs: FsLayout, sb: SuperblockPB) -> None:
+    """Steps 5 and 6; idempotent, so startup can redo them."""
+    tablet_id = sb.tablet_id
+    assert sb.data_state == DataState.DELETED and sb.quarantine_path
+    qdir = fs.root / sb.quarantine_path
+    qdir.mkdir(parents=True, exist_ok=True)
+    # Step 5: a copy of the consensus metadata (the original stays: it is kept forever).
+    cm = fs.cmeta_path(tablet_id)
+    if cm.exists():
+        write_atomic(qdir / "consensus-meta", cm.read_bytes())
+    crash_point("delete.after_step_5")
+    # Step 6: move the data and then the WAL directory aside.
+    data_dir = fs.data_dir(tablet_id)
+    if data_dir.exists():
+        move_dir(data_dir, qdir / "data")
+    crash_point("delete.after_move_data")
+    wal_dir = fs.wal_dir(tablet_id)
+    if wal_dir.exists():
+        move_dir(wal_dir, qdir / "wal")
+    crash_point("delete.after_step_6")
