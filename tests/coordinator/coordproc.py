@@ -156,13 +156,14 @@ class TServer:
         if coordinators:
             args += ["--coordinators", ",".join(coordinators)]
         self.proc = Proc(args, root / f"{name}.log")
-        line = wait_for(
-            lambda: next(
-                (ln for ln in self.proc.text().splitlines() if " serving on " in ln), None
-            ),
-            60,
-            f"tablet server {name} start",
-        )
+
+        def serving() -> str | None:
+            line = next((ln for ln in self.proc.text().splitlines() if " serving on " in ln), None)
+            if line is None and not self.proc.alive():
+                raise AssertionError(f"tablet server {name} exited:\n{self.proc.text()[-3000:]}")
+            return line
+
+        line = wait_for(serving, 60, f"tablet server {name} start")
         parts = line.split()
         self.uuid = parts[parts.index("tserver") + 1]
         self.address = parts[-1]
