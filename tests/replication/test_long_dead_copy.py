@@ -140,7 +140,8 @@ def test_long_dead_follower_whose_log_was_collected_is_copied(trio: TServerTrio)
         ]
         return done[-1] if done else None
 
-    job = wait_for(copied, 60, "a tablet copy from the leader done on the restarted follower")
+    # The leader retries StartTabletCopy with a backoff of up to COPY_BACKOFF_MAX_S (30 s).
+    job = wait_for(copied, 120, "a tablet copy from the leader done on the restarted follower")
     assert job.files_done == job.files_total and job.bytes_done == job.bytes_total > 0
 
     wait_for(lambda: applied(q, f) >= last, 60, f"the copied follower applying up to {last}")
