@@ -159,6 +159,15 @@ class ReplicaConfig:
     append_batch_bytes_max: int = 512 << 10
     # Appends waiting for the next tick; beyond this, QUEUE_FULL (retried by `append`).
     append_pending_max: int = 20_000
+    # Heavy load (design/logstore.md, "batching under load"): once a batch of at least
+    # `append_linger_batch_min` appends was proposed, the leader proposes the next batch only
+    # after that one committed, and then waits up to `append_linger_s` for the callers it
+    # just answered to queue their next appends, so each Raft round carries them all.
+    # append_linger_batch_min = 0 turns this off (every tick proposes what is queued).
+    append_linger_batch_min: int = 16
+    append_linger_s: float = 0.001
+    # Safety bound on waiting for an uncommitted batch before proposing the next anyway.
+    append_inflight_wait_max_s: float = 0.02
 
 
 class _Waker:
@@ -248,6 +257,9 @@ class _RaftNode(SyncObj):
         batch_max: int = 1024,
         batch_bytes_max: int = 512 << 10,
         pending_max: int = 20_000,
+        linger_batch_min: int = 16,
+        linger_s: float = 0.001,
+        inflight_wait_max_s: float = 0.02,
         compaction_min_appends: int = 20_000,
         snapshots_written: Callable[[], int] = lambda: 0,
     ) -> None:
@@ -269,6 +281,17 @@ class _RaftNode(SyncObj):
         self._ls_pending_max = pending_max
         self._ls_batches = 0
         self._ls_batched_appends = 0
+        # Batching under load (leader, tick thread): see _ls_hold.
+        self._ls_linger_batch_min = linger_batch_min
+        self._ls_linger_s = linger_s
+        self._ls_inflight_wait_max_s = inflight_wait_max_s
+        self._ls_heavy = False  # the last proposed batch had >= linger_batch_min appends
+        self._ls_last_proposed = 0  # journal index of the last proposed batch
+        self._ls_answered = 0  # appends answered since the last proposal
+        self._ls_answered_at = 0.0
+        self._ls_hold_until: float | None = None  # the poll of a holding tick ends by then
+        self._ls_inflight_since: float | None = None
+        self._ls_holds = 0
         # pysyncobj compacts after N Raft entries; a batch entry holds many appends, so
         # logstore also asks for a compaction after N applied appends (tick thread only).
         self._ls_compaction_min_appends = compaction_min_appends
@@ -283,6 +306,17 @@ class _RaftNode(SyncObj):
 
     def _make_transport(self, syncObj, selfNode, otherNodes):
         self._ls_waker = _Waker(self._poller)
+        # While appends are held back (_ls_hold), the poll at the end of the tick must not
+        # sleep past the end of the hold: appends queued meanwhile do not wake this thread.
+        poll = self._poller.poll
+
+        def poll_until_hold_ends(timeout):
+            until = self._ls_hold_until
+            if until is not None:
+                timeout = min(timeout, max(0.0, until - time.monotonic()))
+            return poll(timeout)
+
+        self._poller.poll = poll_until_hold_ends
         self._ls_transport = _DurableTransport(
             syncObj, selfNode, otherNodes, self._ls_journal.sync, self._ls_filter_message
         )
@@ -415,11 +449,56 @@ class _RaftNode(SyncObj):
             # now it takes this one too, or leaves it and notifies itself.)
             self._ls_waker.notify()
 
+    def _ls_hold(self, queued: int) -> bool:
+        """Tick thread, leader under heavy load: True to keep the queued appends for a later
+        tick (design/logstore.md, "batching under load"). Each Raft round costs the leader
+        and every follower about the same (messages, a fdatasync, a tick) however many
+        appends it carries, and under load that per-round part dominates. Proposing on
+        every tick splits N closed-loop callers into two groups of ~N/2 (one batch
+        committing while the next is on the wire). Instead, while a batch is uncommitted
+        nothing new is proposed, and once its callers are answered the leader waits (at
+        most linger_s) until as many appends are queued as it answered: one batch of ~N
+        per round. After a small batch (light load) nothing is held."""
+        if not self._ls_heavy or queued >= self._ls_batch_max or not self._isLeader():
+            self._ls_hold_until = self._ls_inflight_since = None
+            return False
+        now = time.monotonic()
+        if self._ls_last_proposed > self.raftCommitIndex:
+            # The acknowledgements that commit it wake this thread.
+            if self._ls_inflight_since is None:
+                self._ls_inflight_since = now
+            until = self._ls_inflight_since + self._ls_inflight_wait_max_s
+        elif queued < self._ls_answered:
+            until = self._ls_answered_at + self._ls_linger_s
+        else:
+            until = now
+        if now < until:
+            self._ls_hold_until = until
+            self._ls_holds += 1
+            return True
+        self._ls_hold_until = self._ls_inflight_since = None
+        return False
+
+    def _ls_lingering(self) -> bool:
+        """Heavy load, nothing queued, callers just answered: their next appends (and with
+        them the commit index, in the next AppendEntries) are expected within linger_s."""
+        if not self._ls_heavy or not self._ls_answered:
+            return False
+        until = self._ls_answered_at + self._ls_linger_s
+        if time.monotonic() >= until:
+            return False
+        self._ls_hold_until = until
+        return True
+
     def _ls_propose_pending(self) -> None:
         """Tick thread: turn the queued appends into one command for pysyncobj's queue."""
         pending = self._ls_pending
+        self._ls_hold_until = None
         if not pending:
             return
+        if self._ls_hold(len(pending)):
+            return
+        self._ls_answered = 0
         items: list[tuple] = []
         callbacks: list[Callable[[Any, int], None]] = []
         size = 0
@@ -435,6 +514,7 @@ class _RaftNode(SyncObj):
             self._ls_waker.notify()  # the rest goes in the next tick's command
         self._ls_batches += 1
         self._ls_batched_appends += len(items)
+        self._ls_heavy = 0 < self._ls_linger_batch_min <= len(items)
         if len(items) == 1:
             # A lone append keeps the plain append encoding (method 0).
             command = _pso_pickle.dumps((self._ls_append_method_id, items[0]))
@@ -442,6 +522,8 @@ class _RaftNode(SyncObj):
             return
 
         def done(result, error) -> None:
+            self._ls_answered += len(callbacks)
+            self._ls_answered_at = time.monotonic()
             if error == FAIL_REASON.SUCCESS and (
                 not isinstance(result, list) or len(result) != len(callbacks)
             ):
@@ -493,6 +575,8 @@ class _RaftNode(SyncObj):
         if not self._isLeader():
             return
         grew = self._ls_journal.last_index() != before
+        if grew:
+            self._ls_last_proposed = self._ls_journal.last_index()
         applied = self._ls_applied_total - self._ls_applied_seen
         self._ls_applied_seen = self._ls_applied_total
         if not grew and self.raftCommitIndex != self._ls_commit_sent:
@@ -501,10 +585,11 @@ class _RaftNode(SyncObj):
                 # GIL before this thread tells the followers about the commit. (Under
                 # load the tick thread is the bottleneck and keeps the GIL instead.)
                 time.sleep(0)
-            if self._ls_pending:
-                # New appends are queued and the tick thread is already notified: the
-                # next tick's AppendEntries carries them and this commit index, saving
-                # each follower one message (and one tick) per batch under load.
+            if self._ls_pending or self._ls_lingering():
+                # New appends are queued (or, under heavy load, about to be): the next
+                # AppendEntries carries them and this commit index, saving each follower
+                # one message (and one tick) per batch under load. A lingering tick's poll
+                # ends with the linger, and the commit index goes out then at the latest.
                 return
         if grew or self.raftCommitIndex != self._ls_commit_sent:
             # Send at once instead of at the next heartbeat (pysyncobj's batching period),
@@ -660,6 +745,9 @@ class ReplicatedLogStore:
             batch_max=c.append_batch_max,
             batch_bytes_max=c.append_batch_bytes_max,
             pending_max=c.append_pending_max,
+            linger_batch_min=c.append_linger_batch_min,
+            linger_s=c.append_linger_s,
+            inflight_wait_max_s=c.append_inflight_wait_max_s,
             compaction_min_appends=c.compaction_min_entries,
             snapshots_written=lambda: self._snapshots.snapshots_written,
         )

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import pickle
 import threading
+from dataclasses import replace
 
 import pytest
 
 from logstore.api import LogConditionFailed
 from rpc.errors import BadRequest
 
-from .helpers import leader_of, start_cluster
+from .helpers import FAST, leader_of, start_cluster, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -122,6 +123,35 @@ def test_concurrent_callers_each_get_a_distinct_id(tmp_path):
         data = {e.id: e.data for e in store.read("c", limit=1000)}
         for i, r in enumerate(results):
             assert [data[x] for x in r] == [b"%d-%d" % (i, k) for k in range(50)]
+    finally:
+        for s in stores:
+            s.close()
+
+
+def test_heavy_load_holding_never_strands_an_append(tmp_path):
+    """Batching under load (design/logstore.md): after a batch of at least
+    append_linger_batch_min appends, the leader holds new appends while that batch is
+    uncommitted and then lingers for its callers. A long linger makes the hold visible:
+    a lone append after a heavy batch is held, then proposed when the linger ends, and
+    every replica applies it without further traffic."""
+    config = replace(FAST, append_linger_batch_min=8, append_linger_s=0.3)
+    stores = start_cluster(tmp_path, 3, config)
+    try:
+        leader = leader_of(stores)
+        out = _in_one_tick(leader, [("h", b"%d" % i, None, ()) for i in range(10)])
+        assert out == list(range(1, 11))
+        assert leader._node._ls_heavy
+        holds = leader._node._ls_holds
+        assert leader.append("h", b"lone", expected_id=11, timeout_s=10.0) == 11
+        assert leader._node._ls_holds > holds, "the lone append should have lingered"
+        assert not leader._node._ls_heavy  # a batch of one: light load again
+        commit = leader.status()["commit_index"]
+        for s in stores:
+            wait_for(
+                lambda s=s: s.status()["applied_index"] >= commit,
+                what=f"{s.self_address} to apply the commit without further appends",
+            )
+            assert [e.id for e in s.read("h")] == list(range(1, 12))
     finally:
         for s in stores:
             s.close()
