@@ -2,9 +2,11 @@
 
 Starts two echo server processes on loopback, one built on rpc.server.RpcServer and one a
 bare ROUTER loop, then measures from this process, for each payload size:
-- round-trip latency of one call at a time (p50, p99)
+- round-trip latency of one call at a time (p50, p99), handler on the pool and inline
 - pipelined calls per second (one thread keeping WINDOW calls in flight)
-and prints both side by side with the ratio rpc/raw. Run: ./dev bench rpc [--seconds S]
+and then synchronous calls per second from THREADS threads at once (each thread its own
+socket, as the coordinator's lookups), and prints each side by side with the ratio rpc/raw.
+Run: ./dev bench rpc [--seconds S] [--threads N]
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import argparse
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -21,9 +24,9 @@ import zmq
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from rpc.addresses import free_port  # noqa: E402
 from rpc.client import RpcClient  # noqa: E402
 from rpc.rpc_pb2 import PingResponse  # noqa: E402
-from tests.support.procs import free_port  # noqa: E402
 
 UUID = "bench-echo"
 RAW_SERVER = """
@@ -109,10 +112,57 @@ def bench_raw(
         ctx.term()
 
 
+def threaded(threads: int, seconds: float, make_call) -> float:
+    """Synchronous calls per second from `threads` threads; make_call() gives each its own
+    callable (and socket)."""
+    calls = [make_call() for _ in range(threads)]
+    for call in calls:
+        call()
+    counts = [0] * threads
+    stop = time.monotonic() + seconds
+
+    def run(k: int) -> None:
+        call, n = calls[k], 0
+        while time.monotonic() < stop:
+            call()
+            n += 1
+        counts[k] = n
+
+    workers = [threading.Thread(target=run, args=(k,)) for k in range(threads)]
+    t0 = time.perf_counter()
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    return sum(counts) / (time.perf_counter() - t0)
+
+
+def rpc_caller(address: str, payload: bytes, method: str, closers: list):
+    client = RpcClient(address, "bench")
+    closers.append(client.close)
+    request = PingResponse(uuid="x")
+    return lambda: client.call(UUID, method, request, PingResponse, sidecars=[payload])
+
+
+def raw_caller(address: str, payload: bytes, ctx: zmq.Context, closers: list):
+    s = ctx.socket(zmq.DEALER)
+    s.setsockopt(zmq.LINGER, 0)
+    s.connect(f"tcp://{address}")
+    closers.append(s.close)
+    header = PingResponse(uuid="x").SerializeToString()
+
+    def call() -> None:
+        s.send_multipart([header, b"", payload], copy=False)
+        s.recv_multipart(copy=False)
+
+    return call
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=3.0, help="per measurement")
     parser.add_argument("--window", type=int, default=64, help="calls in flight when pipelined")
+    parser.add_argument("--threads", type=int, default=8, help="threads of synchronous calls")
     args = parser.parse_args()
     rpc_port, raw_port = free_port(), free_port()
     rpc_proc = start([sys.executable, "-m", "tests.rpc.echo_server", UUID, f"127.0.0.1:{rpc_port}"])
@@ -122,28 +172,57 @@ def main() -> None:
             "rpc = handlers on the worker pool (the default); inline = handlers on the I/O thread"
         )
         print(
-            f"{'payload':>9} | {'p50 rpc':>9} {'p50 raw':>9} | {'p99 rpc':>9} {'p99 raw':>9} | "
+            f"{'payload':>9} | {'p50 rpc':>9} {'p50 inl':>9} {'p50 raw':>9} | "
+            f"{'p99 rpc':>9} {'p99 inl':>9} {'p99 raw':>9} | "
             f"{'calls/s rpc':>11} {'calls/s raw':>11} {'ratio':>6} | {'inline/s':>9} {'ratio':>6}"
         )
+        rpc_address, raw_address = f"127.0.0.1:{rpc_port}", f"127.0.0.1:{raw_port}"
         for size in (100, 4096, 65536):
             payload = b"p" * size
-            lat_rpc, tput_rpc = bench_rpc(
-                f"127.0.0.1:{rpc_port}", payload, args.seconds, args.window
+            lat_rpc, tput_rpc = bench_rpc(rpc_address, payload, args.seconds, args.window)
+            lat_raw, tput_raw = bench_raw(raw_address, payload, args.seconds, args.window)
+            lat_inl, tput_inline = bench_rpc(
+                rpc_address, payload, args.seconds, args.window, "Test.EchoInline"
             )
-            lat_raw, tput_raw = bench_raw(
-                f"127.0.0.1:{raw_port}", payload, args.seconds, args.window
-            )
-            _, tput_inline = bench_rpc(
-                f"127.0.0.1:{rpc_port}", payload, args.seconds, args.window, "Test.EchoInline"
-            )
-            p50_rpc, p50_raw = statistics.median(lat_rpc) * 1e6, statistics.median(lat_raw) * 1e6
-            p99_rpc, p99_raw = percentile(lat_rpc, 0.99) * 1e6, percentile(lat_raw, 0.99) * 1e6
+            p50 = [statistics.median(v) * 1e6 for v in (lat_rpc, lat_inl, lat_raw)]
+            p99 = [percentile(v, 0.99) * 1e6 for v in (lat_rpc, lat_inl, lat_raw)]
             print(
-                f"{size:>8}B | {p50_rpc:>7.0f}us {p50_raw:>7.0f}us | "
-                f"{p99_rpc:>7.0f}us {p99_raw:>7.0f}us | "
+                f"{size:>8}B | {p50[0]:>7.0f}us {p50[1]:>7.0f}us {p50[2]:>7.0f}us | "
+                f"{p99[0]:>7.0f}us {p99[1]:>7.0f}us {p99[2]:>7.0f}us | "
                 f"{tput_rpc:>11.0f} {tput_raw:>11.0f} {tput_rpc / tput_raw:>6.2f} | "
                 f"{tput_inline:>9.0f} {tput_inline / tput_raw:>6.2f}"
             )
+        print(
+            f"synchronous calls/s from {args.threads} threads (a socket each), 400B payload: "
+            f"{'rpc':>8} {'inline':>8} {'raw':>8} | ratio rpc, inline"
+        )
+        payload = b"p" * 400
+        closers: list = []
+        ctx = zmq.Context()
+        try:
+            sync = [
+                threaded(
+                    args.threads,
+                    args.seconds,
+                    lambda m=m: rpc_caller(rpc_address, payload, m, closers),
+                )
+                for m in ("Test.Echo", "Test.EchoInline")
+            ]
+            sync.append(
+                threaded(
+                    args.threads,
+                    args.seconds,
+                    lambda: raw_caller(raw_address, payload, ctx, closers),
+                )
+            )
+        finally:
+            for close in closers:
+                close()
+            ctx.term()
+        print(
+            f"{'':>71}{sync[0]:>8.0f} {sync[1]:>8.0f} {sync[2]:>8.0f} | "
+            f"{sync[0] / sync[2]:.2f}, {sync[1] / sync[2]:.2f}"
+        )
     finally:
         for p in (rpc_proc, raw_proc):
             p.kill()

@@ -27,6 +27,7 @@ from coordinator.engine import Engine, EngineConfig
 from coordinator.gateway import RpcTabletServerGateway
 from coordinator.leases import LeaseConfig
 from coordinator.leases.driver import LeaseDriver
+from coordinator.locations import LocationCache
 from coordinator.replay.replayer import Replayer
 from coordinator.replication import ReplicationConfig, ReplicationManager
 from logstore import logstore_pb2 as lspb
@@ -117,6 +118,7 @@ class CoordinatorNode:
         self.replayer = Replayer(self.store, self.catalog, name=f"replay-{config.node_id}")
         self.gateway = RpcTabletServerGateway(self.uuid)
         self.engine: Engine | None = None
+        self.locations: LocationCache | None = None
         self.replication: ReplicationManager | None = None
         self.server = RpcServer(
             self.uuid,
@@ -146,6 +148,7 @@ class CoordinatorNode:
                 CrashPoints.from_env(),
                 config.engine,
             )
+            self.locations = LocationCache(self.catalog, self.engine.get_tablet_locations)
             self.replication = ReplicationManager(
                 self.catalog, self.uuid, self.engine.serving, config.replication
             )
@@ -235,7 +238,7 @@ class CoordinatorNode:
         s.register(
             "Coordinator.GetTabletLocations",
             pb.GetTabletLocationsRequest,
-            lambda req, ctx: self._engine().get_tablet_locations(req),
+            self._tablet_locations,
             inline=True,
         )
         s.register(
@@ -281,6 +284,13 @@ class CoordinatorNode:
         s.register("LogStore.LastId", lspb.LastIdRequest, log_service.last_id, inline=local)
         s.register("Coordinator.AddNode", pb.AddNodeRequest, self._add_node)
         s.register("Coordinator.RemoveNode", pb.RemoveNodeRequest, self._remove_node)
+
+    def _tablet_locations(self, request: pb.GetTabletLocationsRequest, ctx: CallContext):
+        """From the cache of serialized answers (coordinator/locations.py), leader only."""
+        self._engine().check_serving()
+        if self.locations is None:
+            raise Unavailable("coordinator node starting", retry_after_ms=100)
+        return self.locations.lookup(request)
 
     def _execute(self, kind: str, request):
         response = self._engine().execute(kind, request)

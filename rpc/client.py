@@ -2,7 +2,10 @@
 
 `Transport` owns an I/O thread and one DEALER socket per server address. Any thread may
 call; each call gets a call id, its request is handed to the I/O thread, and the caller waits
-for the answer with that id until its deadline. Sockets use ZMQ_IMMEDIATE, so a request is
+for the answer with that id until its deadline. A synchronous call instead uses a DEALER
+owned by the calling thread and waits on it in one blocking receive (no hand-off). All
+Transports of a process share one zmq context, so one zmq I/O thread carries every
+connection and concurrent calls share its wake-ups. Sockets use ZMQ_IMMEDIATE, so a request is
 only written to a live connection: while a server is down its requests wait (bounded by their
 deadline) and are sent, with the time they have left, once it is back. A socket monitor tells
 the I/O thread when a connection drops; calls already written to it fail with UNAVAILABLE
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import random
 import threading
 import time
@@ -37,15 +41,63 @@ INFLIGHT_CALLS_MAX = 8192
 CONNECT_TIMEOUT_S_DEFAULT = 0.5
 # Sockets owned by calling threads for synchronous calls; past this, calls share the I/O thread.
 DIRECT_SOCKETS_MAX = 256
+DIRECT_HEADERS_MAX = 64
 DIRECT_POLL_SLICE_S = 0.1
+# A synchronous call first waits this long in one blocking receive on its socket alone; only a
+# slower answer is also watched for a dropped connection (so a drop is noticed within this).
+DIRECT_FAST_WAIT_S = 0.02
 RETRY_ATTEMPTS_MAX = 20
 RETRY_BACKOFF_INITIAL_S = 0.01
 RETRY_BACKOFF_MAX_S = 1.0
 POLL_INTERVAL_MS = 50
 
 _OK = int(StatusCode.OK)
+_NOBLOCK = int(zmq.NOBLOCK)
+_POLLIN = int(zmq.POLLIN)
+_EVENTS = int(zmq.EVENTS)
+_RCVMORE = int(zmq.RCVMORE)
+_RCVTIMEO = int(zmq.RCVTIMEO)
 
 log = logging.getLogger(__name__)
+
+_context_lock = threading.Lock()
+_context: zmq.Context | None = None
+_context_pid = 0
+_context_users = 0
+_context_leaked = False
+_transport_ids = itertools.count(1)
+
+
+def _acquire_context() -> zmq.Context:
+    """The process's zmq context, shared by every Transport: one zmq I/O thread serves all
+    their connections, so the calls of many threads share its wake-ups. A forked child gets
+    a context of its own."""
+    global _context, _context_pid, _context_users, _context_leaked
+    with _context_lock:
+        if _context is None or _context_pid != os.getpid():
+            _context, _context_pid, _context_users = zmq.Context(), os.getpid(), 0
+            _context_leaked = False
+        _context_users += 1
+        return _context
+
+
+def _release_context(ctx: zmq.Context, *, terminate: bool = True) -> None:
+    """Terminate the shared context with its last Transport. With a socket left open (a
+    call that would not end) termination would wait for it forever: the context is then
+    left to the process, and the next Transport gets a new one."""
+    global _context, _context_users, _context_leaked
+    with _context_lock:
+        if ctx is not _context:
+            return  # inherited across a fork, or already given up: not ours to terminate
+        _context_leaked |= not terminate
+        _context_users -= 1
+        if _context_users > 0:
+            return
+        _context = None
+        if _context_leaked:
+            _context_leaked = False
+            return
+    ctx.term()
 
 
 class ConnectionLost(errors.Unavailable):
@@ -151,7 +203,7 @@ class _DirectSocket(_Dealer):
     Only its owner uses it; `lock` is held for the whole of a call so that Transport.close()
     can wait for a call in progress (calls poll in short slices and notice the close)."""
 
-    __slots__ = ("poller", "lock")
+    __slots__ = ("poller", "lock", "headers", "rcvtimeo_ms")
 
     def __init__(self, ctx: zmq.Context, address: str, frame_bytes_max: int) -> None:
         super().__init__(ctx, address, frame_bytes_max)
@@ -159,6 +211,36 @@ class _DirectSocket(_Dealer):
         self.poller.register(self.socket, zmq.POLLIN)
         self.poller.register(self.monitor, zmq.POLLIN)
         self.lock = threading.Lock()
+        # (method, recipient, caller) -> a header with those set, reused for every call
+        self.headers: dict[tuple[str, str, str], RequestHeader] = {}
+        self.rcvtimeo_ms = -1
+
+    def header(self, method: str, recipient_uuid: str, caller_uuid: str) -> RequestHeader:
+        key = (method, recipient_uuid, caller_uuid)
+        header = self.headers.get(key)
+        if header is None:
+            if len(self.headers) >= DIRECT_HEADERS_MAX:
+                self.headers.clear()
+            header = self.headers[key] = RequestHeader(
+                method=method, recipient_uuid=recipient_uuid, caller_uuid=caller_uuid
+            )
+        return header
+
+    def monitor_pending(self) -> bool:
+        """True if connection events wait on the monitor (no syscall-free way; one poll)."""
+        return bool(self.monitor.get(_EVENTS) & _POLLIN)
+
+    def recv_reply(self, first: bytes) -> list:
+        """The rest of an answer whose first frame was received: header and body as bytes
+        (small, parsed at once), sidecars zero-copy."""
+        sock = self.socket
+        parts: list = [first]
+        while sock.get(_RCVMORE):
+            if len(parts) < 2:
+                parts.append(sock.recv(_NOBLOCK))
+            else:
+                parts.append(sock.recv(_NOBLOCK, copy=False).buffer)
+        return parts
 
 
 class Transport:
@@ -178,12 +260,12 @@ class Transport:
         assert connect_timeout_s > 0
         self.message_bytes_max = message_bytes_max
         self.connect_timeout_s = connect_timeout_s
-        self._ctx = zmq.Context()
+        self._ctx = _acquire_context()
         self._call_ids = itertools.count(1)
         self._lock = threading.Lock()
         self._submitted: deque[_Call] = deque()
         self._calls: dict[int, _Call] = {}
-        self._wake_addr = f"inproc://rpc-client-wake-{id(self)}"
+        self._wake_addr = f"inproc://rpc-client-wake-{os.getpid()}-{next(_transport_ids)}"
         self._wake_pull = self._ctx.socket(zmq.PULL)
         self._wake_pull.setsockopt(zmq.LINGER, 0)
         self._wake_pull.bind(self._wake_addr)
@@ -295,41 +377,46 @@ class Transport:
         self, d: _DirectSocket, recipient_uuid, caller_uuid, method, body, sidecars, timeout_s
     ) -> tuple[ResponseHeader, list]:
         assert timeout_s > 0, "every call needs a deadline"
-        size = len(body) + sum(len(s) for s in sidecars)
+        size = len(body) + sum(map(len, sidecars)) if sidecars else len(body)
         if size > self.message_bytes_max:
             raise errors.BadRequest(
                 f"request of {size} bytes exceeds the limit of {self.message_bytes_max}"
             )
         now = time.monotonic()
         deadline = now + timeout_s
-        connect_deadline = now + self.connect_timeout_s
         call_id = next(self._call_ids)
-        header = RequestHeader(
-            call_id=call_id, method=method, recipient_uuid=recipient_uuid, caller_uuid=caller_uuid
-        )
-        frames = [body, *sidecars]
-        # Send: only to a live connection (IMMEDIATE); fail fast when nobody is there.
-        while True:
-            if self._closing.is_set():
-                raise errors.Unavailable("the rpc transport closed")
+        header = d.header(method, recipient_uuid, caller_uuid)
+        header.call_id = call_id
+        sock = d.socket
+        # Connection events first, so that a drop seen while waiting is one after this send.
+        if d.monitor_pending():
             d.drain_monitor()
-            now = time.monotonic()
-            header.timeout_ms = max(1, int((deadline - now) * 1000))
+        # Send: only to a live connection (IMMEDIATE); fail fast when nobody is there.
+        header.timeout_ms = max(1, int(timeout_s * 1000))
+        try:
+            send_frames(sock, [header.SerializeToString(), body, *sidecars])
+        except zmq.Again:
+            self._direct_send_slow(d, header, [body, *sidecars], deadline, now)
+        # Receive: the answer with our call id; older ones are late answers to given-up calls.
+        # First one blocking receive on the socket alone (the common, quick answer) ...
+        first = None
+        wait_ms = int(min(deadline - time.monotonic(), DIRECT_FAST_WAIT_S) * 1000)
+        if wait_ms > 0:
+            if wait_ms != d.rcvtimeo_ms:
+                sock.set(_RCVTIMEO, wait_ms)
+                d.rcvtimeo_ms = wait_ms
             try:
-                send_frames(d.socket, [header.SerializeToString(), *frames])
-                break
+                first = sock.recv()
             except zmq.Again:
                 pass
-            if now >= deadline:
-                raise errors.TimedOut(f"{method} to {d.address} timed out (not connected)")
-            if not d.connected and now >= connect_deadline:
-                raise NotConnected(
-                    f"not connected to {d.address} within {self.connect_timeout_s:.1f}s"
-                )
-            wait_ms = max(1, int(min(deadline - now, DIRECT_POLL_SLICE_S) * 1000))
-            zmq.select([d.monitor], [d.socket], [], wait_ms / 1000.0)
-        # Receive: the answer with our call id; older ones are late answers to given-up calls.
         while True:
+            if first is not None:
+                answer = self._direct_answer(d, call_id, d.recv_reply(first))
+                if answer is not None:
+                    return answer
+                first = None  # a late answer to an earlier call: wait on
+                continue
+            # ... then slices that also watch the connection and the transport's close.
             now = time.monotonic()
             if now >= deadline:
                 raise errors.TimedOut(
@@ -343,26 +430,52 @@ class Transport:
             )
             if d.monitor in ready and d.drain_monitor():
                 raise ConnectionLost(f"connection to {d.address} lost")
-            if d.socket not in ready:
-                continue
-            while True:
+            if d.socket in ready:
                 try:
-                    reply = recv_frames(d.socket)
+                    first = sock.recv(_NOBLOCK)
                 except zmq.Again:
-                    break
-                answer = ResponseHeader()
-                try:
-                    answer.ParseFromString(reply[0].buffer)
-                except (DecodeError, ValueError):
-                    log.warning("dropped a malformed answer from %s", d.address)
-                    continue
-                if answer.call_id != call_id:
-                    continue
-                rest = reply[1:]
-                body_bytes = rest[0].bytes if rest else b""
-                if answer.status != _OK:
-                    raise errors.error_from_header(answer, body_bytes)
-                return answer, [body_bytes, *(f.buffer for f in rest[1:])]
+                    pass
+
+    def _direct_send_slow(self, d: _DirectSocket, header, frames, deadline, start) -> None:
+        """Wait for a connection to write the request to (bounded by the connect grace)."""
+        connect_deadline = start + self.connect_timeout_s
+        method = header.method
+        while True:
+            if self._closing.is_set():
+                raise errors.Unavailable("the rpc transport closed")
+            d.drain_monitor()
+            now = time.monotonic()
+            if now >= deadline:
+                raise errors.TimedOut(f"{method} to {d.address} timed out (not connected)")
+            if not d.connected and now >= connect_deadline:
+                raise NotConnected(
+                    f"not connected to {d.address} within {self.connect_timeout_s:.1f}s"
+                )
+            wait_ms = max(1, int(min(deadline - now, DIRECT_POLL_SLICE_S) * 1000))
+            zmq.select([d.monitor], [d.socket], [], wait_ms / 1000.0)
+            now = time.monotonic()
+            header.timeout_ms = max(1, int((deadline - now) * 1000))
+            try:
+                send_frames(d.socket, [header.SerializeToString(), *frames])
+                return
+            except zmq.Again:
+                pass
+
+    @staticmethod
+    def _direct_answer(d: _DirectSocket, call_id: int, reply: list):
+        """(header, [body, *sidecars]) if `reply` answers `call_id`, None for another call."""
+        answer = ResponseHeader()
+        try:
+            answer.ParseFromString(reply[0])
+        except (DecodeError, ValueError):
+            log.warning("dropped a malformed answer from %s", d.address)
+            return None
+        if answer.call_id != call_id:
+            return None
+        body_bytes = reply[1] if len(reply) > 1 else b""
+        if answer.status != _OK:
+            raise errors.error_from_header(answer, body_bytes)
+        return answer, [body_bytes, *reply[2:]]
 
     def _wake(self) -> None:
         try:
@@ -385,6 +498,7 @@ class Transport:
             call.done.set()
         with self._lock:
             direct, self._direct = self._direct, []
+        left_open = False
         for d in direct:
             # A call in progress notices the close within one poll slice and lets go.
             if d.lock.acquire(timeout=timeout_s):
@@ -392,9 +506,10 @@ class Transport:
                 d.lock.release()
             else:
                 log.warning("a call to %s did not end; its socket is left open", d.address)
+                left_open = True
         self._wake_push.close(linger=0)
         self._wake_pull.close(linger=0)
-        self._ctx.term()
+        _release_context(self._ctx, terminate=not left_open)
 
     def __enter__(self) -> Transport:
         return self

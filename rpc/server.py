@@ -5,7 +5,9 @@ answer is [ResponseHeader, body, *sidecars]. One I/O thread owns the ROUTER sock
 requests, rejects what is malformed, misaddressed, unknown or oversized (BAD_REQUEST or
 INVALID_NAME, counted and logged, never fatal), and hands the rest to a worker pool whose
 queue is bounded (THROTTLED when full). Workers never touch the ROUTER socket: they pass
-answers back through an inproc socket that the I/O thread forwards.
+answers back through an inproc socket that the I/O thread forwards. Handlers registered
+`inline` run on the I/O thread itself (no hand-off); a handler may return a `Serialized`
+body it keeps ready (e.g. a cached answer), sent without building a message.
 """
 
 from __future__ import annotations
@@ -37,6 +39,16 @@ POLL_INTERVAL_MS = 50
 DRAIN_BATCH_MAX = 256
 
 _OK = int(StatusCode.OK)
+_STAT_KEYS = (
+    "requests",
+    "ok",
+    "errors",
+    "bad_request",
+    "invalid_name",
+    "throttled",
+    "timed_out",
+    "internal",
+)
 
 log = logging.getLogger(__name__)
 
@@ -57,15 +69,22 @@ class CallContext:
         return time.monotonic() >= self.deadline
 
 
+class Serialized(bytes):
+    """A body already serialized by the handler (e.g. an answer it keeps cached): sent as is.
+    The handler vouches that these are the bytes of its method's response message."""
+
+    __slots__ = ()
+
+
 @dataclass(frozen=True, slots=True)
 class Reply:
     """A handler's answer with sidecar frames of bulk bytes."""
 
-    body: Message
+    body: Message | Serialized
     sidecars: Sequence[bytes | memoryview] = ()
 
 
-Handler = Callable[[Any, CallContext], "Message | Reply"]
+Handler = Callable[[Any, CallContext], "Message | Serialized | Reply"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,16 +129,12 @@ class RpcServer:
         self._io_thread: threading.Thread | None = None
         self._stopping = threading.Event()
         self._stats_lock = threading.Lock()
-        self._stats: dict[str, int] = {
-            "requests": 0,
-            "ok": 0,
-            "errors": 0,
-            "bad_request": 0,
-            "invalid_name": 0,
-            "throttled": 0,
-            "timed_out": 0,
-            "internal": 0,
-        }
+        # Counters of the worker pool (under the lock) and of the I/O thread (its own, no
+        # lock: only that thread writes them); stats() adds them up.
+        self._stats: dict[str, int] = dict.fromkeys(_STAT_KEYS, 0)
+        self._io_stats: dict[str, int] = dict.fromkeys(_STAT_KEYS, 0)
+        # The I/O thread's answer header for inline calls, reused (only call_id changes).
+        self._io_header = ResponseHeader(status=_OK, server_uuid=uuid)
         self._inflight = 0
         self._address = ""
         self.register(PING_METHOD, PingRequest, self._ping, anonymous=True, inline=True)
@@ -186,7 +201,9 @@ class RpcServer:
 
     def stats(self) -> dict[str, int]:
         with self._stats_lock:
-            return dict(self._stats, inflight=self._inflight)
+            out = {key: n + self._io_stats[key] for key, n in self._stats.items()}
+            out["inflight"] = self._inflight
+            return out
 
     def close(self, timeout_s: float = 5.0) -> None:
         """Stop reading, let running handlers finish (bounded), close sockets."""
@@ -274,7 +291,8 @@ class RpcServer:
                 self._send([frames[0], *self._error_frames(call_id, err)])
 
     def _dispatch(self, frames: list, received: float) -> None:
-        self._count("requests")
+        io_stats = self._io_stats
+        io_stats["requests"] += 1
         identity, rest = frames[0], frames[1:]
         if len(rest) < 2:
             raise self._reject(
@@ -313,11 +331,11 @@ class RpcServer:
             sidecars=[f.buffer for f in rest[2:]],
         )
         if method.inline:
-            self._send([identity, *self._invoke(call_id, method, rest[1], ctx)])
+            self._send([identity, *self._invoke(call_id, method, rest[1], ctx, True)])
             return
         with self._stats_lock:
             if self._inflight >= self._queue_max + self._workers:
-                self._stats["throttled"] += 1
+                io_stats["throttled"] += 1
                 err = errors.Throttled(
                     f"{self._inflight} calls in progress; try again", retry_after_ms=10
                 )
@@ -328,7 +346,7 @@ class RpcServer:
 
     def _reject(self, err: errors.RpcError, call_id: int = 0) -> errors.RpcError:
         key = "invalid_name" if isinstance(err, errors.InvalidName) else "bad_request"
-        self._count(key)
+        self._io_stats[key] += 1
         log.warning("rejected a request (call %d): %s", call_id, err)
         err.call_id = call_id  # type: ignore[attr-defined]
         return err
@@ -344,7 +362,7 @@ class RpcServer:
 
     def _run(self, identity, call_id: int, method: _Method, body_frame, ctx: CallContext) -> None:
         try:
-            frames = self._invoke(call_id, method, body_frame, ctx)
+            frames = self._invoke(call_id, method, body_frame, ctx, False)
         finally:
             with self._stats_lock:
                 self._inflight -= 1
@@ -359,9 +377,12 @@ class RpcServer:
                 except zmq.ZMQError as exc:  # closing, or a wake-up already pending
                     log.debug("wake-up not sent: %s", exc)
 
-    def _invoke(self, call_id: int, method: _Method, body_frame, ctx: CallContext) -> list:
+    def _invoke(
+        self, call_id: int, method: _Method, body_frame, ctx: CallContext, on_io_thread: bool
+    ) -> list:
+        count = self._count_io if on_io_thread else self._count
         if ctx.expired():
-            self._count("timed_out")
+            count("timed_out")
             return self._error_frames(
                 call_id, errors.TimedOut("deadline passed before the call ran")
             )
@@ -369,7 +390,7 @@ class RpcServer:
         try:
             request.ParseFromString(body_frame.buffer)
         except (DecodeError, ValueError) as exc:
-            self._count("bad_request")
+            count("bad_request")
             log.warning("call %d to %s: malformed body: %s", call_id, ctx.method, exc)
             return self._error_frames(
                 call_id, errors.BadRequest(f"malformed body for {ctx.method}: {exc}")
@@ -377,23 +398,34 @@ class RpcServer:
         try:
             result = method.handler(request, ctx)
         except errors.RpcError as err:
-            self._count("errors")
+            count("errors")
             if isinstance(err, errors.BadRequest):
-                self._count("bad_request")
+                count("bad_request")
             log.debug("call %d to %s answered %s", call_id, ctx.method, err)
             return self._error_frames(call_id, err)
         except Exception as exc:  # a handler bug: answer INTERNAL, keep serving
-            self._count("internal")
+            count("internal")
             log.exception("call %d to %s failed", call_id, ctx.method)
             return self._error_frames(call_id, errors.Internal(f"{type(exc).__name__}: {exc}"))
         if isinstance(result, Reply):
             body, sidecars = result.body, list(result.sidecars)
         else:
             body, sidecars = result, []
-        assert isinstance(body, Message), f"{ctx.method} handler returned {type(body)}"
-        self._count("ok")
-        header = ResponseHeader(call_id=call_id, status=_OK, server_uuid=self.uuid)
-        return [header.SerializeToString(), body.SerializeToString(), *sidecars]
+        if isinstance(body, Message):
+            body = body.SerializeToString()
+        elif not isinstance(body, Serialized):  # a handler bug, like an exception
+            count("internal")
+            log.error("call %d to %s: handler returned %s", call_id, ctx.method, type(body))
+            return self._error_frames(
+                call_id, errors.Internal(f"{ctx.method} handler returned {type(body).__name__}")
+            )
+        count("ok")
+        if on_io_thread:
+            header = self._io_header
+            header.call_id = call_id
+        else:
+            header = ResponseHeader(call_id=call_id, status=_OK, server_uuid=self.uuid)
+        return [header.SerializeToString(), body, *sidecars]
 
     def _error_frames(self, call_id: int, err: errors.RpcError) -> list:
         header = ResponseHeader(
@@ -412,6 +444,9 @@ class RpcServer:
     def _count(self, key: str) -> None:
         with self._stats_lock:
             self._stats[key] += 1
+
+    def _count_io(self, key: str) -> None:
+        self._io_stats[key] += 1
 
     def _ping(self, _request: PingRequest, _ctx: CallContext) -> PingResponse:
         return PingResponse(uuid=self.uuid, service=self.service, methods=sorted(self._methods))

@@ -176,14 +176,14 @@ class CoordinatorClient:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
-            with self._lock:
-                address = self._leader
+            address = self._leader  # one attribute read: no lock needed
             try:
                 response = self.call_at(
                     address, method, request, response_type, min(remaining, self.call_timeout_s)
                 )
-                with self._lock:
-                    self._suspect.pop(address, None)
+                if self._suspect:
+                    with self._lock:
+                        self._suspect.pop(address, None)
                 return response
             except NotLeader as e:
                 last = e
@@ -219,6 +219,11 @@ class CoordinatorClient:
         )
 
     def _client(self, address: str, timeout_s: float) -> tuple[RpcClient, str]:
+        # The common case reads two dicts without the lock (single reads are atomic).
+        client = self._clients.get(address)
+        uuid = self._uuids.get(address)
+        if client is not None and uuid is not None:
+            return client, uuid
         with self._lock:
             client = self._clients.get(address)
             if client is None:

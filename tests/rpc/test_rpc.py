@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import zmq
 
+from rpc import client as rpc_client
 from rpc import errors
 from rpc.addresses import endpoint
 from rpc.client import ConnectionLost, NotConnected, RpcClient, Transport
@@ -24,7 +25,7 @@ from rpc.rpc_pb2 import (
     ResponseHeader,
     StatusCode,
 )
-from rpc.server import CallContext, Reply, RpcServer
+from rpc.server import CallContext, Reply, RpcServer, Serialized
 from tests.support.procs import free_port, wait_for
 
 SERVER_UUID = "11111111-2222-3333-4444-555555555555"
@@ -427,3 +428,105 @@ def test_pipelined_async_calls_carry_sidecars(client):
         answer, sidecars = p.result_with_sidecars()
         assert answer.uuid == str(i)
         assert [bytes(s) for s in sidecars] == [bytes([i]) * (i + 1)]
+
+
+def test_serialized_body_is_sent_as_is_inline_and_on_the_pool():
+    cached = Serialized(PingResponse(uuid="cached").SerializeToString())
+    srv = RpcServer(SERVER_UUID, service="cache", workers=2)
+    srv.register("Test.Cached", PingResponse, lambda request, ctx: cached)
+    srv.register("Test.CachedInline", PingResponse, lambda request, ctx: cached, inline=True)
+    srv.register("Test.CachedReply", PingResponse, lambda request, ctx: Reply(cached, [b"side"]))
+    with srv, RpcClient(srv.address, "c") as c:
+        for method in ("Test.Cached", "Test.CachedInline"):
+            assert c.call(SERVER_UUID, method, PingResponse(), PingResponse).uuid == "cached"
+        answer, sidecars = c.call_with_sidecars(
+            SERVER_UUID, "Test.CachedReply", PingResponse(), PingResponse
+        )
+        assert answer.uuid == "cached" and [bytes(s) for s in sidecars] == [b"side"]
+
+
+def test_handler_returning_no_message_answers_internal():
+    srv = RpcServer(SERVER_UUID, service="bug", workers=1)
+    srv.register("Test.Bytes", PingResponse, lambda request, ctx: b"not a message", inline=True)
+    srv.register("Test.None", PingResponse, lambda request, ctx: None)
+    srv.register("Test.Echo", PingResponse, echo)
+    with srv, RpcClient(srv.address, "c") as c:
+        for method in ("Test.Bytes", "Test.None"):
+            with pytest.raises(errors.Internal, match="handler returned"):
+                c.call(SERVER_UUID, method, PingResponse(), PingResponse)
+        assert c.call(SERVER_UUID, "Test.Echo", PingResponse(uuid="ok"), PingResponse).uuid == "ok"
+    assert srv.stats()["internal"] == 2
+
+
+def test_stats_count_calls_on_the_io_thread_and_on_the_pool():
+    srv = RpcServer(SERVER_UUID, service="stats", workers=2)
+    srv.register("Test.Echo", PingResponse, echo)
+    srv.register("Test.EchoInline", PingResponse, echo, inline=True)
+    with srv, RpcClient(srv.address, "c") as c:
+        for i in range(5):
+            c.call(SERVER_UUID, "Test.Echo", PingResponse(uuid=str(i)), PingResponse)
+        for i in range(7):
+            c.call(SERVER_UUID, "Test.EchoInline", PingResponse(uuid=str(i)), PingResponse)
+        with pytest.raises(errors.InvalidName):
+            c.call("someone-else", "Test.EchoInline", PingResponse(), PingResponse)
+        stats = srv.stats()
+    assert stats["requests"] == 13
+    assert stats["ok"] == 12
+    assert stats["invalid_name"] == 1
+    assert stats["inflight"] == 0
+
+
+def test_transports_share_one_context_and_outlive_each_other(server):
+    with rpc_client._context_lock:
+        others = rpc_client._context_users  # transports left open by other tests, if any
+    first, second = Transport(), Transport()
+    try:
+        assert first._ctx is second._ctx
+        a = RpcClient(server.address, "a", transport=first)
+        b = RpcClient(server.address, "b", transport=second)
+        assert a.call(SERVER_UUID, "Test.Echo", PingResponse(uuid="1"), PingResponse).uuid == "1"
+        assert b.call(SERVER_UUID, "Test.Echo", PingResponse(uuid="2"), PingResponse).uuid == "2"
+        first.close()
+        # The other transport's sockets (direct and through its I/O thread) keep working.
+        assert b.call(SERVER_UUID, "Test.Echo", PingResponse(uuid="3"), PingResponse).uuid == "3"
+        pending = b.call_async(SERVER_UUID, "Test.Echo", PingResponse(uuid="4"), PingResponse)
+        assert pending.result().uuid == "4"
+    finally:
+        first.close()
+        second.close()
+    # The last transport to close terminates the context; a new one starts a new context.
+    assert first._ctx.closed == (others == 0)
+    with Transport() as third:
+        assert (third._ctx is first._ctx) == (others > 0)
+        c = RpcClient(server.address, "c", transport=third)
+        assert c.call(SERVER_UUID, "Test.Echo", PingResponse(uuid="5"), PingResponse).uuid == "5"
+
+
+@pytest.mark.integration
+def test_connection_lost_while_waiting_for_an_answer():
+    # A synchronous call whose server dies after taking the request learns it from the
+    # dropped connection, long before its deadline (TimedOut would mean it waited it out).
+    port = free_port()
+    proc = start_echo_process(port)
+    outcome: dict[str, BaseException] = {}
+    try:
+        with RpcClient(f"127.0.0.1:{port}", "c") as c:
+
+            def call() -> None:
+                try:
+                    c.call(SERVER_UUID, "Test.Sleep", PingResponse(uuid="60"), PingResponse,
+                           timeout_s=60)  # fmt: skip
+                except errors.RpcError as err:
+                    outcome["error"] = err
+
+            t = threading.Thread(target=call)
+            t.start()
+            assert proc.stdout.readline().strip() == "SLEEPING"  # the request is in a handler
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(10)
+            t.join(30)
+            assert not t.is_alive()
+    finally:
+        proc.kill()
+        proc.wait(10)
+    assert isinstance(outcome.get("error"), ConnectionLost), outcome
