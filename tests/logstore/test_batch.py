@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pickle
 import threading
+import time
 from dataclasses import replace
 
 import pytest
@@ -155,3 +156,50 @@ def test_heavy_load_holding_never_strands_an_append(tmp_path):
     finally:
         for s in stores:
             s.close()
+
+
+def test_wake_chain_skips_callers_that_gave_up_and_wakes_the_rest():
+    """The outcomes of a large batch are handed over as a chain: each woken caller wakes
+    the next. A caller that stopped waiting (timeout) must not break the chain, and one
+    that is claimed by the chain at the moment it times out still gets its outcome."""
+    from logstore.replicated import _Waiter, _WakeChain
+
+    waiters = [_Waiter() for _ in range(6)]
+    got: dict[int, object] = {}
+
+    def wait(i: int, timeout_s: float) -> None:
+        got[i] = waiters[i].result if waiters[i].wait(timeout_s) else "timed out"
+
+    gave_up = threading.Thread(target=wait, args=(2, 0.01))
+    gave_up.start()
+    gave_up.join(10.0)
+    assert got == {2: "timed out"}
+    threads = [threading.Thread(target=wait, args=(i, 10.0)) for i in (0, 1, 3, 4, 5)]
+    for t in threads:
+        t.start()
+    for i, w in enumerate(waiters):
+        w.result = f"outcome {i}"
+    chain = _WakeChain(waiters)
+    chain.wake_next()
+    for t in threads:
+        t.join(10.0)
+        assert not t.is_alive()
+    assert got == {i: ("timed out" if i == 2 else f"outcome {i}") for i in range(6)}
+
+    # Claimed by the chain while timing out: the waiter takes its outcome after all
+    # (whichever comes first, the release or the timeout).
+    w = _Waiter()
+    w.result = "late"
+    assert w.claim()  # what wake_next does first...
+    late = threading.Thread(target=lambda: got.__setitem__("late", w.wait(0.01)))
+    late.start()
+    time.sleep(0.05)  # most likely timed out by now; the outcome is the same if not
+    w._lock.release()  # ...then this
+    late.join(10.0)
+    assert got["late"] is True and w.result == "late"
+
+    # Shutdown: a chain nobody started wakes everybody.
+    waiters = [_Waiter() for _ in range(3)]
+    chain = _WakeChain(waiters)
+    chain.wake_all()
+    assert all(w.wait(0.0) for w in waiters)
