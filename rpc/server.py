@@ -39,6 +39,7 @@ POLL_INTERVAL_MS = 50
 DRAIN_BATCH_MAX = 256
 
 _OK = int(StatusCode.OK)
+_NOBLOCK = int(zmq.NOBLOCK)
 _STAT_KEYS = (
     "requests",
     "ok",
@@ -171,6 +172,7 @@ class RpcServer:
         router.setsockopt(zmq.MAXMSGSIZE, self.message_bytes_max * FRAME_BYTES_HARD_FACTOR)
         router.setsockopt(zmq.RCVHWM, 10_000)
         router.setsockopt(zmq.SNDHWM, 10_000)
+        router.setsockopt(zmq.RCVTIMEO, POLL_INTERVAL_MS)  # the I/O thread's blocking wait
         router.bind(bind_endpoint(self._bind))
         self._router = router
         self._address = host_port_of(router.getsockopt_string(zmq.LAST_ENDPOINT))
@@ -238,18 +240,37 @@ class RpcServer:
 
     def _io_loop(self) -> None:
         assert self._router is not None and self._reply_pull is not None
+        router = self._router
         poller = zmq.Poller()
-        poller.register(self._router, zmq.POLLIN)
+        poller.register(router, zmq.POLLIN)
         poller.register(self._reply_pull, zmq.POLLIN)
         while not self._stopping.is_set():
+            if not self._inflight and not self._replies:
+                # Nothing on the pool, so no answer can come from it until this thread hands
+                # out work (a worker queues its answer before it counts itself done): wait in
+                # one blocking receive on the ROUTER alone (RCVTIMEO is POLL_INTERVAL_MS),
+                # the cheapest wait zmq has.
+                try:
+                    frame = router.recv(copy=False)
+                except zmq.Again:
+                    continue  # idle: look at the stop flag
+                except zmq.ZMQError as exc:  # interrupted system call and the like
+                    log.debug("receive interrupted: %s", exc)
+                    continue
+                frames = [frame]
+                while frame.more:
+                    frame = router.recv(_NOBLOCK, copy=False)
+                    frames.append(frame)
+                self._handle(frames)
+                continue
             try:
                 ready = dict(poller.poll(POLL_INTERVAL_MS))
             except zmq.ZMQError as exc:  # interrupted system call and the like
                 log.debug("poll interrupted: %s", exc)
                 continue
-            if self._reply_pull in ready:
+            if self._reply_pull in ready or self._replies:
                 self._forward_replies()
-            if self._router in ready:
+            if router in ready:
                 self._read_requests()
         # Answers computed after the stop are dropped: their callers see a lost connection.
 
@@ -282,13 +303,15 @@ class RpcServer:
                 frames = recv_frames(self._router)
             except zmq.Again:
                 return
-            received = time.monotonic()
-            try:
-                self._dispatch(frames, received)
-            except errors.RpcError as err:
-                # Rejected before reaching a handler: answered from this thread.
-                call_id = getattr(err, "call_id", 0)
-                self._send([frames[0], *self._error_frames(call_id, err)])
+            self._handle(frames)
+
+    def _handle(self, frames: list) -> None:
+        try:
+            self._dispatch(frames, time.monotonic())
+        except errors.RpcError as err:
+            # Rejected before reaching a handler: answered from this thread.
+            call_id = getattr(err, "call_id", 0)
+            self._send([frames[0], *self._error_frames(call_id, err)])
 
     def _dispatch(self, frames: list, received: float) -> None:
         io_stats = self._io_stats
@@ -363,19 +386,21 @@ class RpcServer:
     def _run(self, identity, call_id: int, method: _Method, body_frame, ctx: CallContext) -> None:
         try:
             frames = self._invoke(call_id, method, body_frame, ctx, False)
+            with self._reply_lock:
+                # One wake-up per batch of answers: the I/O thread forwards all queued.
+                wake = not self._replies
+                self._replies.append([identity, *frames])
+                if wake:
+                    assert self._reply_push is not None
+                    try:
+                        self._reply_push.send(b"", zmq.NOBLOCK)
+                    except zmq.ZMQError as exc:  # closing, or a wake-up already pending
+                        log.debug("wake-up not sent: %s", exc)
         finally:
+            # Only once the answer is queued: the I/O thread watches the pool's answers
+            # while anything is in flight (see _io_loop).
             with self._stats_lock:
                 self._inflight -= 1
-        with self._reply_lock:
-            # One wake-up per batch of answers: the I/O thread forwards all that are queued.
-            wake = not self._replies
-            self._replies.append([identity, *frames])
-            if wake:
-                assert self._reply_push is not None
-                try:
-                    self._reply_push.send(b"", zmq.NOBLOCK)
-                except zmq.ZMQError as exc:  # closing, or a wake-up already pending
-                    log.debug("wake-up not sent: %s", exc)
 
     def _invoke(
         self, call_id: int, method: _Method, body_frame, ctx: CallContext, on_io_thread: bool
