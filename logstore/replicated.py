@@ -535,10 +535,13 @@ class _RaftNode(SyncObj):
                 logger.error("append batch returned %r for %d appends", result, len(callbacks))
                 result, error = None, FAIL_REASON.UNKNOWN_OUTCOME
             ok = error == FAIL_REASON.SUCCESS
+            # A large batch (as large as the heavy-load threshold) is answered by a chain;
+            # a smaller one directly, so that its few callers run at once.
+            chain = len(callbacks) >= max(self._ls_linger_batch_min, LATENCY_YIELD_APPENDS_MAX + 1)
             chained: list[_Waiter] = []
             for k, cb in enumerate(callbacks):
                 waiter = getattr(cb, "__self__", None)
-                if type(waiter) is _Waiter and len(callbacks) > LATENCY_YIELD_APPENDS_MAX:
+                if chain and type(waiter) is _Waiter:
                     waiter.result = result[k] if ok else None
                     waiter.error = error
                     chained.append(waiter)
