@@ -248,7 +248,8 @@ class Transport:
 
     Synchronous calls (`call_frames`) use a socket owned by the calling thread instead, so a
     blocking call costs no thread hand-off; `start_call`/`call_async` go through the I/O
-    thread, which keeps many calls in flight for one caller."""
+    thread (started by the first such call), which keeps many calls in flight for one
+    caller."""
 
     def __init__(
         self,
@@ -276,8 +277,9 @@ class Transport:
         self._closing = threading.Event()
         self._local = threading.local()
         self._direct: list[_DirectSocket] = []  # every thread's sockets, for close()
-        self._thread = threading.Thread(target=self._io_loop, name=f"{name}-io", daemon=True)
-        self._thread.start()
+        # Started by the first call through it (synchronous calls never need it).
+        self._name = name
+        self._thread: threading.Thread | None = None
 
     # -- caller side -------------------------------------------------------------------
 
@@ -311,6 +313,13 @@ class Transport:
         )
         call.header.call_id = call.call_id
         with self._lock:
+            if self._closing.is_set():
+                raise errors.Unavailable("the rpc transport is closed")
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._io_loop, name=f"{self._name}-io", daemon=True
+                )
+                self._thread.start()
             if len(self._calls) >= INFLIGHT_CALLS_MAX:
                 raise errors.Throttled(f"{len(self._calls)} calls already in flight")
             self._calls[call.call_id] = call
@@ -490,7 +499,10 @@ class Transport:
             return
         self._closing.set()
         self._wake()
-        self._thread.join(timeout_s)
+        with self._lock:
+            thread = self._thread
+        if thread is not None:
+            thread.join(timeout_s)
         with self._lock:
             calls = list(self._calls.values())
         for call in calls:

@@ -530,3 +530,14 @@ def test_connection_lost_while_waiting_for_an_answer():
         proc.kill()
         proc.wait(10)
     assert isinstance(outcome.get("error"), ConnectionLost), outcome
+
+
+def test_io_thread_starts_with_the_first_call_through_it(server):
+    with Transport() as transport:
+        c = RpcClient(server.address, "c", transport=transport)
+        assert c.call(SERVER_UUID, "Test.Echo", PingResponse(uuid="s"), PingResponse).uuid == "s"
+        assert transport._thread is None  # synchronous calls use the caller's own socket
+        pending = c.call_async(SERVER_UUID, "Test.Echo", PingResponse(uuid="a"), PingResponse)
+        assert pending.result().uuid == "a"
+        assert transport._thread is not None and transport._thread.is_alive()
+    assert not transport._thread.is_alive()
