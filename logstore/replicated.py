@@ -67,6 +67,8 @@ RETRY_BACKOFF_S_MAX = 0.05
 # After applying at most this many appends in a tick, the leader's tick thread yields the GIL
 # to the answered callers before its commit-only AppendEntries (latency when lightly loaded).
 LATENCY_YIELD_APPENDS_MAX = 4
+# A chain of woken callers (_WakeChain) not finished after this long wakes the rest at once.
+WAKE_CHAIN_STALL_S = 0.003
 
 
 def _install_journal_hook() -> None:
@@ -291,6 +293,7 @@ class _RaftNode(SyncObj):
         self._ls_answered_at = 0.0
         # Answered batches whose callers are woken one by one, starting before the next poll.
         self._ls_wake_chains: deque[_WakeChain] = deque()
+        self._ls_active_chains: list[tuple[float, _WakeChain]] = []
         self._ls_hold_until: float | None = None  # the poll of a holding tick ends by then
         self._ls_inflight_since: float | None = None
         self._ls_holds = 0
@@ -313,10 +316,10 @@ class _RaftNode(SyncObj):
         poll = self._poller.poll
 
         def poll_until_hold_ends(timeout):
-            chains = self._ls_wake_chains
-            while chains:
-                chains.popleft().wake_next()
-            until = self._ls_hold_until
+            until = self._ls_advance_wake_chains()
+            hold = self._ls_hold_until
+            if hold is not None:
+                until = hold if until is None else min(until, hold)
             if until is not None:
                 timeout = min(timeout, max(0.0, until - time.monotonic()))
             return poll(timeout)
@@ -557,11 +560,39 @@ class _RaftNode(SyncObj):
         command = _pso_pickle.dumps((self._ls_batch_method_id, (tuple(items),)))
         SyncObj._applyCommand(self, command, done, _pso._COMMAND_TYPE.REGULAR)
 
+    def _ls_advance_wake_chains(self) -> float | None:
+        """Tick thread, before it sleeps in poll: start the chains of the batches answered
+        in this tick. A chain moves as fast as the OS runs each woken caller in turn; on a
+        machine short of CPU that can take long, so a chain still unfinished after
+        WAKE_CHAIN_STALL_S wakes all its remaining callers at once. Returns when the poll
+        must end to check that (None: no chain is running)."""
+        now = time.monotonic()
+        chains = self._ls_wake_chains
+        active = self._ls_active_chains
+        while chains:
+            chain = chains.popleft()
+            chain.wake_next()
+            active.append((now, chain))
+        if not active:
+            return None
+        running = []
+        for started, chain in active:
+            if not chain.pending():
+                continue
+            if now - started >= WAKE_CHAIN_STALL_S:
+                chain.wake_all()
+                continue
+            running.append((started, chain))
+        self._ls_active_chains = running
+        return running[0][0] + WAKE_CHAIN_STALL_S if running else None
+
     def ls_fail_pending(self, reason: int) -> None:
         """close(): answer the appends that never reached pysyncobj (and wake the callers
         of answered batches the tick thread had not started to wake)."""
         while self._ls_wake_chains:
             self._ls_wake_chains.popleft().wake_all()
+        for _started, chain in self._ls_active_chains:
+            chain.wake_all()
         while self._ls_pending:
             _args, cb = self._ls_pending.popleft()
             try:
@@ -731,8 +762,11 @@ class _WakeChain:
                 return
             # That caller gave up waiting: on to the next.
 
+    def pending(self) -> bool:
+        return bool(self._waiters)
+
     def wake_all(self) -> None:
-        """Shutdown: nobody may be left waiting on a chain the tick thread never started."""
+        """Wake every caller not woken yet (a stalled chain; shutdown)."""
         while self._waiters:
             self.wake_next()
 

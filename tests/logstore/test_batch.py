@@ -203,3 +203,25 @@ def test_wake_chain_skips_callers_that_gave_up_and_wakes_the_rest():
     chain = _WakeChain(waiters)
     chain.wake_all()
     assert all(w.wait(0.0) for w in waiters)
+
+
+def test_a_stalled_wake_chain_wakes_the_rest_at_once():
+    """The tick thread starts each chain before it polls, and wakes every caller still
+    waiting on a chain that has not finished within WAKE_CHAIN_STALL_S (a caller the OS
+    does not run for a while must not hold up the ones after it)."""
+    from collections import deque
+    from types import SimpleNamespace
+
+    from logstore.replicated import WAKE_CHAIN_STALL_S, _RaftNode, _Waiter, _WakeChain
+
+    waiters = [_Waiter() for _ in range(4)]
+    node = SimpleNamespace(_ls_wake_chains=deque([_WakeChain(waiters)]), _ls_active_chains=[])
+    deadline = _RaftNode._ls_advance_wake_chains(node)
+    assert deadline is not None  # the poll must end in time to check the chain
+    # Only the first caller was woken; it never ran, so the chain did not move on.
+    assert [w._lock.locked() for w in waiters] == [False, True, True, True]
+    started, chain = node._ls_active_chains[0]
+    node._ls_active_chains = [(started - 2 * WAKE_CHAIN_STALL_S, chain)]
+    assert _RaftNode._ls_advance_wake_chains(node) is None
+    assert not any(w._lock.locked() for w in waiters)
+    assert node._ls_active_chains == []
