@@ -40,13 +40,13 @@ class TServerProcess:
                 "--bind",
                 self.address,
                 "--log-level",
-                "warning",
+                "info",
                 *self.extra_args,
             ],
             cwd=REPO,
             env=env,
             stdout=open(out, "w"),
-            stderr=open(self.err_path, "w"),
+            stderr=open(self.err_path, "a"),  # a restart (same port) appends
         )
 
         def ready() -> bool:
