@@ -191,6 +191,13 @@ class RaftGroup:
             upto = max(0, upto)
             if upto > st.first_index - 1:
                 self.core.compact(upto)
+                behind = [p.uuid for p in st.peers if p.match_index < upto]
+            else:
+                behind = []
+        for uuid in behind:
+            # Messages queued for a peer the log was just collected past are stale: it needs
+            # a tablet copy now, not a late batch of entries the leader no longer keeps.
+            self.driver.purge_peer(uuid)
         return upto
 
 
@@ -278,7 +285,27 @@ class _PeerSender:
                     "peer %s at %s refused consensus messages: %s", self.uuid, self.address, e
                 )
             except errors.RpcError as e:
-                log.debug("consensus messages to %s at %s lost: %s", self.uuid, self.address, e)
+                # The peer is unreachable: what is queued for it is stale by the time it is
+                # back (Raft resends what matters, from the leader's current state), and a
+                # late flood of old entries could catch it up from a log already collected.
+                with self._cond:
+                    stale = len(self._q)
+                    self._q.clear()
+                    self.dropped += stale
+                log.debug(
+                    "consensus messages to %s at %s lost (%d more dropped): %s",
+                    self.uuid,
+                    self.address,
+                    stale,
+                    e,
+                )
+
+    def purge(self) -> int:
+        with self._cond:
+            stale = len(self._q)
+            self._q.clear()
+            self.dropped += stale
+        return stale
 
     def close(self, timeout_s: float) -> None:
         with self._cond:
@@ -322,6 +349,12 @@ class RaftDriver:
         self._kicker: threading.Thread | None = None
         self.messages_in = 0
         self.messages_dropped = 0
+
+    def purge_peer(self, uuid: str) -> None:
+        """Drop the messages queued for a peer server (any thread)."""
+        s = self._senders.get(uuid)
+        if s is not None and (n := s.purge()):
+            log.debug("dropped %d stale messages queued for %s", n, uuid)
 
     # ------------------------------------------------------------ lifecycle
     def start(self) -> RaftDriver:

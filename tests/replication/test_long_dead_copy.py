@@ -128,6 +128,19 @@ def test_long_dead_follower_whose_log_was_collected_is_copied(trio: TServerTrio)
         f"flushed index {rep.flushed_index}"
     )
 
+    # The leader knows the dead follower needs a copy: its StartTabletCopy failed. The GC
+    # dropped every consensus message still queued for the follower, and one already on its
+    # way (sent before the GC, with the same connect deadline as the later StartTabletCopy)
+    # has failed by now: a late batch of old entries cannot catch the follower up from the
+    # leader's memory when it comes back.
+    dead_uuid = q.procs[f].uuid
+
+    def copy_tried() -> bool:
+        text = q.procs[lead].err_path.read_text(errors="replace")
+        return f"StartTabletCopy to {dead_uuid}:" in text
+
+    wait_for(copy_tried, 60, "the leader trying StartTabletCopy on the dead follower")
+
     # Restarted, the follower is behind the leader's log: the leader has it copied.
     q.restart(f)
     leader_uuid = q.procs[lead].uuid
