@@ -580,13 +580,9 @@ class OfflineTarget:
         crash_point("copy.after_copying_superblock")
 
     def finish_copy(self, tablet_id: str, remote_sb: SuperblockPB) -> None:
-        sb = SuperblockPB()
-        sb.CopyFrom(remote_sb)
-        sb.tablet_id = tablet_id
-        sb.data_state = DataState.READY
-        sb.quarantine_path = ""
-        sb.ClearField("last_op_id")
-        self.fs.write_superblock(sb)
+        from tservers.tablet.manager import ready_superblock
+
+        self.fs.write_superblock(ready_superblock(tablet_id, remote_sb))
         crash_point("copy.after_ready_superblock")
 
 

@@ -11,13 +11,10 @@ on a stopped server's root, and `tserver copy-from-remote --force` copies over i
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
 from tests.replication.helpers import TServerTrio
-from tests.tservers.procs import REPO
+from tests.tservers.test_cli import tserver
 from tservers.fs import FsLayout
 from tservers.tablet_copy import merge_cmeta
 from tservers.tserver_pb2 import ConsensusMetaPB, MemberType, RaftConfigPB, RaftPeerPB
@@ -56,16 +53,6 @@ def test_higher_remote_term_drops_the_local_vote():
     merged = merge_cmeta(T, cmeta(4, vote="c", index=3), remote)
     assert (merged.current_term, merged.voted_for) == (5, "")
     assert merged.committed_config.opid_index == 9
-
-
-def tserver(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "tservers.cli", *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 @pytest.mark.integration

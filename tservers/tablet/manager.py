@@ -385,12 +385,7 @@ class TabletManager:
             r = self.replicas.get(tablet_id)
         if r is None or r.status is not TabletStatus.COPYING:
             raise IllegalState(f"tablet {tablet_id} is not copying")
-        sb = SuperblockPB()
-        sb.CopyFrom(remote_sb)
-        sb.tablet_id = tablet_id
-        sb.data_state = DataState.READY
-        sb.quarantine_path = ""
-        sb.ClearField("last_op_id")
+        sb = ready_superblock(tablet_id, remote_sb)
         self.fs.write_superblock(sb)
         crash_point("copy.after_ready_superblock")
         replica = self._start_ready(sb)
@@ -607,3 +602,14 @@ def roll_forward_deletion(fs: FsLayout, sb: SuperblockPB) -> None:
     if wal_dir.exists():
         move_dir(wal_dir, qdir / "wal")
     crash_point("delete.after_step_6")
+
+
+def ready_superblock(tablet_id: str, remote_sb: SuperblockPB) -> SuperblockPB:
+    """Copy step 5's superblock: the source's, READY here, no quarantine, no tombstone op id."""
+    sb = SuperblockPB()
+    sb.CopyFrom(remote_sb)
+    sb.tablet_id = tablet_id
+    sb.data_state = DataState.READY
+    sb.quarantine_path = ""
+    sb.ClearField("last_op_id")
+    return sb
