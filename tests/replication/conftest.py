@@ -15,3 +15,15 @@ def trio(tmp_path):
         yield t
     finally:
         t.stop_all()
+
+
+@pytest.fixture
+def throttled(tmp_path):
+    """Three servers whose tablet copies are limited to 0.5 MB/s: a copy is surely seen in
+    progress (and a source killed in the middle of one)."""
+    t = TServerTrio(tmp_path, n=3, extra_args=["--copy-rate-mb", "0.5"])
+    try:
+        t.start_all()
+        yield t
+    finally:
+        t.stop_all()

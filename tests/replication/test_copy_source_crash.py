@@ -40,17 +40,6 @@ def running_at(q: TServerTrio, i: int, tablet: str) -> int:
     return r.applied_index if r is not None and r.status == "RUNNING" else -1
 
 
-@pytest.fixture
-def throttled(tmp_path):
-    # Copies limited to 0.5 MB/s, so that the source surely dies in the middle of one.
-    t = TServerTrio(tmp_path, n=3, extra_args=["--copy-rate-mb", "0.5"])
-    try:
-        t.start_all()
-        yield t
-    finally:
-        t.stop_all()
-
-
 def test_source_killed_mid_copy_then_copied_again(throttled: TServerTrio):
     q = throttled
     q.create_tablet("s1")

@@ -157,17 +157,6 @@ def test_crash_during_a_copy_then_copied_again(quartet: TServerTrio, point):
     assert q.scan_ids(leader, "k3") == list(range(300)) + [5000]
 
 
-@pytest.fixture
-def throttled(tmp_path):
-    # Copies onto every server limited to 0.5 MB/s, so that a copy is seen in progress.
-    t = TServerTrio(tmp_path, n=3, extra_args=["--copy-rate-mb", "0.5"])
-    try:
-        t.start_all()
-        yield t
-    finally:
-        t.stop_all()
-
-
 def test_copy_progress_cancel_and_throttle(throttled: TServerTrio):
     import subprocess
     import sys
