@@ -115,6 +115,8 @@ def converged(kind: str, client, tservers: list[TServer], done: bool) -> None:
 
 
 LEAD_ATTEMPTS_MAX = 5
+# Operations started by a client request (the others by heartbeats and the monitor).
+REQUESTED = ("create_table", "drop_table", "alter_table", "remove_server", "set_replication")
 
 
 def lead_with_armed_node(group, client, point: str):
@@ -154,13 +156,7 @@ def test_crash_point(tmp_path, point):
         if kind == "remove_server":
             wait_for(lambda: servers_state(client)[GHOST] == "DOWN", 60, "ghost marked down")
         rid = client.next_request_id()
-        if kind in (
-            "create_table",
-            "drop_table",
-            "alter_table",
-            "remove_server",
-            "set_replication",
-        ):
+        if kind in REQUESTED:
             method, request, response_type = request_for(kind, rid)
             with pytest.raises(RpcError):
                 client.call(method, request, response_type, timeout_s=2.0)
@@ -168,13 +164,7 @@ def test_crash_point(tmp_path, point):
         assert armed.p.wait(60) == CRASH_EXIT_STATUS, armed.text()[-2000:]
         new = group.leader_index(client, 60)
         assert new in (1, 2)
-        if kind in (
-            "create_table",
-            "drop_table",
-            "alter_table",
-            "remove_server",
-            "set_replication",
-        ):
+        if kind in REQUESTED:
             converged(kind, client, tservers, done=committed)
             result = client.call(method, request, response_type, timeout_s=60.0)
             converged(kind, client, tservers, done=True)
