@@ -277,6 +277,32 @@ def copy_runs(address: str, uuid: str, tablet_id: str, tmp: Path, repeats: int) 
     return out
 
 
+def tablet_bytes(address: str, uuid: str, tablet_id: str) -> int:
+    """What a copy of the tablet would move now: the files of a fresh copy session."""
+    with RpcClient(address, "bench") as rc:
+        begin = _session(rc, uuid, tablet_id)
+        rc.call(
+            uuid,
+            "TServer.EndCopySession",
+            EndCopySessionRequest(session_id=begin.session_id),
+            EndCopySessionResponse,
+        )
+    return sum(f.size_bytes for f in begin.files)
+
+
+def fill(address: str, uuid: str, tablet_id: str, first_key: int, target_bytes: int) -> int:
+    """Write more batches (keys from `first_key`, untimed) until a copy of the tablet would
+    move at least `target_bytes`; returns the next free key."""
+    key = first_key
+    with TabletServerClient(address, uuid, timeout_s=60) as client:
+        while tablet_bytes(address, uuid, tablet_id) < target_bytes:
+            for _ in range(20):
+                req = WriteRequest(tablet_id=tablet_id, schema_version=1, ops=[OpType.INSERT])
+                client._call("Write", req, WriteResponse, sidecars=[ipc_bytes(batch(key))])
+                key += BATCH_ROWS
+    return key
+
+
 def recopy(servers, tablet_id: str, leader_uuid: str) -> float:
     """Delete a follower's replica; time until the leader has copied it back and it runs."""
     address, uuid = next(s for s in servers if s[1] != leader_uuid)
@@ -311,6 +337,12 @@ def main() -> int:
     ap.add_argument(
         "--copy-repeats", type=int, default=7, help="rounds of the copy and raw variants"
     )
+    ap.add_argument(
+        "--copy-mb",
+        type=int,
+        default=64,
+        help="grow the copied tablet (rf3) to at least this many MB first (untimed writes)",
+    )
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="replication-bench-"))
     procs = []
@@ -340,6 +372,7 @@ def main() -> int:
             for c in clients:
                 c.close()
         address, uuid = leader_of(servers, "rf3")
+        fill(address, uuid, "rf3", per_tablet * BATCH_ROWS, args.copy_mb * 1_000_000)
         copy = copy_runs(address, uuid, "rf3", tmp / "copy", args.copy_repeats)
         results["recopy_s"] = recopy(servers, "rf3", uuid)
     finally:
