@@ -23,23 +23,25 @@ root, nothing started; seed 004's manual copy).
 from __future__ import annotations
 
 import enum
+import errno
 import logging
+import mmap
 import os
 import queue
 import secrets
 import shutil
 import threading
 import time
-from collections import deque
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 import crc32c
 
 from rpc import errors
-from rpc.client import RETRYABLE, PendingCall, RpcClient
+from rpc.client import RETRYABLE, RpcClient
 from tservers.crash import crash_point
 from tservers.fs import FsLayout
 from tservers.metafile import MetaFileCorrupt, fsync_dir
@@ -64,8 +66,9 @@ log = logging.getLogger(__name__)
 SESSION_IDLE_S = 60.0
 SESSIONS_MAX = 16
 CHUNK_BYTES_MAX = 4 << 20  # the most a source serves in one FetchCopyChunk
-# The follower asks for chunks of FETCH_CHUNK_BYTES, FETCH_WINDOW of them in flight on one
-# socket: the transfer overlaps the disk writes, and memory stays within their product
+SESSION_MAPS_MAX = 4  # files of one session kept mapped at the source (fetched in order)
+# The follower fetches chunks of FETCH_CHUNK_BYTES on FETCH_WINDOW threads, each with one
+# chunk in flight, checked and written at its offset: memory stays within their product
 # (8 MiB). Each rpc costs about 0.4-0.8 ms of Python on a busy 2-core machine, so chunks
 # are large; past 2 MiB the buffers no longer fit the caches and copies slow down instead
 # (bench/replication.py).
@@ -130,6 +133,11 @@ class _Session:
     tablet: object
     files: dict[tuple[str, str], tuple[Path, int]]
     last_used: float
+    # The files being served, mapped read-only up to their snapshotted size (the last
+    # SESSION_MAPS_MAX used). A chunk is a slice of a map, sent without a copy; a map
+    # dropped from here stays alive until zmq has sent the last chunk taken from it.
+    maps: OrderedDict[tuple[str, str], mmap.mmap] = field(default_factory=OrderedDict)
+    maps_lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 class CopySource:
@@ -194,25 +202,53 @@ class CopySource:
             files=[CopyFilePB(kind=k, name=n, size_bytes=sz) for (k, n), (_, sz) in files.items()],
         )
 
-    def fetch(self, req: FetchCopyChunkRequest) -> tuple[FetchCopyChunkResponse, bytes]:
+    def fetch(self, req: FetchCopyChunkRequest) -> tuple[FetchCopyChunkResponse, memoryview]:
+        """A file range of the session and its CRC32C. The bytes are a view of the file's
+        map (no read into a buffer of our own), sent as is by the rpc layer."""
         with self._lock:
             s = self._sessions.get(req.session_id)
             if s is not None:
                 s.last_used = time.monotonic()
         if s is None:
             raise errors.NotFound(f"copy session {req.session_id} not found (expired?)")
-        f = s.files.get((req.kind, req.name))
+        key = (req.kind, req.name)
+        f = s.files.get(key)
         if f is None:
             raise errors.NotFound(f"copy session {req.session_id} has no {req.kind} {req.name}")
         path, size = f
         if req.offset > size:
             raise errors.BadRequest(f"offset {req.offset} past the end of {req.name} ({size})")
         n = min(req.bytes_max or CHUNK_BYTES_MAX, CHUNK_BYTES_MAX, size - req.offset)
-        with open(path, "rb") as fh:
-            data = os.pread(fh.fileno(), n, req.offset)
-        if len(data) != n:
-            raise errors.Internal(f"{req.name}: read {len(data)} of {n} bytes")
+        if n == 0:
+            return FetchCopyChunkResponse(crc32c=crc32c.crc32c(b"")), memoryview(b"")
+        data = memoryview(self._map(s, key, path, size))[req.offset : req.offset + n]
         return FetchCopyChunkResponse(crc32c=crc32c.crc32c(data)), data
+
+    @staticmethod
+    def _map(s: _Session, key: tuple[str, str], path: Path, size: int) -> mmap.mmap:
+        """The session's read-only map of one of its files, `size` bytes long.
+
+        Safe because no file of a session shrinks below its snapshotted size while the
+        session anchors the replica: data blocks and closed WAL segments never change, the
+        open segment only grows (it is cut at close to its written offset, which is past
+        the snapshot), and a deleted file stays readable through its map. A map is never
+        closed here (chunks of it may still wait in zmq's queues): it goes when its last
+        reference does."""
+        with s.maps_lock:
+            m = s.maps.get(key)
+            if m is not None:
+                s.maps.move_to_end(key)
+                return m
+            with open(path, "rb") as fh:
+                have = os.fstat(fh.fileno()).st_size
+                if have < size:  # a map past the end would fault (SIGBUS) when read
+                    raise errors.Internal(f"{path.name}: {have} bytes, the session saw {size}")
+                m = mmap.mmap(fh.fileno(), size, access=mmap.ACCESS_READ)
+            m.madvise(mmap.MADV_SEQUENTIAL)
+            s.maps[key] = m
+            while len(s.maps) > SESSION_MAPS_MAX:
+                s.maps.popitem(last=False)
+            return m
 
     def end(self, req: EndCopySessionRequest) -> EndCopySessionResponse:
         with self._lock:
@@ -259,6 +295,8 @@ class CopySource:
             self._release(s)
 
     def _release(self, s: _Session) -> None:
+        with s.maps_lock:
+            s.maps.clear()  # unmapped once no chunk of theirs waits to be sent
         t = s.tablet
         with t.lock:
             t.copy_anchors -= 1
@@ -328,7 +366,8 @@ def copy_tablet(
                 local = None
             fs.write_cmeta(merge_cmeta(tid, local, begin.cmeta))
             crash_point("copy.after_cmeta")
-            # 3, 4: WAL segments, then data blocks, into emptied directories.
+            # 3, 4: WAL segments, then data blocks, into emptied directories, as one
+            # stream of chunks; each kind's crash point once all of it is in place.
             wal_dir, data_dir = fs.wal_dir(tid), fs.data_dir(tid)
             for d in (wal_dir, data_dir):
                 if d.exists():
@@ -336,16 +375,16 @@ def copy_tablet(
                 d.mkdir(parents=True)
             fsync_dir(wal_dir.parent)
             fsync_dir(data_dir.parent)
-            total = 0
-            for kind, dest in (("wal", wal_dir), ("data", data_dir)):
-                total += download_files(
-                    rc,
-                    job,
-                    begin.session_id,
-                    [(f, dest) for f in begin.files if f.kind == kind],
-                    rate_limit_bytes_s=rate_limit_bytes_s,
-                )
-                crash_point(f"copy.after_{kind}")
+            dests = {"wal": wal_dir, "data": data_dir}
+            total = download_files(
+                rc,
+                job,
+                begin.session_id,
+                [(f, dests[k]) for k in dests for f in begin.files if f.kind == k],
+                rate_limit_bytes_s=rate_limit_bytes_s,
+                kinds=list(dests),
+                on_kind_done=lambda kind: crash_point(f"copy.after_{kind}"),
+            )
         finally:
             try:
                 rc.call(
@@ -375,8 +414,8 @@ def copy_tablet(
 class _OutFile:
     f: CopyFilePB
     dest: Path
-    fd: int | None = None
-    written: int = 0
+    fd: int | None = None  # opened by the first chunk written (under _Download.lock)
+    written: int = 0  # bytes written (under _Download.lock)
 
     @property
     def tmp(self) -> Path:
@@ -391,124 +430,273 @@ def download_files(
     *,
     rate_limit_bytes_s: int = 0,
     fsync: bool = True,
+    kinds: Sequence[str] = (),
+    on_kind_done: Callable[[str], None] | None = None,
 ) -> int:
-    """Fetch files of a copy session into their directories, in order, as one stream of
-    CRC-checked chunks: FETCH_WINDOW fetches in flight on one socket while the oldest
-    answer is written. Each file goes to `<name>.tmp`, is fsynced once, and renamed into
-    place; each directory is fsynced once at the end. Checks `job.cancel` after every
-    chunk; a throttled job fetches one small chunk at a time. Returns the bytes written.
-    `fsync=False` is for the bench's page-cache figure only."""
-    req = job.req
+    """Fetch files of a copy session into their directories as CRC-checked chunks, and
+    return the bytes written.
+
+    FETCH_WINDOW fetcher threads (`_Download`) take the chunks in order, each fetching one
+    with a synchronous call on a socket of its own (no thread hand-off on this side),
+    checking it and writing it at its offset, so that fetches, checks and writes overlap.
+    The write-back of each chunk to the disk starts at once (sync_file_range), so that a
+    file's fsync finds little left to do. Each file is written as `<name>.tmp`; the
+    thread that writes its last byte fsyncs and renames it, while the others go on with
+    the next file; each directory is fsynced once at the end. `job.cancel` is checked
+    after every chunk; a throttled job fetches one small chunk at a time. A failure or
+    cancel stops every fetcher before this raises; partial `.tmp` files stay (the next
+    copy empties the directory). `on_kind_done(kind)` is called once all files of a kind
+    (`CopyFilePB.kind`) are in place, for each of `kinds` (default: those of `files`) in
+    that order, even one without files; the last one after the directories are fsynced.
+    `fsync=False` (nothing fsynced or written back early) is for the bench's page-cache
+    figure only."""
     outs = [_OutFile(f, dest) for f, dest in files]
-    chunk_bytes, window = FETCH_CHUNK_BYTES, FETCH_WINDOW
+    chunk_bytes, fetchers = FETCH_CHUNK_BYTES, FETCH_WINDOW
     if rate_limit_bytes_s > 0:
         # One fetch at a time, each sent only when the throttle allows it (nothing waits
         # unread past its deadline), small enough to keep the source's session alive.
         chunk_bytes = int(rate_limit_bytes_s * THROTTLED_FETCH_S)
         chunk_bytes = max(THROTTLED_CHUNK_BYTES_MIN, min(FETCH_CHUNK_BYTES, chunk_bytes))
-        window = 1
-    plan: deque[tuple[_OutFile, int]] = deque(
-        (out, off) for out in outs for off in range(0, out.f.size_bytes, chunk_bytes)
+        fetchers = 1
+    d = _Download(
+        rc,
+        job,
+        session_id,
+        outs,
+        chunk_bytes=chunk_bytes,
+        durable=fsync,
+        rate_limit_bytes_s=rate_limit_bytes_s,
+        kinds=kinds,
+        on_kind_done=on_kind_done,
     )
-    pending: deque[tuple[_OutFile, int, PendingCall]] = deque()
-    dirs: dict[Path, None] = {}
-    total = 0
-    done = 0  # files in place
+    return d.run(fetchers)
 
-    def send(out: _OutFile, offset: int) -> PendingCall:
-        return rc.call_async(
-            req.source_uuid,
-            "TServer.FetchCopyChunk",
-            FetchCopyChunkRequest(
-                session_id=session_id,
-                kind=out.f.kind,
-                name=out.f.name,
-                offset=offset,
-                bytes_max=chunk_bytes,
-            ),
-            FetchCopyChunkResponse,
-            timeout_s=CALL_TIMEOUT_S,
+
+class _Download:
+    """One `download_files`: its plan of chunks, its files and its fetcher threads.
+
+    The plan, the files' descriptors and counters are shared under `lock`; a chunk is
+    fetched and written outside it (positional writes to a shared descriptor). The first
+    error sets `stop` and is raised by `run` once every fetcher has ended."""
+
+    def __init__(
+        self,
+        rc: RpcClient,
+        job: _Job,
+        session_id: str,
+        outs: list[_OutFile],
+        *,
+        chunk_bytes: int,
+        durable: bool,
+        rate_limit_bytes_s: int,
+        kinds: Sequence[str],
+        on_kind_done: Callable[[str], None] | None,
+    ) -> None:
+        assert chunk_bytes > 0, chunk_bytes
+        self.rc = rc
+        self.job = job
+        self.session_id = session_id
+        self.outs = outs
+        self.chunk_bytes = chunk_bytes
+        self.durable = durable
+        self.rate_limit_bytes_s = rate_limit_bytes_s
+        self.plan: deque[tuple[_OutFile, int]] = deque(
+            (out, off) for out in outs for off in range(0, out.f.size_bytes, chunk_bytes)
         )
-
-    def finish_files_up_to(limit: int) -> None:
-        """Put in place every file before index `limit` not yet done (all of it written)."""
-        nonlocal done
-        while done < limit:
-            out = outs[done]
-            if out.fd is None:  # an empty file: no chunk ever opened it
-                out.fd = os.open(out.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            assert out.written == out.f.size_bytes, (out.f.name, out.written)
-            if fsync:
-                os.fsync(out.fd)
-            os.close(out.fd)
-            out.fd = None
-            os.replace(out.tmp, out.dest / out.f.name)
-            dirs[out.dest] = None
-            job.files_done += 1
-            done += 1
-
-    index = {id(out): k for k, out in enumerate(outs)}
-    try:
-        while plan or pending:
-            while plan and len(pending) < window:
-                out, off = plan.popleft()
-                pending.append((out, off, send(out, off)))
-            out, off, call = pending.popleft()
-            data = _chunk(call, out, off, chunk_bytes, send)
-            finish_files_up_to(index[id(out)])  # files before this one are complete
-            if out.fd is None:
-                out.fd = os.open(out.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            os.pwrite(out.fd, data, off)
-            n = len(data)
-            del data  # the answer's buffer goes back before the next is awaited
-            out.written += n
-            total += n
-            job.bytes_done += n
-            _pace(job, rate_limit_bytes_s)
-        finish_files_up_to(len(outs))
-        if fsync:
-            for d in dirs:
-                fsync_dir(d)
-    finally:
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+        self.paced_from = job.bytes_done  # the throttle counts from the job's start
+        self.received = 0
+        self.written = 0
+        self.dirs: dict[Path, None] = {}
+        self.on_kind_done = on_kind_done
+        # Files not in place, by kind, in the order the kinds are announced.
+        self.kinds_left: dict[str, int] = dict.fromkeys(kinds, 0)
         for out in outs:
-            if out.fd is not None:
-                os.close(out.fd)  # a partial .tmp stays: the next copy empties the directory
-    return total
+            self.kinds_left[out.f.kind] = self.kinds_left.get(out.f.kind, 0) + 1
+        self.kinds_announced: list[str] = []
+        self.announce_lock = threading.Lock()
 
-
-def _chunk(call: PendingCall, out: _OutFile, offset: int, chunk_bytes: int, send) -> memoryview:
-    """The answer to one fetch, length and CRC checked; a lost connection or a busy source
-    is retried (FETCH_ATTEMPTS_MAX, backoff): fetches are idempotent."""
-    want = min(chunk_bytes, out.f.size_bytes - offset)
-    backoff_s = FETCH_BACKOFF_S
-    for attempt in range(1, FETCH_ATTEMPTS_MAX + 1):
+    def run(self, fetchers: int) -> int:
+        threads = [
+            threading.Thread(target=self._fetcher, name=f"tablet-copy-fetch-{i}", daemon=True)
+            for i in range(min(fetchers, len(self.plan)))
+        ]
         try:
-            resp, sidecars = call.result_with_sidecars()
-            break
-        except RETRYABLE as e:
-            if attempt == FETCH_ATTEMPTS_MAX:
-                raise
-            log.info("chunk of %s at %d: %s; fetching it again", out.f.name, offset, e)
-            time.sleep(max(backoff_s, e.retry_after_ms / 1000.0))
-            backoff_s *= 2
-            call = send(out, offset)
-    data = sidecars[0] if sidecars else memoryview(b"")
-    if len(data) != want:
-        raise errors.Corruption(
-            f"chunk of {out.f.name} at {offset}: {len(data)} bytes, expected {want}"
+            for t in threads:
+                t.start()
+        finally:
+            for t in threads:
+                if t.ident is not None:
+                    # Each fetch has a deadline (CALL_TIMEOUT_S) and bounded attempts; only
+                    # a disk stuck in a write or fsync holds a fetcher longer.
+                    t.join()
+            for out in self.outs:
+                if out.fd is not None:  # a failure left it open
+                    os.close(out.fd)
+                    out.fd = None
+        if self.error is not None:
+            raise self.error
+        for out in self.outs:  # the empty files; every other one is in place
+            if out.f.size_bytes == 0:
+                self._open(out)
+                self._complete(out)
+        if self.durable:
+            for d in self.dirs:
+                fsync_dir(d)
+        assert self.written == self.received == sum(o.f.size_bytes for o in self.outs)
+        self._announce(final=True)
+        return self.written
+
+    def _fetcher(self) -> None:
+        try:
+            while not self.stop.is_set():
+                with self.lock:
+                    if not self.plan:
+                        return
+                    out, off = self.plan.popleft()
+                data = self._fetch(out, off)
+                n = len(data)
+                self._write(out, off, data)
+                del data  # the answer's buffer goes back before the next fetch
+                with self.lock:
+                    self.received += n
+                    received = self.paced_from + self.received
+                _pace(self.job, self.rate_limit_bytes_s, received)
+        except BaseException as e:  # the first error stops every fetcher; run() raises it
+            with self.lock:
+                if self.error is None:
+                    self.error = e
+            self.stop.set()
+
+    def _fetch(self, out: _OutFile, offset: int) -> memoryview:
+        """One chunk, length and CRC checked; a lost connection or a busy source is retried
+        (FETCH_ATTEMPTS_MAX, backoff): fetches are idempotent."""
+        want = min(self.chunk_bytes, out.f.size_bytes - offset)
+        request = FetchCopyChunkRequest(
+            session_id=self.session_id,
+            kind=out.f.kind,
+            name=out.f.name,
+            offset=offset,
+            bytes_max=self.chunk_bytes,
         )
-    if crc32c.crc32c(data) != resp.crc32c:
-        raise errors.Corruption(f"chunk of {out.f.name} at {offset}: bad CRC32C")
-    return data
+        backoff_s = FETCH_BACKOFF_S
+        for attempt in range(1, FETCH_ATTEMPTS_MAX + 1):
+            try:
+                resp, sidecars = self.rc.call_with_sidecars(
+                    self.job.req.source_uuid,
+                    "TServer.FetchCopyChunk",
+                    request,
+                    FetchCopyChunkResponse,
+                    timeout_s=CALL_TIMEOUT_S,
+                )
+                break
+            except RETRYABLE as e:
+                if attempt == FETCH_ATTEMPTS_MAX or self.stop.is_set():
+                    raise
+                log.info("chunk of %s at %d: %s; fetching it again", out.f.name, offset, e)
+                if self.stop.wait(max(backoff_s, e.retry_after_ms / 1000.0)):
+                    raise
+                backoff_s *= 2
+        data = sidecars[0] if sidecars else memoryview(b"")
+        if len(data) != want:
+            raise errors.Corruption(
+                f"chunk of {out.f.name} at {offset}: {len(data)} bytes, expected {want}"
+            )
+        if crc32c.crc32c(data) != resp.crc32c:
+            raise errors.Corruption(f"chunk of {out.f.name} at {offset}: bad CRC32C")
+        return data
+
+    def _open(self, out: _OutFile) -> None:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+        out.fd = os.open(out.tmp, flags, 0o644)
+
+    def _write(self, out: _OutFile, offset: int, data: memoryview) -> None:
+        with self.lock:
+            if out.fd is None:
+                self._open(out)
+            fd = out.fd
+        _pwrite_all(fd, data, offset)
+        if self.durable:
+            start_writeback(fd, offset, len(data))
+        with self.lock:
+            out.written += len(data)
+            self.written += len(data)
+            self.job.bytes_done += len(data)
+            last = out.written == out.f.size_bytes
+        if last:  # every other chunk of the file is written: no fetcher uses its fd now
+            self._complete(out)
+
+    def _complete(self, out: _OutFile) -> None:
+        assert out.fd is not None and out.written == out.f.size_bytes, out.f.name
+        if self.durable:
+            os.fsync(out.fd)
+        with self.lock:
+            fd, out.fd = out.fd, None
+        os.close(fd)
+        os.replace(out.tmp, out.dest / out.f.name)
+        with self.lock:
+            self.dirs[out.dest] = None
+            self.job.files_done += 1
+            self.kinds_left[out.f.kind] -= 1
+        self._announce()
+
+    def _announce(self, *, final: bool = False) -> None:
+        """Call `on_kind_done` for each kind, in plan order, whose files are all in place;
+        the last kind only once the whole download is done (`final`)."""
+        with self.announce_lock:
+            kinds = list(self.kinds_left)
+            for kind in kinds[len(self.kinds_announced) :]:
+                if self.kinds_left[kind] or (kind == kinds[-1] and not final):
+                    return
+                self.kinds_announced.append(kind)
+                if self.on_kind_done is not None:
+                    self.on_kind_done(kind)
 
 
-def _pace(job: _Job, rate_limit_bytes_s: int) -> None:
-    """Cancel check, then the throttle: never ahead of `rate_limit_bytes_s` since the job
-    started; the wait is cut in short steps so that a cancel is seen at once."""
+def _load_sync_file_range():
+    """libc's sync_file_range (Linux), which Python's os module lacks; None elsewhere."""
+    try:
+        import ctypes
+
+        fn = ctypes.CDLL(None, use_errno=True).sync_file_range
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_sync_file_range = _load_sync_file_range()
+_SYNC_FILE_RANGE_WRITE = 2  # start writing dirty pages back; do not wait
+
+
+def start_writeback(fd: int, offset: int, n: int) -> None:
+    """Start writing a written range back to the disk, without waiting: the fsync of the
+    file then has little left to do. Advice only: a failure here (or no sync_file_range
+    on this system) leaves everything to the fsync, which reports any write error."""
+    if _sync_file_range is not None:
+        _sync_file_range(fd, offset, n, _SYNC_FILE_RANGE_WRITE)
+
+
+def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.pwrite(fd, view, offset)
+        if n <= 0:
+            raise OSError(errno.EIO, f"pwrite wrote {n} bytes")
+        view, offset = view[n:], offset + n
+
+
+def _pace(job: _Job, rate_limit_bytes_s: int, received: int) -> None:
+    """Cancel check, then the throttle: `received` bytes since the job started never ahead
+    of `rate_limit_bytes_s`; the wait is cut in short steps so that a cancel is seen at
+    once."""
     if job.cancel:
         raise CopyCancelled("cancelled by the operator")
     if rate_limit_bytes_s > 0:
-        until = job.started + job.bytes_done / rate_limit_bytes_s
+        until = job.started + received / rate_limit_bytes_s
         while (remaining := until - time.monotonic()) > 0:
             time.sleep(min(remaining, 0.1))
             if job.cancel:
