@@ -53,9 +53,6 @@ POLL_INTERVAL_MS = 50
 
 _OK = int(StatusCode.OK)
 _NOBLOCK = int(zmq.NOBLOCK)
-_POLLIN = int(zmq.POLLIN)
-_EVENTS = int(zmq.EVENTS)
-_RCVMORE = int(zmq.RCVMORE)
 _RCVTIMEO = int(zmq.RCVTIMEO)
 
 log = logging.getLogger(__name__)
@@ -226,20 +223,16 @@ class _DirectSocket(_Dealer):
             )
         return header
 
-    def monitor_pending(self) -> bool:
-        """True if connection events wait on the monitor (no syscall-free way; one poll)."""
-        return bool(self.monitor.get(_EVENTS) & _POLLIN)
-
-    def recv_reply(self, first: bytes) -> list:
+    def recv_reply(self, first: zmq.Frame) -> list:
         """The rest of an answer whose first frame was received: header and body as bytes
-        (small, parsed at once), sidecars zero-copy."""
+        (small, parsed at once), sidecars zero-copy. Frames say whether more follow, so no
+        socket option is read (each read costs more than the frame)."""
         sock = self.socket
-        parts: list = [first]
-        while sock.get(_RCVMORE):
-            if len(parts) < 2:
-                parts.append(sock.recv(_NOBLOCK))
-            else:
-                parts.append(sock.recv(_NOBLOCK, copy=False).buffer)
+        parts: list = [first.bytes]
+        frame = first
+        while frame.more:
+            frame = sock.recv(_NOBLOCK, copy=False)
+            parts.append(frame.bytes if len(parts) < 2 else frame.buffer)
         return parts
 
 
@@ -397,9 +390,6 @@ class Transport:
         header = d.header(method, recipient_uuid, caller_uuid)
         header.call_id = call_id
         sock = d.socket
-        # Connection events first, so that a drop seen while waiting is one after this send.
-        if d.monitor_pending():
-            d.drain_monitor()
         # Send: only to a live connection (IMMEDIATE); fail fast when nobody is there.
         header.timeout_ms = max(1, int(timeout_s * 1000))
         try:
@@ -415,7 +405,7 @@ class Transport:
                 sock.set(_RCVTIMEO, wait_ms)
                 d.rcvtimeo_ms = wait_ms
             try:
-                first = sock.recv()
+                first = sock.recv(copy=False)
             except zmq.Again:
                 pass
         while True:
@@ -437,11 +427,15 @@ class Transport:
             ready = dict(
                 d.poller.poll(max(1, int(min(deadline - now, DIRECT_POLL_SLICE_S) * 1000)))
             )
-            if d.monitor in ready and d.drain_monitor():
+            # The monitor is read only here, off the fast path, so a drop it shows may be
+            # older than this send: the call is given up only if the connection is down
+            # now (an answer can only come back over a live connection); a drop followed
+            # by a reconnect leaves the call to its deadline.
+            if d.monitor in ready and d.drain_monitor() and not d.connected:
                 raise ConnectionLost(f"connection to {d.address} lost")
             if d.socket in ready:
                 try:
-                    first = sock.recv(_NOBLOCK)
+                    first = sock.recv(_NOBLOCK, copy=False)
                 except zmq.Again:
                     pass
 

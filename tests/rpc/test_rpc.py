@@ -541,3 +541,29 @@ def test_io_thread_starts_with_the_first_call_through_it(server):
         assert pending.result().uuid == "a"
         assert transport._thread is not None and transport._thread.is_alive()
     assert not transport._thread.is_alive()
+
+
+@pytest.mark.integration
+def test_drop_before_a_call_is_not_taken_for_a_drop_during_it():
+    # The connection events of a server restart wait unread on the monitor (the fast path
+    # never reads it); a later call slow enough to watch the monitor sees that old drop,
+    # but the connection is up again, so the call goes on and gets its answer.
+    port = free_port()
+    proc = start_echo_process(port)
+    try:
+        with RpcClient(f"127.0.0.1:{port}", "c") as c:
+            echo = PingResponse(uuid="1")
+            assert c.call(SERVER_UUID, "Test.Echo", echo, PingResponse).uuid == "1"
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(10)
+            proc = start_echo_process(port)
+            # Wait for the reconnect without a call (a call's own slow send would read the
+            # monitor): with IMMEDIATE the socket is writable only over a live connection.
+            d = c._transport._direct_socket(c.address)
+            wait_for(lambda: d.socket.poll(100, zmq.POLLOUT), 10, "reconnected")
+            slow = c.call(SERVER_UUID, "Test.Sleep", PingResponse(uuid="0.3"), PingResponse,
+                          timeout_s=10)  # fmt: skip
+            assert slow.uuid == "awake"
+    finally:
+        proc.kill()
+        proc.wait(10)
