@@ -11,10 +11,12 @@ median printed (the machine is shared), side by side with a raw zmq transfer of 
 bytes on loopback (DEALER/ROUTER; the same chunk sizes, the same number of requests in
 flight; no protobuf, CRC or file read):
   - to disk: the follower's own data path (`tablet_copy.download_files`: a session, every
-    file in CRC-checked chunks on FETCH_WINDOW fetcher threads, written, write-back started
-    per chunk, fsynced once, renamed, directories fsynced), against raw zmq writing the
-    same files the same way (pwrite, write-back started per chunk, one fsync each);
-  - to the page cache only: the same two without write-back or fsync;
+    file in CRC-checked chunks on FETCH_WINDOW fetcher threads, each chunk written with its
+    write-back started at once (`tablet_copy.write_back`), each file fsynced once and
+    renamed, directories fsynced), against raw zmq writing the same files with the same
+    `write_back` and one fsync each;
+  - to the page cache only: the same two with plain writes, nothing written back or
+    fsynced;
   - raw zmq without any disk: the target compares the copy to disk with this one
     (copy to disk >= 0.50 of the network alone);
   - `copy_tablet` end to end onto a fresh fs root (what `tserver copy-from-remote` runs:
@@ -56,7 +58,7 @@ from tservers.tablet_copy import (  # noqa: E402
     _Job,
     copy_tablet,
     download_files,
-    start_writeback,
+    write_back,
 )
 from tservers.tserver_pb2 import (  # noqa: E402
     BeginCopySessionRequest,
@@ -202,8 +204,9 @@ def raw_zmq(sizes: list[int], dest: Path | None, *, fsync: bool) -> float:
     """The same bytes over a zmq DEALER/ROUTER pair on loopback, in the copy's chunk plan
     (FETCH_CHUNK_BYTES, the last chunk of each file shorter) with FETCH_WINDOW requests in
     flight; no protobuf, no CRC, no file read at the sender. With `dest`, each file's
-    chunks are written with pwrite into a file of its own; with `fsync` as the copy does
-    it: write-back started after each chunk, the file fsynced once."""
+    chunks are written into a file of its own: with `fsync` as the copy writes them
+    (`tablet_copy.write_back`: uncached writes whose write-back starts at once, or pwrite
+    and write-back started per chunk), each file fsynced once; without, plain pwrite."""
     plan = [
         (k, off, min(FETCH_CHUNK_BYTES, size - off))
         for k, size in enumerate(sizes)
@@ -226,6 +229,7 @@ def raw_zmq(sizes: list[int], dest: Path | None, *, fsync: bool) -> float:
     if dest is not None:
         dest.mkdir(parents=True)
     fds: dict[int, int] = {}
+    uncached = True
     t0 = time.perf_counter()
     sent = 0
     for got, (k, off, n) in enumerate(plan):
@@ -238,9 +242,10 @@ def raw_zmq(sizes: list[int], dest: Path | None, *, fsync: bool) -> float:
             fd = fds.get(k)
             if fd is None:
                 fd = fds[k] = os.open(dest / f"f{k}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-            os.pwrite(fd, frame.buffer, off)
             if fsync:
-                start_writeback(fd, off, n)
+                uncached = write_back(fd, frame.buffer, off, uncached=uncached)
+            else:
+                os.pwrite(fd, frame.buffer, off)
             if off + n == sizes[k]:
                 if fsync:
                     os.fsync(fd)

@@ -4,16 +4,18 @@ Source (`CopySource`): `BeginCopySession` snapshots a running replica's superblo
 consensus metadata and file list (data blocks, WAL segments; the open segment up to what is
 written) and anchors the replica (no WAL GC, no compaction) until `EndCopySession` or
 `SESSION_IDLE_S` without a fetch. `FetchCopyChunk` serves a file range as a sidecar with its
-CRC32C.
+CRC32C: a slice of a read-only map of the file, sent without a copy.
 
 Follower (`CopyJobs`): `StartTabletCopy` runs the seed's checks in order (the rpc layer
 checked the recipient; then ALREADY_IN_PROGRESS, expected data state, caller term), then
 queues a job on one bounded worker thread: delete a running replica first; superblock
 COPYING (fsynced); consensus metadata merged (highest term wins, own vote kept when the
 remote term is not higher, remote config adopted) and written before any download; WAL
-segments; data blocks (each chunk CRC-checked, files fsynced and renamed into place);
-superblock READY; replica started. A failure deletes the replica again (tombstone keeping
-its last op id); a crash leaves COPYING, which startup turns into DELETED.
+segments then data blocks as one stream of CRC-checked chunks (`download_files`: a few
+fetcher threads, each chunk written with its write-back started at once, each file fsynced
+and renamed into place as soon as it is complete); superblock READY; replica started. A
+failure deletes the replica again (tombstone keeping its last op id); a crash leaves
+COPYING, which startup turns into DELETED.
 
 The steps themselves are `copy_tablet`, shared by the jobs (a `_LiveTarget`: the running
 server's manager) and `tserver copy-from-remote` (an `OfflineTarget`: a stopped server's fs
@@ -30,6 +32,7 @@ import os
 import queue
 import secrets
 import shutil
+import sys
 import threading
 import time
 from collections import OrderedDict, deque
@@ -67,11 +70,12 @@ SESSION_IDLE_S = 60.0
 SESSIONS_MAX = 16
 CHUNK_BYTES_MAX = 4 << 20  # the most a source serves in one FetchCopyChunk
 SESSION_MAPS_MAX = 4  # files of one session kept mapped at the source (fetched in order)
-# The follower fetches chunks of FETCH_CHUNK_BYTES on FETCH_WINDOW threads, each with one
-# chunk in flight, checked and written at its offset: memory stays within their product
-# (8 MiB). Each rpc costs about 0.4-0.8 ms of Python on a busy 2-core machine, so chunks
-# are large; past 2 MiB the buffers no longer fit the caches and copies slow down instead
-# (bench/replication.py).
+# The follower fetches chunks of FETCH_CHUNK_BYTES on FETCH_WINDOW threads (the caller's
+# and FETCH_WINDOW - 1 more), each with one chunk in flight, checked and written at its
+# offset: memory stays within their product (8 MiB). Each rpc costs about 0.4-0.8 ms of
+# Python on a busy 2-core machine, so chunks are large; past 2 MiB the buffers no longer
+# fit the caches and copies slow down instead; 2 to 4 fetchers do about as well, more do
+# worse (bench/replication.py).
 FETCH_CHUNK_BYTES = 2 << 20
 FETCH_WINDOW = 4
 FETCH_ATTEMPTS_MAX = 5  # per chunk, for a lost connection or a busy source
@@ -416,6 +420,9 @@ class _OutFile:
     dest: Path
     fd: int | None = None  # opened by the first chunk written (under _Download.lock)
     written: int = 0  # bytes written (under _Download.lock)
+    # One write at a time into the file: writers of one file serialize on its inode lock
+    # anyway, and the kernel spins (burning a CPU) while another holds it.
+    write_lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
     def tmp(self) -> Path:
@@ -438,9 +445,10 @@ def download_files(
 
     FETCH_WINDOW fetcher threads (`_Download`) take the chunks in order, each fetching one
     with a synchronous call on a socket of its own (no thread hand-off on this side),
-    checking it and writing it at its offset, so that fetches, checks and writes overlap.
-    The write-back of each chunk to the disk starts at once (sync_file_range), so that a
-    file's fsync finds little left to do. Each file is written as `<name>.tmp`; the
+    checking it and writing it at its offset, so that fetches, checks and writes overlap
+    (one write at a time per file). Each chunk's write-back to the disk starts at once
+    (`write_back`: uncached writes where the kernel has them), so that a file's fsync finds
+    little left to do. Each file is written as `<name>.tmp`; the
     thread that writes its last byte fsyncs and renames it, while the others go on with
     the next file; each directory is fsynced once at the end. `job.cancel` is checked
     after every chunk; a throttled job fetches one small chunk at a time. A failure or
@@ -499,6 +507,7 @@ class _Download:
         self.outs = outs
         self.chunk_bytes = chunk_bytes
         self.durable = durable
+        self.uncached = durable  # until the file system refuses one (`write_back`)
         self.rate_limit_bytes_s = rate_limit_bytes_s
         self.plan: deque[tuple[_OutFile, int]] = deque(
             (out, off) for out in outs for off in range(0, out.f.size_bytes, chunk_bytes)
@@ -519,13 +528,16 @@ class _Download:
         self.announce_lock = threading.Lock()
 
     def run(self, fetchers: int) -> int:
+        """Fetch with `fetchers` threads: this one (its socket is connected already) and
+        `fetchers - 1` more."""
         threads = [
             threading.Thread(target=self._fetcher, name=f"tablet-copy-fetch-{i}", daemon=True)
-            for i in range(min(fetchers, len(self.plan)))
+            for i in range(1, min(fetchers, len(self.plan)))
         ]
         try:
             for t in threads:
                 t.start()
+            self._fetcher()
         finally:
             for t in threads:
                 if t.ident is not None:
@@ -617,9 +629,12 @@ class _Download:
             if out.fd is None:
                 self._open(out)
             fd = out.fd
-        _pwrite_all(fd, data, offset)
-        if self.durable:
-            start_writeback(fd, offset, len(data))
+        with out.write_lock:
+            if not self.durable:
+                _pwrite_all(fd, data, offset)
+            elif not write_back(fd, data, offset, uncached=self.uncached) and self.uncached:
+                self.uncached = False
+                log.info("%s: no uncached writes here; write-back started per chunk", out.dest)
         with self.lock:
             out.written += len(data)
             self.written += len(data)
@@ -655,8 +670,37 @@ class _Download:
                     self.on_kind_done(kind)
 
 
+def write_back(fd: int, data: memoryview, offset: int, *, uncached: bool = True) -> bool:
+    """Write a chunk and start writing it back to the disk at once, without waiting, so
+    that the file's fsync finds little left to do.
+
+    With `uncached` (Linux 6.14+, RWF_DONTCACHE) the write goes through the page cache
+    without staying there: write-back starts at once and the pages are freed once written,
+    so that the next chunks reuse them instead of fresh memory (costly on a VM whose free
+    memory goes back to the host) and the copy does not push the server's working set
+    out. Returns False if the kernel or file system refused it (nothing is kept from the
+    attempt: the chunk is then written the ordinary way, the same bytes at the same
+    offsets; callers stop asking). Otherwise, or without `uncached`: pwrite, then
+    sync_file_range to start the write-back (advice: where missing or failing, the fsync
+    does it all and reports any error)."""
+    if uncached and _RWF_DONTCACHE:
+        try:
+            _pwrite_all(fd, data, offset, _RWF_DONTCACHE)
+            return True
+        except OSError as e:
+            if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                raise
+        uncached = False
+    _pwrite_all(fd, data, offset)
+    if _sync_file_range is not None:
+        _sync_file_range(fd, offset, len(data), _SYNC_FILE_RANGE_WRITE)
+    return uncached
+
+
 def _load_sync_file_range():
     """libc's sync_file_range (Linux), which Python's os module lacks; None elsewhere."""
+    if sys.platform != "linux":
+        return None
     try:
         import ctypes
 
@@ -670,20 +714,15 @@ def _load_sync_file_range():
 
 _sync_file_range = _load_sync_file_range()
 _SYNC_FILE_RANGE_WRITE = 2  # start writing dirty pages back; do not wait
+# A buffered write whose pages are dropped once written back (Linux 6.14+); older kernels
+# refuse the unknown flag (EOPNOTSUPP) without writing anything.
+_RWF_DONTCACHE = getattr(os, "RWF_DONTCACHE", 0x80) if sys.platform == "linux" else 0
 
 
-def start_writeback(fd: int, offset: int, n: int) -> None:
-    """Start writing a written range back to the disk, without waiting: the fsync of the
-    file then has little left to do. Advice only: a failure here (or no sync_file_range
-    on this system) leaves everything to the fsync, which reports any write error."""
-    if _sync_file_range is not None:
-        _sync_file_range(fd, offset, n, _SYNC_FILE_RANGE_WRITE)
-
-
-def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
+def _pwrite_all(fd: int, data: memoryview, offset: int, flags: int = 0) -> None:
     view = memoryview(data)
     while view:
-        n = os.pwrite(fd, view, offset)
+        n = os.pwritev(fd, [view], offset, flags) if flags else os.pwrite(fd, view, offset)
         if n <= 0:
             raise OSError(errno.EIO, f"pwrite wrote {n} bytes")
         view, offset = view[n:], offset + n

@@ -8,7 +8,10 @@ session saw (a map past the end would kill it) and keeps serving."""
 from __future__ import annotations
 
 import errno
+import logging
 import os
+import shutil
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -147,6 +150,50 @@ def test_many_chunks_across_files_arrive_intact(source: TServerTrio, small_chunk
         assert len(want) == f.size_bytes, f.name
         assert (dest / f.name).read_bytes() == want, f.name
     assert not list((tmp_path / "copy").rglob("*.tmp"))
+    assert _fetchers() == []
+
+
+@pytest.fixture
+def shm_dir():
+    """A directory on tmpfs, whose files refuse uncached writes (RWF_DONTCACHE)."""
+    root = Path("/dev/shm")
+    if not root.is_dir():
+        pytest.skip("no /dev/shm")
+    d = Path(tempfile.mkdtemp(prefix="copy-download-", dir=root))
+    probe = d / "probe"
+    fd = os.open(probe, os.O_WRONLY | os.O_CREAT)
+    try:
+        os.pwritev(fd, [b"x"], 0, 0x80)
+        pytest.skip("this kernel's tmpfs takes uncached writes: no fallback to exercise")
+    except OSError as e:
+        assert e.errno == errno.EOPNOTSUPP, e
+    finally:
+        os.close(fd)
+        probe.unlink()
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d)
+
+
+def test_without_uncached_writes_chunks_are_written_back_as_they_come(
+    source: TServerTrio, small_chunks, shm_dir, caplog
+):
+    p = source.procs[0]
+    src = FsLayout(p.root, p.uuid)  # paths only
+    dests = _dests(shm_dir / "copy")
+    with RpcClient(p.address, "test") as rc, caplog.at_level(logging.INFO, tablet_copy.__name__):
+        begin = _begin(rc, p.uuid)
+        try:
+            files = [(f, dests[k]) for k in dests for f in begin.files if f.kind == k]
+            total = download_files(rc, _job(p.uuid), begin.session_id, files)
+        finally:
+            _end(rc, p.uuid, begin.session_id)
+    assert "no uncached writes here" in caplog.text
+    assert total == sum(f.size_bytes for f, _ in files)
+    for f, dest in files:
+        src_dir = src.wal_dir(T) if f.kind == "wal" else src.data_dir(T)
+        assert (dest / f.name).read_bytes() == (src_dir / f.name).read_bytes()[: f.size_bytes]
     assert _fetchers() == []
 
 
