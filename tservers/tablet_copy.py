@@ -248,7 +248,6 @@ class CopySource:
                 if have < size:  # a map past the end would fault (SIGBUS) when read
                     raise errors.Internal(f"{path.name}: {have} bytes, the session saw {size}")
                 m = mmap.mmap(fh.fileno(), size, access=mmap.ACCESS_READ)
-            m.madvise(mmap.MADV_SEQUENTIAL)
             s.maps[key] = m
             while len(s.maps) > SESSION_MAPS_MAX:
                 s.maps.popitem(last=False)
@@ -448,14 +447,15 @@ def download_files(
     checking it and writing it at its offset, so that fetches, checks and writes overlap
     (one write at a time per file). Each chunk's write-back to the disk starts at once
     (`write_back`: uncached writes where the kernel has them), so that a file's fsync finds
-    little left to do. Each file is written as `<name>.tmp`; the
-    thread that writes its last byte fsyncs and renames it, while the others go on with
-    the next file; each directory is fsynced once at the end. `job.cancel` is checked
-    after every chunk; a throttled job fetches one small chunk at a time. A failure or
-    cancel stops every fetcher before this raises; partial `.tmp` files stay (the next
-    copy empties the directory). `on_kind_done(kind)` is called once all files of a kind
-    (`CopyFilePB.kind`) are in place, for each of `kinds` (default: those of `files`) in
-    that order, even one without files; the last one after the directories are fsynced.
+    little left to do. Each file is written as `<name>.tmp`; the thread that writes its
+    last byte fsyncs and renames it, while the others go on with the next file; each
+    directory is fsynced once at the end. `job.cancel` is checked after every chunk; a
+    throttled job fetches one small chunk at a time. A failure or cancel stops every
+    fetcher (each after its chunk in progress, whose call has a deadline) before this
+    raises; partial `.tmp` files stay (the next copy empties the directory).
+    `on_kind_done(kind)` is called once all files of a kind (`CopyFilePB.kind`) are in
+    place, for each of `kinds` (default: those of `files`) in that order, even one without
+    files; the last one after the directories are fsynced.
     `fsync=False` (nothing fsynced or written back early) is for the bench's page-cache
     figure only."""
     outs = [_OutFile(f, dest) for f, dest in files]
