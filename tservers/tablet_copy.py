@@ -71,13 +71,21 @@ SESSIONS_MAX = 16
 CHUNK_BYTES_MAX = 4 << 20  # the most a source serves in one FetchCopyChunk
 SESSION_MAPS_MAX = 4  # files of one session kept mapped at the source (fetched in order)
 # The follower fetches chunks of FETCH_CHUNK_BYTES on FETCH_WINDOW threads (the caller's
-# and FETCH_WINDOW - 1 more), each with one chunk in flight, checked and written at its
-# offset: memory stays within their product (8 MiB). Each rpc costs about 0.4-0.8 ms of
-# Python on a busy 2-core machine, so chunks are large; past 2 MiB the buffers no longer
+# and FETCH_WINDOW - 1 more), each with one chunk in flight. Each rpc costs about 0.4-0.8 ms
+# of Python on a busy 2-core machine, so chunks are large; past 2 MiB the buffers no longer
 # fit the caches and copies slow down instead; 2 to 4 fetchers do about as well, more do
 # worse (bench/replication.py).
 FETCH_CHUNK_BYTES = 2 << 20
 FETCH_WINDOW = 4
+# Checked chunks wait for WRITERS writer threads in a queue of WRITE_QUEUE_MAX; with the
+# fetchers' chunks and the writers' staging buffers a download holds at most
+# (FETCH_WINDOW + WRITE_QUEUE_MAX + 2 * WRITERS) chunks (24 MiB). Two writers keep the
+# disk busy while one waits for its write; more measured no faster.
+WRITERS = 2
+WRITE_QUEUE_MAX = 4
+# O_DIRECT needs offsets, lengths and buffer addresses aligned to the disk's logical block:
+# 4 KiB is a multiple of any.
+DIRECT_ALIGN_BYTES = 4096
 FETCH_ATTEMPTS_MAX = 5  # per chunk, for a lost connection or a busy source
 FETCH_BACKOFF_S = 0.2  # doubling between attempts
 THROTTLED_FETCH_S = 1.0  # a throttled copy fetches about this often (sessions stay alive)
@@ -418,9 +426,10 @@ class _OutFile:
     f: CopyFilePB
     dest: Path
     fd: int | None = None  # opened by the first chunk written (under _Download.lock)
+    direct: bool = False  # fd has O_DIRECT
     written: int = 0  # bytes written (under _Download.lock)
-    # One write at a time into the file: writers of one file serialize on its inode lock
-    # anyway, and the kernel spins (burning a CPU) while another holds it.
+    # One buffered write at a time into the file: writers of one file serialize on its
+    # inode lock anyway, and the kernel spins (burning a CPU) while another holds it.
     write_lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -443,16 +452,19 @@ def download_files(
     return the bytes written.
 
     FETCH_WINDOW fetcher threads (`_Download`) take the chunks in order, each fetching one
-    with a synchronous call on a socket of its own (no thread hand-off on this side),
-    checking it and writing it at its offset, so that fetches, checks and writes overlap
-    (one write at a time per file). Each chunk's write-back to the disk starts at once
-    (`write_back`: uncached writes where the kernel has them), so that a file's fsync finds
-    little left to do. Each file is written as `<name>.tmp`; the thread that writes its
-    last byte fsyncs and renames it, while the others go on with the next file; each
-    directory is fsynced once at the end. `job.cancel` is checked after every chunk; a
-    throttled job fetches one small chunk at a time. A failure or cancel stops every
-    fetcher (each after its chunk in progress, whose call has a deadline) before this
-    raises; partial `.tmp` files stay (the next copy empties the directory).
+    with a synchronous call on a socket of its own (no thread hand-off on this side) and
+    checking it; WRITERS writer threads take the checked chunks from a queue of
+    WRITE_QUEUE_MAX and write each at its offset, so that fetches, checks and disk writes
+    overlap. Durable writes go straight to the disk (O_DIRECT through an aligned staging
+    buffer per writer: no page cache to fill, nothing left for the fsync but the file's
+    metadata), or, where the file system refuses O_DIRECT, through `write_back` (uncached
+    writes whose write-back starts at once). Each file is written as `<name>.tmp`; the
+    writer that writes its last byte fsyncs and renames it, while the others go on with
+    the next file; each directory is fsynced once at the end. `job.cancel` is checked
+    after every chunk; a throttled job fetches one small chunk at a time. A failure or
+    cancel stops every thread (a fetcher after its chunk in progress, whose call has a
+    deadline) before this raises; partial `.tmp` files stay (the next copy empties the
+    directory).
     `on_kind_done(kind)` is called once all files of a kind (`CopyFilePB.kind`) are in
     place, for each of `kinds` (default: those of `files`) in that order, even one without
     files; the last one after the directories are fsynced.
@@ -465,6 +477,7 @@ def download_files(
         # unread past its deadline), small enough to keep the source's session alive.
         chunk_bytes = int(rate_limit_bytes_s * THROTTLED_FETCH_S)
         chunk_bytes = max(THROTTLED_CHUNK_BYTES_MIN, min(FETCH_CHUNK_BYTES, chunk_bytes))
+        chunk_bytes -= chunk_bytes % DIRECT_ALIGN_BYTES  # offsets O_DIRECT can write at
         fetchers = 1
     d = _Download(
         rc,
@@ -481,11 +494,11 @@ def download_files(
 
 
 class _Download:
-    """One `download_files`: its plan of chunks, its files and its fetcher threads.
+    """One `download_files`: its plan of chunks, its files, its fetcher and writer threads.
 
     The plan, the files' descriptors and counters are shared under `lock`; a chunk is
-    fetched and written outside it (positional writes to a shared descriptor). The first
-    error sets `stop` and is raised by `run` once every fetcher has ended."""
+    fetched, checked and written outside it (positional writes to a shared descriptor).
+    The first error sets `stop` and is raised by `run` once every thread has ended."""
 
     def __init__(
         self,
@@ -507,7 +520,9 @@ class _Download:
         self.outs = outs
         self.chunk_bytes = chunk_bytes
         self.durable = durable
+        self.direct = durable and _O_DIRECT != 0 and chunk_bytes % DIRECT_ALIGN_BYTES == 0
         self.uncached = durable  # until the file system refuses one (`write_back`)
+        self.queue: queue.Queue = queue.Queue(maxsize=WRITE_QUEUE_MAX)  # checked chunks
         self.rate_limit_bytes_s = rate_limit_bytes_s
         self.plan: deque[tuple[_OutFile, int]] = deque(
             (out, off) for out in outs for off in range(0, out.f.size_bytes, chunk_bytes)
@@ -528,21 +543,33 @@ class _Download:
         self.announce_lock = threading.Lock()
 
     def run(self, fetchers: int) -> int:
-        """Fetch with `fetchers` threads: this one (its socket is connected already) and
-        `fetchers - 1` more."""
-        threads = [
+        """Fetch with `fetchers` threads (this one, whose socket is connected already, and
+        `fetchers - 1` more), write with WRITERS threads; every thread has ended when this
+        returns or raises."""
+        writers = [
+            threading.Thread(target=self._writer, name=f"tablet-copy-write-{i}", daemon=True)
+            for i in range(WRITERS)
+        ]
+        fetching = [
             threading.Thread(target=self._fetcher, name=f"tablet-copy-fetch-{i}", daemon=True)
             for i in range(1, min(fetchers, len(self.plan)))
         ]
         try:
-            for t in threads:
+            for t in writers + fetching:
                 t.start()
             self._fetcher()
         finally:
-            for t in threads:
+            # Each fetch has a deadline (CALL_TIMEOUT_S) and bounded attempts, and writers
+            # take everything queued (dropping it after a failure) until told to end: only
+            # a disk stuck in a write or fsync holds a thread longer.
+            for t in fetching:
                 if t.ident is not None:
-                    # Each fetch has a deadline (CALL_TIMEOUT_S) and bounded attempts; only
-                    # a disk stuck in a write or fsync holds a fetcher longer.
+                    t.join()
+            for t in writers:
+                if t.ident is not None:
+                    self.queue.put(_WRITERS_END)
+            for t in writers:
+                if t.ident is not None:
                     t.join()
             for out in self.outs:
                 if out.fd is not None:  # a failure left it open
@@ -570,17 +597,51 @@ class _Download:
                     out, off = self.plan.popleft()
                 data = self._fetch(out, off)
                 n = len(data)
-                self._write(out, off, data)
-                del data  # the answer's buffer goes back before the next fetch
+                self._enqueue((out, off, data))
+                del data  # the writer holds the answer's buffer until written
                 with self.lock:
                     self.received += n
                     received = self.paced_from + self.received
                 _pace(self.job, self.rate_limit_bytes_s, received)
-        except BaseException as e:  # the first error stops every fetcher; run() raises it
-            with self.lock:
-                if self.error is None:
-                    self.error = e
-            self.stop.set()
+        except BaseException as e:
+            self._fail(e)
+
+    def _fail(self, e: BaseException) -> None:
+        """The first error stops every fetcher and writer; run() raises it."""
+        with self.lock:
+            if self.error is None:
+                self.error = e
+        self.stop.set()
+
+    def _enqueue(self, item: tuple[_OutFile, int, memoryview]) -> None:
+        while not self.stop.is_set():
+            try:
+                self.queue.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+        raise CopyCancelled("stopped: the copy failed elsewhere")
+
+    def _writer(self) -> None:
+        staging = None  # page-aligned (an anonymous map), for O_DIRECT writes
+        try:
+            while True:
+                item = self.queue.get()
+                if item is _WRITERS_END:
+                    return
+                if self.stop.is_set():
+                    continue  # after a failure: drop what is queued
+                out, off, data = item
+                try:
+                    if self.direct and staging is None:
+                        staging = mmap.mmap(-1, self.chunk_bytes)
+                    self._write(out, off, data, staging)
+                except BaseException as e:
+                    self._fail(e)
+                del item, data
+        finally:
+            if staging is not None:
+                staging.close()
 
     def _fetch(self, out: _OutFile, offset: int) -> memoryview:
         """One chunk, length and CRC checked; a lost connection or a busy source is retried
@@ -622,29 +683,54 @@ class _Download:
 
     def _open(self, out: _OutFile) -> None:
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+        if self.direct and out.f.size_bytes > 0:
+            try:
+                out.fd = os.open(out.tmp, flags | _O_DIRECT, 0o644)
+                out.direct = True
+                return
+            except OSError as e:
+                if e.errno != errno.EINVAL:
+                    raise
+                self.direct = False
+                log.info("%s: no O_DIRECT on this file system (%s); buffered writes", out.dest, e)
         out.fd = os.open(out.tmp, flags, 0o644)
 
-    def _write(self, out: _OutFile, offset: int, data: memoryview) -> None:
+    def _write(self, out: _OutFile, offset: int, data: memoryview, staging) -> None:
         with self.lock:
             if out.fd is None:
                 self._open(out)
             fd = out.fd
-        with out.write_lock:
-            if not self.durable:
-                _pwrite_all(fd, data, offset)
-            elif not write_back(fd, data, offset, uncached=self.uncached) and self.uncached:
-                self.uncached = False
-                log.info("%s: no uncached writes here; write-back started per chunk", out.dest)
+        n = len(data)
+        if out.direct:
+            # Straight to the disk from an aligned buffer; the last chunk of a file is
+            # padded to the alignment, and the file cut to its size before the fsync.
+            padded = -(-n // DIRECT_ALIGN_BYTES) * DIRECT_ALIGN_BYTES
+            buf = memoryview(staging)
+            try:
+                buf[:n] = data
+                buf[n:padded] = bytes(padded - n)
+                _pwrite_all(fd, buf[:padded], offset)
+            finally:
+                buf.release()
+        else:
+            with out.write_lock:
+                if not self.durable:
+                    _pwrite_all(fd, data, offset)
+                elif not write_back(fd, data, offset, uncached=self.uncached) and self.uncached:
+                    self.uncached = False
+                    log.info("%s: no uncached writes; write-back started per chunk", out.dest)
         with self.lock:
-            out.written += len(data)
-            self.written += len(data)
-            self.job.bytes_done += len(data)
+            out.written += n
+            self.written += n
+            self.job.bytes_done += n
             last = out.written == out.f.size_bytes
-        if last:  # every other chunk of the file is written: no fetcher uses its fd now
+        if last:  # every other chunk of the file is written: no writer uses its fd now
             self._complete(out)
 
     def _complete(self, out: _OutFile) -> None:
         assert out.fd is not None and out.written == out.f.size_bytes, out.f.name
+        if out.direct and out.written % DIRECT_ALIGN_BYTES:
+            os.ftruncate(out.fd, out.written)  # the padding of the last chunk goes
         if self.durable:
             os.fsync(out.fd)
         with self.lock:
@@ -668,6 +754,10 @@ class _Download:
                 self.kinds_announced.append(kind)
                 if self.on_kind_done is not None:
                     self.on_kind_done(kind)
+
+
+_WRITERS_END = object()  # writer queue: no more chunks
+_O_DIRECT = getattr(os, "O_DIRECT", 0)
 
 
 def write_back(fd: int, data: memoryview, offset: int, *, uncached: bool = True) -> bool:

@@ -16,6 +16,7 @@ import threading
 import time
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from rpc import errors
@@ -32,28 +33,42 @@ from tservers.tserver_pb2 import (
     EndCopySessionResponse,
     FetchCopyChunkRequest,
     FetchCopyChunkResponse,
+    OpType,
     StartTabletCopyRequest,
 )
 
 pytestmark = pytest.mark.integration
 
 T = "dl"
-CHUNK_BYTES = 1024  # small chunks: every file takes many, fetched by several threads
+# Small chunks: every file takes many, fetched and written by several threads. A multiple
+# of the O_DIRECT alignment (durable writes go straight to the disk); the odd size does
+# not allow that (buffered writes, write-back started per chunk).
+CHUNK_BYTES = 16 << 10
+ODD_CHUNK_BYTES = 5000
 
 
 @pytest.fixture(scope="module")
 def source(tmp_path_factory):
     """One server with a tablet of two data blocks (small flushes; compaction would start
-    at four) and its WAL; the copies read it, nobody writes to it during the tests."""
+    at four) and its WAL, a few hundred KB each; the copies read it, nobody writes to it
+    during the tests."""
     q = TServerTrio(tmp_path_factory.mktemp("src"), n=1, extra_args=["--flush-rows", "150"])
+
+    def write(ids: range) -> None:
+        ids = list(ids)
+        t = pa.table(
+            {"id": pa.array(ids, pa.int64()), "v": [f"{i:06d}" * 300 for i in ids]}  # 1.8 KB
+        )
+        q.client(0).write(T, [(OpType.INSERT, t)], schema_version=1)
+
     try:
         q.start_all()
         q.create_tablet(T, members=[0])
         q.leader(T)
         for b in range(2):
-            q.write(0, T, range(b * 200, b * 200 + 200))
+            write(range(b * 200, b * 200 + 200))
             wait_for(lambda b=b: q.report(0, T).blocks > b, 30, f"flush {b + 1} at the source")
-        q.write(0, T, range(400, 500))  # and some in the WAL only
+        write(range(400, 500))  # and some in the WAL only
         yield q
     finally:
         q.stop_all()
@@ -62,6 +77,11 @@ def source(tmp_path_factory):
 @pytest.fixture
 def small_chunks(monkeypatch):
     monkeypatch.setattr(tablet_copy, "FETCH_CHUNK_BYTES", CHUNK_BYTES)
+
+
+@pytest.fixture
+def odd_chunks(monkeypatch):
+    monkeypatch.setattr(tablet_copy, "FETCH_CHUNK_BYTES", ODD_CHUNK_BYTES)
 
 
 def _begin(rc: RpcClient, uuid: str) -> BeginCopySessionResponse:
@@ -96,8 +116,8 @@ def _dests(root: Path) -> dict[str, Path]:
     return dests
 
 
-def _fetchers() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name.startswith("tablet-copy-fetch")]
+def _copy_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("tablet-copy-")]
 
 
 def _open_files_under(root: Path) -> list[str]:
@@ -112,7 +132,11 @@ def _open_files_under(root: Path) -> list[str]:
     return found
 
 
-def test_many_chunks_across_files_arrive_intact(source: TServerTrio, small_chunks, tmp_path):
+@pytest.mark.parametrize("chunk_bytes", [CHUNK_BYTES, ODD_CHUNK_BYTES], ids=["direct", "buffered"])
+def test_many_chunks_across_files_arrive_intact(
+    source: TServerTrio, chunk_bytes, monkeypatch, tmp_path
+):
+    monkeypatch.setattr(tablet_copy, "FETCH_CHUNK_BYTES", chunk_bytes)
     p = source.procs[0]
     src = FsLayout(p.root, p.uuid)  # paths only
     dests = _dests(tmp_path / "copy")
@@ -139,7 +163,8 @@ def test_many_chunks_across_files_arrive_intact(source: TServerTrio, small_chunk
         finally:
             _end(rc, p.uuid, begin.session_id)
     sizes = [f.size_bytes for f, _ in files]
-    assert sum(sizes) > 8 * CHUNK_BYTES  # many chunks
+    assert sum(sizes) > 20 * chunk_bytes  # many chunks
+    assert all(s % chunk_bytes for s in sizes)  # each file ends with a short chunk
     assert total == sum(sizes) == job.bytes_done
     assert job.files_done == len(files)
     assert announced == ["wal", "data"]
@@ -150,7 +175,7 @@ def test_many_chunks_across_files_arrive_intact(source: TServerTrio, small_chunk
         assert len(want) == f.size_bytes, f.name
         assert (dest / f.name).read_bytes() == want, f.name
     assert not list((tmp_path / "copy").rglob("*.tmp"))
-    assert _fetchers() == []
+    assert _copy_threads() == []
 
 
 @pytest.fixture
@@ -177,7 +202,7 @@ def shm_dir():
 
 
 def test_without_uncached_writes_chunks_are_written_back_as_they_come(
-    source: TServerTrio, small_chunks, shm_dir, caplog
+    source: TServerTrio, odd_chunks, shm_dir, caplog
 ):
     p = source.procs[0]
     src = FsLayout(p.root, p.uuid)  # paths only
@@ -189,12 +214,12 @@ def test_without_uncached_writes_chunks_are_written_back_as_they_come(
             total = download_files(rc, _job(p.uuid), begin.session_id, files)
         finally:
             _end(rc, p.uuid, begin.session_id)
-    assert "no uncached writes here" in caplog.text
+    assert "no uncached writes" in caplog.text
     assert total == sum(f.size_bytes for f, _ in files)
     for f, dest in files:
         src_dir = src.wal_dir(T) if f.kind == "wal" else src.data_dir(T)
         assert (dest / f.name).read_bytes() == (src_dir / f.name).read_bytes()[: f.size_bytes]
-    assert _fetchers() == []
+    assert _copy_threads() == []
 
 
 def test_a_write_error_surfaces_and_stops_every_fetcher(
@@ -215,7 +240,7 @@ def test_a_write_error_surfaces_and_stops_every_fetcher(
             assert e.value.errno == errno.ENOSPC
         finally:
             _end(rc, p.uuid, begin.session_id)
-    assert _fetchers() == []
+    assert _copy_threads() == []
     assert _open_files_under(tmp_path) == []
     assert not (dest / f.name).exists()  # never renamed into place
 
@@ -235,7 +260,7 @@ def test_a_rename_error_surfaces(source: TServerTrio, small_chunks, tmp_path):
                 download_files(rc, _job(p.uuid), begin.session_id, files)
         finally:
             _end(rc, p.uuid, begin.session_id)
-    assert _fetchers() == []
+    assert _copy_threads() == []
     assert _open_files_under(tmp_path) == []
 
 
@@ -248,7 +273,7 @@ def test_a_fetch_error_surfaces(source: TServerTrio, small_chunks, tmp_path):
         files = [(f, dests[k]) for k in dests for f in begin.files if f.kind == k]
         with pytest.raises(errors.NotFound):
             download_files(rc, _job(p.uuid), begin.session_id, files)
-    assert _fetchers() == []
+    assert _copy_threads() == []
     assert _open_files_under(tmp_path) == []
 
 
@@ -283,7 +308,7 @@ def test_cancel_mid_download_stops_every_fetcher(
         finally:
             _end(rc, p.uuid, begin.session_id)
     assert seen and job.bytes_done < sum(f.size_bytes for f, _ in files)
-    assert _fetchers() == []
+    assert _copy_threads() == []
     assert _open_files_under(tmp_path) == []
 
 
