@@ -623,7 +623,9 @@ class _Download:
         raise CopyCancelled("stopped: the copy failed elsewhere")
 
     def _writer(self) -> None:
-        staging = None  # page-aligned (an anonymous map), for O_DIRECT writes
+        # Page-aligned (an anonymous map), for O_DIRECT writes; made before any file is
+        # opened (`self.direct` only turns False later, for the files opened after).
+        staging = mmap.mmap(-1, self.chunk_bytes) if self.direct else None
         try:
             while True:
                 item = self.queue.get()
@@ -633,8 +635,6 @@ class _Download:
                     continue  # after a failure: drop what is queued
                 out, off, data = item
                 try:
-                    if self.direct and staging is None:
-                        staging = mmap.mmap(-1, self.chunk_bytes)
                     self._write(out, off, data, staging)
                 except BaseException as e:
                     self._fail(e)
@@ -682,18 +682,10 @@ class _Download:
         return data
 
     def _open(self, out: _OutFile) -> None:
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
-        if self.direct and out.f.size_bytes > 0:
-            try:
-                out.fd = os.open(out.tmp, flags | _O_DIRECT, 0o644)
-                out.direct = True
-                return
-            except OSError as e:
-                if e.errno != errno.EINVAL:
-                    raise
-                self.direct = False
-                log.info("%s: no O_DIRECT on this file system (%s); buffered writes", out.dest, e)
-        out.fd = os.open(out.tmp, flags, 0o644)
+        out.fd, out.direct = open_for_write(out.tmp, direct=self.direct and out.f.size_bytes > 0)
+        if self.direct and out.f.size_bytes > 0 and not out.direct:
+            self.direct = False
+            log.info("%s: no O_DIRECT on this file system; buffered writes", out.dest)
 
     def _write(self, out: _OutFile, offset: int, data: memoryview, staging) -> None:
         with self.lock:
@@ -702,16 +694,7 @@ class _Download:
             fd = out.fd
         n = len(data)
         if out.direct:
-            # Straight to the disk from an aligned buffer; the last chunk of a file is
-            # padded to the alignment, and the file cut to its size before the fsync.
-            padded = -(-n // DIRECT_ALIGN_BYTES) * DIRECT_ALIGN_BYTES
-            buf = memoryview(staging)
-            try:
-                buf[:n] = data
-                buf[n:padded] = bytes(padded - n)
-                _pwrite_all(fd, buf[:padded], offset)
-            finally:
-                buf.release()
+            write_direct(fd, data, offset, staging)
         else:
             with out.write_lock:
                 if not self.durable:
@@ -729,8 +712,8 @@ class _Download:
 
     def _complete(self, out: _OutFile) -> None:
         assert out.fd is not None and out.written == out.f.size_bytes, out.f.name
-        if out.direct and out.written % DIRECT_ALIGN_BYTES:
-            os.ftruncate(out.fd, out.written)  # the padding of the last chunk goes
+        if out.direct:
+            cut_padding(out.fd, out.written)
         if self.durable:
             os.fsync(out.fd)
         with self.lock:
@@ -758,6 +741,42 @@ class _Download:
 
 _WRITERS_END = object()  # writer queue: no more chunks
 _O_DIRECT = getattr(os, "O_DIRECT", 0)
+
+
+def open_for_write(path: Path, *, direct: bool) -> tuple[int, bool]:
+    """Create (or empty) `path` for writing, with O_DIRECT if `direct` and the file system
+    takes it. Returns the descriptor and whether it has O_DIRECT."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+    if direct and _O_DIRECT:
+        try:
+            return os.open(path, flags | _O_DIRECT, 0o644), True
+        except OSError as e:
+            if e.errno != errno.EINVAL:
+                raise
+    return os.open(path, flags, 0o644), False
+
+
+def write_direct(fd: int, data: memoryview, offset: int, staging: mmap.mmap) -> None:
+    """Write `data` at `offset` (a multiple of DIRECT_ALIGN_BYTES) of an O_DIRECT file,
+    straight to the disk through `staging` (page-aligned, at least as long as `data` rounded
+    up to the alignment). A length off the alignment (a file's last chunk) is padded with
+    zeros: `cut_padding` cuts the file to its size before its fsync."""
+    assert offset % DIRECT_ALIGN_BYTES == 0, offset
+    n = len(data)
+    padded = -(-n // DIRECT_ALIGN_BYTES) * DIRECT_ALIGN_BYTES
+    buf = memoryview(staging)
+    try:
+        buf[:n] = data
+        buf[n:padded] = bytes(padded - n)
+        _pwrite_all(fd, buf[:padded], offset)
+    finally:
+        buf.release()
+
+
+def cut_padding(fd: int, size: int) -> None:
+    """Cut an O_DIRECT file written by `write_direct` to its `size`."""
+    if size % DIRECT_ALIGN_BYTES:
+        os.ftruncate(fd, size)
 
 
 def write_back(fd: int, data: memoryview, offset: int, *, uncached: bool = True) -> bool:
