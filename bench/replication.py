@@ -11,10 +11,10 @@ median printed (the machine is shared), side by side with a raw zmq transfer of 
 bytes on loopback (DEALER/ROUTER; the same chunk sizes, the same number of requests in
 flight; no protobuf, CRC or file read):
   - to disk: the follower's own data path (`tablet_copy.download_files`: a session, every
-    file in CRC-checked chunks on FETCH_WINDOW fetcher threads, written by WRITERS threads
-    straight to the disk (O_DIRECT), each file fsynced once and renamed, directories
-    fsynced), against raw zmq writing the same files the same way (`write_direct`, one
-    fsync each);
+    file in CRC-checked chunks on FETCH_WINDOW fetcher threads, each chunk written with its
+    write-back started at once (`tablet_copy.write_back`), each file fsynced once and
+    renamed, directories fsynced), against raw zmq writing the same files with the same
+    `write_back` and one fsync each;
   - to the page cache only: the same two with plain writes, nothing written back or
     fsynced;
   - raw zmq without any disk: the target compares the copy to disk with this one
@@ -30,7 +30,6 @@ with every entry applied (start-up and WAL replay included).
 from __future__ import annotations
 
 import argparse
-import mmap
 import os
 import shutil
 import signal
@@ -58,11 +57,8 @@ from tservers.tablet_copy import (  # noqa: E402
     OfflineTarget,
     _Job,
     copy_tablet,
-    cut_padding,
     download_files,
-    open_for_write,
     write_back,
-    write_direct,
 )
 from tservers.tserver_pb2 import (  # noqa: E402
     BeginCopySessionRequest,
@@ -208,10 +204,9 @@ def raw_zmq(sizes: list[int], dest: Path | None, *, fsync: bool) -> float:
     """The same bytes over a zmq DEALER/ROUTER pair on loopback, in the copy's chunk plan
     (FETCH_CHUNK_BYTES, the last chunk of each file shorter) with FETCH_WINDOW requests in
     flight; no protobuf, no CRC, no file read at the sender. With `dest`, each file's
-    chunks are written into a file of its own, from this one thread: with `fsync` as the
-    copy's writers write them (`tablet_copy.write_direct`: O_DIRECT through an aligned
-    buffer, or `write_back` where the file system refuses O_DIRECT), each file fsynced
-    once; without, plain pwrite."""
+    chunks are written into a file of its own: with `fsync` as the copy writes them
+    (`tablet_copy.write_back`: uncached writes whose write-back starts at once, or pwrite
+    and write-back started per chunk), each file fsynced once; without, plain pwrite."""
     plan = [
         (k, off, min(FETCH_CHUNK_BYTES, size - off))
         for k, size in enumerate(sizes)
@@ -233,9 +228,8 @@ def raw_zmq(sizes: list[int], dest: Path | None, *, fsync: bool) -> float:
     dealer.connect(f"tcp://127.0.0.1:{port}")
     if dest is not None:
         dest.mkdir(parents=True)
-    fds: dict[int, tuple[int, bool]] = {}
+    fds: dict[int, int] = {}
     uncached = True
-    staging = mmap.mmap(-1, FETCH_CHUNK_BYTES)
     t0 = time.perf_counter()
     sent = 0
     for got, (k, off, n) in enumerate(plan):
@@ -245,24 +239,18 @@ def raw_zmq(sizes: list[int], dest: Path | None, *, fsync: bool) -> float:
         frame = dealer.recv(copy=False)
         assert len(frame.buffer) == n
         if dest is not None:
-            fd, direct = fds.get(k) or (None, False)
+            fd = fds.get(k)
             if fd is None:
-                fd, direct = open_for_write(dest / f"f{k}", direct=fsync)
-                fds[k] = (fd, direct)
-            if direct:
-                write_direct(fd, frame.buffer, off, staging)
-            elif fsync:
+                fd = fds[k] = os.open(dest / f"f{k}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            if fsync:
                 uncached = write_back(fd, frame.buffer, off, uncached=uncached)
             else:
                 os.pwrite(fd, frame.buffer, off)
             if off + n == sizes[k]:
-                if direct:
-                    cut_padding(fd, sizes[k])
                 if fsync:
                     os.fsync(fd)
-                os.close(fds.pop(k)[0])
+                os.close(fds.pop(k))
     elapsed = time.perf_counter() - t0
-    staging.close()
     th.join()
     dealer.close(0)
     router.close(0)

@@ -71,21 +71,13 @@ SESSIONS_MAX = 16
 CHUNK_BYTES_MAX = 4 << 20  # the most a source serves in one FetchCopyChunk
 SESSION_MAPS_MAX = 4  # files of one session kept mapped at the source (fetched in order)
 # The follower fetches chunks of FETCH_CHUNK_BYTES on FETCH_WINDOW threads (the caller's
-# and FETCH_WINDOW - 1 more), each with one chunk in flight. Each rpc costs about 0.4-0.8 ms
-# of Python on a busy 2-core machine, so chunks are large; past 2 MiB the buffers no longer
+# and FETCH_WINDOW - 1 more), each with one chunk in flight, checked and written at its
+# offset: memory stays within their product (8 MiB). Each rpc costs about 0.4-0.8 ms of
+# Python on a busy 2-core machine, so chunks are large; past 2 MiB the buffers no longer
 # fit the caches and copies slow down instead; 2 to 4 fetchers do about as well, more do
 # worse (bench/replication.py).
 FETCH_CHUNK_BYTES = 2 << 20
 FETCH_WINDOW = 4
-# Checked chunks wait for WRITERS writer threads in a queue of WRITE_QUEUE_MAX; with the
-# fetchers' chunks and the writers' staging buffers a download holds at most
-# (FETCH_WINDOW + WRITE_QUEUE_MAX + 2 * WRITERS) chunks (24 MiB). Two writers keep the
-# disk busy while one waits for its write; more measured no faster.
-WRITERS = 2
-WRITE_QUEUE_MAX = 4
-# O_DIRECT needs offsets, lengths and buffer addresses aligned to the disk's logical block:
-# 4 KiB is a multiple of any.
-DIRECT_ALIGN_BYTES = 4096
 FETCH_ATTEMPTS_MAX = 5  # per chunk, for a lost connection or a busy source
 FETCH_BACKOFF_S = 0.2  # doubling between attempts
 THROTTLED_FETCH_S = 1.0  # a throttled copy fetches about this often (sessions stay alive)
@@ -426,10 +418,9 @@ class _OutFile:
     f: CopyFilePB
     dest: Path
     fd: int | None = None  # opened by the first chunk written (under _Download.lock)
-    direct: bool = False  # fd has O_DIRECT
     written: int = 0  # bytes written (under _Download.lock)
-    # One buffered write at a time into the file: writers of one file serialize on its
-    # inode lock anyway, and the kernel spins (burning a CPU) while another holds it.
+    # One write at a time into the file: writers of one file serialize on its inode lock
+    # anyway, and the kernel spins (burning a CPU) while another holds it.
     write_lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -452,19 +443,16 @@ def download_files(
     return the bytes written.
 
     FETCH_WINDOW fetcher threads (`_Download`) take the chunks in order, each fetching one
-    with a synchronous call on a socket of its own (no thread hand-off on this side) and
-    checking it; WRITERS writer threads take the checked chunks from a queue of
-    WRITE_QUEUE_MAX and write each at its offset, so that fetches, checks and disk writes
-    overlap. Durable writes go straight to the disk (O_DIRECT through an aligned staging
-    buffer per writer: no page cache to fill, nothing left for the fsync but the file's
-    metadata), or, where the file system refuses O_DIRECT, through `write_back` (uncached
-    writes whose write-back starts at once). Each file is written as `<name>.tmp`; the
-    writer that writes its last byte fsyncs and renames it, while the others go on with
-    the next file; each directory is fsynced once at the end. `job.cancel` is checked
-    after every chunk; a throttled job fetches one small chunk at a time. A failure or
-    cancel stops every thread (a fetcher after its chunk in progress, whose call has a
-    deadline) before this raises; partial `.tmp` files stay (the next copy empties the
-    directory).
+    with a synchronous call on a socket of its own (no thread hand-off on this side),
+    checking it and writing it at its offset, so that fetches, checks and writes overlap
+    (one write at a time per file). Each chunk's write-back to the disk starts at once
+    (`write_back`: uncached writes where the kernel has them), so that a file's fsync finds
+    little left to do. Each file is written as `<name>.tmp`; the thread that writes its
+    last byte fsyncs and renames it, while the others go on with the next file; each
+    directory is fsynced once at the end. `job.cancel` is checked after every chunk; a
+    throttled job fetches one small chunk at a time. A failure or cancel stops every
+    fetcher (each after its chunk in progress, whose call has a deadline) before this
+    raises; partial `.tmp` files stay (the next copy empties the directory).
     `on_kind_done(kind)` is called once all files of a kind (`CopyFilePB.kind`) are in
     place, for each of `kinds` (default: those of `files`) in that order, even one without
     files; the last one after the directories are fsynced.
@@ -477,7 +465,6 @@ def download_files(
         # unread past its deadline), small enough to keep the source's session alive.
         chunk_bytes = int(rate_limit_bytes_s * THROTTLED_FETCH_S)
         chunk_bytes = max(THROTTLED_CHUNK_BYTES_MIN, min(FETCH_CHUNK_BYTES, chunk_bytes))
-        chunk_bytes -= chunk_bytes % DIRECT_ALIGN_BYTES  # offsets O_DIRECT can write at
         fetchers = 1
     d = _Download(
         rc,
@@ -494,11 +481,11 @@ def download_files(
 
 
 class _Download:
-    """One `download_files`: its plan of chunks, its files, its fetcher and writer threads.
+    """One `download_files`: its plan of chunks, its files and its fetcher threads.
 
     The plan, the files' descriptors and counters are shared under `lock`; a chunk is
-    fetched, checked and written outside it (positional writes to a shared descriptor).
-    The first error sets `stop` and is raised by `run` once every thread has ended."""
+    fetched and written outside it (positional writes to a shared descriptor). The first
+    error sets `stop` and is raised by `run` once every fetcher has ended."""
 
     def __init__(
         self,
@@ -520,9 +507,7 @@ class _Download:
         self.outs = outs
         self.chunk_bytes = chunk_bytes
         self.durable = durable
-        self.direct = durable and _O_DIRECT != 0 and chunk_bytes % DIRECT_ALIGN_BYTES == 0
         self.uncached = durable  # until the file system refuses one (`write_back`)
-        self.queue: queue.Queue = queue.Queue(maxsize=WRITE_QUEUE_MAX)  # checked chunks
         self.rate_limit_bytes_s = rate_limit_bytes_s
         self.plan: deque[tuple[_OutFile, int]] = deque(
             (out, off) for out in outs for off in range(0, out.f.size_bytes, chunk_bytes)
@@ -543,33 +528,21 @@ class _Download:
         self.announce_lock = threading.Lock()
 
     def run(self, fetchers: int) -> int:
-        """Fetch with `fetchers` threads (this one, whose socket is connected already, and
-        `fetchers - 1` more), write with WRITERS threads; every thread has ended when this
-        returns or raises."""
-        writers = [
-            threading.Thread(target=self._writer, name=f"tablet-copy-write-{i}", daemon=True)
-            for i in range(WRITERS)
-        ]
-        fetching = [
+        """Fetch with `fetchers` threads: this one (its socket is connected already) and
+        `fetchers - 1` more."""
+        threads = [
             threading.Thread(target=self._fetcher, name=f"tablet-copy-fetch-{i}", daemon=True)
             for i in range(1, min(fetchers, len(self.plan)))
         ]
         try:
-            for t in writers + fetching:
+            for t in threads:
                 t.start()
             self._fetcher()
         finally:
-            # Each fetch has a deadline (CALL_TIMEOUT_S) and bounded attempts, and writers
-            # take everything queued (dropping it after a failure) until told to end: only
-            # a disk stuck in a write or fsync holds a thread longer.
-            for t in fetching:
+            for t in threads:
                 if t.ident is not None:
-                    t.join()
-            for t in writers:
-                if t.ident is not None:
-                    self.queue.put(_WRITERS_END)
-            for t in writers:
-                if t.ident is not None:
+                    # Each fetch has a deadline (CALL_TIMEOUT_S) and bounded attempts; only
+                    # a disk stuck in a write or fsync holds a fetcher longer.
                     t.join()
             for out in self.outs:
                 if out.fd is not None:  # a failure left it open
@@ -597,51 +570,17 @@ class _Download:
                     out, off = self.plan.popleft()
                 data = self._fetch(out, off)
                 n = len(data)
-                self._enqueue((out, off, data))
-                del data  # the writer holds the answer's buffer until written
+                self._write(out, off, data)
+                del data  # the answer's buffer goes back before the next fetch
                 with self.lock:
                     self.received += n
                     received = self.paced_from + self.received
                 _pace(self.job, self.rate_limit_bytes_s, received)
-        except BaseException as e:
-            self._fail(e)
-
-    def _fail(self, e: BaseException) -> None:
-        """The first error stops every fetcher and writer; run() raises it."""
-        with self.lock:
-            if self.error is None:
-                self.error = e
-        self.stop.set()
-
-    def _enqueue(self, item: tuple[_OutFile, int, memoryview]) -> None:
-        while not self.stop.is_set():
-            try:
-                self.queue.put(item, timeout=0.1)
-                return
-            except queue.Full:
-                continue
-        raise CopyCancelled("stopped: the copy failed elsewhere")
-
-    def _writer(self) -> None:
-        # Page-aligned (an anonymous map), for O_DIRECT writes; made before any file is
-        # opened (`self.direct` only turns False later, for the files opened after).
-        staging = mmap.mmap(-1, self.chunk_bytes) if self.direct else None
-        try:
-            while True:
-                item = self.queue.get()
-                if item is _WRITERS_END:
-                    return
-                if self.stop.is_set():
-                    continue  # after a failure: drop what is queued
-                out, off, data = item
-                try:
-                    self._write(out, off, data, staging)
-                except BaseException as e:
-                    self._fail(e)
-                del item, data
-        finally:
-            if staging is not None:
-                staging.close()
+        except BaseException as e:  # the first error stops every fetcher; run() raises it
+            with self.lock:
+                if self.error is None:
+                    self.error = e
+            self.stop.set()
 
     def _fetch(self, out: _OutFile, offset: int) -> memoryview:
         """One chunk, length and CRC checked; a lost connection or a busy source is retried
@@ -682,38 +621,30 @@ class _Download:
         return data
 
     def _open(self, out: _OutFile) -> None:
-        out.fd, out.direct = open_for_write(out.tmp, direct=self.direct and out.f.size_bytes > 0)
-        if self.direct and out.f.size_bytes > 0 and not out.direct:
-            self.direct = False
-            log.info("%s: no O_DIRECT on this file system; buffered writes", out.dest)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+        out.fd = os.open(out.tmp, flags, 0o644)
 
-    def _write(self, out: _OutFile, offset: int, data: memoryview, staging) -> None:
+    def _write(self, out: _OutFile, offset: int, data: memoryview) -> None:
         with self.lock:
             if out.fd is None:
                 self._open(out)
             fd = out.fd
-        n = len(data)
-        if out.direct:
-            write_direct(fd, data, offset, staging)
-        else:
-            with out.write_lock:
-                if not self.durable:
-                    _pwrite_all(fd, data, offset)
-                elif not write_back(fd, data, offset, uncached=self.uncached) and self.uncached:
-                    self.uncached = False
-                    log.info("%s: no uncached writes; write-back started per chunk", out.dest)
+        with out.write_lock:
+            if not self.durable:
+                _pwrite_all(fd, data, offset)
+            elif not write_back(fd, data, offset, uncached=self.uncached) and self.uncached:
+                self.uncached = False
+                log.info("%s: no uncached writes here; write-back started per chunk", out.dest)
         with self.lock:
-            out.written += n
-            self.written += n
-            self.job.bytes_done += n
+            out.written += len(data)
+            self.written += len(data)
+            self.job.bytes_done += len(data)
             last = out.written == out.f.size_bytes
-        if last:  # every other chunk of the file is written: no writer uses its fd now
+        if last:  # every other chunk of the file is written: no fetcher uses its fd now
             self._complete(out)
 
     def _complete(self, out: _OutFile) -> None:
         assert out.fd is not None and out.written == out.f.size_bytes, out.f.name
-        if out.direct:
-            cut_padding(out.fd, out.written)
         if self.durable:
             os.fsync(out.fd)
         with self.lock:
@@ -739,46 +670,6 @@ class _Download:
                     self.on_kind_done(kind)
 
 
-_WRITERS_END = object()  # writer queue: no more chunks
-_O_DIRECT = getattr(os, "O_DIRECT", 0)
-
-
-def open_for_write(path: Path, *, direct: bool) -> tuple[int, bool]:
-    """Create (or empty) `path` for writing, with O_DIRECT if `direct` and the file system
-    takes it. Returns the descriptor and whether it has O_DIRECT."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
-    if direct and _O_DIRECT:
-        try:
-            return os.open(path, flags | _O_DIRECT, 0o644), True
-        except OSError as e:
-            if e.errno != errno.EINVAL:
-                raise
-    return os.open(path, flags, 0o644), False
-
-
-def write_direct(fd: int, data: memoryview, offset: int, staging: mmap.mmap) -> None:
-    """Write `data` at `offset` (a multiple of DIRECT_ALIGN_BYTES) of an O_DIRECT file,
-    straight to the disk through `staging` (page-aligned, at least as long as `data` rounded
-    up to the alignment). A length off the alignment (a file's last chunk) is padded with
-    zeros: `cut_padding` cuts the file to its size before its fsync."""
-    assert offset % DIRECT_ALIGN_BYTES == 0, offset
-    n = len(data)
-    padded = -(-n // DIRECT_ALIGN_BYTES) * DIRECT_ALIGN_BYTES
-    buf = memoryview(staging)
-    try:
-        buf[:n] = data
-        buf[n:padded] = bytes(padded - n)
-        _pwrite_all(fd, buf[:padded], offset)
-    finally:
-        buf.release()
-
-
-def cut_padding(fd: int, size: int) -> None:
-    """Cut an O_DIRECT file written by `write_direct` to its `size`."""
-    if size % DIRECT_ALIGN_BYTES:
-        os.ftruncate(fd, size)
-
-
 def write_back(fd: int, data: memoryview, offset: int, *, uncached: bool = True) -> bool:
     """Write a chunk and start writing it back to the disk at once, without waiting, so
     that the file's fsync finds little left to do.
@@ -791,7 +682,9 @@ def write_back(fd: int, data: memoryview, offset: int, *, uncached: bool = True)
     attempt: the chunk is then written the ordinary way, the same bytes at the same
     offsets; callers stop asking). Otherwise, or without `uncached`: pwrite, then
     sync_file_range to start the write-back (advice: where missing or failing, the fsync
-    does it all and reports any error)."""
+    does it all and reports any error). Measured against O_DIRECT writes from writer
+    threads (no page cache at all): this disk takes the kernel's write-back faster, and
+    the copy was about 15% faster this way (bench/replication.py)."""
     if uncached and _RWF_DONTCACHE:
         try:
             _pwrite_all(fd, data, offset, _RWF_DONTCACHE)
