@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from coordinator import coordinator_pb2 as pb
-from coordinator.ops import create_table, decode, drop_table, set_replication
 from coordinator.catalog import Catalog, TabletInfo, TabletReportInfo
+from coordinator.ops import create_table, decode, drop_table, set_replication
 from coordinator.replication import (
     ADD,
     ORPHAN,
