@@ -457,10 +457,14 @@ class ReplicationManager:
                     continue
                 why = "its table was dropped"
             else:
-                if not known or leader_report is None or (
-                    server_uuid in leader_report.config_uuids
-                    or server_uuid == leader_report.leader_uuid
-                    or cas >= leader_report.config_index
+                if (
+                    not known
+                    or leader_report is None
+                    or (
+                        server_uuid in leader_report.config_uuids
+                        or server_uuid == leader_report.leader_uuid
+                        or cas >= leader_report.config_index
+                    )
                 ):
                     continue
                 why = f"evicted: not in config {leader_report.config_index}"

@@ -24,8 +24,6 @@ from tservers import tserver_pb2 as ts
 ROOT = Path(__file__).resolve().parents[2]
 
 
-
-
 def wait_for(cond: Callable[[], object], timeout_s: float = 30.0, what: str = "condition"):
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

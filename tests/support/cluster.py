@@ -20,4 +20,3 @@ def local_cluster(
         yield cluster
     finally:
         cluster.down()
-
