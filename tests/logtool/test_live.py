@@ -97,7 +97,7 @@ def _read_until(proc: subprocess.Popen, pred, timeout_s: float = 30.0) -> list[s
 
 def test_follow_live_process_stops_on_ctrl_c(served):
     exp = served.expected
-    env = dict(os.environ, PYTHONPATH=os.getcwd(), PYTHONUNBUFFERED="1")
+    env = dict(os.environ, PYTHONPATH=os.getcwd(), PYTHONUNBUFFERED="1", PYTHONFAULTHANDLER="1")
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -140,8 +140,15 @@ def test_follow_live_process_stops_on_ctrl_c(served):
         assert covered == {r1, target}
         assert all(json.loads(x)["id"] <= exp.last_id for x in first)
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(30) == 0
+        try:
+            code = proc.wait(30)
+        except subprocess.TimeoutExpired:
+            # Still running: have faulthandler print where every thread is, and fail with it.
+            proc.send_signal(signal.SIGABRT)
+            proc.wait(10)
+            pytest.fail("no exit within 30 s of SIGINT:\n" + proc.stderr.read().decode())
         err = proc.stderr.read().decode()
+        assert code == 0, err
         assert "Traceback" not in err, err
     finally:
         if proc.poll() is None:
