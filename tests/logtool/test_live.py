@@ -98,11 +98,19 @@ def _read_until(proc: subprocess.Popen, pred, timeout_s: float = 30.0) -> list[s
 def test_follow_live_process_stops_on_ctrl_c(served):
     exp = served.expected
     env = dict(os.environ, PYTHONPATH=os.getcwd(), PYTHONUNBUFFERED="1", PYTHONFAULTHANDLER="1")
+    # As from a terminal, where Ctrl-C reaches the tool: a test run started in the background
+    # of a non-interactive shell (CI, `sh -c '... &'`) has SIGINT ignored, and a child
+    # inherits that, so the tool is started with Python's own SIGINT handler in place.
+    start = (
+        "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+        "sys.argv[0] = 'coordinator.logtool'; "
+        "runpy.run_module('coordinator.logtool', run_name='__main__', alter_sys=True)"
+    )
     proc = subprocess.Popen(
         [
             sys.executable,
-            "-m",
-            "coordinator.logtool",
+            "-c",
+            start,
             "--address",
             served.address,
             "--follow",
