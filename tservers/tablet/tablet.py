@@ -6,6 +6,10 @@ State of a running tablet:
 - `memstore`: key -> row tuple (schema order) or None (tombstone), for applied entries not yet
   flushed; `frozen` is the memstore being flushed. Both are hash maps: they are sorted by key
   once, when flushed or scanned, rather than on every write.
+- `mem_batches`: memstore row blocks, Arrow tables in the block schema, oldest first, all
+  older than `memstore`: a committed entry applied as a follower (or replayed) of INSERTs of
+  new keys only, kept whole (no Python row objects); `frozen_batches` are flushed with
+  `frozen`.
 - `pending`: key -> (index, row or None) for writes proposed at this leader but not applied
   yet. Validation (ALREADY_EXISTS, NOT_FOUND) sees them, scans do not: only committed writes
   are applied and visible.
@@ -183,6 +187,13 @@ class Tablet:
         self.blocks: list[tuple[str, pa.Table]] = []
         self.memstore: dict = {}
         self.frozen: dict | None = None
+        # Row blocks (block schema) applied as a whole, oldest first, older than `memstore`:
+        # (keys, table). A key in the dict is newer than in any of them; a later block newer
+        # than an earlier one; tombstones (__deleted) only in a block put back by a failed
+        # flush. `frozen_batches` are the ones being flushed with `frozen`.
+        self.mem_batches: list[tuple[list, pa.Table]] = []
+        self.mem_batch_rows = 0
+        self.frozen_batches: list[tuple[list, pa.Table]] = []
         self.pending: dict = {}
         self.live_keys: set = set()
         self.inflight = 0  # writes proposed here and not applied yet
@@ -415,6 +426,12 @@ class Tablet:
             # An older version (this replica was altered first) applies by column name:
             # dropped columns are ignored, added ones (nullable) are null.
             lenient = op.schema_version < self.schema.version
+            batches = self._columnar_inserts(op, lenient)
+            if batches is not None:
+                # Kept as Arrow row blocks: no Python row objects on a follower's bulk load.
+                for keys, table in batches:
+                    self._apply_batch(keys, table)
+                return
             ops = [
                 self._decode(b.op, read_ipc(b.arrow_ipc), b.arrow_ipc, lenient=lenient)
                 for b in op.blocks
@@ -480,6 +497,17 @@ class Tablet:
             self.cond.notify_all()
         log.error("tablet %s: failed: %s", self.tablet_id, reason)
 
+    def _apply_batch(self, keys: list, table: pa.Table) -> None:
+        """New rows of keys none of which is live: a memstore row block. A tombstone of such a
+        key in the dict is older than the block, and the dict must stay the newest layer."""
+        mem = self.memstore
+        if mem and not mem.keys().isdisjoint(keys):
+            for k in keys:
+                mem.pop(k, None)
+        self.mem_batches.append((keys, table))
+        self.mem_batch_rows += table.num_rows
+        self.live_keys.update(keys)
+
     def _apply(self, changes: dict) -> None:
         self.memstore.update(changes)
         deleted = [k for k, v in changes.items() if v is None]
@@ -502,10 +530,10 @@ class Tablet:
             raise TabletDeleted(f"tablet {self.tablet_id} is deleted")
         raise Unavailable(f"tablet {self.tablet_id} is {self.status.value}", retry_after_ms=100)
 
-    def _decode(self, op: int, table: pa.Table, ipc: bytes, *, lenient: bool = False) -> _Op:
-        """Check a row block against the schema and turn it into Python keys and rows.
-        `lenient`: a committed entry of an older schema version; columns dropped since are
-        left out."""
+    def _columns(self, op: int, table: pa.Table, lenient: bool) -> dict[int, pa.ChunkedArray]:
+        """Check a row block against the schema: schema position -> column, each of the
+        column's type. `lenient`: a committed entry of an older schema version; columns
+        dropped since are left out."""
         schema = self.schema
         if op not in (OpType.INSERT, OpType.UPSERT, OpType.UPDATE, OpType.DELETE):
             raise BadRequest(f"unknown operation type {op}")
@@ -538,10 +566,17 @@ class Tablet:
             if col.null_count and (c.is_key or not c.nullable):
                 raise BadRequest(f"column {c.name!r} is not nullable but the write has nulls")
             given[i] = col
-        nk = schema.num_keys
-        for i in range(nk):
+        for i in range(schema.num_keys):
             if i not in given:
                 raise BadRequest(f"key column {schema.columns[i].name!r} missing from write")
+        return given
+
+    def _decode(self, op: int, table: pa.Table, ipc: bytes, *, lenient: bool = False) -> _Op:
+        """Check a row block against the schema and turn it into Python keys and rows."""
+        schema = self.schema
+        given = self._columns(op, table, lenient)
+        n = table.num_rows
+        nk = schema.num_keys
         key_lists = [_to_python(given[i]) for i in range(nk)]
         keys = key_lists[0] if nk == 1 else list(zip(*key_lists, strict=True))
         rows: list = []
@@ -568,6 +603,39 @@ class Tablet:
                 else [()] * n
             )
         return _Op(op, keys, rows, present, ipc)
+
+    def _columnar_inserts(self, op: WriteOpPB, lenient: bool) -> list[tuple[list, pa.Table]] | None:
+        """A committed entry of INSERTs only, as (keys, row block in the block schema) per
+        block, when no key repeats and none is live (the bulk load's case); None otherwise
+        (the entry is applied row by row). Raises BadRequest like `_decode`."""
+        if not all(b.op == OpType.INSERT for b in op.blocks):
+            return None
+        schema = self.schema
+        nk = schema.num_keys
+        out = []
+        total = 0
+        every: set = set()
+        for b in op.blocks:
+            table = read_ipc(b.arrow_ipc)
+            given = self._columns(b.op, table, lenient)
+            n = table.num_rows
+            arrays = []
+            for i, c in enumerate(schema.columns):
+                col = given.get(i)
+                if col is None:
+                    if not c.nullable:
+                        raise BadRequest(f"non-nullable column {c.name!r} missing from INSERT")
+                    col = pa.nulls(n, c.arrow_type)
+                arrays.append(col)
+            arrays.append(pa.nulls(n, pa.bool_()).fill_null(False))
+            key_lists = [_to_python(given[i]) for i in range(nk)]
+            keys = key_lists[0] if nk == 1 else list(zip(*key_lists, strict=True))
+            every.update(keys)
+            total += n
+            out.append((keys, pa.Table.from_arrays(arrays, schema=schema.block_schema())))
+        if len(every) != total or not self.live_keys.isdisjoint(every):
+            return None
+        return out
 
     def _prepare(self, ops: list[_Op], pending: dict | None = None) -> dict:
         """Check every row against the state (caller holds the lock) and the writes
@@ -624,12 +692,9 @@ class Tablet:
                 need = [
                     k
                     for k in o.keys
-                    if k not in local
-                    and k not in pending
-                    and k not in self.memstore
-                    and (self.frozen is None or k not in self.frozen)
+                    if k not in local and k not in pending and k not in self.memstore
                 ]
-                fetched = self._fetch_from_blocks(need) if need else {}
+                fetched = self._fetch_older(need) if need else {}
                 for k, vals in zip(o.keys, o.rows, strict=True):
                     old = self._current_row(k, local, fetched)
                     row = list(old)
@@ -646,48 +711,70 @@ class Tablet:
             return p[1]
         if k in self.memstore:
             return self.memstore[k]
-        if self.frozen is not None and k in self.frozen:
-            return self.frozen[k]
         return fetched[k]
 
-    def _fetch_from_blocks(self, keys: list) -> dict:
-        """Rows of live keys that are only in data blocks (newest block wins)."""
+    def _fetch_older(self, keys: list) -> dict:
+        """Rows of live keys not in the memstore dict, from the layers below it, newest
+        first: memstore row blocks, the dict being flushed, its row blocks, data blocks."""
         out: dict = {}
         want = set(keys)
-        nk = self.schema.num_keys
-        for _, block in reversed(self.blocks):
+        frozen = self.frozen or {}
+        layers: list = [t for _, t in reversed(self.mem_batches)]
+        layers.append(frozen)
+        layers.extend(t for _, t in reversed(self.frozen_batches))
+        layers.extend(self._adapt(b) for _, b in reversed(self.blocks))
+        for layer in layers:
             if not want:
                 break
-            t = self._adapt(block)
-            first = [k if nk == 1 else k[0] for k in want]
-            kcol = t.column(block_name(self.schema.columns[0].id))
-            mask = pc.is_in(kcol, value_set=pa.array(first, type=kcol.type))
-            sub = t.filter(mask)
-            cols = [_to_python(sub.column(i)) for i in range(len(self.schema.columns))]
-            deleted = sub.column(DELETED_FIELD).to_pylist()
-            for j, row in enumerate(zip(*cols, strict=True)) if cols else ():
-                k = row[0] if nk == 1 else tuple(row[:nk])
-                if k in want:
+            if isinstance(layer, dict):
+                for k in [k for k in want if k in layer]:
                     want.discard(k)
-                    if not deleted[j]:
-                        out[k] = row
+                    if layer[k] is not None:
+                        out[k] = layer[k]
+            else:
+                self._rows_of(layer, want, out)
         return out
+
+    def _rows_of(self, t: pa.Table, want: set, out: dict) -> None:
+        """Move the keys of `want` found in `t` (block schema) out of it; live ones' rows
+        into `out`."""
+        nk = self.schema.num_keys
+        first = [k if nk == 1 else k[0] for k in want]
+        kcol = t.column(block_name(self.schema.columns[0].id))
+        sub = t.filter(pc.is_in(kcol, value_set=pa.array(first, type=kcol.type)))
+        cols = [_to_python(sub.column(i)) for i in range(len(self.schema.columns))]
+        deleted = sub.column(DELETED_FIELD).to_pylist()
+        for j, row in enumerate(zip(*cols, strict=True)) if cols else ():
+            k = row[0] if nk == 1 else tuple(row[:nk])
+            if k in want:
+                want.discard(k)
+                if not deleted[j]:
+                    out[k] = row
 
     # ================================================================ flush / compaction
     def flush(self) -> bool:
         """Write the memstore as a new block; returns False when there was nothing to flush."""
         with self.flush_lock:
             with self.lock:
-                if not self.memstore or self.status is not TabletStatus.RUNNING:
+                if self.status is not TabletStatus.RUNNING:
+                    return False
+                if not self.memstore and not self.mem_batches:
                     return False
                 frozen = self.memstore
+                frozen_batches = self.mem_batches
                 self.memstore = {}
                 self.frozen = frozen
+                self.mem_batches = []
+                self.mem_batch_rows = 0
+                self.frozen_batches = frozen_batches
                 index = self.applied_index
                 index_term = self.applied_term
                 block_id = self.sb.next_block_id
             try:
-                table = self._memtable(frozen, with_deleted=True)
+                parts = [t for _, t in frozen_batches]
+                if frozen:
+                    parts.append(self._memtable(frozen, with_deleted=True))
+                table = self._merge([], parts, keep_deleted=True)
                 name = f"block-{block_id:09d}.arrow"
                 self._write_block(name, table)
                 crash_point("flush.after_block_write")
@@ -704,13 +791,20 @@ class Tablet:
                         (name, self._load_block(self.fs.data_dir(self.tablet_id) / name))
                     )
                     self.frozen = None
+                    self.frozen_batches = []
                 crash_point("flush.after_superblock")
             except Exception:
                 with self.lock:
-                    # Put the rows back so nothing is lost from view; the WAL still has them.
-                    frozen.update(self.memstore)
-                    self.memstore = frozen
+                    # Put the rows back so nothing is lost from view (the WAL still has them),
+                    # in their order: the old dict becomes a row block (tombstones kept)
+                    # between the old row blocks and the ones applied since.
+                    restored = list(frozen_batches)
+                    if frozen:
+                        restored.append((list(frozen), self._memtable(frozen, with_deleted=True)))
+                    self.mem_batches = restored + self.mem_batches
+                    self.mem_batch_rows = sum(t.num_rows for _, t in self.mem_batches)
                     self.frozen = None
+                    self.frozen_batches = []
                 raise
             assert self.wal is not None
             # Lagging peers may still need entries below the flushed index (WAL retention);
@@ -810,7 +904,7 @@ class Tablet:
                 self.fs.write_superblock(sb)
                 self.sb = sb
                 self.schema = Schema(new_schema_pb)
-                assert not self.memstore and not self.pending
+                assert not self.memstore and not self.mem_batches and not self.pending
         finally:
             with self.lock:
                 self.barrier = False
@@ -831,18 +925,21 @@ class Tablet:
             self._check_running_locked()
             schema = self.schema
             blocks = [b for _, b in self.blocks]
-            mem = dict(self.memstore)
-            if self.frozen is not None:
-                frozen = dict(self.frozen)
-                frozen.update(mem)
-                mem = frozen
+            # The memstore's layers, oldest first (a later one overrides an earlier one).
+            layers = [t for _, t in self.frozen_batches]
+            layers.append(dict(self.frozen or {}))
+            layers.extend(t for _, t in self.mem_batches)
+            layers.append(dict(self.memstore))
         names = projection or [c.name for c in schema.columns]
         cols = [schema.column(n) for n in names]  # raises BadRequest on unknown names
         key_filter = self._key_range_expr(schema, lower, upper)
         pred = self._predicate_expr(schema, predicates)
-        parts = list(blocks)
-        memtable = self._memtable(mem, with_deleted=True, schema=schema) if mem else None
-        table = self._merge(parts, memtable, key_filter=key_filter, schema=schema)
+        mem_parts = [
+            self._memtable(x, with_deleted=True, schema=schema) if isinstance(x, dict) else x
+            for x in layers
+            if len(x)
+        ]
+        table = self._merge(blocks, mem_parts, key_filter=key_filter, schema=schema)
         if pred is not None:
             table = table.filter(pred)
         if limit:
@@ -952,15 +1049,18 @@ class Tablet:
     def _merge(
         self,
         blocks: list[pa.Table],
-        memtable: pa.Table | None,
+        mem_parts: list[pa.Table] | None,
         key_filter=None,
         schema: Schema | None = None,
+        *,
+        keep_deleted: bool = False,
     ) -> pa.Table:
-        """Newest version of every key, live rows only, sorted by key, without __deleted."""
+        """Newest version of every key, sorted by key: `blocks` (oldest first, any schema
+        version) then `mem_parts` (block schema, oldest first); live rows only, without
+        __deleted, unless `keep_deleted` (a flush: tombstones hide older blocks' rows)."""
         schema = schema or self.schema
         parts = [self._adapt(b, schema) for b in blocks]
-        if memtable is not None:
-            parts.append(memtable)
+        parts.extend(mem_parts or ())
         if key_filter is not None:
             parts = [p.filter(key_filter) for p in parts]
         parts = [p for p in parts if p.num_rows]
@@ -969,6 +1069,9 @@ class Tablet:
             t = schema.block_schema().empty_table()
         elif len(parts) == 1:
             t = parts[0]
+            if mem_parts:
+                # A memstore row block is in the order it was written (its keys unique).
+                t = t.take(pc.sort_indices(t, sort_keys=[(k, "ascending") for k in key_names]))
         else:
             tagged = [
                 p.append_column(GEN_FIELD, pa.array([g] * p.num_rows, pa.int32()))
@@ -987,6 +1090,8 @@ class Tablet:
                 first = neq if first is None else pc.or_(first, neq)
             mask = pa.concat_arrays([pa.array([True]), first.combine_chunks()])
             t = t.filter(mask).drop_columns([GEN_FIELD])
+        if keep_deleted:
+            return t
         t = t.filter(pc.invert(t.column(DELETED_FIELD)))
         return t.drop_columns([DELETED_FIELD])
 
@@ -1032,7 +1137,13 @@ class Tablet:
         return OpIdPB(term=self.applied_term, index=self.applied_index)
 
     def memstore_rows(self) -> int:
-        return len(self.memstore) + (len(self.frozen) if self.frozen else 0)
+        frozen = self.frozen
+        return (
+            len(self.memstore)
+            + self.mem_batch_rows
+            + (len(frozen) if frozen else 0)
+            + sum(t.num_rows for _, t in self.frozen_batches)
+        )
 
     def wal_segments_unflushed(self) -> int:
         """WAL segments holding entries above the flushed index (the open one included): the
