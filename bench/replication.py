@@ -11,7 +11,8 @@ a majority has it durable and the leader applied it. Target: rf3 >= 50% of rf1.
 Then tablet copy of rf3 from its leader, each variant once per round, several rounds, the
 median printed (the machine is shared), side by side with a raw zmq transfer of the same
 bytes on loopback (DEALER/ROUTER; the same chunk sizes, the same number of requests in
-flight; no protobuf, CRC or file read):
+flight; no protobuf or CRC; the sender sends one in-memory buffer again and again, except
+where it sends the tablet's files):
   - to disk: the follower's own data path (`tablet_copy.download_files`: a session, every
     file in CRC-checked chunks on FETCH_WINDOW fetcher threads, each chunk written with its
     write-back started at once (`tablet_copy.write_back`), each file fsynced once and
@@ -19,20 +20,24 @@ flight; no protobuf, CRC or file read):
     `write_back` and one fsync each;
   - to the page cache only: the same two with plain writes, nothing written back or
     fsynced;
-  - raw zmq without any disk: the target compares the copy to disk with this one
-    (copy to disk >= 0.50 of the network alone);
+  - raw zmq without any disk at the receiver, twice: sending one in-memory buffer again
+    and again (the network alone), and sending the tablet's own files, mapped from the
+    source server's fs root while a copy session anchors them (the same bytes, read as
+    the copy's source reads them). Target: copy to disk >= 0.50 of raw zmq moving the same
+    bytes; both ratios are printed;
   - `copy_tablet` end to end onto a fresh fs root (what `tserver copy-from-remote` runs:
     also superblocks and consensus metadata, fsynced);
 and finally a follower's replica deleted and copied back by the leader, until it runs again
 with every entry applied (start-up and WAL replay included).
 
-    .venv/bin/python bench/replication.py [--batches 30] [--rounds 7] [--writers 4]
+    .venv/bin/python bench/replication.py [--batches 100] [--rounds 5] [--writers 4]
         [--copy-repeats 7] [--copy-mb 64] [--writes-only]
 """
 
 from __future__ import annotations
 
 import argparse
+import mmap
 import os
 import shutil
 import signal
@@ -205,7 +210,9 @@ def copy_end_to_end(address: str, uuid: str, tablet_id: str, root: Path) -> tupl
     return total, time.perf_counter() - t0
 
 
-def raw_zmq(sizes: list[int], dest: Path | None, *, fsync: bool) -> float:
+def raw_zmq(
+    sizes: list[int], dest: Path | None, *, fsync: bool, sources: list[Path] | None = None
+) -> float:
     """The same bytes over a zmq DEALER/ROUTER pair on loopback, in the copy's chunk plan
     (FETCH_CHUNK_BYTES, the last chunk of each file shorter) with FETCH_WINDOW requests in
     flight; no protobuf, no CRC, no file read at the sender. With `dest`, each file's
@@ -221,11 +228,17 @@ def raw_zmq(sizes: list[int], dest: Path | None, *, fsync: bool) -> float:
     router = ctx.socket(zmq.ROUTER)
     port = router.bind_to_random_port("tcp://127.0.0.1")
     payload = os.urandom(FETCH_CHUNK_BYTES)
+    maps = []
+    for src in sources or ():
+        with open(src, "rb") as f:
+            maps.append(mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ))
+    views = [memoryview(m) for m in maps]
 
     def serve() -> None:
-        for _ in plan:
-            ident, n = router.recv_multipart()
-            router.send_multipart([ident, memoryview(payload)[: int(n)]], copy=False)
+        for k, off, n in plan:
+            ident, _ = router.recv_multipart()
+            chunk = views[k][off : off + n] if views else memoryview(payload)[:n]
+            router.send_multipart([ident, chunk], copy=False)
 
     th = threading.Thread(target=serve, name="raw-zmq-server")
     th.start()
@@ -259,20 +272,39 @@ def raw_zmq(sizes: list[int], dest: Path | None, *, fsync: bool) -> float:
     th.join()
     dealer.close(0)
     router.close(0)
-    ctx.term()
+    ctx.term()  # every message sent: no view of a map is in use
+    for v in views:
+        v.release()
+    for m in maps:
+        m.close()
     return sum(sizes) / elapsed
 
 
-def copy_runs(address: str, uuid: str, tablet_id: str, tmp: Path, repeats: int) -> dict:
+def copy_runs(address: str, uuid: str, root: Path, tablet_id: str, tmp: Path, repeats: int) -> dict:
     """Every variant once per round, in a rotated order, each after os.sync() (no dirty
-    pages of the one before being written back under it); medians of MB/s."""
+    pages of the one before being written back under it); medians of MB/s. `root` is the
+    source server's fs root: raw zmq also sends the tablet's own files from there, mapped
+    (the same bytes, read the way the source reads them), while a session of ours anchors
+    them."""
     _, _, sizes = copy_data_path(address, uuid, tablet_id, tmp / "warm-up", fsync=False)
     shutil.rmtree(tmp / "warm-up")
+    pin_rc = RpcClient(address, "bench")
+    pin = _session(pin_rc, uuid, tablet_id)
+    assert [f.size_bytes for f in pin.files] == sizes, "the tablet changed under the bench"
+    fs = FsLayout(root, uuid)
+    sources = [
+        (fs.wal_dir(tablet_id) if f.kind == "wal" else fs.data_dir(tablet_id)) / f.name
+        for f in pin.files
+    ]
     variants = {
         "copy_sync": lambda d: copy_data_path(address, uuid, tablet_id, d, fsync=True)[:2],
         "copy_nosync": lambda d: copy_data_path(address, uuid, tablet_id, d, fsync=False)[:2],
         "copy_e2e": lambda d: copy_end_to_end(address, uuid, tablet_id, d),
         "raw_net": lambda d: (sum(sizes), sum(sizes) / raw_zmq(sizes, None, fsync=False)),
+        "raw_net_files": lambda d: (
+            sum(sizes),
+            sum(sizes) / raw_zmq(sizes, None, fsync=False, sources=sources),
+        ),
         "raw_nosync": lambda d: (sum(sizes), sum(sizes) / raw_zmq(sizes, d, fsync=False)),
         "raw_sync": lambda d: (sum(sizes), sum(sizes) / raw_zmq(sizes, d, fsync=True)),
     }
@@ -286,6 +318,13 @@ def copy_runs(address: str, uuid: str, tablet_id: str, tmp: Path, repeats: int) 
             assert total == sum(sizes), (name, total, sum(sizes))
             runs[name].append(total / elapsed)
             shutil.rmtree(work, ignore_errors=True)
+    pin_rc.call(
+        uuid,
+        "TServer.EndCopySession",
+        EndCopySessionRequest(session_id=pin.session_id),
+        EndCopySessionResponse,
+    )
+    pin_rc.close()
     out: dict = {k: statistics.median(v) / 1e6 for k, v in runs.items()}
     out["copy_bytes"] = sum(sizes)
     out["copy_files"] = len(sizes)
@@ -293,6 +332,8 @@ def copy_runs(address: str, uuid: str, tablet_id: str, tmp: Path, repeats: int) 
     # shows how much the machine moved.
     pairs = zip(runs["copy_sync"], runs["raw_net"], strict=True)
     out["round_ratios"] = sorted(c / r for c, r in pairs)
+    pairs = zip(runs["copy_sync"], runs["raw_net_files"], strict=True)
+    out["round_ratios_files"] = sorted(c / r for c, r in pairs)
     return out
 
 
@@ -425,9 +466,15 @@ def write_rounds(servers, nw: int, batches: int, rounds: int) -> dict[str, list[
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--batches", type=int, default=30, help="batches per writer per round")
     ap.add_argument(
-        "--rounds", type=int, default=7, help="rounds of rf1 and rf3 writes, side by side"
+        "--batches",
+        type=int,
+        default=100,
+        help="batches per writer per round (400,000 rows a phase with 4 writers: every phase "
+        "holds memstore flushes, at 200,000 rows)",
+    )
+    ap.add_argument(
+        "--rounds", type=int, default=5, help="rounds of rf1 and rf3 writes, side by side"
     )
     ap.add_argument("--writers", type=int, default=4)
     ap.add_argument(
@@ -457,7 +504,9 @@ def main() -> int:
         copy = {}
         if not args.writes_only:
             address, uuid = fill(servers, "rf3", next_key, args.copy_mb * 1_000_000)
-            copy = copy_runs(address, uuid, "rf3", tmp / "copy", args.copy_repeats)
+            settle(servers, flushed=True)  # no flush due: the tablet's files stay as they are
+            root = tmp / f"ts{[u for _, u in servers].index(uuid)}"
+            copy = copy_runs(address, uuid, root, "rf3", tmp / "copy", args.copy_repeats)
             results["recopy_s"] = recopy(servers, "rf3", uuid)
     finally:
         for p in procs:
@@ -498,13 +547,23 @@ def main() -> int:
         ("to the page cache only", "copy_nosync", "raw_nosync"),
     ):
         print(f"  {label:<23}{copy[c]:>9.1f}   {copy[r]:>9.1f}      {copy[c] / copy[r]:.2f}")
-    print(f"  network only, no disk      -         {copy['raw_net']:>9.1f}")
-    rr = copy["round_ratios"]
     print(
-        f"  copy to disk / raw network only: {copy['copy_sync'] / copy['raw_net']:.2f}   "
-        f"(target >= 0.50; within each round: median {statistics.median(rr):.2f}, "
-        f"{rr[0]:.2f} to {rr[-1]:.2f})"
+        f"  network only, no disk      -         {copy['raw_net']:>9.1f}   (one buffer, sent again)"
     )
+    print(
+        f"  network only, no disk      -         {copy['raw_net_files']:>9.1f}   "
+        "(the tablet's files)"
+    )
+    for label, key, rk in (
+        ("one buffer", "raw_net", "round_ratios"),
+        ("the tablet's files", "raw_net_files", "round_ratios_files"),
+    ):
+        rr = copy[rk]
+        print(
+            f"  copy to disk / raw network only ({label}): "
+            f"{copy['copy_sync'] / copy[key]:.2f}   (target >= 0.50; within each round: "
+            f"median {statistics.median(rr):.2f}, {rr[0]:.2f} to {rr[-1]:.2f})"
+        )
     print(
         f"  copy_tablet end to end (onto a stopped server's fs root: superblocks, consensus "
         f"metadata, fsynced): {copy['copy_e2e']:.1f} MB/s"
