@@ -28,6 +28,7 @@ logger = logging.getLogger(__name__)
 ATTEMPTS_MAX = 200
 BACKOFF_INITIAL_S = 0.02
 BACKOFF_MAX_S = 0.25
+HINT_HOPS_AT_ONCE = 2  # NOT_LEADER hints followed without a pause, in a row
 # A node that failed to answer is not tried again on a hint for this long.
 SUSPECT_S = 2.0
 PING_TIMEOUT_S = 1.0
@@ -172,6 +173,7 @@ class CoordinatorClient:
         deadline = time.monotonic() + (timeout_s or self.timeout_s)
         backoff_s = BACKOFF_INITIAL_S
         last: RpcError | None = None
+        hops = 0  # hints followed at once since the last pause
         for _attempt in range(ATTEMPTS_MAX):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -193,10 +195,15 @@ class CoordinatorClient:
                         self._leader = hinted
                         if hinted not in self.addresses:
                             self.addresses.append(hinted)
-                        continue  # follow the hint at once
-                    # No hint, or a hint at a node that just failed us (the followers still
-                    # name the old leader until someone takes over): ask another node.
-                    self._rotate(address)
+                        hops += 1
+                        if hops <= HINT_HOPS_AT_ONCE:
+                            continue  # follow the hint at once
+                        # Nodes naming each other while an election settles: follow it
+                        # after a pause, not round and round until the attempts run out.
+                    else:
+                        # No hint, or a hint at a node that just failed us (the followers
+                        # still name the old leader until someone takes over): ask another.
+                        self._rotate(address)
             except RETRYABLE as e:
                 last = e
                 with self._lock:
@@ -209,6 +216,7 @@ class CoordinatorClient:
             if time.monotonic() + pause >= deadline:
                 break
             time.sleep(pause)
+            hops = 0
             backoff_s = min(backoff_s * 2, BACKOFF_MAX_S)
         raise TimedOut(f"Coordinator.{method}: no leader answered in time (last error: {last})")
 

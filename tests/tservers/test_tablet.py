@@ -21,10 +21,8 @@ from tservers.tserver_pb2 import (
     OpType,
     PredicateOp,
     PredicatePB,
-    RowBlockPB,
     SchemaPB,
     ValuePB,
-    WriteOpPB,
 )
 
 
@@ -275,11 +273,12 @@ def test_model_check_across_flush_compaction_restart(tmp_path):
     m.close()
 
 
-def test_model_check_of_row_blocks_applied_as_a_follower(tmp_path):
-    """A follower (and WAL replay) keeps an INSERT-only entry whose keys are all new as an
-    Arrow row block under the memstore dict. Updates reading rows from such blocks, deletes,
-    re-inserts of deleted keys, multi-block writes, scans, flushes (one failing half-way) and
-    restarts over them must match a dict model at every stage."""
+def test_model_check_of_memstore_row_blocks(tmp_path):
+    """An INSERT-only write whose keys are all new is kept as Arrow row blocks under the
+    memstore dict, at the leader and when applied as a follower (here: replayed at start-up).
+    Updates reading rows from such blocks, deletes, re-inserts of deleted keys, multi-block
+    writes, scans, flushes (one failing half-way) and restarts over them must match a dict
+    model at every stage."""
     rng = random.Random(11)
     root = tmp_path / "root"
     m = open_manager(root)
@@ -367,19 +366,15 @@ def test_model_check_of_row_blocks_applied_as_a_follower(tmp_path):
             def broken(name, table, tab=t, gone=gone):
                 # A follower's entry applied while the flush runs: re-inserts a key whose
                 # tombstone is in the dict being flushed.
-                again = WriteOpPB(
-                    schema_version=1,
-                    blocks=[
-                        RowBlockPB(
-                            op=OpType.INSERT,
-                            arrow_ipc=ipc(
-                                pa.table({"id": pa.array([gone], pa.int64()), "s": ["again"]})
-                            ),
-                        )
-                    ],
-                )
+                again = [
+                    (
+                        OpType.INSERT,
+                        ipc(pa.table({"id": pa.array([gone], pa.int64()), "s": ["again"]})),
+                    )
+                ]
                 with tab.lock:
-                    [(ks, block)] = tab._columnar_inserts(again, lenient=False)
+                    [(ks, block)] = tab._insert_blocks(again, lenient=False)
+                    assert tab._all_new([(ks, block)], {})
                     tab._apply_batch(ks, block)
                 model[gone] = ("again", None)
                 raise OSError("disk full (test)")
@@ -401,6 +396,94 @@ def test_model_check_of_row_blocks_applied_as_a_follower(tmp_path):
     assert seen_blocks > 10
     assert t.compact()
     check(t)
+    m.close()
+    m = open_manager(root)
+    check(m.tablet("t1"))
+    m.close()
+
+
+def test_writes_over_an_insert_still_in_flight(tmp_path):
+    """An INSERT of new keys waits, as a row block, for its WAL write (held here); writes
+    proposed meanwhile validate against it: an UPDATE reads the row from the block, an
+    INSERT of one of its keys is refused, a DELETE then an INSERT of a key goes through."""
+    import threading
+
+    root = tmp_path / "root"
+    m = open_manager(root)
+    t = create(m)
+    gate = threading.Event()
+    real_append = m.appender.append
+
+    def held_append(tablet_log, entries, callback, **kw):
+        def done(err):
+            gate.wait(30)  # the appender thread waits: every later WAL write waits too
+            callback(err)
+
+        real_append(tablet_log, entries, done, **kw)
+
+    m.appender.append = held_append
+    errors: list[BaseException] = []
+
+    def bg(fn) -> threading.Thread:
+        def run():
+            try:
+                fn()
+            except BaseException as e:  # reported by the test
+                errors.append(e)
+
+        th = threading.Thread(target=run)
+        th.start()
+        return th
+
+    def pending(k) -> object:
+        with t.lock:
+            p = t.pending.get(k, (None, "absent"))
+            return p[1]
+
+    def wait_pending(k, pred) -> None:
+        for _ in range(2000):
+            if pred(pending(k)):
+                return
+            gate.wait(0.005)
+        raise AssertionError(f"key {k} never pending as expected: {pending(k)!r}")
+
+    rows = pa.table(
+        {
+            "id": pa.array(range(10), pa.int64()),
+            "n": pa.array(range(10), pa.int32()),
+            "s": [f"a{i}" for i in range(10)],
+        }
+    )
+    threads = [bg(lambda: t.write(1, [(OpType.INSERT, ipc(rows))], deadline(30)))]
+    wait_pending(5, lambda v: isinstance(v, pa.Table))  # in flight, as a row block
+    upd = pa.table({"id": pa.array([5], pa.int64()), "s": ["u5"]})
+    threads.append(bg(lambda: t.write(1, [(OpType.UPDATE, ipc(upd))], deadline(30))))
+    wait_pending(5, lambda v: isinstance(v, tuple))  # the UPDATE's row, n from the block
+    assert pending(5)[1] == 5 and pending(5)[3] == "u5"
+    with pytest.raises(AlreadyExists, match="key 3"):
+        t.write(1, [(OpType.INSERT, ipc(six_rows([3])))], deadline())
+    dele = pa.table({"id": pa.array([7], pa.int64())})
+    threads.append(bg(lambda: t.write(1, [(OpType.DELETE, ipc(dele))], deadline(30))))
+    wait_pending(7, lambda v: v is None)
+    again = pa.table({"id": pa.array([7], pa.int64()), "n": pa.array([70], pa.int32())})
+    threads.append(bg(lambda: t.write(1, [(OpType.INSERT, ipc(again))], deadline(30))))
+    wait_pending(7, lambda v: isinstance(v, tuple))
+    assert scan(t).num_rows == 0  # nothing durable, nothing applied
+    gate.set()
+    for th in threads:
+        th.join(60)
+    assert not errors, errors
+    want = {i: (i, f"a{i}") for i in range(10)}
+    want[5] = (5, "u5")
+    want[7] = (70, None)
+
+    def check(tab) -> None:
+        r = scan(tab, projection=["id", "n", "s"])
+        got = zip(r["id"].to_pylist(), r["n"].to_pylist(), r["s"].to_pylist(), strict=True)
+        assert {i: (n, s) for i, n, s in got} == want
+
+    check(t)
+    assert not t.pending
     m.close()
     m = open_manager(root)
     check(m.tablet("t1"))

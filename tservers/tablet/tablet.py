@@ -7,12 +7,12 @@ State of a running tablet:
   flushed; `frozen` is the memstore being flushed. Both are hash maps: they are sorted by key
   once, when flushed or scanned, rather than on every write.
 - `mem_batches`: memstore row blocks, Arrow tables in the block schema, oldest first, all
-  older than `memstore`: a committed entry applied as a follower (or replayed) of INSERTs of
-  new keys only, kept whole (no Python row objects); `frozen_batches` are flushed with
+  older than `memstore`: an entry of INSERTs of new keys only (a bulk load), kept whole (no
+  Python row objects), at the leader as at followers; `frozen_batches` are flushed with
   `frozen`.
-- `pending`: key -> (index, row or None) for writes proposed at this leader but not applied
-  yet. Validation (ALREADY_EXISTS, NOT_FOUND) sees them, scans do not: only committed writes
-  are applied and visible.
+- `pending`: key -> (index, row or None, or the row block holding the key's new row) for
+  writes proposed at this leader but not applied yet. Validation (ALREADY_EXISTS,
+  NOT_FOUND) sees them, scans do not: only committed writes are applied and visible.
 - `live_keys`: every key that has a live row in blocks + memstore (existence checks).
 
 A write (at the Raft leader only): decode and check outside the lock; under the lock check
@@ -25,6 +25,7 @@ the same entries, validated again against their state (which is the same, in log
 from __future__ import annotations
 
 import enum
+import itertools
 import logging
 import os
 import threading
@@ -134,14 +135,22 @@ class WriteResult:
 class _Inflight:
     """A write proposed at this replica, waiting for its entry to be applied."""
 
-    __slots__ = ("index", "term", "changes", "event", "error")
+    __slots__ = ("index", "term", "changes", "inserts", "event", "error")
 
-    def __init__(self, index: int, term: int, changes: dict) -> None:
+    def __init__(
+        self, index: int, term: int, changes: dict | None, inserts: list | None = None
+    ) -> None:
         self.index = index
         self.term = term
-        self.changes = changes
+        self.changes = changes  # key -> final row; None: the write is `inserts`
+        self.inserts = inserts  # [(keys, row block)]: new keys only, applied as row blocks
         self.event = threading.Event()
         self.error: Exception | None = None
+
+
+def _keys_of(inserts: list[tuple[list, pa.Table]]):
+    for keys, _ in inserts:
+        yield from keys
 
 
 def _to_python(col: pa.ChunkedArray | pa.Array) -> list:
@@ -274,15 +283,22 @@ class Tablet:
                 f"schema mismatch: write uses version {schema_version}, tablet {self.tablet_id} "
                 f"has version {self.schema.version}"
             )
-        ops = [self._decode(op, read_ipc(data), data) for op, data in blocks]
-        nrows = sum(len(o.keys) for o in ops)
+        # INSERTs only (a bulk load): checked and kept as Arrow row blocks, only the keys
+        # made Python objects; anything else is decoded into Python rows.
+        inserts = self._insert_blocks(blocks, lenient=False)
+        ops = None
+        if inserts is None:
+            ops = [self._decode(op, read_ipc(data), data) for op, data in blocks]
+            nrows = sum(len(o.keys) for o in ops)
+        else:
+            nrows = sum(len(keys) for keys, _ in inserts)
         if nrows > ROWS_PER_WRITE_MAX:
             raise BadRequest(f"write of {nrows} rows exceeds {ROWS_PER_WRITE_MAX} rows")
         payload = WriteOpPB(
             schema_version=schema_version,
-            blocks=[RowBlockPB(op=o.op, arrow_ipc=o.ipc) for o in ops],
+            blocks=[RowBlockPB(op=op, arrow_ipc=data) for op, data in blocks],
         ).SerializeToString()
-        op_id = self._propose_wait(schema_version, payload, ops, deadline)
+        op_id = self._propose_wait(schema_version, payload, blocks, ops, inserts, deadline)
         with self.lock:
             self.writes += 1
             self.rows_written += nrows
@@ -310,7 +326,15 @@ class Tablet:
                 raise self.group.driver.not_leader(self.tablet_id, None)
             self.cond.wait(remaining)
 
-    def _propose_wait(self, schema_version: int, payload: bytes, ops, deadline: float) -> OpIdPB:
+    def _propose_wait(
+        self,
+        schema_version: int,
+        payload: bytes,
+        blocks: list[tuple[int, bytes]],
+        ops: list[_Op] | None,
+        inserts: list[tuple[list, pa.Table]] | None,
+        deadline: float,
+    ) -> OpIdPB:
         g = self.group
         assert g is not None, "tablet is not driven by raft"
         with self.lock:
@@ -323,15 +347,27 @@ class Tablet:
                     f"schema mismatch: tablet {self.tablet_id} schema changed to "
                     f"version {self.schema.version}"
                 )
-            changes = self._prepare(ops)
+            changes: dict | None = None
+            if inserts is None or not self._all_new(inserts, self.pending):
+                if ops is None:
+                    # Inserts of a key that exists, is pending or repeats: row by row, for
+                    # the error (or a key deleted by a write still pending: allowed).
+                    ops = [self._decode(op, read_ipc(data), data) for op, data in blocks]
+                changes = self._prepare(ops)
+                inserts = None
             res = g.propose(payload)
             if res.status is not ProposalStatus.OK:
                 raise _proposal_error(self.tablet_id, res, g)
-            inflight = _Inflight(res.index, res.term, changes)
+            inflight = _Inflight(res.index, res.term, changes, inserts)
             self.waiters[res.index] = inflight
             self.inflight += 1
-            for k, v in changes.items():
-                self.pending[k] = (res.index, v)
+            if changes is not None:
+                for k, v in changes.items():
+                    self.pending[k] = (res.index, v)
+            else:
+                for keys, table in inserts:
+                    # The row lives in the block until applied (`_current_row` reads it).
+                    self.pending.update(zip(keys, itertools.repeat((res.index, table))))
         g.wake()
         if not inflight.event.wait(max(deadline - time.monotonic(), 0.0)):
             # Still in flight: it may yet commit; the caller must not assume either outcome.
@@ -404,10 +440,14 @@ class Tablet:
             # Proposed here: validated in log order against this very state.
             changes = w.changes
             pending = self.pending
-            for k in changes:
+            for k in changes if changes is not None else _keys_of(w.inserts):
                 p = pending.get(k)
                 if p is not None and p[0] == e.index:
                     del pending[k]
+            if changes is None:
+                for keys, table in w.inserts:
+                    self._apply_batch(keys, table)
+                return
         else:
             op = WriteOpPB.FromString(e.payload)
             if op.schema_version > self.schema.version:
@@ -426,8 +466,8 @@ class Tablet:
             # An older version (this replica was altered first) applies by column name:
             # dropped columns are ignored, added ones (nullable) are null.
             lenient = op.schema_version < self.schema.version
-            batches = self._columnar_inserts(op, lenient)
-            if batches is not None:
+            batches = self._insert_blocks([(b.op, b.arrow_ipc) for b in op.blocks], lenient)
+            if batches is not None and self._all_new(batches, {}):
                 # Kept as Arrow row blocks: no Python row objects on a follower's bulk load.
                 for keys, table in batches:
                     self._apply_batch(keys, table)
@@ -604,20 +644,20 @@ class Tablet:
             )
         return _Op(op, keys, rows, present, ipc)
 
-    def _columnar_inserts(self, op: WriteOpPB, lenient: bool) -> list[tuple[list, pa.Table]] | None:
-        """A committed entry of INSERTs only, as (keys, row block in the block schema) per
-        block, when no key repeats and none is live (the bulk load's case); None otherwise
-        (the entry is applied row by row). Raises BadRequest like `_decode`."""
-        if not all(b.op == OpType.INSERT for b in op.blocks):
+    def _insert_blocks(
+        self, blocks: list[tuple[int, bytes]], lenient: bool
+    ) -> list[tuple[list, pa.Table]] | None:
+        """A write (or committed entry) of INSERTs only, as (keys, row block in the block
+        schema) per block; None if it has another operation. Checked as `_decode` checks
+        (BadRequest)."""
+        if not all(op == OpType.INSERT for op, _ in blocks):
             return None
         schema = self.schema
         nk = schema.num_keys
         out = []
-        total = 0
-        every: set = set()
-        for b in op.blocks:
-            table = read_ipc(b.arrow_ipc)
-            given = self._columns(b.op, table, lenient)
+        for op, data in blocks:
+            table = read_ipc(data)
+            given = self._columns(op, table, lenient)
             n = table.num_rows
             arrays = []
             for i, c in enumerate(schema.columns):
@@ -630,12 +670,22 @@ class Tablet:
             arrays.append(pa.nulls(n, pa.bool_()).fill_null(False))
             key_lists = [_to_python(given[i]) for i in range(nk)]
             keys = key_lists[0] if nk == 1 else list(zip(*key_lists, strict=True))
-            every.update(keys)
-            total += n
             out.append((keys, pa.Table.from_arrays(arrays, schema=schema.block_schema())))
-        if len(every) != total or not self.live_keys.isdisjoint(every):
-            return None
         return out
+
+    def _all_new(self, inserts: list[tuple[list, pa.Table]], pending: dict) -> bool:
+        """No key of `inserts` repeats, is live or is in `pending` (caller holds the lock):
+        they can be applied as row blocks, with nothing to check row by row."""
+        every: set = set()
+        total = 0
+        for keys, _ in inserts:
+            every.update(keys)
+            total += len(keys)
+        return (
+            len(every) == total
+            and self.live_keys.isdisjoint(every)
+            and (not pending or pending.keys().isdisjoint(every))
+        )
 
     def _prepare(self, ops: list[_Op], pending: dict | None = None) -> dict:
         """Check every row against the state (caller holds the lock) and the writes
@@ -708,7 +758,12 @@ class Tablet:
             return local[k]
         p = self.pending.get(k)
         if p is not None:
-            return p[1]
+            v = p[1]
+            if isinstance(v, pa.Table):  # an insert still in flight, as a row block
+                row: dict = {}
+                self._rows_of(v, {k}, row)
+                return row[k]
+            return v
         if k in self.memstore:
             return self.memstore[k]
         return fetched[k]

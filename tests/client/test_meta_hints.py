@@ -1,0 +1,49 @@
+"""The coordinator client's leader search against real rpc servers: NOT_LEADER hints."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from coordinator import coordinator_pb2 as pb
+from coordinator.client.meta import CoordinatorClient
+from rpc import errors
+from rpc.server import RpcServer
+
+
+def test_nodes_naming_each_other_are_followed_with_pauses_until_one_leads():
+    """While an election settles, two nodes may each name the other as leader. Following
+    such hints at once and round and round spent every attempt in a few milliseconds (the
+    call failed with TIMED_OUT long before its deadline); the client pauses between rounds
+    and reaches the node once it leads."""
+    calls = {"a": 0, "b": 0}
+    lock = threading.Lock()
+    leads_at = time.monotonic() + 1.0  # b leads from then on
+    servers = {
+        name: RpcServer(f"node-{name}", service=f"coordinator-{name}", workers=2)
+        for name in ("a", "b")
+    }
+
+    def handler(name: str, other: str):
+        def list_tables(req: pb.ListTablesRequest, ctx) -> pb.ListTablesResponse:
+            with lock:
+                calls[name] += 1
+            if name == "b" and time.monotonic() >= leads_at:
+                return pb.ListTablesResponse()
+            hint = errors.LeaderHintValue(uuid=f"node-{other}", address=servers[other].address)
+            raise errors.NotLeader(f"{name} is not the leader", leader_hint=hint)
+
+        return list_tables
+
+    for name, other in (("a", "b"), ("b", "a")):
+        servers[name].register("Coordinator.ListTables", pb.ListTablesRequest, handler(name, other))
+    with servers["a"], servers["b"]:
+        addresses = [servers["a"].address, servers["b"].address]
+        with CoordinatorClient(addresses, timeout_s=20) as client:
+            t0 = time.monotonic()
+            assert client.list_tables() == []
+            took = time.monotonic() - t0
+    assert took >= 0.5  # it did wait for b to lead
+    with lock:
+        # Paused between rounds of hints: a handful of calls a second, not hundreds.
+        assert calls["a"] + calls["b"] < 60, calls
