@@ -57,7 +57,16 @@ class Column:
 class Schema:
     """An immutable view of a SchemaPB with lookups the data path needs."""
 
-    __slots__ = ("pb", "version", "columns", "by_name", "key_columns", "num_keys", "_arrow")
+    __slots__ = (
+        "pb",
+        "version",
+        "columns",
+        "by_name",
+        "key_columns",
+        "num_keys",
+        "_arrow",
+        "_block",
+    )
 
     def __init__(self, pb: SchemaPB) -> None:
         self.pb = pb
@@ -69,6 +78,8 @@ class Schema:
         self._arrow = pa.schema(
             [pa.field(c.name, c.arrow_type, nullable=c.nullable) for c in self.columns]
         )
+        fields = [pa.field(block_name(c.id), c.arrow_type) for c in self.columns]
+        self._block = pa.schema([*fields, pa.field(DELETED_FIELD, pa.bool_())])
 
     def arrow_schema(self, names: list[str] | None = None) -> pa.Schema:
         if not names:
@@ -76,8 +87,7 @@ class Schema:
         return pa.schema([self._arrow.field(n) for n in names])
 
     def block_schema(self) -> pa.Schema:
-        fields = [pa.field(block_name(c.id), c.arrow_type) for c in self.columns]
-        return pa.schema([*fields, pa.field(DELETED_FIELD, pa.bool_())])
+        return self._block
 
     def column(self, name: str) -> Column:
         i = self.by_name.get(name)

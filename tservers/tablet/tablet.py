@@ -25,6 +25,7 @@ the same entries, validated again against their state (which is the same, in log
 from __future__ import annotations
 
 import enum
+import functools
 import itertools
 import logging
 import os
@@ -146,6 +147,16 @@ class _Inflight:
         self.inserts = inserts  # [(keys, row block)]: new keys only, applied as row blocks
         self.event = threading.Event()
         self.error: Exception | None = None
+
+
+_INSERT = OpType.INSERT
+_OP_TYPES = frozenset((OpType.INSERT, OpType.UPSERT, OpType.UPDATE, OpType.DELETE))
+
+
+@functools.lru_cache(maxsize=8)
+def _all_false(n: int) -> pa.Array:
+    """A row block's __deleted column (immutable: shared by blocks of the same length)."""
+    return pa.nulls(n, pa.bool_()).fill_null(False)
 
 
 def _keys_of(inserts: list[tuple[list, pa.Table]]):
@@ -575,7 +586,7 @@ class Tablet:
         column's type. `lenient`: a committed entry of an older schema version; columns
         dropped since are left out."""
         schema = self.schema
-        if op not in (OpType.INSERT, OpType.UPSERT, OpType.UPDATE, OpType.DELETE):
+        if op not in _OP_TYPES:
             raise BadRequest(f"unknown operation type {op}")
         if lenient:
             table = table.select([n for n in table.column_names if n in schema.by_name])
@@ -650,7 +661,7 @@ class Tablet:
         """A write (or committed entry) of INSERTs only, as (keys, row block in the block
         schema) per block; None if it has another operation. Checked as `_decode` checks
         (BadRequest)."""
-        if not all(op == OpType.INSERT for op, _ in blocks):
+        if not all(op == _INSERT for op, _ in blocks):
             return None
         schema = self.schema
         nk = schema.num_keys
@@ -667,7 +678,7 @@ class Tablet:
                         raise BadRequest(f"non-nullable column {c.name!r} missing from INSERT")
                     col = pa.nulls(n, c.arrow_type)
                 arrays.append(col)
-            arrays.append(pa.nulls(n, pa.bool_()).fill_null(False))
+            arrays.append(_all_false(n))
             key_lists = [_to_python(given[i]) for i in range(nk)]
             keys = key_lists[0] if nk == 1 else list(zip(*key_lists, strict=True))
             out.append((keys, pa.Table.from_arrays(arrays, schema=schema.block_schema())))
