@@ -225,6 +225,12 @@ def test_composite_key_ranges(mgr):
     assert len(scan(t)) == 4
 
 
+def delete_ids(t, ids: list[int], model: dict) -> None:
+    t.write(1, [(OpType.DELETE, ipc(pa.table({"id": pa.array(ids, pa.int64())})))], deadline())
+    for i in ids:
+        del model[i]
+
+
 def test_model_check_across_flush_compaction_restart(tmp_path):
     """Random operations against a dict model; state must match after every stage."""
     rng = random.Random(7)
@@ -242,9 +248,7 @@ def test_model_check_across_flush_compaction_restart(tmp_path):
         if not ids:
             continue
         if op == OpType.DELETE:
-            t.write(1, [(op, ipc(pa.table({"id": pa.array(ids, pa.int64())})))], deadline())
-            for i in ids:
-                del model[i]
+            delete_ids(t, ids, model)
         else:
             vals = [f"v{step}-{i}" for i in ids]
             t.write(
@@ -329,9 +333,7 @@ def test_model_check_of_memstore_row_blocks(tmp_path):
         if not ids:
             return
         if op == OpType.DELETE:
-            tab.write(1, [(op, ipc(pa.table({"id": pa.array(ids, pa.int64())})))], deadline())
-            for i in ids:
-                del model[i]
+            delete_ids(tab, ids, model)
             return
         vals = [f"{OpType.Name(op)[0]}{step}-{i}" for i in ids]
         tab.write(
