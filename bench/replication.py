@@ -288,8 +288,20 @@ def copy_runs(address: str, uuid: str, root: Path, tablet_id: str, tmp: Path, re
     them."""
     _, _, sizes = copy_data_path(address, uuid, tablet_id, tmp / "warm-up", fsync=False)
     shutil.rmtree(tmp / "warm-up")
-    pin_rc = RpcClient(address, "bench")
-    pin = _session(pin_rc, uuid, tablet_id)
+    with RpcClient(address, "bench") as pin_rc:
+        pin = _session(pin_rc, uuid, tablet_id)
+        try:
+            return _copy_rounds(address, uuid, root, tablet_id, tmp, repeats, sizes, pin)
+        finally:
+            pin_rc.call(
+                uuid,
+                "TServer.EndCopySession",
+                EndCopySessionRequest(session_id=pin.session_id),
+                EndCopySessionResponse,
+            )
+
+
+def _copy_rounds(address, uuid, root, tablet_id, tmp, repeats, sizes, pin) -> dict:
     assert [f.size_bytes for f in pin.files] == sizes, "the tablet changed under the bench"
     fs = FsLayout(root, uuid)
     sources = [
@@ -318,13 +330,6 @@ def copy_runs(address: str, uuid: str, root: Path, tablet_id: str, tmp: Path, re
             assert total == sum(sizes), (name, total, sum(sizes))
             runs[name].append(total / elapsed)
             shutil.rmtree(work, ignore_errors=True)
-    pin_rc.call(
-        uuid,
-        "TServer.EndCopySession",
-        EndCopySessionRequest(session_id=pin.session_id),
-        EndCopySessionResponse,
-    )
-    pin_rc.close()
     out: dict = {k: statistics.median(v) / 1e6 for k, v in runs.items()}
     out["copy_bytes"] = sum(sizes)
     out["copy_files"] = len(sizes)

@@ -212,7 +212,6 @@ class Tablet:
         # than an earlier one; tombstones (__deleted) only in a block put back by a failed
         # flush. `frozen_batches` are the ones being flushed with `frozen`.
         self.mem_batches: list[tuple[list, pa.Table]] = []
-        self.mem_batch_rows = 0
         self.frozen_batches: list[tuple[list, pa.Table]] = []
         self.pending: dict = {}
         self.live_keys: set = set()
@@ -556,7 +555,6 @@ class Tablet:
             for k in keys:
                 mem.pop(k, None)
         self.mem_batches.append((keys, table))
-        self.mem_batch_rows += table.num_rows
         self.live_keys.update(keys)
 
     def _apply(self, changes: dict) -> None:
@@ -785,10 +783,13 @@ class Tablet:
         out: dict = {}
         want = set(keys)
         frozen = self.frozen or {}
-        layers: list = [t for _, t in reversed(self.mem_batches)]
-        layers.append(frozen)
-        layers.extend(t for _, t in reversed(self.frozen_batches))
-        layers.extend(self._adapt(b) for _, b in reversed(self.blocks))
+        # Lazily: a data block is adapted only if keys are still wanted when it comes.
+        layers = itertools.chain(
+            (t for _, t in reversed(self.mem_batches)),
+            (frozen,),
+            (t for _, t in reversed(self.frozen_batches)),
+            (self._adapt(b) for _, b in reversed(self.blocks)),
+        )
         for layer in layers:
             if not want:
                 break
@@ -831,7 +832,6 @@ class Tablet:
                 self.memstore = {}
                 self.frozen = frozen
                 self.mem_batches = []
-                self.mem_batch_rows = 0
                 self.frozen_batches = frozen_batches
                 index = self.applied_index
                 index_term = self.applied_term
@@ -868,7 +868,6 @@ class Tablet:
                     if frozen:
                         restored.append((list(frozen), self._memtable(frozen, with_deleted=True)))
                     self.mem_batches = restored + self.mem_batches
-                    self.mem_batch_rows = sum(t.num_rows for _, t in self.mem_batches)
                     self.frozen = None
                     self.frozen_batches = []
                 raise
@@ -1206,7 +1205,7 @@ class Tablet:
         frozen = self.frozen
         return (
             len(self.memstore)
-            + self.mem_batch_rows
+            + sum(t.num_rows for _, t in self.mem_batches)
             + (len(frozen) if frozen else 0)
             + sum(t.num_rows for _, t in self.frozen_batches)
         )
