@@ -355,6 +355,10 @@ class Transport:
             )
             return self.finish_call(call)
         with direct.lock:
+            # close() sets `_closing` before it takes this lock to close the socket: a call
+            # racing with it (the socket was cached before) fails as a closed transport.
+            if self._closing.is_set():
+                raise errors.Unavailable("the rpc transport is closed")
             return self._direct_call(
                 direct, recipient_uuid, caller_uuid, method, body, sidecars, timeout_s
             )

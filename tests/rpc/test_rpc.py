@@ -476,6 +476,20 @@ def test_stats_count_calls_on_the_io_thread_and_on_the_pool():
     assert stats["inflight"] == 0
 
 
+def test_call_on_a_socket_the_transport_closed_meanwhile_is_unavailable(server):
+    """A thread's direct socket is cached; another thread closes the transport (a client
+    dropped while a writer still holds it). The next call on that thread fails as an rpc
+    error (UNAVAILABLE), not as a zmq error from a closed socket (ENOTSOCK), which killed
+    a test's writer thread once."""
+    client = RpcClient(server.address, "c")
+    assert client.call(SERVER_UUID, "Test.Echo", PingResponse(uuid="1"), PingResponse).uuid == "1"
+    closer = threading.Thread(target=client.close)
+    closer.start()
+    closer.join(10)
+    with pytest.raises(errors.Unavailable, match="closed"):
+        client.call(SERVER_UUID, "Test.Echo", PingResponse(uuid="2"), PingResponse)
+
+
 def test_transports_share_one_context_and_outlive_each_other(server):
     with rpc_client._context_lock:
         others = rpc_client._context_users  # transports left open by other tests, if any
