@@ -173,6 +173,33 @@ class Catalog:
         results = self.sessions.get(client_id)
         return results.get(seq) if results else None
 
+    def record_refs(self) -> set[int]:
+        """Ids of the log records the logged state rests on: each must still be live.
+
+        A record the replay applied can later be invalidated by one the replay never reads
+        (itself invalidated before it was read); one of these ids being dead then shows that
+        the state built incrementally has parted from the live log's."""
+        refs = set(self.pending)
+        for t in self.tables.values():
+            refs.update((t.create_record_id, t.alter_record_id, t.replication_record_id))
+        refs.update(s.record_id for s in self.servers.values())
+        refs.discard(0)
+        return refs
+
+    def adopt_logged(self, rebuilt: Catalog) -> None:
+        """Take the logged state of `rebuilt` (replayed afresh from the live log); the
+        unlogged state stays, minus the reports of tablets that no longer exist."""
+        self.applied_id = max(self.applied_id, rebuilt.applied_id)
+        self.tables = rebuilt.tables
+        self.names = rebuilt.names
+        self.tablets = rebuilt.tablets
+        self.servers = rebuilt.servers
+        self.pending = rebuilt.pending
+        self.sessions = rebuilt.sessions
+        self.last_lease = rebuilt.last_lease
+        for tablet_id in [t for t in self.tablet_reports if t not in self.tablets]:
+            del self.tablet_reports[tablet_id]
+
     # ------------------------------------------------------------ changes used by apply
 
     def record_session(self, request_id: pb.RequestId, result: OpResult) -> None:

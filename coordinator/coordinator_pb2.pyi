@@ -218,18 +218,20 @@ class RemoveServer(_message.Message):
     def __init__(self, header: _Optional[_Union[OpHeader, _Mapping]] = ..., server_uuid: _Optional[str] = ..., previous_record_id: _Optional[int] = ...) -> None: ...
 
 class SetReplication(_message.Message):
-    __slots__ = ("header", "table_id", "replication_factor", "old_replication_factor", "previous_record_id")
+    __slots__ = ("header", "table_id", "replication_factor", "old_replication_factor", "previous_record_id", "superseded")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     TABLE_ID_FIELD_NUMBER: _ClassVar[int]
     REPLICATION_FACTOR_FIELD_NUMBER: _ClassVar[int]
     OLD_REPLICATION_FACTOR_FIELD_NUMBER: _ClassVar[int]
     PREVIOUS_RECORD_ID_FIELD_NUMBER: _ClassVar[int]
+    SUPERSEDED_FIELD_NUMBER: _ClassVar[int]
     header: OpHeader
     table_id: str
     replication_factor: int
     old_replication_factor: int
     previous_record_id: int
-    def __init__(self, header: _Optional[_Union[OpHeader, _Mapping]] = ..., table_id: _Optional[str] = ..., replication_factor: _Optional[int] = ..., old_replication_factor: _Optional[int] = ..., previous_record_id: _Optional[int] = ...) -> None: ...
+    superseded: _containers.RepeatedCompositeFieldContainer[SupersededRequest]
+    def __init__(self, header: _Optional[_Union[OpHeader, _Mapping]] = ..., table_id: _Optional[str] = ..., replication_factor: _Optional[int] = ..., old_replication_factor: _Optional[int] = ..., previous_record_id: _Optional[int] = ..., superseded: _Optional[_Iterable[_Union[SupersededRequest, _Mapping]]] = ...) -> None: ...
 
 class LogRecord(_message.Message):
     __slots__ = ("lease", "create_table", "drop_table", "alter_table", "enlist_server", "server_down", "remove_server", "set_replication")

@@ -14,7 +14,6 @@ import dataclasses
 from coordinator import coordinator_pb2 as pb
 from coordinator.catalog import (
     COLUMNS_MAX,
-    SUPERSEDED_REQUESTS_MAX,
     Catalog,
     OpResult,
     PendingOp,
@@ -29,8 +28,10 @@ from coordinator.ops.common import (
     check_request_id,
     header,
     placements,
+    record_superseded,
     superseded,
     table_for_change,
+    table_requests,
 )
 from rpc.errors import AlreadyExists, BadRequest
 
@@ -112,23 +113,11 @@ def apply(catalog: Catalog, entry_id: int, record: pb.LogRecord) -> None:
     op_id = at.header.op_id
     done = at.header.phase == pb.DONE
     rid = at.header.request_id
-    for s in at.superseded:
-        catalog.record_session(
-            s.request_id, OpResult(0, "", True, s.table_id, schema_version=s.schema_version)
-        )
+    record_superseded(catalog, at.superseded)
     table: TableInfo | None = catalog.tables.get(at.table_id)
     if table is not None:
-        # Requests answered by this table's records, also those carried by this record
-        # (a node replaying the live log never saw the records they came from).
-        requests = list(table.requests)
-        carried = [
-            (s.request_id.client_id, s.request_id.seq, s.schema_version) for s in at.superseded
-        ]
-        mine = [(rid.client_id, rid.seq, at.new_schema.version)] if rid.seq else []
-        for r in carried + mine:
-            if r not in requests:
-                requests.append(r)
-        requests = tuple(requests[-SUPERSEDED_REQUESTS_MAX:])
+        mine = (rid.client_id, rid.seq, at.new_schema.version) if rid.seq else None
+        requests = table_requests(table, at.superseded, mine)
         catalog.put_table(
             dataclasses.replace(
                 table,

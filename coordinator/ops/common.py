@@ -23,6 +23,7 @@ from coordinator.catalog import (
     SUPERSEDED_REQUESTS_MAX,
     TABLE_NAME_BYTES_MAX,
     Catalog,
+    OpResult,
     ServerInfo,
     ServerState,
     TableInfo,
@@ -184,6 +185,29 @@ def superseded(
         )
         for c, s, v in list(requests)[-SUPERSEDED_REQUESTS_MAX:]
     ]
+
+
+def record_superseded(catalog: Catalog, carried: Sequence[pb.SupersededRequest]) -> None:
+    """Results carried by a record for the requests of records it invalidated."""
+    for s in carried:
+        catalog.record_session(
+            s.request_id, OpResult(0, "", True, s.table_id, schema_version=s.schema_version)
+        )
+
+
+def table_requests(
+    table: TableInfo, carried: Sequence[pb.SupersededRequest], mine: tuple[str, int, int] | None
+) -> tuple[tuple[str, int, int], ...]:
+    """The table's requests after a record that carries `carried` and answers `mine` (a node
+    replaying the live log never saw the records the carried ones came from)."""
+    requests = list(table.requests)
+    known = {(c, s) for c, s, _ in requests}
+    more = [(s.request_id.client_id, s.request_id.seq, s.schema_version) for s in carried]
+    for r in [*more, *([mine] if mine else [])]:
+        if r[:2] not in known:
+            known.add(r[:2])
+            requests.append(r)
+    return tuple(requests[-SUPERSEDED_REQUESTS_MAX:])
 
 
 # ---------------------------------------------------------------- completion

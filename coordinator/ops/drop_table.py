@@ -19,6 +19,7 @@ from coordinator.ops.common import (
     check_request_id,
     header,
     placements,
+    record_superseded,
     superseded,
     table_for_change,
 )
@@ -52,10 +53,7 @@ def apply(catalog: Catalog, entry_id: int, record: pb.LogRecord) -> None:
     dt = record.drop_table
     op_id = dt.header.op_id
     done = dt.header.phase == pb.DONE
-    for s in dt.superseded:
-        catalog.record_session(
-            s.request_id, OpResult(0, "", True, s.table_id, schema_version=s.schema_version)
-        )
+    record_superseded(catalog, dt.superseded)
     if done:
         catalog.remove_table(dt.table_id)
         catalog.pending.pop(op_id, None)

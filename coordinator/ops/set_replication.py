@@ -14,7 +14,14 @@ import dataclasses
 
 from coordinator import coordinator_pb2 as pb
 from coordinator.catalog import REPLICATION_FACTOR_MAX, Catalog, OpResult
-from coordinator.ops.common import check_request_id, header, table_for_change
+from coordinator.ops.common import (
+    check_request_id,
+    header,
+    record_superseded,
+    superseded,
+    table_for_change,
+    table_requests,
+)
 from rpc.errors import BadRequest
 
 KIND = "set_replication"
@@ -38,6 +45,8 @@ def decide(catalog: Catalog, request: pb.SetReplicationRequest, op_id: int) -> p
     sr.replication_factor = rf
     sr.old_replication_factor = table.replication_factor
     sr.previous_record_id = table.replication_record_id
+    # The previous record's request is among the table's: carried, as it is invalidated.
+    sr.superseded.extend(superseded(table.requests, table.table_id))
     return record
 
 
@@ -48,11 +57,19 @@ def invalidates_at_commit(record: pb.LogRecord) -> tuple[int, ...]:
 
 def apply(catalog: Catalog, entry_id: int, record: pb.LogRecord) -> None:
     sr = record.set_replication
+    rid = sr.header.request_id
+    record_superseded(catalog, sr.superseded)
     table = catalog.tables.get(sr.table_id)
     if table is not None:
+        # The request joins the table's, so that the record invalidating this one (a later
+        # SetReplication, or DropTable) carries its result.
+        mine = (rid.client_id, rid.seq, 0) if rid.seq else None  # its result has no schema
         catalog.put_table(
             dataclasses.replace(
-                table, replication_factor=sr.replication_factor, replication_record_id=entry_id
+                table,
+                replication_factor=sr.replication_factor,
+                replication_record_id=entry_id,
+                requests=table_requests(table, sr.superseded, mine),
             )
         )
     catalog.record_session(

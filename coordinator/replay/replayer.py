@@ -1,10 +1,16 @@
 """The replay thread: applies the coordinator log to the catalog in id order.
 
 Every node runs one. Followers use it to keep their catalog current; a node that becomes
-leader uses `apply_through(epoch)` to reach the tail before recovery (coordinator/replay/
-recovery.py), and the leader applies its own records through `apply_own`, which first
-applies anything before them (lease renewals appended by the lease driver). All applying is
-serialized by one lock, and `catalog.applied_id` only grows.
+leader uses `apply_through(epoch)` to reach the tail before recovery (`Engine._recover`), and
+the leader applies its own records through `apply_own`, which first applies anything before
+them (lease renewals appended by the lease driver). All applying is serialized by one lock,
+and `catalog.applied_id` only grows.
+
+Reading only live records, a replay that lags can miss a record that was invalidated before it
+was read, and with it that record's own invalidations of records already applied (a DONE that
+a later DropTable made moot). The catalog must still equal a replay of the live log from
+scratch, so after reading past any such gap the replay checks that every record the catalog
+rests on is still live, and rebuilds the catalog from the live log if one is not.
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ class Replayer:
         self._thread: threading.Thread | None = None
         self._name = name
         self.error: BaseException | None = None
+        self.rebuilds = 0  # catalog rebuilds from the live log (see _rests_on_dead_records)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -107,22 +114,74 @@ class Replayer:
         catalog = self.catalog
         last = self.store.last_id(self.log)
         upto = min(target, last)
+        skipped_below = 0  # one beyond the highest id found invalidated before it was read
         for _ in range(1_000_000):
             start = catalog.applied_id + 1
             if start > upto:
                 break
             entries = self.store.read(self.log, from_id=start, limit=READ_CHUNK_ENTRIES)
             entries = [e for e in entries if e.id <= upto]
+            complete = len(entries) < READ_CHUNK_ENTRIES
+            ids = [e.id for e in entries]
+            end = upto + 1 if complete else ids[-1]
+            if ids != list(range(start, start + len(ids))) or (complete and start + len(ids) < end):
+                skipped_below = max(skipped_below, end)
             with catalog.lock:
                 for e in entries:
                     if e.id > catalog.applied_id:
                         apply_record(catalog, e.id, decode(e.data))
-                if len(entries) < READ_CHUNK_ENTRIES:
+                if complete:
                     # Everything up to `upto` that is live has been read; the rest was
                     # invalidated (or never had data) and has nothing to apply.
                     catalog.applied_id = max(catalog.applied_id, upto)
                 catalog.changed.notify_all()
+        if skipped_below and self._rests_on_dead_records(skipped_below):
+            self._rebuild()
         return catalog.applied_id
+
+    def _rests_on_dead_records(self, below: int) -> bool:
+        """Whether a record the catalog rests on, with id < below, is no longer live.
+
+        Records the replay skipped (invalidated before it read them) may themselves have
+        invalidated records it had applied; their changes are then missing from the
+        catalog (seed 003's replay must equal a replay of the live log from scratch)."""
+        with self.catalog.lock:
+            refs = {r for r in self.catalog.record_refs() if r < below}
+        if not refs:
+            return False
+        live: set[int] = set()
+        start = min(refs)
+        for _ in range(1_000_000):
+            entries = self.store.read(self.log, from_id=start, limit=READ_CHUNK_ENTRIES)
+            live.update(e.id for e in entries if e.id < below)
+            if len(entries) < READ_CHUNK_ENTRIES or entries[-1].id >= below:
+                break
+            start = entries[-1].id + 1
+        return not refs <= live
+
+    def _rebuild(self) -> None:
+        """Replay the live log from scratch through the applied id, then adopt the result."""
+        through = self.catalog.applied_id
+        logger.warning(
+            "replay: a record applied earlier was invalidated by one never read; "
+            "rebuilding the catalog from the live log through %d",
+            through,
+        )
+        fresh = Catalog()
+        start = 1
+        for _ in range(1_000_000):
+            entries = self.store.read(self.log, from_id=start, limit=READ_CHUNK_ENTRIES)
+            for e in entries:
+                if e.id <= through:
+                    apply_record(fresh, e.id, decode(e.data))
+            if len(entries) < READ_CHUNK_ENTRIES or entries[-1].id >= through:
+                break
+            start = entries[-1].id + 1
+        fresh.applied_id = through
+        with self.catalog.lock:
+            self.catalog.adopt_logged(fresh)
+            self.catalog.changed.notify_all()
+        self.rebuilds += 1
 
     def _run(self) -> None:
         while not self._stop.is_set():
