@@ -251,6 +251,7 @@ class Engine:
         while not self._stop.is_set() and self.lease.epoch == epoch and self.lease.is_serving():
             try:
                 self.replayer.apply_through(epoch, timeout_s=self.config.replay_timeout_s)
+                self.replayer.verify()
                 with self.catalog.lock:
                     pending = sorted(self.catalog.pending)
                 for op_id in pending:

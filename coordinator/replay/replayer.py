@@ -139,6 +139,15 @@ class Replayer:
             self._rebuild()
         return catalog.applied_id
 
+    def verify(self) -> bool:
+        """Check every record the catalog rests on is live, rebuilding if one is not (a new
+        leader does this before it acts on its catalog). True if it rebuilt."""
+        with self._lock:
+            if self._rests_on_dead_records(self.catalog.applied_id + 1):
+                self._rebuild()
+                return True
+            return False
+
     def _rests_on_dead_records(self, below: int) -> bool:
         """Whether a record the catalog rests on, with id < below, is no longer live.
 

@@ -114,6 +114,25 @@ def test_a_done_made_moot_before_it_was_read(cluster):
     assert follower.rebuilds == 1 and set(follower.catalog.names) == {"u"}
 
 
+def test_a_new_leader_verifies_what_its_catalog_rests_on(cluster):
+    """`verify` (run by recovery before completing anything) finds a dead reference even
+    where no gap was read: here the follower has read nothing since the STARTED record."""
+    a = cluster.add("a")
+    cluster.leader()
+    enlist(a, ["s0", "s1"])
+    follower = Replayer(cluster.store, Catalog())
+    cluster.gateway.peek = lambda: follower.apply_through(cluster.store.last_id(LOG_NAME))
+    a.engine.execute("create_table", create(n=1, rf=1))
+    cluster.gateway.peek = lambda: None
+    assert follower.catalog.pending
+    drop = pb.DropTableRequest(request_id=pb.RequestId(client_id="client", seq=2), name="t")
+    a.engine.execute("drop_table", drop)
+    assert follower.verify() is True
+    assert follower.catalog.pending == {} and follower.catalog.tables == {}
+    assert logged(follower.catalog) == logged(from_scratch(cluster, follower.catalog.applied_id))
+    assert follower.verify() is False  # all it rests on is live now
+
+
 def alter(seq: int, column: str) -> pb.AlterTableRequest:
     return pb.AlterTableRequest(
         request_id=pb.RequestId(client_id="client", seq=seq),
