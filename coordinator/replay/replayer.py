@@ -149,24 +149,31 @@ class Replayer:
             return False
 
     def _rests_on_dead_records(self, below: int) -> bool:
-        """Whether a record the catalog rests on, with id < below, is no longer live.
+        """Whether a record the catalog rests on, with id < below, is dead unexplained.
 
         Records the replay skipped (invalidated before it read them) may themselves have
         invalidated records it had applied; their changes are then missing from the
-        catalog (seed 003's replay must equal a replay of the live log from scratch)."""
+        catalog (seed 003's replay must equal a replay of the live log from scratch). A dead
+        record that a live record not yet applied invalidated is explained: applying that
+        record handles it, as at the leader (its own DONE, appended before it applies it)."""
         with self.catalog.lock:
             refs = {r for r in self.catalog.record_refs() if r < below}
+            applied = self.catalog.applied_id
         if not refs:
             return False
         live: set[int] = set()
+        pending_invalidations: set[int] = set()
         start = min(refs)
         for _ in range(1_000_000):
             entries = self.store.read(self.log, from_id=start, limit=READ_CHUNK_ENTRIES)
-            live.update(e.id for e in entries if e.id < below)
-            if len(entries) < READ_CHUNK_ENTRIES or entries[-1].id >= below:
+            for e in entries:
+                live.add(e.id)
+                if e.id > applied:
+                    pending_invalidations.update(e.invalidates)
+            if len(entries) < READ_CHUNK_ENTRIES:
                 break
             start = entries[-1].id + 1
-        return not refs <= live
+        return bool(refs - live - pending_invalidations)
 
     def _rebuild(self) -> None:
         """Replay the live log from scratch through the applied id, then adopt the result."""
