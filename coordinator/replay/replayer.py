@@ -52,6 +52,8 @@ class Replayer:
         self._thread: threading.Thread | None = None
         self._name = name
         self.error: BaseException | None = None
+        # One beyond the highest id a read found invalidated before it got there (0: none).
+        self._unchecked_below = 0
         self.rebuilds = 0  # catalog rebuilds from the live log (see _rests_on_dead_records)
 
     # ------------------------------------------------------------ lifecycle
@@ -114,7 +116,6 @@ class Replayer:
         catalog = self.catalog
         last = self.store.last_id(self.log)
         upto = min(target, last)
-        skipped_below = 0  # one beyond the highest id found invalidated before it was read
         for _ in range(1_000_000):
             start = catalog.applied_id + 1
             if start > upto:
@@ -125,7 +126,8 @@ class Replayer:
             ids = [e.id for e in entries]
             end = upto + 1 if complete else ids[-1]
             if ids != list(range(start, start + len(ids))) or (complete and start + len(ids) < end):
-                skipped_below = max(skipped_below, end)
+                # Kept until checked: a store error in the check must not lose the gap.
+                self._unchecked_below = max(self._unchecked_below, end)
             with catalog.lock:
                 for e in entries:
                     if e.id > catalog.applied_id:
@@ -135,18 +137,21 @@ class Replayer:
                     # invalidated (or never had data) and has nothing to apply.
                     catalog.applied_id = max(catalog.applied_id, upto)
                 catalog.changed.notify_all()
-        if skipped_below and self._rests_on_dead_records(skipped_below):
-            self._rebuild()
+        if self._unchecked_below:
+            if self._rests_on_dead_records(self._unchecked_below):
+                self._rebuild()
+            self._unchecked_below = 0
         return catalog.applied_id
 
     def verify(self) -> bool:
         """Check every record the catalog rests on is live, rebuilding if one is not (a new
         leader does this before it acts on its catalog). True if it rebuilt."""
         with self._lock:
-            if self._rests_on_dead_records(self.catalog.applied_id + 1):
+            rebuild = self._rests_on_dead_records(self.catalog.applied_id + 1)
+            if rebuild:
                 self._rebuild()
-                return True
-            return False
+            self._unchecked_below = 0  # every gap so far lies below what was checked
+            return rebuild
 
     def _rests_on_dead_records(self, below: int) -> bool:
         """Whether a record the catalog rests on, with id < below, is dead unexplained.
