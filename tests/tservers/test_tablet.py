@@ -15,6 +15,7 @@ from rpc.errors import (
     TabletNotFound,
 )
 from tests.tservers.helpers import create, deadline, ipc, keys, open_manager, six_rows
+from tservers.tablet.tablet import compaction_run
 from tservers.tserver_pb2 import (
     ColumnSchemaPB,
     DataType,
@@ -274,6 +275,95 @@ def test_model_check_across_flush_compaction_restart(tmp_path):
     m.close()
     m = open_manager(root)
     check(m.tablet("t1"))
+    m.close()
+
+
+def test_compaction_run_is_size_tiered():
+    base = 100
+    assert compaction_run([100, 100, 100], 4, base) is None
+    assert compaction_run([100, 100, 100, 100], 4, base) == 0
+    # A big old block is not rewritten for a few small new ones...
+    assert compaction_run([400, 100, 100, 100], 4, base) is None
+    assert compaction_run([400, 100, 100, 100, 100], 4, base) == 1
+    # ...until its own class has piled up, small ones newer than them joining in.
+    assert compaction_run([1600, 400, 400, 400, 400, 50], 4, base) == 1
+    assert compaction_run([1600, 1600, 1600, 1600], 4, base) == 0
+    # Smaller classes go first.
+    assert compaction_run([400, 400, 400, 400, 10, 20, 30, 40], 4, base) == 4
+    # Out of order (a merge that shrank by tombstones) still terminates in a merge.
+    assert compaction_run([400, 10, 400, 400, 400], 4, base) == 0
+
+
+def test_tiered_compaction_rewrites_rows_a_logarithmic_number_of_times():
+    """Simulated flushes of `base` rows: rows rewritten by compactions stay within
+    log_fanout(rows / base) passes, and the blocks stay few."""
+    base, fanout, flushes = 100, 4, 4**4
+    blocks: list[int] = []
+    rewritten = 0
+    for _ in range(flushes):
+        blocks.append(base)
+        while (start := compaction_run(blocks, fanout, base)) is not None:
+            rewritten += sum(blocks[start:])
+            blocks[start:] = [sum(blocks[start:])]
+        assert len(blocks) <= (fanout - 1) * 5
+    assert blocks == [base * flushes]
+    assert rewritten == 4 * base * flushes  # one pass per class: 4 classes above the base
+
+
+def test_model_check_of_tiered_compaction(tmp_path):
+    """Random writes, a flush every few, a tiered compaction after each: partial runs keep
+    the tombstones that hide rows of older blocks. Checked against a dict model after every
+    compaction and across restarts."""
+    rng = random.Random(11)
+    root = tmp_path / "root"
+    m = open_manager(root, flush_rows=30)
+    t = create(m)
+    model: dict[int, str] = {}
+    partial = full = 0
+
+    def check(tab) -> None:
+        r = scan(tab, projection=["id", "s"])
+        assert dict(zip(r["id"].to_pylist(), r["s"].to_pylist(), strict=True)) == model
+        lo, hi = sorted(rng.sample(range(300), 2))
+        r = scan(
+            tab, projection=["id"], lower=[ValuePB(int_value=lo)], upper=[ValuePB(int_value=hi)]
+        )
+        assert r["id"].to_pylist() == sorted(k for k in model if lo <= k < hi)
+
+    for step in range(240):
+        ids = rng.sample(range(300), rng.randint(1, 12))
+        op = rng.choice([OpType.INSERT, OpType.UPSERT, OpType.DELETE, OpType.DELETE])
+        if op == OpType.INSERT:
+            ids = [i for i in ids if i not in model]
+        elif op == OpType.DELETE:
+            ids = [i for i in ids if i in model]
+        if not ids:
+            continue
+        if op == OpType.DELETE:
+            delete_ids(t, ids, model)
+        else:
+            vals = [f"v{step}-{i}" for i in ids]
+            t.write(
+                1, [(op, ipc(pa.table({"id": pa.array(ids, pa.int64()), "s": vals})))], deadline()
+            )
+            model.update(zip(ids, vals, strict=True))
+        if step % 3 == 2:
+            t.flush()
+            before = len(t.blocks)
+            while t.compact(tiered=True):
+                if len(t.blocks) == 1:
+                    full += 1
+                else:
+                    partial += 1
+                check(t)
+            assert len(t.blocks) <= before
+        if step % 80 == 79:
+            m.close()
+            m = open_manager(root, flush_rows=30)
+            t = m.tablet("t1")
+            check(t)
+    assert partial >= 5 and full >= 1, (partial, full)
+    check(t)
     m.close()
 
 

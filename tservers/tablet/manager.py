@@ -524,7 +524,7 @@ class TabletManager:
                 ):
                     t.flush()
                 if len(t.blocks) >= self.tablet_opts.compaction_blocks_min:
-                    t.compact()
+                    t.compact(tiered=True)
             except Exception as e:  # the tablet keeps serving from memstore and WAL
                 log.exception("tablet %s: maintenance failed: %s", t.tablet_id, e)
 

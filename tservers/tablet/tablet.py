@@ -31,6 +31,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -157,6 +158,36 @@ _OP_TYPES = frozenset((OpType.INSERT, OpType.UPSERT, OpType.UPDATE, OpType.DELET
 def _all_false(n: int) -> pa.Array:
     """A row block's __deleted column (immutable: shared by blocks of the same length)."""
     return pa.nulls(n, pa.bool_()).fill_null(False)
+
+
+def size_class(rows: int, fanout: int, base_rows: int) -> int:
+    """0 up to base_rows, 1 up to fanout x base_rows, 2 up to fanout^2 x base_rows, ..."""
+    c, bound = 0, max(1, base_rows)
+    while rows > bound:
+        bound *= fanout
+        c += 1
+    return c
+
+
+def compaction_run(rows: Sequence[int], fanout: int, base_rows: int) -> int | None:
+    """Size-tiered compaction: where the newest run of blocks to merge starts, or None.
+
+    `rows` are the blocks' row counts, oldest first. From the smallest size class up, the
+    candidate run is the newest blocks of that class or a smaller one; the first candidate
+    holding at least `fanout` blocks of its class is merged. A row is so rewritten about
+    log_fanout(tablet rows / base_rows) times in all, where merging every block whenever
+    `fanout` had piled up rewrote the whole tablet every `fanout - 1` flushes (quadratic in
+    the tablet's size)."""
+    fanout = max(2, fanout)
+    classes = [size_class(r, fanout, base_rows) for r in rows]
+    n = len(classes)
+    for c in sorted(set(classes)):
+        start = n
+        while start > 0 and classes[start - 1] <= c:
+            start -= 1
+        if classes[start:].count(c) >= fanout:
+            return start
+    return None
 
 
 def _keys_of(inserts: list[tuple[list, pa.Table]]):
@@ -886,8 +917,11 @@ class Tablet:
             )
             return True
 
-    def compact(self) -> bool:
-        """Merge every block into one, dropping tombstones (all older versions are merged)."""
+    def compact(self, *, tiered: bool = False) -> bool:
+        """Merge blocks into one: every block (tombstones dropped, all older versions are
+        merged), or with `tiered` the newest run `compaction_run` picks (tombstones kept
+        unless the run starts at the oldest block). False when there was nothing to do."""
+        opts = self.opts
         with self.flush_lock:
             with self.lock:
                 if len(self.blocks) < 2 or self.status is not TabletStatus.RUNNING:
@@ -896,32 +930,42 @@ class Tablet:
                     return False  # a copy session reads the current blocks
                 blocks = list(self.blocks)
                 block_id = self.sb.next_block_id
-            merged = self._merge([b for _, b in blocks], None)
+            start = 0
+            if tiered:
+                rows = [b.num_rows for _, b in blocks]
+                found = compaction_run(rows, opts.compaction_blocks_min, opts.flush_rows_threshold)
+                if found is None:
+                    return False
+                start = found
+            run = blocks[start:]
+            if start == 0:
+                merged = self._merge([b for _, b in run], None)
+                merged = merged.append_column(DELETED_FIELD, pa.repeat(False, merged.num_rows))
+            else:  # older blocks may hold versions the run's tombstones hide
+                merged = self._merge([b for _, b in run], None, keep_deleted=True)
             name = f"block-{block_id:09d}.arrow"
-            self._write_block(
-                name,
-                merged.append_column(
-                    DELETED_FIELD, pa.array([False] * merged.num_rows, pa.bool_())
-                ),
-            )
+            self._write_block(name, merged)
             crash_point("compact.after_block_write")
             with self.lock:
                 sb = SuperblockPB()
                 sb.CopyFrom(self.sb)
-                del sb.blocks[:]
+                assert list(sb.blocks) == [n for n, _ in blocks], "blocks changed under flush_lock"
+                del sb.blocks[start:]
                 sb.blocks.append(name)
                 sb.next_block_id = block_id + 1
                 self.fs.write_superblock(sb)
                 self.sb = sb
-                self.blocks = [(name, self._load_block(self.fs.data_dir(self.tablet_id) / name))]
+                loaded = self._load_block(self.fs.data_dir(self.tablet_id) / name)
+                self.blocks = blocks[:start] + [(name, loaded)]
             crash_point("compact.after_superblock")
             data_dir = self.fs.data_dir(self.tablet_id)
-            for old, _ in blocks:
+            for old, _ in run:
                 (data_dir / old).unlink(missing_ok=True)
             fsync_dir(data_dir)
             log.info(
-                "tablet %s: compacted %d blocks into %s (%d rows)",
+                "tablet %s: compacted %d of %d blocks into %s (%d rows)",
                 self.tablet_id,
+                len(run),
                 len(blocks),
                 name,
                 merged.num_rows,
