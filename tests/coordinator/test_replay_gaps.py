@@ -84,20 +84,25 @@ def catch_up(follower: Replayer, cluster: Cluster) -> None:
     follower.apply_through(cluster.store.last_id(LOG_NAME))
 
 
+def peek_once(follower: Replayer, cluster: Cluster) -> None:
+    """The follower reads the log at the next tablet-server call of an operation, once."""
+    peeked = []
+
+    def peek():
+        if not peeked:
+            peeked.append(True)
+            catch_up(follower, cluster)
+
+    cluster.gateway.peek = peek
+
+
 def test_a_done_made_moot_before_it_was_read(cluster):
     """The CI failure, step by step: STARTED read, then DONE and DropTable DONE unread."""
     a = cluster.add("a")
     cluster.leader()
     enlist(a, ["s0", "s1"])
     follower = Replayer(cluster.store, Catalog())
-    peeked = []
-
-    def peek_once():
-        if not peeked:
-            peeked.append(True)
-            catch_up(follower, cluster)
-
-    cluster.gateway.peek = peek_once
+    peek_once(follower, cluster)
     a.engine.execute("create_table", create(n=2, rf=1))
     assert follower.catalog.pending, "the follower read the STARTED record"
     cluster.gateway.peek = lambda: None
@@ -153,14 +158,7 @@ def test_an_alter_made_moot_by_the_next_before_it_was_read(cluster):
     a.engine.execute("create_table", create(n=2, rf=1))
     a.engine.execute("alter_table", alter(2, "w1"))
     follower = Replayer(cluster.store, Catalog())
-    peeked = []
-
-    def peek_once():
-        if not peeked:
-            peeked.append(True)
-            catch_up(follower, cluster)
-
-    cluster.gateway.peek = peek_once
+    peek_once(follower, cluster)
     a.engine.execute("alter_table", alter(3, "w2"))
     assert [p.kind for p in follower.catalog.pending.values()] == ["alter_table"]
     cluster.gateway.peek = lambda: None

@@ -232,6 +232,24 @@ def delete_ids(t, ids: list[int], model: dict) -> None:
         del model[i]
 
 
+def write_valid(t, op, ids: list[int], model: dict, step: int) -> bool:
+    """Write `op` for those of `ids` it is valid for (INSERT: absent; UPDATE and DELETE:
+    present), to the tablet and the model; False when none is."""
+    if op == OpType.INSERT:
+        ids = [i for i in ids if i not in model]
+    elif op in (OpType.UPDATE, OpType.DELETE):
+        ids = [i for i in ids if i in model]
+    if not ids:
+        return False
+    if op == OpType.DELETE:
+        delete_ids(t, ids, model)
+        return True
+    vals = [f"v{step}-{i}" for i in ids]
+    t.write(1, [(op, ipc(pa.table({"id": pa.array(ids, pa.int64()), "s": vals})))], deadline())
+    model.update(zip(ids, vals, strict=True))
+    return True
+
+
 def test_model_check_across_flush_compaction_restart(tmp_path):
     """Random operations against a dict model; state must match after every stage."""
     rng = random.Random(7)
@@ -242,20 +260,8 @@ def test_model_check_across_flush_compaction_restart(tmp_path):
     for step in range(60):
         ids = rng.sample(range(400), 15)
         op = rng.choice([OpType.INSERT, OpType.UPSERT, OpType.UPDATE, OpType.DELETE])
-        if op == OpType.INSERT:
-            ids = [i for i in ids if i not in model]
-        elif op in (OpType.UPDATE, OpType.DELETE):
-            ids = [i for i in ids if i in model]
-        if not ids:
+        if not write_valid(t, op, ids, model, step):
             continue
-        if op == OpType.DELETE:
-            delete_ids(t, ids, model)
-        else:
-            vals = [f"v{step}-{i}" for i in ids]
-            t.write(
-                1, [(op, ipc(pa.table({"id": pa.array(ids, pa.int64()), "s": vals})))], deadline()
-            )
-            model.update(zip(ids, vals, strict=True))
         if step % 15 == 14:
             t.flush()
         if step == 50:
@@ -333,20 +339,8 @@ def test_model_check_of_tiered_compaction(tmp_path):
     for step in range(240):
         ids = rng.sample(range(300), rng.randint(1, 12))
         op = rng.choice([OpType.INSERT, OpType.UPSERT, OpType.DELETE, OpType.DELETE])
-        if op == OpType.INSERT:
-            ids = [i for i in ids if i not in model]
-        elif op == OpType.DELETE:
-            ids = [i for i in ids if i in model]
-        if not ids:
+        if not write_valid(t, op, ids, model, step):
             continue
-        if op == OpType.DELETE:
-            delete_ids(t, ids, model)
-        else:
-            vals = [f"v{step}-{i}" for i in ids]
-            t.write(
-                1, [(op, ipc(pa.table({"id": pa.array(ids, pa.int64()), "s": vals})))], deadline()
-            )
-            model.update(zip(ids, vals, strict=True))
         if step % 3 == 2:
             t.flush()
             before = len(t.blocks)
