@@ -13,7 +13,7 @@ against every implementation):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -60,3 +60,20 @@ class LogStore(Protocol):
     def barrier(self, timeout_s: float = 5.0) -> None: ...
 
     def close(self) -> None: ...
+
+
+def read_live(
+    store: LogStore, log: str, from_id: int = 1, through: int | None = None, chunk: int = 1000
+) -> Iterator[Entry]:
+    """The live entries with from_id <= id (<= through, or to the tail), in id order, read
+    `chunk` at a time. Each read starts past the last id returned, so it always advances."""
+    start = from_id
+    while True:
+        entries = store.read(log, from_id=start, limit=chunk)
+        for e in entries:
+            if through is not None and e.id > through:
+                return
+            yield e
+        if len(entries) < chunk:
+            return
+        start = entries[-1].id + 1

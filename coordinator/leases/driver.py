@@ -22,7 +22,7 @@ from coordinator.leases.lease import (
     NotServing,
     Role,
 )
-from logstore.api import LogConditionFailed, LogStore
+from logstore.api import LogConditionFailed, LogStore, read_live
 from rpc.errors import LeaderHintValue, NotLeader, RpcError, Unavailable
 
 logger = logging.getLogger(__name__)
@@ -219,15 +219,9 @@ class LeaseDriver:
     def _read_live_leases(self, last: int) -> dict[int, LeaseValue]:
         """Every live Lease record with id <= last (bounded by the live log, not history)."""
         leases: dict[int, LeaseValue] = {}
-        start = 1
-        for _ in range(10_000):
-            entries = self.store.read(self.log, from_id=start, limit=READ_CHUNK_ENTRIES)
-            for e in entries:
-                if e.id <= last and (lease := decode_lease(e.data)) is not None:
-                    leases[e.id] = lease
-            if len(entries) < READ_CHUNK_ENTRIES or entries[-1].id >= last:
-                break
-            start = entries[-1].id + 1
+        for e in read_live(self.store, self.log, through=last, chunk=READ_CHUNK_ENTRIES):
+            if (lease := decode_lease(e.data)) is not None:
+                leases[e.id] = lease
         return leases
 
     def _do_lease_append(self, action: AppendLease) -> None:

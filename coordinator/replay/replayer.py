@@ -23,7 +23,7 @@ from coordinator import coordinator_pb2 as pb
 from coordinator.catalog import Catalog
 from coordinator.leases.driver import LOG_NAME
 from coordinator.ops import apply_record, decode
-from logstore.api import LogStore
+from logstore.api import LogStore, read_live
 from rpc.errors import RpcError, Unavailable
 
 logger = logging.getLogger(__name__)
@@ -123,9 +123,8 @@ class Replayer:
             entries = self.store.read(self.log, from_id=start, limit=READ_CHUNK_ENTRIES)
             entries = [e for e in entries if e.id <= upto]
             complete = len(entries) < READ_CHUNK_ENTRIES
-            ids = [e.id for e in entries]
-            end = upto + 1 if complete else ids[-1]
-            if ids != list(range(start, start + len(ids))) or (complete and start + len(ids) < end):
+            end = upto + 1 if complete else entries[-1].id + 1  # this read covers [start, end)
+            if len(entries) < end - start:  # ids increase: fewer than the span means a gap
                 # Kept until checked: a store error in the check must not lose the gap.
                 self._unchecked_below = max(self._unchecked_below, end)
             with catalog.lock:
@@ -168,16 +167,10 @@ class Replayer:
             return False
         live: set[int] = set()
         pending_invalidations: set[int] = set()
-        start = min(refs)
-        for _ in range(1_000_000):
-            entries = self.store.read(self.log, from_id=start, limit=READ_CHUNK_ENTRIES)
-            for e in entries:
-                live.add(e.id)
-                if e.id > applied:
-                    pending_invalidations.update(e.invalidates)
-            if len(entries) < READ_CHUNK_ENTRIES:
-                break
-            start = entries[-1].id + 1
+        for e in read_live(self.store, self.log, min(refs), chunk=READ_CHUNK_ENTRIES):
+            live.add(e.id)
+            if e.id > applied:
+                pending_invalidations.update(e.invalidates)
         return bool(refs - live - pending_invalidations)
 
     def _rebuild(self) -> None:
@@ -189,15 +182,8 @@ class Replayer:
             through,
         )
         fresh = Catalog()
-        start = 1
-        for _ in range(1_000_000):
-            entries = self.store.read(self.log, from_id=start, limit=READ_CHUNK_ENTRIES)
-            for e in entries:
-                if e.id <= through:
-                    apply_record(fresh, e.id, decode(e.data))
-            if len(entries) < READ_CHUNK_ENTRIES or entries[-1].id >= through:
-                break
-            start = entries[-1].id + 1
+        for e in read_live(self.store, self.log, through=through, chunk=READ_CHUNK_ENTRIES):
+            apply_record(fresh, e.id, decode(e.data))
         fresh.applied_id = through
         with self.catalog.lock:
             self.catalog.adopt_logged(fresh)

@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from logstore.api import LogConditionFailed, LogStore
+from logstore.api import LogConditionFailed, LogStore, read_live
 from logstore.memory import MemoryLogStore
 from logstore.replicated import ReplicatedLogStore
 from rpc.errors import BadRequest, ConditionFailed
@@ -148,6 +148,16 @@ def test_read_from_and_limit(store):
     for bad_limit in (0, -1, 10**9):
         with pytest.raises(BadRequest):
             store.read("r", limit=bad_limit)
+
+
+def test_read_live_in_chunks(store):
+    for i in range(1, 11):
+        store.append("c", b"%d" % i)
+    store.append("c", b"", invalidates=[3, 4, 8])
+    assert [e.id for e in read_live(store, "c", chunk=2)] == [1, 2, 5, 6, 7, 9, 10]
+    assert [e.id for e in read_live(store, "c", from_id=2, through=7, chunk=2)] == [2, 5, 6, 7]
+    assert [e.data for e in read_live(store, "c", from_id=9, chunk=1)] == [b"9", b"10"]
+    assert list(read_live(store, "c", from_id=12)) == []
 
 
 def test_bad_names_and_sizes(store):
