@@ -45,7 +45,9 @@ from tservers.tserver_pb2 import OpType
 
 BACKOFF_INITIAL_S = 0.02
 BACKOFF_MAX_S = 1.0
-WRITE_ATTEMPTS_MAX = 8
+# Tablet-server calls retry until the client's timeout, at most this many times: a new
+# tablet's first election alone can take two election timeouts (about 2 s).
+TSERVER_ATTEMPTS_MAX = 64
 SESSION_ROWS_MAX = 1_000_000
 TSERVER_CLIENTS_MAX = 1024  # tablet server clients kept open by one Client
 
@@ -348,7 +350,7 @@ class Table:
         preds = [predicate(*p) for p in predicates]
         target = self.projected_schema(projection)
         last: Exception | None = None
-        for attempt in range(WRITE_ATTEMPTS_MAX):
+        for _ in _attempts(self.client.timeout_s):
             tablet = next((t for t in self.tablets() if t.tablet_id == tablet_id), None)
             if tablet is None:
                 raise errors.TabletNotFound(f"table {self.name} has no tablet {tablet_id}")
@@ -370,7 +372,6 @@ class Table:
                     if started:
                         raise  # rows were already handed out: the caller must start over
                     last = err
-            _pause(attempt)
             self.refresh()
         raise errors.Unavailable(f"no replica of tablet {tablet_id} could be scanned: {last}")
 
@@ -399,8 +400,18 @@ class Table:
         return sum(b.num_rows for b in self.scan(projection=self.key_columns[:1]))
 
 
-def _pause(attempt: int) -> None:
-    time.sleep(min(BACKOFF_MAX_S, BACKOFF_INITIAL_S * (2**attempt)) * random.uniform(0.5, 1.0))
+def _attempts(timeout_s: float) -> Iterator[int]:
+    """Attempt numbers of a retried tablet-server call: until `timeout_s` has passed (two
+    attempts at least), at most TSERVER_ATTEMPTS_MAX, with a jittered exponential backoff
+    pause before each retry."""
+    deadline = time.monotonic() + timeout_s
+    for attempt in range(TSERVER_ATTEMPTS_MAX):
+        if attempt:
+            pause = min(BACKOFF_MAX_S, BACKOFF_INITIAL_S * (2 ** (attempt - 1)))
+            time.sleep(pause * random.uniform(0.5, 1.0))
+            if attempt > 1 and time.monotonic() >= deadline:
+                return
+        yield attempt
 
 
 class _TabletGone(Exception):
@@ -528,7 +539,7 @@ class Session:
 
     def _send(self, table: Table, tablet_id: str, op: int, rows: pa.Table) -> None:
         last: Exception | None = None
-        for attempt in range(WRITE_ATTEMPTS_MAX):
+        for _ in _attempts(self.client.timeout_s):
             tablet = next((t for t in table.tablets() if t.tablet_id == tablet_id), None)
             if tablet is None:
                 raise _TabletGone(tablet_id)
@@ -545,7 +556,6 @@ class Session:
                     # Unknown outcome: resending is safe for upsert and delete; an insert that
                     # did land comes back as ALREADY_EXISTS and is reported as a row error.
                     last = err
-            _pause(attempt)
             table.refresh()
         raise errors.Unavailable(f"write to tablet {tablet_id} failed after retries: {last}")
 
