@@ -724,3 +724,32 @@ def test_concurrent_writers_see_in_flight_writes(mgr):
         th.join(120)
     assert outcomes.count("ok") == 20 and outcomes.count("dup") == 100
     assert len(scan(t)) == 20 * 50 + 6 * 20 * 10
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_newest_versions_keeps_the_last_part_of_each_key(seed):
+    """The merge of flushes, compactions and scans against a dict model: parts oldest first,
+    keys unique within a part and repeated across parts, single and composite keys."""
+    from tservers.tablet.tablet import newest_versions
+
+    rng = random.Random(seed)
+    composite = seed % 2 == 1
+    model: dict = {}
+    parts = []
+    for g in range(rng.randint(1, 12)):
+        ks = rng.sample(range(60), rng.randint(0, 25))
+        if composite:
+            ks = [(f"k{k % 7}", k // 7) for k in ks]
+        for k in ks:
+            model[k] = g
+        cols = {"g": pa.array([g] * len(ks), pa.int32())}
+        if composite:
+            cols = {"a": [k[0] for k in ks], "b": pa.array([k[1] for k in ks], pa.int32()), **cols}
+        else:
+            cols = {"id": pa.array(ks, pa.int64()), **cols}
+        parts.append(pa.table(cols))
+    key_names = ["a", "b"] if composite else ["id"]
+    got = newest_versions(parts, key_names).to_pylist()
+    got_keys = [(r["a"], r["b"]) if composite else r["id"] for r in got]
+    assert got_keys == sorted(model)
+    assert [r["g"] for r in got] == [model[k] for k in got_keys]

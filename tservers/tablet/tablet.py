@@ -88,7 +88,6 @@ log = logging.getLogger(__name__)
 
 ROWS_PER_WRITE_MAX = 100_000
 WRITE_BYTES_MAX = 48 << 20
-GEN_FIELD = "__gen"
 # How long a write waits at a replica for an election to end before NOT_LEADER.
 LEADER_WAIT_S = 3.0
 SHUTDOWN_DRAIN_S = 5.0
@@ -132,6 +131,26 @@ class _Op:
 class WriteResult:
     op_id: OpIdPB
     rows: int
+
+
+def newest_versions(parts: list[pa.Table], key_names: list[str]) -> pa.Table:
+    """The rows of `parts` (one schema, oldest part first) sorted by key, only the newest
+    version of each key. Arrow's sort is stable: a key's versions stay in age order, so the
+    last of each run of equal keys is the newest (no generation column, no second sort key);
+    with no key repeated, nothing is filtered."""
+    t = pa.concat_tables(parts)
+    t = t.take(pc.sort_indices(t, sort_keys=[(k, "ascending") for k in key_names]))
+    n = t.num_rows
+    if n < 2:
+        return t
+    last = None
+    for k in key_names:
+        col = t.column(k)
+        neq = pc.not_equal(col.slice(0, n - 1), col.slice(1))
+        last = neq if last is None else pc.or_(last, neq)
+    if pc.all(last).as_py():
+        return t
+    return t.filter(pa.concat_arrays([last.combine_chunks(), pa.array([True])]))
 
 
 class _Inflight:
@@ -1182,23 +1201,7 @@ class Tablet:
                 # A memstore row block is in the order it was written (its keys unique).
                 t = t.take(pc.sort_indices(t, sort_keys=[(k, "ascending") for k in key_names]))
         else:
-            tagged = [
-                p.append_column(GEN_FIELD, pa.array([g] * p.num_rows, pa.int32()))
-                for g, p in enumerate(parts)
-            ]
-            t = pa.concat_tables(tagged)
-            order = pc.sort_indices(
-                t, sort_keys=[(k, "ascending") for k in key_names] + [(GEN_FIELD, "descending")]
-            )
-            t = t.take(order)
-            n = t.num_rows
-            first = None
-            for k in key_names:
-                col = t.column(k)
-                neq = pc.not_equal(col.slice(1), col.slice(0, n - 1))
-                first = neq if first is None else pc.or_(first, neq)
-            mask = pa.concat_arrays([pa.array([True]), first.combine_chunks()])
-            t = t.filter(mask).drop_columns([GEN_FIELD])
+            t = newest_versions(parts, key_names)
         if keep_deleted:
             return t
         t = t.filter(pc.invert(t.column(DELETED_FIELD)))
