@@ -59,6 +59,7 @@ from tservers.consensus_wire import (
     peer_addresses,
 )
 from tservers.tserver_pb2 import (
+    ConsensusMessagePB,
     ConsensusMetaPB,
     ConsensusRequest,
     ConsensusResponse,
@@ -77,6 +78,8 @@ COPY_BACKOFF_MAX_S = 30.0
 # WAL retention for lagging peers (entries below the flushed index); `tserver start
 # --wal-retain-entries` sets it.
 RETAIN_ENTRIES_MAX_DEFAULT = 200_000
+# What a queued message counts besides its entries' payloads (ids, terms, indexes).
+MESSAGE_OVERHEAD_BYTES = 128
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +88,9 @@ class DriverOptions:
     raft: RaftOptions = field(default_factory=RaftOptions)
     inbox_messages_max: int = 16_384  # network messages waiting for the driver
     peer_queue_messages_max: int = 8192  # per peer server; the oldest are dropped beyond
+    peer_queue_bytes_max: int = 256 << 20  # their entries' payload bytes, likewise
     peer_batch_messages_max: int = 256  # messages per TServer.Consensus call
+    peer_batch_bytes_max: int = 16 << 20  # payload bytes per call (one message at least)
     send_timeout_s: float = 2.0
     process_rounds_max: int = 64  # Readies handled per group per loop round
     # WAL retention for lagging peers: at most this many entries below the flushed index
@@ -236,7 +241,8 @@ class _PeerSender:
         self.uuid = uuid
         self.address = address
         self._client: RpcClient | None = None
-        self._q: deque = deque()
+        self._q: deque = deque()  # (message, payload bytes)
+        self._q_bytes = 0
         self._cond = threading.Condition()
         self._stop = False
         self.dropped = 0
@@ -244,17 +250,36 @@ class _PeerSender:
         self._thread = threading.Thread(target=self._run, name=f"raft-send-{uuid[:8]}", daemon=True)
         self._thread.start()
 
-    def put(self, pbs: list, address: str) -> None:
-        cap = self.driver.options.peer_queue_messages_max
+    def put(self, pbs: list[tuple[ConsensusMessagePB, int]], address: str) -> None:
+        opts = self.driver.options
         with self._cond:
             if address and address != self.address:
                 self.address = address
                 self._client = None
             self._q.extend(pbs)
-            while len(self._q) > cap:
-                self._q.popleft()  # Raft resends what matters
+            self._q_bytes += sum(n for _, n in pbs)
+            while len(self._q) > 1 and (
+                len(self._q) > opts.peer_queue_messages_max
+                or self._q_bytes > opts.peer_queue_bytes_max
+            ):
+                self._q_bytes -= self._q.popleft()[1]  # Raft resends what matters
                 self.dropped += 1
             self._cond.notify()
+
+    def _take_batch(self) -> list[ConsensusMessagePB]:
+        """The oldest queued messages for one call, within its message and byte budget."""
+        opts = self.driver.options
+        batch = []
+        size = 0
+        q = self._q
+        while q and len(batch) < opts.peer_batch_messages_max:
+            if batch and size + q[0][1] > opts.peer_batch_bytes_max:
+                break
+            pb, n = q.popleft()
+            batch.append(pb)
+            size += n
+        self._q_bytes -= size
+        return batch
 
     def _run(self) -> None:
         opts = self.driver.options
@@ -264,8 +289,7 @@ class _PeerSender:
                     self._cond.wait()
                 if self._stop:
                     return
-                n = min(len(self._q), opts.peer_batch_messages_max)
-                batch = [self._q.popleft() for _ in range(n)]
+                batch = self._take_batch()
                 if self._client is None:
                     self._client = RpcClient(
                         self.address, self.driver.uuid, transport=self.driver.transport
@@ -289,9 +313,7 @@ class _PeerSender:
                 # back (Raft resends what matters, from the leader's current state), and a
                 # late flood of old entries could catch it up from a log already collected.
                 with self._cond:
-                    stale = len(self._q)
-                    self._q.clear()
-                    self.dropped += stale
+                    stale = self._clear_locked()
                 log.debug(
                     "consensus messages to %s at %s lost (%d more dropped): %s",
                     self.uuid,
@@ -302,9 +324,13 @@ class _PeerSender:
 
     def purge(self) -> int:
         with self._cond:
-            stale = len(self._q)
-            self._q.clear()
-            self.dropped += stale
+            return self._clear_locked()
+
+    def _clear_locked(self) -> int:
+        stale = len(self._q)
+        self._q.clear()
+        self._q_bytes = 0
+        self.dropped += stale
         return stale
 
     def close(self, timeout_s: float) -> None:
@@ -736,7 +762,10 @@ class RaftDriver:
             return
         by_peer: dict[str, list] = {}
         for m in msgs:
-            by_peer.setdefault(m.recipient, []).append(message_to_pb(m, self.address))
+            size = MESSAGE_OVERHEAD_BYTES
+            if isinstance(m, AppendRequest):
+                size += sum(len(e.payload) for e in m.entries)
+            by_peer.setdefault(m.recipient, []).append((message_to_pb(m, self.address), size))
         for uuid, pbs in by_peer.items():
             address = self.addresses.get(uuid, "")
             s = self._senders.get(uuid)

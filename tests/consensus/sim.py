@@ -119,7 +119,9 @@ class Simulation:
                 pre_vote=self.rng.random() < 0.75,
                 check_quorum=self.rng.random() < 0.75,
                 append_entries_max=self.rng.choice((1, 3, base.append_entries_max)),
+                append_bytes_max=self.rng.choice((8, 30, base.append_bytes_max)),
                 inflight_entries_max=self.rng.choice((2, base.inflight_entries_max)),
+                inflight_bytes_max=self.rng.choice((20, base.inflight_bytes_max)),
                 uncommitted_entries_max=self.rng.choice((5, base.uncommitted_entries_max)),
             )
             voters = self.rng.choice((1, 2, 3, 3, 3, 5))
@@ -295,6 +297,12 @@ class Simulation:
     def _check_ready(self, node: _Node, rd: Ready) -> None:
         core = node.core
         assert core is not None
+        # The running byte count behind the byte budgets survives appends, truncation and
+        # compaction.
+        self.check(
+            core.log_bytes == sum(len(e.payload) for e in core.entries()),
+            f"{node.uuid}: log_bytes {core.log_bytes} is not the sum of its entries' payloads",
+        )
         if rd.soft_state is not None and rd.soft_state.role is Role.LEADER:
             term = rd.soft_state.term
             other = self.leaders.setdefault(term, node.uuid)

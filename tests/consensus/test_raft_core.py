@@ -605,3 +605,42 @@ def test_replica_demoted_by_an_uncommitted_entry_still_campaigns_and_hands_over(
     assert a.role is Role.LEADER and b.role is Role.FOLLOWER
     assert a.committed_config() == demoted
     assert a.propose(b"after").status is ProposalStatus.OK
+
+
+def test_appends_are_bounded_in_bytes_per_request_and_in_flight() -> None:
+    """A peer that acknowledges nothing gets at most `inflight_bytes_max` of payload
+    unacknowledged (plus the request that crossed it); once it answers, the rest follows in
+    AppendRequests of at most `append_bytes_max` (one entry at least, however big), and the
+    logs match."""
+    opts = RaftOptions(
+        election_timeout_ticks=5,
+        heartbeat_interval_ticks=1,
+        append_bytes_max=100,
+        inflight_bytes_max=300,
+    )
+    c = Cluster(*(make(u, RaftConfig.of_voters("a", "b", "c"), options=opts) for u in "abc"))
+    a = _leader_with_committed_term(c)
+    c.down = {"b", "c"}
+    sizes = [40] * 12 + [250] + [40] * 5
+    sent: list[AppendRequest] = []
+    for i, n in enumerate(sizes):
+        assert a.propose(bytes([65 + i % 26]) * n).status is ProposalStatus.OK
+        sent += [m for m in c.flush("a") if isinstance(m, AppendRequest) and m.recipient == "b"]
+    carried = sum(len(e.payload) for m in sent for e in m.entries)
+    assert 300 <= carried < 300 + 100  # stopped at the in-flight budget
+    first = len(c.readies["a"])
+    c.down = set()
+    c.tick_all(4)
+    for u in "bc":
+        assert c.cores[u].entries() == a.entries()
+    assert [len(e.payload) for e in a.entries() if e.entry_type is EntryType.WRITE] == sizes
+    later = [
+        m
+        for rd in c.readies["a"][first:]
+        for m in rd.messages
+        if isinstance(m, AppendRequest) and m.recipient == "b" and m.entries
+    ]
+    per_request = [(len(m.entries), sum(len(e.payload) for e in m.entries)) for m in later]
+    assert all(b <= 100 or n == 1 for n, b in per_request), per_request
+    assert (1, 250) in per_request  # the big entry went alone
+    assert max(n for n, _ in per_request) >= 2  # cut by bytes, not one entry at a time

@@ -12,6 +12,7 @@ which message leaves) is in design/consensus.md and on types.Ready.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import random
 from collections.abc import Sequence
@@ -59,7 +60,9 @@ class RaftOptions:
     # (leader stickiness), except those of a leadership transfer.
     check_quorum: bool = True
     append_entries_max: int = 64  # entries per AppendRequest
+    append_bytes_max: int = 4 << 20  # payload bytes per AppendRequest (one entry at least)
     inflight_entries_max: int = 4096  # sent but unacknowledged entries per peer
+    inflight_bytes_max: int = 64 << 20  # their payload bytes (a peer catching up)
     uncommitted_entries_max: int = 10_000  # proposals beyond this get THROTTLED
     pending_reads_max: int = 10_000
 
@@ -67,6 +70,7 @@ class RaftOptions:
         assert self.election_timeout_ticks >= 2
         assert 1 <= self.heartbeat_interval_ticks < self.election_timeout_ticks
         assert self.append_entries_max >= 1 and self.inflight_entries_max >= 1
+        assert self.append_bytes_max >= 1 and self.inflight_bytes_max >= 1
         assert self.uncommitted_entries_max >= 1 and self.pending_reads_max >= 1
 
 
@@ -164,6 +168,10 @@ class RaftCore:
         self._snap_index = snapshot.index
         self._snap_term = snapshot.term
         self._log: list[Entry] = []
+        # Running payload bytes: _cum[i] counts every entry up to _log[i] (and _cum_base every
+        # entry compacted away), so the bytes of any range of the log are one subtraction.
+        self._cum: list[int] = []
+        self._cum_base = 0
         expected = snapshot.index + 1
         for e in entries:
             assert e.index == expected, f"log not contiguous at {e.index}, expected {expected}"
@@ -171,6 +179,7 @@ class RaftCore:
             assert not self._log or self._log[-1].term <= e.term
             expected += 1
             self._log.append(e)
+            self._cum.append(self._bytes_through(e.index - 1) + len(e.payload))
         assert not (vote_only and self._log), "a tombstoned replica has no log"
         self._base_config = base_config
         self._base_config_index = base_config_index
@@ -272,6 +281,18 @@ class RaftCore:
         if index < self._snap_index or index > self.last_index:
             return None
         return self._log[index - self._snap_index - 1].term
+
+    @property
+    def log_bytes(self) -> int:
+        """Payload bytes of the entries in the log (above the snapshot point)."""
+        return self._bytes_through(self.last_index) - self._cum_base
+
+    def _bytes_through(self, index: int) -> int:
+        """Payload bytes of every entry up to `index` (snapshot index <= index <= last), as a
+        running count: only differences mean anything."""
+        if index == self._snap_index:
+            return self._cum_base
+        return self._cum[index - self._snap_index - 1]
 
     def entry(self, index: int) -> Entry:
         assert self._snap_index < index <= self.last_index, index
@@ -508,7 +529,10 @@ class RaftCore:
                 assert cfg is not None
                 self._base_config, self._base_config_index = cfg, idx
         self._config_indexes = [i for i in self._config_indexes if i > up_to_index]
-        del self._log[: up_to_index - self._snap_index]
+        k = up_to_index - self._snap_index
+        self._cum_base = self._cum[k - 1]
+        del self._log[:k]
+        del self._cum[:k]
         self._snap_index, self._snap_term = up_to_index, snap_term
 
     def has_ready(self) -> bool:
@@ -793,6 +817,7 @@ class RaftCore:
     ) -> Entry:
         assert self._role is Role.LEADER
         e = Entry(self._term, self.last_index + 1, entry_type, payload, config)
+        self._cum.append(self._bytes_through(e.index - 1) + len(payload))
         self._log.append(e)
         if self._unstable_from is None:
             self._unstable_from = e.index
@@ -846,8 +871,13 @@ class RaftCore:
             pr.probing = True
         if pr.probing and pr.probe_inflight and not heartbeat:
             return
+        opts = self._opts
         capped = not pr.probing and (
-            pr.next > self.last_index or pr.next - pr.match - 1 >= self._opts.inflight_entries_max
+            pr.next > self.last_index
+            or pr.next - pr.match - 1 >= opts.inflight_entries_max
+            or self._bytes_through(pr.next - 1)
+            - self._bytes_through(max(pr.match, self._snap_index))
+            >= opts.inflight_bytes_max
         )
         if capped:
             if not heartbeat or pr.match < self._snap_index:
@@ -857,7 +887,14 @@ class RaftCore:
             prev, entries = pr.match, ()
         else:
             prev = pr.next - 1
-            stop = min(self.last_index, pr.next + self._opts.append_entries_max - 1)
+            stop = min(self.last_index, pr.next + opts.append_entries_max - 1)
+            limit = self._bytes_through(prev) + opts.append_bytes_max
+            if self._bytes_through(stop) > limit:
+                # Position p holds index snap + 1 + p: the first entry past the byte budget.
+                over = bisect.bisect_left(
+                    self._cum, limit + 1, pr.next - self._snap_index - 1, stop - self._snap_index
+                )
+                stop = max(pr.next, over + self._snap_index)
             entries = tuple(self._log[pr.next - self._snap_index - 1 : stop - self._snap_index])
         prev_term = self.term_at(prev)
         assert prev_term is not None, (prev, self._snap_index, self.last_index)
@@ -918,6 +955,7 @@ class RaftCore:
             if have is not None:
                 self._truncate_from(e.index)
             assert e.index == self.last_index + 1
+            self._cum.append(self._bytes_through(e.index - 1) + len(e.payload))
             self._log.append(e)
             if self._unstable_from is None or e.index < self._unstable_from:
                 self._unstable_from = e.index
@@ -944,6 +982,7 @@ class RaftCore:
         assert index > self._commit, f"truncating committed entry {index} <= {self._commit}"
         assert index > self._snap_index
         del self._log[index - self._snap_index - 1 :]
+        del self._cum[index - self._snap_index - 1 :]
         if self._unstable_from is not None and self._unstable_from > index:
             self._unstable_from = index
         self._durable = min(self._durable, index - 1)
