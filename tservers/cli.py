@@ -30,7 +30,7 @@ from google.protobuf import text_format
 from tservers import metafile
 from tservers.fs import FsError, FsLayout, FsLocked, lock_root
 from tservers.metafile import MetaFileCorrupt
-from tservers.raft_driver import RETAIN_ENTRIES_MAX_DEFAULT
+from tservers.raft_driver import RETAIN_BYTES_MAX_DEFAULT, RETAIN_ENTRIES_MAX_DEFAULT
 from tservers.tablet_copy import SESSION_IDLE_S
 from tservers.tserver_pb2 import (
     ConsensusMetaPB,
@@ -85,6 +85,7 @@ def _cmd_start(args) -> int:
         copy_rate_limit_bytes_s=int(args.copy_rate_mb * 1_000_000),
         copy_session_idle_s=args.copy_session_idle_s,
         wal_retain_entries_max=args.wal_retain_entries,
+        wal_retain_bytes_max=args.wal_retain_mb << 20,
     )
     try:
         # The server holds the fs root's lock until it closes (or the process dies):
@@ -537,6 +538,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=RETAIN_ENTRIES_MAX_DEFAULT,
         help="WAL entries kept below the flushed index for lagging peers; a peer further "
         "behind gets a tablet copy (default %(default)s)",
+    )
+    s.add_argument(
+        "--wal-retain-mb",
+        type=_positive_int,
+        default=RETAIN_BYTES_MAX_DEFAULT >> 20,
+        help="and at most this many MiB of their payloads (kept in memory too) "
+        "(default %(default)s)",
     )
     s.add_argument("--log-level", default="info")
     s.set_defaults(func=_cmd_start)

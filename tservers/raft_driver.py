@@ -78,6 +78,7 @@ COPY_BACKOFF_MAX_S = 30.0
 # WAL retention for lagging peers (entries below the flushed index); `tserver start
 # --wal-retain-entries` sets it.
 RETAIN_ENTRIES_MAX_DEFAULT = 200_000
+RETAIN_BYTES_MAX_DEFAULT = 1 << 30  # and at most this many payload bytes (`--wal-retain-mb`)
 # What a queued message counts besides its entries' payloads (ids, terms, indexes).
 MESSAGE_OVERHEAD_BYTES = 128
 
@@ -96,6 +97,7 @@ class DriverOptions:
     # WAL retention for lagging peers: at most this many entries below the flushed index
     # (beyond it a lagging peer needs a tablet copy).
     retain_entries_max: int = RETAIN_ENTRIES_MAX_DEFAULT
+    retain_bytes_max: int = RETAIN_BYTES_MAX_DEFAULT  # their payload bytes (and in memory)
     apply_queue_max: int = 4096  # Readies' committed entries waiting for the apply thread
 
 
@@ -186,13 +188,19 @@ class RaftGroup:
 
     def compact_for_flush(self, flushed_index: int) -> int:
         """After a flush: the index up to which the WAL may be deleted (kept for lagging
-        peers up to `retain_entries_max` entries) and the core's log trimmed."""
+        peers up to `retain_entries_max` entries and `retain_bytes_max` payload bytes: the
+        core holds them in memory too) and the core's log trimmed."""
         with self.lock:
             st = self.core.status()
             upto = min(flushed_index, st.applied_index)
             if st.role is Role.LEADER and st.peers:
                 lag = min(p.match_index for p in st.peers)
-                upto = max(min(upto, lag), upto - self.driver.options.retain_entries_max)
+                opts = self.driver.options
+                floor = max(
+                    upto - opts.retain_entries_max,
+                    self.core.retain_point(upto, opts.retain_bytes_max),
+                )
+                upto = max(min(upto, lag), floor)
             upto = max(0, upto)
             if upto > st.first_index - 1:
                 self.core.compact(upto)

@@ -9,7 +9,7 @@ from pathlib import Path
 from rpc.server import RpcServer
 from tservers.fs import FsLayout, lock_root
 from tservers.heartbeat import HEARTBEAT_INTERVAL_S_DEFAULT, Heartbeater
-from tservers.raft_driver import RETAIN_ENTRIES_MAX_DEFAULT, DriverOptions
+from tservers.raft_driver import RETAIN_BYTES_MAX_DEFAULT, RETAIN_ENTRIES_MAX_DEFAULT, DriverOptions
 from tservers.service import TServerService
 from tservers.tablet.manager import TabletManager
 from tservers.tablet.tablet import TabletOptions
@@ -37,6 +37,7 @@ class TServerConfig:
     copy_session_idle_s: float = SESSION_IDLE_S  # copy sessions served by this server
     # WAL entries kept below the flushed index for lagging peers (beyond: tablet copy).
     wal_retain_entries_max: int = RETAIN_ENTRIES_MAX_DEFAULT
+    wal_retain_bytes_max: int = RETAIN_BYTES_MAX_DEFAULT
 
 
 class TabletServer:
@@ -61,7 +62,10 @@ class TabletServer:
             ),
             copy_rate_limit_bytes_s=config.copy_rate_limit_bytes_s,
             copy_session_idle_s=config.copy_session_idle_s,
-            driver_opts=DriverOptions(retain_entries_max=config.wal_retain_entries_max),
+            driver_opts=DriverOptions(
+                retain_entries_max=config.wal_retain_entries_max,
+                retain_bytes_max=config.wal_retain_bytes_max,
+            ),
         )
         self.rpc: RpcServer | None = None
         self.heartbeater: Heartbeater | None = None

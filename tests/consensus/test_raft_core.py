@@ -644,3 +644,33 @@ def test_appends_are_bounded_in_bytes_per_request_and_in_flight() -> None:
     assert all(b <= 100 or n == 1 for n, b in per_request), per_request
     assert (1, 250) in per_request  # the big entry went alone
     assert max(n for n, _ in per_request) >= 2  # cut by bytes, not one entry at a time
+
+
+def test_retain_point_is_the_lowest_index_within_the_byte_budget() -> None:
+    """Against brute force, before and after compaction (the running count's base moves)."""
+    sizes = [10, 20, 0, 30, 40, 50]
+    log = [Entry(1, i, EntryType.WRITE, b"x" * n) for i, n in enumerate(sizes, start=1)]
+    a = make("a", RaftConfig.of_voters("a"), hard_state=HardState(1, "a"), entries=log)
+    a.persisted(len(sizes), 1)
+
+    def brute(snap: int, upto: int, budget: int) -> int:
+        return min(i for i in range(snap, upto + 1) if sum(sizes[i:upto]) <= budget)
+
+    for snap in (0, 2):
+        if snap:
+            for _ in range(3 * OPTS.election_timeout_ticks):
+                a.tick()
+            while a.has_ready():
+                rd = a.ready()
+                if rd.entries:
+                    a.persisted(rd.entries[-1].index, rd.entries[-1].term)
+            a.compact(snap)
+            assert a.first_index == snap + 1
+        assert a.log_bytes == sum(sizes[snap:]) + 0  # the NOOP of its term has no payload
+        for upto in range(snap, len(sizes) + 1):
+            for budget in range(0, 160, 5):
+                assert a.retain_point(upto, budget) == brute(snap, upto, budget), (
+                    snap,
+                    upto,
+                    budget,
+                )

@@ -1,8 +1,9 @@
 """Issue 7, proof "restart a long-dead server whose log was collected and see it copied".
 
 Three real tablet servers with 1 MiB WAL segments, small flushes and a WAL retention cap of
-20 entries (`tserver start --wal-retain-entries`). A follower is killed with -9; the leader takes
-~100 KB writes until its WAL GC, capped, has deleted the segments holding what the dead
+20 entries (`tserver start --wal-retain-entries`), or of 2 MiB of payload, about 20 entries
+(`--wal-retain-mb`; the entry cap left at its default). A follower is killed with -9; the
+leader takes ~100 KB writes until its WAL GC, capped, has deleted the segments holding what the dead
 follower would need next (checked in the leader's files). The follower is restarted: the
 leader finds that it needs entries below its log and sends StartTabletCopy; the follower is
 copied (a DONE copy job from the leader in its Status), catches up, and then holds every
@@ -26,20 +27,26 @@ from tservers.wal.segment import WalCorruption, list_segments, read_segment
 pytestmark = pytest.mark.integration
 
 RETAIN = 20  # entries kept below the flushed index for a lagging peer
-ARGS = ["--segment-size-mb", "1", "--flush-rows", "400", "--wal-retain-entries", str(RETAIN)]
+ARGS = ["--segment-size-mb", "1", "--flush-rows", "400"]
+CAPS = {
+    "entries": ["--wal-retain-entries", str(RETAIN)],
+    "bytes": ["--wal-retain-mb", "2"],  # ~20 writes of ~100 KB
+}
 ROWS_PER_WRITE = 50
 PAD = "x" * 2000  # ~100 KB per write: ~10 entries per 1 MiB segment
 WRITES_MAX = 600  # bound on the writes it may take for the GC to pass the cap
 T = "ld"
 
 
-@pytest.fixture
-def trio(tmp_path):
-    t = TServerTrio(tmp_path, extra_args=ARGS)
+@pytest.fixture(params=sorted(CAPS))
+def trio(tmp_path, request):
+    args = ARGS + CAPS[request.param]
+    t = TServerTrio(tmp_path, extra_args=args)
+    t.cap = request.param
     try:
         for root in t.roots:
             FsLayout.format(root)
-            t.procs.append(TServerProcess(root, extra_args=ARGS).start())
+            t.procs.append(TServerProcess(root, extra_args=args).start())
         yield t
     finally:
         t.stop_all()
@@ -120,7 +127,9 @@ def test_long_dead_follower_whose_log_was_collected_is_copied(trio: TServerTrio)
         writes += 1
     low, high = wal_indexes(q.roots[lead], T)
     rep = q.report(lead, T)
-    assert rep.role == "LEADER" and rep.flushed_index > dead_last + RETAIN
+    assert rep.role == "LEADER" and rep.flushed_index > dead_last + (
+        RETAIN if q.cap == "entries" else 1
+    )
     assert low > dead_last + 1  # really gone from the leader's files
     print(
         f"\ndead follower's log ends at {dead_last}; after {writes} writes the leader's WAL "

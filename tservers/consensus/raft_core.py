@@ -287,6 +287,19 @@ class RaftCore:
         """Payload bytes of the entries in the log (above the snapshot point)."""
         return self._bytes_through(self.last_index) - self._cum_base
 
+    def retain_point(self, upto: int, bytes_max: int) -> int:
+        """The lowest index i (snapshot index <= i <= upto) such that the entries after i, up
+        to `upto`, hold at most `bytes_max` payload bytes: how far back a log kept for lagging
+        peers may reach within that budget."""
+        if upto <= self._snap_index:
+            return upto
+        target = self._bytes_through(upto) - bytes_max
+        if self._cum_base >= target:
+            return self._snap_index
+        # Position p holds index snap + 1 + p: the first whose running count reaches target.
+        p = bisect.bisect_left(self._cum, target, 0, upto - self._snap_index)
+        return self._snap_index + 1 + p
+
     def _bytes_through(self, index: int) -> int:
         """Payload bytes of every entry up to `index` (snapshot index <= index <= last), as a
         running count: only differences mean anything."""
