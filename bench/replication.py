@@ -518,6 +518,7 @@ def main() -> int:
             p.send_signal(signal.SIGTERM)
         for p in procs:
             p.wait(60)
+        shutil.rmtree(tmp, ignore_errors=True)  # hundreds of MB a run
     rf1, rf3 = writes["rf1"], writes["rf3"]
     ratios = sorted(b / a for a, b in zip(rf1, rf3, strict=True))
     print(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -188,6 +189,7 @@ def main() -> int:
     t0 = time.perf_counter()
     n = pq.read_table(tmp / "rows.parquet").num_rows
     results["parquet_read"] = n / (time.perf_counter() - t0)
+    shutil.rmtree(tmp, ignore_errors=True)
 
     w = args.writers
     print(

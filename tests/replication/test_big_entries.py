@@ -28,9 +28,7 @@ ENTRIES = 120
 def big_rows(batch: int) -> pa.Table:
     """About 2 MB: 1,000 rows of 2,000-character values."""
     ids = range(batch * ROWS, (batch + 1) * ROWS)
-    return pa.table(
-        {"id": pa.array(ids, pa.int64()), "v": [f"{i:08d}" + "x" * 1992 for i in ids]}
-    )
+    return pa.table({"id": pa.array(ids, pa.int64()), "v": [f"{i:08d}" + "x" * 1992 for i in ids]})
 
 
 def test_a_paused_follower_catches_up_on_2mb_entries_from_the_log(trio: TServerTrio):
@@ -42,9 +40,7 @@ def test_a_paused_follower_catches_up_on_2mb_entries_from_the_log(trio: TServerT
     paused.send_signal(signal.SIGSTOP)
     try:
         for b in range(ENTRIES):  # a majority of two commits each
-            last = trio.client(lead).write(
-                "big", [(OpType.INSERT, big_rows(b))], schema_version=1
-            )
+            last = trio.client(lead).write("big", [(OpType.INSERT, big_rows(b))], schema_version=1)
     finally:
         paused.send_signal(signal.SIGCONT)
     index = last.op_id.index

@@ -178,8 +178,7 @@ class RaftCore:
             assert e.term <= self._term, (e, self._term)
             assert not self._log or self._log[-1].term <= e.term
             expected += 1
-            self._log.append(e)
-            self._cum.append(self._bytes_through(e.index - 1) + len(e.payload))
+            self._log_append(e)
         assert not (vote_only and self._log), "a tombstoned replica has no log"
         self._base_config = base_config
         self._base_config_index = base_config_index
@@ -299,6 +298,10 @@ class RaftCore:
         # Position p holds index snap + 1 + p: the first whose running count reaches target.
         p = bisect.bisect_left(self._cum, target, 0, upto - self._snap_index)
         return self._snap_index + 1 + p
+
+    def _log_append(self, e: Entry) -> None:
+        self._cum.append(self._bytes_through(e.index - 1) + len(e.payload))
+        self._log.append(e)
 
     def _bytes_through(self, index: int) -> int:
         """Payload bytes of every entry up to `index` (snapshot index <= index <= last), as a
@@ -830,8 +833,7 @@ class RaftCore:
     ) -> Entry:
         assert self._role is Role.LEADER
         e = Entry(self._term, self.last_index + 1, entry_type, payload, config)
-        self._cum.append(self._bytes_through(e.index - 1) + len(payload))
-        self._log.append(e)
+        self._log_append(e)
         if self._unstable_from is None:
             self._unstable_from = e.index
         if config is not None:
@@ -968,8 +970,7 @@ class RaftCore:
             if have is not None:
                 self._truncate_from(e.index)
             assert e.index == self.last_index + 1
-            self._cum.append(self._bytes_through(e.index - 1) + len(e.payload))
-            self._log.append(e)
+            self._log_append(e)
             if self._unstable_from is None or e.index < self._unstable_from:
                 self._unstable_from = e.index
             if e.entry_type is EntryType.CONFIG:

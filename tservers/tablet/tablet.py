@@ -1195,11 +1195,8 @@ class Tablet:
         key_names = [block_name(c.id) for c in schema.key_columns]
         if not parts:
             t = schema.block_schema().empty_table()
-        elif len(parts) == 1:
-            t = parts[0]
-            if mem_parts:
-                # A memstore row block is in the order it was written (its keys unique).
-                t = t.take(pc.sort_indices(t, sort_keys=[(k, "ascending") for k in key_names]))
+        elif len(parts) == 1 and not mem_parts:
+            t = parts[0]  # a block: sorted, its keys unique
         else:
             t = newest_versions(parts, key_names)
         if keep_deleted:
