@@ -42,6 +42,7 @@ CONNECT_TIMEOUT_S_DEFAULT = 0.5
 # Sockets owned by calling threads for synchronous calls; past this, calls share the I/O thread.
 DIRECT_SOCKETS_MAX = 256
 DIRECT_HEADERS_MAX = 64
+REFUSALS_QUEUED_MAX = 64  # a Poster's unread refusals
 DIRECT_POLL_SLICE_S = 0.1
 # A synchronous call first waits this long in one blocking receive on its socket alone; only a
 # slower answer is also watched for a dropped connection (so a drop is noticed within this).
@@ -270,6 +271,7 @@ class Transport:
         self._closing = threading.Event()
         self._local = threading.local()
         self._direct: list[_DirectSocket] = []  # every thread's sockets, for close()
+        self._posters: set[Poster] = set()  # open ones: their owners close them
         # Started by the first call through it (synchronous calls never need it).
         self._name = name
         self._thread: threading.Thread | None = None
@@ -517,6 +519,12 @@ class Transport:
             else:
                 log.warning("a call to %s did not end; its socket is left open", d.address)
                 left_open = True
+        with self._lock:
+            posters = len(self._posters)
+        if posters:
+            # Owned by threads that did not stop: closing them here could race with a post.
+            log.warning("%d one-way sockets were not closed by their owners", posters)
+            left_open = True
         self._wake_push.close(linger=0)
         self._wake_pull.close(linger=0)
         _release_context(self._ctx, terminate=not left_open)
@@ -651,6 +659,82 @@ class Transport:
 
 
 RETRYABLE = (ConnectionLost, NotConnected, errors.Throttled, errors.Unavailable)
+
+
+class Poster:
+    """One-way messages to one server (RequestHeader.one_way): queued on a DEALER socket of
+    its own without blocking; the server runs the handler and answers only a refusal
+    (`refusals()` reads those). Only for messages whose loss does not matter (Raft's: it
+    resends). Its owner closes it before the transport (else the transport leaves the zmq
+    context open rather than wait for it forever).
+
+    For one owning thread (zmq sockets are not thread-safe).
+    `post` returns False when the message was not queued: no live connection (IMMEDIATE:
+    nothing piles up for a peer that is down) or `queue_max` messages already waiting for
+    the wire (a slow peer)."""
+
+    def __init__(
+        self, transport: Transport, address: str, caller_uuid: str, *, queue_max: int = 16
+    ) -> None:
+        assert queue_max >= 1
+        self.address = address
+        self.message_bytes_max = transport.message_bytes_max
+        sock = transport._ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.IMMEDIATE, 1)
+        sock.setsockopt(zmq.SNDHWM, queue_max)
+        sock.setsockopt(zmq.RCVHWM, REFUSALS_QUEUED_MAX)  # beyond, zmq drops them
+        sock.setsockopt(zmq.RECONNECT_IVL, 20)
+        sock.setsockopt(zmq.RECONNECT_IVL_MAX, 500)
+        sock.connect(endpoint(address))
+        self.socket = sock
+        self._transport = transport
+        with transport._lock:
+            transport._posters.add(self)
+        self._header = RequestHeader(caller_uuid=caller_uuid, one_way=True)
+        self._ids = itertools.count(1)
+
+    def post(self, recipient_uuid: str, method: str, body: bytes, timeout_s: float) -> bool:
+        """Queue one message for `method` at `recipient_uuid`; the server drops it unread
+        once `timeout_s` has passed since it arrived (its clock, like any call's)."""
+        assert timeout_s > 0
+        if len(body) > self.message_bytes_max:
+            raise errors.BadRequest(
+                f"message of {len(body)} bytes exceeds the limit of {self.message_bytes_max}"
+            )
+        header = self._header
+        header.call_id = next(self._ids)
+        header.method = method
+        header.recipient_uuid = recipient_uuid
+        header.timeout_ms = max(1, int(timeout_s * 1000))
+        try:
+            send_frames(self.socket, [header.SerializeToString(), body])
+        except zmq.Again:
+            return False
+        return True
+
+    def refusals(self) -> list[errors.RpcError]:
+        """The refusals answered since the last look (without waiting), as the errors a
+        call would raise: INVALID_NAME from a server that is not the recipient, ..."""
+        out: list[errors.RpcError] = []
+        while True:
+            try:
+                frames = recv_frames(self.socket)
+            except zmq.Again:
+                return out
+            header = ResponseHeader()
+            try:
+                header.ParseFromString(frames[0].bytes)
+            except (DecodeError, ValueError):
+                continue  # not an answer of this protocol: nothing to learn from it
+            if header.status != _OK:
+                out.append(errors.error_from_header(header))
+
+    def close(self) -> None:
+        """Close the socket; what is still queued is dropped."""
+        self.socket.close(linger=0)
+        with self._transport._lock:
+            self._transport._posters.discard(self)
 
 
 class PendingCall:

@@ -63,18 +63,20 @@ class LeaderHint(_message.Message):
     def __init__(self, uuid: _Optional[str] = ..., address: _Optional[str] = ..., epoch: _Optional[int] = ...) -> None: ...
 
 class RequestHeader(_message.Message):
-    __slots__ = ("call_id", "method", "recipient_uuid", "caller_uuid", "timeout_ms")
+    __slots__ = ("call_id", "method", "recipient_uuid", "caller_uuid", "timeout_ms", "one_way")
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
     METHOD_FIELD_NUMBER: _ClassVar[int]
     RECIPIENT_UUID_FIELD_NUMBER: _ClassVar[int]
     CALLER_UUID_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    ONE_WAY_FIELD_NUMBER: _ClassVar[int]
     call_id: int
     method: str
     recipient_uuid: str
     caller_uuid: str
     timeout_ms: int
-    def __init__(self, call_id: _Optional[int] = ..., method: _Optional[str] = ..., recipient_uuid: _Optional[str] = ..., caller_uuid: _Optional[str] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+    one_way: bool
+    def __init__(self, call_id: _Optional[int] = ..., method: _Optional[str] = ..., recipient_uuid: _Optional[str] = ..., caller_uuid: _Optional[str] = ..., timeout_ms: _Optional[int] = ..., one_way: _Optional[bool] = ...) -> None: ...
 
 class ResponseHeader(_message.Message):
     __slots__ = ("call_id", "status", "message", "leader_hint", "retry_after_ms", "server_uuid")

@@ -7,7 +7,9 @@ INVALID_NAME, counted and logged, never fatal), and hands the rest to a worker p
 queue is bounded (THROTTLED when full). Workers never touch the ROUTER socket: they pass
 answers back through an inproc socket that the I/O thread forwards. Handlers registered
 `inline` run on the I/O thread itself (no hand-off); a handler may return a `Serialized`
-body it keeps ready (e.g. a cached answer), sent without building a message.
+body it keeps ready (e.g. a cached answer), sent without building a message. Methods
+registered `one_way` (inline too) also take one-way messages (RequestHeader.one_way): the
+handler runs and only a refusal is answered (an error status), never a success.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ POLL_INTERVAL_MS = 50
 DRAIN_BATCH_MAX = 256
 
 _OK = int(StatusCode.OK)
+_NO_ANSWER: list = []  # _invoke's result for a one-way message that succeeded
 _NOBLOCK = int(zmq.NOBLOCK)
 _STAT_KEYS = (
     "requests",
@@ -62,6 +65,7 @@ class CallContext:
     caller_uuid: str
     deadline: float  # time.monotonic() value after which nobody waits for the answer
     sidecars: list[memoryview] = field(default_factory=list)
+    one_way: bool = False  # nobody waits for the answer (RequestHeader.one_way)
 
     def remaining_s(self) -> float:
         return max(0.0, self.deadline - time.monotonic())
@@ -94,6 +98,7 @@ class _Method:
     handler: Handler
     anonymous: bool
     inline: bool
+    one_way: bool
 
 
 class RpcServer:
@@ -150,15 +155,18 @@ class RpcServer:
         *,
         anonymous: bool = False,
         inline: bool = False,
+        one_way: bool = False,
     ) -> None:
         """Serve `method`. `anonymous` methods also accept an empty recipient UUID.
 
         `inline` handlers run on the I/O thread, saving two thread hand-offs per call; only
         for handlers that never block (no locks held by slow code, no I/O, no waiting).
+        `one_way` methods (inline only) also accept messages that want no answer.
         """
         assert self._io_thread is None, "register methods before start()"
         assert method not in self._methods, f"method {method} registered twice"
-        self._methods[method] = _Method(request_type, handler, anonymous, inline)
+        assert inline or not one_way, "one-way methods run inline"
+        self._methods[method] = _Method(request_type, handler, anonymous, inline, one_way)
 
     @property
     def address(self) -> str:
@@ -309,7 +317,8 @@ class RpcServer:
         try:
             self._dispatch(frames, time.monotonic())
         except errors.RpcError as err:
-            # Rejected before reaching a handler: answered from this thread.
+            # Rejected before reaching a handler: answered from this thread (a one-way
+            # message too: refusals are the one answer it gets).
             call_id = getattr(err, "call_id", 0)
             self._send([frames[0], *self._error_frames(call_id, err)])
 
@@ -327,6 +336,7 @@ class RpcServer:
         except (DecodeError, ValueError) as exc:
             raise self._reject(errors.BadRequest(f"malformed request header: {exc}")) from None
         call_id = header.call_id
+        one_way = header.one_way
         size = sum(map(len, rest))
         if size > self.message_bytes_max:
             raise self._reject(
@@ -334,17 +344,27 @@ class RpcServer:
                     f"message of {size} bytes exceeds the limit of {self.message_bytes_max}"
                 ),
                 call_id,
+                one_way,
             )
         method = self._methods.get(header.method)
         if not header.recipient_uuid and not (method and method.anonymous):
-            raise self._reject(errors.InvalidName("request names no recipient UUID"), call_id)
+            raise self._reject(
+                errors.InvalidName("request names no recipient UUID"), call_id, one_way
+            )
         if header.recipient_uuid and header.recipient_uuid != self.uuid:
             raise self._reject(
                 errors.InvalidName(f"this server is {self.uuid}, not {header.recipient_uuid}"),
                 call_id,
+                one_way,
             )
         if method is None:
-            raise self._reject(errors.BadRequest(f"unknown method {header.method!r}"), call_id)
+            raise self._reject(
+                errors.BadRequest(f"unknown method {header.method!r}"), call_id, one_way
+            )
+        if one_way and not method.one_way:
+            raise self._reject(
+                errors.BadRequest(f"{header.method} takes no one-way messages"), call_id, True
+            )
         timeout_ms = header.timeout_ms or CALL_TIMEOUT_MS_DEFAULT
         deadline = received + min(timeout_ms, CALL_TIMEOUT_MS_MAX) / 1000.0
         ctx = CallContext(
@@ -352,9 +372,12 @@ class RpcServer:
             caller_uuid=header.caller_uuid,
             deadline=deadline,
             sidecars=[f.buffer for f in rest[2:]],
+            one_way=one_way,
         )
         if method.inline:
-            self._send([identity, *self._invoke(call_id, method, rest[1], ctx, True)])
+            answer = self._invoke(call_id, method, rest[1], ctx, True)
+            if answer is not _NO_ANSWER:
+                self._send([identity, *answer])
             return
         with self._stats_lock:
             if self._inflight >= self._queue_max + self._workers:
@@ -367,10 +390,13 @@ class RpcServer:
             self._inflight += 1
         self._work.put((identity, call_id, method, rest[1], ctx))
 
-    def _reject(self, err: errors.RpcError, call_id: int = 0) -> errors.RpcError:
+    def _reject(
+        self, err: errors.RpcError, call_id: int = 0, one_way: bool = False
+    ) -> errors.RpcError:
         key = "invalid_name" if isinstance(err, errors.InvalidName) else "bad_request"
         self._io_stats[key] += 1
-        log.warning("rejected a request (call %d): %s", call_id, err)
+        what = "a one-way message" if one_way else "a request"
+        log.warning("rejected %s (call %d): %s", what, call_id, err)
         err.call_id = call_id  # type: ignore[attr-defined]
         return err
 
@@ -426,12 +452,18 @@ class RpcServer:
             count("errors")
             if isinstance(err, errors.BadRequest):
                 count("bad_request")
-            log.debug("call %d to %s answered %s", call_id, ctx.method, err)
+            # A one-way caller may not read the refusal: it is logged here too.
+            (log.warning if ctx.one_way else log.debug)(
+                "call %d to %s answered %s", call_id, ctx.method, err
+            )
             return self._error_frames(call_id, err)
         except Exception as exc:  # a handler bug: answer INTERNAL, keep serving
             count("internal")
             log.exception("call %d to %s failed", call_id, ctx.method)
             return self._error_frames(call_id, errors.Internal(f"{type(exc).__name__}: {exc}"))
+        if ctx.one_way:
+            count("ok")
+            return _NO_ANSWER  # a one-way message is answered only when refused
         if isinstance(result, Reply):
             body, sidecars = result.body, list(result.sidecars)
         else:

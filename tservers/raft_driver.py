@@ -12,9 +12,10 @@ contract of design/consensus.md:
   apply thread, which applies them to the tablet and then releases the Ready's reads.
   A leader's AppendRequests leave at once (every hard state is durable by then: it is
   written synchronously), in parallel with its own WAL write;
-- output: messages batched per peer server, each peer with its own sender thread and a
-  bounded queue (oldest dropped when full: Raft resends), so a slow or dead peer never
-  blocks the driver.
+- output: the messages of a round batched per peer server and posted by the driver itself
+  as one-way `TServer.Consensus` messages (no answer, no sender thread): zmq's queue per
+  peer is bounded and nothing is queued for a peer that is not connected, so a slow or
+  dead peer never blocks the driver (what does not fit is dropped: Raft resends).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from rpc import errors
-from rpc.client import RpcClient, Transport
+from rpc.client import Poster, RpcClient, Transport
 from tservers.consensus import (
     AppendRequest,
     ConfigChange,
@@ -62,7 +63,6 @@ from tservers.tserver_pb2 import (
     ConsensusMessagePB,
     ConsensusMetaPB,
     ConsensusRequest,
-    ConsensusResponse,
     DataState,
     LogEntryPB,
     StartTabletCopyRequest,
@@ -88,11 +88,12 @@ class DriverOptions:
     tick_interval_s: float = 0.1
     raft: RaftOptions = field(default_factory=RaftOptions)
     inbox_messages_max: int = 16_384  # network messages waiting for the driver
-    peer_queue_messages_max: int = 8192  # per peer server; the oldest are dropped beyond
-    peer_queue_bytes_max: int = 256 << 20  # their entries' payload bytes, likewise
-    peer_batch_messages_max: int = 256  # messages per TServer.Consensus call
-    peer_batch_bytes_max: int = 16 << 20  # payload bytes per call (one message at least)
-    send_timeout_s: float = 2.0
+    # Batches waiting for the wire per peer server (zmq's queue); beyond, new ones are
+    # dropped. With the batch budget below: at most 256 MiB of payload per peer.
+    peer_queue_batches_max: int = 16
+    peer_batch_messages_max: int = 256  # messages per TServer.Consensus message
+    peer_batch_bytes_max: int = 16 << 20  # payload bytes per batch (one message at least)
+    send_timeout_s: float = 2.0  # a batch not read by then is dropped by its recipient
     process_rounds_max: int = 64  # Readies handled per group per loop round
     # WAL retention for lagging peers: at most this many entries below the flushed index
     # (beyond it a lagging peer needs a tablet copy).
@@ -241,111 +242,64 @@ class _TombstoneSink:
         log.error("tombstoned replica %s: %s", self.tablet_id, reason)
 
 
-class _PeerSender:
-    """Sends queued messages to one peer server, in order, one batch call at a time."""
+class _PeerOut:
+    """The driver's way to one peer server: one-way batches on a socket of its own, posted
+    from the driver thread (no hand-off). Closing it drops what zmq still queues."""
+
+    __slots__ = ("driver", "uuid", "address", "poster", "sent", "dropped")
 
     def __init__(self, driver: RaftDriver, uuid: str, address: str) -> None:
         self.driver = driver
         self.uuid = uuid
         self.address = address
-        self._client: RpcClient | None = None
-        self._q: deque = deque()  # (message, payload bytes)
-        self._q_bytes = 0
-        self._cond = threading.Condition()
-        self._stop = False
-        self.dropped = 0
+        self.poster: Poster | None = None
         self.sent = 0
-        self._thread = threading.Thread(target=self._run, name=f"raft-send-{uuid[:8]}", daemon=True)
-        self._thread.start()
+        self.dropped = 0
 
-    def put(self, pbs: list[tuple[ConsensusMessagePB, int]], address: str) -> None:
+    def post(self, pbs: list[tuple[ConsensusMessagePB, int]], address: str) -> None:
         opts = self.driver.options
-        with self._cond:
-            if address and address != self.address:
-                self.address = address
-                self._client = None
-            self._q.extend(pbs)
-            self._q_bytes += sum(n for _, n in pbs)
-            while len(self._q) > 1 and (
-                len(self._q) > opts.peer_queue_messages_max
-                or self._q_bytes > opts.peer_queue_bytes_max
-            ):
-                self._q_bytes -= self._q.popleft()[1]  # Raft resends what matters
-                self.dropped += 1
-            self._cond.notify()
-
-    def _take_batch(self) -> list[ConsensusMessagePB]:
-        """The oldest queued messages for one call, within its message and byte budget."""
-        opts = self.driver.options
-        batch = []
-        size = 0
-        q = self._q
-        while q and len(batch) < opts.peer_batch_messages_max:
-            if batch and size + q[0][1] > opts.peer_batch_bytes_max:
-                break
-            pb, n = q.popleft()
-            batch.append(pb)
-            size += n
-        self._q_bytes -= size
-        return batch
-
-    def _run(self) -> None:
-        opts = self.driver.options
-        while True:
-            with self._cond:
-                while not self._q and not self._stop:
-                    self._cond.wait()
-                if self._stop:
-                    return
-                batch = self._take_batch()
-                if self._client is None:
-                    self._client = RpcClient(
-                        self.address, self.driver.uuid, transport=self.driver.transport
-                    )
-                client = self._client
-            try:
-                client.call(
-                    self.uuid,
-                    CONSENSUS_METHOD,
-                    ConsensusRequest(messages=batch),
-                    ConsensusResponse,
-                    timeout_s=opts.send_timeout_s,
-                )
+        if address and address != self.address:
+            self.reset()
+            self.address = address
+        if self.poster is None:
+            assert self.driver.transport is not None
+            self.poster = Poster(
+                self.driver.transport,
+                self.address,
+                self.driver.uuid,
+                queue_max=opts.peer_queue_batches_max,
+            )
+        i, n = 0, len(pbs)
+        while i < n:
+            batch, size = [], 0
+            while i < n and len(batch) < opts.peer_batch_messages_max:
+                if batch and size + pbs[i][1] > opts.peer_batch_bytes_max:
+                    break
+                batch.append(pbs[i][0])
+                size += pbs[i][1]
+                i += 1
+            body = ConsensusRequest(messages=batch).SerializeToString()
+            if self.poster.post(self.uuid, CONSENSUS_METHOD, body, opts.send_timeout_s):
                 self.sent += len(batch)
-            except errors.InvalidName as e:
-                log.warning(
-                    "peer %s at %s refused consensus messages: %s", self.uuid, self.address, e
-                )
-            except errors.RpcError as e:
-                # The peer is unreachable: what is queued for it is stale by the time it is
-                # back (Raft resends what matters, from the leader's current state), and a
-                # late flood of old entries could catch it up from a log already collected.
-                with self._cond:
-                    stale = self._clear_locked()
+            else:
+                self.dropped += len(batch)  # not connected, or a full queue: Raft resends
                 log.debug(
-                    "consensus messages to %s at %s lost (%d more dropped): %s",
+                    "%d consensus messages to %s at %s dropped (not connected or queue full)",
+                    len(batch),
                     self.uuid,
                     self.address,
-                    stale,
-                    e,
                 )
+        for err in self.poster.refusals():
+            # INVALID_NAME: another server (a wiped one, under a new UUID) now listens there.
+            log.warning(
+                "peer %s at %s refused consensus messages: %s", self.uuid, self.address, err
+            )
 
-    def purge(self) -> int:
-        with self._cond:
-            return self._clear_locked()
-
-    def _clear_locked(self) -> int:
-        stale = len(self._q)
-        self._q.clear()
-        self._q_bytes = 0
-        self.dropped += stale
-        return stale
-
-    def close(self, timeout_s: float) -> None:
-        with self._cond:
-            self._stop = True
-            self._cond.notify()
-        self._thread.join(timeout_s)
+    def reset(self) -> None:
+        """Close the socket: messages still queued in zmq are dropped (stale)."""
+        if self.poster is not None:
+            self.poster.close()
+            self.poster = None
 
 
 class RaftDriver:
@@ -371,7 +325,7 @@ class RaftDriver:
         self._inbox: deque = deque()
         self._net_queued = 0
         self._stop = False
-        self._senders: dict[str, _PeerSender] = {}
+        self._peers: dict[str, _PeerOut] = {}  # the driver thread's only
         self.transport: Transport | None = None
         self._thread: threading.Thread | None = None
         # Committed entries go to one apply thread, so that applying (Python work per row
@@ -385,10 +339,8 @@ class RaftDriver:
         self.messages_dropped = 0
 
     def purge_peer(self, uuid: str) -> None:
-        """Drop the messages queued for a peer server (any thread)."""
-        s = self._senders.get(uuid)
-        if s is not None and (n := s.purge()):
-            log.debug("dropped %d stale messages queued for %s", n, uuid)
+        """Drop the messages queued for a peer server (any thread; done by the driver)."""
+        self._post(("purge", uuid))
 
     # ------------------------------------------------------------ lifecycle
     def start(self) -> RaftDriver:
@@ -420,8 +372,11 @@ class RaftDriver:
             except queue.Full:
                 log.warning("apply queue full at close")
             self._applier.join(max(0.1, deadline - time.monotonic()))
-        for s in list(self._senders.values()):
-            s.close(max(0.1, deadline - time.monotonic()))
+        if self._thread is None or not self._thread.is_alive():
+            for p in self._peers.values():  # the driver thread is gone: its sockets are free
+                p.reset()
+        else:
+            log.warning("raft driver did not stop in time; its sockets are left open")
         if self.transport is not None:
             self.transport.close(max(0.1, deadline - time.monotonic()))
 
@@ -582,6 +537,11 @@ class RaftDriver:
             kind = ev[0]
             if kind == "msg":
                 self._on_message(ev[1], dirty)
+            elif kind == "purge":
+                p = self._peers.get(ev[1])
+                if p is not None:
+                    p.reset()
+                    log.debug("dropped the messages queued for %s", ev[1])
             elif kind == "durable":
                 _, g, stage, err = ev
                 stage.error = err
@@ -776,11 +736,10 @@ class RaftDriver:
             by_peer.setdefault(m.recipient, []).append((message_to_pb(m, self.address), size))
         for uuid, pbs in by_peer.items():
             address = self.addresses.get(uuid, "")
-            s = self._senders.get(uuid)
-            if s is None:
+            p = self._peers.get(uuid)
+            if p is None:
                 if not address:
                     log.debug("no address for peer %s: %d messages dropped", uuid, len(pbs))
                     continue
-                s = _PeerSender(self, uuid, address)
-                self._senders[uuid] = s
-            s.put(pbs, address)
+                p = self._peers[uuid] = _PeerOut(self, uuid, address)
+            p.post(pbs, address)

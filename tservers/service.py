@@ -115,7 +115,9 @@ class TServerService:
         # Inline (on the rpc I/O thread): it only queues messages for the driver, and it must
         # never wait behind writes that occupy every worker while they wait for a commit
         # that needs these very messages.
-        server.register("TServer.Consensus", ConsensusRequest, self.consensus, inline=True)
+        server.register(
+            "TServer.Consensus", ConsensusRequest, self.consensus, inline=True, one_way=True
+        )
 
     # ------------------------------------------------------------ tablet copy
     def start_copy(self, req: StartTabletCopyRequest, ctx: CallContext) -> StartTabletCopyResponse:

@@ -581,3 +581,146 @@ def test_drop_before_a_call_is_not_taken_for_a_drop_during_it():
     finally:
         proc.kill()
         proc.wait(10)
+
+
+# -- one-way messages (RequestHeader.one_way) ------------------------------------------
+
+
+def one_way_server() -> tuple[RpcServer, list]:
+    """A server with a one-way method that records what it ran, and a two-way one."""
+    got: list = []
+
+    def note(request: PingResponse, ctx: CallContext) -> PingResponse:
+        if request.uuid == "refuse":
+            raise errors.InvalidName("not for me")
+        got.append((request.uuid, ctx.caller_uuid, ctx.one_way))
+        return PingResponse(uuid=request.uuid)
+
+    srv = RpcServer(SERVER_UUID, service="oneway", workers=1)
+    srv.register("Test.Note", PingResponse, note, inline=True, one_way=True)
+    srv.register("Test.Echo", PingResponse, echo, inline=True)
+    return srv, got
+
+
+def connected_poster(transport: Transport, address: str) -> rpc_client.Poster:
+    poster = rpc_client.Poster(transport, address, "poster-1", queue_max=64)
+    # IMMEDIATE: nothing is queued until the connection is up (a post says so).
+    wait_for(
+        lambda: poster.post(
+            SERVER_UUID, "Test.Note", PingResponse(uuid="hello").SerializeToString(), 5
+        ),
+        5,
+        "poster connected",
+    )
+    return poster
+
+
+def test_one_way_messages_run_their_handler_and_successes_get_no_answer():
+    srv, got = one_way_server()
+    with srv, Transport() as transport:
+        poster = connected_poster(transport, srv.address)
+        try:
+            for i in range(20):
+                body = PingResponse(uuid=f"m{i}").SerializeToString()
+                assert poster.post(SERVER_UUID, "Test.Note", body, 5)
+            wait_for(lambda: len(got) == 21, 5, "every message handled")
+            assert got[1:] == [(f"m{i}", "poster-1", True) for i in range(20)]  # in order
+            # Nothing came back on the socket: one-way messages are never answered.
+            assert poster.socket.poll(200, zmq.POLLIN) == 0
+        finally:
+            poster.close()
+        # The same method still answers ordinary calls.
+        with RpcClient(srv.address, "c", transport=transport) as c:
+            assert (
+                c.call(SERVER_UUID, "Test.Note", PingResponse(uuid="x"), PingResponse).uuid == "x"
+            )
+    assert got[-1] == ("x", "c", False)
+
+
+def test_one_way_messages_that_are_refused_are_answered_and_logged(caplog):
+    srv, got = one_way_server()
+    with srv, Transport() as transport:
+        poster = connected_poster(transport, srv.address)
+        try:
+            body = PingResponse(uuid="y").SerializeToString()
+            assert poster.post("someone-else", "Test.Note", body, 5)  # misaddressed
+            assert poster.post(SERVER_UUID, "Test.Echo", body, 5)  # takes no one-way messages
+            assert poster.post(SERVER_UUID, "Test.Nope", body, 5)  # unknown
+            refuse = PingResponse(uuid="refuse").SerializeToString()
+            assert poster.post(SERVER_UUID, "Test.Note", refuse, 5)  # the handler refuses
+            assert poster.post(SERVER_UUID, "Test.Note", body, 5)
+            wait_for(lambda: len(got) == 2, 5, "the last message handled")
+            assert got[1] == ("y", "poster-1", True)  # none of the refused ones ran
+            refused: list = []
+            wait_for(lambda: refused.extend(poster.refusals()) or len(refused) >= 4, 5, "refusals")
+            assert [type(e) for e in refused] == [
+                errors.InvalidName,
+                errors.BadRequest,
+                errors.BadRequest,
+                errors.InvalidName,
+            ]
+            assert "not someone-else" in refused[0].message
+            assert "takes no one-way messages" in refused[1].message
+            assert "not for me" in refused[3].message
+            # Successes are never answered.
+            assert poster.socket.poll(200, zmq.POLLIN) == 0 and poster.refusals() == []
+        finally:
+            poster.close()
+    stats = srv.stats()
+    assert stats["invalid_name"] == 1 and stats["bad_request"] == 2 and stats["errors"] == 1
+    text = caplog.text
+    assert "rejected a one-way message" in text and "takes no one-way messages" in text
+    assert "not for me" in text  # the handler's refusal is logged at warning
+
+
+def test_post_to_a_server_that_is_not_there_is_not_queued():
+    with Transport() as transport:
+        poster = rpc_client.Poster(transport, f"127.0.0.1:{free_port()}", "p", queue_max=2)
+        try:
+            body = PingResponse(uuid="z").SerializeToString()
+            assert not poster.post(SERVER_UUID, "Test.Note", body, 5)
+            with pytest.raises(errors.BadRequest, match="exceeds the limit"):
+                poster.post(SERVER_UUID, "Test.Note", b"x" * (transport.message_bytes_max + 1), 5)
+        finally:
+            poster.close()
+
+
+def test_one_way_methods_must_run_inline():
+    srv = RpcServer(SERVER_UUID, service="x")
+    with pytest.raises(AssertionError, match="inline"):
+        srv.register("Test.Note", PingResponse, echo, one_way=True)
+    srv.close()
+
+
+def test_posts_to_a_peer_that_does_not_read_are_bounded():
+    """A peer that stops reading: once the kernel's buffers and `queue_max` messages are
+    full, posts are refused at once (the caller never blocks, memory stays bounded)."""
+    ctx = zmq.Context()
+    router = ctx.socket(zmq.ROUTER)
+    router.setsockopt(zmq.LINGER, 0)
+    router.setsockopt(zmq.RCVHWM, 1)
+    port = free_port()
+    router.bind(f"tcp://127.0.0.1:{port}")
+    try:
+        with Transport() as transport:
+            poster = rpc_client.Poster(transport, f"127.0.0.1:{port}", "p", queue_max=2)
+            try:
+                body = b"x" * (1 << 20)
+                wait_for(lambda: poster.post(SERVER_UUID, "Test.Note", body, 5), 5, "connected")
+                accepted = sum(poster.post(SERVER_UUID, "Test.Note", body, 5) for _ in range(300))
+                assert accepted < 300, accepted  # 300 MiB never fit: refused, not blocked
+            finally:
+                poster.close()
+    finally:
+        router.close()
+        ctx.term()
+
+
+def test_a_transport_closed_before_its_poster_does_not_hang(caplog):
+    srv, _ = one_way_server()
+    with srv:
+        transport = Transport()
+        poster = connected_poster(transport, srv.address)
+        transport.close(timeout_s=1)  # the poster's owner never closed it
+        assert "one-way sockets were not closed by their owners" in caplog.text
+        poster.close()
