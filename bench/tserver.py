@@ -118,78 +118,80 @@ def main() -> int:
     ap.add_argument("--writers", type=int, default=8)
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="tserver-bench-"))
-    proc, address = start_server(tmp / "root", tmp / "server.out")
     results = {}
-    try:
-        client = TabletServerClient(address, timeout_s=60)
-        # Batches are encoded up front, for the server and the baseline alike.
-        total_batches = args.batches * (1 + args.writers)
-        payloads = [ipc_bytes(batch(i * BATCH_ROWS)) for i in range(total_batches)]
-        tables = {}
+    try:  # the work directory goes, whatever happens (hundreds of MB a run)
+        proc, address = start_server(tmp / "root", tmp / "server.out")
+        try:
+            client = TabletServerClient(address, timeout_s=60)
+            # Batches are encoded up front, for the server and the baseline alike.
+            total_batches = args.batches * (1 + args.writers)
+            payloads = [ipc_bytes(batch(i * BATCH_ROWS)) for i in range(total_batches)]
+            tables = {}
+            for nw in (1, args.writers):
+                tid = f"bench{nw}"
+                client.create_tablet(tid, COLS)
+                version = client.schema(tid).version
+                base = 0 if nw == 1 else args.batches
+                clients = [
+                    TabletServerClient(address, client.server_uuid, timeout_s=60) for _ in range(nw)
+                ]
+                from tservers.tserver_pb2 import WriteRequest, WriteResponse
+
+                def write(k, j, tid=tid, version=version, clients=clients, base=base, nw=nw):
+                    req = WriteRequest(tablet_id=tid, schema_version=version, ops=[OpType.INSERT])
+                    clients[k]._call(
+                        "Write", req, WriteResponse, sidecars=[payloads[base + j * nw + k]]
+                    )
+
+                s0 = client.status()
+                elapsed = run_writers(nw, args.batches, write)
+                s1 = client.status()
+                rows = nw * args.batches * BATCH_ROWS
+                acked = s1.writes - s0.writes
+                results[f"write_{nw}"] = rows / elapsed
+                results[f"syncs_per_batch_{nw}"] = (s1.wal_syncs - s0.wal_syncs) / max(1, acked)
+                for c in clients:
+                    c.close()
+                tables[nw] = tid
+            # Full scan of the 8-writer tablet.
+            tid = tables[args.writers]
+            t0 = time.perf_counter()
+            n = sum(b.num_rows for b in client.scan(tid, batch_rows_max=65536))
+            results["scan"] = n / (time.perf_counter() - t0)
+            assert n == args.writers * args.batches * BATCH_ROWS, n
+            client.close()
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(60)
+
+        # Baseline: append the same IPC batches to a plain file, fdatasync before "acknowledging".
         for nw in (1, args.writers):
-            tid = f"bench{nw}"
-            client.create_tablet(tid, COLS)
-            version = client.schema(tid).version
+            path = tmp / f"plain-{nw}.bin"
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            lock = threading.Lock()
             base = 0 if nw == 1 else args.batches
-            clients = [
-                TabletServerClient(address, client.server_uuid, timeout_s=60) for _ in range(nw)
+
+            def plain(k, j, fd=fd, lock=lock, base=base, nw=nw):
+                with lock:
+                    os.write(fd, payloads[base + j * nw + k])
+                os.fdatasync(fd)
+
+            elapsed = run_writers(nw, args.batches, plain)
+            os.close(fd)
+            results[f"plain_write_{nw}"] = nw * args.batches * BATCH_ROWS / elapsed
+        # Baseline read: the same rows from Parquet with pyarrow.
+        rows_8 = pa.concat_tables(
+            [
+                pa.ipc.open_stream(pa.py_buffer(payloads[args.batches + i])).read_all()
+                for i in range(args.writers * args.batches)
             ]
-            from tservers.tserver_pb2 import WriteRequest, WriteResponse
-
-            def write(k, j, tid=tid, version=version, clients=clients, base=base, nw=nw):
-                req = WriteRequest(tablet_id=tid, schema_version=version, ops=[OpType.INSERT])
-                clients[k]._call(
-                    "Write", req, WriteResponse, sidecars=[payloads[base + j * nw + k]]
-                )
-
-            s0 = client.status()
-            elapsed = run_writers(nw, args.batches, write)
-            s1 = client.status()
-            rows = nw * args.batches * BATCH_ROWS
-            acked = s1.writes - s0.writes
-            results[f"write_{nw}"] = rows / elapsed
-            results[f"syncs_per_batch_{nw}"] = (s1.wal_syncs - s0.wal_syncs) / max(1, acked)
-            for c in clients:
-                c.close()
-            tables[nw] = tid
-        # Full scan of the 8-writer tablet.
-        tid = tables[args.writers]
+        )
+        pq.write_table(rows_8, tmp / "rows.parquet")
         t0 = time.perf_counter()
-        n = sum(b.num_rows for b in client.scan(tid, batch_rows_max=65536))
-        results["scan"] = n / (time.perf_counter() - t0)
-        assert n == args.writers * args.batches * BATCH_ROWS, n
-        client.close()
+        n = pq.read_table(tmp / "rows.parquet").num_rows
+        results["parquet_read"] = n / (time.perf_counter() - t0)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(60)
-
-    # Baseline: append the same IPC batches to a plain file, fdatasync before "acknowledging".
-    for nw in (1, args.writers):
-        path = tmp / f"plain-{nw}.bin"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        lock = threading.Lock()
-        base = 0 if nw == 1 else args.batches
-
-        def plain(k, j, fd=fd, lock=lock, base=base, nw=nw):
-            with lock:
-                os.write(fd, payloads[base + j * nw + k])
-            os.fdatasync(fd)
-
-        elapsed = run_writers(nw, args.batches, plain)
-        os.close(fd)
-        results[f"plain_write_{nw}"] = nw * args.batches * BATCH_ROWS / elapsed
-    # Baseline read: the same rows from Parquet with pyarrow.
-    rows_8 = pa.concat_tables(
-        [
-            pa.ipc.open_stream(pa.py_buffer(payloads[args.batches + i])).read_all()
-            for i in range(args.writers * args.batches)
-        ]
-    )
-    pq.write_table(rows_8, tmp / "rows.parquet")
-    t0 = time.perf_counter()
-    n = pq.read_table(tmp / "rows.parquet").num_rows
-    results["parquet_read"] = n / (time.perf_counter() - t0)
-    shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(tmp, ignore_errors=True)
 
     w = args.writers
     print(

@@ -83,11 +83,20 @@ RETAIN_BYTES_MAX_DEFAULT = 1 << 30  # and at most this many payload bytes (`--wa
 MESSAGE_OVERHEAD_BYTES = 128
 
 
+def message_bytes(m: Message) -> int:
+    """What a message counts against the byte budgets: its entries' payloads and a fixed
+    overhead."""
+    if isinstance(m, AppendRequest):
+        return MESSAGE_OVERHEAD_BYTES + sum(len(e.payload) for e in m.entries)
+    return MESSAGE_OVERHEAD_BYTES
+
+
 @dataclass(frozen=True, slots=True)
 class DriverOptions:
     tick_interval_s: float = 0.1
     raft: RaftOptions = field(default_factory=RaftOptions)
     inbox_messages_max: int = 16_384  # network messages waiting for the driver
+    inbox_bytes_max: int = 256 << 20  # their entries' payload bytes (one message at least)
     # Batches waiting for the wire per peer server (zmq's queue); beyond, new ones are
     # dropped. With the batch budget below: at most 256 MiB of payload per peer.
     peer_queue_batches_max: int = 16
@@ -324,6 +333,7 @@ class RaftDriver:
         self._cond = threading.Condition()
         self._inbox: deque = deque()
         self._net_queued = 0
+        self._net_bytes = 0
         self._stop = False
         self._peers: dict[str, _PeerOut] = {}  # the driver thread's only
         self.transport: Transport | None = None
@@ -491,12 +501,21 @@ class RaftDriver:
         """Queue network messages for the driver; returns how many were accepted (the
         others are dropped: the inbox is bounded and Raft resends)."""
         self.learn_addresses(sender_addresses)
+        opts = self.options
         with self._cond:
-            room = self.options.inbox_messages_max - self._net_queued
-            accepted = messages[: max(0, room)]
+            room = opts.inbox_messages_max - self._net_queued
+            size = self._net_bytes
+            accepted = []
+            for m in messages[: max(0, room)]:
+                n = message_bytes(m)
+                if size + n > opts.inbox_bytes_max and (accepted or self._net_queued):
+                    break  # full: dropped (an empty inbox takes one message of any size)
+                accepted.append(m)
+                size += n
             for m in accepted:
                 self._inbox.append(("msg", m))
             self._net_queued += len(accepted)
+            self._net_bytes = size
             self.messages_in += len(accepted)
             self.messages_dropped += len(messages) - len(accepted)
             if accepted:
@@ -526,6 +545,7 @@ class RaftDriver:
                 events = list(self._inbox)
                 self._inbox.clear()
                 self._net_queued = 0
+                self._net_bytes = 0
             try:
                 next_tick = self._round(events, next_tick, tick_s)
             except Exception:  # a bug must not stop every tablet's consensus
@@ -730,10 +750,9 @@ class RaftDriver:
             return
         by_peer: dict[str, list] = {}
         for m in msgs:
-            size = MESSAGE_OVERHEAD_BYTES
-            if isinstance(m, AppendRequest):
-                size += sum(len(e.payload) for e in m.entries)
-            by_peer.setdefault(m.recipient, []).append((message_to_pb(m, self.address), size))
+            by_peer.setdefault(m.recipient, []).append(
+                (message_to_pb(m, self.address), message_bytes(m))
+            )
         for uuid, pbs in by_peer.items():
             address = self.addresses.get(uuid, "")
             p = self._peers.get(uuid)
