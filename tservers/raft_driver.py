@@ -255,15 +255,13 @@ class _PeerOut:
     """The driver's way to one peer server: one-way batches on a socket of its own, posted
     from the driver thread (no hand-off). Closing it drops what zmq still queues."""
 
-    __slots__ = ("driver", "uuid", "address", "poster", "sent", "dropped")
+    __slots__ = ("driver", "uuid", "address", "poster")
 
     def __init__(self, driver: RaftDriver, uuid: str, address: str) -> None:
         self.driver = driver
         self.uuid = uuid
         self.address = address
         self.poster: Poster | None = None
-        self.sent = 0
-        self.dropped = 0
 
     def post(self, pbs: list[tuple[ConsensusMessagePB, int]], address: str) -> None:
         opts = self.driver.options
@@ -288,18 +286,21 @@ class _PeerOut:
                 size += pbs[i][1]
                 i += 1
             body = ConsensusRequest(messages=batch).SerializeToString()
-            if self.poster.post(self.uuid, CONSENSUS_METHOD, body, opts.send_timeout_s):
-                self.sent += len(batch)
-            else:
-                self.dropped += len(batch)  # not connected, or a full queue: Raft resends
+            if not self.poster.post(self.uuid, CONSENSUS_METHOD, body, opts.send_timeout_s):
+                # Not connected, or a full queue: dropped (Raft resends).
                 log.debug(
                     "%d consensus messages to %s at %s dropped (not connected or queue full)",
                     len(batch),
                     self.uuid,
                     self.address,
                 )
+
+    def log_refusals(self) -> None:
+        """Log what the peer refused since the last look (once per tick, off the send path):
+        INVALID_NAME means another server (a wiped one, under a new UUID) listens there."""
+        if self.poster is None:
+            return
         for err in self.poster.refusals():
-            # INVALID_NAME: another server (a wiped one, under a new UUID) now listens there.
             log.warning(
                 "peer %s at %s refused consensus messages: %s", self.uuid, self.address, err
             )
@@ -583,6 +584,8 @@ class RaftDriver:
                         continue
                     g.core.tick()
                 dirty[g.tablet_id] = g
+            for p in self._peers.values():
+                p.log_refusals()
         for g in dirty.values():
             try:
                 self._process(g)
