@@ -157,6 +157,13 @@ def test_restarted_follower_catches_up_from_the_leaders_log(trio: TServerTrio):
     trio.write_anywhere("r3", [9999])
     new = trio.leader("r3", among=[f, other])
     assert trio.scan_ids(new, "r3") == list(range(550)) + [9999]
+    # The new leader applied those rows as a follower (their keys listed, not indexed); its
+    # validation still knows every one of them, and a refused write changes nothing.
+    for dup in ([7], [549, 10_000], [9999]):
+        with pytest.raises(errors.AlreadyExists):
+            trio.write(new, "r3", dup)
+    trio.write(new, "r3", [10_000])
+    assert trio.scan_ids(new, "r3") == list(range(550)) + [9999, 10_000]
 
 
 def test_more_concurrent_writers_than_rpc_workers(trio: TServerTrio):

@@ -373,6 +373,7 @@ def test_model_check_of_memstore_row_blocks(tmp_path):
     t = create(m)
     model: dict[int, tuple] = {}  # id -> (s, n)
     seen_blocks = 0
+    unindexed_seen = 0
 
     def check(tab) -> None:
         r = scan(tab, projection=["id", "s", "n"])
@@ -435,7 +436,17 @@ def test_model_check_of_memstore_row_blocks(tmp_path):
         m = open_manager(root)  # replay: the entries above the flushed index, as a follower
         t = m.tablet("t1")
         seen_blocks += len(t.mem_batches)
+        # Replayed as a follower applies: row blocks of new keys only listed, not indexed;
+        # the leader's first read of the key set folds them in.
+        with t.lock:
+            unindexed_seen += len(t._unindexed)
+            assert t.live_keys == set(model) and not t._unindexed
         check(t)
+        if model:
+            again = min(model)
+            row = pa.table({"id": pa.array([again], pa.int64()), "s": ["dup"]})
+            with pytest.raises(AlreadyExists):
+                t.write(1, [(OpType.INSERT, ipc(row))], deadline())
         for step in range(6):  # now at the leader, over the row blocks
             write(t, stage * 100 + 50 + step)
         check(t)
@@ -480,6 +491,7 @@ def test_model_check_of_memstore_row_blocks(tmp_path):
             assert t.flush()
             check(t)
     assert seen_blocks > 10
+    assert unindexed_seen > 10
     assert t.compact()
     check(t)
     m.close()
