@@ -606,6 +606,11 @@ def test_row_blocks_with_a_composite_key(tmp_path):
     m = open_manager(root)
     t = m.tablet("c1")
     assert len(t.mem_batches) == 1  # replayed as one row block: v and ts null
+    with t.lock:  # its keys listed as copies of the key columns, folded in when read
+        assert [type(k) for k in t._unindexed] == [tuple]
+        # Copies: the entry's buffer (every column) is not held once the block is flushed.
+        assert all(b is None or b.parent is None for a in t._unindexed[0] for b in a.buffers())
+        assert t.live_keys == {("y", 1), ("x", 2), ("x", 1)} and not t._unindexed
     r = scan(t)
     assert list(zip(r["a"].to_pylist(), r["b"].to_pylist(), strict=True)) == [
         ("x", 1),

@@ -15,9 +15,11 @@ State of a running tablet:
   NOT_FOUND) sees them, scans do not: only committed writes are applied and visible.
 - `live_keys`: every key that has a live row in blocks + memstore (existence checks), a set
   read only by a leader's validation. Committed row blocks of new keys applied from the log
-  (at a follower, on WAL replay, a new leader's entries of earlier terms) only keep their
-  key lists (`_unindexed`); reading `live_keys` folds them in (a new leader's first write:
-  about 0.4 s per 10 million keys, under the tablet lock).
+  (at a follower, on WAL replay, a new leader's entries of earlier terms) are only listed in
+  `_unindexed` as compact copies of their key columns (8 bytes a key for an int64 key,
+  against about 70 in the set), not even made Python objects; reading `live_keys` folds
+  them in (a new leader's first write: about half a second per 10 million keys, under the
+  tablet lock).
 
 A write (at the Raft leader only): decode and check outside the lock; under the lock check
 each row against the state, propose the entry to the tablet's RaftCore (tservers/raft_driver.py)
@@ -268,11 +270,13 @@ class Tablet:
         # (keys, table). A key in the dict is newer than in any of them; a later block newer
         # than an earlier one; tombstones (__deleted) only in a block put back by a failed
         # flush. `frozen_batches` are the ones being flushed with `frozen`.
-        self.mem_batches: list[tuple[list, pa.Table]] = []
-        self.frozen_batches: list[tuple[list, pa.Table]] = []
+        self.mem_batches: list[tuple[list | None, pa.Table]] = []  # keys None: not read yet
+        self.frozen_batches: list[tuple[list | None, pa.Table]] = []
         self.pending: dict = {}
         self._live: set = set()  # `live_keys`
-        self._unindexed: list[list] = []  # key lists of blocks applied without indexing
+        # Keys of blocks applied without indexing them: key lists, or (key columns,) copied
+        # out of the block (holding neither the block nor the entry it was read from).
+        self._unindexed: list[list | tuple[pa.Array, ...]] = []
         self.inflight = 0  # writes proposed here and not applied yet
         self.waiters: dict[int, _Inflight] = {}  # index -> write proposed here
         self.barrier = False
@@ -534,7 +538,9 @@ class Tablet:
             # An older version (this replica was altered first) applies by column name:
             # dropped columns are ignored, added ones (nullable) are null.
             lenient = op.schema_version < self.schema.version
-            batches = self._insert_blocks([(b.op, b.arrow_ipc) for b in op.blocks], lenient)
+            batches = self._insert_blocks(
+                [(b.op, b.arrow_ipc) for b in op.blocks], lenient, with_keys=False
+            )
             if batches is not None:
                 # INSERTs only, validated by the leader that proposed them against this same
                 # log prefix: new keys. Kept as Arrow row blocks (no Python row objects on a
@@ -614,6 +620,9 @@ class Tablet:
         if self._unindexed:
             live = self._live
             for keys in self._unindexed:
+                if isinstance(keys, tuple):
+                    lists = [_to_python(a) for a in keys]
+                    keys = lists[0] if len(lists) == 1 else zip(*lists, strict=True)
                 live.update(keys)
             self._unindexed.clear()
         return self._live
@@ -623,20 +632,31 @@ class Tablet:
         self._live = keys
         self._unindexed = []
 
-    def _apply_batch(self, keys: list, table: pa.Table, *, index: bool = True) -> None:
+    def _apply_batch(self, keys: list | None, table: pa.Table, *, index: bool = True) -> None:
         """New rows of keys none of which is live: a memstore row block. A tombstone of such a
         key in the dict is older than the block, and the dict must stay the newest layer.
-        `index=False` (a committed entry from the log): the keys are only listed, for
-        `live_keys` to fold in when a leader reads it."""
+        `index=False` (a committed entry from the log): the keys (None: read from the block
+        when needed) are only listed, for `live_keys` to fold in when a leader reads it."""
         mem = self.memstore
-        if mem and not mem.keys().isdisjoint(keys):
-            for k in keys:
-                mem.pop(k, None)
+        if mem:
+            if keys is None:
+                keys = self._key_lists(table)
+            if not mem.keys().isdisjoint(keys):
+                for k in keys:
+                    mem.pop(k, None)
         self.mem_batches.append((keys, table))
         if index:
+            assert keys is not None
             self._live.update(keys)
-        else:
+        elif keys is not None:
             self._unindexed.append(keys)
+        elif table.num_rows:
+            self._unindexed.append(
+                tuple(
+                    pa.concat_arrays(table.column(block_name(c.id)).chunks)
+                    for c in self.schema.key_columns
+                )
+            )
 
     def _apply(self, changes: dict) -> None:
         self.memstore.update(changes)
@@ -735,11 +755,11 @@ class Tablet:
         return _Op(op, keys, rows, present, ipc)
 
     def _insert_blocks(
-        self, blocks: list[tuple[int, bytes]], lenient: bool
-    ) -> list[tuple[list, pa.Table]] | None:
+        self, blocks: list[tuple[int, bytes]], lenient: bool, *, with_keys: bool = True
+    ) -> list[tuple[list | None, pa.Table]] | None:
         """A write (or committed entry) of INSERTs only, as (keys, row block in the block
         schema) per block; None if it has another operation. Checked as `_decode` checks
-        (BadRequest)."""
+        (BadRequest). Without `with_keys` the keys are None (not made Python objects)."""
         if not all(op == _INSERT for op, _ in blocks):
             return None
         schema = self.schema
@@ -758,8 +778,10 @@ class Tablet:
                     col = pa.nulls(n, c.arrow_type)
                 arrays.append(col)
             arrays.append(_all_false(n))
-            key_lists = [_to_python(given[i]) for i in range(nk)]
-            keys = key_lists[0] if nk == 1 else list(zip(*key_lists, strict=True))
+            keys = None
+            if with_keys:
+                key_lists = [_to_python(given[i]) for i in range(nk)]
+                keys = key_lists[0] if nk == 1 else list(zip(*key_lists, strict=True))
             out.append((keys, pa.Table.from_arrays(arrays, schema=schema.block_schema())))
         return out
 
