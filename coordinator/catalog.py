@@ -18,10 +18,11 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from coordinator import coordinator_pb2 as pb
+from tservers import schema_rules
 
 TABLE_NAME_BYTES_MAX = 256
 COLUMN_NAME_BYTES_MAX = 256
-COLUMNS_MAX = 300
+COLUMNS_MAX = schema_rules.COLUMNS_MAX  # one definition with the tablet servers'
 TABLETS_PER_TABLE_MAX = 256
 REPLICATION_FACTOR_MAX = 7
 SERVER_UUID_BYTES_MAX = 64

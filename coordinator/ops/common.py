@@ -38,6 +38,8 @@ from rpc.errors import (
     TimedOut,
     Unavailable,
 )
+from tservers import schema_rules
+from tservers.schema_rules import column_name_problem
 
 logger = logging.getLogger(__name__)
 
@@ -112,6 +114,8 @@ def check_column(column: pb.ColumnSchema) -> None:
         raise BadRequest("a column has no name")
     if len(column.name.encode()) > COLUMN_NAME_BYTES_MAX:
         raise BadRequest(f"column name over {COLUMN_NAME_BYTES_MAX} bytes")
+    if (problem := column_name_problem(column.name)) is not None:
+        raise BadRequest(problem)
     if column.type == pb.TYPE_UNKNOWN or column.type not in pb.ColumnType.values():
         raise BadRequest(f"column {column.name!r} has no valid type")
 
@@ -134,6 +138,8 @@ def check_schema(schema: pb.Schema) -> None:
                 raise BadRequest(f"key column {column.name!r} after a non-key column")
             if column.nullable:
                 raise BadRequest(f"key column {column.name!r} must not be nullable")
+            if column.type == schema_rules.DOUBLE:
+                raise BadRequest(f"key column {column.name!r} cannot be a double")
         else:
             key_done = True
     if not columns[0].is_key:

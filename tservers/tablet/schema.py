@@ -6,16 +6,13 @@ same name does not bring old data back: data blocks name their columns `c<id>`.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import pyarrow as pa
 
 from rpc.errors import BadRequest
+from tservers.schema_rules import COLUMNS_MAX, column_name_problem
 from tservers.tserver_pb2 import ColumnSchemaPB, DataType, SchemaPB, ValuePB
-
-COLUMNS_MAX = 300
-NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
 ARROW_TYPES: dict[int, pa.DataType] = {
     DataType.INT64: pa.int64(),
@@ -106,8 +103,8 @@ def validate_new(pb: SchemaPB) -> SchemaPB:
     seen: set[str] = set()
     keys_done = False
     for i, c in enumerate(pb.columns):
-        if not NAME_RE.match(c.name):
-            raise BadRequest(f"bad column name {c.name!r}")
+        if (problem := column_name_problem(c.name)) is not None:
+            raise BadRequest(problem)
         if c.name in seen:
             raise BadRequest(f"duplicate column {c.name!r}")
         seen.add(c.name)
@@ -145,8 +142,8 @@ def altered(current: SchemaPB, add: list[ColumnSchemaPB], drop: list[str]) -> Sc
     out.columns.extend(kept)
     present = {c.name for c in out.columns}
     for c in add:
-        if not NAME_RE.match(c.name):
-            raise BadRequest(f"bad column name {c.name!r}")
+        if (problem := column_name_problem(c.name)) is not None:
+            raise BadRequest(problem)
         if c.name in present:
             raise BadRequest(f"column {c.name!r} already exists")
         if c.is_key or not c.nullable:
