@@ -52,7 +52,13 @@ class EngineConfig:
 
 
 class _NothingToLog(Exception):
-    """decide found the request already satisfied (e.g. enlisting a live server again)."""
+    """decide found the request already satisfied (e.g. enlisting a live server again, or
+    setting the replication factor a table has), or, with `duplicate`, a concurrent
+    duplicate of a keyed request committed it first (its result is in the sessions)."""
+
+    def __init__(self, *, duplicate: bool = False) -> None:
+        super().__init__()
+        self.duplicate = duplicate
 
 
 class Engine:
@@ -151,7 +157,7 @@ class Engine:
         def build(expected_id: int) -> tuple[bytes, Sequence[int]]:
             with self.catalog.lock:
                 if keyed and self.catalog.session_result(rid.client_id, rid.seq) is not None:
-                    raise _NothingToLog()  # a concurrent duplicate committed it first
+                    raise _NothingToLog(duplicate=True)
                 record = module.decide(self.catalog, request, expected_id)
             if record is None:
                 raise _NothingToLog()
@@ -162,10 +168,10 @@ class Engine:
             self.crash.hit(f"{kind}.before_commit_point")
             try:
                 entry_id = self.lease.safe_append(build)
-            except _NothingToLog:
-                if keyed:
+            except _NothingToLog as e:
+                if e.duplicate:
                     return self._await(module, rid)
-                return module.response(None)
+                return module.response(None)  # nothing logged: no result to wait for
             record = box[0]
             self.replayer.apply_own(entry_id, record)
             self.crash.hit(f"{kind}.after_commit_point")

@@ -303,27 +303,55 @@ class ReplicationManager:
                 raise BadRequest(
                     f"tablet {request.tablet_id} has no replica on {request.from_uuid}"
                 )
+            target_added = False
             if request.to_uuid:
                 server = self.catalog.servers.get(request.to_uuid)
                 if server is None or server.state is not ServerState.LIVE:
                     raise BadRequest(f"target {request.to_uuid} is not a live tablet server")
                 if request.to_uuid == request.from_uuid:
                     raise BadRequest("a move needs two different servers")
-                # The target may already be in the config: the move is under way (asked
-                # again, or again after a coordinator failover); the source goes next.
-        with self._lock:
-            if len(self._moves) >= MOVES_MAX:
-                raise BadRequest(f"more than {MOVES_MAX} moves pending")
+                table = self.catalog.tables.get(self.catalog.tablets[request.tablet_id].table_id)
+                factor = table.replication_factor if table is not None else len(replicas)
+                target_added = request.to_uuid in replicas and len(replicas) > factor
             key = (request.tablet_id, request.from_uuid)
+        with self._lock:
+            if request.to_uuid and request.to_uuid in replicas:
+                # The target already in the config: the move is under way (asked again, or
+                # again after a coordinator failover: the target added, the source still
+                # there) and the source goes next. A target that was a member before is
+                # refused: the move could never add it.
+                same = self._moves.get(key)
+                if not target_added and (same is None or same.to_uuid != request.to_uuid):
+                    raise BadRequest(
+                        f"tablet {request.tablet_id} already has a replica on {request.to_uuid}"
+                    )
+            if len(self._moves) >= MOVES_MAX and key not in self._moves:
+                raise BadRequest(f"more than {MOVES_MAX} moves pending")
             self._moves[key] = Move(request.tablet_id, request.from_uuid, request.to_uuid)
         return pb.MoveReplicaResponse()
 
     def retire_server(self, request: pb.RetireServerRequest) -> pb.RetireServerResponse:
+        uuid = request.server_uuid
         with self.catalog.lock:
-            if request.server_uuid not in self.catalog.servers:
-                raise NotFound(f"no tablet server {request.server_uuid!r}")
-            hosted = self.catalog.replica_counts().get(request.server_uuid, 0)
+            if uuid not in self.catalog.servers:
+                raise NotFound(f"no tablet server {uuid!r}")
+            hosted = self.catalog.replica_counts().get(uuid, 0)
+            live = {s.uuid for s in self.catalog.live_servers()}
+            needs = [
+                (table.replication_factor, table.name)
+                for table in self.catalog.tables.values()
+                if any(uuid in self.catalog.current_replicas(t) for t in table.tablet_ids)
+            ]
         with self._lock:
+            others = live - self._retiring - {uuid}
+            if needs and max(needs)[0] > len(others):
+                factor, name = max(needs)
+                # Nowhere to move its replicas: refused rather than waited on for ever.
+                raise BadRequest(
+                    f"cannot retire {uuid}: table {name!r} has replication factor {factor} "
+                    f"and {len(others)} other live tablet server(s) would remain; add a "
+                    f"server or lower the factor (set-replication) first"
+                )
             if hosted:
                 self._retiring.add(request.server_uuid)
             else:

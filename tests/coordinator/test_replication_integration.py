@@ -150,6 +150,9 @@ def test_kill_a_tserver_then_re_replicate_lower_the_factor_and_move(tmp_path):
             done = cli(cluster, "set-replication", "rep", "2")
             assert done.returncode == 0, done.stderr + done.stdout
             assert client.describe_table("rep").replication_factor == 2
+            again = cli(cluster, "set-replication", "rep", "2")  # the factor it has: no-op
+            assert again.returncode == 0, again.stderr + again.stdout
+            assert "unchanged" in again.stdout, again.stdout
             wait_for(lambda: converged(client, "rep", 2, {victim_uuid}), 60, "2 replicas each")
             voters = voters_on_servers(client, "rep")
             assert all(len(v) == 2 for v in voters.values()), voters
@@ -162,6 +165,15 @@ def test_kill_a_tserver_then_re_replicate_lower_the_factor_and_move(tmp_path):
             source = next(r.server_uuid for r in first.replicas if not r.is_leader)
             live = {s.uuid for s in client.list_servers() if s.state == "LIVE"}
             target = next(iter(live - {r.server_uuid for r in first.replicas}))
+            # Onto a server that already has a replica of it: refused (it could never finish).
+            member = next(r.server_uuid for r in first.replicas if r.server_uuid != source)
+            refused = cli(
+                cluster, "move-replica", first.tablet_id, "--from", source, "--to", member
+            )
+            assert refused.returncode != 0 and "already has a replica" in refused.stderr, (
+                refused.stdout + refused.stderr
+            )
+            assert not replication_status(client).moves
             done = cli(cluster, "move-replica", first.tablet_id, "--from", source, "--to", target)
             assert done.returncode == 0, done.stderr
             wait_for(
@@ -171,7 +183,13 @@ def test_kill_a_tserver_then_re_replicate_lower_the_factor_and_move(tmp_path):
             assert source not in moved and target in moved
 
             # retire-tserver: every replica moves off one server (factor 2 on the other two).
-            # (The 1-tablet table of factor 3 could not leave it: 2 servers would remain.)
+            # The 1-tablet table of factor 3 could not leave it (2 servers would remain):
+            # refused up front rather than waited on.
+            refused = cli(cluster, "retire-tserver", target, "--wait-s", "5")
+            assert refused.returncode != 0 and "cannot retire" in refused.stderr, (
+                refused.stdout + refused.stderr
+            )
+            assert not replication_status(client).retiring
             done = cli(cluster, "set-replication", "dflt", "2")
             assert done.returncode == 0, done.stderr + done.stdout
             retired = target
