@@ -229,7 +229,8 @@ def call_replica(
     """One idempotent call to one replica, between crash points `<point>` (before/after).
 
     Returns False when the replica was skipped: its server is down or gone, so it is left to
-    the re-replication policy (seed 003: never wait on a server that is gone). Raises
+    the re-replication policy (seed 003: never wait on a server that is gone), or it
+    refused the call for good (TABLET_DELETED, BAD_REQUEST). Raises
     Unavailable when a live server cannot be reached after the bounded attempts; the
     operation then stays pending and the leader rolls it forward later.
     """
@@ -252,6 +253,14 @@ def call_replica(
             # happen on this replica, so retrying would keep the operation, and a new
             # leader's recovery, pending forever. Skip it like a replica on a dead server.
             logger.info("skipping %s on %s: %s", tablet_id, server_uuid, e)
+            return False
+        except BadRequest as e:
+            # Refused for good by a live server (validation shared with the servers,
+            # tservers/schema_rules.py, keeps this from happening; a server of other rules
+            # could still): retrying would hold the operation, and with it every new
+            # leader's recovery, for ever. Skipped and recorded like a replica on a dead
+            # server, loudly: the operator sees it here and in the DONE record.
+            logger.error("skipping %s on %s: refused: %s", tablet_id, server_uuid, e)
             return False
         ctx.crash(f"{point.replace('{}', 'after')}")
         return True

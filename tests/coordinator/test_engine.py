@@ -51,12 +51,15 @@ class MemoryGateway:
         self.replicas: dict[tuple[str, str], int] = {}
         self.deleted: set[tuple[str, str]] = set()
         self.unreachable: set[str] = set()
+        self.refusing: set[str] = set()  # servers answering BAD_REQUEST to everything
         self.calls = 0
 
     def _enter(self, server: ServerInfo) -> None:
         self.calls += 1
         if server.uuid in self.unreachable:
             raise Unavailable(f"{server.uuid} unreachable")
+        if server.uuid in self.refusing:
+            raise BadRequest(f"{server.uuid} refuses it")
 
     def create_tablet(self, server, table_id, table_name, tablet, schema, peers, timeout_s):
         with self.lock:
@@ -369,6 +372,29 @@ def test_a_tombstoned_replica_is_skipped_not_retried_forever(cluster):
     done = [r for r in cluster.records("alter_table") if r.alter_table.header.phase == pb.DONE]
     assert len(done) == 1
     assert list(done[0].alter_table.skipped_replicas) == [f"{victim[1]}/{victim[0]}"]
+
+
+def test_a_replica_refused_for_good_is_skipped_and_recovery_goes_on(cluster):
+    # A live server that refuses a create (BAD_REQUEST) must not hold the operation, and
+    # with it a new leader's recovery, for ever: skipped, recorded in DONE, and served.
+    a = cluster.add("a", crash=CrashPoints("create_table.after_commit_point", exit=crash_exit))
+    cluster.leader()
+    enlist(a.engine)
+    with pytest.raises(Crashed):
+        a.engine.execute("create_table", create())
+    cluster.gateway.refusing.add("s1")
+    b = cluster.add("b")
+    a.kill()
+    assert cluster.leader() is b  # recovered: serving
+    assert b.catalog.table_by_name("t").state is TableState.RUNNING
+    done = [r for r in cluster.records("create_table") if r.create_table.header.phase == pb.DONE]
+    assert len(done) == 1
+    skipped = list(done[0].create_table.skipped_replicas)
+    assert skipped and all(s.endswith("/s1") for s in skipped), skipped
+    assert all(uuid != "s1" for uuid, _ in cluster.gateway.replicas)
+    b.engine.execute(  # and it serves requests
+        "drop_table", pb.DropTableRequest(request_id=pb.RequestId(client_id="c", seq=9), name="t")
+    )
 
 
 # ---------------------------------------------------------------- crash points

@@ -8,7 +8,7 @@ from coordproc import TServer
 from coordinator import coordinator_pb2 as pb
 from coordinator.catalog import ServerInfo, ServerState
 from coordinator.gateway import RpcTabletServerGateway
-from rpc.errors import TimedOut, Unavailable
+from rpc.errors import BadRequest, TimedOut, Unavailable
 from tservers import tserver_pb2 as ts
 
 pytestmark = pytest.mark.integration
@@ -66,5 +66,26 @@ def test_unreachable_server_is_unavailable_or_timed_out(tserver):
     try:
         with pytest.raises((Unavailable, TimedOut)):
             gw.delete_tablet(info, "t1-0", 2.0)
+    finally:
+        gw.close()
+
+
+def test_a_schema_the_server_refuses_is_bad_request(tserver):
+    """What the memory gateway's `refusing` stands for (call_replica skips it): a schema
+    against the servers' rules, past the coordinator's own check, is BAD_REQUEST."""
+    info = ServerInfo(tserver.uuid, tserver.address, ServerState.LIVE, 1)
+    tablet = pb.TabletPlacement(
+        tablet_id="t8-0",
+        partition=pb.Partition(hash_bucket=0, num_buckets=1),
+        replica_uuids=[tserver.uuid],
+    )
+    bad = pb.Schema()
+    bad.CopyFrom(SCHEMA)
+    bad.columns[0].name = "my-id"
+    gw = RpcTabletServerGateway("coordinator-test")
+    try:
+        with pytest.raises(BadRequest, match="bad column name"):
+            gw.create_tablet(info, "t8", "table", tablet, bad, [info], 5.0)
+        assert "t8-0" not in tserver.live_tablets()
     finally:
         gw.close()
