@@ -174,24 +174,17 @@ class RpcServer:
         return self._address
 
     def start(self) -> RpcServer:
+        """Bind and start serving. A bad address raises BadRequest, a failed bind (address
+        in use, no such interface) OSError; either way nothing is left open, so close()
+        still returns promptly (zmq's Context.term() waits for every open socket)."""
         assert self._io_thread is None, "start() called twice"
-        router = self._ctx.socket(zmq.ROUTER)
-        router.setsockopt(zmq.LINGER, 0)
-        router.setsockopt(zmq.MAXMSGSIZE, self.message_bytes_max * FRAME_BYTES_HARD_FACTOR)
-        router.setsockopt(zmq.RCVHWM, 10_000)
-        router.setsockopt(zmq.SNDHWM, 10_000)
-        router.setsockopt(zmq.RCVTIMEO, POLL_INTERVAL_MS)  # the I/O thread's blocking wait
-        router.bind(bind_endpoint(self._bind))
-        self._router = router
-        self._address = host_port_of(router.getsockopt_string(zmq.LAST_ENDPOINT))
-        inproc = f"inproc://rpc-replies-{id(self)}"
-        self._reply_pull = self._ctx.socket(zmq.PULL)
-        self._reply_pull.setsockopt(zmq.LINGER, 0)
-        self._reply_pull.bind(inproc)
-        self._reply_push = self._ctx.socket(zmq.PUSH)
-        self._reply_push.setsockopt(zmq.LINGER, 0)
-        self._reply_push.setsockopt(zmq.SNDHWM, 1)  # only wake-ups travel here
-        self._reply_push.connect(inproc)
+        assert not self._stopping.is_set(), "start() after close()"
+        endpoint = bind_endpoint(self._bind)  # BadRequest before any socket exists
+        try:
+            self._open_sockets(endpoint)
+        except BaseException:
+            self._close_sockets()
+            raise
         self._pool = [
             threading.Thread(
                 target=self._worker_loop,
@@ -208,6 +201,37 @@ class RpcServer:
         self._io_thread.start()
         log.info("%s %s serving on %s", self.service or "rpc server", self.uuid, self._address)
         return self
+
+    def _open_sockets(self, endpoint: str) -> None:
+        self._router = router = self._ctx.socket(zmq.ROUTER)
+        router.setsockopt(zmq.LINGER, 0)
+        router.setsockopt(zmq.MAXMSGSIZE, self.message_bytes_max * FRAME_BYTES_HARD_FACTOR)
+        router.setsockopt(zmq.RCVHWM, 10_000)
+        router.setsockopt(zmq.SNDHWM, 10_000)
+        router.setsockopt(zmq.RCVTIMEO, POLL_INTERVAL_MS)  # the I/O thread's blocking wait
+        try:
+            router.bind(endpoint)
+        except zmq.ZMQError as exc:
+            # An operating error (the address is taken, or not this host's): say which
+            # address, without zmq's traceback. OSError, as a plain socket bind raises.
+            err = OSError(f"cannot bind {self._bind}: {zmq.strerror(exc.errno)}")
+            err.errno = exc.errno
+            raise err from None
+        self._address = host_port_of(router.getsockopt_string(zmq.LAST_ENDPOINT))
+        inproc = f"inproc://rpc-replies-{id(self)}"
+        self._reply_pull = self._ctx.socket(zmq.PULL)
+        self._reply_pull.setsockopt(zmq.LINGER, 0)
+        self._reply_pull.bind(inproc)
+        self._reply_push = self._ctx.socket(zmq.PUSH)
+        self._reply_push.setsockopt(zmq.LINGER, 0)
+        self._reply_push.setsockopt(zmq.SNDHWM, 1)  # only wake-ups travel here
+        self._reply_push.connect(inproc)
+
+    def _close_sockets(self) -> None:
+        # Closing twice (a failed start(), then close()) is harmless: zmq ignores it.
+        for sock in (self._router, self._reply_pull, self._reply_push):
+            if sock is not None:
+                sock.close(linger=0)
 
     def stats(self) -> dict[str, int]:
         with self._stats_lock:
@@ -231,9 +255,7 @@ class RpcServer:
             thread.join(max(0.0, deadline - time.monotonic()))
             if thread.is_alive():
                 log.warning("%s did not stop within %.1fs", thread.name, timeout_s)
-        for sock in (self._router, self._reply_pull, self._reply_push):
-            if sock is not None:
-                sock.close(linger=0)
+        self._close_sockets()
         self._ctx.term()
 
     def __enter__(self) -> RpcServer:

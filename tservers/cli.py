@@ -12,7 +12,10 @@ tserver copies --address HOST:PORT          tablet copies onto a server: progres
 tserver copy-cancel --address HOST:PORT --tablet ID
 tserver copy-from-remote --fs-root DIR --tablet ID --source HOST:PORT [--source-uuid UUID]
                          [--force] [--timeout S] [--rate-mb X]
-                                             copy one tablet onto a STOPPED server (seed 004)
+                                             copy one tablet onto a STOPPED server
+
+Errors an operator can fix (a bad flag, a taken port, an fs root in use) print one line
+`tserver: error: ...` and exit 1; argparse's own refusals exit 2.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from pathlib import Path
 
 from google.protobuf import text_format
 
+from rpc.addresses import parse_host_port
+from rpc.errors import RpcError
 from tservers import metafile
 from tservers.fs import FsError, FsLayout, FsLocked, lock_root
 from tservers.metafile import MetaFileCorrupt
@@ -67,11 +72,44 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _address(text: str) -> str:
+    """A HOST:PORT flag, checked when parsed (not first when a socket is opened)."""
+    try:
+        parse_host_port(text)
+    except RpcError as e:
+        raise argparse.ArgumentTypeError(e.message) from None
+    return text.strip()
+
+
+def _addresses(text: str) -> tuple[str, ...]:
+    """A comma-separated list of HOST:PORT (empty items skipped)."""
+    return tuple(_address(a) for a in text.split(",") if a.strip())
+
+
+def _log_level(text: str) -> int:
+    level = logging.getLevelNamesMapping().get(text.strip().upper())
+    if level is None:
+        names = ", ".join(n.lower() for n in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"))
+        raise argparse.ArgumentTypeError(f"unknown log level {text!r} (one of {names})")
+    return level
+
+
+def _lock_fs(root: str, holder: str, refusal: str):
+    """The fs root's lock (`tservers.fs.lock_root`), for an offline tool that changes the
+    root: FsLocked (a running server or another tool holds it) becomes `refusal: ...`."""
+    try:
+        return lock_root(Path(root), holder=holder)
+    except FsLocked as e:
+        raise CliError(f"{refusal}: {e}") from e
+    except FsError as e:
+        raise CliError(str(e)) from e
+
+
 def _cmd_start(args) -> int:
     from tservers.server import TabletServer, TServerConfig
 
     logging.basicConfig(
-        level=getattr(logging, args.log_level.upper()),
+        level=args.log_level,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     cfg = TServerConfig(
@@ -81,7 +119,7 @@ def _cmd_start(args) -> int:
         segment_size_bytes_max=args.segment_size_mb << 20,
         flush_rows_threshold=args.flush_rows,
         workers=args.workers,
-        coordinators=tuple(a.strip() for a in args.coordinators.split(",") if a.strip()),
+        coordinators=args.coordinators,
         copy_rate_limit_bytes_s=int(args.copy_rate_mb * 1_000_000),
         copy_session_idle_s=args.copy_session_idle_s,
         wal_retain_entries_max=args.wal_retain_entries,
@@ -98,7 +136,14 @@ def _cmd_start(args) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    server.start()
+    try:
+        server.start()
+    except (RpcError, OSError) as e:
+        # The bind failed (address in use, not this host's) or the tablets could not be
+        # opened: close what started (the fs root's lock included) before saying why.
+        server.close()
+        text = e.message if isinstance(e, RpcError) else str(e)
+        raise CliError(f"cannot start: {text}") from e
     print(f"tserver {server.uuid} serving on {server.address}", flush=True)
     while not stop.wait(1.0):
         pass
@@ -112,6 +157,8 @@ def _cmd_fs_format(args) -> int:
         fs = FsLayout.format(Path(args.fs_root), args.uuid)
     except FsError as e:
         raise CliError(str(e)) from e
+    except OSError as e:  # not a directory on the way, no permission, disk full, ...
+        raise CliError(f"cannot format {args.fs_root}: {e.strerror or e}") from e
     print(fs.uuid)
     return 0
 
@@ -203,6 +250,13 @@ def _cmd_cmeta_dump(args) -> int:
 
 def _cmd_cmeta_rewrite(args) -> int:
     fs = _open_fs(args.fs_root)
+    # A running server keeps its consensus metadata in memory and writes it back: an edit
+    # beside it would be lost or, worse, mixed with its own. Held until the rewrite ends.
+    with _lock_fs(args.fs_root, "tserver cmeta rewrite", "refusing to rewrite"):
+        return _rewrite_cmeta(fs, args)
+
+
+def _rewrite_cmeta(fs: FsLayout, args) -> int:
     cm = _read_cmeta(fs, args.tablet)
     if args.term is not None and args.term < cm.current_term and not args.force:
         raise CliError(
@@ -239,7 +293,6 @@ def _cmd_cmeta_rewrite(args) -> int:
 def _cmd_tablets(args) -> int:
     if args.address:
         from rpc.client import RpcClient
-        from rpc.errors import RpcError
         from tservers.tserver_pb2 import ListTabletsRequest, ListTabletsResponse
 
         try:
@@ -280,7 +333,6 @@ def _cmd_tablets(args) -> int:
 
 def _live_call(address: str, method: str, request, response_type):
     from rpc.client import RpcClient
-    from rpc.errors import RpcError
 
     try:
         with RpcClient(address, caller_uuid="tserver-cli") as c:
@@ -391,26 +443,20 @@ class _Progress:
 
 def _cmd_copy_from_remote(args) -> int:
     from rpc.client import RpcClient
-    from rpc.errors import RpcError, TabletNotFound
+    from rpc.errors import TabletNotFound
     from tservers.tablet_copy import JobState, OfflineTarget, _Job, copy_tablet
     from tservers.tserver_pb2 import StartTabletCopyRequest
     from tservers.wal.segment import WalCorruption
 
     logging.basicConfig(
-        level=getattr(logging, args.log_level.upper()),
+        level=args.log_level,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     if args.timeout <= 0 or args.rate_mb < 0:
         raise CliError("--timeout must be positive and --rate-mb not negative")
     root = Path(args.fs_root)
     fs = _open_fs(args.fs_root)
-    try:
-        lock = lock_root(root, holder="tserver copy-from-remote")
-    except FsLocked as e:
-        raise CliError(f"refusing to copy: {e}") from e
-    except FsError as e:
-        raise CliError(str(e)) from e
-    with lock:
+    with _lock_fs(args.fs_root, "tserver copy-from-remote", "refusing to copy"):
         from tservers.tablet.manager import check_tablet_id
 
         try:
@@ -500,7 +546,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("start", help="run a tablet server")
     s.add_argument("--fs-root", required=True)
-    s.add_argument("--bind", default="127.0.0.1:0", help="HOST:PORT (port 0: any free port)")
+    s.add_argument(
+        "--bind", type=_address, default="127.0.0.1:0", help="HOST:PORT (port 0: any free port)"
+    )
     s.add_argument(
         "--no-wal-sync",
         action="store_true",
@@ -516,7 +564,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--workers", type=int, default=8)
     s.add_argument(
         "--coordinators",
-        default="",
+        type=_addresses,
+        default=(),
         help="coordinator node addresses HOST:PORT,... to enlist and heartbeat with",
     )
     s.add_argument(
@@ -546,7 +595,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="and at most this many MiB of their payloads (kept in memory too) "
         "(default %(default)s)",
     )
-    s.add_argument("--log-level", default="info")
+    s.add_argument("--log-level", type=_log_level, default="info")
     s.set_defaults(func=_cmd_start)
 
     fs = sub.add_parser("fs", help="file system root").add_subparsers(dest="fs_cmd", required=True)
@@ -584,16 +633,16 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(func=_cmd_cmeta_rewrite)
 
     cp = sub.add_parser("copies", help="tablet copies onto a live server: progress and rate")
-    cp.add_argument("--address", required=True)
+    cp.add_argument("--address", type=_address, required=True)
     cp.set_defaults(func=_cmd_copies)
     cc = sub.add_parser("copy-cancel", help="cancel a tablet copy onto a live server")
-    cc.add_argument("--address", required=True)
+    cc.add_argument("--address", type=_address, required=True)
     cc.add_argument("--tablet", required=True)
     cc.set_defaults(func=_cmd_copy_cancel)
 
     r = sub.add_parser(
         "copy-from-remote",
-        help="copy one tablet from a live replica onto a STOPPED server's fs root (seed 004)",
+        help="copy one tablet from a live replica onto a STOPPED server's fs root",
         description="The operator's manual tablet copy: the same steps as a copy the leader "
         "asks for (superblock COPYING, consensus metadata merged, WAL, data, superblock "
         "READY), onto the fs root of a tablet server that is not running. Start the server "
@@ -601,7 +650,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     r.add_argument("--fs-root", required=True, help="the stopped server's fs root")
     r.add_argument("--tablet", required=True)
-    r.add_argument("--source", required=True, help="HOST:PORT of a server with a live replica")
+    r.add_argument(
+        "--source", type=_address, required=True, help="HOST:PORT of a server with a live replica"
+    )
     r.add_argument("--source-uuid", help="the source server's uuid (checked against its answer)")
     r.add_argument(
         "--force", action="store_true", help="replace a READY local replica (tombstoned first)"
@@ -613,12 +664,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds to reach the source before giving up (default 10)",
     )
     r.add_argument("--rate-mb", type=float, default=0.0, help="throttle to MB/s (0: unthrottled)")
-    r.add_argument("--log-level", default="warning")
+    r.add_argument("--log-level", type=_log_level, default="warning")
     r.set_defaults(func=_cmd_copy_from_remote)
 
     t = sub.add_parser("tablets", help="list tablets (offline from --fs-root or live)")
     t.add_argument("--fs-root")
-    t.add_argument("--address")
+    t.add_argument("--address", type=_address)
     t.set_defaults(func=_cmd_tablets)
     return p
 
@@ -632,6 +683,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except BrokenPipeError:
         return 0
+    except OSError as e:  # an operating error no command foresaw (permissions, a full disk)
+        print(f"tserver: error: {e}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":
