@@ -1,4 +1,5 @@
-"""Operator commands on a running cluster: status (a ksck), tables, create/drop/describe.
+"""Operator commands on a running cluster: status (a ksck), tables, create/drop/describe,
+group membership, and the replication commands (move, retire, remove, set-replication).
 
 `coordinator status` checks the cluster the way `kudu cluster ksck` does: which node leads and
 whether every node answers, every tablet server's state, every table's tablets, and for every
@@ -6,6 +7,10 @@ replica whether its tablet server actually hosts it, running, with the table's s
 version, and whether the replicas of a tablet agree on their committed config. It asks the
 tablet servers themselves, not only the coordinator's view. Exit status 0 when healthy, 1 when
 anything is wrong (2 for bad usage), with `--json` for machines.
+
+Arguments are checked when they are parsed (addresses with a port, positive timeouts, counts
+that fit the wire's unsigned fields), so that bad usage is one line and exit status 2; the
+coordinator still checks every request's values itself.
 
 All commands talk through the client library; none imports server code.
 """
@@ -23,9 +28,72 @@ from coordinator.client.client import TYPE_NAMES, Client, Column
 from coordinator.client.meta import CoordinatorClient
 from coordinator.client.tablets import TabletServerClient
 from rpc import errors
+from rpc.addresses import parse_host_port
 from tservers.tserver_pb2 import DataState, ListTabletsResponse
 
 DEFAULT_TIMEOUT_S = 10.0
+TIMEOUT_S_MAX = 3600.0
+WAIT_S_MAX = 86400.0
+UINT32_MAX = 2**32 - 1  # counts travel in uint32 fields
+
+
+# ------------------------------------------------------------ argument types
+
+
+def addresses_arg(value: str) -> list[str]:
+    """HOST:PORT,... -> the addresses: at least one, each with its port."""
+    addresses = [a.strip() for a in value.split(",") if a.strip()]
+    if not addresses:
+        raise argparse.ArgumentTypeError("at least one HOST:PORT address is needed")
+    for address in addresses:
+        try:
+            _host, port = parse_host_port(address)
+        except errors.BadRequest:
+            raise argparse.ArgumentTypeError(
+                f"{address!r} is not HOST:PORT (a port is needed)"
+            ) from None
+        if port == 0:
+            raise argparse.ArgumentTypeError(f"{address!r}: port 0 is not an address to call")
+    return addresses
+
+
+def _seconds(value: str, low_s: float, high_s: float, zero_ok: bool) -> float:
+    try:
+        v = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {value!r}") from None
+    if not (low_s <= v if zero_ok else low_s < v) or not v <= high_s:  # NaN fails both
+        bound = "[0" if zero_ok else "(0"
+        raise argparse.ArgumentTypeError(f"must be in {bound}, {high_s:g}] seconds, got {value}")
+    return v
+
+
+def timeout_arg(value: str) -> float:
+    """A timeout: more than 0 s (0 would fail every call before it is sent)."""
+    return _seconds(value, 0.0, TIMEOUT_S_MAX, zero_ok=False)
+
+
+def wait_arg(value: str) -> float:
+    """A wait: 0 (do not wait) or more."""
+    return _seconds(value, 0.0, WAIT_S_MAX, zero_ok=True)
+
+
+def count_arg(low: int):
+    """An integer type for argparse: low..UINT32_MAX (what the uint32 field can carry)."""
+
+    def parse(value: str) -> int:
+        try:
+            n = int(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {value!r}") from None
+        if n < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}, got {n}")
+        if n > UINT32_MAX:
+            raise argparse.ArgumentTypeError(f"must be at most {UINT32_MAX}, got {n}")
+        return n
+
+    parse.__name__ = f"count_at_least_{low}"  # argparse names the type in some messages
+    return parse
 
 
 @dataclass
@@ -404,7 +472,44 @@ def cmd_retire_tserver(args) -> int:
             if not _wait(args, drained, "retiring"):
                 return 1
     if left[0] == 0:
-        print(f"{args.uuid} hosts no replica: it can be stopped and, once marked down, removed")
+        print(
+            f"{args.uuid} hosts no replica: stop it, and once `coordinator servers` shows it "
+            f"DOWN, remove it with `coordinator remove-tserver {args.uuid}`"
+        )
+    return 0
+
+
+def cmd_remove_tserver(args) -> int:
+    """Forget a tablet server that is DOWN (the last step of decommissioning)."""
+    with CoordinatorClient(args.coordinators, timeout_s=args.timeout_s) as meta:
+        server = next((s for s in meta.list_servers() if s.uuid == args.uuid), None)
+        try:
+            meta.remove_server(args.uuid)
+        except errors.NotFound as err:
+            print(f"coordinator remove-tserver: {err} (`coordinator servers` lists them)",
+                  file=sys.stderr)  # fmt: skip
+            return 1
+        except errors.IllegalState as err:
+            # A live server would enlist again at its next heartbeat: it must be stopped and
+            # marked down (no heartbeat for the coordinators' --tserver-timeout-s) first.
+            print(
+                f"coordinator remove-tserver: {err}; stop it first (retire-tserver moves its "
+                "replicas off) and wait until `coordinator servers` shows it DOWN",
+                file=sys.stderr,
+            )
+            return 1
+    address = server.address if server is not None else ""
+    replicas = server.replicas if server is not None else 0
+    if args.json:
+        print(json.dumps({"removed": args.uuid, "address": address, "replicas": replicas}))
+        return 0
+    line = f"removed tablet server {args.uuid}" + (f" ({address})" if address else "")
+    if replicas:
+        line += (
+            f"; its {replicas} replica(s) stay in their tablets' configurations until "
+            "re-replication replaces them"
+        )
+    print(line)
     return 0
 
 
@@ -437,13 +542,24 @@ def cmd_set_replication(args) -> int:
     return 0
 
 
+def not_running_tablets(st: cpb.ReplicationStatusResponse) -> int:
+    """Tablets the leader does not judge: those of tables not RUNNING (being created, altered
+    or dropped). `tablets` counts every table's; the other counts only RUNNING tables'. The
+    two are read one after the other, so a table changing state in between can make the
+    difference negative for a moment: never below 0."""
+    judged = st.healthy_tablets + st.under_replicated + st.unknown
+    return max(0, st.tablets - judged)
+
+
 def cmd_replication(args) -> int:
     with CoordinatorClient(args.coordinators, timeout_s=args.timeout_s) as meta:
         st = replication_status(meta)
+    not_running = not_running_tablets(st)
     if args.json:
         print(json.dumps({
             "tablets": st.tablets, "healthy": st.healthy_tablets,
             "under_replicated": st.under_replicated, "unknown": st.unknown,
+            "not_running": not_running,
             "moves": [[m.tablet_id, m.from_uuid, m.to_uuid] for m in st.moves],
             "retiring": list(st.retiring), "changes_sent": st.changes_sent,
             "changes_refused": st.changes_refused, "strays": st.strays,
@@ -452,7 +568,8 @@ def cmd_replication(args) -> int:
     else:
         print(
             f"tablets {st.tablets}: healthy {st.healthy_tablets}, under-replicated "
-            f"{st.under_replicated}, unknown {st.unknown}; moves {len(st.moves)}, retiring "
+            f"{st.under_replicated}, unknown {st.unknown}, of tables being created, altered or "
+            f"dropped {not_running}; moves {len(st.moves)}, retiring "
             f"{len(st.retiring)}; config changes sent {st.changes_sent}, refused "
             f"{st.changes_refused}; stray replicas {st.strays}, deleted {st.strays_deleted}"
         )
@@ -463,15 +580,21 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--coordinators",
         required=True,
-        type=lambda v: [a.strip() for a in v.split(",") if a.strip()],
+        type=addresses_arg,
         help="coordinator node addresses HOST:PORT,...",
     )
-    p.add_argument("--timeout-s", type=float, default=DEFAULT_TIMEOUT_S)
+    p.add_argument(
+        "--timeout-s",
+        type=timeout_arg,
+        default=DEFAULT_TIMEOUT_S,
+        help=f"total time for each request, (0, {TIMEOUT_S_MAX:g}] (default %(default)s)",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
 def add_commands(sub) -> None:
-    """Add status, tables, create-table, drop-table, describe to a subparsers object."""
+    """Add the operator commands (status, tables, create-table, ..., remove-tserver,
+    set-replication, replication, describe) to a subparsers object."""
     p = sub.add_parser("status", help="check the cluster like ksck; exit 1 when unhealthy")
     _common(p)
     p.set_defaults(func=cmd_status)
@@ -486,10 +609,10 @@ def add_commands(sub) -> None:
         required=True,
         help="NAME:TYPE[:key][:nullable],... TYPE one of " + ", ".join(TYPE_NAMES),
     )
-    p.add_argument("--tablets", type=int, default=4)
+    p.add_argument("--tablets", type=count_arg(1), default=4)
     p.add_argument(
         "--replication",
-        type=int,
+        type=count_arg(0),
         default=0,
         help="replicas per tablet (default: 3, or the live servers when fewer)",
     )
@@ -511,18 +634,25 @@ def add_commands(sub) -> None:
     p.add_argument("tablet")
     p.add_argument("--from", dest="from_uuid", required=True, help="source tablet server uuid")
     p.add_argument("--to", dest="to_uuid", help="target uuid (default: the least loaded)")
-    p.add_argument("--wait-s", type=float, default=120.0, help="0: do not wait")
+    p.add_argument("--wait-s", type=wait_arg, default=120.0, help="0: do not wait")
     p.set_defaults(func=cmd_move_replica)
     p = sub.add_parser("retire-tserver", help="move every replica off a tablet server")
     _common(p)
     p.add_argument("uuid")
-    p.add_argument("--wait-s", type=float, default=600.0, help="0: do not wait")
+    p.add_argument("--wait-s", type=wait_arg, default=600.0, help="0: do not wait")
     p.set_defaults(func=cmd_retire_tserver)
+    p = sub.add_parser(
+        "remove-tserver",
+        help="forget a tablet server that is DOWN (after retire-tserver and stopping it)",
+    )
+    _common(p)
+    p.add_argument("uuid")
+    p.set_defaults(func=cmd_remove_tserver)
     p = sub.add_parser("set-replication", help="change a table's replication factor")
     _common(p)
     p.add_argument("table")
-    p.add_argument("factor", type=int)
-    p.add_argument("--wait-s", type=float, default=300.0, help="0: do not wait")
+    p.add_argument("factor", type=count_arg(1))
+    p.add_argument("--wait-s", type=wait_arg, default=300.0, help="0: do not wait")
     p.set_defaults(func=cmd_set_replication)
     p = sub.add_parser("replication", help="re-replication summary; exit 1 unless all healthy")
     _common(p)

@@ -5,12 +5,16 @@
     coordinator start --id dev --data-dir DIR --raft 127.0.0.1:7200 --insecure-dev
     coordinator status --coordinators 127.0.0.1:7100,127.0.0.1:7101   (a ksck; admin.py)
     coordinator tables|create-table|drop-table|describe|servers --coordinators ...
+    coordinator retire-tserver UUID ... ; then stop it; coordinator remove-tserver UUID ...
     coordinator local-cluster up|down|status ...                     (localcluster.py)
     coordinator log --data-dir NODE_DIR ...                          (logtool.py)
 
 The cluster password protects the Raft traffic of the embedded logstore (pysyncobj pickles
 its messages: it never runs unauthenticated between hosts). Without one, only a single-node
 development group bound on 127.0.0.1 may run, and only with --insecure-dev.
+
+Bad usage (an address without a port, a negative count, a timeout of 0, an unknown log
+level) is refused when the arguments are parsed: one line, exit status 2, no traceback.
 """
 
 from __future__ import annotations
@@ -27,6 +31,15 @@ PASSWORD_ENV = "COORDINATOR_PASSWORD"
 
 def _split(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()] if value else []
+
+
+def _log_level(value: str) -> str:
+    name = value.strip().upper()
+    if name not in logging.getLevelNamesMapping() or name == "NOTSET":
+        raise argparse.ArgumentTypeError(
+            f"unknown level {value!r}; one of DEBUG, INFO, WARNING, ERROR, CRITICAL"
+        )
+    return name
 
 
 def _password(args) -> str | None:
@@ -90,22 +103,24 @@ def cmd_start(args) -> int:
     return 0
 
 
-def _client(args):
+def cmd_servers(args) -> int:
     from coordinator.client.meta import CoordinatorClient
 
-    return CoordinatorClient(_split(args.coordinators), timeout_s=args.timeout_s)
-
-
-def cmd_servers(args) -> int:
-    with _client(args) as client:
+    with CoordinatorClient(args.coordinators, timeout_s=args.timeout_s) as client:
         for s in client.list_servers():
             print(f"{s.uuid}\t{s.address}\t{s.state}\treplicas={s.replicas}")
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from coordinator import admin, localcluster, logtool
+
     parser = argparse.ArgumentParser(prog="coordinator", description=__doc__.splitlines()[0])
-    parser.add_argument("--log-level", default="", help="default: INFO for start, else WARNING")
+    parser.add_argument(
+        "--log-level",
+        type=_log_level,
+        help="DEBUG, INFO, WARNING, ERROR or CRITICAL (default: INFO for start, else WARNING)",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     start = sub.add_parser("start", help="run one coordinator node")
@@ -126,16 +141,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--logstore", default="", help="external logstore RPC addresses instead of embedding one"
     )
     start.add_argument("--lease-timeout-s", type=float, default=1.0)
-    start.add_argument("--tserver-timeout-s", type=float, default=5.0)
+    start.add_argument("--tserver-timeout-s", type=admin.timeout_arg, default=5.0)
     start.set_defaults(func=cmd_start)
 
-    from coordinator import admin, localcluster, logtool
-
-    # status (a ksck), tables, create-table, drop-table, describe
+    # status (a ksck), tables, create/drop-table, describe, replication, ..., remove-tserver
     admin.add_commands(sub)
     p = sub.add_parser("servers", help="list tablet servers")
-    p.add_argument("--coordinators", required=True, help="coordinator addresses")
-    p.add_argument("--timeout-s", type=float, default=10.0)
+    p.add_argument("--coordinators", required=True, type=admin.addresses_arg, help="HOST:PORT,...")
+    p.add_argument("--timeout-s", type=admin.timeout_arg, default=admin.DEFAULT_TIMEOUT_S)
     p.set_defaults(func=cmd_servers)
     p = sub.add_parser("local-cluster", help="a whole cluster as local processes")
     localcluster.add_arguments(p)
@@ -149,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     level = args.log_level or ("INFO" if args.command == "start" else "WARNING")
     logging.basicConfig(
-        level=level.upper(),
+        level=level,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     from rpc.errors import RpcError

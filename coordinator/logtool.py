@@ -1,7 +1,8 @@
 """`coordinator log`: decode and inspect the coordinator log (design/logtool.md).
 
     coordinator log --data-dir NODE_DIR                 every record, offline (node stopped or not)
-    coordinator log --address H:P[,H:P]                 live, from `logstore serve` replicas
+    coordinator log --address H:P[,H:P]                 live, from coordinator nodes (their
+                                                        RPC address) or `logstore serve` replicas
     coordinator log ... --type create_table --op 12 --table users --server U --live-only
     coordinator log ... --follow [--interval-s 0.5]     tail new records until Ctrl-C
     coordinator log ... --pending                       STARTED operations with no DONE
@@ -39,6 +40,7 @@ from coordinator.logtool_decode import (
     decode_entry,
     gone_ranges,
     lease_history,
+    name_tables,
     normalize_type,
     pending_operations,
     summarize,
@@ -82,6 +84,22 @@ def _timeout(value: str) -> float:
     return v
 
 
+def _addresses(value: str) -> str:
+    """--address: HOST:PORT,... with at least one address, each with its port."""
+    from rpc.addresses import parse_host_port
+    from rpc.errors import BadRequest
+
+    addresses = _split(value)
+    if not addresses:
+        raise argparse.ArgumentTypeError("at least one HOST:PORT is needed")
+    for a in addresses:
+        try:
+            parse_host_port(a)
+        except BadRequest:
+            raise argparse.ArgumentTypeError(f"{a!r} is not HOST:PORT (a port is needed)") from None
+    return ",".join(addresses)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     src = parser.add_mutually_exclusive_group(required=True)
     src.add_argument(
@@ -89,7 +107,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a coordinator node's data dir (or its logstore replica dir): read offline",
     )
     src.add_argument(
-        "--address", help="RPC addresses of `logstore serve` replicas, comma-separated: read live"
+        "--address",
+        type=_addresses,
+        help="RPC addresses (HOST:PORT, comma-separated) of coordinator nodes or of "
+        "`logstore serve` replicas: read live",
     )
     parser.add_argument("--log", default=DEFAULT_LOG, help="log name (default: %(default)s)")
     flt = parser.add_argument_group("filters (records must match all given)")
@@ -317,7 +338,10 @@ class _Source:
     def __init__(self, args) -> None:
         self.args = args
         self.remote: RemoteReader | None = None
-        if args.address:
+        # Table id -> its name as of the last record read (set_replication records carry
+        # only the id; --follow names new ones from what it has seen).
+        self.table_names: dict[str, str] = {}
+        if args.address is not None:
             addresses = _split(args.address)
             if not addresses:
                 raise UsageError("--address needs at least one HOST:PORT")
@@ -352,7 +376,13 @@ class _Source:
             image = load_data_dir(self.args.data_dir, log)
             if image.last_id <= after_id:
                 return [], after_id
-        return views_of(image, first_id=after_id + 1), image.last_id
+        return self.named(views_of(image, first_id=after_id + 1)), image.last_id
+
+    def named(self, views: list[RecordView]) -> list[RecordView]:
+        """The views with the tables of id-only records named, from these views and the
+        ones named before."""
+        views, self.table_names = name_tables(views, self.table_names)
+        return views
 
     def close(self) -> None:
         if self.remote is not None:
@@ -394,7 +424,7 @@ def run(
         flt = build_filter(args)
         source = _Source(args)
         image = source.load()
-        views = views_of(image)
+        views = source.named(views_of(image))
         for w in image.stats.warnings:
             sys.stderr.write(f"coordinator log: warning: {w}\n")
         if args.summary:

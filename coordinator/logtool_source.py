@@ -141,6 +141,8 @@ def resolve_replica_dir(path: str) -> str:
     for c in candidates:
         if any(os.path.exists(os.path.join(c, f)) for f in (JOURNAL_FILE, SNAPSHOT_FILE)):
             return c
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise DataDirError(f"{path}: not a directory (give a node's data dir)")
     if not os.path.isdir(path):
         raise DataDirError(f"{path}: no such directory")
     raise DataDirError(
