@@ -218,6 +218,8 @@ class CoordinatorClient:
             time.sleep(pause)
             hops = 0
             backoff_s = min(backoff_s * 2, BACKOFF_MAX_S)
+        if last is None:  # the deadline passed before a first attempt could be made
+            raise TimedOut(f"Coordinator.{method}: no time left for a first attempt")
         raise TimedOut(f"Coordinator.{method}: no leader answered in time (last error: {last})")
 
     def call_at(self, address: str, method: str, request, response_type, timeout_s: float):

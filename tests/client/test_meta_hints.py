@@ -47,3 +47,16 @@ def test_nodes_naming_each_other_are_followed_with_pauses_until_one_leads():
     with lock:
         # Paused between rounds of hints: a handful of calls a second, not hundreds.
         assert calls["a"] + calls["b"] < 60, calls
+
+
+def test_a_deadline_gone_before_the_first_attempt_says_so():
+    """Not 'no leader answered (last error: None)': nothing was asked."""
+    server = RpcServer("node-a", service="coordinator-a", workers=1)
+    server.register("Coordinator.ListTables", pb.ListTablesRequest, lambda req, ctx: req)
+    with server, CoordinatorClient([server.address], timeout_s=20) as client:
+        try:
+            client.call("ListTables", pb.ListTablesRequest(), pb.ListTablesResponse, 1e-9)
+        except errors.TimedOut as e:
+            assert "no time left for a first attempt" in str(e), e
+        else:
+            raise AssertionError("a call with no time left answered")
