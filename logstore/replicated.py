@@ -29,6 +29,7 @@ from __future__ import annotations
 import _thread
 import logging
 import os
+import socket
 import threading
 import time
 from collections import deque
@@ -960,8 +961,17 @@ class ReplicatedLogStore:
     # --- operations -----------------------------------------------------------------------
 
     def add_member(self, address: str, timeout_s: float = 10.0) -> None:
-        """Add one voting replica; start it first with the current members as peers."""
-        self._membership(self._node.addNodeToCluster, address, timeout_s)
+        """Add one voting replica; start it first with the current members as peers.
+
+        Refused (ILLEGAL_STATE, nothing changed) when nothing accepts a connection at
+        `address` within half the timeout (10 s at most): pysyncobj makes a new member a
+        voter at once, so a member that is not running would raise the majority the group
+        needs without adding a vote."""
+        self._check_open()
+        deadline = time.monotonic() + timeout_s
+        _probe(address, min(MEMBER_PROBE_S, timeout_s / 2))
+        remaining = max(0.0, deadline - time.monotonic())
+        self._membership(self._node.addNodeToCluster, address, remaining)
 
     def remove_member(self, address: str, timeout_s: float = 10.0) -> None:
         self._membership(self._node.removeNodeFromCluster, address, timeout_s)
@@ -1110,3 +1120,33 @@ class ReplicatedLogStore:
                     "read the log to learn whether it was committed"
                 )
             raise Unavailable(f"command failed (pysyncobj reason {waiter.error})")
+
+
+MEMBER_PROBE_S = 10.0  # how long add_member waits for a new replica to listen, at most
+PROBE_ATTEMPT_S = 1.0
+PROBE_PAUSE_S = 0.2
+
+
+def _probe(address: str, timeout_s: float) -> None:
+    """Connect to a replica's Raft address and hang up, again until `timeout_s` has passed
+    (a replica started a moment ago binds its port during its first second or so); raise
+    IllegalState if nothing accepted by then (refused, unreachable or silent)."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise BadRequest(f"not a HOST:PORT Raft address: {address!r}")
+    deadline = time.monotonic() + timeout_s
+    while True:
+        remaining = deadline - time.monotonic()
+        try:
+            with socket.create_connection(
+                (host, int(port)), timeout=max(0.05, min(PROBE_ATTEMPT_S, remaining))
+            ):
+                return
+        except OSError as e:
+            if time.monotonic() + PROBE_PAUSE_S >= deadline:
+                # Not UNAVAILABLE: callers would retry it, and the member is not coming.
+                raise IllegalState(
+                    f"nothing accepts connections at {address} ({e}): start the new "
+                    "replica first, with the current members as its peers"
+                ) from None
+            time.sleep(PROBE_PAUSE_S)

@@ -139,6 +139,11 @@ def test_replace_a_dead_replica(tmp_path):
         wait_for(lambda: len(load.acked) >= n + 200, 60, "appends with c dead")
         with RemoteLogStore([a.rpc_address, b.rpc_address]) as admin:
             admin.remove_member(c.raft_address, timeout_s=30.0)
+            # Not started yet: refused, the member list unchanged (a voter that is not
+            # there would raise the majority without adding a vote).
+            with pytest.raises(RpcError, match="nothing accepts connections"):
+                admin.add_member(d.raft_address, timeout_s=30.0)
+            assert sorted(_status(a).members) == sorted([a.raft_address, b.raft_address])
             d.start()
             started.append(d)
             admin.add_member(d.raft_address, timeout_s=30.0)
