@@ -33,6 +33,32 @@ def _split(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()] if value else []
 
 
+def _host_port(value: str, *, port_zero_ok: bool) -> str:
+    from rpc.addresses import parse_host_port
+    from rpc.errors import BadRequest
+
+    try:
+        _host, port = parse_host_port(value.strip())
+    except BadRequest:
+        raise argparse.ArgumentTypeError(f"{value!r} is not HOST:PORT") from None
+    if port == 0 and not port_zero_ok:
+        raise argparse.ArgumentTypeError(f"{value!r}: a Raft address needs a real port")
+    return value.strip()
+
+
+def _bind_address(value: str) -> str:
+    return _host_port(value, port_zero_ok=True)
+
+
+def _raft_address(value: str) -> str:
+    """Empty (an external logstore) or HOST:PORT, the node's identity in the group."""
+    return _host_port(value, port_zero_ok=False) if value.strip() else ""
+
+
+def _raft_addresses(value: str) -> str:
+    return ",".join(_host_port(v, port_zero_ok=False) for v in _split(value))
+
+
 def _log_level(value: str) -> str:
     name = value.strip().upper()
     if name not in logging.getLevelNamesMapping() or name == "NOTSET":
@@ -126,10 +152,17 @@ def build_parser() -> argparse.ArgumentParser:
     start = sub.add_parser("start", help="run one coordinator node")
     start.add_argument("--id", required=True, help="this node's name")
     start.add_argument("--data-dir", required=True)
-    start.add_argument("--bind", default="127.0.0.1:7100", help="client RPC HOST:PORT")
-    start.add_argument("--raft", default="", help="this node's logstore Raft HOST:PORT")
     start.add_argument(
-        "--peers", default="", help="the other nodes' Raft HOST:PORT, comma-separated"
+        "--bind", type=_bind_address, default="127.0.0.1:7100", help="client RPC HOST:PORT"
+    )
+    start.add_argument(
+        "--raft", type=_raft_address, default="", help="this node's logstore Raft HOST:PORT"
+    )
+    start.add_argument(
+        "--peers",
+        type=_raft_addresses,
+        default="",
+        help="the other nodes' Raft HOST:PORT, comma-separated",
     )
     start.add_argument("--password-file", default="", help=f"cluster password (or ${PASSWORD_ENV})")
     start.add_argument(

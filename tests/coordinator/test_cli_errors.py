@@ -69,6 +69,13 @@ BAD_USAGE = [
     (["--log-level", "bogus", "tables", "--coordinators", A], "--log-level"),
     (["start", "--id", "x", "--data-dir", "/nonexistent", "--raft", A,
       "--tserver-timeout-s", "0"], "--tserver-timeout-s"),
+    (["start", "--id", "x", "--data-dir", "/nonexistent", "--raft", "garbage",
+      "--insecure-dev"], "--raft"),
+    (["start", "--id", "x", "--data-dir", "/nonexistent", "--raft", "127.0.0.1:0"], "--raft"),
+    (["start", "--id", "x", "--data-dir", "/nonexistent", "--raft", A,
+      "--peers", f"{A},127.0.0.1"], "--peers"),
+    (["start", "--id", "x", "--data-dir", "/nonexistent", "--raft", A,
+      "--bind", "nope"], "--bind"),
 ]  # fmt: skip
 
 
