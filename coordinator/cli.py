@@ -26,6 +26,8 @@ import signal
 import sys
 import threading
 
+from rpc.addresses import address_arg
+
 PASSWORD_ENV = "COORDINATOR_PASSWORD"
 
 
@@ -33,30 +35,17 @@ def _split(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()] if value else []
 
 
-def _host_port(value: str, *, port_zero_ok: bool) -> str:
-    from rpc.addresses import parse_host_port
-    from rpc.errors import BadRequest
-
-    try:
-        _host, port = parse_host_port(value.strip())
-    except BadRequest:
-        raise argparse.ArgumentTypeError(f"{value!r} is not HOST:PORT") from None
-    if port == 0 and not port_zero_ok:
-        raise argparse.ArgumentTypeError(f"{value!r}: a Raft address needs a real port")
-    return value.strip()
-
-
-def _bind_address(value: str) -> str:
-    return _host_port(value, port_zero_ok=True)
-
-
 def _raft_address(value: str) -> str:
     """Empty (an external logstore) or HOST:PORT, the node's identity in the group."""
-    return _host_port(value, port_zero_ok=False) if value.strip() else ""
+    from rpc.addresses import address_arg
+
+    return address_arg(value, port_zero_ok=False) if value.strip() else ""
 
 
 def _raft_addresses(value: str) -> str:
-    return ",".join(_host_port(v, port_zero_ok=False) for v in _split(value))
+    from rpc.addresses import address_list_arg
+
+    return ",".join(address_list_arg(value, empty_ok=True))
 
 
 def _log_level(value: str) -> str:
@@ -153,7 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     start.add_argument("--id", required=True, help="this node's name")
     start.add_argument("--data-dir", required=True)
     start.add_argument(
-        "--bind", type=_bind_address, default="127.0.0.1:7100", help="client RPC HOST:PORT"
+        "--bind", type=address_arg, default="127.0.0.1:7100", help="client RPC HOST:PORT"
     )
     start.add_argument(
         "--raft", type=_raft_address, default="", help="this node's logstore Raft HOST:PORT"

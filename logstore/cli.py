@@ -21,6 +21,7 @@ import signal
 import sys
 import threading
 
+from rpc.addresses import address_arg, address_list_arg
 from rpc.errors import RpcError
 
 PASSWORD_ENV = "LOGSTORE_PASSWORD"
@@ -157,9 +158,18 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("serve", help="run one replica with its zmq API")
-    s.add_argument("--raft-address", required=True, help="this replica's Raft host:port")
-    s.add_argument("--peers", default="", help="other replicas (Raft host:port, comma-separated)")
-    s.add_argument("--rpc-bind", default="127.0.0.1:0", help="host:port of the zmq API")
+    s.add_argument(
+        "--raft-address", type=_raft_address, required=True, help="this replica's Raft host:port"
+    )
+    s.add_argument(
+        "--peers",
+        type=lambda text: ",".join(address_list_arg(text, empty_ok=True)),
+        default="",
+        help="other replicas (Raft host:port, comma-separated)",
+    )
+    s.add_argument(
+        "--rpc-bind", type=address_arg, default="127.0.0.1:0", help="host:port of the zmq API"
+    )
     s.add_argument("--data-dir", required=True)
     s.add_argument("--password-file", help=f"cluster password (else env {PASSWORD_ENV})")
     s.add_argument(
@@ -176,18 +186,23 @@ def build_parser() -> argparse.ArgumentParser:
 
     def client_parser(name: str, help_text: str):
         c = sub.add_parser(name, help=help_text)
-        c.add_argument("--servers", required=True, help="replicas' RPC host:port, comma-separated")
-        c.add_argument("--timeout-s", type=float, default=5.0)
+        c.add_argument(
+            "--servers",
+            type=lambda text: ",".join(address_list_arg(text)),
+            required=True,
+            help="replicas' RPC host:port, comma-separated",
+        )
+        c.add_argument("--timeout-s", type=_positive_seconds, default=5.0)
         return c
 
     c = client_parser("status", "print each replica's role, term, indexes and sizes")
     c.set_defaults(func=cmd_status)
     for name in ("add-member", "remove-member"):
         c = client_parser(name, f"{name.split('-')[0]} one voting replica")
-        c.add_argument("raft_address")
+        c.add_argument("raft_address", type=_raft_address)
         c.set_defaults(func=cmd_member)
     c = client_parser("transfer-leadership", "move leadership (to RAFT_ADDRESS if given)")
-    c.add_argument("raft_address", nargs="?")
+    c.add_argument("raft_address", nargs="?", type=_raft_address)
     c.set_defaults(func=cmd_transfer)
     c = client_parser("append", "append one entry")
     c.add_argument("log")
@@ -206,6 +221,20 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--barrier", action="store_true")
     c.set_defaults(func=cmd_last_id)
     return p
+
+
+def _raft_address(text: str) -> str:
+    return address_arg(text, port_zero_ok=False)
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 < value <= 3600:
+        raise argparse.ArgumentTypeError(f"must be in (0, 3600] seconds, got {text}")
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import random
 import socket
 
@@ -51,3 +52,24 @@ def bind_endpoint(address: str) -> str:
 def host_port_of(zmq_endpoint: str) -> str:
     host, port = parse_host_port(zmq_endpoint)
     return f"{host}:{port}"
+
+
+def address_arg(text: str, *, port_zero_ok: bool = True) -> str:
+    """argparse type of a HOST:PORT flag: checked when parsed, not first when a socket is
+    opened. Without `port_zero_ok`, port 0 (any free port: fine to bind) is refused."""
+    try:
+        _host, port = parse_host_port(text)
+    except BadRequest as e:
+        raise argparse.ArgumentTypeError(e.message) from None
+    if port == 0 and not port_zero_ok:
+        raise argparse.ArgumentTypeError(f"{text.strip()!r} needs a real port, not 0")
+    return text.strip()
+
+
+def address_list_arg(text: str, *, empty_ok: bool = False) -> tuple[str, ...]:
+    """argparse type of a comma-separated HOST:PORT list (empty items skipped), each with
+    a real port; at least one unless `empty_ok`."""
+    out = tuple(address_arg(a, port_zero_ok=False) for a in text.split(",") if a.strip())
+    if not out and not empty_ok:
+        raise argparse.ArgumentTypeError("at least one HOST:PORT address is needed")
+    return out

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from google.protobuf import text_format
 
-from rpc.addresses import parse_host_port
+from rpc.addresses import address_arg, address_list_arg
 from rpc.errors import RpcError
 from tservers import metafile
 from tservers.fs import FsError, FsLayout, FsLocked, lock_root
@@ -70,20 +70,6 @@ def _positive_float(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be above 0, got {value}")
     return value
-
-
-def _address(text: str) -> str:
-    """A HOST:PORT flag, checked when parsed (not first when a socket is opened)."""
-    try:
-        parse_host_port(text)
-    except RpcError as e:
-        raise argparse.ArgumentTypeError(e.message) from None
-    return text.strip()
-
-
-def _addresses(text: str) -> tuple[str, ...]:
-    """A comma-separated list of HOST:PORT (empty items skipped)."""
-    return tuple(_address(a) for a in text.split(",") if a.strip())
 
 
 def _log_level(text: str) -> int:
@@ -547,7 +533,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("start", help="run a tablet server")
     s.add_argument("--fs-root", required=True)
     s.add_argument(
-        "--bind", type=_address, default="127.0.0.1:0", help="HOST:PORT (port 0: any free port)"
+        "--bind", type=address_arg, default="127.0.0.1:0", help="HOST:PORT (port 0: any free port)"
     )
     s.add_argument(
         "--no-wal-sync",
@@ -564,7 +550,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--workers", type=int, default=8)
     s.add_argument(
         "--coordinators",
-        type=_addresses,
+        type=lambda text: address_list_arg(text, empty_ok=True),
         default=(),
         help="coordinator node addresses HOST:PORT,... to enlist and heartbeat with",
     )
@@ -633,10 +619,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(func=_cmd_cmeta_rewrite)
 
     cp = sub.add_parser("copies", help="tablet copies onto a live server: progress and rate")
-    cp.add_argument("--address", type=_address, required=True)
+    cp.add_argument("--address", type=address_arg, required=True)
     cp.set_defaults(func=_cmd_copies)
     cc = sub.add_parser("copy-cancel", help="cancel a tablet copy onto a live server")
-    cc.add_argument("--address", type=_address, required=True)
+    cc.add_argument("--address", type=address_arg, required=True)
     cc.add_argument("--tablet", required=True)
     cc.set_defaults(func=_cmd_copy_cancel)
 
@@ -651,7 +637,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--fs-root", required=True, help="the stopped server's fs root")
     r.add_argument("--tablet", required=True)
     r.add_argument(
-        "--source", type=_address, required=True, help="HOST:PORT of a server with a live replica"
+        "--source",
+        type=address_arg,
+        required=True,
+        help="HOST:PORT of a server with a live replica",
     )
     r.add_argument("--source-uuid", help="the source server's uuid (checked against its answer)")
     r.add_argument(
@@ -669,7 +658,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     t = sub.add_parser("tablets", help="list tablets (offline from --fs-root or live)")
     t.add_argument("--fs-root")
-    t.add_argument("--address", type=_address)
+    t.add_argument("--address", type=address_arg)
     t.set_defaults(func=_cmd_tablets)
     return p
 

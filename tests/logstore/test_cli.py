@@ -54,6 +54,28 @@ def test_status_of_unreachable_server_is_an_error():
     assert "Traceback" not in out.stderr
 
 
+BAD_USAGE = [
+    (["status", "--servers", ""], "at least one HOST:PORT"),
+    (["status", "--servers", " , "], "at least one HOST:PORT"),
+    (["status", "--servers", "127.0.0.1"], "--servers"),
+    (["status", "--servers", "127.0.0.1:0"], "--servers"),
+    (["status", "--servers", "127.0.0.1:1", "--timeout-s", "0"], "--timeout-s"),
+    (["add-member", "--servers", "127.0.0.1:1", "garbage"], "raft_address"),
+    (["serve", "--raft-address", "x", "--data-dir", "/nonexistent"], "--raft-address"),
+    (["serve", "--raft-address", "127.0.0.1:5", "--peers", "127.0.0.1",
+      "--data-dir", "/nonexistent"], "--peers"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("argv", "words"), BAD_USAGE, ids=[" ".join(a) for a, _ in BAD_USAGE])
+def test_bad_usage_is_one_line_and_exit_2(argv, words):
+    out = _logstore(*argv)
+    assert out.returncode == 2, (out.returncode, out.stderr)
+    assert "Traceback" not in out.stderr, out.stderr
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith("logstore") and "error:" in last and words in last, last
+
+
 def test_serve_refuses_to_run_without_password(tmp_path):
     out = _logstore(
         "serve",
