@@ -785,6 +785,29 @@ def _host_of(address: str) -> str:
     return address.rsplit(":", 1)[0]
 
 
+def _check_bindable(address: str) -> None:
+    """Fail at once, with the reason, when the Raft address cannot be bound (another
+    process listens on it, or no interface has it): pysyncobj would retry binding in its
+    tick thread, silently, until the start timeout. SO_REUSEADDR as pysyncobj binds, so a
+    connection of a previous run in TIME_WAIT does not count. A host that does not resolve
+    here is left to pysyncobj."""
+    host, _, port = address.rpartition(":")
+    try:
+        infos = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
+    except (OSError, ValueError):
+        return
+    family, kind, proto, _name, sockaddr = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(sockaddr)
+            probe.listen(1)
+        except OSError as e:
+            err = OSError(f"cannot bind Raft address {address}: {e.strerror}")
+            err.errno = e.errno
+            raise err from None
+
+
 class ReplicatedLogStore:
     """One logstore replica. Thread-safe; a context manager.
 
@@ -812,6 +835,7 @@ class ReplicatedLogStore:
                     "when asked explicitly (allow_insecure_dev)"
                 )
             logger.warning("logstore %s runs WITHOUT a password (development only)", self_address)
+        _check_bindable(self_address)
         self.config = config or ReplicaConfig()
         self.self_address = self_address
         self.data_dir = os.path.abspath(data_dir)

@@ -102,3 +102,20 @@ def test_in_process_transfer_leadership(tmp_path):
     finally:
         for s in stores:
             s.close()
+
+
+def test_serve_on_a_raft_port_in_use_fails_at_once(tmp_path):
+    """Not after the start timeout, silently: at once, with the reason."""
+    import socket
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        out = _logstore(
+            "serve", "--raft-address", f"127.0.0.1:{port}", "--data-dir", str(tmp_path / "d"),
+            "--insecure-dev",
+        )  # fmt: skip
+    assert out.returncode == 1, out.stderr
+    last = out.stderr.strip().splitlines()[-1]
+    assert f"cannot bind Raft address 127.0.0.1:{port}: Address already in use" in last, last
