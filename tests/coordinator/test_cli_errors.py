@@ -15,6 +15,7 @@ import pytest
 from coordinator import admin
 from coordinator import coordinator_pb2 as cpb
 from coordinator.localcluster import LocalCluster
+from tests.support.cli import assert_usage_error, run_cli
 from tests.support.cluster import local_cluster
 
 CLI_TIMEOUT_S = 120
@@ -22,12 +23,7 @@ A = "127.0.0.1:1"  # a well-formed address: the commands below fail before calli
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "coordinator.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=CLI_TIMEOUT_S,
-    )
+    return run_cli("coordinator.cli", *args, timeout_s=CLI_TIMEOUT_S)
 
 
 def wait_for(cond, timeout_s: float, what: str):
@@ -81,11 +77,7 @@ BAD_USAGE = [
 
 @pytest.mark.parametrize(("argv", "words"), BAD_USAGE, ids=[" ".join(a) for a, _ in BAD_USAGE])
 def test_bad_usage_is_one_line_not_a_traceback(argv, words):
-    out = cli(*argv)
-    assert out.returncode == 2, (out.returncode, out.stderr)
-    assert "Traceback" not in out.stderr, out.stderr
-    last = out.stderr.strip().splitlines()[-1]
-    assert last.startswith("coordinator") and "error:" in last and words in last, out.stderr
+    assert_usage_error(cli(*argv), "coordinator", words)
 
 
 def test_log_messages(tmp_path):

@@ -3,23 +3,17 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 
 import pytest
-from coordproc import ROOT, Proc, free_port, wait_for
+from coordproc import Proc, free_port, wait_for
 
 from coordinator.client.meta import CoordinatorClient
 from rpc.errors import RpcError
+from tests.support.cli import run_cli
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "coordinator.cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=60,
-    )
+    return run_cli("coordinator.cli", *args, timeout_s=60)
 
 
 def test_help():

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 
 import pytest
+
+from tests.support.cli import assert_usage_error, run_cli
 
 from .helpers import leader_of, start_cluster, wait_for
 from .procs import make_replicas
@@ -14,12 +15,7 @@ pytestmark = pytest.mark.integration
 
 
 def _logstore(*args: str, timeout_s: float = 60.0) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "logstore.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-    )
+    return run_cli("logstore.cli", *args, timeout_s=timeout_s)
 
 
 def test_status_append_read_transfer(tmp_path):
@@ -69,11 +65,7 @@ BAD_USAGE = [
 
 @pytest.mark.parametrize(("argv", "words"), BAD_USAGE, ids=[" ".join(a) for a, _ in BAD_USAGE])
 def test_bad_usage_is_one_line_and_exit_2(argv, words):
-    out = _logstore(*argv)
-    assert out.returncode == 2, (out.returncode, out.stderr)
-    assert "Traceback" not in out.stderr, out.stderr
-    last = out.stderr.strip().splitlines()[-1]
-    assert last.startswith("logstore") and "error:" in last and words in last, last
+    assert_usage_error(_logstore(*argv), "logstore", words)
 
 
 def test_serve_refuses_to_run_without_password(tmp_path):

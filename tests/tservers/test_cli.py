@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 
 import pytest
 
+from tests.support.cli import run_cli
 from tests.tservers.helpers import create, deadline, ipc, open_manager, six_rows
-from tests.tservers.procs import REPO
 from tservers.fs import FsLayout
 from tservers.tserver_pb2 import OpType
 
@@ -16,13 +15,7 @@ pytestmark = pytest.mark.integration  # every test runs the `tserver` command as
 
 
 def tserver(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "tservers.cli", *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_cli("tservers.cli", *args)
 
 
 @pytest.fixture

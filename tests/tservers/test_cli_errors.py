@@ -13,6 +13,7 @@ import sys
 
 import pytest
 
+from tests.support.cli import run_cli
 from tests.tservers.helpers import create, open_manager
 from tests.tservers.procs import REPO, TServerProcess
 from tservers.fs import FsLayout
@@ -23,13 +24,7 @@ COMMAND_TIMEOUT_S = 60.0  # a command that hangs instead of failing fails the te
 
 
 def tserver(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "tservers.cli", *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=COMMAND_TIMEOUT_S,
-    )
+    return run_cli("tservers.cli", *args, timeout_s=COMMAND_TIMEOUT_S)
 
 
 def one_line_error(r: subprocess.CompletedProcess, code: int = 1) -> str:
