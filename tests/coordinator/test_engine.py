@@ -292,12 +292,18 @@ def test_followers_replay_the_log(cluster):
     assert b.catalog.tablets == a.catalog.tablets
 
 
-def test_new_leader_is_unavailable_until_pending_ops_complete(cluster):
+def create_then_crash_at_its_commit_point(cluster) -> Node:
+    """A leader that logs a CreateTable STARTED and crashes before calling any server."""
     a = cluster.add("a", crash=CrashPoints("create_table.after_commit_point", exit=crash_exit))
     cluster.leader()
     enlist(a.engine)
     with pytest.raises(Crashed):
         a.engine.execute("create_table", create())
+    return a
+
+
+def test_new_leader_is_unavailable_until_pending_ops_complete(cluster):
+    a = create_then_crash_at_its_commit_point(cluster)
     cluster.gateway.unreachable.add("s1")  # a live server the new leader cannot reach
     b = cluster.add("b")
     a.kill()
@@ -336,11 +342,7 @@ def test_silent_server_is_marked_down_and_skipped(cluster):
 
 
 def test_complete_skips_replicas_on_down_servers(cluster):
-    a = cluster.add("a", crash=CrashPoints("create_table.after_commit_point", exit=crash_exit))
-    cluster.leader()
-    enlist(a.engine)
-    with pytest.raises(Crashed):
-        a.engine.execute("create_table", create())
+    a = create_then_crash_at_its_commit_point(cluster)
     a.engine.execute("server_down", ServerDownRequest("s2", "test"), internal=True)
     a.engine.crash = CrashPoints()
     resp = a.engine.execute("create_table", create())  # the retry completes it
@@ -377,11 +379,7 @@ def test_a_tombstoned_replica_is_skipped_not_retried_forever(cluster):
 def test_a_replica_refused_for_good_is_skipped_and_recovery_goes_on(cluster):
     # A live server that refuses a create (BAD_REQUEST) must not hold the operation, and
     # with it a new leader's recovery, for ever: skipped, recorded in DONE, and served.
-    a = cluster.add("a", crash=CrashPoints("create_table.after_commit_point", exit=crash_exit))
-    cluster.leader()
-    enlist(a.engine)
-    with pytest.raises(Crashed):
-        a.engine.execute("create_table", create())
+    a = create_then_crash_at_its_commit_point(cluster)
     cluster.gateway.refusing.add("s1")
     b = cluster.add("b")
     a.kill()
