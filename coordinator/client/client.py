@@ -363,6 +363,21 @@ class Table:
                         predicates=preds,
                         batch_rows_max=batch_rows_max,
                     ):
+                        if batch.schema.names != target.names:
+                            # Columns added, dropped or renamed since this handle looked
+                            # (another client altered the table): look again.
+                            if started:
+                                raise errors.SchemaVersionMismatch(
+                                    f"table {self.name}: its schema changed during the scan;"
+                                    " scan again"
+                                )
+                            self.refresh()
+                            target = self.projected_schema(projection)
+                            if batch.schema.names != target.names:
+                                raise errors.SchemaVersionMismatch(
+                                    f"table {self.name}: tablet {tablet_id} has columns "
+                                    f"{batch.schema.names}, the table {target.names}"
+                                )
                         started = True
                         # One schema for every batch of the table, whatever the server says
                         # of nullability: callers concatenate them.
@@ -393,8 +408,14 @@ class Table:
     def to_arrow(
         self, projection: Sequence[str] | None = None, predicates: Sequence[tuple] = ()
     ) -> pa.Table:
-        schema = self.projected_schema(projection)
-        return pa.Table.from_batches(list(self.scan(projection, predicates)), schema=schema)
+        self.projected_schema(projection)  # an unknown column: refused before any scan
+        batches = list(self.scan(projection, predicates))
+        schema = batches[0].schema if batches else self.projected_schema(projection)
+        if any(b.schema.names != schema.names for b in batches):
+            raise errors.SchemaVersionMismatch(
+                f"table {self.name}: its schema changed during the scan; scan again"
+            )
+        return pa.Table.from_batches(batches, schema=schema)
 
     def count(self) -> int:
         return sum(b.num_rows for b in self.scan(projection=self.key_columns[:1]))
@@ -468,6 +489,8 @@ class Session:
 
     def delete(self, table: Table, rows) -> None:
         data = table.as_arrow(rows)
+        if data.num_rows == 0:
+            return  # as an empty insert or upsert
         missing = [k for k in table.key_columns if k not in data.column_names]
         if missing:
             raise errors.BadRequest(f"a delete needs the key column(s) {missing}")
@@ -508,8 +531,17 @@ class Session:
     def _flush_one(self, key: tuple[str, str]) -> None:
         pending = self._pending.pop(key)
         _, tablet_id = key
-        for op, rows in pending.blocks:
-            self._write(pending.table, tablet_id, op, rows)
+        for i, (op, rows) in enumerate(pending.blocks):
+            try:
+                self._write(pending.table, tablet_id, op, rows)
+            except BaseException:
+                # This block and the ones after it are not known to be written: back in the
+                # buffer (ahead of nothing: this thread buffered nothing since), for the
+                # next flush or close to send again. As with any retry, rows of a partly
+                # written block may then come back as ALREADY_EXISTS (inserts).
+                rest = pending.blocks[i:]
+                self._pending[key] = _Pending(pending.table, rest, sum(r.num_rows for _, r in rest))
+                raise
 
     def _write(
         self, table: Table, tablet_id: str, op: int, rows: pa.Table, reroutes: int = 0

@@ -184,3 +184,50 @@ def test_leader_kill_in_the_middle_of_a_workload(cluster, client):
     assert t.count() == written[-1], "acknowledged rows lost or doubled"
     cluster.start_coordinator(cluster.spec.coordinators.index(leader))
     cluster.wait_ready(60)
+
+
+def test_a_handle_scans_on_after_another_client_alters_the_table(cluster, client):
+    client.create_table("alt_t", COLUMNS, num_tablets=2)
+    with client.new_session() as s:
+        s.upsert(client.table("alt_t"), rows(range(10)))
+        s.delete(client.table("alt_t"), [])  # empty: nothing to do, as for the others
+    with Client(cluster.spec.coordinator_addresses, timeout_s=60) as other:
+        stale = other.table("alt_t")
+        assert stale.to_arrow().num_rows == 10
+        client.alter_table("alt_t", add_columns=[Column("w", "int32", nullable=True)])
+        got = stale.to_arrow()  # the handle looks again at the table's columns
+        assert got.column_names == ["id", "name", "score", "w"]
+        assert sorted(got["id"].to_pylist()) == list(range(10))
+        assert got["w"].null_count == 10
+        client.alter_table("alt_t", drop_columns=["score"])
+        assert other.table("alt_t").to_arrow().column_names == ["id", "name", "w"]
+
+
+def test_a_failed_flush_keeps_its_rows_for_the_next(cluster, client):
+    """Runs last in this module: every tablet server is killed, then started again."""
+    client.create_table("keep_t", COLUMNS, num_tablets=2)
+    with Client(cluster.spec.coordinator_addresses, timeout_s=3) as short:
+        t = short.table("keep_t")
+        s = short.new_session()
+        for node in cluster.spec.tservers:
+            cluster.kill(node)
+        try:
+            s.upsert(t, rows(range(20)))
+            with pytest.raises((errors.Unavailable, errors.TimedOut)):
+                s.flush()
+            assert s.pending_rows() == 20  # not dropped: still buffered
+        finally:
+            for i in range(len(cluster.spec.tservers)):
+                cluster.start_tserver(i)
+            cluster.wait_ready(120)
+        wait_for(lambda: _flushed(s), 120, "the buffered rows sent once the servers are back")
+        assert s.errors == [] and s.pending_rows() == 0
+    assert sorted(client.table("keep_t").to_arrow()["id"].to_pylist()) == list(range(20))
+
+
+def _flushed(s) -> bool:
+    try:
+        s.flush()
+    except (errors.Unavailable, errors.TimedOut):
+        return False
+    return True
