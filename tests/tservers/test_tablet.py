@@ -159,6 +159,11 @@ def test_scans(mgr):
     t.flush()
     t.write(1, [(OpType.INSERT, ipc(six_rows(range(100, 120))))], deadline())
     assert keys(scan(t, predicates=[P("id", PredicateOp.LT, 3)])) == [0, 1, 2]
+    # A value the column's type cannot hold: BAD_REQUEST, not an internal error.
+    with pytest.raises(BadRequest, match="does not fit column 'n'"):
+        scan(t, predicates=[P("n", PredicateOp.LT, 2**40)])
+    with pytest.raises(BadRequest, match="do not fit column 'n'"):
+        scan(t, predicates=[P("n", PredicateOp.IN, 1, 2**40)])
     assert keys(scan(t, predicates=[P("id", PredicateOp.LE, 3)])) == [0, 1, 2, 3]
     assert keys(scan(t, predicates=[P("id", PredicateOp.GT, 117)])) == [118, 119]
     assert keys(scan(t, predicates=[P("id", PredicateOp.GE, 118)])) == [118, 119]

@@ -223,6 +223,17 @@ def _keys_of(inserts: list[tuple[list, pa.Table]]):
         yield from keys
 
 
+def _scalar(value, column) -> pa.Scalar:
+    """A predicate's or key bound's value as the column's type; BAD_REQUEST when it does not
+    fit (an int32 column compared with 2**40), not an internal error."""
+    try:
+        return pa.scalar(value, column.arrow_type)
+    except (pa.ArrowInvalid, OverflowError, TypeError) as err:
+        raise BadRequest(
+            f"value {value!r} does not fit column {column.name!r} ({column.arrow_type}): {err}"
+        ) from None
+
+
 def _to_python(col: pa.ChunkedArray | pa.Array) -> list:
     # Timestamps live in the memstore as int64 microseconds: cheaper than datetime objects.
     if pa.types.is_timestamp(col.type):
@@ -1136,10 +1147,7 @@ class Tablet:
                 continue
             if len(bound) != len(keys):
                 raise BadRequest(f"key bound needs {len(keys)} values, got {len(bound)}")
-            vals = [
-                pa.scalar(value_from_pb(v, c), c.arrow_type)
-                for v, c in zip(bound, keys, strict=True)
-            ]
+            vals = [_scalar(value_from_pb(v, c), c) for v, c in zip(bound, keys, strict=True)]
             expr = None
             for i in reversed(range(len(keys))):
                 f = pc.field(block_name(keys[i].id))
@@ -1166,7 +1174,11 @@ class Tablet:
                 e = f.is_valid()
             elif op == PredicateOp.IN:
                 vals = [value_from_pb(v, c) for v in p.values]
-                e = f.isin(pa.array([v for v in vals if v is not None], c.arrow_type))
+                try:
+                    values = pa.array([v for v in vals if v is not None], c.arrow_type)
+                except (pa.ArrowInvalid, OverflowError, TypeError) as err:
+                    raise BadRequest(f"IN values do not fit column {c.name!r}: {err}") from None
+                e = f.isin(values)
             elif op in (
                 PredicateOp.EQ,
                 PredicateOp.LT,
@@ -1179,7 +1191,7 @@ class Tablet:
                 v = value_from_pb(p.values[0], c)
                 if v is None:
                     raise BadRequest(f"comparison with null on {c.name!r}; use IS NULL")
-                s = pa.scalar(v, c.arrow_type)
+                s = _scalar(v, c)
                 e = {
                     PredicateOp.EQ: f == s,
                     PredicateOp.LT: f < s,
