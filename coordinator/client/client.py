@@ -150,6 +150,7 @@ class Client:
         self.meta = CoordinatorClient(coordinators, client_id=self.client_id, timeout_s=timeout_s)
         self._lock = threading.Lock()
         self._tservers: dict[tuple[str, str], TabletServerClient] = {}  # (uuid, address)
+        self._closed = False
         self._tables: dict[str, Table] = {}
 
     # -- coordinator -------------------------------------------------------------------
@@ -228,6 +229,8 @@ class Client:
         be using. The least recently used client is closed beyond TSERVER_CLIENTS_MAX."""
         key = (replica.server_uuid, replica.address)
         with self._lock:
+            if self._closed:
+                raise errors.IllegalState("the client is closed")
             ts = self._tservers.pop(key, None)
             if ts is None:
                 ts = TabletServerClient(
@@ -248,6 +251,7 @@ class Client:
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             tservers, self._tservers = list(self._tservers.values()), {}
         for ts in tservers:
             ts.close()
@@ -477,6 +481,7 @@ class Session:
         self.rows_written = 0
         self._pending: dict[tuple[str, str], _Pending] = {}
         self._oldest: float | None = None
+        self._closed = False
 
     def insert(self, table: Table, rows) -> None:
         self._apply(table, OpType.INSERT, rows)
@@ -497,6 +502,8 @@ class Session:
         self._apply(table, OpType.DELETE, data.select(table.key_columns))
 
     def _apply(self, table: Table, op: int, rows) -> None:
+        if self._closed:
+            raise errors.IllegalState("the session is closed")
         data = table.as_arrow(rows)
         if data.num_rows == 0:
             return
@@ -592,7 +599,10 @@ class Session:
         raise errors.Unavailable(f"write to tablet {tablet_id} failed after retries: {last}")
 
     def close(self) -> None:
+        """Send what is buffered; then the session takes no more writes. If the flush
+        fails, the rows stay buffered and close() may be called again."""
         self.flush()
+        self._closed = True
 
     def __enter__(self) -> Session:
         return self

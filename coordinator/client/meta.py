@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 from coordinator import coordinator_pb2 as pb
 from rpc.client import RpcClient, Transport
-from rpc.errors import NotLeader, RpcError, Throttled, TimedOut, Unavailable
+from rpc.errors import IllegalState, NotLeader, RpcError, Throttled, TimedOut, Unavailable
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +55,7 @@ class CoordinatorClient:
         self.timeout_s = timeout_s
         self.call_timeout_s = call_timeout_s
         self._transport = Transport()
+        self._closed = False
         self._lock = threading.Lock()
         self._clients: dict[str, RpcClient] = {}
         self._uuids: dict[str, str] = {}
@@ -63,7 +64,12 @@ class CoordinatorClient:
         self._suspect: dict[str, float] = {}  # address -> when it last failed to answer
 
     def close(self) -> None:
+        self._closed = True
         self._transport.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise IllegalState("the coordinator client is closed")
 
     def __enter__(self) -> CoordinatorClient:
         return self
@@ -170,6 +176,7 @@ class CoordinatorClient:
 
     def call(self, method: str, request, response_type, timeout_s: float | None = None):
         """Call the leader, following hints and retrying under one total deadline."""
+        self._check_open()  # not retried until the deadline: it stays closed
         deadline = time.monotonic() + (timeout_s or self.timeout_s)
         backoff_s = BACKOFF_INITIAL_S
         last: RpcError | None = None
@@ -223,6 +230,7 @@ class CoordinatorClient:
         raise TimedOut(f"Coordinator.{method}: no leader answered in time (last error: {last})")
 
     def call_at(self, address: str, method: str, request, response_type, timeout_s: float):
+        self._check_open()
         client, uuid = self._client(address, timeout_s)
         return client.call(
             uuid, f"Coordinator.{method}", request, response_type, timeout_s=timeout_s

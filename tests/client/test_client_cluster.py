@@ -201,6 +201,15 @@ def test_a_handle_scans_on_after_another_client_alters_the_table(cluster, client
         assert got["w"].null_count == 10
         client.alter_table("alt_t", drop_columns=["score"])
         assert other.table("alt_t").to_arrow().column_names == ["id", "name", "w"]
+        closed = other.new_session()
+        closed.close()
+        with pytest.raises(errors.IllegalState, match="session is closed"):
+            closed.upsert(stale, rows(range(10, 12)))
+    # A closed client: refused at once, at the coordinator and the tablet servers alike.
+    with pytest.raises(errors.IllegalState, match="closed"):
+        stale.to_arrow()
+    with pytest.raises(errors.IllegalState, match="closed"):
+        other.list_tables()
 
 
 def test_a_failed_flush_keeps_its_rows_for_the_next(cluster, client):
