@@ -28,7 +28,7 @@ from coordinator.client.client import TYPE_NAMES, Client, Column
 from coordinator.client.meta import CoordinatorClient
 from coordinator.client.tablets import TabletServerClient
 from rpc import errors
-from rpc.addresses import parse_host_port
+from rpc.addresses import address_list_arg
 from tservers.tserver_pb2 import DataState, ListTabletsResponse
 
 DEFAULT_TIMEOUT_S = 10.0
@@ -41,20 +41,8 @@ UINT32_MAX = 2**32 - 1  # counts travel in uint32 fields
 
 
 def addresses_arg(value: str) -> list[str]:
-    """HOST:PORT,... -> the addresses: at least one, each with its port."""
-    addresses = [a.strip() for a in value.split(",") if a.strip()]
-    if not addresses:
-        raise argparse.ArgumentTypeError("at least one HOST:PORT address is needed")
-    for address in addresses:
-        try:
-            _host, port = parse_host_port(address)
-        except errors.BadRequest:
-            raise argparse.ArgumentTypeError(
-                f"{address!r} is not HOST:PORT (a port is needed)"
-            ) from None
-        if port == 0:
-            raise argparse.ArgumentTypeError(f"{address!r}: port 0 is not an address to call")
-    return addresses
+    """HOST:PORT,... -> the addresses: at least one, each with its port (not 0)."""
+    return list(address_list_arg(value))
 
 
 def _seconds(value: str, low_s: float, high_s: float, zero_ok: bool) -> float:

@@ -86,18 +86,9 @@ def _timeout(value: str) -> float:
 
 def _addresses(value: str) -> str:
     """--address: HOST:PORT,... with at least one address, each with its port."""
-    from rpc.addresses import parse_host_port
-    from rpc.errors import BadRequest
+    from rpc.addresses import address_list_arg
 
-    addresses = _split(value)
-    if not addresses:
-        raise argparse.ArgumentTypeError("at least one HOST:PORT is needed")
-    for a in addresses:
-        try:
-            parse_host_port(a)
-        except BadRequest:
-            raise argparse.ArgumentTypeError(f"{a!r} is not HOST:PORT (a port is needed)") from None
-    return ",".join(addresses)
+    return ",".join(address_list_arg(value))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -60,7 +60,7 @@ def address_arg(text: str, *, port_zero_ok: bool = True) -> str:
     try:
         _host, port = parse_host_port(text)
     except BadRequest as e:
-        raise argparse.ArgumentTypeError(e.message) from None
+        raise argparse.ArgumentTypeError(f"{e.message} (a port is needed)") from None
     if port == 0 and not port_zero_ok:
         raise argparse.ArgumentTypeError(f"{text.strip()!r} needs a real port, not 0")
     return text.strip()
