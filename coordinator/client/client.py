@@ -48,6 +48,9 @@ BACKOFF_MAX_S = 1.0
 # Tablet-server calls retry until the client's timeout, at most this many times: a new
 # tablet's first election alone can take two election timeouts (about 2 s).
 TSERVER_ATTEMPTS_MAX = 64
+# The shortest timeout of one tablet-server call: a round that runs past the call's deadline
+# (the second, which always runs) gives each replica this long.
+ATTEMPT_TIMEOUT_MIN_S = 0.5
 SESSION_ROWS_MAX = 1_000_000
 TSERVER_CLIENTS_MAX = 1024  # tablet server clients kept open by one Client
 
@@ -354,7 +357,7 @@ class Table:
         preds = [predicate(*p) for p in predicates]
         target = self.projected_schema(projection)
         last: Exception | None = None
-        for _ in _attempts(self.client.timeout_s):
+        for deadline in _attempts(self.client.timeout_s):
             tablet = next((t for t in self.tablets() if t.tablet_id == tablet_id), None)
             if tablet is None:
                 raise errors.TabletNotFound(f"table {self.name} has no tablet {tablet_id}")
@@ -366,6 +369,7 @@ class Table:
                         projection=list(projection or ()),
                         predicates=preds,
                         batch_rows_max=batch_rows_max,
+                        timeout_s=_time_left(deadline),
                     ):
                         if batch.schema.names != target.names:
                             # Columns added, dropped or renamed since this handle looked
@@ -425,18 +429,26 @@ class Table:
         return sum(b.num_rows for b in self.scan(projection=self.key_columns[:1]))
 
 
-def _attempts(timeout_s: float) -> Iterator[int]:
-    """Attempt numbers of a retried tablet-server call: until `timeout_s` has passed (two
-    attempts at least), at most TSERVER_ATTEMPTS_MAX, with a jittered exponential backoff
-    pause before each retry."""
+def _attempts(timeout_s: float) -> Iterator[float]:
+    """Rounds of a retried tablet-server call: until `timeout_s` has passed (two rounds at
+    least), at most TSERVER_ATTEMPTS_MAX, with a jittered exponential backoff pause before
+    each retry. Yields the call's deadline: `_time_left` of it bounds each call of a round,
+    so the whole call ends about `timeout_s` after it began, not a round later."""
     deadline = time.monotonic() + timeout_s
     for attempt in range(TSERVER_ATTEMPTS_MAX):
         if attempt:
             pause = min(BACKOFF_MAX_S, BACKOFF_INITIAL_S * (2 ** (attempt - 1)))
-            time.sleep(pause * random.uniform(0.5, 1.0))
+            pause = min(pause * random.uniform(0.5, 1.0), max(0.0, deadline - time.monotonic()))
+            time.sleep(pause)
             if attempt > 1 and time.monotonic() >= deadline:
                 return
-        yield attempt
+        yield deadline
+
+
+def _time_left(deadline: float) -> float:
+    """The timeout of one tablet-server call before `deadline`; past it (a second round
+    still runs once), a short one."""
+    return max(ATTEMPT_TIMEOUT_MIN_S, deadline - time.monotonic())
 
 
 class _TabletGone(Exception):
@@ -578,17 +590,18 @@ class Session:
 
     def _send(self, table: Table, tablet_id: str, op: int, rows: pa.Table) -> None:
         last: Exception | None = None
-        for _ in _attempts(self.client.timeout_s):
+        for deadline in _attempts(self.client.timeout_s):
             tablet = next((t for t in table.tablets() if t.tablet_id == tablet_id), None)
             if tablet is None:
                 raise _TabletGone(tablet_id)
             for replica in tablet.leader_first():
+                ts = self.client.tserver(replica)
                 try:
-                    self.client.tserver(replica).write(tablet_id, [(op, rows)])
+                    ts.write(tablet_id, [(op, rows)], timeout_s=_time_left(deadline))
                     return
                 except errors.SchemaVersionMismatch as err:  # the schema changed: fetch it again
                     last = err
-                    self.client.tserver(replica).schema(tablet_id, refresh=True)
+                    ts.schema(tablet_id, refresh=True, timeout_s=_time_left(deadline))
                 except LOCATION_ERRORS as err:
                     last = err
                 except (errors.Unavailable, errors.TimedOut, errors.Throttled) as err:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime
 import threading
+import time
 import uuid as uuidlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from rpc.client import RpcClient
+from rpc.errors import TimedOut
 from tservers.tserver_pb2 import (
     AlterSchemaRequest,
     AlterSchemaResponse,
@@ -153,13 +155,22 @@ class TabletServerClient:
         self._schemas: dict[str, TabletSchema] = {}
         self._lock = threading.Lock()
 
-    def _call(self, method: str, req, resp_type, *, idempotent: bool = False, sidecars=()):
+    def _call(
+        self,
+        method: str,
+        req,
+        resp_type,
+        *,
+        idempotent: bool = False,
+        sidecars=(),
+        timeout_s: float | None = None,
+    ):
         return self._rpc.call_with_sidecars(
             self.server_uuid,
             f"TServer.{method}",
             req,
             resp_type,
-            timeout_s=self.timeout_s,
+            timeout_s=self.timeout_s if timeout_s is None else timeout_s,
             idempotent=idempotent,
             sidecars=sidecars,
         )
@@ -220,7 +231,10 @@ class TabletServerClient:
         self._remember(tablet_id, resp.schema)
         return resp.schema
 
-    def schema(self, tablet_id: str, *, refresh: bool = False) -> TabletSchema:
+    def schema(
+        self, tablet_id: str, *, refresh: bool = False, timeout_s: float | None = None
+    ) -> TabletSchema:
+        """The tablet's schema, cached; `timeout_s` (default the client's) bounds a fetch."""
         with self._lock:
             s = self._schemas.get(tablet_id)
         if s is None or refresh:
@@ -229,6 +243,7 @@ class TabletServerClient:
                 GetSchemaRequest(tablet_id=tablet_id),
                 GetSchemaResponse,
                 idempotent=True,
+                timeout_s=timeout_s,
             )
             s = self._remember(tablet_id, resp.schema)
         return s
@@ -253,16 +268,22 @@ class TabletServerClient:
         tablet_id: str,
         blocks: Sequence[tuple[int, pa.Table | pa.RecordBatch]],
         schema_version: int | None = None,
+        *,
+        timeout_s: float | None = None,
     ) -> WriteResponse:
-        """One atomic write of row blocks [(OpType, rows)] to a tablet."""
+        """One atomic write of row blocks [(OpType, rows)] to a tablet; `timeout_s` (default
+        the client's) bounds the whole of it, a schema fetch included."""
+        deadline = time.monotonic() + (self.timeout_s if timeout_s is None else timeout_s)
         if schema_version is None:
-            schema_version = self.schema(tablet_id).version
+            schema_version = self.schema(tablet_id, timeout_s=timeout_s).version
         req = WriteRequest(
             tablet_id=tablet_id, schema_version=schema_version, ops=[op for op, _ in blocks]
         )
-        return self._call("Write", req, WriteResponse, sidecars=[ipc_bytes(t) for _, t in blocks])[
-            0
-        ]
+        sidecars = [ipc_bytes(t) for _, t in blocks]
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimedOut(f"write to tablet {tablet_id}: no time left after the schema fetch")
+        return self._call("Write", req, WriteResponse, sidecars=sidecars, timeout_s=left)[0]
 
     def new_session(self, flush_rows_max: int = SESSION_ROWS_MAX_DEFAULT) -> WriteSession:
         return WriteSession(self, flush_rows_max)
@@ -277,8 +298,11 @@ class TabletServerClient:
         upper_bound: Sequence = (),
         batch_rows_max: int = 0,
         limit: int = 0,
+        timeout_s: float | None = None,
     ) -> Iterator[pa.RecordBatch]:
-        """Arrow record batches of the rows that match, in key order."""
+        """Arrow record batches of the rows that match, in key order. `timeout_s` (default
+        the client's) bounds the first call, which opens the scan; each continuation has
+        the client's timeout."""
         preds = [p if isinstance(p, PredicatePB) else predicate(*p) for p in predicates]
         req = ScanRequest(
             tablet_id=tablet_id,
@@ -289,7 +313,7 @@ class TabletServerClient:
             batch_rows_max=batch_rows_max,
             limit=limit,
         )
-        resp, sidecars = self._call("Scan", req, ScanResponse, idempotent=True)
+        resp, sidecars = self._call("Scan", req, ScanResponse, idempotent=True, timeout_s=timeout_s)
         while True:
             for sc in sidecars:
                 reader = pa.ipc.open_stream(pa.py_buffer(sc))

@@ -8,7 +8,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from coordinator.client.client import Client, Column
+from coordinator.client.client import ATTEMPT_TIMEOUT_MIN_S, Client, Column
+from coordinator.client.tablets import TabletServerClient
 from rpc import errors
 from tests.support.cluster import local_cluster
 from tests.support.procs import wait_for
@@ -212,7 +213,7 @@ def test_a_handle_scans_on_after_another_client_alters_the_table(cluster, client
         other.list_tables()
 
 
-def test_a_failed_flush_keeps_its_rows_for_the_next(cluster, client):
+def test_a_failed_flush_keeps_its_rows_for_the_next(cluster, client, monkeypatch):
     """Runs last in this module: every tablet server is killed, then started again."""
     client.create_table("keep_t", COLUMNS, num_tablets=2)
     with Client(cluster.spec.coordinator_addresses, timeout_s=3) as short:
@@ -220,11 +221,25 @@ def test_a_failed_flush_keeps_its_rows_for_the_next(cluster, client):
         s = short.new_session()
         for node in cluster.spec.tservers:
             cluster.kill(node)
+        timeouts = _record_timeouts(monkeypatch, "write")
         try:
             s.upsert(t, rows(range(20)))
             with pytest.raises((errors.Unavailable, errors.TimedOut)):
                 s.flush()
             assert s.pending_rows() == 20  # not dropped: still buffered
+            # The client's timeout bounds the whole write, not each round of it: the first
+            # call (to a dead server: it runs to its timeout) takes what is left of the 3 s,
+            # and the second round, which always runs, has the shortest timeout.
+            assert timeouts["write"][0] <= 3.0
+            assert len(timeouts["write"]) >= 2
+            assert set(timeouts["write"][1:]) == {ATTEMPT_TIMEOUT_MIN_S}
+            timeouts = _record_timeouts(monkeypatch, "scan")
+            with pytest.raises((errors.Unavailable, errors.TimedOut)):
+                t.to_arrow()
+            assert timeouts["scan"][0] <= 3.0
+            assert len(timeouts["scan"]) >= 2
+            assert set(timeouts["scan"][1:]) == {ATTEMPT_TIMEOUT_MIN_S}
+            monkeypatch.undo()
         finally:
             for i in range(len(cluster.spec.tservers)):
                 cluster.start_tserver(i)
@@ -232,6 +247,19 @@ def test_a_failed_flush_keeps_its_rows_for_the_next(cluster, client):
         wait_for(lambda: _flushed(s), 120, "the buffered rows sent once the servers are back")
         assert s.errors == [] and s.pending_rows() == 0
     assert sorted(client.table("keep_t").to_arrow()["id"].to_pylist()) == list(range(20))
+
+
+def _record_timeouts(monkeypatch, method: str) -> dict[str, list[float]]:
+    """The `timeout_s` of every TabletServerClient.<method> call from now on."""
+    seen: dict[str, list[float]] = {method: []}
+    real = getattr(TabletServerClient, method)
+
+    def recording(self, *args, **kwargs):
+        seen[method].append(kwargs["timeout_s"])
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(TabletServerClient, method, recording)
+    return seen
 
 
 def _flushed(s) -> bool:
