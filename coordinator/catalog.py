@@ -134,6 +134,9 @@ class Catalog:
     tablet_reports: dict[str, TabletReportInfo] = field(default_factory=dict)
     # (server uuid, tablet id) -> CAS config index of replicas to delete (coordinator/replication)
     strays: dict[tuple[str, str], int] = field(default_factory=dict)
+    # tablet id -> uuids of the servers that report their replica of it FAILED (the policy
+    # replaces them as it replaces replicas on dead servers)
+    failed_replicas: dict[str, set[str]] = field(default_factory=dict)
     lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
     changed: threading.Condition = field(init=False, repr=False)
 

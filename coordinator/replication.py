@@ -5,11 +5,12 @@ Not a logged operation. Every `interval_s` the leader's `replication` thread loo
 tablet of every RUNNING table as its leader last reported it in heartbeats (committed config,
 its index, leader) and decides at most one config change per tablet (`plan`, pure):
 
-- a member on a bad server (DOWN, removed, being retired, or the source of a requested move)
-  is replaced: ADD_SERVER(target, NON_VOTER, promote=true, cas=reported index) to the
-  tablet's leader, the target being the requested one for a move, else the least loaded
-  live server not hosting the tablet; the tablet leader copies the tablet to the target and
-  promotes it to VOTER by itself once caught up;
+- a member on a bad server (DOWN, removed, being retired, or the source of a requested move),
+  or whose server reports its replica FAILED (it stays offline: its log cannot be trusted
+  to vote or to be copied over), is replaced: ADD_SERVER(target, NON_VOTER, promote=true,
+  cas=reported index) to the tablet's leader, the target being the requested one for a
+  move, else the least loaded live server not hosting the tablet; the tablet leader
+  copies the tablet to the target and promotes it to VOTER by itself once caught up;
 - once the live voters reach the replication factor, the bad member is removed
   (REMOVE_SERVER(cas));
 - live voters above the factor (after ChangeReplicationFactor down) are removed one at a time
@@ -113,11 +114,18 @@ def plan(
     load: dict[str, int],
     move: Move | None = None,
     retiring: frozenset[str] = frozenset(),
+    failed: frozenset[str] = frozenset(),
 ) -> Action | None:
-    """At most one config change that brings the tablet closer to health (pure)."""
+    """At most one config change that brings the tablet closer to health (pure). `failed`:
+    the servers whose replica of this tablet is FAILED."""
 
     def bad(uuid: str) -> bool:
-        return uuid not in live or uuid in retiring or (move is not None and uuid == move.from_uuid)
+        return (
+            uuid not in live
+            or uuid in retiring
+            or uuid in failed
+            or (move is not None and uuid == move.from_uuid)
+        )
 
     if view.leader_uuid not in live:
         return None  # no leader to ask: wait for an election and its report
@@ -158,12 +166,17 @@ def plan(
     return None
 
 
-def is_healthy(view: TabletView, live: frozenset[str], retiring: frozenset[str]) -> bool:
+def is_healthy(
+    view: TabletView,
+    live: frozenset[str],
+    retiring: frozenset[str],
+    failed: frozenset[str] = frozenset(),
+) -> bool:
     voters = [m.uuid for m in view.members if m.voter]
     return (
         len(voters) == view.replication_factor
         and len(voters) == len(view.members)
-        and all(u in live and u not in retiring for u in voters)
+        and all(u in live and u not in retiring and u not in failed for u in voters)
     )
 
 
@@ -219,6 +232,16 @@ def note_report(catalog: Catalog, server_uuid: str, report: pb.TabletReport) -> 
         catalog.strays.pop(key, None)
     elif key in catalog.strays or len(catalog.strays) < STRAYS_MAX:
         catalog.strays[key] = cas
+    failed = catalog.failed_replicas.get(report.tablet_id)
+    if report.role == "FAILED":
+        if failed is None and len(catalog.failed_replicas) < STRAYS_MAX:
+            failed = catalog.failed_replicas[report.tablet_id] = set()
+        if failed is not None:
+            failed.add(server_uuid)
+    elif failed is not None:
+        failed.discard(server_uuid)
+        if not failed:
+            del catalog.failed_replicas[report.tablet_id]
 
 
 @dataclass
@@ -284,6 +307,7 @@ class ReplicationManager:
                     self.counters = _Counters()
                 with self.catalog.lock:  # noted before this node served: not trusted
                     self.catalog.strays.clear()
+                    self.catalog.failed_replicas.clear()
                 self._was_serving = serving
             if not serving:
                 continue
@@ -359,7 +383,7 @@ class ReplicationManager:
         return pb.RetireServerResponse(replicas=hosted)
 
     def status(self) -> pb.ReplicationStatusResponse:
-        views, _live, retiring, _load, moves = self._snapshot()
+        views, _live, retiring, _load, moves, failed = self._snapshot()
         response = pb.ReplicationStatusResponse()
         with self.catalog.lock:
             live = frozenset(s.uuid for s in self.catalog.live_servers())
@@ -369,7 +393,9 @@ class ReplicationManager:
                 report = self.catalog.tablet_reports.get(tablet_id)
             if view is None or report is None:
                 response.unknown += 1  # no leader report yet
-            elif is_healthy(view, live, retiring) and not any(k[0] == tablet_id for k in moves):
+            elif is_healthy(
+                view, live, retiring, failed.get(tablet_id, frozenset())
+            ) and not any(k[0] == tablet_id for k in moves):
                 # Member types not learnt count as VOTER: with as many members as the
                 # factor, a NON_VOTER among them is only being promoted.
                 response.healthy_tablets += 1
@@ -405,6 +431,7 @@ class ReplicationManager:
                         tablet_id, table.replication_factor, report, report.member_types
                     )
             replicas = {t: self.catalog.current_replicas(t) for t in self.catalog.tablets}
+            failed = {t: frozenset(u) for t, u in self.catalog.failed_replicas.items()}
         with self._lock:
             # Finished moves and retirements are forgotten.
             for key in [k for k in self._moves if k[1] not in replicas.get(k[0], ())]:
@@ -414,11 +441,11 @@ class ReplicationManager:
                     self._retiring.discard(uuid)
             moves = dict(self._moves)
             retiring = frozenset(self._retiring)
-        return views, live, retiring, load, moves
+        return views, live, retiring, load, moves, failed
 
     def run_round(self) -> int:
         """One pass over every tablet; returns the number of config changes sent."""
-        views, live, retiring, load, moves = self._snapshot()
+        views, live, retiring, load, moves, failed_of = self._snapshot()
         moves_by_tablet: dict[str, Move] = {}
         for m in moves.values():
             moves_by_tablet.setdefault(m.tablet_id, m)
@@ -432,9 +459,11 @@ class ReplicationManager:
             if view.leader_uuid not in live:
                 continue  # wait for a live leader's report
             move = moves_by_tablet.get(tablet_id)
+            failed = failed_of.get(tablet_id, frozenset())
             uuids = [m.uuid for m in view.members]
             if (
                 move is None
+                and not failed
                 and len(uuids) == view.replication_factor
                 and all(u in live and u not in retiring for u in uuids)
                 and all(m.voter for m in view.members)
@@ -452,7 +481,7 @@ class ReplicationManager:
                 view = self._leader_view(view, fetched)
                 if view is None:
                     continue
-            action = plan(view, live, load, move, retiring)
+            action = plan(view, live, load, move, retiring, failed)
             if action is None:
                 continue
             if self._execute(action):

@@ -49,6 +49,7 @@ _STATUS_TO_PB = {
     ReplicaStatus.OK: ReplicaStatusPB.REPLICA_OK,
     ReplicaStatus.TABLET_NOT_FOUND: ReplicaStatusPB.REPLICA_TABLET_NOT_FOUND,
     ReplicaStatus.TABLET_DELETED: ReplicaStatusPB.REPLICA_TABLET_DELETED,
+    ReplicaStatus.TABLET_FAILED: ReplicaStatusPB.REPLICA_TABLET_FAILED,
 }
 _STATUS_FROM_PB = {v: k for k, v in _STATUS_TO_PB.items()}
 

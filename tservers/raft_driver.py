@@ -583,6 +583,9 @@ class RaftDriver:
                     if g.closed or g.failed:
                         continue
                     g.core.tick()
+                    if g.copy_backoff:  # a peer copied (or gone): its next copy starts afresh
+                        for peer in [u for u in g.copy_backoff if not g.core.peer_needs_copy(u)]:
+                            del g.copy_backoff[peer]
                 dirty[g.tablet_id] = g
             for p in self._peers.values():
                 p.log_refusals()

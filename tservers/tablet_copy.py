@@ -155,6 +155,7 @@ class CopySource:
         self.manager = manager
         self.session_idle_s = session_idle_s
         self._sessions: dict[str, _Session] = {}
+        self._opening = 0  # begins past the cap check, not yet in _sessions
         self._lock = threading.Lock()
         self._reaper: threading.Thread | None = None
         self._closed = threading.Event()
@@ -167,31 +168,44 @@ class CopySource:
         self.expire()
         t = self.manager.tablet(req.tablet_id)
         with self._lock:
-            if len(self._sessions) >= SESSIONS_MAX:
+            # Sessions being opened count too: concurrent begins cannot pass the cap.
+            if len(self._sessions) + self._opening >= SESSIONS_MAX:
                 raise errors.Throttled(f"{SESSIONS_MAX} copy sessions open", retry_after_ms=1000)
-        with t.flush_lock:  # no flush or compaction changes the file set meanwhile
-            with t.lock:
-                sb = SuperblockPB()
-                sb.CopyFrom(t.sb)
-                cm = ConsensusMetaPB()
-                cm.CopyFrom(t.cmeta)
-                t.copy_anchors += 1
-            wal = t.wal
-            with wal.lock:
-                closed = [s.path for s in wal.segments]
-                current = (wal.writer.path, wal.writer.offset) if wal.writer else None
-        files: dict[tuple[str, str], tuple[Path, int]] = {}
-        data_dir = self.manager.fs.data_dir(t.tablet_id)
-        for name in sb.blocks:
-            path = data_dir / name
-            files[("data", name)] = (path, path.stat().st_size)
-        for path in closed:
-            if path.exists():
-                files[("wal", path.name)] = (path, path.stat().st_size)
-        if current is not None:
-            files[("wal", current[0].name)] = current
+            self._opening += 1
+        anchored = False
+        try:
+            with t.flush_lock:  # no flush or compaction changes the file set meanwhile
+                with t.lock:
+                    sb = SuperblockPB()
+                    sb.CopyFrom(t.sb)
+                    cm = ConsensusMetaPB()
+                    cm.CopyFrom(t.cmeta)
+                    t.copy_anchors += 1
+                    anchored = True
+                wal = t.wal
+                with wal.lock:
+                    closed = [s.path for s in wal.segments]
+                    current = (wal.writer.path, wal.writer.offset) if wal.writer else None
+            files: dict[tuple[str, str], tuple[Path, int]] = {}
+            data_dir = self.manager.fs.data_dir(t.tablet_id)
+            for name in sb.blocks:
+                path = data_dir / name
+                files[("data", name)] = (path, path.stat().st_size)
+            for path in closed:
+                if path.exists():
+                    files[("wal", path.name)] = (path, path.stat().st_size)
+            if current is not None:
+                files[("wal", current[0].name)] = current
+        except BaseException:
+            with self._lock:
+                self._opening -= 1
+            if anchored:
+                with t.lock:
+                    t.copy_anchors -= 1
+            raise
         sid = secrets.token_hex(8)
         with self._lock:
+            self._opening -= 1
             self._sessions[sid] = _Session(sid, t, files, time.monotonic())
             if self._reaper is None or not self._reaper.is_alive():
                 self._reaper = threading.Thread(
@@ -311,11 +325,13 @@ class CopyTarget(Protocol):
 
     fs: FsLayout
 
-    def prepare(self, tablet_id: str) -> None:
-        """Before step 1: make way (a READY replica is deleted, or the copy refused)."""
+    def prepare(self, req: StartTabletCopyRequest) -> None:
+        """Before step 1: the checks again, then make way (a READY replica is deleted, or
+        the copy refused)."""
 
-    def begin_copy(self, tablet_id: str) -> None:
-        """Step 1: superblock COPYING, fsynced (the last op id of a tombstone kept)."""
+    def begin_copy(self, req: StartTabletCopyRequest) -> None:
+        """Step 1: superblock COPYING, fsynced (the last op id of a tombstone kept); refused
+        if the replica logged an entry of a term above the caller's."""
 
     def finish_copy(self, tablet_id: str, remote_sb: SuperblockPB) -> None:
         """Steps 5 (superblock READY, fsynced) and 6 (start the replica, if running)."""
@@ -360,13 +376,17 @@ def copy_tablet(
         try:
             job.files_total = len(begin.files)
             job.bytes_total = sum(f.size_bytes for f in begin.files)
-            target.prepare(tid)
-            target.begin_copy(tid)  # 1. superblock COPYING, fsynced
+            target.prepare(req)
+            target.begin_copy(req)  # 1. superblock COPYING, fsynced
             # 2. consensus metadata merged and written before anything is downloaded.
             try:
                 local = fs.read_cmeta(tid)
-            except (FileNotFoundError, MetaFileCorrupt):
-                local = None
+            except FileNotFoundError:
+                local = None  # never hosted here: the source's is adopted
+            except MetaFileCorrupt as e:  # adopting the source's would forget our vote
+                raise errors.TabletFailed(
+                    f"tablet {tid}: consensus metadata unreadable ({e}); repair it first"
+                ) from None
             fs.write_cmeta(merge_cmeta(tid, local, begin.cmeta))
             crash_point("copy.after_cmeta")
             # 3, 4: WAL segments, then data blocks, into emptied directories, as one
@@ -751,14 +771,15 @@ class _LiveTarget:
         self.manager = manager
         self.fs = manager.fs
 
-    def prepare(self, tablet_id: str) -> None:
+    def prepare(self, req: StartTabletCopyRequest) -> None:
         from tservers.tablet.manager import TabletDataState
 
-        if self.manager.data_state(tablet_id) is TabletDataState.READY:
-            self.manager.delete_tablet(tablet_id)
+        check_copy_start(self.manager, req)  # the job may have waited in the queue
+        if self.manager.data_state(req.tablet_id) is TabletDataState.READY:
+            self.manager.delete_tablet(req.tablet_id)
 
-    def begin_copy(self, tablet_id: str) -> None:
-        self.manager.begin_copy(tablet_id)
+    def begin_copy(self, req: StartTabletCopyRequest) -> None:
+        self.manager.begin_copy(req.tablet_id, caller_term=req.caller_term)
 
     def finish_copy(self, tablet_id: str, remote_sb: SuperblockPB) -> None:
         self.manager.finish_copy(tablet_id, remote_sb)
@@ -784,7 +805,8 @@ class OfflineTarget:
                 f"tablet {tablet_id} has an unreadable superblock here ({e}); repair it first"
             ) from e
 
-    def prepare(self, tablet_id: str) -> None:
+    def prepare(self, req: StartTabletCopyRequest) -> None:
+        tablet_id = req.tablet_id
         sb = self.local_superblock(tablet_id)
         if sb is None or sb.data_state != DataState.READY:
             return  # DOES_NOT_EXIST, DELETED, or COPYING from an interrupted copy: redone
@@ -796,7 +818,8 @@ class OfflineTarget:
         last = tombstone_offline(self.fs, sb)
         log.info("tablet %s: local replica tombstoned at %d.%d", tablet_id, last.term, last.index)
 
-    def begin_copy(self, tablet_id: str) -> None:
+    def begin_copy(self, req: StartTabletCopyRequest) -> None:
+        tablet_id = req.tablet_id
         old = self.local_superblock(tablet_id)
         sb = SuperblockPB()
         if old is not None:
@@ -842,6 +865,67 @@ def tombstone_offline(fs: FsLayout, sb: SuperblockPB) -> OpIdPB:
 
 
 # ==================================================================== follower jobs
+_EXPECTED_STATES = {
+    DataState.DATA_STATE_UNKNOWN: "DOES_NOT_EXIST",
+    DataState.DELETED: "DELETED",
+    DataState.READY: "READY",
+}
+
+
+def check_copy_start(manager, req: StartTabletCopyRequest) -> None:
+    """The seed's follower checks after the recipient's (the rpc layer's), in its order:
+    ALREADY_IN_PROGRESS, the expected current state, the caller's term, the last op id.
+    Run when the copy is asked for, and again when its job starts: a queued job may run
+    minutes later, after the replica was created, caught up or voted in a newer term.
+
+    Consensus metadata that an existing replica cannot read is refused (TABLET_FAILED):
+    adopting the source's would forget this replica's vote (seed 000, "amnesia"); the
+    operator repairs it (`tserver cmeta`)."""
+    from tservers.tablet.manager import TabletDataState
+
+    tid = req.tablet_id
+    state = manager.data_state(tid)
+    if state is TabletDataState.COPYING:
+        raise errors.AlreadyInProgress(f"tablet {tid} is already being copied")
+    expected = _EXPECTED_STATES.get(req.expected_state)
+    if expected is None:
+        raise errors.IllegalState(
+            f"tablet {tid}: a copy cannot start from state {req.expected_state}"
+        )
+    if state.name != expected:
+        raise errors.IllegalState(f"tablet {tid} is {state.name}, not {expected}")
+    if state is TabletDataState.DOES_NOT_EXIST:
+        if req.HasField("last_op_id") and (req.last_op_id.term, req.last_op_id.index) != (0, 0):
+            raise errors.IllegalState(f"tablet {tid} does not exist here: it has no last op id")
+        return
+    try:
+        term = manager.fs.read_cmeta(tid).current_term
+    except FileNotFoundError as e:
+        last = manager.last_op_id(tid)
+        if (last.term, last.index) != (0, 0):
+            raise errors.TabletFailed(
+                f"tablet {tid}: consensus metadata missing ({e}) though it logged up to "
+                f"{last.term}.{last.index}; a copy would forget this replica's vote: repair it"
+            ) from None
+        term = 0  # a first copy that crashed before its metadata was written: never voted
+    except (OSError, MetaFileCorrupt) as e:
+        raise errors.TabletFailed(
+            f"tablet {tid}: consensus metadata unreadable ({e}); a copy would forget this "
+            "replica's vote: repair it first"
+        ) from None
+    if req.caller_term < term:
+        raise errors.InvalidTerm(
+            f"caller term {req.caller_term} is below this replica's term {term}"
+        )
+    if req.HasField("last_op_id"):
+        last = manager.last_op_id(tid)
+        if (last.term, last.index) != (req.last_op_id.term, req.last_op_id.index):
+            raise errors.IllegalState(
+                f"tablet {tid}: last op id here is {last.term}.{last.index}, "
+                f"not {req.last_op_id.term}.{req.last_op_id.index}"
+            )
+
+
 class CopyJobs:
     """Follower side: checks, then jobs on one bounded worker thread."""
 
@@ -859,33 +943,14 @@ class CopyJobs:
         self.failed = 0
 
     def start(self, req: StartTabletCopyRequest) -> None:
-        from tservers.tablet.manager import TabletDataState, check_tablet_id
+        from tservers.tablet.manager import check_tablet_id
 
-        m = self.manager
         check_tablet_id(req.tablet_id)
         tid = req.tablet_id
         with self._lock:
             if tid in self._running:
                 raise errors.AlreadyInProgress(f"tablet {tid} is already being copied")
-            state = m.data_state(tid)
-            if state is TabletDataState.COPYING:
-                raise errors.AlreadyInProgress(f"tablet {tid} is already being copied")
-            expected = {
-                DataState.DATA_STATE_UNKNOWN: TabletDataState.DOES_NOT_EXIST,
-                DataState.DELETED: TabletDataState.DELETED,
-                DataState.READY: TabletDataState.READY,
-            }.get(req.expected_state)
-            if expected is not None and state is not expected:
-                raise errors.IllegalState(f"tablet {tid} is {state.name}, not {expected.name}")
-            if state is not TabletDataState.DOES_NOT_EXIST:
-                try:
-                    term = m.fs.read_cmeta(tid).current_term
-                except Exception:  # unreadable: the copy rewrites it
-                    term = 0
-                if req.caller_term < term:
-                    raise errors.InvalidTerm(
-                        f"caller term {req.caller_term} is below this replica's term {term}"
-                    )
+            check_copy_start(self.manager, req)
             job = _Job(req)
             try:
                 self._q.put_nowait(job)
@@ -896,6 +961,11 @@ class CopyJobs:
             self._running.add(tid)
             self._jobs[tid] = job
         log.info("tablet %s: copy from %s queued", tid, req.source_uuid)
+
+    def pending(self, tablet_id: str) -> bool:
+        """A copy of the tablet is queued or running."""
+        with self._lock:
+            return tablet_id in self._running
 
     def jobs(self) -> list[CopyJobPB]:
         with self._lock:
@@ -948,6 +1018,11 @@ class CopyJobs:
         )
 
     def close(self, timeout_s: float = 5.0) -> None:
+        """Cancel the queued and running jobs (a running one stops at its next chunk or
+        throttle step, its replica deleted), then stop the worker."""
+        with self._lock:
+            for job in self._jobs.values():
+                job.cancel = True
         try:
             self._q.put(None, timeout=timeout_s)
         except queue.Full:

@@ -63,6 +63,7 @@ class ReplicaStatusPB(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     REPLICA_OK: _ClassVar[ReplicaStatusPB]
     REPLICA_TABLET_NOT_FOUND: _ClassVar[ReplicaStatusPB]
     REPLICA_TABLET_DELETED: _ClassVar[ReplicaStatusPB]
+    REPLICA_TABLET_FAILED: _ClassVar[ReplicaStatusPB]
 
 class ConfigChangeTypePB(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -106,6 +107,7 @@ IS_NOT_NULL: PredicateOp
 REPLICA_OK: ReplicaStatusPB
 REPLICA_TABLET_NOT_FOUND: ReplicaStatusPB
 REPLICA_TABLET_DELETED: ReplicaStatusPB
+REPLICA_TABLET_FAILED: ReplicaStatusPB
 CONFIG_CHANGE_UNKNOWN: ConfigChangeTypePB
 ADD_SERVER: ConfigChangeTypePB
 REMOVE_SERVER: ConfigChangeTypePB
@@ -610,18 +612,20 @@ class ChangeConfigResponse(_message.Message):
     def __init__(self, committed_config: _Optional[_Union[RaftConfigPB, _Mapping]] = ...) -> None: ...
 
 class StartTabletCopyRequest(_message.Message):
-    __slots__ = ("tablet_id", "source_uuid", "source_address", "caller_term", "expected_state")
+    __slots__ = ("tablet_id", "source_uuid", "source_address", "caller_term", "expected_state", "last_op_id")
     TABLET_ID_FIELD_NUMBER: _ClassVar[int]
     SOURCE_UUID_FIELD_NUMBER: _ClassVar[int]
     SOURCE_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     CALLER_TERM_FIELD_NUMBER: _ClassVar[int]
     EXPECTED_STATE_FIELD_NUMBER: _ClassVar[int]
+    LAST_OP_ID_FIELD_NUMBER: _ClassVar[int]
     tablet_id: str
     source_uuid: str
     source_address: str
     caller_term: int
     expected_state: DataState
-    def __init__(self, tablet_id: _Optional[str] = ..., source_uuid: _Optional[str] = ..., source_address: _Optional[str] = ..., caller_term: _Optional[int] = ..., expected_state: _Optional[_Union[DataState, str]] = ...) -> None: ...
+    last_op_id: OpIdPB
+    def __init__(self, tablet_id: _Optional[str] = ..., source_uuid: _Optional[str] = ..., source_address: _Optional[str] = ..., caller_term: _Optional[int] = ..., expected_state: _Optional[_Union[DataState, str]] = ..., last_op_id: _Optional[_Union[OpIdPB, _Mapping]] = ...) -> None: ...
 
 class StartTabletCopyResponse(_message.Message):
     __slots__ = ()

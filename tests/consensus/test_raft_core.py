@@ -424,6 +424,20 @@ def test_tombstoned_replica_votes_with_last_op_id_and_answers_deleted() -> None:
     assert req.peer_uuid == "c" and req.reason is CopyReason.TABLET_DELETED
 
 
+def test_failed_replica_is_not_copied_over() -> None:
+    """A FAILED replica (corrupt WAL at bootstrap) answers TABLET_FAILED: no copy request
+    (the coordinator replaces it), and it never needs one, whatever it answers next."""
+    c = three()
+    a = _leader_with_committed_term(c)
+    a.step(AppendResponse(T, "c", "a", a.term, success=False, status=ReplicaStatus.TABLET_FAILED))
+    assert not a.peer_needs_copy("c")
+    for _ in range(3 * OPTS.heartbeat_interval_ticks):
+        a.tick()
+    rd = a.ready()
+    assert not rd.copy_requests
+    assert a.role is Role.LEADER
+
+
 def test_does_not_exist_replica_does_not_vote() -> None:
     req = VoteRequest(T, "a", "d", 3, 1, 1)
     resp = missing_replica_response(req, ReplicaStatus.TABLET_NOT_FOUND)

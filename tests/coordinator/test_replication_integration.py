@@ -289,3 +289,73 @@ def test_re_replication_survives_a_coordinator_failover(tmp_path):
             wait_for(lambda: converged(client, "rep", 3, set()), 60, "rep healthy")
             t.refresh()
             assert sorted(t.to_arrow()["id"].to_pylist()) == list(range(1000))
+
+
+def test_failed_replica_on_a_live_server_is_replaced_then_deleted(tmp_path):
+    """A follower's WAL corrupted on disk: restarted, its server is LIVE but its replica is
+    FAILED (it cannot vote, and the tablet leader does not copy over it). The coordinator
+    replaces it like a replica on a dead server, and deletes it once it is out of the config;
+    every acknowledged row stays."""
+    from tservers.fs import FsLayout
+    from tservers.wal import segment as seg
+
+    with local_cluster(tmp_path / "c", coordinators=1, tservers=4) as cluster:
+        with Client(cluster.spec.coordinator_addresses, timeout_s=60) as client:
+            wait_for(lambda: len(client.list_servers()) == 4, 60, "4 tablet servers enlisted")
+            client.create_table("rep", COLUMNS, num_tablets=1, replication_factor=3)
+            wait_for(lambda: converged(client, "rep", 3, set()), 60, "a leader reported")
+            t = client.table("rep")
+            write(client, t, range(0, 600))  # six WAL records at least, no flush
+            tablet = client.tablet_locations("rep").tablets[0]
+            victim_uuid = next(r.server_uuid for r in tablet.replicas if not r.is_leader)
+            servers = {s.uuid: s.address for s in client.list_servers()}
+            i = next(
+                k for k, n in enumerate(cluster.spec.tservers) if n.rpc == servers[victim_uuid]
+            )
+            victim = cluster.spec.tservers[i]
+            cluster.stop(victim)
+            # A flipped bit in the middle of the WAL, records after it: corruption, not a tail.
+            path = seg.list_segments(FsLayout.open(victim.data).wal_dir(tablet.tablet_id))[0][1]
+            contents = seg.read_segment(path, is_last=False)
+            assert len(contents.entries) >= 3
+            data = bytearray(path.read_bytes())
+            data[contents.data_end // 2] ^= 0x10
+            path.write_bytes(bytes(data))
+            cluster.start_tserver(i)
+
+            def victim_report():
+                try:
+                    with TabletServerClient(victim.rpc, victim_uuid, timeout_s=10) as c:
+                        return next(
+                            (
+                                r
+                                for r in c.list_tablets().tablets
+                                if r.tablet_id == tablet.tablet_id
+                            ),
+                            None,
+                        )
+                except RpcError:  # still starting
+                    return None
+
+            def status() -> str:
+                r = victim_report()
+                return r.status if r is not None else ""
+
+            wait_for(lambda: status() == "FAILED", 60, "the replica FAILED at its bootstrap")
+            write(client, t, range(600, 800))  # two live voters of three: a majority
+            wait_for(
+                lambda: converged(client, "rep", 3, {victim_uuid}),
+                CONVERGE_TIMEOUT_S,
+                "the failed replica replaced",
+                interval_s=0.5,
+            )
+            voters = voters_on_servers(client, "rep")[tablet.tablet_id]
+            assert len(voters) == 3 and victim_uuid not in voters, voters
+            wait_for(
+                lambda: status() == "TOMBSTONED",
+                60,
+                "the failed replica deleted (tombstoned) once out of the config",
+                interval_s=0.5,
+            )
+            t.refresh()
+            assert sorted(t.to_arrow()["id"].to_pylist()) == list(range(800))

@@ -208,3 +208,30 @@ def test_note_report_keeps_the_stray_set_current_and_bounded():
     for i in range(STRAYS_MAX + 10):
         note_report(catalog, "x", report(tablet=f"gone-{i}"))
     assert len(catalog.strays) == STRAYS_MAX
+
+
+def test_failed_replica_is_replaced_like_a_dead_one_then_removed():
+    """A replica its server reports FAILED (corrupt WAL, unreadable metadata) on a live server
+    cannot vote or be copied over: it is replaced, then removed."""
+    v = view([("a", True), ("b", True), ("c", True)])
+    failed = frozenset({"c"})
+    assert not is_healthy(v, LIVE4, frozenset(), failed)
+    action = plan(v, LIVE4, {"d": 0}, failed=failed)
+    assert action is not None and (action.kind, action.peer_uuid) == (ADD, "d")
+    v3 = view([("a", True), ("b", True), ("c", True), ("d", True)], index=9)
+    action = plan(v3, LIVE4, {}, failed=failed)
+    assert action is not None and (action.kind, action.peer_uuid) == (REMOVE, "c")
+    v4 = view([("a", True), ("b", True), ("d", True)], index=10)
+    assert plan(v4, LIVE4, {}, failed=failed) is None and is_healthy(v4, LIVE4, frozenset(), failed)
+
+
+def test_note_report_tracks_failed_replicas():
+    catalog = Catalog()
+    catalog.tablets["t1-0"] = TabletInfo("t1-0", "t1", 0, 1, ("a", "b", "c"))
+    catalog.tablet_reports["t1-0"] = leader_report(uuids=("a", "b", "c"))
+    failed = report(index=9)
+    failed.role = "FAILED"
+    note_report(catalog, "c", failed)
+    assert catalog.failed_replicas == {"t1-0": {"c"}}
+    note_report(catalog, "c", report(state="DELETED"))  # deleted since (or repaired)
+    assert catalog.failed_replicas == {}

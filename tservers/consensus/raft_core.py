@@ -353,6 +353,11 @@ class RaftCore:
             ),
         )
 
+    def peer_needs_copy(self, peer: str) -> bool:
+        """This leader's last word from `peer` said it needs a tablet copy."""
+        pr = self._progress.get(peer) if self._role is Role.LEADER else None
+        return pr is not None and pr.needs_copy
+
     # ------------------------------------------------------------------ inputs
 
     def tick(self) -> None:
@@ -1009,6 +1014,8 @@ class RaftCore:
         pr = self._progress.get(msg.sender)
         if pr is None:
             return
+        if msg.status is ReplicaStatus.TABLET_FAILED:
+            return  # as good as unreachable: the coordinator replaces it (no copy over it)
         if msg.status is not ReplicaStatus.OK:
             pr.needs_copy = True
             reason = (

@@ -32,11 +32,16 @@ class EntryType(enum.Enum):
 
 
 class ReplicaStatus(enum.Enum):
-    """What a recipient replica is; non-OK answers make the leader ask for a tablet copy."""
+    """What a recipient replica is; TABLET_NOT_FOUND and TABLET_DELETED answers make the
+    leader ask for a tablet copy."""
 
     OK = "OK"
     TABLET_NOT_FOUND = "TABLET_NOT_FOUND"  # DOES_NOT_EXIST: no superblock
     TABLET_DELETED = "TABLET_DELETED"  # tombstoned
+    # READY but FAILED (bootstrap or runtime): no copy is asked for. Its log cannot be
+    # trusted to vote, so it is not deleted or copied over by the leader; the coordinator
+    # replaces it like a replica on a dead server, then deletes it.
+    TABLET_FAILED = "TABLET_FAILED"
 
 
 class ProposalStatus(enum.Enum):

@@ -208,6 +208,9 @@ class TabletManager:
             if p.uuid != self.fs.uuid and not p.address:
                 raise BadRequest(f"config peer {p.uuid} has no address")
         config.opid_index = -1  # no entry committed it: the initial config
+        if self.copy_jobs is not None and self.copy_jobs.pending(tablet_id):
+            # (Checked again by the job when it starts: the state it expects is gone.)
+            raise IllegalState(f"tablet {tablet_id}: a tablet copy of it is queued or running")
         with self._lock:
             r = self.replicas.get(tablet_id)
             if r is not None and r.status is not TabletStatus.TOMBSTONED:
@@ -294,6 +297,11 @@ class TabletManager:
             r = self.replicas.get(tablet_id)
         if r is not None and r.status is TabletStatus.TOMBSTONED:
             return ReplicaStatus.TABLET_DELETED
+        if r is not None and (
+            r.status is TabletStatus.FAILED
+            or (r.tablet is not None and r.tablet.status is TabletStatus.FAILED)
+        ):
+            return ReplicaStatus.TABLET_FAILED  # no copy over it: see ReplicaStatus
         return ReplicaStatus.TABLET_NOT_FOUND
 
     # ================================================================ delete
@@ -357,9 +365,13 @@ class TabletManager:
         return tombstone_files(self.fs, sb, last)
 
     # ================================================================ copy (step 1)
-    def begin_copy(self, tablet_id: str) -> None:
+    def begin_copy(self, tablet_id: str, caller_term: int = 0) -> None:
         """Follower tablet copy, step 1: superblock COPYING (fsynced). The quarantine path is
-        cleared, the last op id kept. Only DOES_NOT_EXIST or DELETED replicas may start."""
+        cleared, the last op id kept. Only DOES_NOT_EXIST or DELETED replicas may start.
+
+        A tombstone whose last logged entry has a term above `caller_term` (when given) is
+        refused: that entry may be committed, and a leader of an older term cannot have it
+        (a copy would leave this replica with a log that lacks it, and voting)."""
         check_tablet_id(tablet_id)
         with self._lock:
             r = self.replicas.get(tablet_id)
@@ -367,6 +379,14 @@ class TabletManager:
                 raise IllegalState(f"tablet {tablet_id} is already copying")
             if r is not None and r.status is not TabletStatus.TOMBSTONED:
                 raise IllegalState(f"tablet {tablet_id} is {r.status.value}; delete it first")
+            if r is not None and r.sb is not None and caller_term:
+                last = r.sb.last_op_id
+                if last.term > caller_term:
+                    raise IllegalState(
+                        f"tablet {tablet_id}: its last logged entry {last.term}.{last.index} "
+                        f"is of a term above the caller's ({caller_term}); refusing a copy "
+                        "from an older leader"
+                    )
             if r is not None:
                 self.driver.remove_group(tablet_id)  # the tombstone's vote-only core
             sb = SuperblockPB()
@@ -401,7 +421,14 @@ class TabletManager:
         if r is None or r.status is not TabletStatus.COPYING or r.sb is None:
             return
         with r.lock:
-            sb = self._delete_from_step2(r.sb, r.sb.last_op_id)
+            try:
+                sb = self._delete_from_step2(r.sb, r.sb.last_op_id)
+            except BaseException as e:
+                # Not COPYING for ever (every copy request would be ALREADY_IN_PROGRESS):
+                # FAILED, which a restart rolls forward (COPYING at startup is deleted).
+                r.status = TabletStatus.FAILED
+                r.error = f"cleaning up a failed copy: {type(e).__name__}: {e}"
+                raise
             r.sb = sb
             r.status = TabletStatus.TOMBSTONED
             self._start_tombstone(sb)
