@@ -393,9 +393,9 @@ class ReplicationManager:
                 report = self.catalog.tablet_reports.get(tablet_id)
             if view is None or report is None:
                 response.unknown += 1  # no leader report yet
-            elif is_healthy(
-                view, live, retiring, failed.get(tablet_id, frozenset())
-            ) and not any(k[0] == tablet_id for k in moves):
+            elif is_healthy(view, live, retiring, failed.get(tablet_id, frozenset())) and not any(
+                k[0] == tablet_id for k in moves
+            ):
                 # Member types not learnt count as VOTER: with as many members as the
                 # factor, a NON_VOTER among them is only being promoted.
                 response.healthy_tablets += 1
