@@ -28,6 +28,8 @@ from rpc.addresses import free_port
 
 STATE_FILE = "cluster.json"
 READY_TIMEOUT_S_DEFAULT = 120.0
+NEW_COORDINATORS = 3  # `local-cluster up` of a new cluster without counts
+NEW_TSERVERS = 3
 STOP_TIMEOUT_S = 15.0
 
 
@@ -346,8 +348,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="lc_command", required=True, metavar="{up,down,status}")
     up = sub.add_parser("up", help="start (or restart) the cluster and wait until it is ready")
     up.add_argument("--dir", type=Path, required=True, help="folder for data, logs, cluster.json")
-    up.add_argument("--coordinators", type=int, default=3)
-    up.add_argument("--tservers", type=int, default=3)
+    up.add_argument(
+        "--coordinators",
+        type=int,
+        default=None,
+        help="coordinator nodes of a new cluster (default 3; an existing one keeps its own)",
+    )
+    up.add_argument(
+        "--tservers",
+        type=int,
+        default=None,
+        help="tablet servers of a new cluster (default 3; an existing one keeps its own)",
+    )
     up.add_argument("--lease-timeout-s", type=float, default=1.5)
     up.add_argument("--wipe", action="store_true", help="delete an existing cluster in --dir first")
     up.add_argument("--timeout-s", type=float, default=READY_TIMEOUT_S_DEFAULT)
@@ -364,7 +376,13 @@ def run(args) -> int:
     if args.lc_command == "up":
         if args.wipe:
             _wipe(root)
-        cluster = LocalCluster.create(root, args.coordinators, args.tservers, args.lease_timeout_s)
+        existing = ClusterSpec.load(root)
+        coordinators, tservers = args.coordinators, args.tservers
+        if coordinators is None:  # restarting an existing cluster needs no counts
+            coordinators = len(existing.coordinators) if existing else NEW_COORDINATORS
+        if tservers is None:
+            tservers = len(existing.tservers) if existing else NEW_TSERVERS
+        cluster = LocalCluster.create(root, coordinators, tservers, args.lease_timeout_s)
         started = time.monotonic()
         bar = _progress(len(cluster.spec.tservers))
         try:

@@ -58,6 +58,12 @@ def test_operator_session(tmp_path):
         os.kill(victim.pid, signal.SIGKILL)
         sick = cli("status", *c, check=1)
         assert "UNHEALTHY" in sick.stdout and victim.rpc in sick.stdout
+        # `up` again, without counts: the cluster in --dir restarts what is down, as it is.
+        again = cli("local-cluster", "up", "--dir", str(root))
+        assert f"coordinators: {coordinators}" in again.stdout
+        assert cli("local-cluster", "status", "--dir", str(root)).stdout.count(" up ") == 5
+        other = cli("local-cluster", "up", "--dir", str(root), "--tservers", "3", check=1)
+        assert "holds a cluster of 3 coordinator(s) and 2 tablet server(s)" in other.stderr
 
         summary = cli("log", "--data-dir", spec.coordinators[0].data, "--summary")
         assert "create_table" in summary.stdout
