@@ -167,7 +167,13 @@ def check_cluster(addresses: list[str], timeout_s: float) -> ClusterCheck:
         ]
         for s in servers:
             if s.state != "LIVE":
-                result.problem(f"tablet server {s.uuid} ({s.address}) is {s.state}")
+                hint = ""
+                if s.state == "DOWN" and s.replicas == 0:
+                    hint = (
+                        "; it hosts no replica any more: restart it, or forget it with "
+                        f"`coordinator remove-tserver {s.uuid}` once it is gone for good"
+                    )
+                result.problem(f"tablet server {s.uuid} ({s.address}) is {s.state}{hint}")
         reports = _tablet_reports(servers, timeout_s)
         for summary in meta.list_tables():
             result.tables.append(_check_table(meta, summary, reports, result))

@@ -193,6 +193,12 @@ def test_retire_stop_remove_tserver(cluster: LocalCluster):
     assert cli("drop-table", "pending", *c).returncode == 0
     out = cli("status", *c)
     assert out.returncode == 1 and f"{uuid} ({victim.rpc}) is DOWN" in out.stdout
+    # Hosting nothing (once the drop is applied), it is named with the way to forget it.
+    wait_for(
+        lambda: f"`coordinator remove-tserver {uuid}`" in cli("status", *c).stdout,
+        30,
+        "status naming remove-tserver for a DOWN server with no replica",
+    )
 
     out = cli("remove-tserver", uuid, *c)
     assert out.returncode == 0, out.stderr
