@@ -558,6 +558,8 @@ def cmd_replication(args) -> int:
             "retiring": list(st.retiring), "changes_sent": st.changes_sent,
             "changes_refused": st.changes_refused, "strays": st.strays,
             "strays_deleted": st.strays_deleted,
+            "unhealthy": [{"tablet_id": u.tablet_id, "table": u.table_name, "reason": u.reason}
+                          for u in st.unhealthy],
         }))  # fmt: skip
     else:
         print(
@@ -567,6 +569,11 @@ def cmd_replication(args) -> int:
             f"{len(st.retiring)}; config changes sent {st.changes_sent}, refused "
             f"{st.changes_refused}; stray replicas {st.strays}, deleted {st.strays_deleted}"
         )
+        for u in st.unhealthy:
+            print(f"  {u.tablet_id} ({u.table_name or '?'}): {u.reason}")
+        shown = len(st.unhealthy)
+        if shown < st.under_replicated + st.unknown:
+            print(f"  ... and {st.under_replicated + st.unknown - shown} more")
     return 0 if st.under_replicated == 0 and st.unknown == 0 else 1
 
 

@@ -612,7 +612,7 @@ class ReplicaMove(_message.Message):
     def __init__(self, tablet_id: _Optional[str] = ..., from_uuid: _Optional[str] = ..., to_uuid: _Optional[str] = ...) -> None: ...
 
 class ReplicationStatusResponse(_message.Message):
-    __slots__ = ("tablets", "healthy_tablets", "under_replicated", "unknown", "moves", "retiring", "changes_sent", "changes_refused", "strays", "strays_deleted")
+    __slots__ = ("tablets", "healthy_tablets", "under_replicated", "unknown", "moves", "retiring", "changes_sent", "changes_refused", "strays", "strays_deleted", "unhealthy")
     TABLETS_FIELD_NUMBER: _ClassVar[int]
     HEALTHY_TABLETS_FIELD_NUMBER: _ClassVar[int]
     UNDER_REPLICATED_FIELD_NUMBER: _ClassVar[int]
@@ -623,6 +623,7 @@ class ReplicationStatusResponse(_message.Message):
     CHANGES_REFUSED_FIELD_NUMBER: _ClassVar[int]
     STRAYS_FIELD_NUMBER: _ClassVar[int]
     STRAYS_DELETED_FIELD_NUMBER: _ClassVar[int]
+    UNHEALTHY_FIELD_NUMBER: _ClassVar[int]
     tablets: int
     healthy_tablets: int
     under_replicated: int
@@ -633,4 +634,15 @@ class ReplicationStatusResponse(_message.Message):
     changes_refused: int
     strays: int
     strays_deleted: int
-    def __init__(self, tablets: _Optional[int] = ..., healthy_tablets: _Optional[int] = ..., under_replicated: _Optional[int] = ..., unknown: _Optional[int] = ..., moves: _Optional[_Iterable[_Union[ReplicaMove, _Mapping]]] = ..., retiring: _Optional[_Iterable[str]] = ..., changes_sent: _Optional[int] = ..., changes_refused: _Optional[int] = ..., strays: _Optional[int] = ..., strays_deleted: _Optional[int] = ...) -> None: ...
+    unhealthy: _containers.RepeatedCompositeFieldContainer[UnhealthyTablet]
+    def __init__(self, tablets: _Optional[int] = ..., healthy_tablets: _Optional[int] = ..., under_replicated: _Optional[int] = ..., unknown: _Optional[int] = ..., moves: _Optional[_Iterable[_Union[ReplicaMove, _Mapping]]] = ..., retiring: _Optional[_Iterable[str]] = ..., changes_sent: _Optional[int] = ..., changes_refused: _Optional[int] = ..., strays: _Optional[int] = ..., strays_deleted: _Optional[int] = ..., unhealthy: _Optional[_Iterable[_Union[UnhealthyTablet, _Mapping]]] = ...) -> None: ...
+
+class UnhealthyTablet(_message.Message):
+    __slots__ = ("tablet_id", "table_name", "reason")
+    TABLET_ID_FIELD_NUMBER: _ClassVar[int]
+    TABLE_NAME_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    tablet_id: str
+    table_name: str
+    reason: str
+    def __init__(self, tablet_id: _Optional[str] = ..., table_name: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...

@@ -166,6 +166,42 @@ def plan(
     return None
 
 
+def unhealthy_reason(
+    view: TabletView | None,
+    live: frozenset[str],
+    retiring: frozenset[str],
+    failed: frozenset[str] = frozenset(),
+    move: Move | None = None,
+) -> str | None:
+    """Why a tablet is not healthy, for an operator (pure); None if it is. `view` None: no
+    leader has reported it yet."""
+    if view is None:
+        return "no report from a leader of it yet"
+    parts = []
+    good_voters = 0
+    for m in view.members:
+        short = m.uuid[:12]
+        if m.uuid in failed:
+            parts.append(f"replica on {short} FAILED")
+        elif m.uuid not in live:
+            parts.append(f"{'voter' if m.voter else 'NON_VOTER'} on {short}, a DOWN server")
+        elif m.uuid in retiring:
+            parts.append(f"replica on {short}, a server being retired")
+        elif move is not None and m.uuid == move.from_uuid:
+            parts.append(
+                f"replica on {short} being moved to {move.to_uuid[:12] or 'another server'}"
+            )
+        elif not m.voter:
+            parts.append(f"NON_VOTER on {short} being copied, then promoted")
+        else:
+            good_voters += 1
+    if good_voters != view.replication_factor or parts:
+        parts.append(f"{good_voters} good voters of {view.replication_factor}")
+    if not parts and move is not None:
+        parts.append(f"a move off {move.from_uuid[:12]} requested")
+    return "; ".join(parts) if parts else None
+
+
 def is_healthy(
     view: TabletView,
     live: frozenset[str],
@@ -192,6 +228,7 @@ def view_of(
 
 ORPHAN = -1  # a stray whose tablet the catalog no longer knows: deleted without a CAS
 STRAYS_MAX = 10_000
+UNHEALTHY_LISTED_MAX = 100  # tablets named in ReplicationStatus (the counts cover all)
 
 
 def stray_of(
@@ -388,19 +425,33 @@ class ReplicationManager:
         with self.catalog.lock:
             live = frozenset(s.uuid for s in self.catalog.live_servers())
             response.tablets = sum(len(t.tablet_ids) for t in self.catalog.tables.values())
-        for tablet_id, view in views.items():
+        moves_by_tablet: dict[str, Move] = {}
+        for m in moves.values():
+            moves_by_tablet.setdefault(m.tablet_id, m)
+        for tablet_id, view in sorted(views.items()):
             with self.catalog.lock:
                 report = self.catalog.tablet_reports.get(tablet_id)
+                info = self.catalog.tablets.get(tablet_id)
+                table = self.catalog.tables.get(info.table_id) if info is not None else None
+            tablet_failed = failed.get(tablet_id, frozenset())
+            move = moves_by_tablet.get(tablet_id)
             if view is None or report is None:
                 response.unknown += 1  # no leader report yet
-            elif is_healthy(view, live, retiring, failed.get(tablet_id, frozenset())) and not any(
-                k[0] == tablet_id for k in moves
-            ):
+                view = None
+            elif is_healthy(view, live, retiring, tablet_failed) and move is None:
                 # Member types not learnt count as VOTER: with as many members as the
                 # factor, a NON_VOTER among them is only being promoted.
                 response.healthy_tablets += 1
+                continue
             else:
                 response.under_replicated += 1
+            if len(response.unhealthy) < UNHEALTHY_LISTED_MAX:
+                response.unhealthy.add(
+                    tablet_id=tablet_id,
+                    table_name=table.name if table is not None else "",
+                    reason=unhealthy_reason(view, live, retiring, tablet_failed, move)
+                    or "being repaired",
+                )
         for m in moves.values():
             response.moves.add(tablet_id=m.tablet_id, from_uuid=m.from_uuid, to_uuid=m.to_uuid)
         response.retiring.extend(sorted(retiring))

@@ -188,6 +188,21 @@ def test_retire_stop_remove_tserver(cluster: LocalCluster):
     assert every["tablets"] == every["healthy"] + every["under_replicated"] + every["unknown"]
 
     wait_for(lambda: _servers(c)[uuid]["state"] == "DOWN", 60, "the stopped server down")
+    # Each tablet of `pending` is named with why it is under-replicated (nowhere to go).
+
+    def pending_reasons() -> dict[str, str]:
+        unhealthy = _replication(c)["unhealthy"]
+        return {u["tablet_id"]: u["reason"] for u in unhealthy if u["table"] == "pending"}
+
+    def reported() -> dict[str, str] | None:  # once both tablets' leaders have reported
+        r = pending_reasons()
+        return r if len(r) == 2 and "no report from a leader of it yet" not in r.values() else None
+
+    reasons = wait_for(reported, 30, "reasons given")
+    for reason in reasons.values():
+        assert f"voter on {uuid[:12]}, a DOWN server; 2 good voters of 3" == reason, reasons
+    text = cli("replication", *c)
+    assert text.returncode == 1 and "(pending): voter on" in text.stdout, text.stdout
     # Its replica of `pending` (rf 3 on two live servers) cannot be replaced: drop it, so that
     # only the server stands between the cluster and health.
     assert cli("drop-table", "pending", *c).returncode == 0

@@ -20,6 +20,7 @@ from coordinator.replication import (
     note_report,
     plan,
     stray_of,
+    unhealthy_reason,
 )
 from rpc.errors import AlreadyInProgress, BadRequest
 from tests.coordinator.test_ops import LOG, Log, create_req
@@ -235,3 +236,31 @@ def test_note_report_tracks_failed_replicas():
     assert catalog.failed_replicas == {"t1-0": {"c"}}
     note_report(catalog, "c", report(state="DELETED"))  # deleted since (or repaired)
     assert catalog.failed_replicas == {}
+
+
+def test_unhealthy_reasons_name_the_members_and_the_count():
+    live = frozenset({"a", "b", "d"})
+    v = view([("a", True), ("b", True), ("c", True)])
+    assert (
+        unhealthy_reason(view([("a", True), ("b", True), ("d", True)]), live, frozenset()) is None
+    )
+    assert unhealthy_reason(None, live, frozenset()) == "no report from a leader of it yet"
+    assert unhealthy_reason(v, live, frozenset()) == "voter on c, a DOWN server; 2 good voters of 3"
+    v4 = view([("a", True), ("b", True), ("c", True), ("d", False)])
+    assert unhealthy_reason(v4, live, frozenset()) == (
+        "voter on c, a DOWN server; NON_VOTER on d being copied, then promoted; 2 good voters of 3"
+    )
+    healthy = view([("a", True), ("b", True), ("d", True)])
+    assert unhealthy_reason(healthy, live, frozenset(), frozenset({"b"})) == (
+        "replica on b FAILED; 2 good voters of 3"
+    )
+    assert unhealthy_reason(healthy, live, frozenset({"d"})) == (
+        "replica on d, a server being retired; 2 good voters of 3"
+    )
+    assert unhealthy_reason(healthy, live, frozenset(), move=Move("t1-0", "b", "e")) == (
+        "replica on b being moved to e; 2 good voters of 3"
+    )
+    # More voters than the factor (after set-replication down).
+    assert unhealthy_reason(healthy, live, frozenset()) is None
+    assert unhealthy_reason(view([("a", True), ("b", True), ("d", True)], rf=2), live,
+                            frozenset()) == "3 good voters of 2"  # fmt: skip
