@@ -189,7 +189,9 @@ def to_spark_batch(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
 
 def to_table_batch(batch: pa.RecordBatch, table_schema: pa.Schema) -> pa.RecordBatch:
     """A batch from Spark shaped for the table: the batch's columns, cast (safely) to the
-    table's column types; timestamps with a zone become UTC without a zone."""
+    table's column types (a column with values that do not fit is left uncast: the
+    session refuses those rows one by one); timestamps with a zone become UTC without a
+    zone."""
     arrays = []
     names = []
     for name in batch.schema.names:
@@ -199,7 +201,12 @@ def to_table_batch(batch: pa.RecordBatch, table_schema: pa.Schema) -> pa.RecordB
         target = table_schema.field(index).type
         array = batch.column(batch.schema.get_field_index(name))
         if array.type != target:
-            array = array.cast(target, safe=True)
+            try:
+                array = array.cast(target, safe=True)
+            except pa.ArrowInvalid:
+                # Some values do not fit (an overflow, a bad string): left as they are, so
+                # that the session names those rows as row errors and writes the others.
+                pass
         arrays.append(array)
         names.append(name)
     return pa.RecordBatch.from_arrays(arrays, names=names)

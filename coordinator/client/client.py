@@ -82,6 +82,9 @@ OP_NAMES = {
 }
 # A write answered with one of these was refused because of its rows, not its destination.
 ROW_ERRORS = (errors.AlreadyExists, errors.NotFound, errors.BadRequest)
+# Rows of one write call that may be refused as not fitting the table (row errors); beyond,
+# the whole call is refused (BadRequest): the input itself is wrong.
+ROWS_REFUSED_MAX = 100
 # ...and with one of these, the destination was wrong or gone: refresh locations, try again.
 LOCATION_ERRORS = (
     errors.NotLeader,
@@ -316,10 +319,15 @@ class Table:
         with self._lock:
             return self._by_bucket[bucket]
 
-    def as_arrow(self, rows) -> pa.Table:
-        """Rows (Arrow table/batch or list of dicts) as an Arrow table of this table's types."""
+    def fit(self, rows) -> tuple[pa.Table, list[tuple[dict, str]]]:
+        """Rows (Arrow table/batch or list of dicts) as an Arrow table of this table's types,
+        and the rows that do not fit, each with why (a null in a non-nullable or key column,
+        a value its column's type cannot hold). A column the table does not have, or a column
+        of a type that cannot be cast at all, fails the whole call (BadRequest); so do more
+        than ROWS_REFUSED_MAX rows that do not fit (the input is wrong, not a few rows)."""
         if isinstance(rows, pa.RecordBatch):
             rows = pa.Table.from_batches([rows])
+        refused: list[tuple[dict, str]] = []
         if isinstance(rows, pa.Table):
             fields = []
             for name in rows.column_names:
@@ -327,22 +335,74 @@ class Table:
                     raise errors.BadRequest(f"table {self.name} has no column {name!r}")
                 fields.append(self.arrow_schema.field(name))
             target = pa.schema(fields)
-            if rows.schema.equals(target, check_metadata=False):
-                return rows
+            parts = self._fit_arrow(rows, target, refused)
+        else:
+            rows = list(rows)
+            given = set().union(*rows) if rows else set()
+            unknown = given - set(self.arrow_schema.names)
+            if unknown:
+                raise errors.BadRequest(f"table {self.name} has no column(s) {sorted(unknown)}")
+            target = pa.schema([f for f in self.arrow_schema if f.name in given])
+            parts = [
+                fitted
+                for part in self._fit_dicts(rows, target, refused)
+                for fitted in self._fit_arrow(part, target, refused)
+            ]
+        if not parts:
+            return target.empty_table(), refused
+        return (parts[0] if len(parts) == 1 else pa.concat_tables(parts)), refused
+
+    def _refuse(self, refused: list, row: dict, why: str) -> None:
+        refused.append((row, why))
+        if len(refused) > ROWS_REFUSED_MAX:
+            raise errors.BadRequest(
+                f"more than {ROWS_REFUSED_MAX} rows do not fit table {self.name}, e.g. "
+                f"{refused[0][0]}: {refused[0][1]}"
+            )
+
+    def _fit_arrow(self, data: pa.Table, target: pa.Schema, refused: list) -> list[pa.Table]:
+        """`data` cast to `target`, in parts: the rows that do not fit are found by halving
+        (a few casts per refused row) and left out, into `refused`."""
+        why = next(
+            (
+                f"column {f.name!r} is null, which it cannot be"
+                for f in target
+                if not f.nullable and data.column(f.name).null_count
+            ),
+            None,
+        )
+        if why is None:
+            if data.schema.equals(target, check_metadata=False):
+                return [data]
             try:
-                return rows.cast(target)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as exc:
+                return [data.cast(target)]
+            except pa.ArrowNotImplementedError as exc:  # the column's type, not a row
                 raise errors.BadRequest(f"rows do not fit table {self.name}: {exc}") from None
-        rows = list(rows)
-        given = set().union(*rows) if rows else set()
-        unknown = given - set(self.arrow_schema.names)
-        if unknown:
-            raise errors.BadRequest(f"table {self.name} has no column(s) {sorted(unknown)}")
-        target = pa.schema([f for f in self.arrow_schema if f.name in given])
+            except (pa.ArrowInvalid, ValueError) as exc:
+                why = str(exc)
+        if data.num_rows <= 1:
+            if data.num_rows:
+                self._refuse(refused, data.to_pylist()[0], why)
+            return []
+        half = data.num_rows // 2
+        return self._fit_arrow(data.slice(0, half), target, refused) + self._fit_arrow(
+            data.slice(half), target, refused
+        )
+
+    def _fit_dicts(self, rows: list[dict], target: pa.Schema, refused: list) -> list[pa.Table]:
+        """Dicts as Arrow tables of `target`'s types; the dicts that cannot be converted are
+        found by halving and left out, into `refused`."""
         try:
-            return pa.Table.from_pylist(rows, schema=target)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as exc:
-            raise errors.BadRequest(f"rows do not fit table {self.name}: {exc}") from None
+            return [pa.Table.from_pylist(rows, schema=target)]
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as exc:
+            if len(rows) <= 1:
+                if rows:
+                    self._refuse(refused, rows[0], str(exc))
+                return []
+        half = len(rows) // 2
+        return self._fit_dicts(rows[:half], target, refused) + self._fit_dicts(
+            rows[half:], target, refused
+        )
 
     # -- scans -------------------------------------------------------------------------
 
@@ -505,23 +565,38 @@ class Session:
         self._apply(table, OpType.UPDATE, rows)
 
     def delete(self, table: Table, rows) -> None:
-        data = table.as_arrow(rows)
-        if data.num_rows == 0:
-            return  # as an empty insert or upsert
-        missing = [k for k in table.key_columns if k not in data.column_names]
-        if missing:
-            raise errors.BadRequest(f"a delete needs the key column(s) {missing}")
-        self._apply(table, OpType.DELETE, data.select(table.key_columns))
+        # Only the key is read: other columns' values are neither checked nor sent.
+        keys = table.key_columns
+        if isinstance(rows, pa.RecordBatch):
+            rows = pa.Table.from_batches([rows])
+        if isinstance(rows, pa.Table):
+            missing = [k for k in keys if k not in rows.column_names]
+            if missing and rows.num_rows:
+                raise errors.BadRequest(f"a delete needs the key column(s) {missing}")
+            rows = rows.select([k for k in keys if k in rows.column_names])
+        else:
+            rows = list(rows)
+            missing = sorted({k for r in rows for k in keys if k not in r})
+            if missing:
+                raise errors.BadRequest(f"a delete needs the key column(s) {missing}")
+            rows = [{k: r[k] for k in keys} for r in rows]
+        self._apply(table, OpType.DELETE, rows)
 
     def _apply(self, table: Table, op: int, rows) -> None:
         if self._closed:
             raise errors.IllegalState("the session is closed")
-        data = table.as_arrow(rows)
+        data, refused = table.fit(rows)
+        missing = [k for k in table.key_columns if k not in data.column_names]
+        if missing and (data.num_rows or refused):
+            raise errors.BadRequest(f"rows lack the key column(s) {missing}")
+        for row, why in refused:  # row errors, as the server's refusals are
+            self.errors.append(
+                RowError(
+                    OP_NAMES[op], row, "BAD_REQUEST", f"does not fit table {table.name}: {why}"
+                )
+            )
         if data.num_rows == 0:
             return
-        missing = [k for k in table.key_columns if k not in data.column_names]
-        if missing:
-            raise errors.BadRequest(f"rows lack the key column(s) {missing}")
         full = []
         for tablet, part in _split_by_tablet(table, data):
             pending = self._pending.setdefault((table.name, tablet.tablet_id), _Pending(table))

@@ -89,9 +89,45 @@ def test_bad_rows_are_refused_before_sending(client):
             s.insert(t, [{"id": 1, "nope": 2}])
         with pytest.raises(errors.BadRequest, match="key column"):
             s.insert(t, [{"name": "no key"}])
-        with pytest.raises(errors.BadRequest):
-            s.insert(t, [{"id": "not a number", "name": "x"}])
+        with pytest.raises(errors.BadRequest, match="no column"):
+            s.insert(t, pa.table({"id": [1], "nope": [2]}))
     assert t.count() == 0
+
+
+def test_rows_that_do_not_fit_are_row_errors_the_others_written(client):
+    """A value its column cannot hold, or a null where none may be, refuses that row alone
+    (as the tablet servers' refusals do), whether the rows come as dicts or as Arrow."""
+    client.create_table("fit_t", COLUMNS, num_tablets=2)
+    t = client.table("fit_t")
+    with client.new_session() as s:
+        s.insert(t, [{"id": 1, "name": "a"}, {"id": "not a number", "name": "x"},
+                     {"id": 2, "name": None}, {"id": 3, "name": "c"}])  # fmt: skip
+        s.insert(t, pa.table({
+            "id": pa.array([10, 11, None, 13, 2**63 - 1], pa.int64()),
+            "name": ["j", None, "l", "m", "n"],
+            "score": pa.array([1.0, 2.0, 3.0, 4.0, 5.0]),
+        }))  # fmt: skip
+        s.upsert(t, pa.table({"id": pa.array([20, 21], pa.uint64()),
+                              "name": ["u", "v"]}))  # fmt: skip
+        s.upsert(t, pa.table({"id": pa.array([2**64 - 1], pa.uint64()), "name": ["big"]}))
+        s.delete(t, [{"id": 3, "name": "not checked in a delete"}])
+    refused = sorted((str(e.row["id"]), e.status, e.message) for e in s.errors)
+    assert [(r[0], r[1]) for r in refused] == [
+        ("11", "BAD_REQUEST"),
+        ("18446744073709551615", "BAD_REQUEST"),
+        ("2", "BAD_REQUEST"),
+        ("None", "BAD_REQUEST"),
+        ("not a number", "BAD_REQUEST"),
+    ], refused
+    assert all("does not fit table fit_t" in r[2] for r in refused)
+    assert "column 'name' is null, which it cannot be" in dict((r[0], r[2]) for r in refused)["11"]
+    assert sorted(t.to_arrow()["id"].to_pylist()) == [1, 10, 13, 20, 21, 2**63 - 1]
+    # More rows that do not fit than a few: the input is wrong, the call refused whole.
+    with client.new_session() as s:
+        with pytest.raises(errors.BadRequest, match="more than 100 rows do not fit"):
+            s.insert(t, pa.table({"id": pa.array(range(1000, 1200)), "name": [None] * 200}))
+        assert s.pending_rows() == 0
+    assert t.count() == 6
 
 
 @pytest.mark.parametrize(

@@ -243,6 +243,18 @@ def test_write_with_a_bad_row_fails_clearly(spark, cluster, client):
     # Rows of the failed task that were fine were written: there is no rollback.
     assert {r.k for r in _read(spark, cluster, "strict").collect()} == {1, 2, 3, 4}
 
+    # A value its column cannot hold, a null where none may be: those rows are named, the
+    # task fails, the task's other rows are written.
+    client.create_table("narrow", [Column("k", "int64", key=True), Column("n", "int32")])
+    odd = spark.createDataFrame([(1, 5), (2, 2**40), (3, None), (4, 7)], "k long, n long")
+    with pytest.raises(Exception) as info:
+        _write(odd.coalesce(1), cluster, "narrow", "insert")
+    text = str(info.value)
+    assert "2 row(s) failed to insert into table 'narrow'" in text, text
+    assert "'k': 2" in text and "not in range" in text, text
+    assert "'k': 3" in text and "column 'n' is null" in text, text
+    assert {r.k for r in _read(spark, cluster, "narrow").collect()} == {1, 4}
+
     with pytest.raises(Exception, match="not in the table"):
         _write(spark.createDataFrame([(9, 1)], "k long, zz int"), cluster, "strict")
     with pytest.raises(Exception, match="lacks key column"):
