@@ -270,11 +270,19 @@ def test_wiped_tserver_rejoins_as_a_new_server_at_its_address(tmp_path):
                 ]
                 assert hosted, "the new server received no replica"
                 with TabletServerClient(address, new_uuid, timeout_s=10) as ts:
-                    reports = {r.tablet_id: r for r in ts.list_tablets().tablets}
-                for tablet_id in hosted:
-                    r = reports[tablet_id]
-                    assert r.status == "RUNNING" and r.applied_index > 0, r
-                    assert old_uuid not in {p.uuid for p in r.committed_config.peers}
+
+                    def caught_up() -> dict | None:
+                        # The removal of the old UUID is committed at the leader (converged);
+                        # a follower learns that commit with the leader's next message.
+                        reports = {r.tablet_id: r for r in ts.list_tablets().tablets}
+                        for tablet_id in hosted:
+                            r = reports[tablet_id]
+                            assert r.status == "RUNNING" and r.applied_index > 0, r
+                            if old_uuid in {p.uuid for p in r.committed_config.peers}:
+                                return None
+                        return reports
+
+                    wait_for(caught_up, 30, "the new server's replicas without the old UUID")
                 # Requests for the old UUID reached the new server and were refused.
                 log_text = (cluster.log_dir / f"{node.name}.log").read_text(errors="replace")
                 assert f"not {old_uuid}" in log_text
