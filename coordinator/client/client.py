@@ -570,24 +570,24 @@ class Session:
         if isinstance(rows, pa.RecordBatch):
             rows = pa.Table.from_batches([rows])
         if isinstance(rows, pa.Table):
-            missing = [k for k in keys if k not in rows.column_names]
-            if missing and rows.num_rows:
-                raise errors.BadRequest(f"a delete needs the key column(s) {missing}")
             rows = rows.select([k for k in keys if k in rows.column_names])
         else:
-            rows = list(rows)
-            missing = sorted({k for r in rows for k in keys if k not in r})
-            if missing:
-                raise errors.BadRequest(f"a delete needs the key column(s) {missing}")
-            rows = [{k: r[k] for k in keys} for r in rows]
+            rows = [{k: r[k] for k in keys if k in r} for r in rows]
         self._apply(table, OpType.DELETE, rows)
 
     def _apply(self, table: Table, op: int, rows) -> None:
         if self._closed:
             raise errors.IllegalState("the session is closed")
+        if isinstance(rows, pa.Table | pa.RecordBatch):
+            given = rows.num_rows
+        else:
+            rows = list(rows)
+            given = len(rows)
+        if not given:
+            return  # nothing to write (an empty delete too)
         data, refused = table.fit(rows)
         missing = [k for k in table.key_columns if k not in data.column_names]
-        if missing and (data.num_rows or refused):
+        if missing:
             raise errors.BadRequest(f"rows lack the key column(s) {missing}")
         for row, why in refused:  # row errors, as the server's refusals are
             self.errors.append(

@@ -128,6 +128,13 @@ def test_rows_that_do_not_fit_are_row_errors_the_others_written(client):
             s.insert(t, pa.table({"id": pa.array(range(1000, 1200)), "name": [None] * 200}))
         assert s.pending_rows() == 0
     assert t.count() == 6
+    with client.new_session() as s:
+        s.delete(t, [{"id": 1, "name": "not read"}, {"name": "no key"}])  # that row alone
+        with pytest.raises(errors.BadRequest, match="key column"):
+            s.delete(t, [{"name": "no key"}])
+        s.delete(t, [])
+    assert [(e.op, e.row, e.status) for e in s.errors] == [("delete", {"id": None}, "BAD_REQUEST")]
+    assert t.count() == 5
 
 
 @pytest.mark.parametrize(
