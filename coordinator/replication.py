@@ -202,6 +202,14 @@ def unhealthy_reason(
     return "; ".join(parts) if parts else None
 
 
+def by_tablet(moves: dict[tuple[str, str], Move]) -> dict[str, Move]:
+    """One pending move per tablet (the first requested)."""
+    out: dict[str, Move] = {}
+    for m in moves.values():
+        out.setdefault(m.tablet_id, m)
+    return out
+
+
 def is_healthy(
     view: TabletView,
     live: frozenset[str],
@@ -425,9 +433,7 @@ class ReplicationManager:
         with self.catalog.lock:
             live = frozenset(s.uuid for s in self.catalog.live_servers())
             response.tablets = sum(len(t.tablet_ids) for t in self.catalog.tables.values())
-        moves_by_tablet: dict[str, Move] = {}
-        for m in moves.values():
-            moves_by_tablet.setdefault(m.tablet_id, m)
+        moves_by_tablet = by_tablet(moves)
         for tablet_id, view in sorted(views.items()):
             with self.catalog.lock:
                 report = self.catalog.tablet_reports.get(tablet_id)
@@ -497,9 +503,7 @@ class ReplicationManager:
     def run_round(self) -> int:
         """One pass over every tablet; returns the number of config changes sent."""
         views, live, retiring, load, moves, failed_of = self._snapshot()
-        moves_by_tablet: dict[str, Move] = {}
-        for m in moves.values():
-            moves_by_tablet.setdefault(m.tablet_id, m)
+        moves_by_tablet = by_tablet(moves)
         fetched: dict[str, dict[str, ts.TabletReportPB] | None] = {}
         sent = 0
         for tablet_id, view in sorted(views.items()):
