@@ -98,17 +98,24 @@ class LocalCluster:
 
     @staticmethod
     def create(
-        root: Path, coordinators: int, tservers: int, lease_timeout_s: float
+        root: Path, coordinators: int | None, tservers: int | None, lease_timeout_s: float
     ) -> LocalCluster:
+        """The cluster in `root`, or a new one there. A count left None is the existing
+        cluster's own (NEW_COORDINATORS / NEW_TSERVERS for a new one); other counts than
+        an existing cluster's are refused."""
         root = root.resolve()
         existing = ClusterSpec.load(root)
         if existing is not None:
+            coordinators = len(existing.coordinators) if coordinators is None else coordinators
+            tservers = len(existing.tservers) if tservers is None else tservers
             if len(existing.coordinators) != coordinators or len(existing.tservers) != tservers:
                 raise errors.BadRequest(
                     f"{root} holds a cluster of {len(existing.coordinators)} coordinator(s) and "
                     f"{len(existing.tservers)} tablet server(s); use the same numbers or --wipe"
                 )
             return LocalCluster(existing)
+        coordinators = NEW_COORDINATORS if coordinators is None else coordinators
+        tservers = NEW_TSERVERS if tservers is None else tservers
         if coordinators < 1 or tservers < 0:
             raise errors.BadRequest("need at least one coordinator and no negative tservers")
         root.mkdir(parents=True, exist_ok=True)
@@ -376,13 +383,7 @@ def run(args) -> int:
     if args.lc_command == "up":
         if args.wipe:
             _wipe(root)
-        existing = ClusterSpec.load(root)
-        coordinators, tservers = args.coordinators, args.tservers
-        if coordinators is None:  # restarting an existing cluster needs no counts
-            coordinators = len(existing.coordinators) if existing else NEW_COORDINATORS
-        if tservers is None:
-            tservers = len(existing.tservers) if existing else NEW_TSERVERS
-        cluster = LocalCluster.create(root, coordinators, tservers, args.lease_timeout_s)
+        cluster = LocalCluster.create(root, args.coordinators, args.tservers, args.lease_timeout_s)
         started = time.monotonic()
         bar = _progress(len(cluster.spec.tservers))
         try:

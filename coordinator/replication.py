@@ -216,12 +216,9 @@ def is_healthy(
     retiring: frozenset[str],
     failed: frozenset[str] = frozenset(),
 ) -> bool:
-    voters = [m.uuid for m in view.members if m.voter]
-    return (
-        len(voters) == view.replication_factor
-        and len(voters) == len(view.members)
-        and all(u in live and u not in retiring and u not in failed for u in voters)
-    )
+    """As many members as the factor, every one a voter on a live server, not being retired,
+    its replica not FAILED (one judgement with `unhealthy_reason`)."""
+    return unhealthy_reason(view, live, retiring, failed) is None
 
 
 def view_of(
@@ -439,24 +436,29 @@ class ReplicationManager:
                 report = self.catalog.tablet_reports.get(tablet_id)
                 info = self.catalog.tablets.get(tablet_id)
                 table = self.catalog.tables.get(info.table_id) if info is not None else None
-            tablet_failed = failed.get(tablet_id, frozenset())
-            move = moves_by_tablet.get(tablet_id)
-            if view is None or report is None:
-                response.unknown += 1  # no leader report yet
+            if report is None:
                 view = None
-            elif is_healthy(view, live, retiring, tablet_failed) and move is None:
-                # Member types not learnt count as VOTER: with as many members as the
-                # factor, a NON_VOTER among them is only being promoted.
+            # Member types not learnt count as VOTER: with as many members as the factor,
+            # a NON_VOTER among them is only being promoted.
+            reason = unhealthy_reason(
+                view,
+                live,
+                retiring,
+                failed.get(tablet_id, frozenset()),
+                moves_by_tablet.get(tablet_id),
+            )
+            if reason is None:
                 response.healthy_tablets += 1
                 continue
+            if view is None:
+                response.unknown += 1  # no leader report yet
             else:
                 response.under_replicated += 1
             if len(response.unhealthy) < UNHEALTHY_LISTED_MAX:
                 response.unhealthy.add(
                     tablet_id=tablet_id,
                     table_name=table.name if table is not None else "",
-                    reason=unhealthy_reason(view, live, retiring, tablet_failed, move)
-                    or "being repaired",
+                    reason=reason,
                 )
         for m in moves.values():
             response.moves.add(tablet_id=m.tablet_id, from_uuid=m.from_uuid, to_uuid=m.to_uuid)
