@@ -162,7 +162,13 @@ def check_cluster(addresses: list[str], timeout_s: float) -> ClusterCheck:
             result.problem(f"{result.pending_ops} operation(s) started and not finished")
         servers = meta.list_servers()
         result.servers = [
-            {"uuid": s.uuid, "address": s.address, "state": s.state, "replicas": s.replicas}
+            {
+                "uuid": s.uuid,
+                "address": s.address,
+                "state": s.state,
+                "replicas": s.replicas,
+                "retired": s.retired,
+            }
             for s in servers
         ]
         for s in servers:
@@ -253,6 +259,7 @@ def cmd_status(args) -> int:
     for s in result.servers:
         print(
             f"  tserver {s['uuid'][:12]} {s['address']:22} {s['state']:5} {s['replicas']} replicas"
+            + ("  (retired)" if s["retired"] else "")
         )
     for t in result.tables:
         bad = sum(1 for tb in t.tablets if not tb.ok)
@@ -453,22 +460,29 @@ def cmd_move_replica(args) -> int:
 
 
 def cmd_retire_tserver(args) -> int:
-    request = cpb.RetireServerRequest(server_uuid=args.uuid)
+    """Retire a server (logged: it gets no new replica, on every leader, until removed or
+    cancelled) and wait until every replica has moved off it."""
     with CoordinatorClient(args.coordinators, timeout_s=args.timeout_s) as meta:
-        left = [meta.call("RetireServer", request, cpb.RetireServerResponse).replicas]
-        print(f"retiring {args.uuid}: {left[0]} replicas to move")
+        if args.cancel:
+            meta.retire_server(args.uuid, cancel=True)
+            print(f"{args.uuid} is no longer retired: it takes new replicas again")
+            return 0
+        left = [meta.retire_server(args.uuid)]
+        print(f"retired {args.uuid}: {left[0]} replicas to move off it")
         if args.wait_s > 0:
 
-            def drained() -> bool:  # asking again re-arms it after a failover
-                left[0] = meta.call("RetireServer", request, cpb.RetireServerResponse).replicas
+            def drained() -> bool:
+                left[0] = meta.retire_server(args.uuid)  # logs nothing: already retired
                 return left[0] == 0
 
             if not _wait(args, drained, "retiring"):
                 return 1
     if left[0] == 0:
         print(
-            f"{args.uuid} hosts no replica: stop it, and once `coordinator servers` shows it "
-            f"DOWN, remove it with `coordinator remove-tserver {args.uuid}`"
+            f"{args.uuid} hosts no replica and gets no new one: stop it, and once "
+            f"`coordinator servers` shows it DOWN, remove it with "
+            f"`coordinator remove-tserver {args.uuid}` (or keep it: "
+            f"`coordinator retire-tserver {args.uuid} --cancel`)"
         )
     return 0
 
@@ -637,10 +651,16 @@ def add_commands(sub) -> None:
     p.add_argument("--to", dest="to_uuid", help="target uuid (default: the least loaded)")
     p.add_argument("--wait-s", type=wait_arg, default=120.0, help="0: do not wait")
     p.set_defaults(func=cmd_move_replica)
-    p = sub.add_parser("retire-tserver", help="move every replica off a tablet server")
+    p = sub.add_parser(
+        "retire-tserver",
+        help="retire a tablet server: no new replica on it, every replica moved off it",
+    )
     _common(p)
     p.add_argument("uuid")
     p.add_argument("--wait-s", type=wait_arg, default=600.0, help="0: do not wait")
+    p.add_argument(
+        "--cancel", action="store_true", help="end the retirement: it takes replicas again"
+    )
     p.set_defaults(func=cmd_retire_tserver)
     p = sub.add_parser(
         "remove-tserver",

@@ -126,6 +126,9 @@ class Catalog:
     names: dict[str, str] = field(default_factory=dict)  # name -> table id
     tablets: dict[str, TabletInfo] = field(default_factory=dict)
     servers: dict[str, ServerInfo] = field(default_factory=dict)
+    # server uuid -> (retired, its live RetireServer record): retire-tserver's state, kept
+    # apart from `servers` (the record can precede the server's live EnlistServer record)
+    retirements: dict[str, tuple[bool, int]] = field(default_factory=dict)
     pending: OrderedDict[int, PendingOp] = field(default_factory=OrderedDict)
     sessions: OrderedDict[str, OrderedDict[int, OpResult]] = field(default_factory=OrderedDict)
     last_lease: tuple[int, pb.Lease] | None = None
@@ -150,6 +153,14 @@ class Catalog:
             (s for s in self.servers.values() if s.state is ServerState.LIVE),
             key=lambda s: s.uuid,
         )
+
+    def retired_servers(self) -> frozenset[str]:
+        return frozenset(u for u, (retired, _) in self.retirements.items() if retired)
+
+    def placeable_servers(self) -> list[ServerInfo]:
+        """Live servers that may get new replicas: not retired."""
+        retired = self.retired_servers()
+        return [s for s in self.live_servers() if s.uuid not in retired]
 
     def current_replicas(self, tablet_id: str) -> tuple[str, ...]:
         """The tablet's replicas: the committed config its leader (or, until a leader
@@ -187,6 +198,7 @@ class Catalog:
         for t in self.tables.values():
             refs.update((t.create_record_id, t.alter_record_id, t.replication_record_id))
         refs.update(s.record_id for s in self.servers.values())
+        refs.update(record_id for _, record_id in self.retirements.values())
         refs.discard(0)
         return refs
 
@@ -198,6 +210,7 @@ class Catalog:
         self.names = rebuilt.names
         self.tablets = rebuilt.tablets
         self.servers = rebuilt.servers
+        self.retirements = rebuilt.retirements
         self.pending = rebuilt.pending
         self.sessions = rebuilt.sessions
         self.last_lease = rebuilt.last_lease

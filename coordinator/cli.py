@@ -123,7 +123,8 @@ def cmd_servers(args) -> int:
 
     with CoordinatorClient(args.coordinators, timeout_s=args.timeout_s) as client:
         for s in client.list_servers():
-            print(f"{s.uuid}\t{s.address}\t{s.state}\treplicas={s.replicas}")
+            retired = "\tretired" if s.retired else ""
+            print(f"{s.uuid}\t{s.address}\t{s.state}\treplicas={s.replicas}{retired}")
     return 0
 
 

@@ -208,14 +208,28 @@ class ServerDown(_message.Message):
     def __init__(self, header: _Optional[_Union[OpHeader, _Mapping]] = ..., server_uuid: _Optional[str] = ..., previous_record_id: _Optional[int] = ..., reason: _Optional[str] = ..., address: _Optional[str] = ...) -> None: ...
 
 class RemoveServer(_message.Message):
-    __slots__ = ("header", "server_uuid", "previous_record_id")
+    __slots__ = ("header", "server_uuid", "previous_record_id", "retire_record_id")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     SERVER_UUID_FIELD_NUMBER: _ClassVar[int]
     PREVIOUS_RECORD_ID_FIELD_NUMBER: _ClassVar[int]
+    RETIRE_RECORD_ID_FIELD_NUMBER: _ClassVar[int]
     header: OpHeader
     server_uuid: str
     previous_record_id: int
-    def __init__(self, header: _Optional[_Union[OpHeader, _Mapping]] = ..., server_uuid: _Optional[str] = ..., previous_record_id: _Optional[int] = ...) -> None: ...
+    retire_record_id: int
+    def __init__(self, header: _Optional[_Union[OpHeader, _Mapping]] = ..., server_uuid: _Optional[str] = ..., previous_record_id: _Optional[int] = ..., retire_record_id: _Optional[int] = ...) -> None: ...
+
+class RetireServer(_message.Message):
+    __slots__ = ("header", "server_uuid", "retired", "previous_record_id")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    SERVER_UUID_FIELD_NUMBER: _ClassVar[int]
+    RETIRED_FIELD_NUMBER: _ClassVar[int]
+    PREVIOUS_RECORD_ID_FIELD_NUMBER: _ClassVar[int]
+    header: OpHeader
+    server_uuid: str
+    retired: bool
+    previous_record_id: int
+    def __init__(self, header: _Optional[_Union[OpHeader, _Mapping]] = ..., server_uuid: _Optional[str] = ..., retired: _Optional[bool] = ..., previous_record_id: _Optional[int] = ...) -> None: ...
 
 class SetReplication(_message.Message):
     __slots__ = ("header", "table_id", "replication_factor", "old_replication_factor", "previous_record_id", "superseded")
@@ -234,7 +248,7 @@ class SetReplication(_message.Message):
     def __init__(self, header: _Optional[_Union[OpHeader, _Mapping]] = ..., table_id: _Optional[str] = ..., replication_factor: _Optional[int] = ..., old_replication_factor: _Optional[int] = ..., previous_record_id: _Optional[int] = ..., superseded: _Optional[_Iterable[_Union[SupersededRequest, _Mapping]]] = ...) -> None: ...
 
 class LogRecord(_message.Message):
-    __slots__ = ("lease", "create_table", "drop_table", "alter_table", "enlist_server", "server_down", "remove_server", "set_replication")
+    __slots__ = ("lease", "create_table", "drop_table", "alter_table", "enlist_server", "server_down", "remove_server", "set_replication", "retire_server")
     LEASE_FIELD_NUMBER: _ClassVar[int]
     CREATE_TABLE_FIELD_NUMBER: _ClassVar[int]
     DROP_TABLE_FIELD_NUMBER: _ClassVar[int]
@@ -243,6 +257,7 @@ class LogRecord(_message.Message):
     SERVER_DOWN_FIELD_NUMBER: _ClassVar[int]
     REMOVE_SERVER_FIELD_NUMBER: _ClassVar[int]
     SET_REPLICATION_FIELD_NUMBER: _ClassVar[int]
+    RETIRE_SERVER_FIELD_NUMBER: _ClassVar[int]
     lease: Lease
     create_table: CreateTable
     drop_table: DropTable
@@ -251,7 +266,8 @@ class LogRecord(_message.Message):
     server_down: ServerDown
     remove_server: RemoveServer
     set_replication: SetReplication
-    def __init__(self, lease: _Optional[_Union[Lease, _Mapping]] = ..., create_table: _Optional[_Union[CreateTable, _Mapping]] = ..., drop_table: _Optional[_Union[DropTable, _Mapping]] = ..., alter_table: _Optional[_Union[AlterTable, _Mapping]] = ..., enlist_server: _Optional[_Union[EnlistServer, _Mapping]] = ..., server_down: _Optional[_Union[ServerDown, _Mapping]] = ..., remove_server: _Optional[_Union[RemoveServer, _Mapping]] = ..., set_replication: _Optional[_Union[SetReplication, _Mapping]] = ...) -> None: ...
+    retire_server: RetireServer
+    def __init__(self, lease: _Optional[_Union[Lease, _Mapping]] = ..., create_table: _Optional[_Union[CreateTable, _Mapping]] = ..., drop_table: _Optional[_Union[DropTable, _Mapping]] = ..., alter_table: _Optional[_Union[AlterTable, _Mapping]] = ..., enlist_server: _Optional[_Union[EnlistServer, _Mapping]] = ..., server_down: _Optional[_Union[ServerDown, _Mapping]] = ..., remove_server: _Optional[_Union[RemoveServer, _Mapping]] = ..., set_replication: _Optional[_Union[SetReplication, _Mapping]] = ..., retire_server: _Optional[_Union[RetireServer, _Mapping]] = ...) -> None: ...
 
 class TableSummary(_message.Message):
     __slots__ = ("table_id", "name", "state")
@@ -398,18 +414,20 @@ class GetTabletLocationsResponse(_message.Message):
     def __init__(self, table_id: _Optional[str] = ..., schema_version: _Optional[int] = ..., tablets: _Optional[_Iterable[_Union[TabletLocation, _Mapping]]] = ...) -> None: ...
 
 class ServerSummary(_message.Message):
-    __slots__ = ("uuid", "address", "state", "replicas", "last_heartbeat_age_s")
+    __slots__ = ("uuid", "address", "state", "replicas", "last_heartbeat_age_s", "retired")
     UUID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
     LAST_HEARTBEAT_AGE_S_FIELD_NUMBER: _ClassVar[int]
+    RETIRED_FIELD_NUMBER: _ClassVar[int]
     uuid: str
     address: str
     state: str
     replicas: int
     last_heartbeat_age_s: float
-    def __init__(self, uuid: _Optional[str] = ..., address: _Optional[str] = ..., state: _Optional[str] = ..., replicas: _Optional[int] = ..., last_heartbeat_age_s: _Optional[float] = ...) -> None: ...
+    retired: bool
+    def __init__(self, uuid: _Optional[str] = ..., address: _Optional[str] = ..., state: _Optional[str] = ..., replicas: _Optional[int] = ..., last_heartbeat_age_s: _Optional[float] = ..., retired: _Optional[bool] = ...) -> None: ...
 
 class ListServersRequest(_message.Message):
     __slots__ = ()
@@ -586,10 +604,14 @@ class MoveReplicaResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class RetireServerRequest(_message.Message):
-    __slots__ = ("server_uuid",)
+    __slots__ = ("server_uuid", "request_id", "cancel")
     SERVER_UUID_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_FIELD_NUMBER: _ClassVar[int]
     server_uuid: str
-    def __init__(self, server_uuid: _Optional[str] = ...) -> None: ...
+    request_id: RequestId
+    cancel: bool
+    def __init__(self, server_uuid: _Optional[str] = ..., request_id: _Optional[_Union[RequestId, _Mapping]] = ..., cancel: _Optional[bool] = ...) -> None: ...
 
 class RetireServerResponse(_message.Message):
     __slots__ = ("replicas",)

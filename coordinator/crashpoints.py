@@ -29,6 +29,7 @@ _CALLS: dict[str, str | None] = {
     "server_down": None,
     "remove_server": None,
     "set_replication": None,
+    "retire_server": None,
 }
 
 

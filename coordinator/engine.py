@@ -446,6 +446,7 @@ class Engine:
         now = time.monotonic()
         with self.catalog.lock:
             counts = self.catalog.replica_counts()
+            retired = self.catalog.retired_servers()
             response = pb.ListServersResponse()
             for uuid in sorted(self.catalog.servers):
                 s = self.catalog.servers[uuid]
@@ -456,6 +457,7 @@ class Engine:
                     state=s.state.value,
                     replicas=counts.get(uuid, 0),
                     last_heartbeat_age_s=(now - seen) if seen is not None else -1.0,
+                    retired=uuid in retired,
                 )
             return response
 

@@ -240,7 +240,18 @@ def _server_down(msg: pb.ServerDown, fields: dict[str, Any]) -> list[str]:
 
 def _remove_server(msg: pb.RemoveServer, fields: dict[str, Any]) -> list[str]:
     fields["servers"] = (msg.server_uuid,)
-    return _previous(msg.previous_record_id)
+    words = _previous(msg.previous_record_id)
+    if msg.retire_record_id:
+        words.append(f"retirement={msg.retire_record_id}")
+    return words
+
+
+def _retire_server(msg: pb.RetireServer, fields: dict[str, Any]) -> list[str]:
+    fields["servers"] = (msg.server_uuid,)
+    return [
+        "retired" if msg.retired else "retirement cancelled",
+        *_previous(msg.previous_record_id),
+    ]
 
 
 def _set_replication(msg: pb.SetReplication, fields: dict[str, Any]) -> list[str]:
@@ -262,6 +273,7 @@ OP_DECODERS: dict[str, Callable[[Any, dict[str, Any]], list[str]]] = {
     "server_down": _server_down,
     "remove_server": _remove_server,
     "set_replication": _set_replication,
+    "retire_server": _retire_server,
 }
 
 

@@ -265,11 +265,7 @@ class CoordinatorNode:
             pb.MoveReplicaRequest,
             lambda req, ctx: self._replication_call().move_replica(req),
         )
-        s.register(
-            "Coordinator.RetireServer",
-            pb.RetireServerRequest,
-            lambda req, ctx: self._replication_call().retire_server(req),
-        )
+        s.register("Coordinator.RetireServer", pb.RetireServerRequest, self._retire_server)
         s.register(
             "Coordinator.ReplicationStatus",
             pb.ReplicationStatusRequest,
@@ -297,6 +293,11 @@ class CoordinatorNode:
         if response is None:
             return pb.EnlistServerResponse() if kind == "enlist_server" else None
         return response
+
+    def _retire_server(self, request: pb.RetireServerRequest, ctx: CallContext):
+        """Logged (ops/retire_server), then answered with the replicas still on it."""
+        self._execute("retire_server", request)
+        return self._replication_call().hosted_replicas(request.server_uuid)
 
     def _status(self, request: pb.StatusRequest, ctx: CallContext) -> pb.StatusResponse:
         response = self._engine().status(self.uuid, self.address)

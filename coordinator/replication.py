@@ -5,12 +5,13 @@ Not a logged operation. Every `interval_s` the leader's `replication` thread loo
 tablet of every RUNNING table as its leader last reported it in heartbeats (committed config,
 its index, leader) and decides at most one config change per tablet (`plan`, pure):
 
-- a member on a bad server (DOWN, removed, being retired, or the source of a requested move),
+- a member on a bad server (DOWN, removed, retired, or the source of a requested move),
   or whose server reports its replica FAILED (it stays offline: its log cannot be trusted
   to vote or to be copied over), is replaced: ADD_SERVER(target, NON_VOTER, promote=true,
   cas=reported index) to the tablet's leader, the target being the requested one for a
-  move, else the least loaded live server not hosting the tablet; the tablet leader
-  copies the tablet to the target and promotes it to VOTER by itself once caught up;
+  move, else the least loaded live server not retired and not hosting the tablet; the
+  tablet leader copies the tablet to the target and promotes it to VOTER by itself once
+  caught up;
 - once the live voters reach the replication factor, the bad member is removed
   (REMOVE_SERVER(cas));
 - live voters above the factor (after ChangeReplicationFactor down) are removed one at a time
@@ -22,9 +23,11 @@ on a later round with a fresh report: the policy repeats until the tablet is hea
 per round is bounded (`changes_per_round_max` calls, `fetches_per_round_max` leader queries)
 and every call has a deadline.
 
-MoveReplica and RetireTabletServer are requests kept in the leader's memory (not logged):
-they only mark replicas as bad for the policy above. A new leader forgets them; the operator
-command is idempotent and is simply issued again (documented in design/coordinator.md).
+MoveReplica requests are kept in the leader's memory (not logged): they only mark replicas
+as bad for the policy above. A new leader forgets them; the operator command is idempotent
+and is simply issued again (documented in design/coordinator.md). RetireTabletServer is a
+logged operation (`ops/retire_server`): a retired server is bad for the policy and never a
+target, on every leader, until it is removed or the retirement is cancelled.
 
 Stray replicas are deleted by the same loop. A replica is stray when a tablet server reports
 it READY and either its tablet is unknown to the leader's catalog (its table was dropped: a
@@ -315,7 +318,6 @@ class ReplicationManager:
         self.config = config or ReplicationConfig()
         self._lock = threading.Lock()
         self._moves: dict[tuple[str, str], Move] = {}  # (tablet_id, from_uuid) -> move
-        self._retiring: set[str] = set()
         self.counters = _Counters()
         self._was_serving = False
         self._transport: Transport | None = None
@@ -345,7 +347,6 @@ class ReplicationManager:
             if serving != self._was_serving:
                 with self._lock:  # requests of an earlier term are not ours to drive
                     self._moves.clear()
-                    self._retiring.clear()
                     self.counters = _Counters()
                 with self.catalog.lock:  # noted before this node served: not trusted
                     self.catalog.strays.clear()
@@ -374,6 +375,8 @@ class ReplicationManager:
                 server = self.catalog.servers.get(request.to_uuid)
                 if server is None or server.state is not ServerState.LIVE:
                     raise BadRequest(f"target {request.to_uuid} is not a live tablet server")
+                if request.to_uuid in self.catalog.retired_servers():
+                    raise BadRequest(f"target {request.to_uuid} is retired")
                 if request.to_uuid == request.from_uuid:
                     raise BadRequest("a move needs two different servers")
                 table = self.catalog.tables.get(self.catalog.tablets[request.tablet_id].table_id)
@@ -396,36 +399,15 @@ class ReplicationManager:
             self._moves[key] = Move(request.tablet_id, request.from_uuid, request.to_uuid)
         return pb.MoveReplicaResponse()
 
-    def retire_server(self, request: pb.RetireServerRequest) -> pb.RetireServerResponse:
-        uuid = request.server_uuid
+    def hosted_replicas(self, uuid: str) -> pb.RetireServerResponse:
+        """The replicas still on `uuid` (RetireServer's answer, after its logged part)."""
         with self.catalog.lock:
             if uuid not in self.catalog.servers:
                 raise NotFound(f"no tablet server {uuid!r}")
-            hosted = self.catalog.replica_counts().get(uuid, 0)
-            live = {s.uuid for s in self.catalog.live_servers()}
-            needs = [
-                (table.replication_factor, table.name)
-                for table in self.catalog.tables.values()
-                if any(uuid in self.catalog.current_replicas(t) for t in table.tablet_ids)
-            ]
-        with self._lock:
-            others = live - self._retiring - {uuid}
-            if needs and max(needs)[0] > len(others):
-                factor, name = max(needs)
-                # Nowhere to move its replicas: refused rather than waited on for ever.
-                raise BadRequest(
-                    f"cannot retire {uuid}: table {name!r} has replication factor {factor} "
-                    f"and {len(others)} other live tablet server(s) would remain; add a "
-                    f"server or lower the factor (set-replication) first"
-                )
-            if hosted:
-                self._retiring.add(request.server_uuid)
-            else:
-                self._retiring.discard(request.server_uuid)
-        return pb.RetireServerResponse(replicas=hosted)
+            return pb.RetireServerResponse(replicas=self.catalog.replica_counts().get(uuid, 0))
 
     def status(self) -> pb.ReplicationStatusResponse:
-        views, _live, retiring, _load, moves, failed = self._snapshot()
+        views, _live, retiring, load, moves, failed = self._snapshot()
         response = pb.ReplicationStatusResponse()
         with self.catalog.lock:
             live = frozenset(s.uuid for s in self.catalog.live_servers())
@@ -462,7 +444,7 @@ class ReplicationManager:
                 )
         for m in moves.values():
             response.moves.add(tablet_id=m.tablet_id, from_uuid=m.from_uuid, to_uuid=m.to_uuid)
-        response.retiring.extend(sorted(retiring))
+        response.retiring.extend(sorted(u for u in retiring if load.get(u, 0)))
         response.changes_sent = self.counters.sent
         response.changes_refused = self.counters.refused
         with self.catalog.lock:
@@ -491,16 +473,13 @@ class ReplicationManager:
                     )
             replicas = {t: self.catalog.current_replicas(t) for t in self.catalog.tablets}
             failed = {t: frozenset(u) for t, u in self.catalog.failed_replicas.items()}
+            retired = self.catalog.retired_servers()
         with self._lock:
-            # Finished moves and retirements are forgotten.
+            # Finished moves are forgotten.
             for key in [k for k in self._moves if k[1] not in replicas.get(k[0], ())]:
                 del self._moves[key]
-            for uuid in list(self._retiring):
-                if not any(uuid in r for r in replicas.values()):
-                    self._retiring.discard(uuid)
             moves = dict(self._moves)
-            retiring = frozenset(self._retiring)
-        return views, live, retiring, load, moves, failed
+        return views, live, retired, load, moves, failed
 
     def run_round(self) -> int:
         """One pass over every tablet; returns the number of config changes sent."""

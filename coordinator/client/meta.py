@@ -150,6 +150,14 @@ class CoordinatorClient:
         request = pb.RemoveServerRequest(request_id=self.next_request_id(), server_uuid=server_uuid)
         self.call("RemoveServer", request, pb.RemoveServerResponse)
 
+    def retire_server(self, server_uuid: str, *, cancel: bool = False) -> int:
+        """Retire a tablet server (logged; `cancel`: end its retirement); returns the
+        replicas still on it. Asking again (the same state) logs nothing."""
+        request = pb.RetireServerRequest(
+            request_id=self.next_request_id(), server_uuid=server_uuid, cancel=cancel
+        )
+        return self.call("RetireServer", request, pb.RetireServerResponse).replicas
+
     def heartbeat_all(self, request: pb.HeartbeatRequest, timeout_s: float = 1.0) -> bool:
         """Heartbeat to every node (architecture 4.5); True if the leader asks to enlist."""
         needs_enlist = False

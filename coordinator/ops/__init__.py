@@ -19,6 +19,7 @@ from coordinator.ops import (
     drop_table,
     enlist_server,
     remove_server,
+    retire_server,
     server_down,
     set_replication,
 )
@@ -33,6 +34,7 @@ OPS: dict[str, ModuleType] = {
         server_down,
         remove_server,
         set_replication,
+        retire_server,
     )
 }
 # Operations whose STARTED record is followed by side effects and a DONE record.

@@ -50,14 +50,16 @@ def decide(catalog: Catalog, request: pb.CreateTableRequest, op_id: int) -> pb.L
     n = request.num_tablets
     if not 1 <= n <= TABLETS_PER_TABLE_MAX:
         raise BadRequest(f"num_tablets must be 1..{TABLETS_PER_TABLE_MAX}, got {n}")
-    live = catalog.live_servers()
+    live = catalog.placeable_servers()  # retired servers get no new replica
     # 0 (unset): the default, 3 replicas when 3 or more tablet servers are live, else one
     # per live server.
     rf = request.replication_factor or min(DEFAULT_REPLICATION_FACTOR, max(1, len(live)))
     if not 1 <= rf <= REPLICATION_FACTOR_MAX:
         raise BadRequest(f"replication_factor must be 1..{REPLICATION_FACTOR_MAX}, got {rf}")
     if rf > len(live):
-        raise BadRequest(f"replication factor {rf} above the {len(live)} live tablet servers")
+        raise BadRequest(
+            f"replication factor {rf} above the {len(live)} live tablet servers not retired"
+        )
 
     schema = pb.Schema(version=1)
     for i, column in enumerate(request.schema.columns, start=1):

@@ -2,8 +2,9 @@
 
 Single phase (DONE at the commit point). Only a DOWN server may be removed (a live one
 answers ILLEGAL_STATE). Its replicas stay in the tablets' configurations for the
-re-replication policy. The record invalidates the server's ServerDown record and itself
-stays live, so that every node, also one that follows incrementally, forgets the server.
+re-replication policy. The record invalidates the server's ServerDown record (and its
+RetireServer record, if any) and itself stays live, so that every node, also one that
+follows incrementally, forgets the server.
 """
 
 from __future__ import annotations
@@ -28,17 +29,19 @@ def decide(catalog: Catalog, request: pb.RemoveServerRequest, op_id: int) -> pb.
     rs.header.CopyFrom(header(op_id, request.request_id, pb.DONE))
     rs.server_uuid = server.uuid
     rs.previous_record_id = server.record_id
+    rs.retire_record_id = catalog.retirements.get(server.uuid, (False, 0))[1]
     return record
 
 
 def invalidates_at_commit(record: pb.LogRecord) -> tuple[int, ...]:
-    previous = record.remove_server.previous_record_id
-    return (previous,) if previous else ()
+    rs = record.remove_server
+    return tuple(i for i in (rs.previous_record_id, rs.retire_record_id) if i)
 
 
 def apply(catalog: Catalog, entry_id: int, record: pb.LogRecord) -> None:
     rs = record.remove_server
     catalog.servers.pop(rs.server_uuid, None)
+    catalog.retirements.pop(rs.server_uuid, None)
     catalog.heartbeats.pop(rs.server_uuid, None)
     catalog.record_session(rs.header.request_id, OpResult(rs.header.op_id, KIND, True))
 

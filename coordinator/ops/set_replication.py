@@ -33,9 +33,11 @@ def decide(catalog: Catalog, request: pb.SetReplicationRequest, op_id: int) -> p
     rf = request.replication_factor
     if not 1 <= rf <= REPLICATION_FACTOR_MAX:
         raise BadRequest(f"replication_factor must be 1..{REPLICATION_FACTOR_MAX}, got {rf}")
-    live = len(catalog.live_servers())
+    live = len(catalog.placeable_servers())
     if rf > live:
-        raise BadRequest(f"replication factor {rf} above the {live} live tablet servers")
+        raise BadRequest(
+            f"replication factor {rf} above the {live} live tablet servers not retired"
+        )
     if rf == table.replication_factor:
         return None
     record = pb.LogRecord()

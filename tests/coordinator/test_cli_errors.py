@@ -127,7 +127,7 @@ def _servers(c: list[str]) -> dict[str, dict]:
     out = cli("servers", *c)
     assert out.returncode == 0, out.stderr
     rows = [line.split("\t") for line in out.stdout.splitlines()]
-    return {r[0]: {"address": r[1], "state": r[2]} for r in rows}
+    return {r[0]: {"address": r[1], "state": r[2], "retired": r[-1] == "retired"} for r in rows}
 
 
 def _replication(c: list[str]) -> dict:
@@ -158,6 +158,15 @@ def test_retire_stop_remove_tserver(cluster: LocalCluster):
     out = cli("remove-tserver", uuid, *c)
     assert out.returncode == 1 and "Traceback" not in out.stderr
     assert "ILLEGAL_STATE" in out.stderr and "stop it first" in out.stderr
+
+    # Retired: it gets no new replica (on a factor it would be needed for, refused), until
+    # the retirement is cancelled.
+    assert _servers(c)[uuid]["retired"]
+    out = cli("create-table", "nowhere", *c, "--columns", "id:int64:key", "--replication", "3")
+    assert out.returncode == 1 and "2 live tablet servers not retired" in out.stderr, out.stderr
+    out = cli("retire-tserver", uuid, *c, "--cancel")
+    assert out.returncode == 0 and "no longer retired" in out.stdout, out.stderr
+    assert not _servers(c)[uuid]["retired"]
 
     cluster.stop(victim)
     # Stopped but not yet marked down: a table placed on every live server (the victim

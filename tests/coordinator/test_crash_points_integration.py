@@ -55,6 +55,9 @@ def request_for(kind: str, rid: pb.RequestId):
     if kind == "set_replication":
         req = pb.SetReplicationRequest(request_id=rid, name="t", replication_factor=2)
         return "SetReplication", req, pb.SetReplicationResponse
+    if kind == "retire_server":
+        req = pb.RetireServerRequest(request_id=rid, server_uuid=GHOST)
+        return "RetireServer", req, pb.RetireServerResponse
     raise AssertionError(kind)
 
 
@@ -93,6 +96,8 @@ def check(kind: str, client, tservers: list[TServer], done: bool) -> None:
         assert (GHOST not in state) if done else state[GHOST] == "DOWN"
     elif kind == "set_replication":
         assert client.describe_table("t").replication_factor == (2 if done else 1)
+    elif kind == "retire_server":
+        assert {s.uuid: s.retired for s in client.list_servers()}[GHOST] == done
 
 
 def converged(kind: str, client, tservers: list[TServer], done: bool) -> None:
@@ -116,7 +121,14 @@ def converged(kind: str, client, tservers: list[TServer], done: bool) -> None:
 
 LEAD_ATTEMPTS_MAX = 5
 # Operations started by a client request (the others by heartbeats and the monitor).
-REQUESTED = ("create_table", "drop_table", "alter_table", "remove_server", "set_replication")
+REQUESTED = (
+    "create_table",
+    "drop_table",
+    "alter_table",
+    "remove_server",
+    "set_replication",
+    "retire_server",
+)
 
 
 def lead_with_armed_node(group, client, point: str):
@@ -151,7 +163,7 @@ def test_crash_point(tmp_path, point):
             wait_for(lambda: len(client.list_servers()) == 2, 60, "tablet servers enlisted")
         if kind in ("drop_table", "alter_table", "set_replication"):
             client.create_table("t", SCHEMA, 4, 1)
-        if kind in ("server_down", "remove_server"):
+        if kind in ("server_down", "remove_server", "retire_server"):
             client.enlist_server(GHOST, "127.0.0.1:1")  # never heartbeats
         if kind == "remove_server":
             wait_for(lambda: servers_state(client)[GHOST] == "DOWN", 60, "ghost marked down")

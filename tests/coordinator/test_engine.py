@@ -428,6 +428,8 @@ def request_of(kind: str):
         return pb.RemoveServerRequest(request_id=rid, server_uuid="s2")
     if kind == "set_replication":
         return pb.SetReplicationRequest(request_id=rid, name="t", replication_factor=2)
+    if kind == "retire_server":
+        return pb.RetireServerRequest(request_id=rid, server_uuid="s2")
     raise AssertionError(kind)
 
 
@@ -457,6 +459,8 @@ def check_outcome(cluster: Cluster, node: Node, kind: str, committed: bool, resu
     elif kind == "set_replication":
         assert cat.table_by_name("t").replication_factor == 2
         assert result.table_id == cat.table_by_name("t").table_id
+    elif kind == "retire_server":
+        assert cat.retired_servers() == {"s2"}
     assert not cat.pending
     # Never done twice: one operation record chain for the armed request.
     bodies = [getattr(r, kind) for r in cluster.records(kind)]
@@ -512,4 +516,4 @@ def test_crash_point_names():
         "create_table.before_done",
         "create_table.after_done",
     )
-    assert len(ALL_POINTS) == 3 * 6 + 4 * 2
+    assert len(ALL_POINTS) == 3 * 6 + 5 * 2

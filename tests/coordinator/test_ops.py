@@ -24,7 +24,9 @@ from coordinator.ops import (
     drop_table,
     enlist_server,
     remove_server,
+    retire_server,
     server_down,
+    set_replication,
 )
 from coordinator.ops.server_down import ServerDownRequest
 from logstore.memory import MemoryLogStore
@@ -352,6 +354,87 @@ def test_server_down_and_remove():
     assert log.catalog.session_result("c1", log.seq).done
     fresh = log.replay_fresh()
     assert fresh.servers == log.catalog.servers
+
+
+# ---------------------------------------------------------------- retire
+
+
+def retire_req(log: Log, uuid: str, cancel: bool = False) -> pb.RetireServerRequest:
+    return pb.RetireServerRequest(request_id=log.rid(), server_uuid=uuid, cancel=cancel)
+
+
+def test_retire_outlives_restarts_and_ends_with_remove_or_cancel():
+    log = Log(servers=4)
+    with pytest.raises(NotFound):
+        retire_server.decide(log.catalog, retire_req(log, "zz"), 99)
+    with pytest.raises(BadRequest):  # every logged request names its request id
+        retire_server.decide(log.catalog, pb.RetireServerRequest(server_uuid="s1"), log.next_id())
+    first = log.run(retire_server, retire_req(log, "s1"))
+    assert first.retire_server.retired and first.retire_server.previous_record_id == 0
+    first_id = log.store.last_id(LOG)
+    assert log.catalog.retirements["s1"] == (True, first_id)
+    assert log.catalog.session_result("c1", log.seq).done
+    assert log.run(retire_server, retire_req(log, "s1")) is None  # already: nothing logged
+    assert log.catalog.retired_servers() == {"s1"}
+    assert [s.uuid for s in log.catalog.placeable_servers()] == ["s0", "s2", "s3"]
+    # Down, back up, down again: still retired; each record replaced keeps the retirement.
+    log.run(server_down, ServerDownRequest("s1", "silent"))
+    log.run(enlist_server, pb.EnlistServerRequest(server_uuid="s1", address="h:9"))
+    assert log.catalog.retired_servers() == {"s1"}
+    assert log.replay_fresh().retirements == log.catalog.retirements
+    # Cancelled: the cancel replaces the retirement record and stays live itself.
+    cancel = log.run(retire_server, retire_req(log, "s1", cancel=True))
+    assert cancel.retire_server.previous_record_id == first_id
+    assert log.catalog.retired_servers() == frozenset()
+    assert log.run(retire_server, retire_req(log, "s1", cancel=True)) is None
+    live_ids = {e.id for e in log.store.read(LOG, 1, 100)}
+    assert first_id not in live_ids
+    assert log.catalog.retirements["s1"][1] in live_ids
+    assert log.replay_fresh().retirements == log.catalog.retirements
+    # Retired again, then down and removed: the removal invalidates the retirement too.
+    log.run(retire_server, retire_req(log, "s1"))
+    retire_id = log.catalog.retirements["s1"][1]
+    log.run(server_down, ServerDownRequest("s1", "stopped"))
+    removed = log.run(remove_server, pb.RemoveServerRequest(request_id=log.rid(), server_uuid="s1"))
+    assert removed.remove_server.retire_record_id == retire_id
+    live_ids = {e.id for e in log.store.read(LOG, 1, 100)}
+    assert retire_id not in live_ids and "s1" not in log.catalog.servers
+    assert "s1" not in log.catalog.retirements
+    fresh = log.replay_fresh()
+    assert (fresh.servers, fresh.retirements) == (log.catalog.servers, log.catalog.retirements)
+    assert log.catalog.record_refs() <= live_ids
+
+
+def test_retired_servers_get_no_new_replicas():
+    log = Log(servers=4)
+    log.run(retire_server, retire_req(log, "s2"))
+    record = log.run(create_table, create_req(log, rf=3))
+    for t in record.create_table.tablets:
+        assert "s2" not in t.replica_uuids
+    with pytest.raises(BadRequest, match="above the 3 live tablet servers not retired"):
+        create_table.decide(log.catalog, create_req(log, name="u", rf=4), log.next_id())
+    log.done(record)
+    with pytest.raises(BadRequest, match="above the 3 live tablet servers not retired"):
+        set_replication.decide(
+            log.catalog,
+            pb.SetReplicationRequest(request_id=log.rid(), name="t", replication_factor=4),
+            log.next_id(),
+        )
+    # The default factor counts the servers not retired: 3 of 4 here, 2 once s3 retires
+    # too (refused: t's factor 3 would not fit on s0 and s1).
+    with pytest.raises(BadRequest, match="cannot retire s3: table 't' has replication factor 3"):
+        retire_server.decide(log.catalog, retire_req(log, "s3"), log.next_id())
+    assert "s3" not in log.catalog.retired_servers()
+    # A server hosting nothing can always retire; then the default factor is 2.
+    log.run(
+        set_replication,
+        pb.SetReplicationRequest(request_id=log.rid(), name="t", replication_factor=2),
+    )
+    log.run(retire_server, retire_req(log, "s3"))
+    req = create_req(log, name="v", rf=0)
+    record = create_table.decide(log.catalog, req, log.next_id())
+    assert record.create_table.replication_factor == 2
+    assert {u for t in record.create_table.tablets for u in t.replica_uuids} <= {"s0", "s1"}
 
 
 def test_every_operation_module_has_the_interface():

@@ -206,6 +206,20 @@ def test_kill_a_tserver_then_re_replicate_lower_the_factor_and_move(tmp_path):
             assert sorted(t.to_arrow()["id"].to_pylist()) == list(range(3000))
             summary = cli(cluster, "replication")
             assert summary.returncode == 0, summary.stdout + summary.stderr
+            # Retired for good (logged), not only until drained: it gets no new replica.
+            listed = cli(cluster, "servers")
+            assert f"{retired}\t" in listed.stdout, listed.stdout
+            line = next(x for x in listed.stdout.splitlines() if x.startswith(retired))
+            assert line.endswith("\tretired"), line
+            refused = cli(cluster, "set-replication", "rep", "3", "--wait-s", "5")
+            assert refused.returncode != 0, refused.stdout + refused.stderr
+            assert "2 live tablet servers not retired" in refused.stderr, refused.stderr
+            again = cli(cluster, "retire-tserver", retired, "--wait-s", "5")  # logs nothing
+            assert again.returncode == 0 and "hosts no replica" in again.stdout, again.stdout
+            first = client.tablet_locations("rep").tablets[0]
+            member = first.replicas[0].server_uuid
+            onto = cli(cluster, "move-replica", first.tablet_id, "--from", member, "--to", retired)
+            assert onto.returncode != 0 and "is retired" in onto.stderr, onto.stdout + onto.stderr
 
             # The dead server removed, the ksck (`coordinator status`) finds it all healthy.
             client.meta.call(
