@@ -469,14 +469,23 @@ def cmd_retire_tserver(args) -> int:
             return 0
         left = [meta.retire_server(args.uuid)]
         print(f"retired {args.uuid}: {left[0]} replicas to move off it")
+        ended = []  # why the retirement ended while waiting (another operator's command)
         if args.wait_s > 0:
 
-            def drained() -> bool:
-                left[0] = meta.retire_server(args.uuid)  # logs nothing: already retired
+            def drained() -> bool:  # a read: the retirement is logged, nothing to re-send
+                s = next((s for s in meta.list_servers() if s.uuid == args.uuid), None)
+                if s is None or not s.retired:
+                    ended.append("was removed" if s is None else "had its retirement cancelled")
+                    return True
+                left[0] = s.replicas
                 return left[0] == 0
 
             if not _wait(args, drained, "retiring"):
                 return 1
+        if ended:
+            print(f"coordinator retire-tserver: {args.uuid} {ended[0]} while its replicas "
+                  "were moving off", file=sys.stderr)  # fmt: skip
+            return 1
     if left[0] == 0:
         print(
             f"{args.uuid} hosts no replica and gets no new one: stop it, and once "
