@@ -20,11 +20,17 @@ where it sends the tablet's files):
     `write_back` and one fsync each;
   - to the page cache only: the same two with plain writes, nothing written back or
     fsynced;
-  - raw zmq without any disk at the receiver, twice: sending one in-memory buffer again
-    and again (the network alone), and sending the tablet's own files, mapped from the
-    source server's fs root while a copy session anchors them (the same bytes, read as
-    the copy's source reads them). Target: copy to disk >= 0.50 of raw zmq moving the same
-    bytes; both ratios are printed;
+  - raw zmq without any disk at the receiver, three times: sending one in-memory buffer
+    again and again (the network alone), and sending the tablet's own files, mapped from
+    the source server's fs root while a copy session anchors them (the same bytes, read as
+    the copy's source reads them), from a thread of this process and from a process of
+    its own (`raw_zmq_sender.py`: as a copy's two ends are, each end with its own zmq I/O
+    thread and CPU caches; a sender in the receiving process shares both with the
+    receiver). Target: copy to disk >= 0.50 of raw zmq moving the same bytes; all three
+    ratios are printed;
+  - raw zmq doing the copy's work between two processes (CRC32C computed by the sender and
+    checked by the receiver, the files written as the copy writes them): what the copy's
+    own machinery (rpc, sessions, fetcher threads) costs on top;
   - `copy_tablet` end to end onto a fresh fs root (what `tserver copy-from-remote` runs:
     also superblocks and consensus metadata, fsynced);
 and finally a follower's replica deleted and copied back by the leader, until it runs again
@@ -37,6 +43,7 @@ with every entry applied (start-up and WAL replay included).
 from __future__ import annotations
 
 import argparse
+import json
 import mmap
 import os
 import shutil
@@ -49,6 +56,7 @@ import threading
 import time
 from pathlib import Path
 
+import crc32c
 import zmq
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -211,12 +219,21 @@ def copy_end_to_end(address: str, uuid: str, tablet_id: str, root: Path) -> tupl
 
 
 def raw_zmq(
-    sizes: list[int], dest: Path | None, *, fsync: bool, sources: list[Path] | None = None
+    sizes: list[int],
+    dest: Path | None,
+    *,
+    fsync: bool,
+    sources: list[Path] | None = None,
+    two_processes: bool = False,
+    crc: bool = False,
 ) -> float:
     """The same bytes over a zmq DEALER/ROUTER pair on loopback, in the copy's chunk plan
     (FETCH_CHUNK_BYTES, the last chunk of each file shorter) with FETCH_WINDOW requests in
-    flight; no protobuf, no CRC, no file read at the sender. With `dest`, each file's
-    chunks are written into a file of its own: with `fsync` as the copy writes them
+    flight; no protobuf, no file read at the sender. The sender is a thread of this process
+    or, with `two_processes`, a process of its own (`raw_zmq_sender.py`, started and bound
+    before the clock starts), as a copy's two ends are. With `crc` each chunk carries its
+    CRC32C, computed by the sender and checked here, as the copy's do. With `dest`, each
+    file's chunks are written into a file of its own: with `fsync` as the copy writes them
     (`tablet_copy.write_back`: uncached writes whose write-back starts at once, or pwrite
     and write-back started per chunk), each file fsynced once; without, plain pwrite."""
     plan = [
@@ -225,23 +242,41 @@ def raw_zmq(
         for off in range(0, size, FETCH_CHUNK_BYTES)
     ]
     ctx = zmq.Context()
-    router = ctx.socket(zmq.ROUTER)
-    port = router.bind_to_random_port("tcp://127.0.0.1")
-    payload = os.urandom(FETCH_CHUNK_BYTES)
-    maps = []
-    for src in sources or ():
-        with open(src, "rb") as f:
-            maps.append(mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ))
-    views = [memoryview(m) for m in maps]
+    sender = None
+    th = None
+    maps: list[mmap.mmap] = []
+    views: list[memoryview] = []
+    if two_processes:
+        spec = {"plan": plan, "sources": [str(p) for p in sources or ()], "crc": crc}
+        sender = subprocess.Popen(
+            [sys.executable, str(Path(__file__).with_name("raw_zmq_sender.py"))],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        sender.stdin.write(json.dumps(spec))
+        sender.stdin.close()
+        port = int(sender.stdout.readline())
+    else:
+        router = ctx.socket(zmq.ROUTER)
+        port = router.bind_to_random_port("tcp://127.0.0.1")
+        payload = os.urandom(FETCH_CHUNK_BYTES)
+        for src in sources or ():
+            with open(src, "rb") as f:
+                maps.append(mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ))
+        views = [memoryview(m) for m in maps]
 
-    def serve() -> None:
-        for k, off, n in plan:
-            ident, _ = router.recv_multipart()
-            chunk = views[k][off : off + n] if views else memoryview(payload)[:n]
-            router.send_multipart([ident, chunk], copy=False)
+        def serve() -> None:
+            for k, off, n in plan:
+                ident, _ = router.recv_multipart()
+                chunk = views[k][off : off + n] if views else memoryview(payload)[:n]
+                frames = [ident, chunk]
+                if crc:
+                    frames.insert(1, crc32c.crc32c(chunk).to_bytes(4, "little"))
+                router.send_multipart(frames, copy=False)
 
-    th = threading.Thread(target=serve, name="raw-zmq-server")
-    th.start()
+        th = threading.Thread(target=serve, name="raw-zmq-server")
+        th.start()
     dealer = ctx.socket(zmq.DEALER)
     dealer.connect(f"tcp://127.0.0.1:{port}")
     if dest is not None:
@@ -254,8 +289,11 @@ def raw_zmq(
         while sent < len(plan) and sent - got < FETCH_WINDOW:
             dealer.send(str(plan[sent][2]).encode())
             sent += 1
-        frame = dealer.recv(copy=False)
+        frames = dealer.recv_multipart(copy=False)
+        frame = frames[-1]
         assert len(frame.buffer) == n
+        if crc and crc32c.crc32c(frame.buffer) != int.from_bytes(frames[0].bytes, "little"):
+            raise AssertionError(f"bad CRC32C in chunk {k} at {off}")
         if dest is not None:
             fd = fds.get(k)
             if fd is None:
@@ -268,10 +306,14 @@ def raw_zmq(
                 if fsync:
                     os.fsync(fd)
                 os.close(fds.pop(k))
+        del frames, frame
     elapsed = time.perf_counter() - t0
-    th.join()
+    if th is not None:
+        th.join()
+        router.close(0)
+    if sender is not None:
+        assert sender.wait(60) == 0, "the raw zmq sender failed"
     dealer.close(0)
-    router.close(0)
     ctx.term()  # every message sent: no view of a map is in use
     for v in views:
         v.release()
@@ -319,6 +361,15 @@ def _copy_rounds(address, uuid, root, tablet_id, tmp, repeats, sizes, pin) -> di
         ),
         "raw_nosync": lambda d: (sum(sizes), sum(sizes) / raw_zmq(sizes, d, fsync=False)),
         "raw_sync": lambda d: (sum(sizes), sum(sizes) / raw_zmq(sizes, d, fsync=True)),
+        "raw_net_2p": lambda d: (
+            sum(sizes),
+            sum(sizes) / raw_zmq(sizes, None, fsync=False, sources=sources, two_processes=True),
+        ),
+        "raw_work_2p": lambda d: (
+            sum(sizes),
+            sum(sizes)
+            / raw_zmq(sizes, d, fsync=True, sources=sources, two_processes=True, crc=True),
+        ),
     }
     names = list(variants)
     runs: dict[str, list[float]] = {name: [] for name in names}
@@ -339,6 +390,8 @@ def _copy_rounds(address, uuid, root, tablet_id, tmp, repeats, sizes, pin) -> di
     out["round_ratios"] = sorted(c / r for c, r in pairs)
     pairs = zip(runs["copy_sync"], runs["raw_net_files"], strict=True)
     out["round_ratios_files"] = sorted(c / r for c, r in pairs)
+    pairs = zip(runs["copy_sync"], runs["raw_net_2p"], strict=True)
+    out["round_ratios_2p"] = sorted(c / r for c, r in pairs)
     return out
 
 
@@ -560,9 +613,19 @@ def main() -> int:
         f"  network only, no disk      -         {copy['raw_net_files']:>9.1f}   "
         "(the tablet's files)"
     )
+    print(
+        f"  network only, no disk      -         {copy['raw_net_2p']:>9.1f}   "
+        "(the tablet's files, the sender a process of its own)"
+    )
+    print(
+        f"  the copy's work, two processes: {copy['raw_work_2p']:.1f} MB/s (raw zmq, the sender "
+        "a process of its own, CRC32C at both ends, to disk as the copy writes); "
+        f"copy/raw {copy['copy_sync'] / copy['raw_work_2p']:.2f}"
+    )
     for label, key, rk in (
         ("one buffer", "raw_net", "round_ratios"),
         ("the tablet's files", "raw_net_files", "round_ratios_files"),
+        ("the tablet's files, two processes", "raw_net_2p", "round_ratios_2p"),
     ):
         rr = copy[rk]
         print(
