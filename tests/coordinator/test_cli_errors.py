@@ -233,3 +233,50 @@ def test_retire_stop_remove_tserver(cluster: LocalCluster):
 
     out = cli("remove-tserver", uuid, *c)  # a new request: the server is gone
     assert out.returncode == 1 and "NOT_FOUND" in out.stderr
+
+
+@pytest.mark.integration
+def test_retire_tserver_cancelled_while_it_waits(tmp_path):
+    """`retire-tserver` waiting for the drain learns that another operator cancelled the
+    retirement meanwhile: it stops waiting, says so and exits 1 (it does not log the
+    retirement again). The drain cannot finish first: the tablet's other voter is stopped,
+    so no change of its config can commit while the command waits."""
+    with local_cluster(tmp_path / "cluster", coordinators=1, tservers=4) as cluster:
+        c = ["--coordinators", ",".join(cluster.spec.coordinator_addresses)]
+        out = cli("create-table", "one", *c, "--columns", "id:int64:key", "--tablets", "1",
+                  "--replication", "2")  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        wait_for(lambda: cli("replication", *c).returncode == 0, 60, "one healthy")
+
+        def hosting() -> dict[str, str]:  # uuid -> address of the servers with a replica
+            out = cli("servers", *c)
+            assert out.returncode == 0, out.stderr
+            rows = [line.split("\t") for line in out.stdout.splitlines()]
+            return {r[0]: r[1] for r in rows if r[3] == "replicas=1"}
+
+        (retired, _), (other, other_address) = sorted(hosting().items())
+        cluster.stop(next(t for t in cluster.spec.tservers if t.rpc == other_address))
+        wait_for(lambda: _servers(c)[other]["state"] == "DOWN", 60, "the other voter down")
+
+        waiting = subprocess.Popen(
+            [sys.executable, "-m", "coordinator.cli", "retire-tserver", retired, *c,
+             "--wait-s", "120"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            wait_for(lambda: _servers(c)[retired]["retired"], 30, "the retirement logged")
+            out = cli("retire-tserver", retired, *c, "--cancel")
+            assert out.returncode == 0 and "no longer retired" in out.stdout, out.stderr
+            stdout, stderr = waiting.communicate(timeout=CLI_TIMEOUT_S)
+        finally:
+            if waiting.poll() is None:
+                waiting.kill()
+                waiting.communicate()
+        assert waiting.returncode == 1, (stdout, stderr)
+        assert f"retired {retired}: 1 replicas to move off it" in stdout, stdout
+        assert "Traceback" not in stderr, stderr
+        assert (
+            f"{retired} had its retirement cancelled while its replicas were moving off" in stderr
+        ), stderr
+        # Cancelled, not drained: the replica is still there and the server takes new ones.
+        assert retired in hosting() and not _servers(c)[retired]["retired"]
