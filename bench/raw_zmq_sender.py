@@ -43,25 +43,33 @@ def main() -> int:
     port = router.bind_to_random_port("tcp://127.0.0.1")
     print(port, flush=True)
     try:
-        for k, off, n in plan:
-            ident, _ = router.recv_multipart()
-            chunk = views[k][off : off + n] if views else payload[:n]
-            frames = [ident, chunk]
-            if spec.get("crc"):
-                frames.insert(1, crc32c.crc32c(chunk).to_bytes(4, "little"))
-            router.send_multipart(frames, copy=False)
-            del chunk, frames  # no view of a map outlives the loop
+        serve(router, plan, views or [payload], crc=bool(spec.get("crc")), one_buffer=not views)
     except zmq.Again:
         print("raw zmq sender: no request within the deadline", file=sys.stderr)
         return 1
     finally:
-        router.close(linger=-1)  # every chunk sent before the maps go
+        # Every chunk sent (within the deadline) before the process exits. The maps go with
+        # it: pyzmq drops its references to the slices it sent from a thread of its own,
+        # possibly after term(), so closing them here could find them still in use.
+        router.close(linger=int(args.timeout_s * 1000))
         ctx.term()
-        for v in views:
-            v.release()
-        for m in maps:
-            m.close()
     return 0
+
+
+def serve(
+    router: zmq.Socket, plan: list, views: list[memoryview], *, crc: bool, one_buffer: bool
+) -> None:
+    """Answer one request per chunk of `plan` ((file index, offset, length)) in order, with
+    a slice of `views[file index]` (of `views[0]` for every chunk with `one_buffer`), sent
+    without a copy; with `crc` its CRC32C (4 bytes little-endian) as a frame before it."""
+    for k, off, n in plan:
+        ident, _ = router.recv_multipart()
+        chunk = views[0][:n] if one_buffer else views[k][off : off + n]
+        frames = [ident, chunk]
+        if crc:
+            frames.insert(1, crc32c.crc32c(chunk).to_bytes(4, "little"))
+        router.send_multipart(frames, copy=False)
+        del chunk, frames  # no view of a map outlives the loop
 
 
 if __name__ == "__main__":

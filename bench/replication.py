@@ -46,6 +46,7 @@ import argparse
 import json
 import mmap
 import os
+import select
 import shutil
 import signal
 import statistics
@@ -62,6 +63,7 @@ import zmq
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.raw_zmq_sender import serve  # noqa: E402
 from bench.tserver import BATCH_ROWS, COLS, batch, run_writers  # noqa: E402
 from coordinator.client.tablets import TabletServerClient, ipc_bytes  # noqa: E402
 from rpc import errors  # noqa: E402
@@ -97,6 +99,8 @@ from tservers.tserver_pb2 import (  # noqa: E402
     WriteRequest,
     WriteResponse,
 )
+
+RAW_TIMEOUT_S = 60  # the raw transfer's deadline for any one step
 
 
 def start_server(root: Path, out_path: Path) -> tuple[subprocess.Popen, str, str]:
@@ -246,79 +250,84 @@ def raw_zmq(
     th = None
     maps: list[mmap.mmap] = []
     views: list[memoryview] = []
-    if two_processes:
-        spec = {"plan": plan, "sources": [str(p) for p in sources or ()], "crc": crc}
-        sender = subprocess.Popen(
-            [sys.executable, str(Path(__file__).with_name("raw_zmq_sender.py"))],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        sender.stdin.write(json.dumps(spec))
-        sender.stdin.close()
-        port = int(sender.stdout.readline())
-    else:
-        router = ctx.socket(zmq.ROUTER)
-        port = router.bind_to_random_port("tcp://127.0.0.1")
-        payload = os.urandom(FETCH_CHUNK_BYTES)
-        for src in sources or ():
-            with open(src, "rb") as f:
-                maps.append(mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ))
-        views = [memoryview(m) for m in maps]
-
-        def serve() -> None:
-            for k, off, n in plan:
-                ident, _ = router.recv_multipart()
-                chunk = views[k][off : off + n] if views else memoryview(payload)[:n]
-                frames = [ident, chunk]
-                if crc:
-                    frames.insert(1, crc32c.crc32c(chunk).to_bytes(4, "little"))
-                router.send_multipart(frames, copy=False)
-
-        th = threading.Thread(target=serve, name="raw-zmq-server")
-        th.start()
     dealer = ctx.socket(zmq.DEALER)
-    dealer.connect(f"tcp://127.0.0.1:{port}")
-    if dest is not None:
-        dest.mkdir(parents=True)
-    fds: dict[int, int] = {}
-    uncached = True
-    t0 = time.perf_counter()
-    sent = 0
-    for got, (k, off, n) in enumerate(plan):
-        while sent < len(plan) and sent - got < FETCH_WINDOW:
-            dealer.send(str(plan[sent][2]).encode())
-            sent += 1
-        frames = dealer.recv_multipart(copy=False)
-        frame = frames[-1]
-        assert len(frame.buffer) == n
-        if crc and crc32c.crc32c(frame.buffer) != int.from_bytes(frames[0].bytes, "little"):
-            raise AssertionError(f"bad CRC32C in chunk {k} at {off}")
+    dealer.setsockopt(zmq.RCVTIMEO, RAW_TIMEOUT_S * 1000)  # a failed sender fails the bench
+    try:
+        if two_processes:
+            spec = {"plan": plan, "sources": [str(p) for p in sources or ()], "crc": crc}
+            sender = subprocess.Popen(
+                [sys.executable, str(Path(__file__).with_name("raw_zmq_sender.py")),
+                 "--timeout-s", str(RAW_TIMEOUT_S)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )  # fmt: skip
+            sender.stdin.write(json.dumps(spec))
+            sender.stdin.close()
+            ready, _, _ = select.select([sender.stdout], [], [], RAW_TIMEOUT_S)
+            if not ready:
+                raise SystemExit(f"the raw zmq sender was not ready within {RAW_TIMEOUT_S} s")
+            port = int(sender.stdout.readline())
+        else:
+            router = ctx.socket(zmq.ROUTER)
+            router.setsockopt(zmq.RCVTIMEO, RAW_TIMEOUT_S * 1000)
+            port = router.bind_to_random_port("tcp://127.0.0.1")
+            for src in sources or ():
+                with open(src, "rb") as f:
+                    maps.append(mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ))
+            views = [memoryview(m) for m in maps]
+            th = threading.Thread(
+                target=serve,
+                args=(router, plan, views or [memoryview(os.urandom(FETCH_CHUNK_BYTES))]),
+                kwargs={"crc": crc, "one_buffer": not views},
+                name="raw-zmq-server",
+            )
+            th.start()
+        dealer.connect(f"tcp://127.0.0.1:{port}")
         if dest is not None:
-            fd = fds.get(k)
-            if fd is None:
-                fd = fds[k] = os.open(dest / f"f{k}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-            if fsync:
-                uncached = write_back(fd, frame.buffer, off, uncached=uncached)
-            else:
-                os.pwrite(fd, frame.buffer, off)
-            if off + n == sizes[k]:
+            dest.mkdir(parents=True)
+        fds: dict[int, int] = {}
+        uncached = True
+        t0 = time.perf_counter()
+        sent = 0
+        for got, (k, off, n) in enumerate(plan):
+            while sent < len(plan) and sent - got < FETCH_WINDOW:
+                dealer.send(str(plan[sent][2]).encode())
+                sent += 1
+            frames = dealer.recv_multipart(copy=False)
+            frame = frames[-1]
+            assert len(frame.buffer) == n
+            if crc and crc32c.crc32c(frame.buffer) != int.from_bytes(frames[0].bytes, "little"):
+                raise AssertionError(f"bad CRC32C in chunk {k} at {off}")
+            if dest is not None:
+                fd = fds.get(k)
+                if fd is None:
+                    fd = fds[k] = os.open(dest / f"f{k}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
                 if fsync:
-                    os.fsync(fd)
-                os.close(fds.pop(k))
-        del frames, frame
-    elapsed = time.perf_counter() - t0
+                    uncached = write_back(fd, frame.buffer, off, uncached=uncached)
+                else:
+                    os.pwrite(fd, frame.buffer, off)
+                if off + n == sizes[k]:
+                    if fsync:
+                        os.fsync(fd)
+                    os.close(fds.pop(k))
+            del frames, frame
+        elapsed = time.perf_counter() - t0
+    finally:
+        if sender is not None and sender.poll() is None and sys.exc_info()[0] is not None:
+            sender.kill()
     if th is not None:
         th.join()
         router.close(0)
     if sender is not None:
-        assert sender.wait(60) == 0, "the raw zmq sender failed"
+        assert sender.wait(RAW_TIMEOUT_S) == 0, "the raw zmq sender failed"
+        sender.stdout.close()
     dealer.close(0)
-    ctx.term()  # every message sent: no view of a map is in use
-    for v in views:
-        v.release()
-    for m in maps:
-        m.close()
+    ctx.term()
+    # The maps close once unreferenced: pyzmq drops its references to the slices it sent
+    # from a thread of its own, possibly after term(), so closing them here could fail.
+    views.clear()
+    maps.clear()
     return sum(sizes) / elapsed
 
 
