@@ -29,6 +29,7 @@ from coordinator.client.meta import CoordinatorClient
 from coordinator.client.tablets import TabletServerClient
 from rpc import errors
 from rpc.addresses import address_list_arg
+from rpc.console import reader_gone
 from tservers.tserver_pb2 import DataState, ListTabletsResponse
 
 DEFAULT_TIMEOUT_S = 10.0
@@ -636,9 +637,9 @@ def add_commands(sub) -> None:
     p.add_argument("--tablets", type=count_arg(1), default=4)
     p.add_argument(
         "--replication",
-        type=count_arg(0),
+        type=count_arg(1),
         default=0,
-        help="replicas per tablet (default: 3, or the live servers when fewer)",
+        help="replicas per tablet, 1-7 (default: 3, or the live servers when fewer)",
     )
     p.set_defaults(func=cmd_create_table)
     p = sub.add_parser("drop-table", help="drop a table (its tablets are tombstoned)")
@@ -699,6 +700,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.func(args)
+    except BrokenPipeError:
+        return reader_gone()
     except errors.RpcError as err:
         print(f"coordinator {args.command}: {err}", file=sys.stderr)
         return 1

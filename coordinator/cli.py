@@ -188,11 +188,17 @@ def main(argv: list[str] | None = None) -> int:
         level=level,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    from rpc.console import reader_gone
     from rpc.errors import RpcError
 
     try:
         return args.func(args)
+    except BrokenPipeError:  # `coordinator status | head`
+        return reader_gone()
     except RpcError as e:
+        print(f"coordinator: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:  # an operating error no command foresaw (permissions, a full disk)
         print(f"coordinator: {e}", file=sys.stderr)
         return 1
 

@@ -104,6 +104,8 @@ class LocalCluster:
         cluster's own (NEW_COORDINATORS / NEW_TSERVERS for a new one); other counts than
         an existing cluster's are refused."""
         root = root.resolve()
+        if root.exists() and not root.is_dir():
+            raise errors.BadRequest(f"{root} is not a directory")
         existing = ClusterSpec.load(root)
         if existing is not None:
             coordinators = len(existing.coordinators) if coordinators is None else coordinators

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import threading
 from collections.abc import Sequence
@@ -338,7 +337,8 @@ class _Source:
                 raise UsageError("--address needs at least one HOST:PORT")
             self.remote = RemoteReader(addresses, args.timeout_s)
             try:
-                self.remote.check_service()
+                for w in self.remote.check_service():
+                    sys.stderr.write(f"coordinator log: warning: {w}\n")
             except BaseException:
                 self.remote.close()
                 raise
@@ -406,6 +406,7 @@ def run(
 ) -> int:
     """Run with parsed arguments; returns the exit code. `stop` ends --follow (tests);
     from the command line, Ctrl-C does."""
+    from rpc.console import reader_gone
     from rpc.errors import RpcError
 
     out = out or sys.stdout
@@ -433,14 +434,8 @@ def run(
         return EXIT_INCOMPLETE if image.stats.incomplete else 0
     except KeyboardInterrupt:
         return 0 if args.follow else 130
-    except BrokenPipeError:
-        # The reader went away (`| head`): stop quietly, and keep the interpreter's final
-        # flush of stdout from failing again.
-        if out is sys.stdout:
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, sys.stdout.fileno())
-            os.close(devnull)
-        return 0
+    except BrokenPipeError:  # the reader went away (`| head`): stop quietly
+        return reader_gone() if out is sys.stdout else 0
     except UsageError as err:
         sys.stderr.write(f"coordinator log: {err}\n")
         return 2

@@ -43,6 +43,7 @@ META_FILE = "journal.meta"
 SNAPSHOT_FILE = "snapshot"
 FILE_BYTES_MAX = 1 << 30  # refuse to read a journal or snapshot bigger than this
 READ_PAGE = 1000
+PING_TIMEOUT_S = 2.0  # a live node answers a ping at once, even when busy
 
 # pysyncobj's command types (pysyncobj.syncobj._COMMAND_TYPE) and logstore's method ids
 # (_RaftNode's replicated methods in name order: _ls_append = 0, _ls_barrier = 1,
@@ -226,7 +227,8 @@ def load_data_dir(path: str, log: str) -> LogImage:
         try:
             stats.term, stats.commit_index, _voted = decode_meta(meta)
         except Corruption as err:
-            stats.warnings.append(f"journal meta: {err}")
+            stats.warnings.append(f"journal meta: {err}; which entries are committed is unknown")
+            stats.incomplete = True
 
     state = LogState()
     history: dict[int, RawEntry] = {}  # id -> entry, for `log` only
@@ -323,6 +325,9 @@ def load_data_dir(path: str, log: str) -> LogImage:
                 raft_term=term,
                 committed=committed,
             )
+    names = state.log_names()
+    if log not in names and names:  # a mistyped --log reads like an empty log otherwise
+        stats.warnings.append(f"no log named {log!r} here; its logs: {', '.join(names)}")
     live_ids = set(state.logs.get(log, {}))
     out: list[RawEntry] = []
     for i in sorted(history):
@@ -354,20 +359,39 @@ class RemoteReader:
         self.timeout_s = timeout_s
         self._store = RemoteLogStore(addresses, connect_timeout_s=timeout_s)
 
-    def check_service(self) -> None:
-        """Fail clearly when an address serves no log: `logstore serve` replicas and
-        coordinator nodes (which serve their log read-only) do."""
+    def check_service(self) -> list[str]:
+        """Ping every address (at most PING_TIMEOUT_S each) and return a warning for each
+        that did not answer; fail clearly when none did, or when one that answered serves
+        no log (`logstore serve` replicas and coordinator nodes, which serve their log
+        read-only, do). The addresses that answered are read first; the others stay as
+        fallbacks (a node may come back while --follow runs)."""
+        from logstore.remote import RemoteLogStore
         from rpc.client import RpcClient
-        from rpc.errors import Unavailable
+        from rpc.errors import TimedOut, Unavailable
 
+        live: list[str] = []
+        warnings: list[str] = []
         for address in self.addresses:
-            with RpcClient(address, caller_uuid="coordinator-log-tool") as client:
-                answer = client.ping(timeout_s=self.timeout_s)
+            try:
+                with RpcClient(address, caller_uuid="coordinator-log-tool") as client:
+                    answer = client.ping(timeout_s=min(self.timeout_s, PING_TIMEOUT_S))
+            except (Unavailable, TimedOut) as err:
+                warnings.append(f"{address} did not answer ({err})")
+                continue
             if "LogStore.Read" not in answer.methods:
                 raise Unavailable(
                     f"{address} is a {answer.service!r} server that serves no log: give the "
                     "address of a coordinator node or of a `logstore serve` replica"
                 )
+            live.append(address)
+        if not live:
+            raise Unavailable("no address answered: " + "; ".join(warnings))
+        if warnings:
+            self._store.close()
+            ordered = live + [a for a in self.addresses if a not in live]
+            self._store = RemoteLogStore(ordered, connect_timeout_s=self.timeout_s)
+            warnings.append(f"reading from {', '.join(live)}")
+        return warnings
 
     def last_id(self, log: str) -> int:
         return self._store.last_id(log, timeout_s=self.timeout_s)

@@ -22,7 +22,8 @@ import sys
 import threading
 
 from rpc.addresses import address_arg, address_list_arg
-from rpc.errors import RpcError
+from rpc.console import reader_gone
+from rpc.errors import RpcError, TimedOut, Unavailable
 
 PASSWORD_ENV = "LOGSTORE_PASSWORD"
 
@@ -90,8 +91,12 @@ def cmd_status(args) -> int:
         with RemoteLogStore([address], connect_timeout_s=args.timeout_s) as store:
             try:
                 s = store.status(timeout_s=args.timeout_s)
-            except RpcError as err:
+            except (Unavailable, TimedOut) as err:
                 print(f"{address}: unreachable ({err})")
+                failures += 1
+                continue
+            except RpcError as err:  # it answered: not a replica, or it refused
+                print(f"{address}: answered, but not with a replica's status ({err})")
                 failures += 1
                 continue
         logs = ", ".join(f"{x.log}={x.last_id}" for x in s.logs) or "-"
@@ -245,6 +250,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         return args.func(args)
+    except BrokenPipeError:  # `logstore read | head`
+        return reader_gone()
     except RpcError as err:
         print(f"logstore {args.command}: {err}", file=sys.stderr)
         return 1

@@ -810,7 +810,8 @@ class RpcClient:
         sidecars=(),
     ):
         """Returns (response, [sidecar memoryviews]); raises rpc.errors.* on failure."""
-        deadline = time.monotonic() + timeout_s
+        started = time.monotonic()
+        deadline = started + timeout_s
         body = request.SerializeToString()
         backoff_s = RETRY_BACKOFF_INITIAL_S
         for attempt in range(1, RETRY_ATTEMPTS_MAX + 1):
@@ -831,10 +832,13 @@ class RpcClient:
                 )
                 break
             except RETRYABLE as err:
-                if not idempotent or attempt == RETRY_ATTEMPTS_MAX:
+                if not idempotent:
                     raise
                 pause = max(backoff_s, err.retry_after_ms / 1000.0) * random.uniform(0.5, 1.5)
-                if time.monotonic() + pause >= deadline:
+                if attempt == RETRY_ATTEMPTS_MAX or time.monotonic() + pause >= deadline:
+                    if attempt > 1:  # the last attempt's message alone would understate it
+                        elapsed = time.monotonic() - started
+                        err.message += f" (gave up after {attempt} attempts in {elapsed:.1f}s)"
                     raise
                 log.debug("%s to %s: %s; retrying in %.3fs", method, self.address, err, pause)
                 time.sleep(pause)

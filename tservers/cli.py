@@ -31,6 +31,7 @@ from pathlib import Path
 from google.protobuf import text_format
 
 from rpc.addresses import address_arg, address_list_arg
+from rpc.console import reader_gone
 from rpc.errors import RpcError
 from tservers import metafile
 from tservers.fs import FsError, FsLayout, FsLocked, lock_root
@@ -670,8 +671,8 @@ def main(argv: list[str] | None = None) -> int:
     except CliError as e:
         print(f"tserver: error: {e}", file=sys.stderr)
         return 1
-    except BrokenPipeError:
-        return 0
+    except BrokenPipeError:  # `tserver wal dump | head`
+        return reader_gone()
     except OSError as e:  # an operating error no command foresaw (permissions, a full disk)
         print(f"tserver: error: {e}", file=sys.stderr)
         return 1

@@ -30,7 +30,7 @@ import random
 import threading
 import time
 import uuid as uuidlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -151,6 +151,8 @@ class Client:
     def __init__(self, coordinators: Sequence[str] | str, *, timeout_s: float = 30.0) -> None:
         if isinstance(coordinators, str):
             coordinators = [a.strip() for a in coordinators.split(",") if a.strip()]
+        if not timeout_s > 0:
+            raise errors.BadRequest(f"timeout_s must be above 0, got {timeout_s!r}")
         self.client_id = f"client-{uuidlib.uuid4().hex}"
         self.timeout_s = timeout_s
         self.meta = CoordinatorClient(coordinators, client_id=self.client_id, timeout_s=timeout_s)
@@ -173,6 +175,9 @@ class Client:
 
         `replication_factor` 0 lets the coordinator choose: 3, or fewer when fewer tablet
         servers are live."""
+        for what, n in (("num_tablets", num_tablets), ("replication_factor", replication_factor)):
+            if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= 0xFFFFFFFF:
+                raise errors.BadRequest(f"{what} must be a whole number >= 0, got {n!r}")
         schema = cpb.Schema(columns=[c.to_pb() for c in columns])
         return self.meta.create_table(name, schema, num_tablets, replication_factor)
 
@@ -414,7 +419,7 @@ class Table:
         batch_rows_max: int = 0,
     ) -> Iterator[pa.RecordBatch]:
         """Arrow batches of one tablet's matching rows, read at its leader."""
-        preds = [predicate(*p) for p in predicates]
+        preds = _predicate_pbs(predicates)
         target = self.projected_schema(projection)
         last: Exception | None = None
         for deadline in _attempts(self.client.timeout_s):
@@ -471,6 +476,8 @@ class Table:
         missing = [n for n in projection if n not in schema.names]
         if missing:
             raise errors.BadRequest(f"table {self.name} has no column(s) {missing}")
+        if len(set(projection)) != len(projection):
+            raise errors.BadRequest(f"projection {list(projection)} names a column twice")
         return pa.schema([schema.field(n) for n in projection])
 
     def to_arrow(
@@ -487,6 +494,24 @@ class Table:
 
     def count(self) -> int:
         return sum(b.num_rows for b in self.scan(projection=self.key_columns[:1]))
+
+
+def _predicate_pbs(predicates) -> list:
+    """The scan's predicates, each a tuple (see `tablets.predicate`); BAD_REQUEST, naming
+    the culprit, for anything else."""
+    if isinstance(predicates, str | bytes | Mapping) or not isinstance(predicates, Iterable):
+        raise errors.BadRequest(
+            f"predicates must be a list of tuples like ('x', '>=', 3), got {predicates!r}"
+        )
+    out = []
+    for p in predicates:
+        if not isinstance(p, tuple | list):
+            raise errors.BadRequest(f"predicate {p!r} is not a tuple like ('x', '>=', 3)")
+        try:
+            out.append(predicate(*p))
+        except (TypeError, ValueError) as exc:
+            raise errors.BadRequest(f"predicate {tuple(p)!r}: {exc}") from None
+    return out
 
 
 def _attempts(timeout_s: float) -> Iterator[float]:
@@ -529,6 +554,23 @@ def _split_by_tablet(table: Table, data: pa.Table) -> list[tuple[TabletInfo, pa.
     ]
 
 
+def _row_dicts(rows) -> list:
+    """Rows given as Python objects: an iterable of mappings (one per row), as a list.
+    Anything else is refused as a whole, naming what was given (a lone dict would
+    otherwise be read as a sequence of its column names)."""
+    if isinstance(rows, Mapping):
+        raise errors.BadRequest("rows must be a list of dicts, one per row: got one dict")
+    if isinstance(rows, str | bytes) or not isinstance(rows, Iterable):
+        raise errors.BadRequest(
+            f"rows must be a list of dicts or an Arrow table, got {type(rows).__name__}"
+        )
+    rows = list(rows)
+    for i, row in enumerate(rows):
+        if not isinstance(row, Mapping):
+            raise errors.BadRequest(f"row {i} is a {type(row).__name__}, not a dict")
+    return rows
+
+
 @dataclass(slots=True)
 class _Pending:
     table: Table
@@ -546,6 +588,8 @@ class Session:
     def __init__(self, client: Client, *, flush_rows_max: int, flush_interval_s: float) -> None:
         if not 0 < flush_rows_max <= SESSION_ROWS_MAX:
             raise errors.BadRequest(f"flush_rows_max must be 1..{SESSION_ROWS_MAX}")
+        if not flush_interval_s >= 0:
+            raise errors.BadRequest(f"flush_interval_s must be >= 0, got {flush_interval_s!r}")
         self.client = client
         self.flush_rows_max = flush_rows_max
         self.flush_interval_s = flush_interval_s
@@ -572,7 +616,7 @@ class Session:
         if isinstance(rows, pa.Table):
             rows = rows.select([k for k in keys if k in rows.column_names])
         else:
-            rows = [{k: r[k] for k in keys if k in r} for r in rows]
+            rows = [{k: r[k] for k in keys if k in r} for r in _row_dicts(rows)]
         self._apply(table, OpType.DELETE, rows)
 
     def _apply(self, table: Table, op: int, rows) -> None:
@@ -581,7 +625,7 @@ class Session:
         if isinstance(rows, pa.Table | pa.RecordBatch):
             given = rows.num_rows
         else:
-            rows = list(rows)
+            rows = _row_dicts(rows)
             given = len(rows)
         if not given:
             return  # nothing to write (an empty delete too)

@@ -19,7 +19,7 @@ import datetime
 import threading
 import time
 import uuid as uuidlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -112,15 +112,29 @@ def value_pb(value) -> ValuePB:
     raise TypeError(f"unsupported value type {type(value).__name__}")
 
 
-def predicate(col: str, op: str, value=None) -> PredicatePB:
-    """("x", ">=", 3), ("x", "in", [1, 2]), ("x", "is null")."""
+_NO_VALUE = object()
+
+
+def predicate(col: str, op: str, value=_NO_VALUE) -> PredicatePB:
+    """("x", ">=", 3), ("x", "in", [1, 2]), ("x", "is null"). ValueError or TypeError
+    for one that is not of these shapes."""
+    if not isinstance(col, str) or not isinstance(op, str):
+        raise TypeError("a predicate is (column, operator[, value]) with two strings first")
     pop = OPS.get(op.lower())
     if pop is None:
         raise ValueError(f"unknown predicate operator {op!r}")
     p = PredicatePB(column=col, op=pop)
+    if pop in (PredicateOp.IS_NULL, PredicateOp.IS_NOT_NULL):
+        if value is not _NO_VALUE and value is not None:
+            raise ValueError(f"{op!r} takes no value")
+        return p
+    if value is _NO_VALUE:
+        raise ValueError(f"{op!r} needs a value")
     if pop == PredicateOp.IN:
+        if isinstance(value, str | bytes | bytearray | Mapping) or not isinstance(value, Iterable):
+            raise TypeError(f"'in' needs a list of values, got {type(value).__name__}")
         p.values.extend(value_pb(v) for v in value)
-    elif pop not in (PredicateOp.IS_NULL, PredicateOp.IS_NOT_NULL):
+    else:
         p.values.append(value_pb(value))
     return p
 

@@ -24,7 +24,7 @@ from coordinator.ops.common import (
     CompletionContext,
     call_replica,
     check_column,
-    check_name,
+    check_new_name,
     check_request_id,
     header,
     placements,
@@ -43,7 +43,7 @@ def decide(catalog: Catalog, request: pb.AlterTableRequest, op_id: int) -> pb.Lo
     table = table_for_change(catalog, request.name)
     new_name = request.new_name or table.name
     if new_name != table.name:
-        check_name(new_name, "new table name")
+        check_new_name(new_name, "new table name")
         if new_name in catalog.names:
             raise AlreadyExists(f"a table named {new_name!r} exists")
     existing = {c.name: c for c in table.schema.columns}

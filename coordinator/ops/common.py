@@ -109,6 +109,14 @@ def check_name(name: str, what: str = "table name") -> None:
         raise BadRequest(f"{what} must be printable")
 
 
+def check_new_name(name: str, what: str = "table name") -> None:
+    """A name a table is given (create, rename): also without leading or trailing white
+    space, which listings do not show (" t1" would pass for "t1")."""
+    check_name(name, what)
+    if name != name.strip():
+        raise BadRequest(f"{what} {name!r} starts or ends with white space")
+
+
 def check_column(column: pb.ColumnSchema) -> None:
     if not column.name:
         raise BadRequest("a column has no name")

@@ -22,7 +22,7 @@ from coordinator.catalog import (
 from coordinator.ops.common import (
     CompletionContext,
     call_replica,
-    check_name,
+    check_new_name,
     check_request_id,
     check_schema,
     header,
@@ -43,7 +43,7 @@ def tablet_id_of(table_id: str, bucket: int) -> str:
 
 def decide(catalog: Catalog, request: pb.CreateTableRequest, op_id: int) -> pb.LogRecord:
     check_request_id(request.request_id)
-    check_name(request.name)
+    check_new_name(request.name)
     check_schema(request.schema)
     if request.name in catalog.names:
         raise AlreadyExists(f"a table named {request.name!r} exists")

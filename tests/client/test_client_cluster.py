@@ -91,7 +91,38 @@ def test_bad_rows_are_refused_before_sending(client):
             s.insert(t, [{"name": "no key"}])
         with pytest.raises(errors.BadRequest, match="no column"):
             s.insert(t, pa.table({"id": [1], "nope": [2]}))
+        # Rows of the wrong shape: named as such, not as a puzzle about columns.
+        with pytest.raises(errors.BadRequest, match="got one dict"):
+            s.upsert(t, {"id": 1, "name": "a"})
+        with pytest.raises(errors.BadRequest, match="got int"):
+            s.upsert(t, 42)
+        with pytest.raises(errors.BadRequest, match="row 1 is a int"):
+            s.upsert(t, [{"id": 1, "name": "a"}, 2])
+        with pytest.raises(errors.BadRequest, match="got one dict"):
+            s.delete(t, {"id": 1})
+        assert s.pending_rows() == 0
     assert t.count() == 0
+    # Scans and settings of the wrong shape: BAD_REQUEST, before anything is sent.
+    for bad in (
+        "id > 1",
+        [("id", "in", 5)],
+        [("id", "=")],
+        [("id", "is null", 3)],
+        ["id"],
+        [("id", "~", 1)],
+    ):
+        with pytest.raises(errors.BadRequest, match="predicate"):
+            t.to_arrow(predicates=bad)
+    with pytest.raises(errors.BadRequest, match="twice"):
+        t.to_arrow(projection=["name", "name"])
+    assert t.to_arrow(predicates=[("id", "in", [1, 2]), ("score", "is null")]).num_rows == 0
+    with pytest.raises(errors.BadRequest, match="replication_factor"):
+        client.create_table("bad_rf_t", COLUMNS, replication_factor=-1)
+    with pytest.raises(errors.BadRequest, match="flush_interval_s"):
+        client.new_session(flush_interval_s=-1)
+    with pytest.raises(errors.BadRequest, match="timeout_s"):
+        Client(client.meta.addresses, timeout_s=0)
+    assert "bad_rf_t" not in client.list_tables()
 
 
 def test_rows_that_do_not_fit_are_row_errors_the_others_written(client):

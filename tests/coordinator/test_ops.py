@@ -165,6 +165,9 @@ def test_create_apply_started_then_done():
     [
         (dict(name=""), BadRequest),
         (dict(name="x" * (TABLE_NAME_BYTES_MAX + 1)), BadRequest),
+        (dict(name="   "), BadRequest),  # white space only
+        (dict(name=" t1"), BadRequest),  # would list like "t1"
+        (dict(name="t1\t"), BadRequest),
         (dict(sch=pb.Schema()), BadRequest),
         (dict(sch=schema(("v", pb.STRING, True, False))), BadRequest),  # no key column
         (dict(sch=schema(("id", pb.INT64, True, True))), BadRequest),  # nullable key
@@ -302,6 +305,7 @@ def test_alter_add_drop_rename():
         (dict(add_columns=[pb.ColumnSchema(name="w", nullable=True)]), BadRequest),
         (dict(new_name="other"), AlreadyExists),
         (dict(new_name="x" * (TABLE_NAME_BYTES_MAX + 1)), BadRequest),
+        (dict(new_name="other "), BadRequest),
     ],
 )
 def test_alter_bad_input(kw, error):

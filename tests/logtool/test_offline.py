@@ -243,6 +243,24 @@ def test_damaged_journal_tail_and_undecodable_command(offline, tmp_path, capsys)
     assert "does not unpickle" in err and "torn" in err
 
 
+def test_damaged_journal_meta_and_a_mistyped_log_name(offline, tmp_path, capsys):
+    """A journal meta that does not decode leaves the entries' committed flags unknown:
+    exit 3 with a warning, the records still listed. A log name the dir does not hold is
+    warned about (it would read like an empty log) with the names it does hold."""
+    copy = tmp_path / "node"
+    shutil.copytree(offline.node_dir, copy)
+    (copy / "logstore" / "journal.meta").write_bytes(b"garbage")
+    code, text = run_tool("--data-dir", str(copy), "--json")
+    assert code == logtool.EXIT_INCOMPLETE
+    recs = json_lines(text)
+    assert len(recs) == offline.expected.last_id
+    assert all(r["committed"] is None for r in recs)
+    assert "committed is unknown" in capsys.readouterr().err
+    code, text = run_tool("--data-dir", str(offline.node_dir), "--log", "coordinatr")
+    assert code == 0 and text == ""
+    assert "no log named 'coordinatr' here; its logs: coordinator" in capsys.readouterr().err
+
+
 def test_reads_a_running_replica_and_follows(tmp_path):
     """--follow on the data dir of a replica that keeps appending and compacts (the tool
     never writes)."""

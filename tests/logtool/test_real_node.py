@@ -77,6 +77,21 @@ def test_pending_operation_then_recovery_by_a_new_epoch(tmp_path, capsys):
         code, text = run_tool("--address", node.address, "--pending", "--json", "--timeout-s", "5")
         assert code == 0
         assert [r["id"] for r in lines(text)] == [r["id"] for r in pending]
+        # A dead node among the addresses (the usual case during an incident): the tool
+        # reads from the live one and says which did not answer.
+        dead = ts_addrs[0]  # nothing listens there
+        capsys.readouterr()
+        code, text = run_tool(
+            "--address", f"{dead},{node.address}", "--pending", "--json", "--timeout-s", "5"
+        )
+        assert code == 0
+        assert [r["id"] for r in lines(text)] == [r["id"] for r in pending]
+        err = capsys.readouterr().err
+        assert f"{dead} did not answer" in err and f"reading from {node.address}" in err
+        # Only dead nodes: a clear failure naming them.
+        code, _ = run_tool("--address", dead, "--timeout-s", "1")
+        assert code == 1
+        assert f"no address answered: {dead} did not answer" in capsys.readouterr().err
         # An address that serves no log is refused clearly.
         from rpc.server import RpcServer
 
