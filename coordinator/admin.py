@@ -699,7 +699,9 @@ def main(argv: list[str] | None = None) -> int:
     add_commands(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
     try:
-        return args.func(args)
+        code = args.func(args)
+        sys.stdout.flush()  # a reader gone (`| head`) shows here, not at exit
+        return code
     except BrokenPipeError:
         return reader_gone()
     except errors.RpcError as err:

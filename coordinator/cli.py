@@ -192,7 +192,9 @@ def main(argv: list[str] | None = None) -> int:
     from rpc.errors import RpcError
 
     try:
-        return args.func(args)
+        code = args.func(args)
+        sys.stdout.flush()  # a reader gone (`| head`) shows here, not at exit
+        return code
     except BrokenPipeError:  # `coordinator status | head`
         return reader_gone()
     except RpcError as e:

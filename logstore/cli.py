@@ -249,7 +249,9 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:
-        return args.func(args)
+        code = args.func(args)
+        sys.stdout.flush()  # a reader gone (`| head`) shows here, not at exit
+        return code
     except BrokenPipeError:  # `logstore read | head`
         return reader_gone()
     except RpcError as err:

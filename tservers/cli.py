@@ -667,7 +667,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        code = args.func(args)
+        sys.stdout.flush()  # a reader gone (`| head`) shows here, not at exit
+        return code
     except CliError as e:
         print(f"tserver: error: {e}", file=sys.stderr)
         return 1

@@ -50,6 +50,18 @@ def test_operator_session(tmp_path):
         assert "TYPE one of" in bad.stderr
         healthy = json.loads(cli("status", *c, "--json").stdout)
         assert healthy["healthy"] and healthy["leader"]
+        # A reader that goes away (`coordinator status | head -1`): a quiet exit 0.
+        for command in (["status", *c], ["tables", *c]):
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "coordinator.cli", *command],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            proc.stdout.close()  # before the command writes anything: no reader is left
+            _, err = proc.communicate(timeout=300)
+            assert proc.returncode == 0, (command, err)
+            assert "Traceback" not in err and "Exception ignored" not in err, err
         assert sum(len(t["tablets"]) for t in healthy["tables"]) == 3
 
         # A dead tablet server makes the cluster unhealthy: exit status 1, and why.
