@@ -145,6 +145,13 @@ def plan(
         if bad(uuid):
             return action(REMOVE, uuid, "non-voter on a bad server")
     if len(good_voters) < rf:
+        # A voter on a dead server (DOWN, or its replica FAILED) in a config already above
+        # the factor (a replacement promoted before the failure, a move under way) goes
+        # first: the majority it takes to commit shrinks, and no live replica is lost. A
+        # config at or below the factor keeps it until a replacement is promoted.
+        dead = sorted(u for u in voters if u not in live or u in failed)
+        if dead and len(voters) > rf and dead[0] != view.leader_uuid:
+            return action(REMOVE, dead[0], "a dead voter in a config above its factor")
         if any(not bad(u) for u in non_voters):
             return None  # the leader is copying / promoting a new replica
         candidates = [
@@ -382,6 +389,15 @@ class ReplicationManager:
                 table = self.catalog.tables.get(self.catalog.tablets[request.tablet_id].table_id)
                 factor = table.replication_factor if table is not None else len(replicas)
                 target_added = request.to_uuid in replicas and len(replicas) > factor
+            else:
+                retired = self.catalog.retired_servers()
+                takers = [
+                    s.uuid
+                    for s in self.catalog.servers.values()
+                    if s.state is ServerState.LIVE
+                    and s.uuid not in retired
+                    and s.uuid not in replicas
+                ]
             key = (request.tablet_id, request.from_uuid)
         with self._lock:
             if request.to_uuid and request.to_uuid in replicas:
@@ -394,6 +410,11 @@ class ReplicationManager:
                     raise BadRequest(
                         f"tablet {request.tablet_id} already has a replica on {request.to_uuid}"
                     )
+            if not request.to_uuid and not takers and key not in self._moves:
+                raise BadRequest(
+                    f"no server can take a replica of tablet {request.tablet_id}: every live "
+                    "tablet server not retired hosts one already"
+                )
             if len(self._moves) >= MOVES_MAX and key not in self._moves:
                 raise BadRequest(f"more than {MOVES_MAX} moves pending")
             self._moves[key] = Move(request.tablet_id, request.from_uuid, request.to_uuid)

@@ -182,6 +182,20 @@ def test_kill_a_tserver_then_re_replicate_lower_the_factor_and_move(tmp_path):
             moved = {r.server_uuid for r in client.tablet_locations("rep").tablets[0].replicas}
             assert source not in moved and target in moved
 
+            # A move with no target while every live server hosts the tablet (the 1-tablet
+            # table of factor 3, on the 3 live servers): refused, not left pending.
+            wait_for(
+                lambda: converged(client, "dflt", 3, {victim_uuid}), 60, "dflt on the 3 live"
+            )
+            full = client.tablet_locations("dflt").tablets[0]
+            refused = cli(
+                cluster, "move-replica", full.tablet_id, "--from", full.replicas[0].server_uuid
+            )
+            assert refused.returncode != 0 and "no server can take" in refused.stderr, (
+                refused.stdout + refused.stderr
+            )
+            assert not replication_status(client).moves
+
             # retire-tserver: every replica moves off one server (factor 2 on the other two).
             # The 1-tablet table of factor 3 could not leave it (2 servers would remain):
             # refused up front rather than waited on.

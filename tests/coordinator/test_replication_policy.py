@@ -84,6 +84,25 @@ def test_move_adds_the_requested_target_then_removes_the_source():
     assert action is not None and (action.kind, action.peer_uuid) == (REMOVE, "b")
 
 
+def test_a_dead_voter_in_a_config_above_its_factor_goes_first():
+    """A move's target promoted, then another voter's server dies, and no server is left to
+    add: the dead voter is removed (four voters need three to commit, three need two);
+    the move then waits for a server to take a replica, with three live voters."""
+    live = frozenset({"a", "b", "d"})  # c died
+    move = Move("t1-0", "b", "d")
+    v = view([("a", True), ("b", True), ("c", True), ("d", True)], index=9)
+    action = plan(v, live, {}, move)
+    assert action is not None and (action.kind, action.peer_uuid) == (REMOVE, "c")
+    v2 = view([("a", True), ("b", True), ("d", True)], index=10)
+    assert plan(v2, live, {}, move) is None  # nowhere to add a third good voter: wait
+    # A FAILED replica counts as dead; a config at its factor keeps its dead voter until a
+    # replacement is promoted.
+    action = plan(v, LIVE4, {}, move, failed=frozenset({"c"}))
+    assert action is not None and (action.kind, action.peer_uuid) == (REMOVE, "c")
+    three = view([("a", True), ("b", True), ("c", True)])
+    assert plan(three, frozenset({"a", "b"}), {}) is None  # c down, no server to add: wait
+
+
 def test_moving_the_leader_removes_it_last():
     v = view([("a", True), ("b", True), ("c", True), ("d", True)])
     action = plan(v, LIVE4, {}, Move("t1-0", "a", "d"))
