@@ -231,7 +231,16 @@ def _check_table(meta, summary, reports, result: ClusterCheck) -> TableCheck:
                     replica.config_index = found.committed_config.opid_index
             tablet.replicas.append(replica)
         indexes = {r.config_index for r in tablet.replicas if r.ok}
-        if len(indexes) > 1:
+        voters = [
+            ok for ok, loc_r in zip((r.ok for r in tablet.replicas), loc.replicas, strict=True)
+            if loc_r.member_type != "NON_VOTER"
+        ]  # fmt: skip
+        if voters and sum(voters) < len(voters) // 2 + 1:
+            tablet.problem = (
+                f"UNAVAILABLE: {sum(voters)} of its {len(voters)} voters running, not a "
+                "majority (no leader, no write)"
+            )
+        elif len(indexes) > 1:
             tablet.problem = f"replicas disagree on the committed config: {sorted(indexes)}"
         elif len(loc.replicas) != described.replication_factor:
             tablet.problem = (
@@ -242,7 +251,9 @@ def _check_table(meta, summary, reports, result: ClusterCheck) -> TableCheck:
         bad = [r for r in tablet.replicas if not r.ok]
         if bad or tablet.problem or not tablet.replicas:
             tablet.ok = table.ok = False
-            why = tablet.problem or "; ".join(f"{r.address}: {r.problem}" for r in bad)
+            why = "; ".join(
+                [tablet.problem] * bool(tablet.problem) + [f"{r.address}: {r.problem}" for r in bad]
+            )
             result.problem(f"table {summary.name} tablet {loc.tablet_id}: {why or 'no replica'}")
         table.tablets.append(tablet)
     return table
@@ -319,7 +330,20 @@ def cmd_create_table(args) -> int:
             args.name, columns, num_tablets=args.tablets, replication_factor=args.replication
         )
     print(f"created table {args.name} ({table_id})")
+    warn_even_factor(args.replication)
     return 0
+
+
+def warn_even_factor(factor: int) -> None:
+    """An even factor survives no more failures than the odd one below it, and with 2 a
+    tablet loses its majority (no leader, no write) with one server."""
+    if factor and factor % 2 == 0:
+        print(
+            f"warning: {factor} replicas tolerate as few failed servers as {factor - 1} "
+            f"({(factor - 1) // 2}): a majority of {factor // 2 + 1} must stay live; an odd "
+            "factor is the usual choice",
+            file=sys.stderr,
+        )
 
 
 def cmd_drop_table(args) -> int:
@@ -538,6 +562,7 @@ def cmd_set_replication(args) -> int:
         )
         table_id = meta.call("SetReplication", request, cpb.SetReplicationResponse).table_id
         print(f"table {args.table}: replication factor {args.factor}")
+        warn_even_factor(args.factor)
         if args.wait_s <= 0:
             return 0
 

@@ -66,6 +66,8 @@ REMOVE = "REMOVE"
 CLIENTS_MAX = 4096
 JOIN_TIMEOUT_S = 10.0
 MOVES_MAX = 100_000
+REPEAT_LOG_S = 60.0
+LOGGED_MAX = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,6 +209,15 @@ def unhealthy_reason(
             good_voters += 1
     if good_voters != view.replication_factor or parts:
         parts.append(f"{good_voters} good voters of {view.replication_factor}")
+    voters = [m.uuid for m in view.members if m.voter]
+    alive = sum(1 for u in voters if u in live and u not in failed)
+    if alive < len(voters) // 2 + 1:
+        parts.append(
+            f"UNAVAILABLE: {alive} of its {len(voters)} voters live, not a majority (no leader,"
+            " no write) until enough come back; it cannot be healed before"
+        )
+    elif view.leader_uuid not in live:
+        parts.append(f"its last leader {view.leader_uuid[:12]} is DOWN: an election is due")
     if not parts and move is not None:
         parts.append(f"a move off {move.from_uuid[:12]} requested")
     return "; ".join(parts) if parts else None
@@ -326,6 +337,9 @@ class ReplicationManager:
         self._lock = threading.Lock()
         self._moves: dict[tuple[str, str], Move] = {}  # (tablet_id, from_uuid) -> move
         self.counters = _Counters()
+        # (tablet, kind, peer, outcome) -> when last logged at INFO: a change the policy
+        # repeats every round (a tablet that cannot heal) is logged once a REPEAT_LOG_S.
+        self._logged: dict[tuple[str, str, str, str], float] = {}
         self._was_serving = False
         self._transport: Transport | None = None
         self._clients: dict[str, RpcClient] = {}
@@ -679,7 +693,8 @@ class ReplicationManager:
             request.type = ts.ConfigChangeTypePB.REMOVE_SERVER
         if not leader_address:
             return False
-        logger.info(
+        logger.log(
+            self._level(action, "sent"),
             "tablet %s: %s %s via leader %s (cas %d): %s",
             action.tablet_id,
             action.kind,
@@ -702,12 +717,25 @@ class ReplicationManager:
             # TIMED_OUT are normal here: the next round decides again from a fresh report.
             self.counters.refused += 1
             self.counters.last_error[action.tablet_id] = f"{type(e).__name__}: {e.message}"
-            logger.info("tablet %s: %s %s refused: %s", action.tablet_id, action.kind,
-                        action.peer_uuid, e)  # fmt: skip
+            logger.log(self._level(action, type(e).__name__),
+                       "tablet %s: %s %s refused: %s (repeats logged once a minute)",
+                       action.tablet_id, action.kind, action.peer_uuid, e)  # fmt: skip
             return False
         self.counters.sent += 1
         self._record_config(action, answer.committed_config)
         return True
+
+    def _level(self, action: Action, outcome: str) -> int:
+        """INFO the first time in REPEAT_LOG_S for this change and outcome, else DEBUG."""
+        key = (action.tablet_id, action.kind, action.peer_uuid, outcome)
+        now = time.monotonic()
+        last = self._logged.get(key)
+        if last is not None and now - last < REPEAT_LOG_S:
+            return logging.DEBUG
+        if len(self._logged) >= LOGGED_MAX:
+            self._logged.clear()
+        self._logged[key] = now
+        return logging.INFO
 
     def _record_config(self, action: Action, config: ts.RaftConfigPB) -> None:
         """The leader's answer is the newest committed config: use it until the next report."""

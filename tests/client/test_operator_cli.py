@@ -70,6 +70,8 @@ def test_operator_session(tmp_path):
         os.kill(victim.pid, signal.SIGKILL)
         sick = cli("status", *c, check=1)
         assert "UNHEALTHY" in sick.stdout and victim.rpc in sick.stdout
+        # Factor 2 on 2 servers: every tablet lost its majority, and status says so.
+        assert "UNAVAILABLE: 1 of its 2 voters running, not a majority" in sick.stdout
         # `up` again, without counts: the cluster in --dir restarts what is down, as it is.
         again = cli("local-cluster", "up", "--dir", str(root))
         assert f"coordinators: {coordinators}" in again.stdout

@@ -149,6 +149,7 @@ def test_kill_a_tserver_then_re_replicate_lower_the_factor_and_move(tmp_path):
             # set-replication 3 -> 2, logged: every tablet converges to 2 voters.
             done = cli(cluster, "set-replication", "rep", "2")
             assert done.returncode == 0, done.stderr + done.stdout
+            assert "warning: 2 replicas tolerate as few failed servers as 1" in done.stderr
             assert client.describe_table("rep").replication_factor == 2
             again = cli(cluster, "set-replication", "rep", "2")  # the factor it has: no-op
             assert again.returncode == 0, again.stderr + again.stdout

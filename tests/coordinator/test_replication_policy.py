@@ -279,6 +279,19 @@ def test_unhealthy_reasons_name_the_members_and_the_count():
     assert unhealthy_reason(healthy, live, frozenset(), move=Move("t1-0", "b", "e")) == (
         "replica on b being moved to e; 2 good voters of 3"
     )
+    # No live majority: said first-hand, whatever the count of good voters.
+    lost = unhealthy_reason(view([("a", True), ("c", True)], rf=2), frozenset({"a"}), frozenset())
+    assert lost is not None and "UNAVAILABLE: 1 of its 2 voters live, not a majority" in lost
+    three = view([("a", True), ("c", True), ("e", True)], leader="c")
+    lost = unhealthy_reason(three, frozenset({"a"}), frozenset())
+    assert lost is not None and "UNAVAILABLE: 1 of its 3 voters live" in lost
+    # A majority live, the leader not: an election is due.
+    assert unhealthy_reason(v, frozenset({"a", "b"}), frozenset()) == (
+        "voter on c, a DOWN server; 2 good voters of 3"
+    )
+    gone = unhealthy_reason(view([("a", True), ("b", True), ("c", True)], leader="c"),
+                            frozenset({"a", "b"}), frozenset())  # fmt: skip
+    assert gone is not None and gone.endswith("its last leader c is DOWN: an election is due")
     # More voters than the factor (after set-replication down).
     assert unhealthy_reason(healthy, live, frozenset()) is None
     assert unhealthy_reason(view([("a", True), ("b", True), ("d", True)], rf=2), live,
