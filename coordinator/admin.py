@@ -489,8 +489,12 @@ def cmd_retire_tserver(args) -> int:
     cancelled) and wait until every replica has moved off it."""
     with CoordinatorClient(args.coordinators, timeout_s=args.timeout_s) as meta:
         if args.cancel:
+            before = next((s for s in meta.list_servers() if s.uuid == args.uuid), None)
             meta.retire_server(args.uuid, cancel=True)
-            print(f"{args.uuid} is no longer retired: it takes new replicas again")
+            if before is not None and not before.retired:
+                print(f"{args.uuid} was not retired: nothing to cancel")
+            else:
+                print(f"{args.uuid} is no longer retired: it takes new replicas again")
             return 0
         left = [meta.retire_server(args.uuid)]
         print(f"retired {args.uuid}: {left[0]} replicas to move off it")
@@ -511,10 +515,15 @@ def cmd_retire_tserver(args) -> int:
             print(f"coordinator retire-tserver: {args.uuid} {ended[0]} while its replicas "
                   "were moving off", file=sys.stderr)  # fmt: skip
             return 1
+        server = next((s for s in meta.list_servers() if s.uuid == args.uuid), None)
     if left[0] == 0:
+        first = (
+            "it is DOWN already: remove it with"
+            if server is not None and server.state == "DOWN"
+            else "stop it, and once `coordinator servers` shows it DOWN, remove it with"
+        )
         print(
-            f"{args.uuid} hosts no replica and gets no new one: stop it, and once "
-            f"`coordinator servers` shows it DOWN, remove it with "
+            f"{args.uuid} hosts no replica and gets no new one: {first} "
             f"`coordinator remove-tserver {args.uuid}` (or keep it: "
             f"`coordinator retire-tserver {args.uuid} --cancel`)"
         )
@@ -561,7 +570,8 @@ def cmd_set_replication(args) -> int:
             request_id=meta.next_request_id(), name=args.table, replication_factor=args.factor
         )
         table_id = meta.call("SetReplication", request, cpb.SetReplicationResponse).table_id
-        print(f"table {args.table}: replication factor {args.factor}")
+        same = "" if table_id else " (unchanged: the factor it had)"
+        print(f"table {args.table}: replication factor {args.factor}{same}")
         warn_even_factor(args.factor)
         if args.wait_s <= 0:
             return 0
@@ -581,7 +591,8 @@ def cmd_set_replication(args) -> int:
 
         if not _wait(args, converged, "converging"):
             return 1
-    print(f"every tablet of {args.table} ({table_id or 'unchanged'}) has {args.factor} replicas")
+    replicas = "replica" if args.factor == 1 else "replicas"
+    print(f"every tablet of {args.table} has {args.factor} {replicas}")
     return 0
 
 
@@ -626,7 +637,8 @@ def cmd_replication(args) -> int:
     return 0 if st.under_replicated == 0 and st.unknown == 0 else 1
 
 
-def _common(p: argparse.ArgumentParser) -> None:
+def _common(p: argparse.ArgumentParser, *, json_output: bool = True) -> None:
+    """--coordinators and --timeout-s; --json for the commands that print it."""
     p.add_argument(
         "--coordinators",
         required=True,
@@ -639,7 +651,8 @@ def _common(p: argparse.ArgumentParser) -> None:
         default=DEFAULT_TIMEOUT_S,
         help=f"total time for each request, (0, {TIMEOUT_S_MAX:g}] (default %(default)s)",
     )
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    if json_output:
+        p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
 def add_commands(sub) -> None:
@@ -652,7 +665,7 @@ def add_commands(sub) -> None:
     _common(p)
     p.set_defaults(func=cmd_tables)
     p = sub.add_parser("create-table", help="create a hash-partitioned table")
-    _common(p)
+    _common(p, json_output=False)
     p.add_argument("name")
     p.add_argument(
         "--columns",
@@ -668,7 +681,7 @@ def add_commands(sub) -> None:
     )
     p.set_defaults(func=cmd_create_table)
     p = sub.add_parser("drop-table", help="drop a table (its tablets are tombstoned)")
-    _common(p)
+    _common(p, json_output=False)
     p.add_argument("name")
     p.set_defaults(func=cmd_drop_table)
     for name, text in (
@@ -680,19 +693,29 @@ def add_commands(sub) -> None:
         p.add_argument("--raft", required=True, help="the node's logstore Raft HOST:PORT")
         p.set_defaults(func=cmd_membership)
     p = sub.add_parser("move-replica", help="move a tablet's replica to another server")
-    _common(p)
-    p.add_argument("tablet")
+    _common(p, json_output=False)
+    p.add_argument("tablet", help="the tablet's id (coordinator describe TABLE)")
     p.add_argument("--from", dest="from_uuid", required=True, help="source tablet server uuid")
     p.add_argument("--to", dest="to_uuid", help="target uuid (default: the least loaded)")
-    p.add_argument("--wait-s", type=wait_arg, default=120.0, help="0: do not wait")
+    p.add_argument(
+        "--wait-s",
+        type=wait_arg,
+        default=120.0,
+        help="wait this long for the move to finish (default %(default)s); 0: do not wait",
+    )
     p.set_defaults(func=cmd_move_replica)
     p = sub.add_parser(
         "retire-tserver",
         help="retire a tablet server: no new replica on it, every replica moved off it",
     )
-    _common(p)
-    p.add_argument("uuid")
-    p.add_argument("--wait-s", type=wait_arg, default=600.0, help="0: do not wait")
+    _common(p, json_output=False)
+    p.add_argument("uuid", help="the tablet server's uuid (coordinator servers)")
+    p.add_argument(
+        "--wait-s",
+        type=wait_arg,
+        default=600.0,
+        help="wait this long for its replicas to move off (default %(default)s); 0: do not wait",
+    )
     p.add_argument(
         "--cancel", action="store_true", help="end the retirement: it takes replicas again"
     )
@@ -702,13 +725,18 @@ def add_commands(sub) -> None:
         help="forget a tablet server that is DOWN (after retire-tserver and stopping it)",
     )
     _common(p)
-    p.add_argument("uuid")
+    p.add_argument("uuid", help="the tablet server's uuid (coordinator servers)")
     p.set_defaults(func=cmd_remove_tserver)
     p = sub.add_parser("set-replication", help="change a table's replication factor")
-    _common(p)
-    p.add_argument("table")
-    p.add_argument("factor", type=count_arg(1))
-    p.add_argument("--wait-s", type=wait_arg, default=300.0, help="0: do not wait")
+    _common(p, json_output=False)
+    p.add_argument("table", help="the table's name")
+    p.add_argument("factor", type=count_arg(1), help="replicas per tablet, 1-7 (odd: 1, 3, 5, 7)")
+    p.add_argument(
+        "--wait-s",
+        type=wait_arg,
+        default=300.0,
+        help="wait this long for every tablet to converge (default %(default)s); 0: do not wait",
+    )
     p.set_defaults(func=cmd_set_replication)
     p = sub.add_parser("replication", help="re-replication summary; exit 1 unless all healthy")
     _common(p)

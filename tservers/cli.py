@@ -323,10 +323,18 @@ def _live_call(address: str, method: str, request, response_type):
 
     try:
         with RpcClient(address, caller_uuid="tserver-cli") as c:
-            uuid = c.ping().uuid
-            return c.call(uuid, f"TServer.{method}", request, response_type, idempotent=True)
+            pong = c.ping()
+            if pong.service != "tserver":
+                raise CliError(f"{address} is a {pong.service or 'unknown'} server, not a tserver")
+            return c.call(pong.uuid, f"TServer.{method}", request, response_type, idempotent=True)
     except RpcError as e:
         raise CliError(f"{address}: {e}") from e
+
+
+def _bytes(n: float) -> str:
+    """A size for people: kB below a megabyte (a throttled copy's rate reads as 0.0 MB
+    otherwise, like an unthrottled one's limit), else MB."""
+    return f"{n / 1e3:.1f} kB" if n < 1e6 else f"{n / 1e6:.1f} MB"
 
 
 def _cmd_copies(args) -> int:
@@ -337,12 +345,12 @@ def _cmd_copies(args) -> int:
         print("no tablet copies")
     for j in st.copies:
         pct = 100.0 * j.bytes_done / j.bytes_total if j.bytes_total else 0.0
-        limit = f"\tlimit {j.rate_limit_bytes_s / 1e6:.1f} MB/s" if j.rate_limit_bytes_s else ""
+        limit = f"\tlimit {_bytes(j.rate_limit_bytes_s)}/s" if j.rate_limit_bytes_s else ""
         print(
             f"{j.tablet_id}\t{j.state}\tfrom {j.source_uuid[:12]}\t"
             f"files {j.files_done}/{j.files_total}\t"
-            f"{j.bytes_done / 1e6:.1f}/{j.bytes_total / 1e6:.1f} MB ({pct:.0f}%)\t"
-            f"{j.rate_bytes_s / 1e6:.1f} MB/s{limit}\t{j.error}"
+            f"{_bytes(j.bytes_done)}/{_bytes(j.bytes_total)} ({pct:.0f}%)\t"
+            f"{_bytes(j.rate_bytes_s)}/s{limit}\t{j.error}"
         )
     return 0
 
@@ -376,8 +384,8 @@ def _progress_text(job, now: float, t0: float) -> str:
     else:
         eta = "--:--"
     return (
-        f"{done / 1e6:.1f}/{total / 1e6:.1f} MB ({pct:3.0f}%)  "
-        f"files {job.files_done}/{job.files_total}  {rate / 1e6:.1f} MB/s  ETA {eta}"
+        f"{_bytes(done)}/{_bytes(total)} ({pct:3.0f}%)  "
+        f"files {job.files_done}/{job.files_total}  {_bytes(rate)}/s  ETA {eta}"
     )
 
 

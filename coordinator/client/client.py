@@ -461,7 +461,9 @@ class Table:
                         raise  # rows were already handed out: the caller must start over
                     last = err
             self.refresh()
-        raise errors.Unavailable(f"no replica of tablet {tablet_id} could be scanned: {last}")
+        raise errors.Unavailable(
+            f"no replica of tablet {tablet_id} could be scanned{_no_leader(last)}: {last}"
+        )
 
     def scan(
         self, projection: Sequence[str] | None = None, predicates: Sequence[tuple] = ()
@@ -494,6 +496,16 @@ class Table:
 
     def count(self) -> int:
         return sum(b.num_rows for b in self.scan(projection=self.key_columns[:1]))
+
+
+def _no_leader(last: Exception | None) -> str:
+    """What a last NOT_LEADER without a hint means once retries are spent."""
+    if isinstance(last, errors.NotLeader) and not last.leader_hint:
+        return (
+            " (no replica knows a leader: most of its voters may be down; "
+            "`coordinator replication` says)"
+        )
+    return ""
 
 
 def _predicate_pbs(predicates) -> list:
@@ -728,7 +740,9 @@ class Session:
                     # did land comes back as ALREADY_EXISTS and is reported as a row error.
                     last = err
             table.refresh()
-        raise errors.Unavailable(f"write to tablet {tablet_id} failed after retries: {last}")
+        raise errors.Unavailable(
+            f"write to tablet {tablet_id} failed after retries{_no_leader(last)}: {last}"
+        )
 
     def close(self) -> None:
         """Send what is buffered; then the session takes no more writes. If the flush

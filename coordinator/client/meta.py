@@ -21,7 +21,15 @@ from collections.abc import Sequence
 
 from coordinator import coordinator_pb2 as pb
 from rpc.client import RpcClient, Transport
-from rpc.errors import IllegalState, NotLeader, RpcError, Throttled, TimedOut, Unavailable
+from rpc.errors import (
+    BadRequest,
+    IllegalState,
+    NotLeader,
+    RpcError,
+    Throttled,
+    TimedOut,
+    Unavailable,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -257,7 +265,13 @@ class CoordinatorClient:
                 self._clients[address] = client
             uuid = self._uuids.get(address)
         if uuid is None:
-            uuid = client.ping(timeout_s=min(timeout_s, PING_TIMEOUT_S)).uuid
+            pong = client.ping(timeout_s=min(timeout_s, PING_TIMEOUT_S))
+            if pong.service != "coordinator":
+                raise BadRequest(
+                    f"{address} is a {pong.service or 'unknown'} server, not a coordinator "
+                    "node: give the coordinators' addresses"
+                )
+            uuid = pong.uuid
             with self._lock:
                 self._uuids[address] = uuid
         return client, uuid

@@ -20,7 +20,7 @@ def test_nodes_naming_each_other_are_followed_with_pauses_until_one_leads():
     lock = threading.Lock()
     leads_at = time.monotonic() + 1.0  # b leads from then on
     servers = {
-        name: RpcServer(f"node-{name}", service=f"coordinator-{name}", workers=2)
+        name: RpcServer(f"node-{name}", service="coordinator", workers=2)
         for name in ("a", "b")
     }
 
@@ -51,7 +51,7 @@ def test_nodes_naming_each_other_are_followed_with_pauses_until_one_leads():
 
 def test_a_deadline_gone_before_the_first_attempt_says_so():
     """Not 'no leader answered (last error: None)': nothing was asked."""
-    server = RpcServer("node-a", service="coordinator-a", workers=1)
+    server = RpcServer("node-a", service="coordinator", workers=1)
     server.register("Coordinator.ListTables", pb.ListTablesRequest, lambda req, ctx: req)
     with server, CoordinatorClient([server.address], timeout_s=20) as client:
         try:

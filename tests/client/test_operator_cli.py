@@ -50,6 +50,24 @@ def test_operator_session(tmp_path):
         assert "TYPE one of" in bad.stderr
         healthy = json.loads(cli("status", *c, "--json").stdout)
         assert healthy["healthy"] and healthy["leader"]
+        # Addresses of the wrong kind of server: said so, not an unknown rpc method.
+        ts_address = ClusterSpec.load(root).tservers[0].rpc
+        wrong = cli("replication", "--coordinators", ts_address, check=1)
+        assert "is a tserver server, not a coordinator node" in wrong.stderr, wrong.stderr
+        wrong = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "tservers.cli",
+                "copies",
+                "--address",
+                coordinators.split(",")[0],
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert wrong.returncode == 1 and "is a coordinator server, not a tserver" in wrong.stderr
         # A reader that goes away (`coordinator status | head -1`): a quiet exit 0.
         for command in (["status", *c], ["tables", *c]):
             proc = subprocess.Popen(

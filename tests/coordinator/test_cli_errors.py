@@ -167,6 +167,8 @@ def test_retire_stop_remove_tserver(cluster: LocalCluster):
     out = cli("retire-tserver", uuid, *c, "--cancel")
     assert out.returncode == 0 and "no longer retired" in out.stdout, out.stderr
     assert not _servers(c)[uuid]["retired"]
+    out = cli("retire-tserver", uuid, *c, "--cancel")  # again: it says there was none
+    assert out.returncode == 0 and "was not retired: nothing to cancel" in out.stdout, out.stderr
 
     cluster.stop(victim)
     # Stopped but not yet marked down: a table placed on every live server (the victim

@@ -147,7 +147,7 @@ def test_copy_from_remote_onto_stopped_servers(trio: TServerTrio):
     finally:
         os.close(master)
     assert r.returncode == 0, bar.decode(errors="replace")
-    assert b"\r[" in bar and b"MB/s" in bar and b"ETA" in bar and b"(100%)" in bar
+    assert b"\r[" in bar and b"B/s" in bar and b"ETA" in bar and b"(100%)" in bar
     assert "copied tablet m1" in r.stdout
     assert data_state(p2.root, "m1") == DataState.READY
     q.restart(2)

@@ -197,7 +197,8 @@ def test_copy_progress_cancel_and_throttle(throttled: TServerTrio):
         f"a throttled copy in progress (jobs: {jobs()})",
     )
     assert running.rate_limit_bytes_s == 500_000 and running.bytes_total > 1_000_000
-    assert "RUNNING" in cli("copies")
+    listed = cli("copies")
+    assert "RUNNING" in listed and "limit 500.0 kB/s" in listed, listed
     assert "cancelling" in cli("copy-cancel", "--tablet", "k4")
     wait_for(lambda: any(j.state == "CANCELLED" for j in jobs()), 30, "the copy cancelled")
     # The leader asks again (with backoff); the next copy runs to the end, at about 0.5 MB/s.
