@@ -558,7 +558,8 @@ def cmd_remove_tserver(args) -> int:
     if replicas:
         line += (
             f"; its {replicas} replica(s) stay in their tablets' configurations until "
-            "re-replication replaces them"
+            "re-replication replaces them (in tablets that keep a live majority; "
+            "`coordinator replication` names any that do not)"
         )
     print(line)
     return 0

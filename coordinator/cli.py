@@ -20,6 +20,7 @@ level) is refused when the arguments are parsed: one line, exit status 2, no tra
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import signal
@@ -122,7 +123,15 @@ def cmd_servers(args) -> int:
     from coordinator.client.meta import CoordinatorClient
 
     with CoordinatorClient(args.coordinators, timeout_s=args.timeout_s) as client:
-        for s in client.list_servers():
+        servers = client.list_servers()
+        if args.json:
+            print(json.dumps([
+                {"uuid": s.uuid, "address": s.address, "state": s.state, "replicas": s.replicas,
+                 "retired": s.retired, "last_heartbeat_age_s": s.last_heartbeat_age_s}
+                for s in servers
+            ]))  # fmt: skip
+            return 0
+        for s in servers:
             retired = "\tretired" if s.retired else ""
             print(f"{s.uuid}\t{s.address}\t{s.state}\treplicas={s.replicas}{retired}")
     return 0
@@ -171,7 +180,13 @@ def build_parser() -> argparse.ArgumentParser:
     admin.add_commands(sub)
     p = sub.add_parser("servers", help="list tablet servers")
     p.add_argument("--coordinators", required=True, type=admin.addresses_arg, help="HOST:PORT,...")
-    p.add_argument("--timeout-s", type=admin.timeout_arg, default=admin.DEFAULT_TIMEOUT_S)
+    p.add_argument(
+        "--timeout-s",
+        type=admin.timeout_arg,
+        default=admin.DEFAULT_TIMEOUT_S,
+        help="total time for the request (default %(default)s)",
+    )
+    p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_servers)
     p = sub.add_parser("local-cluster", help="a whole cluster as local processes")
     localcluster.add_arguments(p)

@@ -73,6 +73,17 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _rate_mb(text: str) -> float:
+    """A throttle in MB/s: 0 (unthrottled) or above, finite."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be 0 (unthrottled) or above, got {value}")
+    return value
+
+
 def _log_level(text: str) -> int:
     level = logging.getLevelNamesMapping().get(text.strip().upper())
     if level is None:
@@ -447,8 +458,6 @@ def _cmd_copy_from_remote(args) -> int:
         level=args.log_level,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    if args.timeout <= 0 or args.rate_mb < 0:
-        raise CliError("--timeout must be positive and --rate-mb not negative")
     root = Path(args.fs_root)
     fs = _open_fs(args.fs_root)
     with _lock_fs(args.fs_root, "tserver copy-from-remote", "refusing to copy"):
@@ -565,7 +574,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument(
         "--copy-rate-mb",
-        type=float,
+        type=_rate_mb,
         default=0.0,
         help="throttle each tablet copy onto this server to MB/s (0: unthrottled)",
     )
@@ -657,11 +666,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     r.add_argument(
         "--timeout",
-        type=float,
+        type=_positive_float,
         default=10.0,
         help="seconds to reach the source before giving up (default 10)",
     )
-    r.add_argument("--rate-mb", type=float, default=0.0, help="throttle to MB/s (0: unthrottled)")
+    r.add_argument(
+        "--rate-mb", type=_rate_mb, default=0.0, help="throttle to MB/s (0: unthrottled)"
+    )
     r.add_argument("--log-level", type=_log_level, default="warning")
     r.set_defaults(func=_cmd_copy_from_remote)
 

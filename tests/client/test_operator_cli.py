@@ -48,10 +48,14 @@ def test_operator_session(tmp_path):
         assert "ALREADY_EXISTS" in bad.stderr
         bad = cli("create-table", "x", *c, "--columns", "id:float:key", check=1)
         assert "TYPE one of" in bad.stderr
+        spec_now = ClusterSpec.load(root)
         healthy = json.loads(cli("status", *c, "--json").stdout)
         assert healthy["healthy"] and healthy["leader"]
+        listed = json.loads(cli("servers", *c, "--json").stdout)
+        assert sorted(s["address"] for s in listed) == sorted(n.rpc for n in spec_now.tservers)
+        assert all(s["state"] == "LIVE" and not s["retired"] for s in listed), listed
         # Addresses of the wrong kind of server: said so, not an unknown rpc method.
-        ts_address = ClusterSpec.load(root).tservers[0].rpc
+        ts_address = spec_now.tservers[0].rpc
         wrong = cli("replication", "--coordinators", ts_address, check=1)
         assert "is a tserver server, not a coordinator node" in wrong.stderr, wrong.stderr
         wrong = subprocess.run(

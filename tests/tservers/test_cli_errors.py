@@ -116,6 +116,23 @@ def test_help_names_no_internal_references():
         assert not re.search(r"\bseed\b", r.stdout, re.IGNORECASE), r.stdout
 
 
+@pytest.mark.parametrize(
+    "args, problem",
+    [
+        (["--timeout", "0"], "argument --timeout: must be above 0"),
+        (["--timeout", "-5"], "argument --timeout: must be above 0"),
+        (["--rate-mb", "-1"], "argument --rate-mb: must be 0 (unthrottled) or above"),
+        (["--rate-mb", "inf"], "argument --rate-mb: must be 0 (unthrottled) or above"),
+    ],
+)
+def test_copy_from_remote_bad_numbers_are_usage_errors(tmp_path, args, problem):
+    r = tserver(
+        "copy-from-remote", "--fs-root", str(tmp_path), "--tablet", "t1",
+        "--source", "127.0.0.1:1", *args,
+    )  # fmt: skip
+    assert r.returncode == 2 and problem in r.stderr, r.stderr
+
+
 def test_cmeta_rewrite_refused_while_the_server_runs(tablet_root):
     before = FsLayout.open(tablet_root).read_cmeta("t1")
     assert before.current_term < 99
