@@ -20,8 +20,7 @@ def test_nodes_naming_each_other_are_followed_with_pauses_until_one_leads():
     lock = threading.Lock()
     leads_at = time.monotonic() + 1.0  # b leads from then on
     servers = {
-        name: RpcServer(f"node-{name}", service="coordinator", workers=2)
-        for name in ("a", "b")
+        name: RpcServer(f"node-{name}", service="coordinator", workers=2) for name in ("a", "b")
     }
 
     def handler(name: str, other: str):

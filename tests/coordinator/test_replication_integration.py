@@ -185,9 +185,7 @@ def test_kill_a_tserver_then_re_replicate_lower_the_factor_and_move(tmp_path):
 
             # A move with no target while every live server hosts the tablet (the 1-tablet
             # table of factor 3, on the 3 live servers): refused, not left pending.
-            wait_for(
-                lambda: converged(client, "dflt", 3, {victim_uuid}), 60, "dflt on the 3 live"
-            )
+            wait_for(lambda: converged(client, "dflt", 3, {victim_uuid}), 60, "dflt on the 3 live")
             full = client.tablet_locations("dflt").tablets[0]
             refused = cli(
                 cluster, "move-replica", full.tablet_id, "--from", full.replicas[0].server_uuid
