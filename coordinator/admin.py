@@ -24,12 +24,13 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from coordinator import coordinator_pb2 as cpb
+from coordinator.catalog import REPLICATION_FACTOR_MAX
 from coordinator.client.client import TYPE_NAMES, Client, Column
 from coordinator.client.meta import CoordinatorClient
 from coordinator.client.tablets import TabletServerClient
 from rpc import errors
 from rpc.addresses import address_list_arg
-from rpc.console import reader_gone
+from rpc.console import int_in, reader_gone
 from tservers.tserver_pb2 import DataState, ListTabletsResponse
 
 DEFAULT_TIMEOUT_S = 10.0
@@ -69,20 +70,7 @@ def wait_arg(value: str) -> float:
 
 def count_arg(low: int):
     """An integer type for argparse: low..UINT32_MAX (what the uint32 field can carry)."""
-
-    def parse(value: str) -> int:
-        try:
-            n = int(value)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a whole number: {value!r}") from None
-        if n < low:
-            raise argparse.ArgumentTypeError(f"must be at least {low}, got {n}")
-        if n > UINT32_MAX:
-            raise argparse.ArgumentTypeError(f"must be at most {UINT32_MAX}, got {n}")
-        return n
-
-    parse.__name__ = f"count_at_least_{low}"  # argparse names the type in some messages
-    return parse
+    return int_in(low, UINT32_MAX)
 
 
 @dataclass
@@ -676,7 +664,7 @@ def add_commands(sub) -> None:
     p.add_argument("--tablets", type=count_arg(1), default=4)
     p.add_argument(
         "--replication",
-        type=count_arg(1),
+        type=int_in(1, REPLICATION_FACTOR_MAX),
         default=0,
         help="replicas per tablet, 1-7 (default: 3, or the live servers when fewer)",
     )
@@ -731,7 +719,11 @@ def add_commands(sub) -> None:
     p = sub.add_parser("set-replication", help="change a table's replication factor")
     _common(p, json_output=False)
     p.add_argument("table", help="the table's name")
-    p.add_argument("factor", type=count_arg(1), help="replicas per tablet, 1-7 (odd: 1, 3, 5, 7)")
+    p.add_argument(
+        "factor",
+        type=int_in(1, REPLICATION_FACTOR_MAX),
+        help=f"replicas per tablet, 1-{REPLICATION_FACTOR_MAX} (odd: 1, 3, 5, 7)",
+    )
     p.add_argument(
         "--wait-s",
         type=wait_arg,

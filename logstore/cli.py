@@ -23,7 +23,7 @@ import threading
 
 from logstore.api import READ_LIMIT_MAX
 from rpc.addresses import address_arg, address_list_arg
-from rpc.console import reader_gone
+from rpc.console import int_in, reader_gone
 from rpc.errors import RpcError, TimedOut, Unavailable
 
 PASSWORD_ENV = "LOGSTORE_PASSWORD"
@@ -218,10 +218,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(func=cmd_append)
     c = client_parser("read", "print live entries")
     c.add_argument("log")
-    c.add_argument("--from-id", type=_int_in(1, 2**63 - 1), default=1, help="first id (default 1)")
+    c.add_argument("--from-id", type=int_in(1, 2**63 - 1), default=1, help="first id (default 1)")
     c.add_argument(
         "--limit",
-        type=_int_in(1, READ_LIMIT_MAX),
+        type=int_in(1, READ_LIMIT_MAX),
         default=1000,
         help=f"entries at most, 1..{READ_LIMIT_MAX} (default %(default)s)",
     )
@@ -232,21 +232,6 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--barrier", action="store_true")
     c.set_defaults(func=cmd_last_id)
     return p
-
-
-def _int_in(low: int, high: int):
-    """An integer type for argparse: low..high."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"must be {low}..{high}, got {value}")
-        return value
-
-    return parse
 
 
 def _raft_address(text: str) -> str:

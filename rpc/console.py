@@ -1,9 +1,27 @@
-"""What every command-line tool does when its reader goes away (`tool ... | head`)."""
+"""What every command-line tool shares: its reader going away (`tool ... | head`), and
+whole-number arguments in a range."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
+
+
+def int_in(low: int, high: int):
+    """An integer type for argparse: low..high, refused with the range otherwise."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be {low}..{high}, got {value}")
+        return value
+
+    parse.__name__ = f"int_{low}_to_{high}"  # argparse names the type in some messages
+    return parse
 
 
 def reader_gone() -> int:
