@@ -359,7 +359,13 @@ def cmd_describe(args) -> int:
             "tablet_id": t.tablet_id,
             "bucket": t.partition.hash_bucket,
             "replicas": [
-                {"uuid": r.server_uuid, "address": r.address, "leader": r.is_leader}
+                {
+                    "uuid": r.server_uuid,
+                    "address": r.address,
+                    "leader": r.is_leader,
+                    "server_state": r.server_state,
+                    "member_type": r.member_type,
+                }
                 for r in t.replicas
             ],
         }
@@ -387,9 +393,18 @@ def cmd_describe(args) -> int:
         )
         print(f"  {c['name']:24} {c['type']:10} {flags}")
     for t in tablets:
-        where = ", ".join(f"{r['address']}{'*' if r['leader'] else ''}" for r in t["replicas"])
+        where = ", ".join(_replica_text(r) for r in t["replicas"])
         print(f"  tablet {t['tablet_id']:16} bucket {t['bucket']:3}  {where}")
+    print("  (* the leader as last reported; a DOWN server's replica is marked DOWN)")
     return 0
+
+
+def _replica_text(r: dict) -> str:
+    """`address*` for the leader last reported, with DOWN / NON_VOTER when so: a leader
+    on a DOWN server is a stale report (an election is due), not a leader."""
+    marks = [m for m in (r["server_state"], r["member_type"]) if m in ("DOWN", "NON_VOTER")]
+    star = "*" if r["leader"] and r["server_state"] != "DOWN" else ""
+    return r["address"] + star + (f" ({', '.join(marks)})" if marks else "")
 
 
 def cmd_membership(args) -> int:

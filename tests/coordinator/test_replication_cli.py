@@ -35,3 +35,14 @@ def test_retire_and_set_replication_arguments():
 def test_missing_source_is_a_usage_error():
     with pytest.raises(SystemExit):
         parse("move-replica", "t5-0", "--coordinators", "h:1")
+
+
+def test_describe_marks_down_and_non_voter_replicas():
+    def r(leader, state="LIVE", member="VOTER"):
+        return {"address": "h:1", "leader": leader, "server_state": state, "member_type": member}
+
+    assert admin._replica_text(r(True)) == "h:1*"
+    assert admin._replica_text(r(False)) == "h:1"
+    # A leader reported before its server went DOWN is not shown as the leader.
+    assert admin._replica_text(r(True, "DOWN")) == "h:1 (DOWN)"
+    assert admin._replica_text(r(False, "LIVE", "NON_VOTER")) == "h:1 (NON_VOTER)"
