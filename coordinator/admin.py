@@ -317,7 +317,7 @@ def cmd_create_table(args) -> int:
         table_id = client.create_table(
             args.name, columns, num_tablets=args.tablets, replication_factor=args.replication
         )
-    print(f"created table {args.name} ({table_id})")
+    _result(args, f"created table {args.name} ({table_id})", name=args.name, table_id=table_id)
     warn_even_factor(args.replication)
     return 0
 
@@ -337,7 +337,7 @@ def warn_even_factor(factor: int) -> None:
 def cmd_drop_table(args) -> int:
     with Client(args.coordinators, timeout_s=args.timeout_s) as client:
         table_id = client.drop_table(args.name)
-    print(f"dropped table {args.name} ({table_id})")
+    _result(args, f"dropped table {args.name} ({table_id})", name=args.name, table_id=table_id)
     return 0
 
 
@@ -442,6 +442,17 @@ def cmd_membership(args) -> int:
 POLL_INTERVAL_S = 0.5
 
 
+def _say(args, text: str) -> None:
+    """A line for people; with --json, progress goes to stderr and stdout keeps the one JSON
+    object the command prints at its end (`_result`)."""
+    print(text, file=sys.stderr if args.json else sys.stdout)
+
+
+def _result(args, text: str, **fields) -> None:
+    """The command's outcome: `text` for people, or `fields` as one JSON object."""
+    print(json.dumps(fields) if args.json else text)
+
+
 def _wait(args, done, what: str) -> bool:
     """Poll done() every POLL_INTERVAL_S until it is true or --wait-s passed."""
     deadline = time.monotonic() + args.wait_s
@@ -466,9 +477,12 @@ def cmd_move_replica(args) -> int:
     )
     with CoordinatorClient(args.coordinators, timeout_s=args.timeout_s) as meta:
         meta.call("MoveReplica", request, cpb.MoveReplicaResponse)
-        print(f"moving the replica of {args.tablet} off {args.from_uuid}")
+        moving = f"moving the replica of {args.tablet} off {args.from_uuid}"
+        fields = dict(tablet_id=args.tablet, from_uuid=args.from_uuid, to_uuid=request.to_uuid)
         if args.wait_s <= 0:
+            _result(args, moving, **fields, moved=False)
             return 0
+        _say(args, moving)
 
         def moved() -> bool:
             # Asking again is idempotent and re-arms the move after a coordinator failover;
@@ -483,7 +497,10 @@ def cmd_move_replica(args) -> int:
 
         if not _wait(args, moved, "the move"):
             return 1
-    print(f"moved: {args.tablet} has no replica on {args.from_uuid} any more")
+    _result(
+        args, f"moved: {args.tablet} has no replica on {args.from_uuid} any more", **fields,
+        moved=True,
+    )  # fmt: skip
     return 0
 
 
@@ -494,13 +511,16 @@ def cmd_retire_tserver(args) -> int:
         if args.cancel:
             before = next((s for s in meta.list_servers() if s.uuid == args.uuid), None)
             meta.retire_server(args.uuid, cancel=True)
-            if before is not None and not before.retired:
-                print(f"{args.uuid} was not retired: nothing to cancel")
-            else:
-                print(f"{args.uuid} is no longer retired: it takes new replicas again")
+            was = before is None or before.retired
+            text = (
+                f"{args.uuid} is no longer retired: it takes new replicas again"
+                if was
+                else f"{args.uuid} was not retired: nothing to cancel"
+            )
+            _result(args, text, uuid=args.uuid, retired=False, was_retired=was)
             return 0
         left = [meta.retire_server(args.uuid)]
-        print(f"retired {args.uuid}: {left[0]} replicas to move off it")
+        _say(args, f"retired {args.uuid}: {left[0]} replicas to move off it")
         ended = []  # why the retirement ended while waiting (another operator's command)
         if args.wait_s > 0:
 
@@ -519,17 +539,20 @@ def cmd_retire_tserver(args) -> int:
                   "were moving off", file=sys.stderr)  # fmt: skip
             return 1
         server = next((s for s in meta.list_servers() if s.uuid == args.uuid), None)
+    text = ""
     if left[0] == 0:
         first = (
             "it is DOWN already: remove it with"
             if server is not None and server.state == "DOWN"
             else "stop it, and once `coordinator servers` shows it DOWN, remove it with"
         )
-        print(
+        text = (
             f"{args.uuid} hosts no replica and gets no new one: {first} "
             f"`coordinator remove-tserver {args.uuid}` (or keep it: "
             f"`coordinator retire-tserver {args.uuid} --cancel`)"
         )
+    if text or args.json:
+        _result(args, text, uuid=args.uuid, retired=True, replicas_left=left[0])
     return 0
 
 
@@ -575,10 +598,13 @@ def cmd_set_replication(args) -> int:
         )
         table_id = meta.call("SetReplication", request, cpb.SetReplicationResponse).table_id
         same = "" if table_id else " (unchanged: the factor it had)"
-        print(f"table {args.table}: replication factor {args.factor}{same}")
+        said = f"table {args.table}: replication factor {args.factor}{same}"
+        fields = dict(table=args.table, replication_factor=args.factor, changed=bool(table_id))
         warn_even_factor(args.factor)
         if args.wait_s <= 0:
+            _result(args, said, **fields, converged=False)
             return 0
+        _say(args, said)
 
         def converged() -> bool:
             locations = meta.get_tablet_locations(name=args.table)
@@ -596,7 +622,10 @@ def cmd_set_replication(args) -> int:
         if not _wait(args, converged, "converging"):
             return 1
     replicas = "replica" if args.factor == 1 else "replicas"
-    print(f"every tablet of {args.table} has {args.factor} {replicas}")
+    _result(
+        args, f"every tablet of {args.table} has {args.factor} {replicas}", **fields,
+        converged=True,
+    )  # fmt: skip
     return 0
 
 
@@ -641,8 +670,8 @@ def cmd_replication(args) -> int:
     return 0 if st.under_replicated == 0 and st.unknown == 0 else 1
 
 
-def _common(p: argparse.ArgumentParser, *, json_output: bool = True) -> None:
-    """--coordinators and --timeout-s; --json for the commands that print it."""
+def _common(p: argparse.ArgumentParser) -> None:
+    """--coordinators, --timeout-s and --json."""
     p.add_argument(
         "--coordinators",
         required=True,
@@ -655,8 +684,7 @@ def _common(p: argparse.ArgumentParser, *, json_output: bool = True) -> None:
         default=DEFAULT_TIMEOUT_S,
         help=f"total time for each request, (0, {TIMEOUT_S_MAX:g}] (default %(default)s)",
     )
-    if json_output:
-        p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
 def add_commands(sub) -> None:
@@ -669,7 +697,7 @@ def add_commands(sub) -> None:
     _common(p)
     p.set_defaults(func=cmd_tables)
     p = sub.add_parser("create-table", help="create a hash-partitioned table")
-    _common(p, json_output=False)
+    _common(p)
     p.add_argument("name")
     p.add_argument(
         "--columns",
@@ -685,7 +713,7 @@ def add_commands(sub) -> None:
     )
     p.set_defaults(func=cmd_create_table)
     p = sub.add_parser("drop-table", help="drop a table (its tablets are tombstoned)")
-    _common(p, json_output=False)
+    _common(p)
     p.add_argument("name")
     p.set_defaults(func=cmd_drop_table)
     for name, text in (
@@ -697,7 +725,7 @@ def add_commands(sub) -> None:
         p.add_argument("--raft", required=True, help="the node's logstore Raft HOST:PORT")
         p.set_defaults(func=cmd_membership)
     p = sub.add_parser("move-replica", help="move a tablet's replica to another server")
-    _common(p, json_output=False)
+    _common(p)
     p.add_argument("tablet", help="the tablet's id (coordinator describe TABLE)")
     p.add_argument("--from", dest="from_uuid", required=True, help="source tablet server uuid")
     p.add_argument("--to", dest="to_uuid", help="target uuid (default: the least loaded)")
@@ -712,7 +740,7 @@ def add_commands(sub) -> None:
         "retire-tserver",
         help="retire a tablet server: no new replica on it, every replica moved off it",
     )
-    _common(p, json_output=False)
+    _common(p)
     p.add_argument("uuid", help="the tablet server's uuid (coordinator servers)")
     p.add_argument(
         "--wait-s",
@@ -732,7 +760,7 @@ def add_commands(sub) -> None:
     p.add_argument("uuid", help="the tablet server's uuid (coordinator servers)")
     p.set_defaults(func=cmd_remove_tserver)
     p = sub.add_parser("set-replication", help="change a table's replication factor")
-    _common(p, json_output=False)
+    _common(p)
     p.add_argument("table", help="the table's name")
     p.add_argument(
         "factor",

@@ -51,6 +51,13 @@ def test_operator_session(tmp_path):
         spec_now = ClusterSpec.load(root)
         healthy = json.loads(cli("status", *c, "--json").stdout)
         assert healthy["healthy"] and healthy["leader"]
+        # --json on the commands that change things: one object on stdout.
+        made = json.loads(
+            cli("create-table", "j", *c, "--columns", "id:int64:key", "--json").stdout
+        )
+        assert made["name"] == "j" and made["table_id"].startswith("t"), made
+        gone = json.loads(cli("drop-table", "j", *c, "--json").stdout)
+        assert gone == made, (gone, made)
         listed = json.loads(cli("servers", *c, "--json").stdout)
         assert sorted(s["address"] for s in listed) == sorted(n.rpc for n in spec_now.tservers)
         assert all(s["state"] == "LIVE" and not s["retired"] for s in listed), listed

@@ -169,6 +169,8 @@ def test_retire_stop_remove_tserver(cluster: LocalCluster):
     assert not _servers(c)[uuid]["retired"]
     out = cli("retire-tserver", uuid, *c, "--cancel")  # again: it says there was none
     assert out.returncode == 0 and "was not retired: nothing to cancel" in out.stdout, out.stderr
+    out = cli("retire-tserver", uuid, *c, "--cancel", "--json")
+    assert json.loads(out.stdout) == {"uuid": uuid, "retired": False, "was_retired": False}
 
     cluster.stop(victim)
     # Stopped but not yet marked down: a table placed on every live server (the victim

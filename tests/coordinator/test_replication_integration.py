@@ -9,6 +9,7 @@ every tablet has 3 live voters; no acknowledged row is lost. Then the admin comm
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -154,6 +155,10 @@ def test_kill_a_tserver_then_re_replicate_lower_the_factor_and_move(tmp_path):
             again = cli(cluster, "set-replication", "rep", "2")  # the factor it has: no-op
             assert again.returncode == 0, again.stderr + again.stdout
             assert "unchanged" in again.stdout, again.stdout
+            again = cli(cluster, "set-replication", "rep", "2", "--json", "--wait-s", "0")
+            assert json.loads(again.stdout) == {
+                "table": "rep", "replication_factor": 2, "changed": False, "converged": False
+            }, again.stdout  # fmt: skip
             wait_for(lambda: converged(client, "rep", 2, {victim_uuid}), 60, "2 replicas each")
             voters = voters_on_servers(client, "rep")
             assert all(len(v) == 2 for v in voters.values()), voters
