@@ -30,7 +30,7 @@ from coordinator.client.meta import CoordinatorClient
 from coordinator.client.tablets import TabletServerClient
 from rpc import errors
 from rpc.addresses import address_list_arg
-from rpc.console import int_in, reader_gone
+from rpc.console import int_in, run_command
 from tservers.tserver_pb2 import DataState, ListTabletsResponse
 
 DEFAULT_TIMEOUT_S = 10.0
@@ -150,16 +150,7 @@ def check_cluster(addresses: list[str], timeout_s: float) -> ClusterCheck:
         if result.pending_ops:
             result.problem(f"{result.pending_ops} operation(s) started and not finished")
         servers = meta.list_servers()
-        result.servers = [
-            {
-                "uuid": s.uuid,
-                "address": s.address,
-                "state": s.state,
-                "replicas": s.replicas,
-                "retired": s.retired,
-            }
-            for s in servers
-        ]
+        result.servers = [server_fields(s) for s in servers]
         for s in servers:
             if s.state != "LIVE":
                 hint = ""
@@ -220,9 +211,10 @@ def _check_table(meta, summary, reports, result: ClusterCheck) -> TableCheck:
             tablet.replicas.append(replica)
         indexes = {r.config_index for r in tablet.replicas if r.ok}
         voters = [
-            ok for ok, loc_r in zip((r.ok for r in tablet.replicas), loc.replicas, strict=True)
-            if loc_r.member_type != "NON_VOTER"
-        ]  # fmt: skip
+            r.ok
+            for r, located in zip(tablet.replicas, loc.replicas, strict=True)
+            if located.member_type != "NON_VOTER"
+        ]
         if voters and sum(voters) < len(voters) // 2 + 1:
             tablet.problem = (
                 f"UNAVAILABLE: {sum(voters)} of its {len(voters)} voters running, not a "
@@ -239,9 +231,8 @@ def _check_table(meta, summary, reports, result: ClusterCheck) -> TableCheck:
         bad = [r for r in tablet.replicas if not r.ok]
         if bad or tablet.problem or not tablet.replicas:
             tablet.ok = table.ok = False
-            why = "; ".join(
-                [tablet.problem] * bool(tablet.problem) + [f"{r.address}: {r.problem}" for r in bad]
-            )
+            problems = [tablet.problem] if tablet.problem else []
+            why = "; ".join(problems + [f"{r.address}: {r.problem}" for r in bad])
             result.problem(f"table {summary.name} tablet {loc.tablet_id}: {why or 'no replica'}")
         table.tablets.append(tablet)
     return table
@@ -504,12 +495,29 @@ def cmd_move_replica(args) -> int:
     return 0
 
 
+def _server(meta: CoordinatorClient, uuid: str) -> cpb.ServerSummary | None:
+    """The tablet server `uuid` as ListServers has it, or None if it is not known."""
+    return next((s for s in meta.list_servers() if s.uuid == uuid), None)
+
+
+def server_fields(s: cpb.ServerSummary) -> dict:
+    """A tablet server's summary as JSON fields (status --json, servers --json)."""
+    return {
+        "uuid": s.uuid,
+        "address": s.address,
+        "state": s.state,
+        "replicas": s.replicas,
+        "retired": s.retired,
+        "last_heartbeat_age_s": s.last_heartbeat_age_s,
+    }
+
+
 def cmd_retire_tserver(args) -> int:
     """Retire a server (logged: it gets no new replica, on every leader, until removed or
     cancelled) and wait until every replica has moved off it."""
     with CoordinatorClient(args.coordinators, timeout_s=args.timeout_s) as meta:
         if args.cancel:
-            before = next((s for s in meta.list_servers() if s.uuid == args.uuid), None)
+            before = _server(meta, args.uuid)
             meta.retire_server(args.uuid, cancel=True)
             was = before is None or before.retired
             text = (
@@ -525,7 +533,7 @@ def cmd_retire_tserver(args) -> int:
         if args.wait_s > 0:
 
             def drained() -> bool:  # a read: the retirement is logged, nothing to re-send
-                s = next((s for s in meta.list_servers() if s.uuid == args.uuid), None)
+                s = _server(meta, args.uuid)
                 if s is None or not s.retired:
                     ended.append("was removed" if s is None else "had its retirement cancelled")
                     return True
@@ -538,7 +546,7 @@ def cmd_retire_tserver(args) -> int:
             print(f"coordinator retire-tserver: {args.uuid} {ended[0]} while its replicas "
                   "were moving off", file=sys.stderr)  # fmt: skip
             return 1
-        server = next((s for s in meta.list_servers() if s.uuid == args.uuid), None)
+        server = _server(meta, args.uuid) if left[0] == 0 else None
     text = ""
     if left[0] == 0:
         first = (
@@ -559,7 +567,7 @@ def cmd_retire_tserver(args) -> int:
 def cmd_remove_tserver(args) -> int:
     """Forget a tablet server that is DOWN (the last step of decommissioning)."""
     with CoordinatorClient(args.coordinators, timeout_s=args.timeout_s) as meta:
-        server = next((s for s in meta.list_servers() if s.uuid == args.uuid), None)
+        server = _server(meta, args.uuid)
         try:
             meta.remove_server(args.uuid)
         except errors.NotFound as err:
@@ -787,15 +795,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="coordinator", description=__doc__.splitlines()[0])
     add_commands(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
-    try:
-        code = args.func(args)
-        sys.stdout.flush()  # a reader gone (`| head`) shows here, not at exit
-        return code
-    except BrokenPipeError:
-        return reader_gone()
-    except errors.RpcError as err:
-        print(f"coordinator {args.command}: {err}", file=sys.stderr)
-        return 1
+    return run_command(args.func, args, f"coordinator {args.command}", (errors.RpcError,))
 
 
 if __name__ == "__main__":

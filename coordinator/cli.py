@@ -125,11 +125,9 @@ def cmd_servers(args) -> int:
     with CoordinatorClient(args.coordinators, timeout_s=args.timeout_s) as client:
         servers = client.list_servers()
         if args.json:
-            print(json.dumps([
-                {"uuid": s.uuid, "address": s.address, "state": s.state, "replicas": s.replicas,
-                 "retired": s.retired, "last_heartbeat_age_s": s.last_heartbeat_age_s}
-                for s in servers
-            ]))  # fmt: skip
+            from coordinator.admin import server_fields
+
+            print(json.dumps([server_fields(s) for s in servers]))
             return 0
         for s in servers:
             retired = "\tretired" if s.retired else ""
@@ -203,21 +201,11 @@ def main(argv: list[str] | None = None) -> int:
         level=level,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    from rpc.console import reader_gone
+    from rpc.console import run_command
     from rpc.errors import RpcError
 
-    try:
-        code = args.func(args)
-        sys.stdout.flush()  # a reader gone (`| head`) shows here, not at exit
-        return code
-    except BrokenPipeError:  # `coordinator status | head`
-        return reader_gone()
-    except RpcError as e:
-        print(f"coordinator: {e}", file=sys.stderr)
-        return 1
-    except OSError as e:  # an operating error no command foresaw (permissions, a full disk)
-        print(f"coordinator: {e}", file=sys.stderr)
-        return 1
+    # OSError: an operating error no command foresaw (permissions, a full disk).
+    return run_command(args.func, args, "coordinator", (RpcError, OSError))
 
 
 if __name__ == "__main__":

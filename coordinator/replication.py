@@ -191,8 +191,12 @@ def unhealthy_reason(
         return "no report from a leader of it yet"
     parts = []
     good_voters = 0
+    voters = alive = 0  # voters, and those on live servers with a sound replica
     for m in view.members:
         short = m.uuid[:12]
+        if m.voter:
+            voters += 1
+            alive += m.uuid in live and m.uuid not in failed
         if m.uuid in failed:
             parts.append(f"replica on {short} FAILED")
         elif m.uuid not in live:
@@ -209,11 +213,9 @@ def unhealthy_reason(
             good_voters += 1
     if good_voters != view.replication_factor or parts:
         parts.append(f"{good_voters} good voters of {view.replication_factor}")
-    voters = [m.uuid for m in view.members if m.voter]
-    alive = sum(1 for u in voters if u in live and u not in failed)
-    if alive < len(voters) // 2 + 1:
+    if alive < voters // 2 + 1:
         parts.append(
-            f"UNAVAILABLE: {alive} of its {len(voters)} voters live, not a majority (no leader,"
+            f"UNAVAILABLE: {alive} of its {voters} voters live, not a majority (no leader,"
             " no write) until enough come back; it cannot be healed before"
         )
     elif view.leader_uuid not in live:
@@ -404,13 +406,8 @@ class ReplicationManager:
                 factor = table.replication_factor if table is not None else len(replicas)
                 target_added = request.to_uuid in replicas and len(replicas) > factor
             else:
-                retired = self.catalog.retired_servers()
                 takers = [
-                    s.uuid
-                    for s in self.catalog.servers.values()
-                    if s.state is ServerState.LIVE
-                    and s.uuid not in retired
-                    and s.uuid not in replicas
+                    s.uuid for s in self.catalog.placeable_servers() if s.uuid not in replicas
                 ]
             key = (request.tablet_id, request.from_uuid)
         with self._lock:

@@ -23,7 +23,7 @@ import threading
 
 from logstore.api import READ_LIMIT_MAX
 from rpc.addresses import address_arg, address_list_arg
-from rpc.console import int_in, reader_gone
+from rpc.console import int_in, run_command
 from rpc.errors import RpcError, TimedOut, Unavailable
 
 PASSWORD_ENV = "LOGSTORE_PASSWORD"
@@ -254,18 +254,7 @@ def main(argv: list[str] | None = None) -> int:
         level=getattr(logging, str(args.log_level).upper(), logging.WARNING),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    try:
-        code = args.func(args)
-        sys.stdout.flush()  # a reader gone (`| head`) shows here, not at exit
-        return code
-    except BrokenPipeError:  # `logstore read | head`
-        return reader_gone()
-    except RpcError as err:
-        print(f"logstore {args.command}: {err}", file=sys.stderr)
-        return 1
-    except OSError as err:
-        print(f"logstore {args.command}: {err}", file=sys.stderr)
-        return 1
+    return run_command(args.func, args, f"logstore {args.command}", (RpcError, OSError))
 
 
 if __name__ == "__main__":

@@ -24,6 +24,22 @@ def int_in(low: int, high: int):
     return parse
 
 
+def run_command(func, args, prog: str, handled: tuple[type[BaseException], ...]) -> int:
+    """Run a parsed command-line command and return its exit status: an error of a
+    `handled` type is one line on stderr (`prog: error`) and status 1; a reader gone from
+    stdout (`| head`) ends it quietly (`reader_gone`). stdout is flushed here, so that a
+    gone reader shows inside this handling rather than at the interpreter's exit."""
+    try:
+        code = func(args)
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        return reader_gone()
+    except handled as err:
+        print(f"{prog}: {err}", file=sys.stderr)
+        return 1
+
+
 def reader_gone() -> int:
     """Stop quietly once stdout's reader has gone (BrokenPipeError): stdout is pointed at
     /dev/null, so that the interpreter's final flush does not fail again with a traceback.

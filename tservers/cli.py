@@ -31,7 +31,7 @@ from pathlib import Path
 from google.protobuf import text_format
 
 from rpc.addresses import address_arg, address_list_arg
-from rpc.console import reader_gone
+from rpc.console import run_command
 from rpc.errors import RpcError
 from tservers import metafile
 from tservers.fs import FsError, FsLayout, FsLocked, lock_root
@@ -685,18 +685,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        code = args.func(args)
-        sys.stdout.flush()  # a reader gone (`| head`) shows here, not at exit
-        return code
-    except CliError as e:
-        print(f"tserver: error: {e}", file=sys.stderr)
-        return 1
-    except BrokenPipeError:  # `tserver wal dump | head`
-        return reader_gone()
-    except OSError as e:  # an operating error no command foresaw (permissions, a full disk)
-        print(f"tserver: error: {e}", file=sys.stderr)
-        return 1
+    # OSError: an operating error no command foresaw (permissions, a full disk).
+    return run_command(args.func, args, "tserver: error", (CliError, OSError))
 
 
 if __name__ == "__main__":
