@@ -55,6 +55,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import deque
 from pathlib import Path
 
 import crc32c
@@ -331,6 +332,78 @@ def raw_zmq(
     return sum(sizes) / elapsed
 
 
+def cpu_times() -> tuple[float, float]:
+    """(CPU seconds busy on the whole machine, all cores, every process; monotonic time)
+    from /proc/stat: what a variant costs the machine, both ends and the kernel's work
+    for them included (the machine is otherwise idle while the bench runs)."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    idle = fields[3] + fields[4]  # idle, iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK"), time.monotonic()
+
+
+def cpu_used(before: tuple[float, float], after: tuple[float, float]) -> tuple[float, float]:
+    return after[0] - before[0], after[1] - before[1]
+
+
+def land_only(sources: list[Path], dest: Path) -> float:
+    """The landing alone, no network: the tablet's files, mapped (in the page cache, as the
+    source serves them), written into files of their own in the copy's chunk plan by
+    FETCH_WINDOW threads taking the chunks in order, each chunk as the copy writes it
+    (`tablet_copy.write_back`), each file fsynced once. What the disk and the page cache
+    take of these bytes on this machine when nothing else runs: the ceiling of any copy to
+    disk here, however cheap its transfer."""
+    maps = []
+    for src in sources:
+        with open(src, "rb") as f:
+            maps.append(mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ))
+    sizes = [len(m) for m in maps]
+    plan = deque(
+        (k, off, min(FETCH_CHUNK_BYTES, size - off))
+        for k, size in enumerate(sizes)
+        for off in range(0, size, FETCH_CHUNK_BYTES)
+    )
+    dest.mkdir(parents=True)
+    fds = [os.open(dest / f"f{k}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC) for k in range(len(maps))]
+    left = list(sizes)
+    lock = threading.Lock()
+    errors_seen: list[BaseException] = []
+
+    def writer() -> None:
+        uncached = True
+        try:
+            while True:
+                with lock:
+                    if not plan or errors_seen:
+                        return
+                    k, off, n = plan.popleft()
+                with memoryview(maps[k]) as view:
+                    uncached = write_back(fds[k], view[off : off + n], off, uncached=uncached)
+                with lock:
+                    left[k] -= n
+                    last = left[k] == 0
+                if last:
+                    os.fsync(fds[k])
+        except BaseException as e:  # raised below, once every writer has ended
+            with lock:
+                errors_seen.append(e)
+
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=writer, name=f"land-{i}") for i in range(FETCH_WINDOW)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - t0
+    for fd in fds:
+        os.close(fd)
+    for m in maps:
+        m.close()
+    if errors_seen:
+        raise errors_seen[0]
+    return sum(sizes) / elapsed
+
+
 def copy_runs(address: str, uuid: str, root: Path, tablet_id: str, tmp: Path, repeats: int) -> dict:
     """Every variant once per round, in a rotated order, each after os.sync() (no dirty
     pages of the one before being written back under it); medians of MB/s. `root` is the
@@ -374,6 +447,7 @@ def _copy_rounds(address, uuid, root, tablet_id, tmp, repeats, sizes, pin) -> di
             sum(sizes),
             sum(sizes) / raw_zmq(sizes, None, fsync=False, sources=sources, two_processes=True),
         ),
+        "land_only": lambda d: (sum(sizes), sum(sizes) / land_only(sources, d)),
         "raw_work_2p": lambda d: (
             sum(sizes),
             sum(sizes)
@@ -382,15 +456,23 @@ def _copy_rounds(address, uuid, root, tablet_id, tmp, repeats, sizes, pin) -> di
     }
     names = list(variants)
     runs: dict[str, list[float]] = {name: [] for name in names}
+    cpu_ms_per_mb: dict[str, list[float]] = {name: [] for name in names}
+    busy: dict[str, list[float]] = {name: [] for name in names}
     for r in range(repeats):
         for name in names[r % len(names) :] + names[: r % len(names)]:
             work = tmp / f"{name}-{r}"
             os.sync()
+            before = cpu_times()
             total, elapsed = variants[name](work)
+            used_s, wall_s = cpu_used(before, cpu_times())
             assert total == sum(sizes), (name, total, sum(sizes))
             runs[name].append(total / elapsed)
+            cpu_ms_per_mb[name].append(used_s * 1e3 / (total / 1e6))
+            busy[name].append(used_s / wall_s / (os.cpu_count() or 1))
             shutil.rmtree(work, ignore_errors=True)
     out: dict = {k: statistics.median(v) / 1e6 for k, v in runs.items()}
+    out["cpu_ms_per_mb"] = {k: statistics.median(v) for k, v in cpu_ms_per_mb.items()}
+    out["busy"] = {k: statistics.median(v) for k, v in busy.items()}
     out["copy_bytes"] = sum(sizes)
     out["copy_files"] = len(sizes)
     # The same ratio within each round (the two ran a few hundred ms apart), whose spread
@@ -401,6 +483,8 @@ def _copy_rounds(address, uuid, root, tablet_id, tmp, repeats, sizes, pin) -> di
     out["round_ratios_files"] = sorted(c / r for c, r in pairs)
     pairs = zip(runs["copy_sync"], runs["raw_net_2p"], strict=True)
     out["round_ratios_2p"] = sorted(c / r for c, r in pairs)
+    pairs = zip(runs["land_only"], runs["raw_net_2p"], strict=True)
+    out["round_ratios_land"] = sorted(c / r for c, r in pairs)
     return out
 
 
@@ -554,8 +638,17 @@ def main() -> int:
         help="grow the copied tablet (rf3) to at least this many MB first (untimed writes)",
     )
     ap.add_argument("--writes-only", action="store_true", help="skip the tablet copy part")
+    ap.add_argument(
+        "--copy-dir",
+        type=Path,
+        help="where the copies and raw transfers land (default: beside the servers' fs "
+        "roots, on the same file system); e.g. a tmpfs to see the copy without the disk",
+    )
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="replication-bench-"))
+    copy_dir = tmp / "copy"
+    if args.copy_dir is not None:
+        copy_dir = Path(tempfile.mkdtemp(prefix="replication-bench-copy-", dir=args.copy_dir))
     procs = []
     try:
         servers = []
@@ -573,7 +666,7 @@ def main() -> int:
             address, uuid = fill(servers, "rf3", next_key, args.copy_mb * 1_000_000)
             settle(servers, flushed=True)  # no flush due: the tablet's files stay as they are
             root = tmp / f"ts{[u for _, u in servers].index(uuid)}"
-            copy = copy_runs(address, uuid, root, "rf3", tmp / "copy", args.copy_repeats)
+            copy = copy_runs(address, uuid, root, "rf3", copy_dir, args.copy_repeats)
             results["recopy_s"] = recopy(servers, "rf3", uuid)
     finally:
         for p in procs:
@@ -581,6 +674,7 @@ def main() -> int:
         for p in procs:
             p.wait(60)
         shutil.rmtree(tmp, ignore_errors=True)  # hundreds of MB a run
+        shutil.rmtree(copy_dir, ignore_errors=True)
     rf1, rf3 = writes["rf1"], writes["rf3"]
     ratios = sorted(b / a for a, b in zip(rf1, rf3, strict=True))
     print(
@@ -642,6 +736,30 @@ def main() -> int:
             f"{copy['copy_sync'] / copy[key]:.2f}   (target >= 0.50; within each round: "
             f"median {statistics.median(rr):.2f}, {rr[0]:.2f} to {rr[-1]:.2f})"
         )
+    rr = copy["round_ratios_land"]
+    print(
+        f"  the landing alone, no network ({FETCH_WINDOW} threads writing the tablet's files "
+        f"from memory as the copy writes them, fsync per file): {copy['land_only']:.1f} MB/s; "
+        f"copy/that {copy['copy_sync'] / copy['land_only']:.2f}; that / raw network only "
+        f"(two processes) {copy['land_only'] / copy['raw_net_2p']:.2f} (within each round: "
+        f"median {statistics.median(rr):.2f}, {rr[0]:.2f} to {rr[-1]:.2f}): the most the "
+        "target ratio can be here with a transfer that costs nothing"
+    )
+    cpu, busy = copy["cpu_ms_per_mb"], copy["busy"]
+    print(
+        f"  CPU per MB, the whole machine ({os.cpu_count()} cores; medians; how busy the cores "
+        "were meanwhile): "
+        + ", ".join(
+            f"{label} {cpu[k]:.2f} ms ({busy[k]:.0%})"
+            for label, k in (
+                ("copy to disk", "copy_sync"),
+                ("raw network only (the tablet's files, one process)", "raw_net_files"),
+                ("the landing alone", "land_only"),
+                ("raw zmq to disk", "raw_sync"),
+            )
+        )
+        + " (the two-process variants also count the sender's start-up)"
+    )
     print(
         f"  copy_tablet end to end (onto a stopped server's fs root: superblocks, consensus "
         f"metadata, fsynced): {copy['copy_e2e']:.1f} MB/s"
