@@ -26,6 +26,7 @@ Imports only rpc and generated protocol modules: no server code.
 from __future__ import annotations
 
 import logging
+import math
 import random
 import threading
 import time
@@ -334,6 +335,9 @@ class Table:
             rows = pa.Table.from_batches([rows])
         refused: list[tuple[dict, str]] = []
         if isinstance(rows, pa.Table):
+            twice = sorted({n for n in rows.column_names if rows.column_names.count(n) > 1})
+            if twice:
+                raise errors.BadRequest(f"the rows name column(s) {twice} more than once")
             fields = []
             for name in rows.column_names:
                 if name not in self.arrow_schema.names:
@@ -396,7 +400,35 @@ class Table:
 
     def _fit_dicts(self, rows: list[dict], target: pa.Schema, refused: list) -> list[pa.Table]:
         """Dicts as Arrow tables of `target`'s types; the dicts that cannot be converted are
-        found by halving and left out, into `refused`."""
+        found by halving and left out, into `refused`. A float with a fractional part (or not
+        finite) for an integer column is refused as the Arrow path refuses it: Arrow's own
+        conversion of Python floats would cut it silently (1.5 stored as 1)."""
+        ints = [f.name for f in target if pa.types.is_integer(f.type)]
+        if ints:
+            kept = []
+            for row in rows:
+                bad = next(
+                    (
+                        name
+                        for name in ints
+                        if isinstance(v := row.get(name), float)
+                        and not (math.isfinite(v) and v.is_integer())
+                    ),
+                    None,
+                )
+                if bad is None:
+                    kept.append(row)
+                else:
+                    self._refuse(
+                        refused,
+                        row,
+                        f"column {bad!r}: float value {row[bad]!r} would be truncated "
+                        f"converting to {target.field(bad).type}",
+                    )
+            rows = kept
+        return self._fit_dict_parts(rows, target, refused)
+
+    def _fit_dict_parts(self, rows: list[dict], target: pa.Schema, refused: list) -> list:
         try:
             return [pa.Table.from_pylist(rows, schema=target)]
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as exc:
@@ -405,7 +437,7 @@ class Table:
                     self._refuse(refused, rows[0], str(exc))
                 return []
         half = len(rows) // 2
-        return self._fit_dicts(rows[:half], target, refused) + self._fit_dicts(
+        return self._fit_dict_parts(rows[:half], target, refused) + self._fit_dict_parts(
             rows[half:], target, refused
         )
 
@@ -550,6 +582,15 @@ def _time_left(deadline: float) -> float:
 
 class _TabletGone(Exception):
     """The tablet a block was routed to no longer belongs to the (refreshed) table."""
+
+
+class _TableGone(Exception):
+    """The table itself no longer exists (dropped under the session): every row of the
+    block is refused at once, none is written."""
+
+    def __init__(self, err: errors.NotFound) -> None:
+        super().__init__(err.message)
+        self.err = err
 
 
 def _split_by_tablet(table: Table, data: pa.Table) -> list[tuple[TabletInfo, pa.Table]]:
@@ -709,6 +750,13 @@ class Session:
                 ) from None
             for tablet, part in _split_by_tablet(table, rows):
                 self._write(table, tablet.tablet_id, op, part, reroutes + 1)
+        except _TableGone as gone:
+            # No row of it can be written: one error per row at once, without splitting.
+            err = gone.err
+            self.errors.extend(
+                RowError(OP_NAMES[op], row, err.status_name, err.message)
+                for row in rows.to_pylist()
+            )
         except ROW_ERRORS as err:
             if rows.num_rows == 1:
                 self.errors.append(
@@ -739,7 +787,10 @@ class Session:
                     # Unknown outcome: resending is safe for upsert and delete; an insert that
                     # did land comes back as ALREADY_EXISTS and is reported as a row error.
                     last = err
-            table.refresh()
+            try:
+                table.refresh()
+            except errors.NotFound as err:
+                raise _TableGone(err) from None
         raise errors.Unavailable(
             f"write to tablet {tablet_id} failed after retries{_no_leader(last)}: {last}"
         )

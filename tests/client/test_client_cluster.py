@@ -168,6 +168,55 @@ def test_rows_that_do_not_fit_are_row_errors_the_others_written(client):
     assert t.count() == 5
 
 
+def test_floats_that_an_integer_column_would_cut_are_row_errors(client):
+    """A dict's float with a fraction for an integer column is refused, as the Arrow path
+    refuses it, not stored cut (1.5 as 1, a key then clashing with id 1)."""
+    client.create_table("float_t", [Column("id", "int64", key=True), Column("n", "int32",
+                        nullable=True)])  # fmt: skip
+    t = client.table("float_t")
+    with client.new_session() as s:
+        nan = float("nan")
+        s.insert(t, [{"id": 1.5, "n": 1}, {"id": -7.9, "n": None}, {"id": 2.0, "n": 3},
+                     {"id": 4, "n": 2.99}, {"id": nan, "n": 1}, {"id": 5, "n": 5}])  # fmt: skip
+        s.insert(t, pa.table({"id": pa.array([6.5, 7.0]), "n": pa.array([1, 2], pa.int32())}))
+    refused = sorted((str(e.row["id"]), e.status) for e in s.errors)
+    assert refused == [("-7.9", "BAD_REQUEST"), ("1.5", "BAD_REQUEST"), ("4", "BAD_REQUEST"),
+                       ("6.5", "BAD_REQUEST"), ("nan", "BAD_REQUEST")], refused  # fmt: skip
+    assert all("truncated" in e.message for e in s.errors), s.errors
+    assert sorted(t.to_arrow()["id"].to_pylist()) == [2, 5, 7]
+    with client.new_session() as s:
+        with pytest.raises(errors.BadRequest, match=r"column\(s\) \['id'\] more than once"):
+            s.insert(t, pa.Table.from_arrays([pa.array([41]), pa.array([42])], ["id", "id"]))
+        assert s.pending_rows() == 0
+
+
+def test_rows_buffered_for_a_table_dropped_meanwhile_fail_at_once(client):
+    """A flush after another client dropped the table: every row a NOT_FOUND row error,
+    found with one look at the table per block (the block is not split row by row)."""
+    client.create_table("gone_t", COLUMNS, num_tablets=2)
+    t = client.table("gone_t")
+    looks = []
+    refresh = t.refresh
+
+    def counted():
+        looks.append(1)
+        refresh()
+
+    t.refresh = counted
+    s = client.new_session(flush_rows_max=10_000, flush_interval_s=3600)
+    s.upsert(t, rows(range(500)))
+    assert s.pending_rows() == 500
+    with Client(client.meta.addresses, timeout_s=60) as other:
+        other.drop_table("gone_t")
+    errors_seen = s.flush()
+    assert len(errors_seen) == 500
+    assert {(e.op, e.status) for e in errors_seen} == {("upsert", "NOT_FOUND")}
+    assert "gone_t" in errors_seen[0].message
+    assert sorted(e.row["id"] for e in errors_seen) == list(range(500))
+    assert len(looks) <= 2, len(looks)  # one per tablet's block
+    s.close()
+
+
 @pytest.mark.parametrize(
     "predicates,check",
     [
