@@ -64,9 +64,33 @@ class SourceOptions:
     timeout_s: float
 
 
+OPTIONS_KNOWN = (
+    "coordinators",
+    "table",
+    "operation",
+    "columns",
+    "predicates",
+    "flush_rows_max",
+    "timeout_s",
+)
+
+
 def parse_options(options: Mapping[str, str]) -> SourceOptions:
-    """Validate the data source options (keys are case-insensitive in Spark)."""
+    """Validate the data source options (keys are case-insensitive in Spark). An option
+    this source does not know is refused: a misspelt one would otherwise be ignored, and
+    the job run with the default (an insert for an upsert, a full scan for a narrow one)."""
     opts = {str(k).lower(): str(v) for k, v in options.items()}
+    if "pushdown" in opts:
+        raise OptionError(
+            'option "pushdown" is not supported: Spark\'s Python filter pushdown returns stale '
+            'results on reused DataFrames in this Spark; use option("predicates", ...)'
+        )
+    unknown = sorted(k for k in opts if k not in OPTIONS_KNOWN)
+    if unknown:
+        what = ", ".join(f'"{k}"' for k in unknown)
+        if unknown == ["path"]:
+            what += ' (a path given to load() or save(); this source takes option("table"))'
+        raise OptionError(f"unknown option {what}; known: {', '.join(OPTIONS_KNOWN)}")
     coordinators = tuple(a.strip() for a in opts.get("coordinators", "").split(",") if a.strip())
     if not coordinators:
         raise OptionError('option "coordinators" is required: comma-separated host:port list')
@@ -89,11 +113,6 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         if len(set(columns)) != len(columns):
             raise OptionError(f'option "columns" names a column twice: {opts["columns"]!r}')
     predicates = opts.get("predicates", "").strip()
-    if "pushdown" in opts:
-        raise OptionError(
-            'option "pushdown" is not supported: Spark\'s Python filter pushdown returns stale '
-            'results on reused DataFrames in this Spark; use option("predicates", ...)'
-        )
     flush_rows_max = _parse_int(opts, "flush_rows_max", FLUSH_ROWS_DEFAULT, 1, FLUSH_ROWS_MAX)
     try:
         timeout_s = float(opts.get("timeout_s", TIMEOUT_S_DEFAULT))

@@ -212,6 +212,12 @@ def test_bad_predicates_option_fails_before_any_task(spark, cluster, all_types):
         _read(spark, cluster, "all_types", predicates='[["id", "=", "x"]]').count()
     with pytest.raises(Exception, match="stale"):
         _read(spark, cluster, "all_types", pushdown="true").count()
+    # A misspelt option is refused, not ignored (a full scan, or an insert for an upsert).
+    with pytest.raises(Exception, match='unknown option "colums"'):
+        _read(spark, cluster, "all_types", colums="id").count()
+    df = spark.createDataFrame([(1,)], "id long")
+    with pytest.raises(Exception, match='unknown option "operaton"'):
+        _options(df.write, cluster, "all_types").option("operaton", "upsert").mode("append").save()
 
 
 def test_upsert_and_delete(spark, cluster, client):

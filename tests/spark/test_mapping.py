@@ -62,6 +62,9 @@ def test_options_defaults_and_errors():
         ({"coordinators": "h:1", "table": "t", "pushdown": "true"}, "stale"),
         ({"coordinators": "h:1", "table": "t", "flush_rows_max": "0"}, "flush_rows_max"),
         ({"coordinators": "h:1", "table": "t", "timeout_s": "x"}, "timeout_s"),
+        ({"coordinators": "h:1", "table": "t", "operaton": "upsert"}, 'unknown option "operaton"'),
+        ({"coordinators": "h:1", "table": "t", "Colums": "a"}, 'unknown option "colums"'),
+        ({"coordinators": "h:1", "table": "t", "path": "/x"}, r"load\(\) or save\(\)"),
     ]
     for options, text in bad:
         with pytest.raises(OptionError, match=text):
