@@ -835,6 +835,7 @@ class ReplicatedLogStore:
                     "when asked explicitly (allow_insecure_dev)"
                 )
             logger.warning("logstore %s runs WITHOUT a password (development only)", self_address)
+        self._insecure = not password
         _check_bindable(self_address)
         self.config = config or ReplicaConfig()
         self.self_address = self_address
@@ -990,8 +991,18 @@ class ReplicatedLogStore:
         Refused (ILLEGAL_STATE, nothing changed) when nothing accepts a connection at
         `address` within half the timeout (10 s at most): pysyncobj makes a new member a
         voter at once, so a member that is not running would raise the majority the group
-        needs without adding a vote."""
+        needs without adding a vote.
+
+        Refused too (ILLEGAL_STATE, nothing changed) on a replica that runs without a
+        password: a group of several replicas always authenticates its Raft traffic (it is
+        pickled), so a development store stays a single node."""
         self._check_open()
+        if self._insecure:
+            raise IllegalState(
+                f"{self.self_address} runs without a password (development only): a group of "
+                "several replicas needs one; restart this replica with a password first, "
+                "then add members (started with the same password)"
+            )
         deadline = time.monotonic() + timeout_s
         _probe(address, min(MEMBER_PROBE_S, timeout_s / 2))
         remaining = max(0.0, deadline - time.monotonic())

@@ -24,6 +24,26 @@ def test_no_password_is_refused(tmp_path, address, peers, allow):
     assert not (tmp_path / "d").exists()  # refused before touching the disk
 
 
+def test_a_store_without_a_password_takes_no_member(tmp_path):
+    """A development store (no password) stays one node: adding a member is refused before
+    anything changes, even with something listening at the new member's address."""
+    import socket
+
+    from rpc.addresses import free_port
+
+    address = f"127.0.0.1:{free_port()}"
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        other = f"127.0.0.1:{listener.getsockname()[1]}"
+        store = ReplicatedLogStore(address, [], str(tmp_path / "d"), allow_insecure_dev=True)
+        try:
+            with pytest.raises(IllegalState, match="without a password"):
+                store.add_member(other, timeout_s=5.0)
+            assert store.status()["members"] == [address]
+            assert store.append("l", b"x", timeout_s=30.0) == 1  # still leads on its own
+        finally:
+            store.close()
+
+
 def test_frames_round_trip_and_carry_their_timestamp():
     a = HmacAuthenticator("secret")
     token = a.encrypt_at_time(b"payload", 1234)
