@@ -54,7 +54,46 @@ _STAT_KEYS = (
     "internal",
 )
 
+# Refusals are logged at most REFUSALS_LOGGED_MAX per REFUSALS_LOG_WINDOW_S per server (a
+# misconfigured or hostile peer can send thousands a second); the rest are counted, in
+# stats() and in one line when the next window opens.
+REFUSALS_LOGGED_MAX = 20
+REFUSALS_LOG_WINDOW_S = 10.0
+
 log = logging.getLogger(__name__)
+
+
+class _RefusalLog:
+    """Warnings of refused calls, at most `burst` per `window_s`."""
+
+    def __init__(self, burst: int = REFUSALS_LOGGED_MAX, window_s: float = REFUSALS_LOG_WINDOW_S):
+        assert burst >= 1 and window_s > 0
+        self._burst = burst
+        self._window_s = window_s
+        self._lock = threading.Lock()
+        self._window_start = -window_s
+        self._logged = 0
+        self._unlogged = 0
+
+    def warning(self, msg: str, *args) -> None:
+        with self._lock:
+            now = time.monotonic()
+            if now - self._window_start >= self._window_s:
+                unlogged, self._unlogged = self._unlogged, 0
+                self._window_start, self._logged = now, 0
+                if unlogged:
+                    log.warning(
+                        "%d more refused calls were not logged (at most %d per %.0f s; all "
+                        "are counted in the server's stats)",
+                        unlogged,
+                        self._burst,
+                        self._window_s,
+                    )
+            if self._logged >= self._burst:
+                self._unlogged += 1
+                return
+            self._logged += 1
+        log.warning(msg, *args)
 
 
 @dataclass(slots=True)
@@ -143,6 +182,7 @@ class RpcServer:
         self._io_header = ResponseHeader(status=_OK, server_uuid=uuid)
         self._inflight = 0
         self._address = ""
+        self._refusals = _RefusalLog()
         self.register(PING_METHOD, PingRequest, self._ping, anonymous=True, inline=True)
 
     # -- setup -------------------------------------------------------------------------
@@ -418,7 +458,7 @@ class RpcServer:
         key = "invalid_name" if isinstance(err, errors.InvalidName) else "bad_request"
         self._io_stats[key] += 1
         what = "a one-way message" if one_way else "a request"
-        log.warning("rejected %s (call %d): %s", what, call_id, err)
+        self._refusals.warning("rejected %s (call %d): %s", what, call_id, err)
         err.call_id = call_id  # type: ignore[attr-defined]
         return err
 
@@ -464,7 +504,7 @@ class RpcServer:
             request.ParseFromString(body_frame.buffer)
         except (DecodeError, ValueError) as exc:
             count("bad_request")
-            log.warning("call %d to %s: malformed body: %s", call_id, ctx.method, exc)
+            self._refusals.warning("call %d to %s: malformed body: %s", call_id, ctx.method, exc)
             return self._error_frames(
                 call_id, errors.BadRequest(f"malformed body for {ctx.method}: {exc}")
             )
@@ -475,7 +515,7 @@ class RpcServer:
             if isinstance(err, errors.BadRequest):
                 count("bad_request")
             # A one-way caller may not read the refusal: it is logged here too.
-            (log.warning if ctx.one_way else log.debug)(
+            (self._refusals.warning if ctx.one_way else log.debug)(
                 "call %d to %s answered %s", call_id, ctx.method, err
             )
             return self._error_frames(call_id, err)

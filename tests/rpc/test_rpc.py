@@ -138,6 +138,47 @@ def test_wrong_recipient_is_refused_and_has_no_effect(server, client):
     assert server.recorded == ["c"]
 
 
+def test_a_flood_of_refused_calls_is_logged_a_little_and_counted_whole(server, client, caplog):
+    """Each refusal is answered and counted; only the first REFUSALS_LOGGED_MAX of a window
+    are logged (a peer sending thousands a second must not fill the disk with warnings)."""
+    import logging
+
+    from rpc.server import REFUSALS_LOGGED_MAX
+
+    caplog.set_level(logging.WARNING, logger="rpc.server")
+    n = REFUSALS_LOGGED_MAX * 10
+    for i in range(n):
+        with pytest.raises(errors.InvalidName):
+            client.call("someone-else", "Test.Record", PingResponse(uuid=str(i)), PingResponse)
+    assert server.stats()["invalid_name"] == n
+    assert server.recorded == []
+    refusals = [r for r in caplog.records if "rejected a request" in r.getMessage()]
+    assert len(refusals) == REFUSALS_LOGGED_MAX
+    client.call(SERVER_UUID, "Test.Record", PingResponse(uuid="ok"), PingResponse)
+    assert server.recorded == ["ok"]
+
+
+def test_refusals_not_logged_are_summed_up_when_the_next_window_opens(caplog, monkeypatch):
+    import logging
+
+    from rpc import server as rpc_server
+
+    now = [100.0]
+    monkeypatch.setattr(rpc_server.time, "monotonic", lambda: now[0])
+    caplog.set_level(logging.WARNING, logger="rpc.server")
+    refusals = rpc_server._RefusalLog(burst=2, window_s=10.0)
+    for i in range(5):
+        refusals.warning("refused %d", i)
+    assert [r.getMessage() for r in caplog.records] == ["refused 0", "refused 1"]
+    now[0] += 10.0
+    refusals.warning("refused %d", 5)
+    assert [r.getMessage() for r in caplog.records][2:] == [
+        "3 more refused calls were not logged (at most 2 per 10 s; all are counted in the "
+        "server's stats)",
+        "refused 5",
+    ]
+
+
 def test_error_carries_status_hint_and_body(client):
     with pytest.raises(errors.NotLeader) as info:
         client.call(SERVER_UUID, "Test.Fail", PingResponse(), PingResponse)
