@@ -47,10 +47,17 @@ def cmd_serve(args) -> int:
     from logstore.replicated import ReplicaConfig
     from logstore.service import LogStoreServer, ServeConfig
 
+    defaults = ReplicaConfig()
     replica = ReplicaConfig(
         append_entries_period_s=args.heartbeat_s,
         raft_min_timeout_s=args.election_min_s,
         raft_max_timeout_s=args.election_max_s,
+        # pysyncobj wants these above the heartbeat and the election timeouts: longer
+        # timings stretch them too.
+        leader_fallback_timeout_s=max(
+            defaults.leader_fallback_timeout_s, 2.5 * args.election_max_s
+        ),
+        connection_timeout_s=max(defaults.connection_timeout_s, args.election_max_s),
         compaction_min_entries=args.compaction_min_entries,
     )
     config = ServeConfig(
@@ -183,9 +190,21 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="allow no password: single-node development store on 127.0.0.1 only",
     )
-    s.add_argument("--heartbeat-s", type=float, default=0.05)
-    s.add_argument("--election-min-s", type=float, default=0.4)
-    s.add_argument("--election-max-s", type=float, default=1.2)
+    s.add_argument(
+        "--heartbeat-s", type=float, default=0.05, help="leader heartbeat period (default 0.05)"
+    )
+    s.add_argument(
+        "--election-min-s",
+        type=float,
+        default=0.4,
+        help="election timeout range, low end: above 3 heartbeats (default 0.4)",
+    )
+    s.add_argument(
+        "--election-max-s",
+        type=float,
+        default=1.2,
+        help="election timeout range, high end: above the low end (default 1.2)",
+    )
     s.add_argument("--compaction-min-entries", type=int, default=20_000)
     s.add_argument("--switch-interval-s", type=float, default=0.0005, help="sys.setswitchinterval")
     s.set_defaults(func=cmd_serve)
@@ -248,8 +267,28 @@ def _positive_seconds(text: str) -> float:
     return value
 
 
+def _timing_problem(args) -> str | None:
+    """What is wrong with `serve`'s Raft timing, in pysyncobj's own terms (it asserts them)."""
+    if not args.heartbeat_s > 0:
+        return "--heartbeat-s must be above 0"
+    if not args.election_min_s > 3 * args.heartbeat_s:
+        return (
+            f"--election-min-s ({args.election_min_s:g}) must be above three heartbeats "
+            f"(3 x --heartbeat-s = {3 * args.heartbeat_s:g})"
+        )
+    if not args.election_max_s > args.election_min_s:
+        return (
+            f"--election-max-s ({args.election_max_s:g}) must be above --election-min-s "
+            f"({args.election_min_s:g})"
+        )
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.func is cmd_serve and (problem := _timing_problem(args)):
+        parser.error(problem)
     logging.basicConfig(
         level=getattr(logging, str(args.log_level).upper(), logging.WARNING),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

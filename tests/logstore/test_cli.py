@@ -60,6 +60,12 @@ BAD_USAGE = [
     (["serve", "--raft-address", "x", "--data-dir", "/nonexistent"], "--raft-address"),
     (["serve", "--raft-address", "127.0.0.1:5", "--peers", "127.0.0.1",
       "--data-dir", "/nonexistent"], "--peers"),
+    (["serve", "--raft-address", "127.0.0.1:5", "--data-dir", "/nonexistent",
+      "--election-min-s", "0.1", "--election-max-s", "0.2"], "three heartbeats"),
+    (["serve", "--raft-address", "127.0.0.1:5", "--data-dir", "/nonexistent",
+      "--election-min-s", "1", "--election-max-s", "0.5"], "--election-max-s"),
+    (["serve", "--raft-address", "127.0.0.1:5", "--data-dir", "/nonexistent",
+      "--heartbeat-s", "0"], "--heartbeat-s"),
 ]  # fmt: skip
 
 
