@@ -691,6 +691,9 @@ def test_alter_schema(tmp_path):
     assert "s" not in r.column_names and r["extra"].to_pylist() == [None, "e", None, None, None]
     with pytest.raises(BadRequest, match="key"):
         m.alter_schema("t1", 2, [], ["id"], deadline())
+    with pytest.raises(BadRequest, match="nothing to alter"):
+        m.alter_schema("t1", 0, [], [], deadline())
+    assert t.sb.schema.version == 2
     with pytest.raises(BadRequest, match="nullable"):
         m.alter_schema("t1", 2, [ColumnSchemaPB(name="q", type=DataType.INT64)], [], deadline())
     # Re-adding a dropped name does not bring the old data back.

@@ -472,6 +472,8 @@ class TabletManager:
     def alter_schema(
         self, tablet_id: str, expected_version: int, add, drop, deadline: float
     ) -> SchemaPB:
+        if not add and not drop:  # it would only raise this replica's schema version
+            raise BadRequest("nothing to alter: no column to add or drop")
         r = self._replica(tablet_id)
         with r.lock:
             t = self.tablet(tablet_id)
