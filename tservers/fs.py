@@ -15,21 +15,17 @@ beside the server. The kernel drops the lock when its holder dies, kill -9 inclu
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import os
 import time
 import uuid as uuidlib
 from pathlib import Path
 
+from rpc.dirlock import DirLock, DirLocked, DirLockError, lock_dir
 from tservers import metafile
 from tservers.metafile import MetaFileCorrupt
 from tservers.tserver_pb2 import ConsensusMetaPB, InstancePB, SuperblockPB
 
 SUBDIRS = ("tablet-meta", "consensus-meta", "wals", "data", "quarantine")
-
-
-LOCK_FILE = "lock"
 
 
 class FsError(Exception):
@@ -40,57 +36,21 @@ class FsLocked(FsError):
     """Another process holds the root's lock (a running tablet server, or a tool)."""
 
 
-class FsLock:
-    """An exclusive flock on <root>/lock, released by `release()` or when the process dies."""
-
-    def __init__(self, path: Path, fd: int | None) -> None:
-        self.path = path
-        self._fd = fd  # None: this process already held the lock through another handle
-
-    def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)  # closing the descriptor drops the flock
-            self._fd = None
-
-    def __enter__(self) -> FsLock:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.release()
+FsLock = DirLock
 
 
-def lock_root(root: Path, holder: str = "tserver") -> FsLock:
-    """Take the fs root's exclusive lock without waiting; FsLocked names the holder.
-
-    The lock file records `<pid> <holder>`; taking the lock again in the process that holds
-    it succeeds (and releasing that second handle keeps the first)."""
+def lock_root(root: Path, holder: str = "tserver") -> DirLock:
+    """Take the fs root's exclusive lock without waiting (`rpc.dirlock`); FsLocked names
+    the holder. Taking it again in the process that holds it succeeds (and releasing that
+    second handle keeps the first)."""
     root = Path(root)
     FsLayout.read_instance(root)  # a formatted root only (FsError otherwise)
-    path = root / LOCK_FILE
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as e:
-        os.close(fd)
-        if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-            raise FsError(f"cannot lock {path}: {e}") from e
-        owner = _lock_owner(path)
-        if owner.split(" ", 1)[0] == str(os.getpid()):
-            return FsLock(path, None)
-        raise FsLocked(
-            f"{root} is in use by another process ({owner or 'pid unknown'}): "
-            "stop the tablet server first"
-        ) from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()} {holder}\n".encode(), 0)
-    return FsLock(path, fd)
-
-
-def _lock_owner(path: Path) -> str:
-    try:
-        return path.read_text().strip()
-    except OSError:
-        return ""
+        return lock_dir(root, holder)
+    except DirLocked as e:
+        raise FsLocked(f"{e}: stop the tablet server first") from None
+    except DirLockError as e:
+        raise FsError(str(e)) from None
 
 
 class FsLayout:
