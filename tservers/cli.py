@@ -1,6 +1,7 @@
 """`tserver`: run a tablet server and its operator tools.
 
 tserver start --fs-root DIR --bind HOST:PORT [--no-wal-sync]
+              [--quarantine-retention-s S] [--quarantine-bytes-max B]
 tserver fs format --fs-root DIR        (refuses a non-empty directory)
 tserver fs uuid --fs-root DIR
 tserver wal dump (--fs-root DIR --tablet ID | --segment FILE)
@@ -13,6 +14,9 @@ tserver copy-cancel --address HOST:PORT --tablet ID
 tserver copy-from-remote --fs-root DIR --tablet ID --source HOST:PORT [--source-uuid UUID]
                          [--force] [--timeout S] [--rate-mb X]
                                              copy one tablet onto a STOPPED server
+tserver quarantine list --fs-root DIR [--json]    what deletions set aside: size, age
+tserver quarantine purge --fs-root DIR [--older-than-s N | --bytes-max B | --all]
+                                             remove them from a STOPPED server's root
 
 Errors an operator can fix (a bad flag, a taken port, an fs root in use) print one line
 `tserver: error: ...` and exit 1; argparse's own refusals exit 2.
@@ -21,6 +25,7 @@ Errors an operator can fix (a bad flag, a taken port, an fs root in use) print o
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import signal
 import sys
@@ -34,6 +39,7 @@ from rpc.addresses import address_arg, address_list_arg
 from rpc.console import run_command
 from rpc.errors import RpcError
 from tservers import metafile
+from tservers import quarantine as qmod
 from tservers.fs import FsError, FsLayout, FsLocked, lock_root
 from tservers.metafile import MetaFileCorrupt
 from tservers.raft_driver import RETAIN_BYTES_MAX_DEFAULT, RETAIN_ENTRIES_MAX_DEFAULT
@@ -84,6 +90,32 @@ def _rate_mb(text: str) -> float:
     return value
 
 
+def _seconds(text: str) -> float:
+    """A duration in seconds: 0 or above, finite."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be 0 or above, got {value}")
+    return value
+
+
+_BYTE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def _byte_count(text: str) -> int:
+    """A size in bytes, 0 or above, with an optional K/M/G/T suffix (powers of 1024)."""
+    body = text.strip().upper().removesuffix("IB").removesuffix("B")
+    unit = body[-1:] if body[-1:] in _BYTE_UNITS else ""
+    digits = body[: len(body) - len(unit)]
+    if not digits.isdigit():
+        raise argparse.ArgumentTypeError(
+            f"not a size in bytes: {text!r} (a whole number, optionally with K, M, G or T)"
+        )
+    return int(digits) * _BYTE_UNITS[unit]
+
+
 def _log_level(text: str) -> int:
     level = logging.getLevelNamesMapping().get(text.strip().upper())
     if level is None:
@@ -122,6 +154,8 @@ def _cmd_start(args) -> int:
         copy_session_idle_s=args.copy_session_idle_s,
         wal_retain_entries_max=args.wal_retain_entries,
         wal_retain_bytes_max=args.wal_retain_mb << 20,
+        quarantine_retention_s=args.quarantine_retention_s,
+        quarantine_bytes_max=args.quarantine_bytes_max,
     )
     try:
         # The server holds the fs root's lock until it closes (or the process dies):
@@ -544,6 +578,81 @@ def _left_state(target, tablet_id: str) -> str:
     return ""
 
 
+def _cmd_quarantine_list(args) -> int:
+    fs = _open_fs(args.fs_root)  # reading only: allowed beside a running server
+    now_s = time.time()  # ages of files on disk: wall-clock time
+    entries = qmod.scan(fs.quarantine_root)
+    if args.json:
+        print(
+            json.dumps(
+                [
+                    {
+                        "name": e.name,
+                        "tablet_id": e.tablet_id,
+                        "size_bytes": e.size_bytes,
+                        "age_s": round(e.age_s(now_s), 3),
+                        "mtime_s": e.mtime_s,
+                        "removing": e.removing,
+                    }
+                    for e in entries
+                ]
+            )
+        )
+        return 0
+    if not entries:
+        print("quarantine is empty")
+        return 0
+    for e in entries:
+        state = "\tremoval unfinished" if e.removing else ""
+        print(
+            f"{e.name}\t{qmod.format_bytes(e.size_bytes)}\t"
+            f"{qmod.format_age(e.age_s(now_s))} old{state}"
+        )
+    total = sum(e.size_bytes for e in entries)
+    print(f"{len(entries)} entries, {qmod.format_bytes(total)}")
+    return 0
+
+
+def _cmd_quarantine_purge(args) -> int:
+    fs = _open_fs(args.fs_root)
+    if args.all:
+        policy = qmod.Policy(retention_s=0, bytes_max=None)
+    elif args.older_than_s is not None:
+        policy = qmod.Policy(retention_s=args.older_than_s, bytes_max=None)
+    elif args.bytes_max is not None:
+        policy = qmod.Policy(retention_s=None, bytes_max=args.bytes_max)
+    else:
+        policy = qmod.Policy()  # what a server with default flags does
+    # A running server reaps by itself, and may be filling a quarantine directory.
+    with _lock_fs(args.fs_root, "tserver quarantine purge", "refusing to purge"):
+        now_s = time.time()  # ages of files on disk: wall-clock time
+        entries = qmod.scan(fs.quarantine_root)
+        removed, failed = [], []
+        for r, err in qmod.remove_planned(fs.quarantine_root, qmod.plan(entries, policy, now_s)):
+            e = r.entry
+            if err is not None:
+                failed.append((e, err))
+                continue
+            removed.append(e)
+            print(
+                f"removed {e.name}\t{qmod.format_bytes(e.size_bytes)}\t"
+                f"{qmod.format_age(e.age_s(now_s))} old\t({r.reason.value})",
+                flush=True,
+            )
+    gone = {e.name for e in removed}
+    left = [e for e in entries if e.name not in gone]
+    freed = sum(e.size_bytes for e in removed)
+    kept = sum(e.size_bytes for e in left)
+    print(
+        f"removed {len(removed)} entries ({qmod.format_bytes(freed)}); "
+        f"{len(left)} left ({qmod.format_bytes(kept)})"
+    )
+    if failed:
+        e, err = failed[0]
+        raise CliError(f"could not remove {len(failed)} entries; {e.name}: {err.strerror or err}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tserver", description="Tablet server and its tools.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -598,6 +707,20 @@ def build_parser() -> argparse.ArgumentParser:
         default=RETAIN_BYTES_MAX_DEFAULT >> 20,
         help="and at most this many MiB of their payloads (kept in memory too) "
         "(default %(default)s)",
+    )
+    s.add_argument(
+        "--quarantine-retention-s",
+        type=_seconds,
+        default=qmod.RETENTION_S_DEFAULT,
+        help="remove what a deletion set aside under quarantine/ once it is this many "
+        "seconds old (0: as soon as the deletion ends) (default %(default)g)",
+    )
+    s.add_argument(
+        "--quarantine-bytes-max",
+        type=_byte_count,
+        default=qmod.BYTES_MAX_DEFAULT,
+        help="and, oldest first, while quarantine/ holds more than this many bytes (a K, M, "
+        "G or T suffix: powers of 1024) (default %(default)d, 10 GiB)",
     )
     s.add_argument("--log-level", type=_log_level, default="info")
     s.set_defaults(func=_cmd_start)
@@ -675,6 +798,34 @@ def build_parser() -> argparse.ArgumentParser:
     )
     r.add_argument("--log-level", type=_log_level, default="warning")
     r.set_defaults(func=_cmd_copy_from_remote)
+
+    qs = sub.add_parser(
+        "quarantine", help="what deletions set aside under quarantine/ (list, purge)"
+    ).add_subparsers(dest="quarantine_cmd", required=True)
+    q = qs.add_parser("list", help="each quarantine entry: name, size, age")
+    q.add_argument("--fs-root", required=True)
+    q.add_argument("--json", action="store_true", help="one JSON list of entries")
+    q.set_defaults(func=_cmd_quarantine_list)
+    q = qs.add_parser(
+        "purge",
+        help="remove quarantine entries from a STOPPED server's fs root",
+        description="Removes quarantine entries and says which. Without an option it does "
+        "what a server with default flags does: entries older than a day, then the oldest "
+        "while more than 10 GiB are left. Refuses to run beside a running server (which "
+        "removes them by itself: `tserver start --quarantine-retention-s`).",
+    )
+    q.add_argument("--fs-root", required=True, help="the stopped server's fs root")
+    which = q.add_mutually_exclusive_group()
+    which.add_argument(
+        "--older-than-s", type=_seconds, help="remove the entries at least this many seconds old"
+    )
+    which.add_argument(
+        "--bytes-max",
+        type=_byte_count,
+        help="remove the oldest entries until at most this many bytes are left",
+    )
+    which.add_argument("--all", action="store_true", help="remove every entry")
+    q.set_defaults(func=_cmd_quarantine_purge)
 
     t = sub.add_parser("tablets", help="list tablets (offline from --fs-root or live)")
     t.add_argument("--fs-root")

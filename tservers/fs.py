@@ -5,7 +5,8 @@ tablet-meta/<tablet_id>         superblock
 consensus-meta/<tablet_id>      consensus metadata
 wals/<tablet_id>/wal-000000001  WAL segments
 data/<tablet_id>/block-<n>.arrow immutable data blocks
-quarantine/<tablet_id>.<n>/     what a deletion moved aside
+quarantine/<tablet_id>.<n>/     what a deletion moved aside (mtime: the time of the deletion),
+                                removed after a retention period (tservers/quarantine.py)
 lock                            flock held by the process that owns the root (pid inside)
 
 A running tablet server holds an exclusive flock on `lock` (`lock_root`); tools that change
@@ -108,6 +109,10 @@ class FsLayout:
     def data_dir(self, tablet_id: str) -> Path:
         return self.root / "data" / tablet_id
 
+    @property
+    def quarantine_root(self) -> Path:
+        return self.root / "quarantine"
+
     def tablet_ids(self) -> list[str]:
         return sorted(
             p.name for p in (self.root / "tablet-meta").iterdir() if not p.name.endswith(".tmp")
@@ -115,7 +120,7 @@ class FsLayout:
 
     def new_quarantine_dir(self, tablet_id: str) -> Path:
         """Create quarantine/<tablet_id>.<n> with the first unused n (fsynced)."""
-        base = self.root / "quarantine"
+        base = self.quarantine_root
         n = 1
         while True:
             path = base / f"{tablet_id}.{n}"

@@ -9,6 +9,8 @@ from pathlib import Path
 from rpc.server import RpcServer
 from tservers.fs import FsLayout, lock_root
 from tservers.heartbeat import HEARTBEAT_INTERVAL_S_DEFAULT, Heartbeater
+from tservers.quarantine import BYTES_MAX_DEFAULT, RETENTION_S_DEFAULT
+from tservers.quarantine import Policy as QuarantinePolicy
 from tservers.raft_driver import RETAIN_BYTES_MAX_DEFAULT, RETAIN_ENTRIES_MAX_DEFAULT, DriverOptions
 from tservers.service import TServerService
 from tservers.tablet.manager import TabletManager
@@ -38,6 +40,10 @@ class TServerConfig:
     # WAL entries kept below the flushed index for lagging peers (beyond: tablet copy).
     wal_retain_entries_max: int = RETAIN_ENTRIES_MAX_DEFAULT
     wal_retain_bytes_max: int = RETAIN_BYTES_MAX_DEFAULT
+    # What deletions set aside under quarantine/ is removed once this old (0: at once) and,
+    # oldest first, while the quarantine holds more than quarantine_bytes_max.
+    quarantine_retention_s: float = RETENTION_S_DEFAULT
+    quarantine_bytes_max: int = BYTES_MAX_DEFAULT
 
 
 class TabletServer:
@@ -65,6 +71,10 @@ class TabletServer:
             driver_opts=DriverOptions(
                 retain_entries_max=config.wal_retain_entries_max,
                 retain_bytes_max=config.wal_retain_bytes_max,
+            ),
+            quarantine_policy=QuarantinePolicy(
+                retention_s=config.quarantine_retention_s,
+                bytes_max=config.quarantine_bytes_max,
             ),
         )
         self.rpc: RpcServer | None = None

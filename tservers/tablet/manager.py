@@ -11,6 +11,9 @@ Deletion, in this order:
      from here on the deletion is always rolled forward;
   5. copy the consensus metadata into the quarantine directory;
   6. move the data directory and then the WAL directory into it (atomic renames).
+  The quarantine directory is then touched: its mtime is the time of the deletion, from
+  which the quarantine reaper (tservers/quarantine.py, a thread of this manager) counts
+  the retention; it never removes the directory of a deletion in progress.
 Startup: DELETED with a WAL (or data) directory -> redo steps 5 and 6; COPYING -> delete self
 (steps 2-6, keeping consensus metadata and the last op id); READY -> bootstrap; a failed
 bootstrap leaves that tablet FAILED (offline, reported) while the others run.
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import os
 import re
 import shutil
 import threading
@@ -42,6 +46,8 @@ from tservers.consensus_wire import WireError, config_from_pb
 from tservers.crash import crash_point
 from tservers.fs import FsLayout, move_dir
 from tservers.metafile import MetaFileCorrupt, fsync_dir, write_atomic
+from tservers.quarantine import REMOVING_SUFFIX, QuarantineReaper
+from tservers.quarantine import Policy as QuarantinePolicy
 from tservers.raft_driver import DriverOptions, RaftDriver
 from tservers.tablet import schema as schemamod
 from tservers.tablet.tablet import Tablet, TabletOptions, TabletStatus
@@ -94,7 +100,8 @@ def check_tablet_id(tablet_id: str) -> None:
 
 
 class TabletManager:
-    """Owns every replica of the server, the WAL appender and the maintenance thread."""
+    """Owns every replica of the server, the WAL appender, the maintenance thread and the
+    quarantine reaper."""
 
     def __init__(
         self,
@@ -106,6 +113,7 @@ class TabletManager:
         driver_opts: DriverOptions | None = None,
         copy_rate_limit_bytes_s: int = 0,
         copy_session_idle_s: float = SESSION_IDLE_S,
+        quarantine_policy: QuarantinePolicy | None = None,
     ) -> None:
         self.fs = fs
         self.wal_opts = wal_opts or WalOptions()
@@ -122,6 +130,7 @@ class TabletManager:
         self._stop = threading.Event()
         self._maint: threading.Thread | None = None
         self._maintenance = maintenance
+        self.quarantine = QuarantineReaper(fs.quarantine_root, quarantine_policy)
 
     # ================================================================ startup
     def open(self) -> None:
@@ -138,6 +147,8 @@ class TabletManager:
                 target=self._maintenance_loop, name="tablet-maintenance", daemon=True
             )
             self._maint.start()
+        # After the roll-forwards above: its first pass is the startup one.
+        self.quarantine.start()
 
     def _startup_one(self, tablet_id: str) -> Replica:
         try:
@@ -149,7 +160,8 @@ class TabletManager:
             if sb.data_state == DataState.DELETED:
                 if self.fs.wal_dir(tablet_id).exists() or self.fs.data_dir(tablet_id).exists():
                     log.info("tablet %s: rolling an interrupted deletion forward", tablet_id)
-                    roll_forward_deletion(self.fs, sb)
+                    with self.quarantine.filling(tablet_id):
+                        roll_forward_deletion(self.fs, sb)
                     crash_point("startup.after_roll_forward")
                 self._start_tombstone(sb)
                 return Replica(tablet_id, sb, TabletStatus.TOMBSTONED)
@@ -362,7 +374,8 @@ class TabletManager:
             return -1
 
     def _delete_from_step2(self, sb: SuperblockPB, last: OpIdPB) -> SuperblockPB:
-        return tombstone_files(self.fs, sb, last)
+        with self.quarantine.filling(sb.tablet_id):  # its directory is not reaped meanwhile
+            return tombstone_files(self.fs, sb, last)
 
     # ================================================================ copy (step 1)
     def begin_copy(self, tablet_id: str, caller_term: int = 0) -> None:
@@ -560,6 +573,7 @@ class TabletManager:
     def close(self, timeout_s: float = 30.0) -> None:
         deadline = time.monotonic() + timeout_s
         self._stop.set()
+        self.quarantine.close(max(0.1, min(10.0, deadline - time.monotonic())))
         if self._maint is not None:
             self._maint.join(max(0.1, deadline - time.monotonic()))
         with self._lock:
@@ -580,8 +594,13 @@ class TabletManager:
 
 
 def quarantine_dirs(fs: FsLayout, tablet_id: str) -> list[Path]:
+    """A tablet's quarantine directories, by n (those being removed left out)."""
     return sorted(
-        (fs.root / "quarantine").glob(f"{tablet_id}.*"),
+        (
+            p
+            for p in fs.quarantine_root.glob(f"{tablet_id}.*")
+            if not p.name.endswith(REMOVING_SUFFIX)
+        ),
         key=lambda p: int(p.suffix[1:]) if p.suffix[1:].isdigit() else 0,
     )
 
@@ -630,6 +649,9 @@ def roll_forward_deletion(fs: FsLayout, sb: SuperblockPB) -> None:
     wal_dir = fs.wal_dir(tablet_id)
     if wal_dir.exists():
         move_dir(wal_dir, qdir / "wal")
+    # The directory's mtime is the time of the deletion: the quarantine's retention counts
+    # from it (tservers/quarantine.py). The renames above set it too; this says so.
+    os.utime(qdir)
     crash_point("delete.after_step_6")
 
 
