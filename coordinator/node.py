@@ -34,7 +34,8 @@ from logstore import logstore_pb2 as lspb
 from logstore.api import LogStore
 from logstore.service import LogStoreService
 from rpc.addresses import parse_host_port
-from rpc.errors import BadRequest, Unavailable
+from rpc.dirlock import DirLocked, DirLockError, lock_dir
+from rpc.errors import BadRequest, IllegalState, Unavailable
 from rpc.server import CallContext, RpcServer
 
 logger = logging.getLogger(__name__)
@@ -111,9 +112,21 @@ class CoordinatorNode:
     def __init__(self, config: NodeConfig, store: LogStore | None = None) -> None:
         self.config = config
         os.makedirs(config.data_dir, exist_ok=True)
-        self.uuid = load_or_create_uuid(config.data_dir, config.node_id)
-        self._owns_store = store is None
-        self.store = store if store is not None else open_store(config, self.uuid)
+        # One process per data dir: a second node on it would share this one's UUID and
+        # (embedded) log replica. Held until close(), or the process's death.
+        try:
+            self._dir_lock = lock_dir(config.data_dir, f"coordinator {config.node_id}")
+        except DirLocked as e:
+            raise IllegalState(f"{e}: stop that coordinator node first") from None
+        except DirLockError as e:
+            raise IllegalState(str(e)) from None
+        try:
+            self.uuid = load_or_create_uuid(config.data_dir, config.node_id)
+            self._owns_store = store is None
+            self.store = store if store is not None else open_store(config, self.uuid)
+        except BaseException:
+            self._dir_lock.release()
+            raise
         self.catalog = Catalog()
         self.replayer = Replayer(self.store, self.catalog, name=f"replay-{config.node_id}")
         self.gateway = RpcTabletServerGateway(self.uuid)
@@ -181,6 +194,7 @@ class CoordinatorNode:
         self.gateway.close()
         if self._owns_store:
             self.store.close()
+        self._dir_lock.release()
 
     def __enter__(self) -> CoordinatorNode:
         return self

@@ -49,6 +49,7 @@ from logstore.auth import HmacAuthenticator
 from logstore.journal import DurableJournal
 from logstore.snapshot import SnapshotHooks
 from logstore.state import AppendOutcome, LogState, check_append_args, outcome_id
+from rpc.dirlock import DirLocked, DirLockError, lock_dir
 from rpc.errors import (
     BadRequest,
     IllegalState,
@@ -841,6 +842,24 @@ class ReplicatedLogStore:
         self.self_address = self_address
         self.data_dir = os.path.abspath(data_dir)
         os.makedirs(self.data_dir, exist_ok=True)
+        # One process per replica dir: a second one on it rewrote this one's term and vote
+        # under it. Held until close(), or the process's death.
+        try:
+            self._dir_lock = lock_dir(self.data_dir, f"logstore {self_address}")
+        except DirLocked as e:
+            raise IllegalState(f"{e}: stop that replica first") from None
+        except DirLockError as e:
+            raise IllegalState(str(e)) from None
+        try:
+            self._open(self_address, peers, password, start_timeout_s)
+        except BaseException:
+            self._dir_lock.release()
+            raise
+
+    def _open(
+        self, self_address: str, peers: list[str], password: str | None, start_timeout_s: float
+    ) -> None:
+        """The rest of __init__, once the replica's dir is locked."""
         self._state = LogState()
         self._lock = threading.Lock()
         self._journal = DurableJournal(self.data_dir)
@@ -976,6 +995,7 @@ class ReplicatedLogStore:
             logger.error("logstore replica %s: tick thread did not stop", self.self_address)
         self._node.ls_close_waker()
         self._node.ls_fail_pending(FAIL_REASON.MISSING_LEADER)
+        self._dir_lock.release()
 
     def __enter__(self) -> ReplicatedLogStore:
         return self
