@@ -95,6 +95,7 @@ def cmd_status(args) -> int:
     from logstore.remote import RemoteLogStore
 
     failures = 0
+    leaders: set[str] = set()
     for address in _split(args.servers):
         with RemoteLogStore([address], connect_timeout_s=args.timeout_s) as store:
             try:
@@ -107,6 +108,8 @@ def cmd_status(args) -> int:
                 print(f"{address}: answered, but not with a replica's status ({err})")
                 failures += 1
                 continue
+        if s.leader:
+            leaders.add(s.leader)
         logs = ", ".join(f"{x.log}={x.last_id}" for x in s.logs) or "-"
         print(
             f"{address} raft={s.raft_address} role={s.role} term={s.term} "
@@ -117,7 +120,19 @@ def cmd_status(args) -> int:
             f"bytes; live: {s.live_entries} entries, {s.live_bytes} bytes\n"
             f"    logs (last id): {logs}"
         )
-    return 1 if failures == len(_split(args.servers)) else 0
+    # Like `coordinator status`: exit 1 when anything is unhealthy, with one line saying what.
+    problems = []
+    if failures:
+        problems.append(f"{failures} of {len(_split(args.servers))} replicas did not answer")
+    if not leaders and failures < len(_split(args.servers)):
+        problems.append("no replica knows a leader (no majority?): appends cannot commit")
+    elif len(leaders) > 1:
+        problems.append(f"replicas name different leaders {sorted(leaders)} (an election?)")
+    if problems:
+        print("UNHEALTHY: " + "; ".join(problems))
+        return 1
+    print(f"OK: {len(_split(args.servers))} replicas answered, leader {leaders.pop()}")
+    return 0
 
 
 def cmd_member(args) -> int:

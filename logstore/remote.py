@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from logstore import logstore_pb2 as pb
 from logstore.api import READ_LIMIT_MAX, Entry, LogConditionFailed
 from logstore.state import check_append_args
-from rpc.client import RpcClient
+from rpc.client import NotConnected, RpcClient
 from rpc.errors import (
     BadRequest,
     ConditionFailed,
@@ -30,6 +30,11 @@ from rpc.errors import (
 )
 
 logger = logging.getLogger(__name__)
+
+# Learning a replica's UUID is one ping that acts on nothing: each try gets a share of the
+# call's deadline (at least this much), so that a dead or paused replica first in the list
+# costs one share, not the whole deadline, before the next one is asked.
+PING_ATTEMPT_MIN_S = 0.5
 
 
 class RemoteLogStore:
@@ -170,7 +175,7 @@ class RemoteLogStore:
 
     # --- internals ------------------------------------------------------------------------
 
-    def _client(self, address: str) -> tuple[RpcClient, str]:
+    def _client(self, address: str, timeout_s: float) -> tuple[RpcClient, str]:
         with self._lock:
             if self._closed:
                 raise Unavailable("RemoteLogStore is closed")
@@ -180,13 +185,16 @@ class RemoteLogStore:
                 self._clients[address] = client
             uuid = self._uuids.get(address)
         if uuid is None:
-            uuid = client.ping(timeout_s=self._connect_timeout_s).uuid
+            share_s = max(PING_ATTEMPT_MIN_S, timeout_s / len(self._addresses))
+            ping_s = min(self._connect_timeout_s, timeout_s, share_s)
+            # One attempt: the caller moves on to the next replica and comes back.
+            uuid = client.ping(timeout_s=ping_s, idempotent=False).uuid
             with self._lock:
                 self._uuids[address] = uuid
         return client, uuid
 
     def _call_at(self, address, method, req, resp_type, timeout_s, idempotent):
-        client, uuid = self._client(address)
+        client, uuid = self._client(address, timeout_s)
         try:
             return client.call(
                 uuid, method, req, resp_type, timeout_s=timeout_s, idempotent=idempotent
@@ -213,7 +221,7 @@ class RemoteLogStore:
                 address = self._addresses[self._current % len(self._addresses)]
             try:
                 # Learning the UUID sends nothing that acts: always safe to move on.
-                self._client(address)
+                self._client(address, remaining)
             except (Unavailable, TimedOut) as err:
                 last_err = err
                 self._rotate_from(address)
@@ -223,11 +231,16 @@ class RemoteLogStore:
             except InvalidName as err:
                 last_err = err  # refused unread: safe to send again
                 continue
+            except NotConnected as err:
+                last_err = err  # never sent: safe at any replica, an append too
+                self._rotate_from(address)
+                logger.debug("%s: %s; trying the next replica", method, err)
             except (Unavailable, TimedOut) as err:
+                # The next call starts at the next replica either way: this one may be dead.
+                self._rotate_from(address)
                 if not idempotent:
                     raise  # the append may have reached the replica
                 last_err = err
-                self._rotate_from(address)
                 logger.debug("%s at %s failed (%s); trying the next replica", method, address, err)
         if last_err is not None:
             raise last_err
