@@ -265,10 +265,13 @@ class LocalCluster:
         return None
 
     def wait_ready(self, timeout_s: float, progress=None) -> None:
-        """Until a leader serves, every running node answers, and every running tablet
-        server is enlisted and live."""
+        """Until a leader serves, every running node answers (a tablet server its own ping:
+        the coordinator may still list as LIVE one that was stopped a moment ago and has
+        just been restarted, and may fail at start), and every running tablet server is
+        enlisted and live. A node that exits meanwhile fails it at once, with its log."""
         deadline = time.monotonic() + timeout_s
         expected = {n.rpc for n in self.spec.tservers if self.is_up(n)}
+        serving: set[str] = set()  # tablet servers that answered a ping
         with self.client(timeout_s=5.0) as client:
             while True:
                 self._check_running()
@@ -278,6 +281,10 @@ class LocalCluster:
                     for n in self.spec.coordinators
                     if self.is_up(n) and not self._answers(client, n)
                 ]
+                for n in self.spec.tservers:
+                    if n.rpc in expected and n.rpc not in serving and _pings(n.rpc):
+                        serving.add(n.rpc)
+                silent += [n.name for n in self.spec.tservers if n.rpc in expected - serving]
                 live: set[str] = set()
                 if leader is not None:
                     try:
@@ -351,6 +358,18 @@ class LocalCluster:
                 healthy &= state == "LIVE"
                 lines.append(f"{node.name:16} {node.rpc:22} up (pid {node.pid}) {state}")
         return lines, healthy
+
+
+def _pings(address: str) -> bool:
+    """Whether a server answers rpc.Ping at `address` (it serves: past its start-up checks)."""
+    from rpc.client import RpcClient
+
+    try:
+        with RpcClient(address, "local-cluster") as rc:
+            rc.ping(timeout_s=1.0)
+        return True
+    except errors.RpcError:
+        return False
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -287,3 +288,19 @@ def test_retire_tserver_cancelled_while_it_waits(tmp_path):
         ), stderr
         # Cancelled, not drained: the replica is still there and the server takes new ones.
         assert retired in hosting() and not _servers(c)[retired]["retired"]
+
+
+def test_local_cluster_up_fails_when_a_node_it_restarts_dies_at_start(tmp_path):
+    """A tablet server stopped a moment ago is still LIVE to the coordinator: `up` must not
+    take that for the restarted process serving. One that cannot start (a damaged instance
+    file) fails `up` with exit 1 and its log's last lines."""
+    root = tmp_path / "cluster"
+    with local_cluster(root, coordinators=1, tservers=2) as cluster:
+        victim = cluster.spec.tservers[1]
+        cluster.stop(victim)
+        (Path(victim.data) / "instance").write_bytes(b"garbage\n")
+        out = run_cli("coordinator.cli", "local-cluster", "up", "--dir", str(root))
+        assert out.returncode == 1, (out.stdout, out.stderr)
+        assert f"{victim.name} is not running" in out.stderr, out.stderr
+        assert "corrupt instance file" in out.stderr, out.stderr
+        assert "cluster up" not in out.stdout
