@@ -15,6 +15,7 @@ from coordinator.catalog import (
     Catalog,
     OpResult,
     PendingOp,
+    ServerState,
     TableInfo,
     TableState,
     TabletInfo,
@@ -51,14 +52,23 @@ def decide(catalog: Catalog, request: pb.CreateTableRequest, op_id: int) -> pb.L
     if not 1 <= n <= TABLETS_PER_TABLE_MAX:
         raise BadRequest(f"num_tablets must be 1..{TABLETS_PER_TABLE_MAX}, got {n}")
     live = catalog.placeable_servers()  # retired servers get no new replica
-    # 0 (unset): the default, 3 replicas when 3 or more tablet servers are live, else one
-    # per live server.
-    rf = request.replication_factor or min(DEFAULT_REPLICATION_FACTOR, max(1, len(live)))
+    # 0 (unset): the default, 3 replicas when the cluster has 3 or more tablet servers not
+    # retired, else one per server. Servers that are DOWN count: a server down for a moment
+    # must not leave new tables at a lower factor for good (2 replicas survive no failure);
+    # such a create is refused until it is back, as Kudu refuses it, unless the factor is
+    # given.
+    retired = catalog.retired_servers()
+    known = [s for s in catalog.servers.values() if s.uuid not in retired]
+    rf = request.replication_factor or min(DEFAULT_REPLICATION_FACTOR, max(1, len(known)))
     if not 1 <= rf <= REPLICATION_FACTOR_MAX:
         raise BadRequest(f"replication_factor must be 1..{REPLICATION_FACTOR_MAX}, got {rf}")
     if rf > len(live):
+        down = sorted(s.uuid for s in known if s.state is not ServerState.LIVE)
+        why = f" ({', '.join(down)} DOWN)" if down else ""
+        given = "" if request.replication_factor else "the default "
         raise BadRequest(
-            f"replication factor {rf} above the {len(live)} live tablet servers not retired"
+            f"{given}replication factor {rf} above the {len(live)} live tablet servers not "
+            f"retired{why}: wait until they are back, or give a lower factor"
         )
 
     schema = pb.Schema(version=1)

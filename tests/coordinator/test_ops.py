@@ -441,6 +441,21 @@ def test_retired_servers_get_no_new_replicas():
     assert {u for t in record.create_table.tablets for u in t.replica_uuids} <= {"s0", "s1"}
 
 
+def test_a_server_down_for_a_moment_does_not_lower_the_default_factor():
+    """The default factor counts DOWN servers: with one of 3 down, a create with the
+    default is refused (naming it) rather than made at factor 2 for good; a factor given
+    explicitly still fits the live ones."""
+    log = Log(servers=3)
+    log.run(server_down, ServerDownRequest("s1", "test"))
+    before = state(log.catalog)
+    with pytest.raises(BadRequest, match=r"default replication factor 3 .*\(s1 DOWN\)"):
+        create_table.decide(log.catalog, create_req(log, rf=0), log.next_id())
+    assert state(log.catalog) == before
+    record = log.run(create_table, create_req(log, rf=2))
+    assert record.create_table.replication_factor == 2
+    assert {u for t in record.create_table.tablets for u in t.replica_uuids} == {"s0", "s2"}
+
+
 def test_every_operation_module_has_the_interface():
     for kind, module in OPS.items():
         assert module.KIND == kind
