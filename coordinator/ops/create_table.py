@@ -68,7 +68,8 @@ def decide(catalog: Catalog, request: pb.CreateTableRequest, op_id: int) -> pb.L
         given = "" if request.replication_factor else "the default "
         raise BadRequest(
             f"{given}replication factor {rf} above the {len(live)} live tablet servers not "
-            f"retired{why}: wait until they are back, or give a lower factor"
+            f"retired{why}: wait until they are back (remove-tserver one gone for good), "
+            "or give a lower factor"
         )
 
     schema = pb.Schema(version=1)
