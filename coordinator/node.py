@@ -34,8 +34,8 @@ from logstore import logstore_pb2 as lspb
 from logstore.api import LogStore
 from logstore.service import LogStoreService
 from rpc.addresses import parse_host_port
-from rpc.dirlock import DirLocked, DirLockError, lock_dir
-from rpc.errors import BadRequest, IllegalState, Unavailable
+from rpc.dirlock import lock_server_dir
+from rpc.errors import BadRequest, Unavailable
 from rpc.server import CallContext, RpcServer
 
 logger = logging.getLogger(__name__)
@@ -114,12 +114,9 @@ class CoordinatorNode:
         os.makedirs(config.data_dir, exist_ok=True)
         # One process per data dir: a second node on it would share this one's UUID and
         # (embedded) log replica. Held until close(), or the process's death.
-        try:
-            self._dir_lock = lock_dir(config.data_dir, f"coordinator {config.node_id}")
-        except DirLocked as e:
-            raise IllegalState(f"{e}: stop that coordinator node first") from None
-        except DirLockError as e:
-            raise IllegalState(str(e)) from None
+        self._dir_lock = lock_server_dir(
+            config.data_dir, f"coordinator {config.node_id}", "that coordinator node"
+        )
         try:
             self.uuid = load_or_create_uuid(config.data_dir, config.node_id)
             self._owns_store = store is None

@@ -49,7 +49,7 @@ from logstore.auth import HmacAuthenticator
 from logstore.journal import DurableJournal
 from logstore.snapshot import SnapshotHooks
 from logstore.state import AppendOutcome, LogState, check_append_args, outcome_id
-from rpc.dirlock import DirLocked, DirLockError, lock_dir
+from rpc.dirlock import lock_server_dir
 from rpc.errors import (
     BadRequest,
     IllegalState,
@@ -844,12 +844,7 @@ class ReplicatedLogStore:
         os.makedirs(self.data_dir, exist_ok=True)
         # One process per replica dir: a second one on it rewrote this one's term and vote
         # under it. Held until close(), or the process's death.
-        try:
-            self._dir_lock = lock_dir(self.data_dir, f"logstore {self_address}")
-        except DirLocked as e:
-            raise IllegalState(f"{e}: stop that replica first") from None
-        except DirLockError as e:
-            raise IllegalState(str(e)) from None
+        self._dir_lock = lock_server_dir(self.data_dir, f"logstore {self_address}", "that replica")
         try:
             self._open(self_address, peers, password, start_timeout_s)
         except BaseException:

@@ -18,6 +18,8 @@ import fcntl
 import os
 from pathlib import Path
 
+from rpc.errors import IllegalState
+
 LOCK_FILE = "lock"
 
 
@@ -78,6 +80,17 @@ def lock_dir(directory: Path | str, holder: str) -> DirLock:
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()} {holder}\n".encode(), 0)
     return DirLock(path, fd)
+
+
+def lock_server_dir(directory: Path | str, holder: str, stop_first: str) -> DirLock:
+    """`lock_dir` for a server starting on its data dir: a refusal is IllegalState, which
+    its command prints as one line, saying to stop `stop_first` first."""
+    try:
+        return lock_dir(directory, holder)
+    except DirLocked as e:
+        raise IllegalState(f"{e}: stop {stop_first} first") from None
+    except DirLockError as e:
+        raise IllegalState(str(e)) from None
 
 
 def lock_owner(path: Path) -> str:

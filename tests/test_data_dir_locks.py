@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from logstore.journal import decode_meta
 from rpc.addresses import free_port
 from tests.support.cli import REPO, run_cli
 from tests.support.procs import wait_for
@@ -47,22 +48,45 @@ def _coordinator_argv(d: Path) -> list[str]:
             "--insecure-dev"]  # fmt: skip
 
 
+def _rpc_of(out: Path, marker: str) -> str | None:
+    """The rpc address a server printed on its `marker` line, once it has."""
+    for line in out.read_text().splitlines():
+        if line.startswith(marker):
+            return line.split("rpc=", 1)[1].split()[0]
+    return None
+
+
+def _logstore_leads(out: Path) -> bool:
+    rpc = _rpc_of(out, "logstore serving")
+    status = run_cli("logstore.cli", "status", "--servers", rpc) if rpc else None
+    return status is not None and "role=leader" in status.stdout
+
+
+def _coordinator_leads(out: Path) -> bool:
+    rpc = _rpc_of(out, "coordinator c0 uuid=")
+    return (
+        rpc is not None
+        and run_cli("coordinator.cli", "status", "--coordinators", rpc).returncode == 0
+    )
+
+
 @pytest.mark.parametrize(
-    "argv_of,ready,holder",
+    "argv_of,leads,holder",
     [
-        (_logstore_argv, "logstore serving", "logstore"),
-        (_coordinator_argv, "serving on", "coordinator c0"),
+        (_logstore_argv, _logstore_leads, "logstore"),
+        (_coordinator_argv, _coordinator_leads, "coordinator c0"),
     ],
     ids=["logstore", "coordinator"],
 )
-def test_a_second_process_on_a_live_data_dir_is_refused(tmp_path, argv_of, ready, holder):
+def test_a_second_process_on_a_live_data_dir_is_refused(tmp_path, argv_of, leads, holder):
     d = tmp_path / "node"
     first = _start(argv_of(d), tmp_path / "first.out")
     try:
+        # Settled: it leads, its term and vote written (they change no more on their own).
         wait_for(
-            lambda: first.poll() is not None or ready in (tmp_path / "first.out").read_text(),
+            lambda: first.poll() is not None or leads(tmp_path / "first.out"),
             60,
-            "the first process serving",
+            "the first process leading",
         )
         assert first.poll() is None, (tmp_path / "first.out").read_text()
         before = _files(d)
@@ -71,11 +95,13 @@ def test_a_second_process_on_a_live_data_dir_is_refused(tmp_path, argv_of, ready
         last = out.stderr.strip().splitlines()[-1]
         assert "in use by another process" in last and f"{first.pid} {holder}" in last, last
         assert "Traceback" not in out.stderr
-        # Refused before touching anything: the live one's files are as they were (its own
-        # writes aside: it is idle, a single node whose lease renewals are invalidated).
+        # Refused before touching anything: the live one's term, vote and identity are as
+        # they were (its journal and commit index grow on their own: lease renewals).
         after = _files(d)
-        assert set(after) == set(before)
-        for name in ("logstore/journal.meta", "journal.meta", "coordinator-uuid"):
+        meta = next(n for n in ("logstore/journal.meta", "journal.meta") if n in before)
+        term_vote = [(t, v) for t, _, v in map(decode_meta, (before[meta], after[meta]))]
+        assert term_vote[0] == term_vote[1]
+        for name in ("coordinator-uuid", "uuid"):
             if name in before:
                 assert after[name] == before[name], name
         # kill -9 of the holder: the lock goes with it, the restart is not refused.
@@ -83,9 +109,9 @@ def test_a_second_process_on_a_live_data_dir_is_refused(tmp_path, argv_of, ready
         second = _start(argv_of(d), tmp_path / "second.out")
         try:
             wait_for(
-                lambda: second.poll() is not None or ready in (tmp_path / "second.out").read_text(),
+                lambda: second.poll() is not None or leads(tmp_path / "second.out"),
                 60,
-                "the restart serving",
+                "the restart leading",
             )
             assert second.poll() is None, (tmp_path / "second.out").read_text()
         finally:
