@@ -20,6 +20,11 @@ wiped and came back at the same address under a new UUID refuses calls for its f
 one row (a duplicate key for an insert, a missing key for an update) is split until the bad
 rows are isolated; they become per-row errors and the other rows are written.
 
+Every attempt at one server, coordinator node or tablet server, may work until the call's
+deadline but stay silent only for its patience (1 s, doubling each round to 8 s): a hung
+server (a SIGSTOPped leader, its connection up) is given up for the next replica or node
+after about two patiences (`meta.SilenceWatch`, one thread per Client).
+
 Imports only rpc and generated protocol modules: no server code.
 """
 
@@ -38,7 +43,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from coordinator import coordinator_pb2 as cpb
-from coordinator.client.meta import CoordinatorClient
+from coordinator.client.meta import CoordinatorClient, SilenceWatch, attempt_patience_s
 from coordinator.client.partition import bucket_of_rows
 from coordinator.client.tablets import TabletServerClient, predicate
 from rpc import errors
@@ -93,6 +98,9 @@ LOCATION_ERRORS = (
     errors.InvalidName,
     errors.TabletDeleted,
 )
+# ...and with one of these, the server did not (or could not say it did) do the call:
+# try the next replica (for a write, its outcome is unknown: see Session._send).
+RETRIED_ERRORS = (errors.Unavailable, errors.TimedOut, errors.Throttled)
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,7 +164,11 @@ class Client:
             raise errors.BadRequest(f"timeout_s must be above 0, got {timeout_s!r}")
         self.client_id = f"client-{uuidlib.uuid4().hex}"
         self.timeout_s = timeout_s
-        self.meta = CoordinatorClient(coordinators, client_id=self.client_id, timeout_s=timeout_s)
+        # Gives up calls to silent (hung) servers, coordinators and tablet servers alike.
+        self._watch = SilenceWatch("client-silence-watch")
+        self.meta = CoordinatorClient(
+            coordinators, client_id=self.client_id, timeout_s=timeout_s, watch=self._watch
+        )
         self._lock = threading.Lock()
         self._tservers: dict[tuple[str, str], TabletServerClient] = {}  # (uuid, address)
         self._closed = False
@@ -250,6 +262,7 @@ class Client:
                     replica.server_uuid,
                     caller_uuid=self.client_id,
                     timeout_s=self.timeout_s,
+                    watch=self._watch,
                 )
             self._tservers[key] = ts  # most recently used last
             while len(self._tservers) > TSERVER_CLIENTS_MAX:
@@ -268,6 +281,7 @@ class Client:
         for ts in tservers:
             ts.close()
         self.meta.close()
+        self._watch.close()
 
     def __enter__(self) -> Client:
         return self
@@ -454,19 +468,21 @@ class Table:
         preds = _predicate_pbs(predicates)
         target = self.projected_schema(projection)
         last: Exception | None = None
-        for deadline in _attempts(self.client.timeout_s):
+        for round_, deadline in enumerate(_attempts(self.client.timeout_s)):
             tablet = next((t for t in self.tablets() if t.tablet_id == tablet_id), None)
             if tablet is None:
                 raise errors.TabletNotFound(f"table {self.name} has no tablet {tablet_id}")
             for replica in tablet.leader_first():
                 started = False
+                timeout_s, patience_s = _attempt_timeouts(deadline, round_, time.monotonic())
                 try:
                     for batch in self.client.tserver(replica).scan(
                         tablet_id,
                         projection=list(projection or ()),
                         predicates=preds,
                         batch_rows_max=batch_rows_max,
-                        timeout_s=_time_left(deadline),
+                        timeout_s=timeout_s,
+                        patience_s=patience_s,
                     ):
                         if batch.schema.names != target.names:
                             # Columns added, dropped or renamed since this handle looked
@@ -488,7 +504,7 @@ class Table:
                         # of nullability: callers concatenate them.
                         yield batch if batch.schema.equals(target) else batch.cast(target)
                     return
-                except (*LOCATION_ERRORS, errors.Unavailable, errors.TimedOut) as err:
+                except (*LOCATION_ERRORS, *RETRIED_ERRORS) as err:
                     if started:
                         raise  # rows were already handed out: the caller must start over
                     last = err
@@ -561,8 +577,8 @@ def _predicate_pbs(predicates) -> list:
 def _attempts(timeout_s: float) -> Iterator[float]:
     """Rounds of a retried tablet-server call: until `timeout_s` has passed (two rounds at
     least), at most TSERVER_ATTEMPTS_MAX, with a jittered exponential backoff pause before
-    each retry. Yields the call's deadline: `_time_left` of it bounds each call of a round,
-    so the whole call ends about `timeout_s` after it began, not a round later."""
+    each retry. Yields the call's deadline: `_attempt_timeouts` of it bounds each call of a
+    round, so the whole call ends about `timeout_s` after it began, not a round later."""
     deadline = time.monotonic() + timeout_s
     for attempt in range(TSERVER_ATTEMPTS_MAX):
         if attempt:
@@ -574,10 +590,22 @@ def _attempts(timeout_s: float) -> Iterator[float]:
         yield deadline
 
 
-def _time_left(deadline: float) -> float:
-    """The timeout of one tablet-server call before `deadline`; past it (a second round
-    still runs once), a short one."""
-    return max(ATTEMPT_TIMEOUT_MIN_S, deadline - time.monotonic())
+def _attempt_timeouts(deadline: float, round_: int, now: float) -> tuple[float, float]:
+    """(timeout_s, patience_s) of one tablet-server call made at `now` in round `round_`
+    (0 first) of a call that must end by `deadline`.
+
+    The timeout bounds the whole of the call, the transfer and the server's work included:
+    what is left before the deadline, so that a large write or the opening of a slow scan
+    is never cut short while the server works on it (a write cut and resent would come back
+    as ALREADY_EXISTS row errors for an insert, and a large batch would then be split row by
+    row); past the deadline (the second round always runs) ATTEMPT_TIMEOUT_MIN_S.
+
+    The patience bounds only the server's silence (`meta.SilenceWatch`): a hung leader (a
+    SIGSTOPped process, its connection up) costs about twice the patience, 1 s in the first
+    round, then the next replica is asked. It doubles each round (to 8 s), so that a server
+    slow to answer even a ping on a loaded machine is not given up round after round."""
+    timeout_s = max(ATTEMPT_TIMEOUT_MIN_S, deadline - now)
+    return timeout_s, min(timeout_s, attempt_patience_s(round_))
 
 
 class _TabletGone(Exception):
@@ -769,21 +797,28 @@ class Session:
 
     def _send(self, table: Table, tablet_id: str, op: int, rows: pa.Table) -> None:
         last: Exception | None = None
-        for deadline in _attempts(self.client.timeout_s):
+        for round_, deadline in enumerate(_attempts(self.client.timeout_s)):
             tablet = next((t for t in table.tablets() if t.tablet_id == tablet_id), None)
             if tablet is None:
                 raise _TabletGone(tablet_id)
             for replica in tablet.leader_first():
                 ts = self.client.tserver(replica)
+                timeout_s, patience_s = _attempt_timeouts(deadline, round_, time.monotonic())
                 try:
-                    ts.write(tablet_id, [(op, rows)], timeout_s=_time_left(deadline))
+                    ts.write(tablet_id, [(op, rows)], timeout_s=timeout_s, patience_s=patience_s)
                     return
                 except errors.SchemaVersionMismatch as err:  # the schema changed: fetch it again
                     last = err
-                    ts.schema(tablet_id, refresh=True, timeout_s=_time_left(deadline))
+                    timeout_s, patience_s = _attempt_timeouts(deadline, round_, time.monotonic())
+                    try:
+                        ts.schema(
+                            tablet_id, refresh=True, timeout_s=timeout_s, patience_s=patience_s
+                        )
+                    except (*LOCATION_ERRORS, *RETRIED_ERRORS) as fetch_err:
+                        last = fetch_err  # nothing was written: the next replica, or round
                 except LOCATION_ERRORS as err:
                     last = err
-                except (errors.Unavailable, errors.TimedOut, errors.Throttled) as err:
+                except RETRIED_ERRORS as err:
                     # Unknown outcome: resending is safe for upsert and delete; an insert that
                     # did land comes back as ALREADY_EXISTS and is reported as a row error.
                     last = err

@@ -7,6 +7,11 @@ under one total deadline and a bounded number of attempts. Mutating requests car
 request id (this client's id, a sequence number) that stays the same across retries, so a
 retry after a lost answer or a failover returns the first execution's result.
 
+A node that stops answering while its connection stays up (a hung or SIGSTOPped process)
+is given up after its *patience* (`attempt_patience_s`): no answer and no answer to a ping
+for that long. A node that answers pings is working, and is waited for up to the attempt's
+whole timeout. `SilenceWatch` does this; the tablet-server client uses it too.
+
 Imports no server code: only the rpc client and the protocol messages.
 """
 
@@ -17,10 +22,12 @@ import random
 import threading
 import time
 import uuid as uuidlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from coordinator import coordinator_pb2 as pb
-from rpc.client import RpcClient, Transport
+from rpc.client import RETRY_ATTEMPTS_MAX, RETRY_BACKOFF_INITIAL_S, RETRY_BACKOFF_MAX_S, RpcClient
+from rpc.client import RETRYABLE as RPC_RETRYABLE
 from rpc.errors import (
     BadRequest,
     IllegalState,
@@ -42,6 +49,197 @@ SUSPECT_S = 2.0
 PING_TIMEOUT_S = 1.0
 RETRYABLE = (Unavailable, Throttled, TimedOut)
 
+# How long a server may stay silent (no answer, and no answer to a ping) before an attempt
+# at it is given up, by attempt: the first attempts are short, so that a hung leader costs
+# about 2 x 1 s (the wait, then a ping as long) before the next node or replica is asked,
+# not the whole deadline; each later attempt doubles it, so that a server that is alive but
+# slow to answer even a ping (a GIL-bound process on a loaded machine: the ping is answered
+# in the rpc server's own I/O loop, but that loop needs the GIL) is not judged hung time
+# after time. The bound is on silence, not on work: a server that answers pings is waited
+# for up to the attempt's whole timeout, so a large write or a slow scan batch is never cut
+# by it. Capped: past a few rounds a longer patience only delays the failover.
+PATIENCE_INITIAL_S = 1.0
+PATIENCE_MAX_S = 8.0
+# How often the watch looks at the calls in flight: a silent server is found this much
+# after its patience at most (a tenth of the shortest patience).
+WATCH_INTERVAL_S = 0.1
+WATCH_JOIN_S = PATIENCE_MAX_S + 2.0  # close() waits out a ping in progress
+
+
+def attempt_patience_s(attempt: int) -> float:
+    """The patience of attempt number `attempt` (0 for the first; for tablet servers, the
+    round of attempts): PATIENCE_INITIAL_S doubled each time, at most PATIENCE_MAX_S.
+    Callers also cap it by the attempt's own timeout (no wait beyond the deadline)."""
+    assert attempt >= 0
+    return min(PATIENCE_MAX_S, PATIENCE_INITIAL_S * 2 ** min(attempt, 32))
+
+
+@dataclass(slots=True, eq=False)
+class _Watched:
+    """A call in flight under a SilenceWatch."""
+
+    rpc: RpcClient
+    patience_s: float
+    detach: Callable[[RpcClient], bool]
+    quiet_since: float  # when the call began, or the server last answered a ping
+    silent: bool = False  # the server was found silent: its rpc client is being closed
+
+
+class SilenceWatch:
+    """Gives up the calls to a server that falls silent: a hung process (SIGSTOPped, say)
+    whose connection stays up, on which a call would otherwise wait until its deadline.
+
+    Calls stay synchronous rpc calls with their whole timeout (the fast path: no thread
+    hand-off, nothing added to a call answered in time); each is registered here with its
+    patience while it runs. One thread looks at the calls in flight every WATCH_INTERVAL_S.
+    When a call has had no answer for its patience, the thread pings its server (on a
+    connection of its own, so the ping is not queued behind the call); the server's rpc
+    layer answers pings itself, whatever its handlers are doing. An answer means the server
+    is alive and at work: its calls wait on, however long they take, up to their timeout
+    (and are looked at again a patience later). No answer within the patience either: the
+    server is silent. Its owner is asked to `detach(rpc)` (stop using that rpc client and
+    open another for later calls); then every call in flight on it is marked silent and the
+    rpc client is closed, which ends them at once (an rpc call cannot be cancelled
+    otherwise). `call` turns their UNAVAILABLE into TIMED_OUT, saying why: the outcome of a
+    write is unknown, as after any timeout.
+
+    A silent server costs its callers about twice the patience plus WATCH_INTERVAL_S. Pings
+    are sent one at a time: a second silent server is found a patience later.
+    Thread-safe; the thread starts with the first call and stops in close()."""
+
+    def __init__(self, name: str = "silence-watch") -> None:
+        self.name = name
+        self._cond = threading.Condition()
+        self._calls: set[_Watched] = set()
+        self._thread: threading.Thread | None = None
+        self._idle = False  # the thread waits for a call (and is woken by the next one)
+        self._closed = False
+
+    def call(
+        self,
+        rpc_of: Callable[[], RpcClient],
+        detach: Callable[[RpcClient], bool],
+        recipient_uuid: str,
+        method: str,
+        request,
+        response_type,
+        *,
+        timeout_s: float,
+        patience_s: float,
+        idempotent: bool = False,
+        sidecars=(),
+    ):
+        """(response, [sidecars]) of a call on `rpc_of()`, given up as TIMED_OUT when its
+        server stays silent for `patience_s` (see the class). An idempotent call is retried
+        as the rpc layer retries it (lost or no connection, THROTTLED, UNAVAILABLE: with
+        backoff, until its timeout), on `rpc_of()` again each time; a silent one is not."""
+        assert timeout_s > 0 and patience_s > 0
+        deadline = time.monotonic() + timeout_s
+        backoff_s = RETRY_BACKOFF_INITIAL_S
+        for attempt in range(1, RETRY_ATTEMPTS_MAX + 1):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimedOut(f"{method}: no time left after {attempt - 1} attempt(s)")
+            rpc = rpc_of()
+            watched = self._begin(rpc, patience_s, detach)
+            try:
+                return rpc.call_with_sidecars(
+                    recipient_uuid,
+                    method,
+                    request,
+                    response_type,
+                    timeout_s=left,
+                    sidecars=sidecars,
+                )  # not idempotent for the rpc layer: retried here, which knows of silence
+            except RPC_RETRYABLE as err:
+                if watched.silent:
+                    raise TimedOut(
+                        f"{method} to {rpc.address}: no answer within {patience_s:.1f}s, nor "
+                        "to a ping: the server is hung or cut off; the call was given up "
+                        "(its outcome is unknown)"
+                    ) from None
+                if not idempotent:
+                    raise
+                pause = max(backoff_s, err.retry_after_ms / 1000.0) * random.uniform(0.5, 1.5)
+                if attempt == RETRY_ATTEMPTS_MAX or time.monotonic() + pause >= deadline:
+                    raise
+                time.sleep(pause)
+                backoff_s = min(backoff_s * 2, RETRY_BACKOFF_MAX_S)
+            finally:
+                self._end(watched)
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def in_flight(self) -> int:
+        with self._cond:
+            return len(self._calls)
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            thread = self._thread
+            self._cond.notify_all()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(WATCH_JOIN_S)
+
+    def _begin(self, rpc: RpcClient, patience_s: float, detach) -> _Watched:
+        watched = _Watched(rpc, patience_s, detach, time.monotonic())
+        with self._cond:
+            if self._thread is None and not self._closed:
+                self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+                self._thread.start()
+            if self._idle:  # only then: a wake-up per call would cost every call
+                self._idle = False
+                self._cond.notify_all()
+            self._calls.add(watched)
+        return watched
+
+    def _end(self, watched: _Watched) -> None:
+        with self._cond:
+            self._calls.discard(watched)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._closed and not self._calls:
+                    self._idle = True
+                    self._cond.wait()
+                self._idle = False
+                if self._closed:
+                    return
+                self._cond.wait(WATCH_INTERVAL_S)  # woken early only by close()
+                if self._closed:
+                    return
+                calls = [w for w in self._calls if not w.silent]
+            now = time.monotonic()
+            due: dict[int, list[_Watched]] = {}  # id(rpc) -> its calls silent for long enough
+            for w in calls:
+                if now - w.quiet_since >= w.patience_s:
+                    due.setdefault(id(w.rpc), []).append(w)
+            for group in due.values():
+                self._check(group[0].rpc, group)
+
+    def _check(self, rpc: RpcClient, due: list[_Watched]) -> None:
+        """Ping the server of calls that have waited their patience: wait on, or give up."""
+        patience_s = min(w.patience_s for w in due)
+        try:
+            rpc.ping(timeout_s=patience_s)
+        except (TimedOut, Unavailable) as err:
+            logger.info("%s: no answer to a ping within %.1fs (%s)", rpc.address, patience_s, err)
+        else:  # alive (at work): look again a patience later
+            answered = time.monotonic()
+            for w in due:
+                w.quiet_since = answered
+            return
+        # The owner first stops using the client (a call made from now on opens another);
+        # false if it no longer did (closed, or replaced meanwhile): nothing to give up then.
+        if not due[0].detach(rpc):
+            return
+        with self._cond:
+            for w in self._calls:
+                if w.rpc is rpc:
+                    w.silent = True
+        rpc.close()  # ends the calls in flight on it (each notices within 0.1 s)
+
 
 class CoordinatorClient:
     """Thread-safe; a context manager."""
@@ -53,7 +251,9 @@ class CoordinatorClient:
         client_id: str = "",
         timeout_s: float = 30.0,
         call_timeout_s: float = 10.0,
+        watch: SilenceWatch | None = None,
     ) -> None:
+        """`watch`: the SilenceWatch of the owner's calls (the Client's), or one of its own."""
         if isinstance(addresses, str):
             addresses = [a.strip() for a in addresses.split(",") if a.strip()]
         if not addresses:
@@ -62,8 +262,9 @@ class CoordinatorClient:
         self.client_id = client_id or f"client-{uuidlib.uuid4().hex}"
         self.timeout_s = timeout_s
         self.call_timeout_s = call_timeout_s
-        self._transport = Transport()
         self._closed = False
+        self._owns_watch = watch is None
+        self._watch = watch or SilenceWatch("coordinator-client-watch")
         self._lock = threading.Lock()
         self._clients: dict[str, RpcClient] = {}
         self._uuids: dict[str, str] = {}
@@ -72,8 +273,13 @@ class CoordinatorClient:
         self._suspect: dict[str, float] = {}  # address -> when it last failed to answer
 
     def close(self) -> None:
-        self._closed = True
-        self._transport.close()
+        with self._lock:
+            self._closed = True
+            clients, self._clients = list(self._clients.values()), {}
+        for client in clients:
+            client.close()
+        if self._owns_watch:
+            self._watch.close()
 
     def _check_open(self) -> None:
         if self._closed:
@@ -197,14 +403,26 @@ class CoordinatorClient:
         backoff_s = BACKOFF_INITIAL_S
         last: RpcError | None = None
         hops = 0  # hints followed at once since the last pause
+        timeouts = 0  # attempts of this call that timed out: each doubles the patience
         for _attempt in range(ATTEMPTS_MAX):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
             address = self._leader  # one attribute read: no lock needed
+            # The attempt may work up to call_timeout_s (a CreateTable waits for its
+            # operation), but a node silent for its patience (hung: a SIGSTOPped leader
+            # whose connection stays up) is left for the next node after about twice that.
+            # The request (and its request id) is the same in every attempt: a retry of an
+            # operation the silent node did log returns that operation's result.
+            timeout_s = min(remaining, self.call_timeout_s)
             try:
                 response = self.call_at(
-                    address, method, request, response_type, min(remaining, self.call_timeout_s)
+                    address,
+                    method,
+                    request,
+                    response_type,
+                    timeout_s,
+                    patience_s=min(timeout_s, attempt_patience_s(timeouts)),
                 )
                 if self._suspect:
                     with self._lock:
@@ -229,6 +447,8 @@ class CoordinatorClient:
                         self._rotate(address)
             except RETRYABLE as e:
                 last = e
+                if isinstance(e, TimedOut):
+                    timeouts += 1
                 with self._lock:
                     if not isinstance(e, Unavailable) or not e.retry_after_ms:
                         self._suspect[address] = time.monotonic()
@@ -245,12 +465,35 @@ class CoordinatorClient:
             raise TimedOut(f"Coordinator.{method}: no time left for a first attempt")
         raise TimedOut(f"Coordinator.{method}: no leader answered in time (last error: {last})")
 
-    def call_at(self, address: str, method: str, request, response_type, timeout_s: float):
+    def call_at(
+        self,
+        address: str,
+        method: str,
+        request,
+        response_type,
+        timeout_s: float,
+        *,
+        patience_s: float | None = None,
+    ):
+        """One call at one node. With `patience_s`, a node silent that long (and to a ping
+        as long) is given up before `timeout_s` (see SilenceWatch)."""
         self._check_open()
-        client, uuid = self._client(address, timeout_s)
-        return client.call(
-            uuid, f"Coordinator.{method}", request, response_type, timeout_s=timeout_s
+        client, uuid = self._client(address, timeout_s if patience_s is None else patience_s)
+        if patience_s is None:
+            return client.call(
+                uuid, f"Coordinator.{method}", request, response_type, timeout_s=timeout_s
+            )
+        response, _ = self._watch.call(
+            lambda: client,  # not retried within the call: one client is enough
+            lambda rpc: self._detach(address, rpc),
+            uuid,
+            f"Coordinator.{method}",
+            request,
+            response_type,
+            timeout_s=timeout_s,
+            patience_s=patience_s,
         )
+        return response
 
     def _client(self, address: str, timeout_s: float) -> tuple[RpcClient, str]:
         # The common case reads two dicts without the lock (single reads are atomic).
@@ -259,9 +502,13 @@ class CoordinatorClient:
         if client is not None and uuid is not None:
             return client, uuid
         with self._lock:
+            if self._closed:
+                raise IllegalState("the coordinator client is closed")
             client = self._clients.get(address)
             if client is None:
-                client = RpcClient(address, self.client_id, transport=self._transport)
+                # A transport of its own per node: closing it (a silent node: SilenceWatch)
+                # ends the calls to that node alone.
+                client = RpcClient(address, self.client_id)
                 self._clients[address] = client
             uuid = self._uuids.get(address)
         if uuid is None:
@@ -275,6 +522,16 @@ class CoordinatorClient:
             with self._lock:
                 self._uuids[address] = uuid
         return client, uuid
+
+    def _detach(self, address: str, client: RpcClient) -> bool:
+        """A silent node's rpc client is dropped (SilenceWatch closes it): the next call
+        to the node opens another and asks for its UUID again."""
+        with self._lock:
+            if self._closed or self._clients.get(address) is not client:
+                return False
+            del self._clients[address]
+            self._uuids.pop(address, None)
+            return True
 
     def _forget(self, address: str) -> None:
         """A node that did not answer may have restarted with a new UUID."""

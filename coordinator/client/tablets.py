@@ -1,9 +1,14 @@
 """Data-path client of one tablet server: write sessions that batch per tablet, scanners that
 yield Arrow record batches, and tablet administration calls.
 
-Imports only the rpc client and the generated protocol module (`tservers.tserver_pb2`),
-never tablet-server internals. The coordinator's client library routes rows to tablets and
-tablets to servers; this module talks to one server.
+Calls given a `patience_s` give the server up when it stays silent that long (no answer,
+and no answer to a ping), however long their whole `timeout_s`: a hung server (SIGSTOPped,
+its connection still up) costs about two patiences, while a live one doing a large write or
+a slow scan batch is waited for (`meta.SilenceWatch`, given by the owner).
+
+Imports only the rpc client, `meta.SilenceWatch` and the generated protocol module
+(`tservers.tserver_pb2`), never tablet-server internals. The coordinator's client library
+routes rows to tablets and tablets to servers; this module talks to one server.
 
     with TabletServerClient("127.0.0.1:7051") as ts:
         s = ts.new_session()
@@ -24,6 +29,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from coordinator.client.meta import SilenceWatch
 from rpc.client import RpcClient
 from rpc.errors import TimedOut
 from tservers.tserver_pb2 import (
@@ -160,14 +166,24 @@ class TabletServerClient:
     """Calls to one tablet server. Thread-safe."""
 
     def __init__(
-        self, address: str, server_uuid: str = "", *, caller_uuid: str = "", timeout_s: float = 30.0
+        self,
+        address: str,
+        server_uuid: str = "",
+        *,
+        caller_uuid: str = "",
+        timeout_s: float = 30.0,
+        watch: SilenceWatch | None = None,
     ) -> None:
+        """`watch` is needed by calls with a patience (the owner's, which closes it)."""
         self.address = address
-        self._rpc = RpcClient(address, caller_uuid=caller_uuid or f"client-{uuidlib.uuid4().hex}")
+        self._caller_uuid = caller_uuid or f"client-{uuidlib.uuid4().hex}"
+        self._rpc = RpcClient(address, caller_uuid=self._caller_uuid)
         self.timeout_s = timeout_s
         self.server_uuid = server_uuid or self._rpc.ping(timeout_s=timeout_s).uuid
         self._schemas: dict[str, TabletSchema] = {}
         self._lock = threading.Lock()
+        self._watch = watch
+        self._closed = False
 
     def _call(
         self,
@@ -178,7 +194,23 @@ class TabletServerClient:
         idempotent: bool = False,
         sidecars=(),
         timeout_s: float | None = None,
+        patience_s: float | None = None,
     ):
+        """One call; with `patience_s`, given up when the server stays silent that long."""
+        if patience_s is not None:
+            assert self._watch is not None, "a call with a patience needs a SilenceWatch"
+            return self._watch.call(
+                lambda: self._rpc,
+                self._detach,
+                self.server_uuid,
+                f"TServer.{method}",
+                req,
+                resp_type,
+                timeout_s=self.timeout_s if timeout_s is None else timeout_s,
+                patience_s=patience_s,
+                idempotent=idempotent,
+                sidecars=sidecars,
+            )
         return self._rpc.call_with_sidecars(
             self.server_uuid,
             f"TServer.{method}",
@@ -246,9 +278,15 @@ class TabletServerClient:
         return resp.schema
 
     def schema(
-        self, tablet_id: str, *, refresh: bool = False, timeout_s: float | None = None
+        self,
+        tablet_id: str,
+        *,
+        refresh: bool = False,
+        timeout_s: float | None = None,
+        patience_s: float | None = None,
     ) -> TabletSchema:
-        """The tablet's schema, cached; `timeout_s` (default the client's) bounds a fetch."""
+        """The tablet's schema, cached; `timeout_s` (default the client's) bounds a fetch,
+        `patience_s` the silence of a hung server."""
         with self._lock:
             s = self._schemas.get(tablet_id)
         if s is None or refresh:
@@ -258,6 +296,7 @@ class TabletServerClient:
                 GetSchemaResponse,
                 idempotent=True,
                 timeout_s=timeout_s,
+                patience_s=patience_s,
             )
             s = self._remember(tablet_id, resp.schema)
         return s
@@ -284,12 +323,17 @@ class TabletServerClient:
         schema_version: int | None = None,
         *,
         timeout_s: float | None = None,
+        patience_s: float | None = None,
     ) -> WriteResponse:
         """One atomic write of row blocks [(OpType, rows)] to a tablet; `timeout_s` (default
-        the client's) bounds the whole of it, a schema fetch included."""
+        the client's) bounds the whole of it, a schema fetch included; `patience_s` (none by
+        default) gives it up earlier when the server falls silent (TIMED_OUT, the outcome
+        unknown), but never cuts a write the server is still working on."""
         deadline = time.monotonic() + (self.timeout_s if timeout_s is None else timeout_s)
         if schema_version is None:
-            schema_version = self.schema(tablet_id, timeout_s=timeout_s).version
+            schema_version = self.schema(
+                tablet_id, timeout_s=timeout_s, patience_s=patience_s
+            ).version
         req = WriteRequest(
             tablet_id=tablet_id, schema_version=schema_version, ops=[op for op, _ in blocks]
         )
@@ -297,7 +341,14 @@ class TabletServerClient:
         left = deadline - time.monotonic()
         if left <= 0:
             raise TimedOut(f"write to tablet {tablet_id}: no time left after the schema fetch")
-        return self._call("Write", req, WriteResponse, sidecars=sidecars, timeout_s=left)[0]
+        return self._call(
+            "Write",
+            req,
+            WriteResponse,
+            sidecars=sidecars,
+            timeout_s=left,
+            patience_s=patience_s,
+        )[0]
 
     def new_session(self, flush_rows_max: int = SESSION_ROWS_MAX_DEFAULT) -> WriteSession:
         return WriteSession(self, flush_rows_max)
@@ -313,10 +364,13 @@ class TabletServerClient:
         batch_rows_max: int = 0,
         limit: int = 0,
         timeout_s: float | None = None,
+        patience_s: float | None = None,
     ) -> Iterator[pa.RecordBatch]:
         """Arrow record batches of the rows that match, in key order. `timeout_s` (default
         the client's) bounds the first call, which opens the scan; each continuation has
-        the client's timeout."""
+        the client's timeout. `patience_s` (none by default) gives up any of these calls
+        when the server falls silent that long (a slow batch of a live server is waited
+        for; each answer is one batch, bounded by the server)."""
         preds = [p if isinstance(p, PredicatePB) else predicate(*p) for p in predicates]
         req = ScanRequest(
             tablet_id=tablet_id,
@@ -327,7 +381,14 @@ class TabletServerClient:
             batch_rows_max=batch_rows_max,
             limit=limit,
         )
-        resp, sidecars = self._call("Scan", req, ScanResponse, idempotent=True, timeout_s=timeout_s)
+        resp, sidecars = self._call(
+            "Scan",
+            req,
+            ScanResponse,
+            idempotent=True,
+            timeout_s=timeout_s,
+            patience_s=patience_s,
+        )
         while True:
             for sc in sidecars:
                 reader = pa.ipc.open_stream(pa.py_buffer(sc))
@@ -335,15 +396,30 @@ class TabletServerClient:
             if not resp.has_more:
                 return
             resp, sidecars = self._call(
-                "Scan", ScanRequest(scanner_id=resp.scanner_id), ScanResponse
+                "Scan",
+                ScanRequest(scanner_id=resp.scanner_id),
+                ScanResponse,
+                patience_s=patience_s,
             )
 
     def scan_table(self, tablet_id: str, **kwargs) -> pa.Table:
         batches = list(self.scan(tablet_id, **kwargs))
         return pa.Table.from_batches(batches) if batches else pa.table({})
 
+    def _detach(self, rpc: RpcClient) -> bool:
+        """The server fell silent (SilenceWatch): later calls go through a new rpc client
+        (a new connection); the watch closes this one, ending the calls in flight on it."""
+        with self._lock:
+            if self._closed or self._rpc is not rpc:
+                return False
+            self._rpc = RpcClient(self.address, caller_uuid=self._caller_uuid)
+            return True
+
     def close(self) -> None:
-        self._rpc.close()
+        with self._lock:
+            self._closed = True
+            rpc = self._rpc
+        rpc.close()
 
     def __enter__(self) -> TabletServerClient:
         return self
