@@ -82,6 +82,8 @@ class NodeCheck:
     applied_id: int = 0
     pending_ops: int = 0
     error: str = ""
+    raft_address: str = ""  # its replica of the coordinator log (embedded logstore)
+    log_members: list[str] = field(default_factory=list)  # the log's replicas, as it knows them
 
 
 @dataclass
@@ -119,11 +121,59 @@ class ClusterCheck:
     servers: list[dict] = field(default_factory=list)
     tables: list[TableCheck] = field(default_factory=list)
     pending_ops: int = 0
+    log_members: list[str] = field(default_factory=list)  # as the leader knows them
     problems: list[str] = field(default_factory=list)
 
     def problem(self, text: str) -> None:
         self.healthy = False
         self.problems.append(text)
+
+
+# A member this far behind the leader's applied id is reported (a snapshot catches up a new
+# one in seconds; one that stays behind cannot follow: a wrong password or --peers, say).
+LOG_MEMBER_LAG_MAX = 10_000
+
+
+def check_log_members(result: ClusterCheck) -> None:
+    """The coordinator log's replicas (embedded logstore): as the leader knows them, each
+    must answer (be given in --coordinators and be up), follow the log, and know the same
+    members; a group of two survives no failure. Nothing to check for an external logstore
+    (its own `logstore status` does)."""
+    leader = next(n for n in result.nodes if n.address == result.leader)
+    if not leader.log_members:
+        return
+    result.log_members = leader.log_members
+    answering = {n.raft_address: n for n in result.nodes if n.ok and n.raft_address}
+    if len(leader.log_members) == 2:
+        result.problem(
+            "the coordinator log has 2 replicas: it survives no failure (add a third node)"
+        )
+    for member in leader.log_members:
+        node = answering.get(member)
+        if node is None:
+            result.problem(
+                f"log member {member} did not answer (down, or its node is not given in "
+                "--coordinators)"
+            )
+        elif leader.applied_id - node.applied_id > LOG_MEMBER_LAG_MAX or (
+            node.applied_id == 0 and leader.applied_id > 0
+        ):
+            result.problem(
+                f"log member {member} ({node.address}) applied {node.applied_id} of the "
+                f"leader's {leader.applied_id}: not following (a new one catching up, or one "
+                "that cannot join: wrong password or --peers?)"
+            )
+    for raft, node in answering.items():
+        if raft not in leader.log_members:
+            result.problem(
+                f"coordinator {node.address} (raft {raft}) is not a member of the log: add it "
+                "with `coordinator add-node`, or stop it"
+            )
+        elif node.log_members and node.log_members != leader.log_members:
+            result.problem(
+                f"coordinator {node.address} sees log members {node.log_members}, the leader "
+                f"{leader.log_members}"
+            )
 
 
 def check_cluster(addresses: list[str], timeout_s: float) -> ClusterCheck:
@@ -139,7 +189,16 @@ def check_cluster(addresses: list[str], timeout_s: float) -> ClusterCheck:
                 result.problem(f"coordinator {address} does not answer: {err}")
                 continue
             result.nodes.append(
-                NodeCheck(address, True, st.role, st.epoch, st.applied_id, st.pending_ops)
+                NodeCheck(
+                    address,
+                    True,
+                    st.role,
+                    st.epoch,
+                    st.applied_id,
+                    st.pending_ops,
+                    raft_address=st.raft_address,
+                    log_members=sorted(st.log_members),
+                )
             )
             if st.role == "LEADER":
                 result.leader = address
@@ -147,6 +206,7 @@ def check_cluster(addresses: list[str], timeout_s: float) -> ClusterCheck:
         if not result.leader:
             result.problem("no coordinator node leads")
             return result
+        check_log_members(result)
         if result.pending_ops:
             result.problem(f"{result.pending_ops} operation(s) started and not finished")
         servers = meta.list_servers()
@@ -246,7 +306,10 @@ def cmd_status(args) -> int:
     print(f"leader: {result.leader or 'NONE'}")
     for n in result.nodes:
         state = f"{n.role} epoch {n.epoch} applied {n.applied_id}" if n.ok else f"DOWN ({n.error})"
-        print(f"  coordinator {n.address:22} {state}")
+        raft = f" (raft {n.raft_address})" if n.raft_address else ""
+        print(f"  coordinator {n.address:22} {state}{raft}")
+    if result.log_members:
+        print(f"  log members ({len(result.log_members)}): {', '.join(result.log_members)}")
     for s in result.servers:
         print(
             f"  tserver {s['uuid'][:12]} {s['address']:22} {s['state']:5} {s['replicas']} replicas"
