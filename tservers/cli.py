@@ -36,7 +36,7 @@ from pathlib import Path
 from google.protobuf import text_format
 
 from rpc.addresses import address_arg, address_list_arg
-from rpc.console import run_command
+from rpc.console import int_in, run_command
 from rpc.errors import RpcError
 from tservers import metafile
 from tservers import quarantine as qmod
@@ -289,16 +289,16 @@ def _cmd_cmeta_rewrite(args) -> int:
 
 
 def _rewrite_cmeta(fs: FsLayout, args) -> int:
-    cm = _read_cmeta(fs, args.tablet)
-    if args.term is not None and args.term < cm.current_term and not args.force:
+    """The new metadata is built and checked first; the backup is written only for a
+    change that will be made."""
+    old = _read_cmeta(fs, args.tablet)
+    if args.term is not None and args.term < old.current_term and not args.force:
         raise CliError(
-            f"refusing to lower the term from {cm.current_term} to {args.term} "
+            f"refusing to lower the term from {old.current_term} to {args.term} "
             "(amnesia risk); add --force if you really mean it"
         )
-    path = fs.cmeta_path(args.tablet)
-    backup = path.with_name(f"{path.name}.backup-{int(time.time() * 1000)}")
-    metafile.write_atomic(backup, path.read_bytes())
-    print(f"backup written to {backup}")
+    cm = ConsensusMetaPB()
+    cm.CopyFrom(old)
     if args.term is not None:
         cm.current_term = args.term
     if args.clear_vote:
@@ -317,6 +317,15 @@ def _rewrite_cmeta(fs: FsLayout, args) -> int:
             except ValueError as e:
                 raise CliError(f"bad --peer {spec!r}: want UUID=HOST:PORT:VOTER|NON_VOTER") from e
             cm.committed_config.peers.add(uuid=uuid, address=address, member_type=member)
+    if cm == old:
+        raise CliError(
+            "nothing to change: give --term, --voted-for or --clear-vote, --config-index or "
+            "--peer (values other than the current ones)"
+        )
+    path = fs.cmeta_path(args.tablet)
+    backup = path.with_name(f"{path.name}.backup-{int(time.time() * 1000)}")
+    metafile.write_atomic(backup, path.read_bytes())
+    print(f"backup written to {backup}")
     fs.write_cmeta(cm)
     print(text_format.MessageToString(cm), end="")
     return 0
@@ -751,10 +760,15 @@ def build_parser() -> argparse.ArgumentParser:
     c = cm.add_parser("rewrite", help="change consensus metadata (a backup is written first)")
     c.add_argument("--fs-root", required=True)
     c.add_argument("--tablet", required=True)
-    c.add_argument("--term", type=int)
-    c.add_argument("--voted-for")
-    c.add_argument("--clear-vote", action="store_true")
-    c.add_argument("--config-index", type=int)
+    c.add_argument("--term", type=int_in(0, 2**63 - 1), help="the new current term")
+    vote = c.add_mutually_exclusive_group()
+    vote.add_argument("--voted-for", help="the UUID this replica voted for in that term")
+    vote.add_argument("--clear-vote", action="store_true", help="no vote in that term")
+    c.add_argument(
+        "--config-index",
+        type=int_in(-1, 2**63 - 1),
+        help="the committed config's op index (-1: none committed yet)",
+    )
     c.add_argument("--peer", action="append", help="UUID=HOST:PORT:VOTER|NON_VOTER (repeat)")
     c.add_argument("--force", action="store_true", help="allow lowering the term")
     c.set_defaults(func=_cmd_cmeta_rewrite)

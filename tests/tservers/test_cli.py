@@ -90,6 +90,20 @@ def test_cmeta_dump_and_rewrite(root):
     ]
     backups = list((root / "consensus-meta").glob("t1.backup-*"))
     assert len(backups) == 1  # written before the change; none for the refused rewrite
+    # Checked before anything is written: no backup, no change, one line, the right exit.
+    rewrite = ("cmeta", "rewrite", "--fs-root", str(root), "--tablet", "t1")
+    for args, status, words in (
+        (("--term", "-1", "--force"), 2, "--term: must be 0.."),
+        (("--voted-for", "x", "--clear-vote"), 2, "not allowed with argument"),
+        (("--peer", "garbage"), 1, "bad --peer 'garbage'"),
+        ((), 1, "nothing to change"),
+        (("--term", "9"), 1, "nothing to change"),  # the current term already
+    ):
+        out = tserver(*rewrite, *args)
+        assert out.returncode == status and words in out.stderr, (args, out.stderr)
+        assert "Traceback" not in out.stderr and "backup written" not in out.stdout
+    assert list((root / "consensus-meta").glob("t1.backup-*")) == backups
+    assert fs.read_cmeta("t1") == cm
     assert tserver("cmeta", "dump", "--fs-root", str(root), "--tablet", "zz").returncode == 1
 
 
