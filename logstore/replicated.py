@@ -30,8 +30,10 @@ import _thread
 import logging
 import os
 import socket
+import struct
 import threading
 import time
+import zlib
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
@@ -45,7 +47,7 @@ from pysyncobj.poller import POLL_EVENT_TYPE
 from pysyncobj.transport import TCPTransport
 
 from logstore.api import READ_LIMIT_MAX, Entry
-from logstore.auth import HmacAuthenticator
+from logstore.auth import HmacAuthenticator, InvalidFrame
 from logstore.journal import DurableJournal
 from logstore.snapshot import SnapshotHooks
 from logstore.state import AppendOutcome, LogState, check_append_args, outcome_id
@@ -1018,13 +1020,30 @@ class ReplicatedLogStore:
                 "several replicas needs one; restart this replica with a password first, "
                 "then add members (started with the same password)"
             )
+        members = self._members()
+        if address in members:
+            raise IllegalState(f"{address} is a member already (members: {', '.join(members)})")
         deadline = time.monotonic() + timeout_s
-        _probe(address, min(MEMBER_PROBE_S, timeout_s / 2))
+        _probe(address, min(MEMBER_PROBE_S, timeout_s / 2), self._node.encryptor)
         remaining = max(0.0, deadline - time.monotonic())
         self._membership(self._node.addNodeToCluster, address, remaining)
 
     def remove_member(self, address: str, timeout_s: float = 10.0) -> None:
+        """Remove one replica (not the Raft leader: pysyncobj refuses that; stop it first,
+        another member takes over, then remove it)."""
+        self._check_open()
+        members = self._members()
+        if address not in members:
+            raise IllegalState(f"{address} is not a member (members: {', '.join(members)})")
+        if address == self.leader():
+            raise IllegalState(
+                f"{address} leads the log now, and a Raft leader cannot be removed: stop it "
+                "(another member takes over within seconds), then remove it"
+            )
         self._membership(self._node.removeNodeFromCluster, address, timeout_s)
+
+    def _members(self) -> list[str]:
+        return sorted([self.self_address, *(n.id for n in self._node.otherNodes)])
 
     def transfer_leadership(self, to: str | None = None, timeout_s: float = 10.0) -> str:
         """Hand leadership from this replica (the leader) to `to`, or to the most caught-up
@@ -1177,10 +1196,18 @@ PROBE_ATTEMPT_S = 1.0
 PROBE_PAUSE_S = 0.2
 
 
-def _probe(address: str, timeout_s: float) -> None:
-    """Connect to a replica's Raft address and hang up, again until `timeout_s` has passed
-    (a replica started a moment ago binds its port during its first second or so); raise
-    IllegalState if nothing accepted by then (refused, unreachable or silent)."""
+def _probe(address: str, timeout_s: float, auth: HmacAuthenticator | None = None) -> None:
+    """Connect to a replica's Raft address, again until `timeout_s` has passed (a replica
+    started a moment ago binds its port during its first second or so); raise IllegalState
+    if nothing accepted by then (refused, unreachable or silent).
+
+    With `auth`, also open pysyncobj's handshake as a replica does: send a random key in a
+    frame tagged with the group's password and wait for the answer, which a replica of the
+    group tags with the same password. A replica with another password, or anything but a
+    replica (a client rpc port given for the Raft one), hangs up or answers otherwise: it
+    could never join, and adding it would raise the majority the group needs without adding
+    a vote (a one-node group lost its leader so). Only the answer's tag is checked: nothing
+    received here is unpickled."""
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise BadRequest(f"not a HOST:PORT Raft address: {address!r}")
@@ -1190,7 +1217,9 @@ def _probe(address: str, timeout_s: float) -> None:
         try:
             with socket.create_connection(
                 (host, int(port)), timeout=max(0.05, min(PROBE_ATTEMPT_S, remaining))
-            ):
+            ) as conn:
+                if auth is not None:
+                    _handshake(conn, auth, address, max(0.5, min(HANDSHAKE_S, remaining)))
                 return
         except OSError as e:
             if time.monotonic() + PROBE_PAUSE_S >= deadline:
@@ -1200,3 +1229,40 @@ def _probe(address: str, timeout_s: float) -> None:
                     "replica first, with the current members as its peers"
                 ) from None
             time.sleep(PROBE_PAUSE_S)
+
+
+HANDSHAKE_S = 3.0  # how long a replica may take to answer the handshake's first frame
+_FRAME_LEN = struct.Struct("i")  # pysyncobj's frame header: the length, native int
+
+
+def _handshake(conn: socket.socket, auth: HmacAuthenticator, address: str, timeout_s: float):
+    key = os.urandom(32)
+    frame = auth.encrypt_at_time(zlib.compress(_pso_pickle.dumps(key), 3), int(time.monotonic()))
+    conn.settimeout(timeout_s)
+    conn.sendall(_FRAME_LEN.pack(len(frame)) + frame)
+    refused = IllegalState(
+        f"{address} does not answer as a replica of this group (a different password, or not "
+        "a coordinator-log/logstore Raft address): it could never join; start it with the "
+        "group's password and the current members as its peers"
+    )
+    try:
+        head = _recv_exactly(conn, _FRAME_LEN.size)
+        (length,) = _FRAME_LEN.unpack(head)
+        if not 0 < length <= HANDSHAKE_FRAME_BYTES_MAX:
+            raise refused
+        auth.decrypt(_recv_exactly(conn, length))  # InvalidFrame unless the same password
+    except (InvalidFrame, ConnectionError, TimeoutError) as e:
+        raise refused from e
+
+
+HANDSHAKE_FRAME_BYTES_MAX = 4096  # the answer is two 32-byte keys, pickled and compressed
+
+
+def _recv_exactly(conn: socket.socket, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = conn.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError("closed by the peer")
+        buf += chunk
+    return bytes(buf)
