@@ -81,6 +81,10 @@ class FsLayout:
     @staticmethod
     def read_instance(root: Path) -> InstancePB:
         path = Path(root) / "instance"
+        if not Path(root).is_dir():
+            what = "is not a directory" if Path(root).exists() else "does not exist"
+            raise FsError(f"{root} {what}, so it is not formatted; check the path, or run "
+                          "`tserver fs format`")  # fmt: skip
         if not path.exists():
             raise FsError(f"{root} is not formatted (no instance file); run `tserver fs format`")
         try:
