@@ -70,6 +70,12 @@ def _coordinator_leads(out: Path) -> bool:
     )
 
 
+def _wait_leading(proc: subprocess.Popen, out: Path, leads) -> None:
+    """Until `proc` leads its single-node group; fails at once, with its output, if it exits."""
+    wait_for(lambda: proc.poll() is not None or leads(out), 60, f"{out.stem} leading")
+    assert proc.poll() is None, out.read_text()
+
+
 @pytest.mark.parametrize(
     "argv_of,leads,holder",
     [
@@ -83,12 +89,7 @@ def test_a_second_process_on_a_live_data_dir_is_refused(tmp_path, argv_of, leads
     first = _start(argv_of(d), tmp_path / "first.out")
     try:
         # Settled: it leads, its term and vote written (they change no more on their own).
-        wait_for(
-            lambda: first.poll() is not None or leads(tmp_path / "first.out"),
-            60,
-            "the first process leading",
-        )
-        assert first.poll() is None, (tmp_path / "first.out").read_text()
+        _wait_leading(first, tmp_path / "first.out", leads)
         before = _files(d)
         out = run_cli(*argv_of(d))
         assert out.returncode == 1, (out.returncode, out.stderr)
@@ -108,12 +109,7 @@ def test_a_second_process_on_a_live_data_dir_is_refused(tmp_path, argv_of, leads
         _stop(first, signal.SIGKILL)
         second = _start(argv_of(d), tmp_path / "second.out")
         try:
-            wait_for(
-                lambda: second.poll() is not None or leads(tmp_path / "second.out"),
-                60,
-                "the restart leading",
-            )
-            assert second.poll() is None, (tmp_path / "second.out").read_text()
+            _wait_leading(second, tmp_path / "second.out", leads)
         finally:
             _stop(second)
     finally:
