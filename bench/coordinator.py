@@ -32,11 +32,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from coordinator import coordinator_pb2 as pb  # noqa: E402
-from coordinator.client.meta import CoordinatorClient  # noqa: E402
+from logcentric.meta import CoordinatorClient  # noqa: E402
 from rpc.addresses import free_port  # noqa: E402
 from rpc.client import RpcClient  # noqa: E402
 from rpc.errors import RpcError  # noqa: E402
+from rpc.protocols import coordinator_pb2 as pb  # noqa: E402
 
 SCHEMA = pb.Schema(
     columns=[
@@ -75,7 +75,7 @@ class Group:
         peers = ",".join(a for j, a in enumerate(self.raft) if j != i)
         self.procs[i] = spawn(
             [
-                "-m", "coordinator.cli", "start", "--id", f"c{i}",
+                "-m", "optools.coordinator_cli", "start", "--id", f"c{i}",
                 "--data-dir", str(self.root / f"c{i}"), "--bind", self.rpc[i],
                 "--raft", self.raft[i], "--peers", peers,
                 "--password-file", str(self.root / "password"),

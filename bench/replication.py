@@ -66,22 +66,11 @@ sys.path.insert(0, str(ROOT))
 
 from bench.raw_zmq_sender import serve  # noqa: E402
 from bench.tserver import BATCH_ROWS, COLS, batch, run_writers  # noqa: E402
-from coordinator.client.tablets import TabletServerClient, ipc_bytes  # noqa: E402
+from logcentric.tablets import TabletServerClient, ipc_bytes  # noqa: E402
 from rpc import errors  # noqa: E402
 from rpc.addresses import free_port  # noqa: E402
 from rpc.client import RpcClient  # noqa: E402
-from tservers.fs import FsLayout  # noqa: E402
-from tservers.tablet.tablet import TabletOptions  # noqa: E402
-from tservers.tablet_copy import (  # noqa: E402
-    FETCH_CHUNK_BYTES,
-    FETCH_WINDOW,
-    OfflineTarget,
-    _Job,
-    copy_tablet,
-    download_files,
-    write_back,
-)
-from tservers.tserver_pb2 import (  # noqa: E402
+from rpc.protocols.tserver_pb2 import (  # noqa: E402
     BeginCopySessionRequest,
     BeginCopySessionResponse,
     CreateTabletRequest,
@@ -99,6 +88,17 @@ from tservers.tserver_pb2 import (  # noqa: E402
     StartTabletCopyRequest,
     WriteRequest,
     WriteResponse,
+)
+from tservers.fs import FsLayout  # noqa: E402
+from tservers.tablet.tablet import TabletOptions  # noqa: E402
+from tservers.tablet_copy import (  # noqa: E402
+    FETCH_CHUNK_BYTES,
+    FETCH_WINDOW,
+    OfflineTarget,
+    _Job,
+    copy_tablet,
+    download_files,
+    write_back,
 )
 
 RAW_TIMEOUT_S = 60  # the raw transfer's deadline for any one step

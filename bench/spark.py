@@ -24,9 +24,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from coordinator.client.client import Client, Column  # noqa: E402
-from coordinator.localcluster import LocalCluster  # noqa: E402
-from spark_tables.session import build_session  # noqa: E402
+from logcentric.client import Client, Column  # noqa: E402
+from logcentric.spark.session import build_session  # noqa: E402
+from optools.localcluster import LocalCluster  # noqa: E402
 
 COLUMNS = [
     Column("id", "int64", key=True),

@@ -28,8 +28,8 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from coordinator.client.tablets import TabletServerClient, column, ipc_bytes  # noqa: E402
-from tservers.tserver_pb2 import OpType  # noqa: E402
+from logcentric.tablets import TabletServerClient, column, ipc_bytes  # noqa: E402
+from rpc.protocols.tserver_pb2 import OpType  # noqa: E402
 
 BATCH_ROWS = 1000
 COLS = [
@@ -135,7 +135,7 @@ def main() -> int:
                 clients = [
                     TabletServerClient(address, client.server_uuid, timeout_s=60) for _ in range(nw)
                 ]
-                from tservers.tserver_pb2 import WriteRequest, WriteResponse
+                from rpc.protocols.tserver_pb2 import WriteRequest, WriteResponse
 
                 def write(k, j, tid=tid, version=version, clients=clients, base=base, nw=nw):
                     req = WriteRequest(tablet_id=tid, schema_version=version, ops=[OpType.INSERT])

@@ -17,7 +17,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from coordinator import coordinator_pb2 as pb
+from rpc.protocols import coordinator_pb2 as pb
 from tservers import schema_rules
 
 TABLE_NAME_BYTES_MAX = 256

@@ -24,7 +24,6 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from coordinator import coordinator_pb2 as pb
 from coordinator import replication
 from coordinator.catalog import Catalog, OpResult, ServerState, TabletReportInfo
 from coordinator.crashpoints import CrashPoints
@@ -35,6 +34,7 @@ from coordinator.ops.common import CompletionContext, TabletServerGateway, check
 from coordinator.ops.server_down import ServerDownRequest
 from coordinator.replay.replayer import Replayer
 from rpc.errors import IllegalState, NotFound, NotLeader, RpcError, Unavailable
+from rpc.protocols import coordinator_pb2 as pb
 
 logger = logging.getLogger(__name__)
 

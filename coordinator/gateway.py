@@ -1,7 +1,7 @@
 """The tablet-server gateway over rpc: the coordinator's idempotent calls to tablet servers.
 
 Implements coordinator.ops.common.TabletServerGateway with the TServer protocol messages
-(tservers/tserver.proto) and nothing else from the tablet servers. Idempotence, as the
+(rpc/protocols/tserver.proto) and nothing else from the tablet servers. Idempotence, as the
 operations need it: CreateTablet answering ALREADY_EXISTS is success (tablet ids are never
 reused, so an existing id is this very tablet); DeleteTablet answering TABLET_NOT_FOUND is
 success (never created, or gone); AlterSchema answering CAS_FAILED is success when the
@@ -15,11 +15,11 @@ import struct
 import threading
 from collections.abc import Sequence
 
-from coordinator import coordinator_pb2 as pb
 from coordinator.catalog import ServerInfo
 from rpc.client import RpcClient, Transport
 from rpc.errors import AlreadyExists, CasFailed, IllegalState, TabletDeleted, TabletNotFound
-from tservers import tserver_pb2 as ts
+from rpc.protocols import coordinator_pb2 as pb
+from rpc.protocols import tserver_pb2 as ts
 
 logger = logging.getLogger(__name__)
 

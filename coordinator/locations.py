@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from coordinator import coordinator_pb2 as pb
 from coordinator.catalog import Catalog, TableInfo
+from rpc.protocols import coordinator_pb2 as pb
 from rpc.server import Serialized
 
 ENTRIES_MAX = 4096

@@ -20,7 +20,6 @@ import threading
 import uuid as uuidlib
 from dataclasses import dataclass, field
 
-from coordinator import coordinator_pb2 as pb
 from coordinator.catalog import Catalog
 from coordinator.crashpoints import CrashPoints
 from coordinator.engine import Engine, EngineConfig
@@ -36,6 +35,7 @@ from logstore.service import LogStoreService
 from rpc.addresses import parse_host_port
 from rpc.dirlock import lock_server_dir
 from rpc.errors import BadRequest, Unavailable
+from rpc.protocols import coordinator_pb2 as pb
 from rpc.server import CallContext, RpcServer
 
 logger = logging.getLogger(__name__)

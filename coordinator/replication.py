@@ -53,11 +53,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from coordinator import coordinator_pb2 as pb
 from coordinator.catalog import Catalog, ServerState, TableState, TabletReportInfo
 from rpc.client import RpcClient, Transport
 from rpc.errors import BadRequest, NotFound, RpcError
-from tservers import tserver_pb2 as ts
+from rpc.protocols import coordinator_pb2 as pb
+from rpc.protocols import tserver_pb2 as ts
 
 logger = logging.getLogger(__name__)
 

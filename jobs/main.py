@@ -21,8 +21,8 @@ import sys
 import time
 from pathlib import Path
 
-from coordinator import admin, logtool
-from coordinator.localcluster import LocalCluster, _wipe
+from optools import admin, logtool
+from optools.localcluster import LocalCluster, _wipe
 from rpc import errors
 
 log = logging.getLogger("main-job")
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def run(cluster: LocalCluster, coordinators: str, root: Path, rows: int, master: str) -> bool:
     from jobs.pipeline import PipelineError, run_pipeline, summary
-    from spark_tables.session import build_session
+    from logcentric.spark.session import build_session
 
     killed: list = []
 

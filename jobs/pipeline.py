@@ -99,7 +99,7 @@ def generate_orders(spark, path: Path, rows: int):
 
 
 def create_tables(coordinators: str, orders: str, result: str, num_tablets: int, rf: int) -> None:
-    from coordinator.client.client import Client, Column
+    from logcentric.client import Client, Column
 
     with Client(coordinators, timeout_s=60.0) as client:
         existing = set(client.list_tables())
@@ -336,8 +336,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from pyspark.errors import PySparkException
 
+    from logcentric.spark.session import build_session
     from rpc.errors import RpcError
-    from spark_tables.session import build_session
 
     spark = build_session(args.master, "logcentric-pipeline")
     try:

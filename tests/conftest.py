@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from coordinator.localcluster import LocalCluster
+from optools.localcluster import LocalCluster
 
 
 @pytest.hookimpl(hookwrapper=True)

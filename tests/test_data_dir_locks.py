@@ -43,7 +43,7 @@ def _logstore_argv(d: Path) -> list[str]:
 
 
 def _coordinator_argv(d: Path) -> list[str]:
-    return ["coordinator.cli", "start", "--id", "c0", "--data-dir", str(d),
+    return ["optools.coordinator_cli", "start", "--id", "c0", "--data-dir", str(d),
             "--bind", f"127.0.0.1:{free_port()}", "--raft", f"127.0.0.1:{free_port()}",
             "--insecure-dev"]  # fmt: skip
 
@@ -66,7 +66,7 @@ def _coordinator_leads(out: Path) -> bool:
     rpc = _rpc_of(out, "coordinator c0 uuid=")
     return (
         rpc is not None
-        and run_cli("coordinator.cli", "status", "--coordinators", rpc).returncode == 0
+        and run_cli("optools.coordinator_cli", "status", "--coordinators", rpc).returncode == 0
     )
 
 

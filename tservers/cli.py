@@ -38,19 +38,19 @@ from google.protobuf import text_format
 from rpc.addresses import address_arg, address_list_arg
 from rpc.console import int_in, run_command
 from rpc.errors import RpcError
-from tservers import metafile
-from tservers import quarantine as qmod
-from tservers.fs import FsError, FsLayout, FsLocked, lock_root
-from tservers.metafile import MetaFileCorrupt
-from tservers.raft_driver import RETAIN_BYTES_MAX_DEFAULT, RETAIN_ENTRIES_MAX_DEFAULT
-from tservers.tablet_copy import SESSION_IDLE_S
-from tservers.tserver_pb2 import (
+from rpc.protocols.tserver_pb2 import (
     ConsensusMetaPB,
     DataState,
     EntryType,
     MemberType,
     OpType,
 )
+from tservers import metafile
+from tservers import quarantine as qmod
+from tservers.fs import FsError, FsLayout, FsLocked, lock_root
+from tservers.metafile import MetaFileCorrupt
+from tservers.raft_driver import RETAIN_BYTES_MAX_DEFAULT, RETAIN_ENTRIES_MAX_DEFAULT
+from tservers.tablet_copy import SESSION_IDLE_S
 from tservers.wal import segment as seg
 from tservers.wal.segment import WalCorruption
 
@@ -334,7 +334,7 @@ def _rewrite_cmeta(fs: FsLayout, args) -> int:
 def _cmd_tablets(args) -> int:
     if args.address:
         from rpc.client import RpcClient
-        from tservers.tserver_pb2 import ListTabletsRequest, ListTabletsResponse
+        from rpc.protocols.tserver_pb2 import ListTabletsRequest, ListTabletsResponse
 
         try:
             with RpcClient(args.address, caller_uuid="tserver-cli") as c:
@@ -392,7 +392,7 @@ def _bytes(n: float) -> str:
 
 
 def _cmd_copies(args) -> int:
-    from tservers.tserver_pb2 import StatusRequest, StatusResponse
+    from rpc.protocols.tserver_pb2 import StatusRequest, StatusResponse
 
     st = _live_call(args.address, "Status", StatusRequest(), StatusResponse)
     if not st.copies:
@@ -410,7 +410,7 @@ def _cmd_copies(args) -> int:
 
 
 def _cmd_copy_cancel(args) -> int:
-    from tservers.tserver_pb2 import CancelTabletCopyRequest, CancelTabletCopyResponse
+    from rpc.protocols.tserver_pb2 import CancelTabletCopyRequest, CancelTabletCopyResponse
 
     _live_call(
         args.address,
@@ -493,8 +493,8 @@ class _Progress:
 def _cmd_copy_from_remote(args) -> int:
     from rpc.client import RpcClient
     from rpc.errors import TabletNotFound
+    from rpc.protocols.tserver_pb2 import StartTabletCopyRequest
     from tservers.tablet_copy import JobState, OfflineTarget, _Job, copy_tablet
-    from tservers.tserver_pb2 import StartTabletCopyRequest
     from tservers.wal.segment import WalCorruption
 
     logging.basicConfig(

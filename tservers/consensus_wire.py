@@ -9,6 +9,20 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from rpc.protocols.tserver_pb2 import (
+    AppendRequestPB,
+    AppendResponsePB,
+    ConsensusMessagePB,
+    LogEntryPB,
+    RaftConfigPB,
+    ReplicaStatusPB,
+    TimeoutNowPB,
+    VoteRequestPB,
+    VoteResponsePB,
+    WriteOpPB,
+)
+from rpc.protocols.tserver_pb2 import EntryType as EntryTypePB
+from rpc.protocols.tserver_pb2 import MemberType as MemberTypePB
 from tservers.consensus.types import (
     AppendRequest,
     AppendResponse,
@@ -23,20 +37,6 @@ from tservers.consensus.types import (
     VoteRequest,
     VoteResponse,
 )
-from tservers.tserver_pb2 import (
-    AppendRequestPB,
-    AppendResponsePB,
-    ConsensusMessagePB,
-    LogEntryPB,
-    RaftConfigPB,
-    ReplicaStatusPB,
-    TimeoutNowPB,
-    VoteRequestPB,
-    VoteResponsePB,
-    WriteOpPB,
-)
-from tservers.tserver_pb2 import EntryType as EntryTypePB
-from tservers.tserver_pb2 import MemberType as MemberTypePB
 
 
 class WireError(ValueError):

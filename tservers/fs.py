@@ -22,9 +22,9 @@ import uuid as uuidlib
 from pathlib import Path
 
 from rpc.dirlock import DirLock, DirLocked, DirLockError, lock_dir
+from rpc.protocols.tserver_pb2 import ConsensusMetaPB, InstancePB, SuperblockPB
 from tservers import metafile
 from tservers.metafile import MetaFileCorrupt
-from tservers.tserver_pb2 import ConsensusMetaPB, InstancePB, SuperblockPB
 
 SUBDIRS = ("tablet-meta", "consensus-meta", "wals", "data", "quarantine")
 

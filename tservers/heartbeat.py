@@ -16,10 +16,10 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 
-from coordinator import coordinator_pb2 as cpb
 from rpc import errors
 from rpc.client import RpcClient, Transport
-from tservers.tserver_pb2 import DataState, MemberType, TabletReportPB
+from rpc.protocols import coordinator_pb2 as cpb
+from rpc.protocols.tserver_pb2 import DataState, MemberType, TabletReportPB
 
 HEARTBEAT_INTERVAL_S_DEFAULT = 0.5
 CALL_TIMEOUT_S = 1.0

@@ -32,6 +32,15 @@ from dataclasses import dataclass, field
 
 from rpc import errors
 from rpc.client import Poster, RpcClient, Transport
+from rpc.protocols.tserver_pb2 import (
+    ConsensusMessagePB,
+    ConsensusMetaPB,
+    ConsensusRequest,
+    DataState,
+    LogEntryPB,
+    StartTabletCopyRequest,
+    StartTabletCopyResponse,
+)
 from tservers.consensus import (
     AppendRequest,
     ConfigChange,
@@ -58,15 +67,6 @@ from tservers.consensus_wire import (
     entry_to_pb,
     message_to_pb,
     peer_addresses,
-)
-from tservers.tserver_pb2 import (
-    ConsensusMessagePB,
-    ConsensusMetaPB,
-    ConsensusRequest,
-    DataState,
-    LogEntryPB,
-    StartTabletCopyRequest,
-    StartTabletCopyResponse,
 )
 from tservers.wal.log import Appender
 

@@ -1,6 +1,6 @@
 """The TServer rpc service: tablet administration, writes and scans over the rpc layer.
 
-Methods (request and response messages in tservers/tserver.proto):
+Methods (request and response messages in rpc/protocols/tserver.proto):
   TServer.CreateTablet, TServer.DeleteTablet (tombstone), TServer.AlterSchema,
   TServer.Write (rows as Arrow IPC sidecars, one per operation block),
   TServer.Scan (Arrow IPC record batches as sidecars; open scanners continue with scanner_id),
@@ -22,11 +22,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from rpc.errors import BadRequest, InvalidName, NotFound, Throttled
-from rpc.server import CallContext, Reply, RpcServer
-from tservers.consensus.types import ConfigChange, ConfigChangeType, MemberType
-from tservers.consensus_wire import WireError, message_from_pb
-from tservers.tablet.manager import TabletManager, check_tablet_id
-from tservers.tserver_pb2 import (
+from rpc.protocols.tserver_pb2 import (
     AlterSchemaRequest,
     AlterSchemaResponse,
     BeginCopySessionRequest,
@@ -59,7 +55,11 @@ from tservers.tserver_pb2 import (
     WriteRequest,
     WriteResponse,
 )
-from tservers.tserver_pb2 import MemberType as MemberTypePB
+from rpc.protocols.tserver_pb2 import MemberType as MemberTypePB
+from rpc.server import CallContext, Reply, RpcServer
+from tservers.consensus.types import ConfigChange, ConfigChangeType, MemberType
+from tservers.consensus_wire import WireError, message_from_pb
+from tservers.tablet.manager import TabletManager, check_tablet_id
 
 log = logging.getLogger(__name__)
 

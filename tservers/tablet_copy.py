@@ -45,10 +45,7 @@ import crc32c
 
 from rpc import errors
 from rpc.client import RETRYABLE, RpcClient
-from tservers.crash import crash_point
-from tservers.fs import FsLayout
-from tservers.metafile import MetaFileCorrupt, fsync_dir
-from tservers.tserver_pb2 import (
+from rpc.protocols.tserver_pb2 import (
     BeginCopySessionRequest,
     BeginCopySessionResponse,
     ConsensusMetaPB,
@@ -63,6 +60,9 @@ from tservers.tserver_pb2 import (
     StartTabletCopyRequest,
     SuperblockPB,
 )
+from tservers.crash import crash_point
+from tservers.fs import FsLayout
+from tservers.metafile import MetaFileCorrupt, fsync_dir
 
 log = logging.getLogger(__name__)
 
@@ -772,7 +772,7 @@ class _LiveTarget:
         self.fs = manager.fs
 
     def prepare(self, req: StartTabletCopyRequest) -> None:
-        from tservers.tablet.manager import TabletDataState
+        from tservers.tablet.replica_files import TabletDataState
 
         check_copy_start(self.manager, req)  # the job may have waited in the queue
         if self.manager.data_state(req.tablet_id) is TabletDataState.READY:
@@ -832,7 +832,7 @@ class OfflineTarget:
         crash_point("copy.after_copying_superblock")
 
     def finish_copy(self, tablet_id: str, remote_sb: SuperblockPB) -> None:
-        from tservers.tablet.manager import ready_superblock
+        from tservers.tablet.replica_files import ready_superblock
 
         self.fs.write_superblock(ready_superblock(tablet_id, remote_sb))
         crash_point("copy.after_ready_superblock")
@@ -857,7 +857,7 @@ def last_op_id_offline(fs: FsLayout, sb: SuperblockPB) -> OpIdPB:
 def tombstone_offline(fs: FsLayout, sb: SuperblockPB) -> OpIdPB:
     """Delete a stopped server's READY replica with the deletion steps of a running one
     (quarantine, tombstone with the last op id). Returns that op id."""
-    from tservers.tablet.manager import tombstone_files
+    from tservers.tablet.replica_files import tombstone_files
 
     last = last_op_id_offline(fs, sb)
     tombstone_files(fs, sb, last)
@@ -881,7 +881,7 @@ def check_copy_start(manager, req: StartTabletCopyRequest) -> None:
     Consensus metadata that an existing replica cannot read is refused (TABLET_FAILED):
     adopting the source's would forget this replica's vote (seed 000, "amnesia"); the
     operator repairs it (`tserver cmeta`)."""
-    from tservers.tablet.manager import TabletDataState
+    from tservers.tablet.replica_files import TabletDataState
 
     tid = req.tablet_id
     state = manager.data_state(tid)
@@ -943,7 +943,7 @@ class CopyJobs:
         self.failed = 0
 
     def start(self, req: StartTabletCopyRequest) -> None:
-        from tservers.tablet.manager import check_tablet_id
+        from tservers.tablet.replica_files import check_tablet_id
 
         check_tablet_id(req.tablet_id)
         tid = req.tablet_id

@@ -13,7 +13,6 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from coordinator import coordinator_pb2 as pb
 from coordinator.leases.lease import (
     AppendLease,
     LeaseConfig,
@@ -24,6 +23,7 @@ from coordinator.leases.lease import (
 )
 from logstore.api import LogConditionFailed, LogStore, read_live
 from rpc.errors import LeaderHintValue, NotLeader, RpcError, Unavailable
+from rpc.protocols import coordinator_pb2 as pb
 
 logger = logging.getLogger(__name__)
 

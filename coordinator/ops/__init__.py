@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from coordinator import coordinator_pb2 as pb
 from coordinator.catalog import Catalog
 from coordinator.ops import (
     alter_table,
@@ -23,6 +22,7 @@ from coordinator.ops import (
     server_down,
     set_replication,
 )
+from rpc.protocols import coordinator_pb2 as pb
 
 OPS: dict[str, ModuleType] = {
     m.KIND: m

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 
-from coordinator import coordinator_pb2 as pb
 from coordinator.catalog import (
     COLUMNS_MAX,
     Catalog,
@@ -34,6 +33,7 @@ from coordinator.ops.common import (
     table_requests,
 )
 from rpc.errors import AlreadyExists, BadRequest
+from rpc.protocols import coordinator_pb2 as pb
 
 KIND = "alter_table"
 

@@ -15,7 +15,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from coordinator import coordinator_pb2 as pb
 from coordinator.catalog import (
     CLIENT_ID_BYTES_MAX,
     COLUMN_NAME_BYTES_MAX,
@@ -38,6 +37,7 @@ from rpc.errors import (
     TimedOut,
     Unavailable,
 )
+from rpc.protocols import coordinator_pb2 as pb
 from tservers import schema_rules
 from tservers.schema_rules import column_name_problem
 

@@ -8,7 +8,6 @@ appends DONE invalidating STARTED.
 
 from __future__ import annotations
 
-from coordinator import coordinator_pb2 as pb
 from coordinator.catalog import (
     REPLICATION_FACTOR_MAX,
     TABLETS_PER_TABLE_MAX,
@@ -29,6 +28,7 @@ from coordinator.ops.common import (
     header,
 )
 from rpc.errors import AlreadyExists, BadRequest
+from rpc.protocols import coordinator_pb2 as pb
 
 KIND = "create_table"
 DEFAULT_REPLICATION_FACTOR = 3

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 
-from coordinator import coordinator_pb2 as pb
 from coordinator.catalog import Catalog, OpResult, PendingOp, TableState
 from coordinator.ops.common import (
     CompletionContext,
@@ -23,6 +22,7 @@ from coordinator.ops.common import (
     superseded,
     table_for_change,
 )
+from rpc.protocols import coordinator_pb2 as pb
 
 KIND = "drop_table"
 

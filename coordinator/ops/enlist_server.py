@@ -9,7 +9,6 @@ will.
 
 from __future__ import annotations
 
-from coordinator import coordinator_pb2 as pb
 from coordinator.catalog import (
     ADDRESS_BYTES_MAX,
     SERVER_UUID_BYTES_MAX,
@@ -19,6 +18,7 @@ from coordinator.catalog import (
 )
 from coordinator.ops.common import header
 from rpc.errors import BadRequest
+from rpc.protocols import coordinator_pb2 as pb
 
 KIND = "enlist_server"
 

@@ -9,10 +9,10 @@ follows incrementally, forgets the server.
 
 from __future__ import annotations
 
-from coordinator import coordinator_pb2 as pb
 from coordinator.catalog import Catalog, OpResult, ServerState
 from coordinator.ops.common import check_request_id, header
 from rpc.errors import IllegalState, NotFound
+from rpc.protocols import coordinator_pb2 as pb
 
 KIND = "remove_server"
 

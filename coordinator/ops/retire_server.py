@@ -14,10 +14,10 @@ servers left (not retired); asking for the state the server is already in logs n
 
 from __future__ import annotations
 
-from coordinator import coordinator_pb2 as pb
 from coordinator.catalog import Catalog, OpResult
 from coordinator.ops.common import check_request_id, header
 from rpc.errors import BadRequest, NotFound
+from rpc.protocols import coordinator_pb2 as pb
 
 KIND = "retire_server"
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from coordinator import coordinator_pb2 as pb
 from coordinator.catalog import Catalog, ServerInfo, ServerState
 from coordinator.ops.common import header
 from rpc.errors import NotFound
+from rpc.protocols import coordinator_pb2 as pb
 
 KIND = "server_down"
 

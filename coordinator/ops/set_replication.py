@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 
-from coordinator import coordinator_pb2 as pb
 from coordinator.catalog import REPLICATION_FACTOR_MAX, Catalog, OpResult
 from coordinator.ops.common import (
     check_request_id,
@@ -23,6 +22,7 @@ from coordinator.ops.common import (
     table_requests,
 )
 from rpc.errors import BadRequest
+from rpc.protocols import coordinator_pb2 as pb
 
 KIND = "set_replication"
 

@@ -19,12 +19,12 @@ import logging
 import threading
 import time
 
-from coordinator import coordinator_pb2 as pb
 from coordinator.catalog import Catalog
 from coordinator.leases.driver import LOG_NAME
 from coordinator.ops import apply_record, decode
 from logstore.api import LogStore, read_live
 from rpc.errors import RpcError, Unavailable
+from rpc.protocols import coordinator_pb2 as pb
 
 logger = logging.getLogger(__name__)
 

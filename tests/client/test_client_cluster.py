@@ -8,8 +8,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from coordinator.client.client import ATTEMPT_TIMEOUT_MIN_S, Client, Column
-from coordinator.client.tablets import TabletServerClient
+from logcentric.client import ATTEMPT_TIMEOUT_MIN_S, Client, Column
+from logcentric.tablets import TabletServerClient
 from rpc import errors
 from tests.support.cluster import local_cluster
 from tests.support.procs import wait_for

@@ -20,9 +20,9 @@ import signal
 
 import pytest
 
-from coordinator.client.client import Client, Column, Table
-from coordinator.client.meta import CoordinatorClient
-from coordinator.client.tablets import TabletServerClient
+from logcentric.client import Client, Column, Table
+from logcentric.meta import CoordinatorClient
+from logcentric.tablets import TabletServerClient
 from rpc import errors
 from tests.support.cluster import local_cluster
 from tests.support.procs import wait_for

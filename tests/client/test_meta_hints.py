@@ -5,9 +5,9 @@ from __future__ import annotations
 import threading
 import time
 
-from coordinator import coordinator_pb2 as pb
-from coordinator.client.meta import CoordinatorClient
+from logcentric.meta import CoordinatorClient
 from rpc import errors
+from rpc.protocols import coordinator_pb2 as pb
 from rpc.server import RpcServer
 
 

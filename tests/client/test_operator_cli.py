@@ -11,14 +11,14 @@ import sys
 
 import pytest
 
-from coordinator.localcluster import ClusterSpec
+from optools.localcluster import ClusterSpec
 
 pytestmark = pytest.mark.integration
 
 
 def cli(*args: str, check: int | None = 0) -> subprocess.CompletedProcess:
     proc = subprocess.run(
-        [sys.executable, "-m", "coordinator.cli", *args],
+        [sys.executable, "-m", "optools.coordinator_cli", *args],
         capture_output=True,
         text=True,
         timeout=300,
@@ -82,7 +82,7 @@ def test_operator_session(tmp_path):
         # A reader that goes away (`coordinator status | head -1`): a quiet exit 0.
         for command in (["status", *c], ["tables", *c]):
             proc = subprocess.Popen(
-                [sys.executable, "-m", "coordinator.cli", *command],
+                [sys.executable, "-m", "optools.coordinator_cli", *command],
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 text=True,

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from coordinator.client.partition import bucket_of_key, bucket_of_rows
+from logcentric.partition import bucket_of_key, bucket_of_rows
 
 
 def sample_table(n: int, seed: int) -> pa.Table:

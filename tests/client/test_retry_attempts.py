@@ -16,13 +16,13 @@ import time
 import pytest
 import zmq
 
-from coordinator.client.client import (
+from logcentric.client import (
     ATTEMPT_TIMEOUT_MIN_S,
     TSERVER_ATTEMPTS_MAX,
     _attempt_timeouts,
     _attempts,
 )
-from coordinator.client.meta import (
+from logcentric.meta import (
     PATIENCE_INITIAL_S,
     PATIENCE_MAX_S,
     SilenceWatch,

@@ -14,12 +14,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from coordinator import coordinator_pb2 as pb
-from coordinator.client.meta import CoordinatorClient
+from logcentric.meta import CoordinatorClient
 from rpc.addresses import free_port  # below the ephemeral range: no bind races
 from rpc.client import RpcClient
 from rpc.errors import RpcError
-from tservers import tserver_pb2 as ts
+from rpc.protocols import coordinator_pb2 as pb
+from rpc.protocols import tserver_pb2 as ts
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -95,7 +95,7 @@ class CoordinatorGroup:
     ) -> Proc:
         peers = ",".join(a for j, a in enumerate(self.raft) if j != i)
         args = [
-            "-m", "coordinator.cli", "start",
+            "-m", "optools.coordinator_cli", "start",
             "--id", f"c{i}",
             "--data-dir", str(self.root / f"c{i}"),
             "--bind", self.rpc[i],

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from coordinator import admin
-from coordinator import coordinator_pb2 as cpb
-from coordinator.localcluster import LocalCluster
+from optools import admin
+from optools.localcluster import LocalCluster
+from rpc.protocols import coordinator_pb2 as cpb
 from tests.support.cli import assert_usage_error, run_cli
 from tests.support.cluster import local_cluster
 
@@ -24,7 +24,7 @@ A = "127.0.0.1:1"  # a well-formed address: the commands below fail before calli
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return run_cli("coordinator.cli", *args, timeout_s=CLI_TIMEOUT_S)
+    return run_cli("optools.coordinator_cli", *args, timeout_s=CLI_TIMEOUT_S)
 
 
 def wait_for(cond, timeout_s: float, what: str):
@@ -177,7 +177,7 @@ def test_retire_stop_remove_tserver(cluster: LocalCluster):
     # Stopped but not yet marked down: a table placed on every live server (the victim
     # included) stays CREATING until the victim is marked down and its replica skipped.
     creating = subprocess.Popen(
-        [sys.executable, "-m", "coordinator.cli", "create-table", "pending", *c,
+        [sys.executable, "-m", "optools.coordinator_cli", "create-table", "pending", *c,
          "--columns", "id:int64:key", "--tablets", "2", "--replication", "3",
          "--timeout-s", "120"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -267,7 +267,7 @@ def test_retire_tserver_cancelled_while_it_waits(tmp_path):
         wait_for(lambda: _servers(c)[other]["state"] == "DOWN", 60, "the other voter down")
 
         waiting = subprocess.Popen(
-            [sys.executable, "-m", "coordinator.cli", "retire-tserver", retired, *c,
+            [sys.executable, "-m", "optools.coordinator_cli", "retire-tserver", retired, *c,
              "--wait-s", "120"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
@@ -299,7 +299,7 @@ def test_local_cluster_up_fails_when_a_node_it_restarts_dies_at_start(tmp_path):
         victim = cluster.spec.tservers[1]
         cluster.stop(victim)
         (Path(victim.data) / "instance").write_bytes(b"garbage\n")
-        out = run_cli("coordinator.cli", "local-cluster", "up", "--dir", str(root))
+        out = run_cli("optools.coordinator_cli", "local-cluster", "up", "--dir", str(root))
         assert out.returncode == 1, (out.stdout, out.stderr)
         assert f"{victim.name} is not running" in out.stderr, out.stderr
         assert "corrupt instance file" in out.stderr, out.stderr

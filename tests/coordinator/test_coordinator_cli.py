@@ -7,13 +7,13 @@ import subprocess
 import pytest
 from coordproc import Proc, free_port, wait_for
 
-from coordinator.client.meta import CoordinatorClient
+from logcentric.meta import CoordinatorClient
 from rpc.errors import RpcError
 from tests.support.cli import run_cli
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
-    return run_cli("coordinator.cli", *args, timeout_s=60)
+    return run_cli("optools.coordinator_cli", *args, timeout_s=60)
 
 
 def test_help():
@@ -41,7 +41,8 @@ def test_single_node_development_group(tmp_path):
     rpc = f"127.0.0.1:{free_port()}"
     raft = f"127.0.0.1:{free_port()}"
     args = [
-        "-m", "coordinator.cli", "start", "--id", "dev", "--data-dir", str(tmp_path / "dev"),
+        "-m", "optools.coordinator_cli", "start", "--id", "dev",
+        "--data-dir", str(tmp_path / "dev"),
         "--bind", rpc, "--raft", raft, "--insecure-dev",
     ]  # fmt: skip
     proc = Proc(args, tmp_path / "dev.log")
@@ -49,7 +50,7 @@ def test_single_node_development_group(tmp_path):
         with CoordinatorClient([rpc], timeout_s=30.0) as client:
             wait_for(lambda: _role(client, rpc) == "LEADER", 30, "the node leads")
             assert client.list_tables() == []
-        out = run("status", "--coordinators", rpc)  # the ksck of coordinator/admin.py
+        out = run("status", "--coordinators", rpc)  # the ksck of optools/admin.py
         assert "LEADER" in out.stdout and rpc in out.stdout, out.stdout + out.stderr
         out = run("servers", "--coordinators", rpc)
         assert out.returncode == 0 and out.stdout == ""

@@ -13,9 +13,9 @@ from __future__ import annotations
 import pytest
 from coordproc import CoordinatorGroup, Heartbeater, TServer, wait_for
 
-from coordinator import coordinator_pb2 as pb
 from coordinator.crashpoints import ALL_POINTS, CRASH_EXIT_STATUS, ENV_VAR
 from rpc.errors import RpcError
+from rpc.protocols import coordinator_pb2 as pb
 
 pytestmark = pytest.mark.integration
 

@@ -14,7 +14,6 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
-from coordinator import coordinator_pb2 as pb
 from coordinator.catalog import Catalog, ServerInfo, ServerState, TableState
 from coordinator.crashpoints import ALL_POINTS, CrashPoints, points_of
 from coordinator.engine import Engine, EngineConfig
@@ -25,6 +24,7 @@ from coordinator.ops.server_down import ServerDownRequest
 from coordinator.replay.replayer import Replayer
 from logstore.memory import MemoryLogStore
 from rpc.errors import BadRequest, NotLeader, TabletDeleted, Unavailable
+from rpc.protocols import coordinator_pb2 as pb
 
 LEASE = LeaseConfig(
     lease_timeout_s=0.4,

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from coordproc import TServer
 
-from coordinator import coordinator_pb2 as pb
 from coordinator.catalog import ServerInfo, ServerState
 from coordinator.gateway import RpcTabletServerGateway
 from rpc.errors import BadRequest, TimedOut, Unavailable
-from tservers import tserver_pb2 as ts
+from rpc.protocols import coordinator_pb2 as pb
+from rpc.protocols import tserver_pb2 as ts
 
 pytestmark = pytest.mark.integration
 

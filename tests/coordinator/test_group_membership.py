@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from coordinator import admin
-from coordinator.client.client import Client, Column
 from jobs.procs import ProcessGroup
+from logcentric.client import Client, Column
+from optools import admin
 from rpc import errors
 from rpc.addresses import free_port
 from tests.support.procs import wait_for
@@ -39,7 +39,7 @@ class Node:
         ]  # fmt: skip
         if peers:
             args += ["--peers", ",".join(p.raft for p in peers)]
-        self.proc = group.start(self.name, "coordinator.cli", *args)
+        self.proc = group.start(self.name, "optools.coordinator_cli", *args)
         self.proc.wait_line(r"serving on", 60)
 
 

@@ -7,11 +7,11 @@ from collections.abc import Callable
 
 import pytest
 
-from coordinator import coordinator_pb2 as pb
 from coordinator.leases import LeaseConfig, Role
 from coordinator.leases.driver import LOG_NAME, LeaseDriver, decode_lease
 from logstore.memory import MemoryLogStore
 from rpc.errors import NotLeader
+from rpc.protocols import coordinator_pb2 as pb
 
 CFG = LeaseConfig(
     lease_timeout_s=0.5,

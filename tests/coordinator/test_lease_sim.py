@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from coordinator import coordinator_pb2 as pb
 from coordinator.leases import AppendLease, LeaseConfig, LeaseKeeper, Role
 from coordinator.leases.driver import decode_lease, encode_lease
 from logstore.api import LogConditionFailed
 from logstore.memory import MemoryLogStore
+from rpc.protocols import coordinator_pb2 as pb
 
 LOG = "coordinator"
 

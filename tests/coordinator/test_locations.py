@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import pytest
 
-from coordinator import coordinator_pb2 as pb
 from coordinator.locations import LocationCache
 from coordinator.ops.server_down import ServerDownRequest
 from rpc.errors import BadRequest, NotFound
+from rpc.protocols import coordinator_pb2 as pb
 from tests.coordinator.test_engine import cluster, create, enlist  # noqa: F401 - fixture
 
 __all__ = ["cluster"]

@@ -10,9 +10,9 @@ import time
 import pytest
 from coordproc import CoordinatorGroup, TServer, wait_for
 
-from coordinator import coordinator_pb2 as pb
 from rpc.errors import NotLeader, RpcError
-from tservers import tserver_pb2 as ts
+from rpc.protocols import coordinator_pb2 as pb
+from rpc.protocols import tserver_pb2 as ts
 
 pytestmark = pytest.mark.integration
 

@@ -6,7 +6,6 @@ import copy
 
 import pytest
 
-from coordinator import coordinator_pb2 as pb
 from coordinator.catalog import (
     REPLICATION_FACTOR_MAX,
     TABLE_NAME_BYTES_MAX,
@@ -31,6 +30,7 @@ from coordinator.ops import (
 from coordinator.ops.server_down import ServerDownRequest
 from logstore.memory import MemoryLogStore
 from rpc.errors import AlreadyExists, AlreadyInProgress, BadRequest, IllegalState, NotFound
+from rpc.protocols import coordinator_pb2 as pb
 
 LOG = "coordinator"
 

@@ -18,12 +18,12 @@ import random
 import pytest
 from test_engine import Cluster, MemoryGateway, create
 
-from coordinator import coordinator_pb2 as pb
 from coordinator.catalog import Catalog
 from coordinator.leases.driver import LOG_NAME
 from coordinator.ops.server_down import ServerDownRequest
 from coordinator.replay.replayer import Replayer
 from rpc.errors import RpcError
+from rpc.protocols import coordinator_pb2 as pb
 
 
 def logged(catalog: Catalog) -> dict:

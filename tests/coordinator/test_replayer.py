@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import time
 
-from coordinator import coordinator_pb2 as pb
 from coordinator.catalog import Catalog, ServerState
 from coordinator.leases.driver import LOG_NAME
 from coordinator.replay.replayer import READ_CHUNK_ENTRIES, Replayer
 from logstore.memory import MemoryLogStore
+from rpc.protocols import coordinator_pb2 as pb
 
 
 def enlist(uuid: str, address: str, previous: int) -> bytes:

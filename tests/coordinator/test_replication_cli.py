@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from coordinator import admin
+from optools import admin
 
 
 def parse(*argv: str) -> argparse.Namespace:

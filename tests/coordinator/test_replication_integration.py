@@ -16,10 +16,10 @@ import time
 
 import pytest
 
-from coordinator import coordinator_pb2 as cpb
-from coordinator.client.client import Client, Column
-from coordinator.client.tablets import TabletServerClient
+from logcentric.client import Client, Column
+from logcentric.tablets import TabletServerClient
 from rpc.errors import RpcError
+from rpc.protocols import coordinator_pb2 as cpb
 from tests.support.cluster import local_cluster
 from tests.support.procs import wait_for
 
@@ -58,7 +58,7 @@ def voters_on_servers(client: Client, table: str) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     servers = {s.uuid: s.address for s in client.list_servers()}
     from rpc.client import RpcClient
-    from tservers import tserver_pb2 as ts
+    from rpc.protocols import tserver_pb2 as ts
 
     for t in client.tablet_locations(table).tablets:
         leader = next(r for r in t.replicas if r.is_leader)
@@ -83,7 +83,7 @@ def affected_on(locations, uuid: str) -> list[str]:
 
 def cli(cluster, *args: str, timeout_s: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "coordinator.cli", *args,
+        [sys.executable, "-m", "optools.coordinator_cli", *args,
          "--coordinators", ",".join(cluster.spec.coordinator_addresses)],
         capture_output=True, text=True, timeout=timeout_s,
     )  # fmt: skip
@@ -302,7 +302,7 @@ def test_re_replication_survives_a_coordinator_failover(tmp_path):
             cluster.start_tserver(cluster.spec.tservers.index(victim))
 
             def victim_states() -> dict[str, str]:
-                from tservers import tserver_pb2 as ts
+                from rpc.protocols import tserver_pb2 as ts
 
                 with TabletServerClient(victim.rpc, victim_uuid, timeout_s=10) as c:
                     return {r.tablet_id: ts.DataState.Name(r.data_state)

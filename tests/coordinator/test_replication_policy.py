@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from coordinator import coordinator_pb2 as pb
 from coordinator.catalog import Catalog, TabletInfo, TabletReportInfo
 from coordinator.ops import create_table, decode, drop_table, set_replication
 from coordinator.replication import (
@@ -23,6 +22,7 @@ from coordinator.replication import (
     unhealthy_reason,
 )
 from rpc.errors import AlreadyInProgress, BadRequest
+from rpc.protocols import coordinator_pb2 as pb
 from tests.coordinator.test_ops import LOG, Log, create_req
 
 LIVE4 = frozenset({"a", "b", "c", "d"})

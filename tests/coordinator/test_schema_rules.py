@@ -11,10 +11,10 @@ import random
 
 import pytest
 
-from coordinator import coordinator_pb2 as pb
 from coordinator.gateway import schema_to_tserver
 from coordinator.ops.common import check_column, check_schema
 from rpc.errors import BadRequest
+from rpc.protocols import coordinator_pb2 as pb
 from tservers.tablet.schema import validate_new
 
 NAMES = ["id", "_x", "a1", "Z_9", "my-id", "bad name", "1st", "é", "", "x" * 128, "y" * 129]

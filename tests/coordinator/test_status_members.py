@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from coordinator.admin import ClusterCheck, NodeCheck, check_log_members
+from optools.admin import ClusterCheck, NodeCheck, check_log_members
 
 MEMBERS = ["127.0.0.1:9001", "127.0.0.1:9002", "127.0.0.1:9003"]
 

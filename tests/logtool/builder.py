@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from coordinator import coordinator_pb2 as pb
 from logstore.api import LogStore
+from rpc.protocols import coordinator_pb2 as pb
 
 LOG = "coordinator"
 GARBAGE = b"\xff\xfe not a protobuf \x00\x01"

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from coordinator import logtool
 from logstore.remote import RemoteLogStore
 from logstore.replicated import ReplicatedLogStore
+from optools import logtool
 from tests.logstore.helpers import PASSWORD, free_addresses, wait_for
 from tests.logstore.procs import ReplicaProcess, make_replicas
 

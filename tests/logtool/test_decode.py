@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import random
 
-from coordinator import coordinator_pb2 as pb
-from coordinator.logtool_decode import (
+from optools.logtool_decode import (
     TYPE_GONE,
     TYPE_INVALIDATION,
     TYPE_UNDECODABLE,
@@ -20,7 +19,8 @@ from coordinator.logtool_decode import (
     pending_operations,
     summarize,
 )
-from coordinator.logtool_source import safe_unpickle
+from optools.logtool_source import safe_unpickle
+from rpc.protocols import coordinator_pb2 as pb
 
 from .builder import create_table, lease
 

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 
 import pytest
 
-from coordinator import coordinator_pb2 as pb
-from coordinator import logtool
-from coordinator.client.client import Client
-from coordinator.logtool_decode import OP_DECODERS, RECORD_TYPES, RawEntry, decode_entry
+from logcentric.client import Client
+from optools import logtool
+from optools.logtool_decode import OP_DECODERS, RECORD_TYPES, RawEntry, decode_entry
+from rpc.protocols import coordinator_pb2 as pb
 from tests.support.cluster import local_cluster
 
 from .conftest import run_tool
@@ -57,7 +57,7 @@ def test_set_replication_fields():
 
 def cli(*args: str) -> str:
     out = subprocess.run(
-        [sys.executable, "-m", "coordinator.cli", *args],
+        [sys.executable, "-m", "optools.coordinator_cli", *args],
         capture_output=True,
         text=True,
         timeout=180,

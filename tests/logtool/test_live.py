@@ -103,8 +103,8 @@ def test_follow_live_process_stops_on_ctrl_c(served):
     # inherits that, so the tool is started with Python's own SIGINT handler in place.
     start = (
         "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
-        "sys.argv[0] = 'coordinator.logtool'; "
-        "runpy.run_module('coordinator.logtool', run_name='__main__', alter_sys=True)"
+        "sys.argv[0] = 'optools.logtool'; "
+        "runpy.run_module('optools.logtool', run_name='__main__', alter_sys=True)"
     )
     proc = subprocess.Popen(
         [

@@ -13,8 +13,8 @@ from collections import Counter
 
 import pytest
 
-from coordinator import logtool
 from logstore.journal import encode_record
+from optools import logtool
 from tests.logstore.helpers import wait_for
 
 from .builder import A_UUID, B_UUID, GARBAGE, Writer, build_history, lease
@@ -330,7 +330,7 @@ class _LockedBuffer:
 def test_command_line_process(offline):
     """As a process: exit codes, no traceback, output through a closed pipe."""
     env = dict(os.environ, PYTHONPATH=os.getcwd())
-    cmd = [sys.executable, "-m", "coordinator.logtool"]
+    cmd = [sys.executable, "-m", "optools.logtool"]
     p = subprocess.run(
         [*cmd, "--data-dir", str(offline.node_dir), "--summary"],
         capture_output=True,
@@ -377,7 +377,7 @@ def test_corrupt_snapshot_is_an_error_not_a_crash(compacted, tmp_path, capsys):
 def test_batched_appends_show_as_separate_records(tmp_path):
     """Appends coalesced by logstore into one Raft entry (method 2, `_ls_batch`) are
     replayed one by one: each is its own record with its own id and outcome."""
-    from coordinator.logtool_source import load_data_dir
+    from optools.logtool_source import load_data_dir
 
     node_dir = tmp_path / "node-batched"
     node_dir.mkdir()

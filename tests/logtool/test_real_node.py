@@ -15,11 +15,11 @@ import threading
 
 import pytest
 
-from coordinator import coordinator_pb2 as pb
-from coordinator.client.meta import CoordinatorClient
 from coordinator.engine import EngineConfig
 from coordinator.node import CoordinatorNode, NodeConfig
+from logcentric.meta import CoordinatorClient
 from rpc.errors import RpcError
+from rpc.protocols import coordinator_pb2 as pb
 from tests.logstore.helpers import free_addresses, wait_for
 
 from .conftest import run_tool

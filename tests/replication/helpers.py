@@ -12,13 +12,10 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from coordinator.client.tablets import TabletServerClient, column
+from logcentric.tablets import TabletServerClient, column
 from rpc import errors
 from rpc.client import RpcClient
-from tests.support.procs import wait_for
-from tests.tservers.procs import TServerProcess
-from tservers.fs import FsLayout
-from tservers.tserver_pb2 import (
+from rpc.protocols.tserver_pb2 import (
     CreateTabletRequest,
     CreateTabletResponse,
     MemberType,
@@ -27,6 +24,9 @@ from tservers.tserver_pb2 import (
     SchemaPB,
     TabletReportPB,
 )
+from tests.support.procs import wait_for
+from tests.tservers.procs import TServerProcess
+from tservers.fs import FsLayout
 
 COLS = [
     column("id", "int64", key=True),

@@ -15,9 +15,9 @@ import signal
 import pyarrow as pa
 import pytest
 
+from rpc.protocols.tserver_pb2 import OpType
 from tests.replication.helpers import TServerTrio
 from tests.support.procs import wait_for
-from tservers.tserver_pb2 import OpType
 
 pytestmark = pytest.mark.integration
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from coordinator.client.client import Client, Column
+from logcentric.client import Client, Column
 from tests.support.cluster import local_cluster
 from tests.support.procs import wait_for
 

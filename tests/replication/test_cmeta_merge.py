@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import pytest
 
+from rpc.protocols.tserver_pb2 import ConsensusMetaPB, MemberType, RaftConfigPB, RaftPeerPB
 from tests.replication.helpers import TServerTrio
 from tests.tservers.test_cli import tserver
 from tservers.fs import FsLayout
 from tservers.tablet_copy import merge_cmeta
-from tservers.tserver_pb2 import ConsensusMetaPB, MemberType, RaftConfigPB, RaftPeerPB
 
 T = "cm"
 

@@ -7,9 +7,7 @@ import pytest
 
 from rpc import errors
 from rpc.client import RpcClient
-from tests.replication.helpers import COLS, TServerTrio
-from tests.support.procs import wait_for
-from tservers.tserver_pb2 import (
+from rpc.protocols.tserver_pb2 import (
     ChangeConfigRequest,
     ChangeConfigResponse,
     ConfigChangeTypePB,
@@ -20,6 +18,8 @@ from tservers.tserver_pb2 import (
     RaftPeerPB,
     SchemaPB,
 )
+from tests.replication.helpers import COLS, TServerTrio
+from tests.support.procs import wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -21,12 +21,7 @@ import pytest
 
 from rpc import errors
 from rpc.client import RpcClient
-from tests.replication.helpers import TServerTrio
-from tests.support.procs import wait_for
-from tservers import tablet_copy
-from tservers.fs import FsLayout
-from tservers.tablet_copy import CopyCancelled, _Job, download_files
-from tservers.tserver_pb2 import (
+from rpc.protocols.tserver_pb2 import (
     BeginCopySessionRequest,
     BeginCopySessionResponse,
     EndCopySessionRequest,
@@ -36,6 +31,11 @@ from tservers.tserver_pb2 import (
     OpType,
     StartTabletCopyRequest,
 )
+from tests.replication.helpers import TServerTrio
+from tests.support.procs import wait_for
+from tservers import tablet_copy
+from tservers.fs import FsLayout
+from tservers.tablet_copy import CopyCancelled, _Job, download_files
 
 pytestmark = pytest.mark.integration
 

@@ -17,13 +17,7 @@ import sys
 import pytest
 
 from rpc.client import RpcClient
-from tests.replication.helpers import TServerTrio
-from tests.support.procs import free_port, wait_for
-from tests.tservers.procs import REPO
-from tservers.crash import CRASH_ENV, CRASH_EXIT_CODE
-from tservers.fs import FsLayout
-from tservers.tablet.manager import quarantine_dirs
-from tservers.tserver_pb2 import (
+from rpc.protocols.tserver_pb2 import (
     ChangeConfigRequest,
     ChangeConfigResponse,
     ConfigChangeTypePB,
@@ -31,6 +25,12 @@ from tservers.tserver_pb2 import (
     MemberType,
     RaftPeerPB,
 )
+from tests.replication.helpers import TServerTrio
+from tests.support.procs import free_port, wait_for
+from tests.tservers.procs import REPO
+from tservers.crash import CRASH_ENV, CRASH_EXIT_CODE
+from tservers.fs import FsLayout
+from tservers.tablet.manager import quarantine_dirs
 
 pytestmark = pytest.mark.integration
 

@@ -11,17 +11,17 @@ import pytest
 
 from rpc import errors
 from rpc.client import RpcClient
-from tests.replication.helpers import TServerTrio
-from tests.support.procs import wait_for
-from tests.tservers.procs import REPO
-from tservers.crash import CRASH_ENV, CRASH_EXIT_CODE
-from tservers.tserver_pb2 import (
+from rpc.protocols.tserver_pb2 import (
     DataState,
     FetchCopyChunkRequest,
     FetchCopyChunkResponse,
     StatusRequest,
     StatusResponse,
 )
+from tests.replication.helpers import TServerTrio
+from tests.support.procs import wait_for
+from tests.tservers.procs import REPO
+from tservers.crash import CRASH_ENV, CRASH_EXIT_CODE
 
 pytestmark = pytest.mark.integration
 

@@ -17,10 +17,10 @@ import pyarrow as pa
 import pytest
 
 from rpc import errors
+from rpc.protocols.tserver_pb2 import OpType
 from tests.replication.helpers import TServerTrio
 from tests.support.linearizability import HistoryRecorder, OpKind, Outcome, check_history
 from tests.support.procs import wait_for
-from tservers.tserver_pb2 import OpType
 
 pytestmark = pytest.mark.integration
 

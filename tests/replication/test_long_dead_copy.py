@@ -17,11 +17,11 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
+from rpc.protocols.tserver_pb2 import DataState, OpType
 from tests.replication.helpers import TServerTrio
 from tests.support.procs import wait_for
 from tests.tservers.procs import TServerProcess
 from tservers.fs import FsLayout
-from tservers.tserver_pb2 import DataState, OpType
 from tservers.wal.segment import WalCorruption, list_segments, read_segment
 
 pytestmark = pytest.mark.integration

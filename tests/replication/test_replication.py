@@ -13,14 +13,14 @@ import pytest
 
 from rpc import errors
 from rpc.client import RpcClient
-from tests.replication.helpers import TServerTrio
-from tests.support.procs import wait_for
-from tservers.tserver_pb2 import (
+from rpc.protocols.tserver_pb2 import (
     AppendRequestPB,
     ConsensusMessagePB,
     ConsensusRequest,
     ConsensusResponse,
 )
+from tests.replication.helpers import TServerTrio
+from tests.support.procs import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -172,7 +172,7 @@ def test_more_concurrent_writers_than_rpc_workers(trio: TServerTrio):
     trio.create_tablet("r4")
     lead = trio.leader("r4")
     p = trio.procs[lead]
-    from coordinator.client.tablets import TabletServerClient
+    from logcentric.tablets import TabletServerClient
 
     clients = [TabletServerClient(p.address, p.uuid, timeout_s=20.0) for _ in range(16)]
     failures: list[BaseException] = []
@@ -205,7 +205,7 @@ def rows_for(ids):
 def test_alter_schema_one_replica_at_a_time(trio: TServerTrio):
     """The coordinator alters replicas one after the other: entries of the other version
     reach a replica in between, and every replica applies them."""
-    from coordinator.client.tablets import column
+    from logcentric.tablets import column
 
     trio.create_tablet("r5")
     lead = trio.leader("r5")

@@ -6,15 +6,15 @@ from __future__ import annotations
 import pytest
 
 from rpc.client import RpcClient
-from tests.replication.helpers import TServerTrio
-from tests.support.procs import wait_for
-from tservers.tserver_pb2 import (
+from rpc.protocols.tserver_pb2 import (
     ChangeConfigRequest,
     ChangeConfigResponse,
     ConfigChangeTypePB,
     MemberType,
     RaftPeerPB,
 )
+from tests.replication.helpers import TServerTrio
+from tests.support.procs import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -161,8 +161,8 @@ def test_copy_progress_cancel_and_throttle(throttled: TServerTrio):
     import subprocess
     import sys
 
+    from rpc.protocols.tserver_pb2 import StatusRequest, StatusResponse
     from tests.tservers.procs import REPO
-    from tservers.tserver_pb2 import StatusRequest, StatusResponse
 
     q = throttled
     q.create_tablet("k4")

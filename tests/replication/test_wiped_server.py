@@ -25,14 +25,14 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.client.client import Client, Column
-from coordinator.client.tablets import TabletServerClient
+from logcentric.client import Client, Column
+from logcentric.tablets import TabletServerClient
 from rpc import errors
+from rpc.protocols.tserver_pb2 import OpType
 from tests.replication.helpers import TServerTrio, rows
 from tests.support.cluster import local_cluster
 from tests.support.procs import wait_for
 from tests.tservers.procs import REPO
-from tservers.tserver_pb2 import OpType
 
 pytestmark = pytest.mark.integration
 
@@ -312,7 +312,7 @@ def test_client_keeps_one_tablet_server_client_per_uuid_at_a_shared_address():
     """A wiped server's old UUID (DOWN) and new UUID share an address in tablet locations for
     a while: asking for one must neither close nor replace the other's client, which another
     thread may be using."""
-    from coordinator.client.client import ReplicaInfo
+    from logcentric.client import ReplicaInfo
 
     with Client(["127.0.0.1:9"], timeout_s=1.0) as client:
         old = ReplicaInfo("old-uuid", "127.0.0.1:9", False, "DOWN")

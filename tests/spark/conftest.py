@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.localcluster import LocalCluster
-from spark_tables.session import build_session, ensure_python_env
+from logcentric.spark.session import build_session, ensure_python_env
+from optools.localcluster import LocalCluster
 
 CLUSTER_UP_TIMEOUT_S = 180.0
 

@@ -11,8 +11,8 @@ import threading
 import pyarrow as pa
 import pytest
 
-from coordinator.client.client import Client, Column
-from spark_tables.datasource import TableDataSource
+from logcentric.client import Client, Column
+from logcentric.spark.datasource import TableDataSource
 from tests.spark.conftest import addresses
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from coordinator.client.client import Client, Column
 from jobs.pipeline import run_pipeline
+from logcentric.client import Client, Column
 from tests.spark.conftest import CLUSTER_UP_TIMEOUT_S, addresses, start_cluster
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]

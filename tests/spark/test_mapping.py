@@ -18,9 +18,9 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from coordinator.client.client import RowError
-from spark_tables import mapping
-from spark_tables.mapping import Operation, OptionError
+from logcentric.client import RowError
+from logcentric.spark import mapping
+from logcentric.spark.mapping import Operation, OptionError
 
 TABLE = pa.schema(
     [

@@ -6,7 +6,7 @@ import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
-from coordinator.localcluster import LocalCluster
+from optools.localcluster import LocalCluster
 
 
 @contextlib.contextmanager

@@ -6,9 +6,9 @@ import time
 
 import pyarrow as pa
 
+from rpc.protocols.tserver_pb2 import ColumnSchemaPB, CreateTabletRequest, DataType, SchemaPB
 from tservers.fs import FsLayout
 from tservers.tablet.manager import TabletManager
-from tservers.tserver_pb2 import ColumnSchemaPB, CreateTabletRequest, DataType, SchemaPB
 from tservers.wal.log import WalOptions
 
 SIX = SchemaPB(

@@ -10,8 +10,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from rpc.protocols.tserver_pb2 import OpType
 from tests.tservers.helpers import create, deadline, ipc, open_manager, six_rows
-from tservers.tserver_pb2 import OpType
 
 
 def main() -> int:

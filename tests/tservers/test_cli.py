@@ -6,10 +6,10 @@ import subprocess
 
 import pytest
 
+from rpc.protocols.tserver_pb2 import OpType
 from tests.support.cli import run_cli
 from tests.tservers.helpers import create, deadline, ipc, open_manager, six_rows
 from tservers.fs import FsLayout
-from tservers.tserver_pb2 import OpType
 
 pytestmark = pytest.mark.integration  # every test runs the `tserver` command as a process
 

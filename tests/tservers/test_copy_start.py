@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 
 from rpc.errors import IllegalState, InvalidTerm, TabletFailed
+from rpc.protocols.tserver_pb2 import DataState, OpIdPB, OpType, StartTabletCopyRequest
 from tests.tservers.helpers import create, deadline, ipc, open_manager, six_rows
 from tservers.tablet.manager import TabletDataState
 from tservers.tablet_copy import _LiveTarget, check_copy_start
-from tservers.tserver_pb2 import DataState, OpIdPB, OpType, StartTabletCopyRequest
 
 
 def req(expected=DataState.DATA_STATE_UNKNOWN, term=5, last=None) -> StartTabletCopyRequest:
@@ -118,8 +118,8 @@ def test_no_create_while_a_copy_of_the_tablet_is_queued_or_running(manager):
     import threading
 
     from rpc.errors import NotFound
+    from rpc.protocols.tserver_pb2 import BeginCopySessionRequest
     from rpc.server import RpcServer
-    from tservers.tserver_pb2 import BeginCopySessionRequest
 
     asked, release = threading.Event(), threading.Event()
 

@@ -11,12 +11,12 @@ import pyarrow as pa
 import pytest
 
 from rpc.errors import TabletDeleted, TabletFailed
+from rpc.protocols.tserver_pb2 import DataState, OpType
 from tests.tservers.helpers import deadline, ipc, open_manager, six_rows
 from tservers.crash import CRASH_ENV, CRASH_EXIT_CODE, DELETION_POINTS
 from tservers.fs import FsLayout
 from tservers.tablet.manager import quarantine_dirs
 from tservers.tablet.tablet import TabletStatus
-from tservers.tserver_pb2 import DataState, OpType
 from tservers.wal import segment as seg
 
 REPO = Path(__file__).resolve().parents[2]

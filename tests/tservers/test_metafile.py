@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from rpc.protocols.tserver_pb2 import ConsensusMetaPB, DataState, MemberType, SuperblockPB
 from tservers import metafile
 from tservers.fs import FsError, FsLayout
 from tservers.metafile import MetaFileCorrupt
-from tservers.tserver_pb2 import ConsensusMetaPB, DataState, MemberType, SuperblockPB
 
 
 def _cmeta() -> ConsensusMetaPB:

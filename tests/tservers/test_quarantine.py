@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.client.tablets import TabletServerClient, column
+from logcentric.tablets import TabletServerClient, column
+from rpc.protocols.tserver_pb2 import DataState, OpType
 from tests.support.cli import run_cli
 from tests.support.procs import wait_for
 from tests.tservers.helpers import create, deadline, ipc, open_manager, six_rows
@@ -26,7 +27,6 @@ from tservers import quarantine as q
 from tservers.fs import FsLayout
 from tservers.quarantine import Entry, Policy, QuarantineReaper, Reason, plan
 from tservers.tablet.manager import TabletManager
-from tservers.tserver_pb2 import DataState, OpType
 
 DAY_S = 86_400.0
 T0 = 1_000_000_000.0  # an arbitrary "now" for the pure function and for os.utime

@@ -9,7 +9,7 @@ import threading
 import pyarrow as pa
 import pytest
 
-from coordinator.client.tablets import TabletServerClient, column
+from logcentric.tablets import TabletServerClient, column
 from rpc.client import RpcClient
 from rpc.errors import (
     AlreadyExists,
@@ -21,9 +21,9 @@ from rpc.errors import (
     TabletDeleted,
     TabletNotFound,
 )
+from rpc.protocols.tserver_pb2 import OpType, StatusRequest, StatusResponse
 from tests.tservers.procs import REPO, TServerProcess
 from tservers.fs import FsLayout
-from tservers.tserver_pb2 import OpType, StatusRequest, StatusResponse
 from tservers.wal import segment as seg
 
 COLS = [

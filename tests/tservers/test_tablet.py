@@ -14,9 +14,7 @@ from rpc.errors import (
     SchemaVersionMismatch,
     TabletNotFound,
 )
-from tests.tservers.helpers import create, deadline, ipc, keys, open_manager, six_rows
-from tservers.tablet.tablet import compaction_run
-from tservers.tserver_pb2 import (
+from rpc.protocols.tserver_pb2 import (
     ColumnSchemaPB,
     DataType,
     OpType,
@@ -25,6 +23,8 @@ from tservers.tserver_pb2 import (
     SchemaPB,
     ValuePB,
 )
+from tests.tservers.helpers import create, deadline, ipc, keys, open_manager, six_rows
+from tservers.tablet.tablet import compaction_run
 
 
 def scan(t, projection=(), predicates=(), lower=(), upper=(), limit=0) -> pa.Table:

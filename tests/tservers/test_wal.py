@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from tservers.tserver_pb2 import EntryType, LogEntryPB, RowBlockPB, WriteOpPB
+from rpc.protocols.tserver_pb2 import EntryType, LogEntryPB, RowBlockPB, WriteOpPB
 from tservers.wal import segment as seg
 from tservers.wal.log import Appender, TabletLog, WalOptions
 from tservers.wal.segment import WalCorruption

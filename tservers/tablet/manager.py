@@ -21,15 +21,11 @@ bootstrap leaves that tablet FAILED (offline, reported) while the others run.
 
 from __future__ import annotations
 
-import enum
 import logging
-import os
-import re
 import shutil
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from rpc.errors import (
     AlreadyExists,
@@ -41,18 +37,7 @@ from rpc.errors import (
     TabletNotFound,
     Unavailable,
 )
-from tservers.consensus.types import OpId, ReplicaStatus
-from tservers.consensus_wire import WireError, config_from_pb
-from tservers.crash import crash_point
-from tservers.fs import FsLayout, move_dir
-from tservers.metafile import MetaFileCorrupt, fsync_dir, write_atomic
-from tservers.quarantine import REMOVING_SUFFIX, QuarantineReaper
-from tservers.quarantine import Policy as QuarantinePolicy
-from tservers.raft_driver import DriverOptions, RaftDriver
-from tservers.tablet import schema as schemamod
-from tservers.tablet.tablet import Tablet, TabletOptions, TabletStatus
-from tservers.tablet_copy import SESSION_IDLE_S, CopyJobs, CopySource
-from tservers.tserver_pb2 import (
+from rpc.protocols.tserver_pb2 import (
     ConsensusMetaPB,
     CreateTabletRequest,
     DataState,
@@ -63,23 +48,33 @@ from tservers.tserver_pb2 import (
     SuperblockPB,
     TabletReportPB,
 )
+from tservers.consensus.types import OpId, ReplicaStatus
+from tservers.consensus_wire import WireError, config_from_pb
+from tservers.crash import crash_point
+from tservers.fs import FsLayout
+from tservers.metafile import MetaFileCorrupt, fsync_dir
+from tservers.quarantine import Policy as QuarantinePolicy
+from tservers.quarantine import QuarantineReaper
+from tservers.raft_driver import DriverOptions, RaftDriver
+from tservers.tablet import schema as schemamod
+from tservers.tablet.replica_files import (  # noqa: F401 (names the manager re-exports)
+    TABLET_ID_RE,
+    TabletDataState,
+    check_tablet_id,
+    quarantine_dirs,
+    ready_superblock,
+    roll_forward_deletion,
+    tombstone_files,
+)
+from tservers.tablet.tablet import Tablet, TabletOptions, TabletStatus
+from tservers.tablet_copy import SESSION_IDLE_S, CopyJobs, CopySource
 from tservers.wal.log import Appender, WalOptions
 
 log = logging.getLogger(__name__)
 
-TABLET_ID_RE = re.compile(r"^[A-Za-z0-9_\-]{1,64}$")
 TABLETS_MAX = 10_000
 # A tablet whose only voter is this server leads at once; create and startup wait for that.
 LONE_VOTER_READY_S = 10.0
-
-
-class TabletDataState(enum.Enum):
-    """Seed 000's data states; DOES_NOT_EXIST is the absence of a superblock."""
-
-    DOES_NOT_EXIST = 0
-    READY = DataState.READY
-    COPYING = DataState.COPYING
-    DELETED = DataState.DELETED
 
 
 @dataclass(slots=True)
@@ -92,11 +87,6 @@ class Replica:
     error: str = ""
     tablet: Tablet | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
-
-
-def check_tablet_id(tablet_id: str) -> None:
-    if not TABLET_ID_RE.match(tablet_id or ""):
-        raise BadRequest(f"bad tablet id {tablet_id!r} (1-64 of A-Z a-z 0-9 _ -)")
 
 
 class TabletManager:
@@ -591,76 +581,3 @@ class TabletManager:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def quarantine_dirs(fs: FsLayout, tablet_id: str) -> list[Path]:
-    """A tablet's quarantine directories, by n (those being removed left out)."""
-    return sorted(
-        (
-            p
-            for p in fs.quarantine_root.glob(f"{tablet_id}.*")
-            if not p.name.endswith(REMOVING_SUFFIX)
-        ),
-        key=lambda p: int(p.suffix[1:]) if p.suffix[1:].isdigit() else 0,
-    )
-
-
-def tombstone_files(fs: FsLayout, sb: SuperblockPB, last: OpIdPB) -> SuperblockPB:
-    """Deletion steps 2-6 of a replica that is shut down (or of a stopped server: `tserver
-    copy-from-remote --force`): quarantine, tombstone with `last`, move the data aside."""
-    tablet_id = sb.tablet_id
-    # Step 2: the quarantine directory.
-    qdir = fs.new_quarantine_dir(tablet_id)
-    crash_point("delete.after_step_2")
-    # Step 3: a copy of the current superblock.
-    data = fs.superblock_path(tablet_id).read_bytes()
-    write_atomic(qdir / "superblock", data)
-    crash_point("delete.after_step_3")
-    # Step 4: the tombstone; from here on the deletion is rolled forward.
-    new = SuperblockPB()
-    new.CopyFrom(sb)
-    new.data_state = DataState.DELETED
-    new.last_op_id.CopyFrom(last)
-    new.quarantine_path = str(qdir.relative_to(fs.root))
-    del new.blocks[:]
-    new.flushed_index = 0
-    fs.write_superblock(new)
-    crash_point("delete.after_step_4")
-    roll_forward_deletion(fs, new)
-    return new
-
-
-def roll_forward_deletion(fs: FsLayout, sb: SuperblockPB) -> None:
-    """Steps 5 and 6; idempotent, so startup can redo them."""
-    tablet_id = sb.tablet_id
-    assert sb.data_state == DataState.DELETED and sb.quarantine_path
-    qdir = fs.root / sb.quarantine_path
-    qdir.mkdir(parents=True, exist_ok=True)
-    # Step 5: a copy of the consensus metadata (the original stays: it is kept forever).
-    cm = fs.cmeta_path(tablet_id)
-    if cm.exists():
-        write_atomic(qdir / "consensus-meta", cm.read_bytes())
-    crash_point("delete.after_step_5")
-    # Step 6: move the data and then the WAL directory aside.
-    data_dir = fs.data_dir(tablet_id)
-    if data_dir.exists():
-        move_dir(data_dir, qdir / "data")
-    crash_point("delete.after_move_data")
-    wal_dir = fs.wal_dir(tablet_id)
-    if wal_dir.exists():
-        move_dir(wal_dir, qdir / "wal")
-    # The directory's mtime is the time of the deletion: the quarantine's retention counts
-    # from it (tservers/quarantine.py). The renames above set it too; this says so.
-    os.utime(qdir)
-    crash_point("delete.after_step_6")
-
-
-def ready_superblock(tablet_id: str, remote_sb: SuperblockPB) -> SuperblockPB:
-    """Copy step 5's superblock: the source's, READY here, no quarantine, no tombstone op id."""
-    sb = SuperblockPB()
-    sb.CopyFrom(remote_sb)
-    sb.tablet_id = tablet_id
-    sb.data_state = DataState.READY
-    sb.quarantine_path = ""
-    sb.ClearField("last_op_id")
-    return sb

@@ -63,6 +63,19 @@ from rpc.errors import (
     TimedOut,
     Unavailable,
 )
+from rpc.protocols.tserver_pb2 import (
+    ConsensusMetaPB,
+    DataType,
+    LogEntryPB,
+    OpIdPB,
+    OpType,
+    PredicateOp,
+    PredicatePB,
+    RowBlockPB,
+    SuperblockPB,
+    ValuePB,
+    WriteOpPB,
+)
 from tservers.consensus.types import (
     ConfigChange,
     Entry,
@@ -78,19 +91,6 @@ from tservers.crash import crash_point
 from tservers.fs import FsLayout
 from tservers.metafile import fsync_dir
 from tservers.tablet.schema import DELETED_FIELD, Schema, block_name, value_from_pb
-from tservers.tserver_pb2 import (
-    ConsensusMetaPB,
-    DataType,
-    LogEntryPB,
-    OpIdPB,
-    OpType,
-    PredicateOp,
-    PredicatePB,
-    RowBlockPB,
-    SuperblockPB,
-    ValuePB,
-    WriteOpPB,
-)
 from tservers.wal.log import Appender, TabletLog, WalOptions
 
 log = logging.getLogger(__name__)

@@ -21,9 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from rpc.protocols.tserver_pb2 import LogEntryPB, OpIdPB, SegmentFooterPB, SegmentHeaderPB
 from tservers.crash import crash_point
 from tservers.metafile import fsync_dir
-from tservers.tserver_pb2 import LogEntryPB, OpIdPB, SegmentFooterPB, SegmentHeaderPB
 from tservers.wal import segment as seg
 from tservers.wal.segment import WalCorruption
 

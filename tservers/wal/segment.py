@@ -23,7 +23,7 @@ from pathlib import Path
 import crc32c
 from google.protobuf.message import DecodeError
 
-from tservers.tserver_pb2 import LogEntryBatchPB, LogEntryPB, SegmentFooterPB, SegmentHeaderPB
+from rpc.protocols.tserver_pb2 import LogEntryBatchPB, LogEntryPB, SegmentFooterPB, SegmentHeaderPB
 
 MAGIC = b"TSWALSG1"
 _FILE_HEADER = struct.Struct("<8sII")

@@ -42,12 +42,12 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from coordinator import coordinator_pb2 as cpb
-from coordinator.client.meta import CoordinatorClient, SilenceWatch, attempt_patience_s
-from coordinator.client.partition import bucket_of_rows
-from coordinator.client.tablets import TabletServerClient, predicate
+from logcentric.meta import CoordinatorClient, SilenceWatch, attempt_patience_s
+from logcentric.partition import bucket_of_rows
+from logcentric.tablets import TabletServerClient, predicate
 from rpc import errors
-from tservers.tserver_pb2 import OpType
+from rpc.protocols import coordinator_pb2 as cpb
+from rpc.protocols.tserver_pb2 import OpType
 
 BACKOFF_INITIAL_S = 0.02
 BACKOFF_MAX_S = 1.0

@@ -7,7 +7,7 @@ its connection still up) costs about two patiences, while a live one doing a lar
 a slow scan batch is waited for (`meta.SilenceWatch`, given by the owner).
 
 Imports only the rpc client, `meta.SilenceWatch` and the generated protocol module
-(`tservers.tserver_pb2`), never tablet-server internals. The coordinator's client library
+(`rpc.protocols.tserver_pb2`), never tablet-server internals. The coordinator's client library
 routes rows to tablets and tablets to servers; this module talks to one server.
 
     with TabletServerClient("127.0.0.1:7051") as ts:
@@ -29,10 +29,10 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from coordinator.client.meta import SilenceWatch
+from logcentric.meta import SilenceWatch
 from rpc.client import RpcClient
 from rpc.errors import TimedOut
-from tservers.tserver_pb2 import (
+from rpc.protocols.tserver_pb2 import (
     AlterSchemaRequest,
     AlterSchemaResponse,
     ColumnSchemaPB,

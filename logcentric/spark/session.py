@@ -2,7 +2,7 @@
 
 Python workers must run the project's interpreter (the one with pyarrow, the client library
 and this package), so PYSPARK_PYTHON / PYSPARK_DRIVER_PYTHON default to `sys.executable`, and
-the repository root is put on PYTHONPATH so that workers import `spark_tables` even when the
+the repository root is put on PYTHONPATH so that workers import `logcentric` even when the
 package is not installed (a source checkout). On a real cluster (`--master spark://...`) the
 same interpreter path must exist on every worker with the package installed; pass
 `python_path=` (conf `spark.pyspark.python`) when it differs from the driver's.
@@ -16,7 +16,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 DRIVER_MEMORY_DEFAULT = "1g"
 SHUFFLE_PARTITIONS_DEFAULT = 4
 
@@ -46,7 +46,7 @@ def build_session(
     extra_conf: dict[str, str] | None = None,
 ) -> SparkSession:
     """A SparkSession with the UI off, few shuffle partitions and the data source registered."""
-    from spark_tables.datasource import register
+    from logcentric.spark.datasource import register
 
     python = ensure_python_env(python_path)
     builder = (

@@ -168,7 +168,7 @@ class LocalCluster:
     def coordinator_args(self, node: NodeSpec) -> list[str]:
         peers = ",".join(n.raft for n in self.spec.coordinators if n is not node)
         args = [
-            "coordinator.cli", "start",
+            "optools.coordinator_cli", "start",
             "--id", node.name,
             "--data-dir", node.data,
             "--bind", node.rpc,
@@ -249,7 +249,7 @@ class LocalCluster:
     # -- readiness and status ----------------------------------------------------------
 
     def client(self, timeout_s: float = 10.0):
-        from coordinator.client.meta import CoordinatorClient
+        from logcentric.meta import CoordinatorClient
 
         return CoordinatorClient(self.spec.coordinator_addresses, timeout_s=timeout_s)
 

@@ -25,7 +25,6 @@ import uuid as uuidlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from coordinator import coordinator_pb2 as pb
 from rpc.client import RETRY_ATTEMPTS_MAX, RETRY_BACKOFF_INITIAL_S, RETRY_BACKOFF_MAX_S, RpcClient
 from rpc.client import RETRYABLE as RPC_RETRYABLE
 from rpc.errors import (
@@ -37,6 +36,7 @@ from rpc.errors import (
     TimedOut,
     Unavailable,
 )
+from rpc.protocols import coordinator_pb2 as pb
 
 logger = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ the reason. Ids whose entries are no longer held anywhere (invalidated, then com
 away) are printed as "gone" ranges.
 
 The lead wires this as the `coordinator log` subcommand with `add_arguments(parser)` and
-`run(args)`; `main(argv)` runs it standalone (`python -m coordinator.logtool`).
+`run(args)`; `main(argv)` runs it standalone (`python -m optools.logtool`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import threading
 from collections.abc import Sequence
 from typing import TextIO
 
-from coordinator.logtool_decode import (
+from optools.logtool_decode import (
     ALL_TYPES,
     TYPE_GONE,
     TYPE_INVALIDATION,
@@ -44,7 +44,7 @@ from coordinator.logtool_decode import (
     pending_operations,
     summarize,
 )
-from coordinator.logtool_source import (
+from optools.logtool_source import (
     DataDirError,
     LoadStats,
     LogImage,

@@ -4,7 +4,7 @@ Turns raw log entries (id, bytes, the ids they invalidated, whether they are sti
 into `RecordView` values: record type, operation id and phase, the table, tablets and
 servers a record concerns. Also derives, from a list of views, the pending operations, the
 lease history and the summary counts. No files, sockets or clocks here: the readers
-(coordinator/logtool_source.py) and the command line (coordinator/logtool.py) sit around it.
+(optools/logtool_source.py) and the command line (optools/logtool.py) sit around it.
 
 A record that does not decode is a RecordView of type "undecodable" carrying the reason;
 nothing in this module raises on bad bytes.
@@ -22,7 +22,7 @@ from typing import Any
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 
-from coordinator import coordinator_pb2 as pb
+from rpc.protocols import coordinator_pb2 as pb
 
 # Types that are not LogRecord oneof names.
 TYPE_INVALIDATION = "invalidation"  # an entry with empty data: it only invalidates others

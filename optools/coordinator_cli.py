@@ -120,12 +120,12 @@ def cmd_start(args) -> int:
 
 
 def cmd_servers(args) -> int:
-    from coordinator.client.meta import CoordinatorClient
+    from logcentric.meta import CoordinatorClient
 
     with CoordinatorClient(args.coordinators, timeout_s=args.timeout_s) as client:
         servers = client.list_servers()
         if args.json:
-            from coordinator.admin import server_fields
+            from optools.admin import server_fields
 
             print(json.dumps([server_fields(s) for s in servers]))
             return 0
@@ -136,7 +136,7 @@ def cmd_servers(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from coordinator import admin, localcluster, logtool
+    from optools import admin, localcluster, logtool
 
     parser = argparse.ArgumentParser(prog="coordinator", description=__doc__.splitlines()[0])
     parser.add_argument(

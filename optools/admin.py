@@ -23,15 +23,15 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 
-from coordinator import coordinator_pb2 as cpb
 from coordinator.catalog import REPLICATION_FACTOR_MAX
-from coordinator.client.client import TYPE_NAMES, Client, Column
-from coordinator.client.meta import CoordinatorClient
-from coordinator.client.tablets import TabletServerClient
+from logcentric.client import TYPE_NAMES, Client, Column
+from logcentric.meta import CoordinatorClient
+from logcentric.tablets import TabletServerClient
 from rpc import errors
 from rpc.addresses import address_list_arg
 from rpc.console import int_in, run_command
-from tservers.tserver_pb2 import DataState, ListTabletsResponse
+from rpc.protocols import coordinator_pb2 as cpb
+from rpc.protocols.tserver_pb2 import DataState, ListTabletsResponse
 
 DEFAULT_TIMEOUT_S = 10.0
 TIMEOUT_S_MAX = 3600.0
@@ -462,7 +462,7 @@ def _replica_text(r: dict) -> str:
 
 
 def cmd_membership(args) -> int:
-    from coordinator import coordinator_pb2 as cpb
+    from rpc.protocols import coordinator_pb2 as cpb
 
     with CoordinatorClient(args.coordinators, timeout_s=args.timeout_s) as meta:
         method, request = (

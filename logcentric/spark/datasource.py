@@ -12,7 +12,7 @@ that tasks flushed before a failure stay written; `abort` only logs. Upsert is t
 operation to use when a job may be retried (Spark task retries, a rerun after a failure).
 
 Options: coordinators (required), table (required), operation, columns, predicates,
-flush_rows_max, timeout_s; see spark_tables/mapping.py and design/spark.md.
+flush_rows_max, timeout_s; see logcentric/spark/mapping.py and design/spark.md.
 """
 
 from __future__ import annotations
@@ -31,17 +31,17 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from spark_tables import mapping
-from spark_tables.mapping import Operation, OptionError, SourceOptions
+from logcentric.spark import mapping
+from logcentric.spark.mapping import Operation, OptionError, SourceOptions
 
 FORMAT_NAME = "logcentric"
 logger = logging.getLogger(__name__)
 
 
-def _open_client(options: SourceOptions):  # -> coordinator.client.client.Client
+def _open_client(options: SourceOptions):  # -> logcentric.client.Client
     # Imported here: the data source object is pickled to the Python workers, which import
     # the client library themselves.
-    from coordinator.client.client import Client
+    from logcentric.client import Client
 
     return Client(list(options.coordinators), timeout_s=options.timeout_s)
 
