@@ -391,6 +391,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     up.add_argument("--lease-timeout-s", type=float, default=1.5)
     up.add_argument("--wipe", action="store_true", help="delete an existing cluster in --dir first")
     up.add_argument("--timeout-s", type=float, default=READY_TIMEOUT_S_DEFAULT)
+    up.add_argument(
+        "--name",
+        default="local",
+        help="register the cluster under this name in the clusters file (default local)",
+    )
+    up.add_argument("--no-register", action="store_true", help="do not write the clusters file")
     down = sub.add_parser("down", help="stop every process (data is kept)")
     down.add_argument("--dir", type=Path, required=True)
     down.add_argument("--wipe", action="store_true", help="also delete the folder")
@@ -414,6 +420,15 @@ def run(args) -> int:
         print(f"cluster up in {time.monotonic() - started:.1f}s; data and logs in {root}")
         print(f"coordinators: {','.join(cluster.spec.coordinator_addresses)}")
         print(f"tservers: {','.join(n.rpc for n in cluster.spec.tservers)}")
+        if not args.no_register:
+            from logcentric import clusters
+
+            path = clusters.register(args.name, cluster.spec.coordinator_addresses)
+            print(f"registered as cluster {args.name!r} in {path}")
+            print(
+                f'connect: logcentric.connect(cluster="{args.name}")  |  '
+                f"coordinator status --cluster {args.name}"
+            )
         return 0
     spec = ClusterSpec.load(root)
     if spec is None:

@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
+
 import pytest
 
 from optools.localcluster import LocalCluster
+
+# Tests never read or write the user's clusters file (~/.config/logcentric/clusters.toml):
+# every run gets its own, and the environment names no cluster unless a test says so.
+_CONFIG_DIR = tempfile.mkdtemp(prefix="logcentric-test-config-")
+os.environ["LOGCENTRIC_CONFIG"] = os.path.join(_CONFIG_DIR, "clusters.toml")
+os.environ.pop("LOGCENTRIC_COORDINATORS", None)
+os.environ.pop("LOGCENTRIC_CLUSTER", None)
 
 
 @pytest.hookimpl(hookwrapper=True)
