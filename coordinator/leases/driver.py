@@ -32,13 +32,15 @@ READ_CHUNK_ENTRIES = 1000
 JOIN_TIMEOUT_S = 5.0
 
 
-def encode_lease(lease: LeaseValue) -> bytes:
+def encode_lease(lease: LeaseValue, written_unix_ms: int = 0) -> bytes:
+    """The record; `written_unix_ms` (wall clock) is for people reading the log only."""
     return pb.LogRecord(
         lease=pb.Lease(
             holder_uuid=lease.holder_uuid,
             holder_address=lease.holder_address,
             epoch=lease.epoch,
             takeover=lease.takeover,
+            written_unix_ms=written_unix_ms,
         )
     ).SerializeToString()
 
@@ -228,7 +230,7 @@ class LeaseDriver:
         try:
             got = self.store.append(
                 self.log,
-                encode_lease(action.lease),
+                encode_lease(action.lease, written_unix_ms=int(time.time() * 1000)),
                 expected_id=action.expected_id,
                 invalidates=action.invalidates,
                 timeout_s=self.append_timeout_s,
