@@ -30,7 +30,7 @@ import zmq
 import zmq.utils.monitor
 from google.protobuf.message import DecodeError, Message
 
-from rpc import errors
+from rpc import errors, privileged
 from rpc.addresses import endpoint
 from rpc.frames import recv_frames, send_frames
 from rpc.rpc_pb2 import PingRequest, PingResponse, RequestHeader, ResponseHeader, StatusCode
@@ -287,6 +287,7 @@ class Transport:
         body: bytes,
         sidecars,
         timeout_s: float,
+        auth_tag: bytes = b"",
     ) -> _Call:
         """Hand a request to the I/O thread; `finish_call` waits for its answer."""
         if self._closing.is_set():
@@ -301,7 +302,10 @@ class Transport:
             call_id=next(self._call_ids),
             address=address,
             header=RequestHeader(
-                method=method, recipient_uuid=recipient_uuid, caller_uuid=caller_uuid
+                method=method,
+                recipient_uuid=recipient_uuid,
+                caller_uuid=caller_uuid,
+                auth_tag=auth_tag,
             ),
             frames=[body, *sidecars],
             deadline=time.monotonic() + timeout_s,
@@ -348,12 +352,24 @@ class Transport:
             raise errors.error_from_header(header, body_bytes)
         return header, [body_bytes, *(f.buffer for f in rest[1:])]
 
-    def call_frames(self, address, recipient_uuid, caller_uuid, method, body, sidecars, timeout_s):
+    def call_frames(
+        self,
+        address,
+        recipient_uuid,
+        caller_uuid,
+        method,
+        body,
+        sidecars,
+        timeout_s,
+        auth_tag: bytes = b"",
+    ):
         """One attempt: send, wait for the answer; raises RpcError for a non-OK status."""
         direct = self._direct_socket(address)
-        if direct is None:
+        if direct is None or auth_tag:
+            # Signed (privileged) calls are rare: through the I/O thread, so that the direct
+            # sockets' reused headers never carry a tag.
             call = self.start_call(
-                address, recipient_uuid, caller_uuid, method, body, sidecars, timeout_s
+                address, recipient_uuid, caller_uuid, method, body, sidecars, timeout_s, auth_tag
             )
             return self.finish_call(call)
         with direct.lock:
@@ -768,11 +784,19 @@ class RpcClient:
     """Calls to one server address. Thread-safe; a context manager."""
 
     def __init__(
-        self, address: str, caller_uuid: str = "", *, transport: Transport | None = None
+        self,
+        address: str,
+        caller_uuid: str = "",
+        *,
+        transport: Transport | None = None,
+        privileged_key: bytes | None = None,
     ) -> None:
+        """`privileged_key` (rpc.privileged.derive_key of the cluster's secret): every call
+        is signed with it, so that the server runs its privileged methods."""
         endpoint(address)  # validates
         self.address = address
         self.caller_uuid = caller_uuid
+        self.privileged_key = privileged_key
         self._owns_transport = transport is None
         self._transport = transport or Transport()
 
@@ -813,6 +837,11 @@ class RpcClient:
         started = time.monotonic()
         deadline = started + timeout_s
         body = request.SerializeToString()
+        auth_tag = (
+            privileged.tag(self.privileged_key, method, recipient_uuid, self.caller_uuid, body)
+            if self.privileged_key
+            else b""
+        )
         backoff_s = RETRY_BACKOFF_INITIAL_S
         for attempt in range(1, RETRY_ATTEMPTS_MAX + 1):
             remaining = deadline - time.monotonic()
@@ -829,6 +858,7 @@ class RpcClient:
                     body,
                     sidecars,
                     remaining,
+                    auth_tag,
                 )
                 break
             except RETRYABLE as err:
@@ -863,14 +893,21 @@ class RpcClient:
         """Send now, collect later with `.result()`: many calls in flight from one thread.
 
         No retries: a pending call is one attempt."""
+        body = request.SerializeToString()
+        auth_tag = (
+            privileged.tag(self.privileged_key, method, recipient_uuid, self.caller_uuid, body)
+            if self.privileged_key
+            else b""
+        )
         call = self._transport.start_call(
             self.address,
             recipient_uuid,
             self.caller_uuid,
             method,
-            request.SerializeToString(),
+            body,
             sidecars,
             timeout_s,
+            auth_tag,
         )
         return PendingCall(self._transport, call, response_type)
 

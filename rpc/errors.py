@@ -144,6 +144,10 @@ class SchemaVersionMismatch(RpcError):
     status = StatusCode.SCHEMA_VERSION_MISMATCH
 
 
+class Unauthenticated(RpcError):
+    status = StatusCode.UNAUTHENTICATED
+
+
 ERROR_CLASSES: dict[int, type[RpcError]] = {
     cls.status: cls
     for cls in (
@@ -167,6 +171,7 @@ ERROR_CLASSES: dict[int, type[RpcError]] = {
         Corruption,
         TabletFailed,
         SchemaVersionMismatch,
+        Unauthenticated,
     )
 }
 

@@ -24,23 +24,23 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\rrpc/rpc.proto\x12\x03rpc\":\n\nLeaderHint\x12\x0c\n\x04uuid\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\r\n\x05\x65poch\x18\x03 \x01(\x04\"\x82\x01\n\rRequestHeader\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\x04\x12\x0e\n\x06method\x18\x02 \x01(\t\x12\x16\n\x0erecipient_uuid\x18\x03 \x01(\t\x12\x13\n\x0b\x63\x61ller_uuid\x18\x04 \x01(\t\x12\x12\n\ntimeout_ms\x18\x05 \x01(\r\x12\x0f\n\x07one_way\x18\x06 \x01(\x08\"\xa6\x01\n\x0eResponseHeader\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\x04\x12\x1f\n\x06status\x18\x02 \x01(\x0e\x32\x0f.rpc.StatusCode\x12\x0f\n\x07message\x18\x03 \x01(\t\x12$\n\x0bleader_hint\x18\x04 \x01(\x0b\x32\x0f.rpc.LeaderHint\x12\x16\n\x0eretry_after_ms\x18\x05 \x01(\r\x12\x13\n\x0bserver_uuid\x18\x06 \x01(\t\"\r\n\x0bPingRequest\">\n\x0cPingResponse\x12\x0c\n\x04uuid\x18\x01 \x01(\t\x12\x0f\n\x07service\x18\x02 \x01(\t\x12\x0f\n\x07methods\x18\x03 \x03(\t*\x84\x03\n\nStatusCode\x12\x06\n\x02OK\x10\x00\x12\x0e\n\nNOT_LEADER\x10\x01\x12\x10\n\x0cINVALID_NAME\x10\x02\x12\x10\n\x0cINVALID_TERM\x10\x03\x12\x14\n\x10\x43ONDITION_FAILED\x10\x04\x12\x0e\n\nCAS_FAILED\x10\x05\x12\x17\n\x13\x41LREADY_IN_PROGRESS\x10\x06\x12\x11\n\rILLEGAL_STATE\x10\x07\x12\r\n\tNOT_FOUND\x10\x08\x12\x12\n\x0e\x41LREADY_EXISTS\x10\t\x12\x12\n\x0eTABLET_DELETED\x10\n\x12\x14\n\x10TABLET_NOT_FOUND\x10\x0b\x12\r\n\tTHROTTLED\x10\x0c\x12\r\n\tTIMED_OUT\x10\r\x12\x0f\n\x0bUNAVAILABLE\x10\x0e\x12\x0f\n\x0b\x42\x41\x44_REQUEST\x10\x0f\x12\x0c\n\x08INTERNAL\x10\x10\x12\r\n\tCANCELLED\x10\x11\x12\x0e\n\nCORRUPTION\x10\x12\x12\x11\n\rTABLET_FAILED\x10\x13\x12\x1b\n\x17SCHEMA_VERSION_MISMATCH\x10\x14\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\rrpc/rpc.proto\x12\x03rpc\":\n\nLeaderHint\x12\x0c\n\x04uuid\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\r\n\x05\x65poch\x18\x03 \x01(\x04\"\x94\x01\n\rRequestHeader\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\x04\x12\x0e\n\x06method\x18\x02 \x01(\t\x12\x16\n\x0erecipient_uuid\x18\x03 \x01(\t\x12\x13\n\x0b\x63\x61ller_uuid\x18\x04 \x01(\t\x12\x12\n\ntimeout_ms\x18\x05 \x01(\r\x12\x0f\n\x07one_way\x18\x06 \x01(\x08\x12\x10\n\x08\x61uth_tag\x18\x07 \x01(\x0c\"\xa6\x01\n\x0eResponseHeader\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\x04\x12\x1f\n\x06status\x18\x02 \x01(\x0e\x32\x0f.rpc.StatusCode\x12\x0f\n\x07message\x18\x03 \x01(\t\x12$\n\x0bleader_hint\x18\x04 \x01(\x0b\x32\x0f.rpc.LeaderHint\x12\x16\n\x0eretry_after_ms\x18\x05 \x01(\r\x12\x13\n\x0bserver_uuid\x18\x06 \x01(\t\"\r\n\x0bPingRequest\">\n\x0cPingResponse\x12\x0c\n\x04uuid\x18\x01 \x01(\t\x12\x0f\n\x07service\x18\x02 \x01(\t\x12\x0f\n\x07methods\x18\x03 \x03(\t*\x99\x03\n\nStatusCode\x12\x06\n\x02OK\x10\x00\x12\x0e\n\nNOT_LEADER\x10\x01\x12\x10\n\x0cINVALID_NAME\x10\x02\x12\x10\n\x0cINVALID_TERM\x10\x03\x12\x14\n\x10\x43ONDITION_FAILED\x10\x04\x12\x0e\n\nCAS_FAILED\x10\x05\x12\x17\n\x13\x41LREADY_IN_PROGRESS\x10\x06\x12\x11\n\rILLEGAL_STATE\x10\x07\x12\r\n\tNOT_FOUND\x10\x08\x12\x12\n\x0e\x41LREADY_EXISTS\x10\t\x12\x12\n\x0eTABLET_DELETED\x10\n\x12\x14\n\x10TABLET_NOT_FOUND\x10\x0b\x12\r\n\tTHROTTLED\x10\x0c\x12\r\n\tTIMED_OUT\x10\r\x12\x0f\n\x0bUNAVAILABLE\x10\x0e\x12\x0f\n\x0b\x42\x41\x44_REQUEST\x10\x0f\x12\x0c\n\x08INTERNAL\x10\x10\x12\r\n\tCANCELLED\x10\x11\x12\x0e\n\nCORRUPTION\x10\x12\x12\x11\n\rTABLET_FAILED\x10\x13\x12\x1b\n\x17SCHEMA_VERSION_MISMATCH\x10\x14\x12\x13\n\x0fUNAUTHENTICATED\x10\x15\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'rpc.rpc_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_STATUSCODE']._serialized_start=464
-  _globals['_STATUSCODE']._serialized_end=852
+  _globals['_STATUSCODE']._serialized_start=482
+  _globals['_STATUSCODE']._serialized_end=891
   _globals['_LEADERHINT']._serialized_start=22
   _globals['_LEADERHINT']._serialized_end=80
   _globals['_REQUESTHEADER']._serialized_start=83
-  _globals['_REQUESTHEADER']._serialized_end=213
-  _globals['_RESPONSEHEADER']._serialized_start=216
-  _globals['_RESPONSEHEADER']._serialized_end=382
-  _globals['_PINGREQUEST']._serialized_start=384
-  _globals['_PINGREQUEST']._serialized_end=397
-  _globals['_PINGRESPONSE']._serialized_start=399
-  _globals['_PINGRESPONSE']._serialized_end=461
+  _globals['_REQUESTHEADER']._serialized_end=231
+  _globals['_RESPONSEHEADER']._serialized_start=234
+  _globals['_RESPONSEHEADER']._serialized_end=400
+  _globals['_PINGREQUEST']._serialized_start=402
+  _globals['_PINGREQUEST']._serialized_end=415
+  _globals['_PINGRESPONSE']._serialized_start=417
+  _globals['_PINGRESPONSE']._serialized_end=479
 # @@protoc_insertion_point(module_scope)

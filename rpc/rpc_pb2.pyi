@@ -30,6 +30,7 @@ class StatusCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     CORRUPTION: _ClassVar[StatusCode]
     TABLET_FAILED: _ClassVar[StatusCode]
     SCHEMA_VERSION_MISMATCH: _ClassVar[StatusCode]
+    UNAUTHENTICATED: _ClassVar[StatusCode]
 OK: StatusCode
 NOT_LEADER: StatusCode
 INVALID_NAME: StatusCode
@@ -51,6 +52,7 @@ CANCELLED: StatusCode
 CORRUPTION: StatusCode
 TABLET_FAILED: StatusCode
 SCHEMA_VERSION_MISMATCH: StatusCode
+UNAUTHENTICATED: StatusCode
 
 class LeaderHint(_message.Message):
     __slots__ = ("uuid", "address", "epoch")
@@ -63,20 +65,22 @@ class LeaderHint(_message.Message):
     def __init__(self, uuid: _Optional[str] = ..., address: _Optional[str] = ..., epoch: _Optional[int] = ...) -> None: ...
 
 class RequestHeader(_message.Message):
-    __slots__ = ("call_id", "method", "recipient_uuid", "caller_uuid", "timeout_ms", "one_way")
+    __slots__ = ("call_id", "method", "recipient_uuid", "caller_uuid", "timeout_ms", "one_way", "auth_tag")
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
     METHOD_FIELD_NUMBER: _ClassVar[int]
     RECIPIENT_UUID_FIELD_NUMBER: _ClassVar[int]
     CALLER_UUID_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     ONE_WAY_FIELD_NUMBER: _ClassVar[int]
+    AUTH_TAG_FIELD_NUMBER: _ClassVar[int]
     call_id: int
     method: str
     recipient_uuid: str
     caller_uuid: str
     timeout_ms: int
     one_way: bool
-    def __init__(self, call_id: _Optional[int] = ..., method: _Optional[str] = ..., recipient_uuid: _Optional[str] = ..., caller_uuid: _Optional[str] = ..., timeout_ms: _Optional[int] = ..., one_way: _Optional[bool] = ...) -> None: ...
+    auth_tag: bytes
+    def __init__(self, call_id: _Optional[int] = ..., method: _Optional[str] = ..., recipient_uuid: _Optional[str] = ..., caller_uuid: _Optional[str] = ..., timeout_ms: _Optional[int] = ..., one_way: _Optional[bool] = ..., auth_tag: _Optional[bytes] = ...) -> None: ...
 
 class ResponseHeader(_message.Message):
     __slots__ = ("call_id", "status", "message", "leader_hint", "retry_after_ms", "server_uuid")

@@ -26,7 +26,7 @@ from typing import Any
 import zmq
 from google.protobuf.message import DecodeError, Message
 
-from rpc import errors
+from rpc import errors, privileged
 from rpc.addresses import bind_endpoint, host_port_of
 from rpc.frames import recv_frames, send_frames
 from rpc.rpc_pb2 import PingRequest, PingResponse, RequestHeader, ResponseHeader, StatusCode
@@ -138,6 +138,7 @@ class _Method:
     anonymous: bool
     inline: bool
     one_way: bool
+    privileged: bool = False
 
 
 class RpcServer:
@@ -152,7 +153,11 @@ class RpcServer:
         workers: int = 8,
         queue_max: int = 256,
         message_bytes_max: int = MESSAGE_BYTES_MAX_DEFAULT,
+        privileged_key: bytes | None = None,
     ) -> None:
+        """`privileged_key` (rpc.privileged.derive_key of the cluster's secret): privileged
+        methods answer only requests signed with it. None leaves them open: only for a
+        development server that anyone who can reach it may manage (its owner's choice)."""
         assert uuid, "a server needs a UUID"
         assert workers >= 1 and queue_max >= 1 and message_bytes_max >= 1024
         self.uuid = uuid
@@ -162,6 +167,7 @@ class RpcServer:
         self._queue_max = queue_max
         self.message_bytes_max = message_bytes_max
         self._methods: dict[str, _Method] = {}
+        self._privileged_key = privileged_key
         self._ctx = zmq.Context()
         self._router: zmq.Socket | None = None
         self._reply_pull: zmq.Socket | None = None
@@ -196,8 +202,12 @@ class RpcServer:
         anonymous: bool = False,
         inline: bool = False,
         one_way: bool = False,
+        privileged: bool = False,
     ) -> None:
         """Serve `method`. `anonymous` methods also accept an empty recipient UUID.
+
+        `privileged` methods (membership changes, replica deletion) run only for requests
+        signed with the server's `privileged_key` (rpc/privileged.py).
 
         `inline` handlers run on the I/O thread, saving two thread hand-offs per call; only
         for handlers that never block (no locks held by slow code, no I/O, no waiting).
@@ -206,7 +216,10 @@ class RpcServer:
         assert self._io_thread is None, "register methods before start()"
         assert method not in self._methods, f"method {method} registered twice"
         assert inline or not one_way, "one-way methods run inline"
-        self._methods[method] = _Method(request_type, handler, anonymous, inline, one_way)
+        assert not (privileged and (anonymous or one_way)), "a privileged call names its server"
+        self._methods[method] = _Method(
+            request_type, handler, anonymous, inline, one_way, privileged
+        )
 
     @property
     def address(self) -> str:
@@ -427,6 +440,23 @@ class RpcServer:
             raise self._reject(
                 errors.BadRequest(f"{header.method} takes no one-way messages"), call_id, True
             )
+        if method.privileged and self._privileged_key is not None:
+            if not privileged.verify(
+                self._privileged_key,
+                header.method,
+                header.recipient_uuid,
+                header.caller_uuid,
+                rest[1].buffer,
+                header.auth_tag,
+            ):
+                raise self._reject(
+                    errors.Unauthenticated(
+                        f"{header.method} is privileged: the request must be signed with the "
+                        "cluster's secret (--password-file)"
+                    ),
+                    call_id,
+                    one_way,
+                )
         timeout_ms = header.timeout_ms or CALL_TIMEOUT_MS_DEFAULT
         deadline = received + min(timeout_ms, CALL_TIMEOUT_MS_MAX) / 1000.0
         ctx = CallContext(
