@@ -91,17 +91,22 @@ def _addresses(value: str) -> str:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    src = parser.add_mutually_exclusive_group(required=True)
+    # No source given: the cluster named by the environment or the clusters file (the
+    # `coordinator` command resolves it; optools/coordinator_cli.py).
+    src = parser.add_mutually_exclusive_group()
     src.add_argument(
         "--data-dir",
         help="a coordinator node's data dir (or its logstore replica dir): read offline",
     )
     src.add_argument(
+        "--coordinators",
         "--address",
+        dest="address",
         type=_addresses,
         help="RPC addresses (HOST:PORT, comma-separated) of coordinator nodes or of "
         "`logstore serve` replicas: read live",
     )
+    src.add_argument("--cluster", metavar="NAME", help="read live from a named cluster")
     parser.add_argument("--log", default=DEFAULT_LOG, help="log name (default: %(default)s)")
     flt = parser.add_argument_group("filters (records must match all given)")
     flt.add_argument(
@@ -433,7 +438,9 @@ def run(
         out.flush()
         return EXIT_INCOMPLETE if image.stats.incomplete else 0
     except KeyboardInterrupt:
-        return 0 if args.follow else 130
+        if args.follow:
+            return 0  # Ctrl-C is how --follow ends
+        raise  # the caller's run_command: one line, exit status 130
     except BrokenPipeError:  # the reader went away (`| head`): stop quietly
         return reader_gone() if out is sys.stdout else 0
     except UsageError as err:
