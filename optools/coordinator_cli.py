@@ -4,10 +4,16 @@
         --raft 127.0.0.1:7200 --peers 127.0.0.1:7201,127.0.0.1:7202 --password-file PW
     coordinator start --id dev --data-dir DIR --raft 127.0.0.1:7200 --insecure-dev
     coordinator status --coordinators 127.0.0.1:7100,127.0.0.1:7101   (a ksck; admin.py)
-    coordinator tables|create-table|drop-table|describe|servers --coordinators ...
+    coordinator status --cluster local        (a name from the clusters file)
+    coordinator tables|create-table|drop-table|describe|servers ...
     coordinator retire-tserver UUID ... ; then stop it; coordinator remove-tserver UUID ...
     coordinator local-cluster up|down|status ...                     (localcluster.py)
-    coordinator log --data-dir NODE_DIR ...                          (logtool.py)
+    coordinator log --data-dir NODE_DIR ... | --cluster NAME ...     (logtool.py)
+    coordinator clusters                      (the clusters file: names and addresses)
+
+Every command that talks to a cluster names it the same way: `--coordinators HOST:PORT,...`,
+else `--cluster NAME`, else $LOGCENTRIC_COORDINATORS, $LOGCENTRIC_CLUSTER, the clusters
+file's default (logcentric/clusters.py). Nothing naming one is bad usage (exit status 2).
 
 The cluster password protects the Raft traffic of the embedded logstore (pysyncobj pickles
 its messages: it never runs unauthenticated between hosts). Without one, only a single-node
@@ -15,6 +21,7 @@ development group bound on 127.0.0.1 may run, and only with --insecure-dev.
 
 Bad usage (an address without a port, a negative count, a timeout of 0, an unknown log
 level) is refused when the arguments are parsed: one line, exit status 2, no traceback.
+Ctrl-C ends any command with one line and exit status 130 (rpc/console.py).
 """
 
 from __future__ import annotations
@@ -28,6 +35,14 @@ import sys
 import threading
 
 from rpc.addresses import address_arg
+from rpc.console import (
+    add_cluster_arguments,
+    add_json,
+    add_version,
+    cluster_addresses,
+    interruptible,
+    print_json,
+)
 
 PASSWORD_ENV = "COORDINATOR_PASSWORD"
 
@@ -71,7 +86,43 @@ def _password(args) -> str | None:
     return os.environ.get(PASSWORD_ENV) or None
 
 
+def insecure_problem(password: str | None, raft: str, peers: list[str], insecure_dev: bool):
+    """Why an embedded logstore without a password may not run, in the flags' own names
+    (the logstore's check says it in its API's terms), or None."""
+    if password:
+        return None
+    if peers:
+        return (
+            "a group of several nodes needs the cluster password: give --password-file FILE "
+            f"(or ${PASSWORD_ENV}) on every node"
+        )
+    if raft.rsplit(":", 1)[0] != "127.0.0.1":
+        return (
+            f"--raft {raft} is not on 127.0.0.1: give --password-file FILE (or ${PASSWORD_ENV}); "
+            "only a single-node development group on 127.0.0.1 may run without one"
+        )
+    if not insecure_dev:
+        return (
+            f"no cluster password: give --password-file FILE (or ${PASSWORD_ENV}), or "
+            "--insecure-dev for a single-node development group on 127.0.0.1"
+        )
+    return None
+
+
 def cmd_start(args) -> int:
+    # Ctrl-C and SIGTERM stop the node cleanly, even while it is still starting. The handlers
+    # only set an event; a node never started is then closed at once.
+    stop = threading.Event()
+    signalled: list[int] = []
+
+    def on_signal(signum, _frame) -> None:
+        signalled.append(signum)
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        if signal.getsignal(sig) is not signal.SIG_IGN:  # `nohup`, `cmd &` keep theirs
+            signal.signal(sig, on_signal)
+
     from coordinator.engine import EngineConfig
     from coordinator.leases import LeaseConfig
     from coordinator.node import CoordinatorNode, NodeConfig
@@ -80,6 +131,12 @@ def cmd_start(args) -> int:
     if not args.logstore and not args.raft:
         print("coordinator: --raft HOST:PORT is needed for the embedded logstore", file=sys.stderr)
         return 2
+    password = _password(args)
+    if not args.logstore and (
+        problem := insecure_problem(password, args.raft, _split(args.peers), args.insecure_dev)
+    ):
+        print(f"coordinator: cannot start: {problem}", file=sys.stderr)
+        return 1
     try:
         lease = LeaseConfig(
             lease_timeout_s=args.lease_timeout_s,
@@ -98,15 +155,12 @@ def cmd_start(args) -> int:
         bind=args.bind,
         raft_address=args.raft,
         peers=tuple(_split(args.peers)),
-        password=_password(args),
+        password=password,
         allow_insecure_dev=args.insecure_dev,
         logstore_addresses=tuple(_split(args.logstore)),
         lease=lease,
         engine=EngineConfig(tserver_timeout_s=args.tserver_timeout_s),
     )
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
     try:
         node = CoordinatorNode(config)
     except (RpcError, ValueError, OSError) as e:
@@ -116,6 +170,42 @@ def cmd_start(args) -> int:
         print(f"coordinator {args.id} uuid={node.uuid} rpc={node.address}", flush=True)
         while not stop.wait(1.0):
             pass
+    return _stopped_by(signalled)
+
+
+def _stopped_by(signalled: list[int]) -> int:
+    """A daemon's exit status once stopped: 130 and one line for Ctrl-C, 0 for SIGTERM."""
+    if signalled and signalled[0] == signal.SIGINT:
+        from rpc.console import interrupted
+
+        return interrupted("coordinator")
+    return 0
+
+
+def cmd_clusters(args) -> int:
+    """The clusters file: each name and its coordinators, the default marked."""
+    from logcentric import clusters
+
+    path = clusters.config_path()
+    doc = clusters.load(path)
+    if args.json:
+        print_json(
+            {
+                "file": str(path),
+                "default": doc["default"],
+                "clusters": [
+                    {"name": name, "coordinators": list(doc["clusters"][name])}
+                    for name in sorted(doc["clusters"])
+                ],
+            }
+        )
+        return 0
+    if not doc["clusters"]:
+        print(f"no clusters in {path} (`coordinator local-cluster up` registers one)")
+        return 0
+    for name in sorted(doc["clusters"]):
+        mark = "\tdefault" if name == doc["default"] else ""
+        print(f"{name}\t{','.join(doc['clusters'][name])}{mark}")
     return 0
 
 
@@ -139,6 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
     from optools import admin, localcluster, logtool
 
     parser = argparse.ArgumentParser(prog="coordinator", description=__doc__.splitlines()[0])
+    add_version(parser, "coordinator")
     parser.add_argument(
         "--log-level",
         type=_log_level,
@@ -177,23 +268,74 @@ def build_parser() -> argparse.ArgumentParser:
     # status (a ksck), tables, create/drop-table, describe, replication, ..., remove-tserver
     admin.add_commands(sub)
     p = sub.add_parser("servers", help="list tablet servers")
-    p.add_argument("--coordinators", required=True, type=admin.addresses_arg, help="HOST:PORT,...")
+    add_cluster_arguments(p)
     p.add_argument(
         "--timeout-s",
         type=admin.timeout_arg,
         default=admin.DEFAULT_TIMEOUT_S,
         help="total time for the request (default %(default)s)",
     )
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    add_json(p, "a list of servers")
     p.set_defaults(func=cmd_servers)
     p = sub.add_parser("local-cluster", help="a whole cluster as local processes")
     localcluster.add_arguments(p)
     p = sub.add_parser("log", help="decode and inspect the coordinator log")
     logtool.add_arguments(p)
-    p.set_defaults(func=logtool.run)
+    p.set_defaults(func=_cmd_log)
+    p = sub.add_parser("clusters", help="list the clusters file's named clusters")
+    add_json(p, "the file, its default and its clusters")
+    p.set_defaults(func=cmd_clusters)
+    for name, command in sub.choices.items():
+        _name_cluster_by_flags(name, command)
     return parser
 
 
+def _name_cluster_by_flags(name: str, command: argparse.ArgumentParser) -> None:
+    """Every subcommand with an address-list --coordinators (admin.py's add them as
+    required) also takes --cluster NAME, and without either finds the cluster through the
+    environment or the clusters file (`_resolve_cluster`). local-cluster's --coordinators is
+    a count and log's source is --coordinators/--address: both are left as they are."""
+    if name in ("local-cluster", "log", "clusters", "start"):
+        return
+    action = next((a for a in command._actions if a.dest == "coordinators"), None)
+    if action is None:
+        return
+    action.required = False
+    action.default = None
+    action.help = (
+        "coordinator node addresses HOST:PORT,... (else --cluster NAME, "
+        "$LOGCENTRIC_COORDINATORS, $LOGCENTRIC_CLUSTER, the clusters file's default)"
+    )
+    if not any(a.dest == "cluster" for a in command._actions):
+        command.add_argument(
+            "--cluster",
+            metavar="NAME",
+            default=None,
+            help="a cluster named in the clusters file (`coordinator clusters` lists them)",
+        )
+    command.set_defaults(names_cluster=True)
+
+
+def _cmd_log(args) -> int:
+    """`coordinator log`: offline from --data-dir, else live from the cluster named by
+    --coordinators (alias --address), --cluster, the environment or the clusters file."""
+    from optools import logtool
+
+    if args.data_dir is None and args.address is None:
+        args.address = ",".join(cluster_addresses(None, args.cluster))
+    return logtool.run(args)
+
+
+def _resolve_cluster(func):
+    def run(args) -> int:
+        if getattr(args, "names_cluster", False):
+            args.coordinators = cluster_addresses(args.coordinators, args.cluster)
+        return func(args)
+
+    return run
+
+
+@interruptible("coordinator")
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     level = args.log_level or ("INFO" if args.command == "start" else "WARNING")
@@ -205,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     from rpc.errors import RpcError
 
     # OSError: an operating error no command foresaw (permissions, a full disk).
-    return run_command(args.func, args, "coordinator", (RpcError, OSError))
+    return run_command(_resolve_cluster(args.func), args, "coordinator", (RpcError, OSError))
 
 
 if __name__ == "__main__":

@@ -28,12 +28,23 @@ def free_port(host: str = "127.0.0.1") -> int:
     raise OSError(f"no free port in {SERVER_PORTS} on {host}")
 
 
+PORT_MAX = 65535
+
+
 def parse_host_port(address: str) -> tuple[str, int]:
-    """Split "host:port" (or "tcp://host:port"); raises BadRequest on anything else."""
+    """Split "host:port" (or "tcp://host:port"); raises BadRequest on anything else, saying
+    what is wrong: no port, a port that is not a number, or one out of range."""
     text = address.removeprefix("tcp://").strip()
     host, sep, port_text = text.rpartition(":")
-    if not sep or not host or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
-        raise BadRequest(f"not a host:port address: {address!r}")
+    if not sep or not host or not port_text or host.endswith(":") and not host.endswith("]"):
+        raise BadRequest(f"not a host:port address: {address!r} (a port is needed)")
+    if not port_text.isdigit():
+        raise BadRequest(f"not a host:port address: {address!r} (the port must be a number)")
+    if not 0 <= int(port_text) <= PORT_MAX:
+        raise BadRequest(
+            f"not a host:port address: {address!r} (port {int(port_text)} is out of range "
+            f"0..{PORT_MAX})"
+        )
     return host.strip("[]"), int(port_text)
 
 
@@ -60,7 +71,7 @@ def address_arg(text: str, *, port_zero_ok: bool = True) -> str:
     try:
         _host, port = parse_host_port(text)
     except BadRequest as e:
-        raise argparse.ArgumentTypeError(f"{e.message} (a port is needed)") from None
+        raise argparse.ArgumentTypeError(e.message) from None
     if port == 0 and not port_zero_ok:
         raise argparse.ArgumentTypeError(f"{text.strip()!r} needs a real port, not 0")
     return text.strip()

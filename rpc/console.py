@@ -1,11 +1,31 @@
-"""What every command-line tool shares: its reader going away (`tool ... | head`), and
-whole-number arguments in a range."""
+"""What every command-line tool shares (`coordinator`, `logstore`, `tserver`): how a command
+ends (an error is one line; Ctrl-C is one line and exit status 130; a reader gone from
+stdout is quiet), `--version`, how a cluster is named on the command line (`--coordinators`,
+`--cluster`, else the environment and the clusters file: `rpc.clusters`), `--json` output,
+and whole-number arguments in a range.
+
+Exit statuses: 0 done, 1 an operating error (or an unhealthy status), 2 bad usage (argparse's
+own refusals, and a cluster that is not named or not known), 130 interrupted (SIGINT).
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
+import json
 import os
+import signal
 import sys
+from collections.abc import Callable, Iterator
+
+DISTRIBUTION = "logcentric"
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 128 + signal.SIGINT  # 130, what shells report for a Ctrl-C
+
+
+class UsageError(Exception):
+    """Bad usage found after parsing (e.g. nothing names a cluster): one line, exit 2."""
 
 
 def int_in(low: int, high: int):
@@ -24,20 +44,109 @@ def int_in(low: int, high: int):
     return parse
 
 
-def run_command(func, args, prog: str, handled: tuple[type[BaseException], ...]) -> int:
+# ------------------------------------------------------------ how a command ends
+
+
+def run_command(
+    func,
+    args,
+    prog: str,
+    handled: tuple[type[BaseException], ...],
+    *,
+    name: str | None = None,
+) -> int:
     """Run a parsed command-line command and return its exit status: an error of a
-    `handled` type is one line on stderr (`prog: error`) and status 1; a reader gone from
-    stdout (`| head`) ends it quietly (`reader_gone`). stdout is flushed here, so that a
-    gone reader shows inside this handling rather than at the interpreter's exit."""
+    `handled` type is one line on stderr (`prog: error`) and status 1; a UsageError is one
+    line and status 2; Ctrl-C (KeyboardInterrupt) is one line (`name: interrupted`, `name`
+    defaulting to `prog`) and status 130; a reader gone from stdout (`| head`) ends it
+    quietly (`reader_gone`). stdout is flushed here, so that a gone reader shows inside this
+    handling rather than at the interpreter's exit."""
     try:
         code = func(args)
         sys.stdout.flush()
         return code
+    except KeyboardInterrupt:
+        return interrupted(name or prog)
     except BrokenPipeError:
         return reader_gone()
+    except UsageError as err:
+        print(f"{prog}: {err}", file=sys.stderr)
+        return EXIT_USAGE
     except handled as err:
         print(f"{prog}: {err}", file=sys.stderr)
         return 1
+
+
+def interrupted(name: str) -> int:
+    """The end of a command stopped by Ctrl-C: one line on stderr, exit status 130. What
+    is left to do (closing sockets, joining threads at the interpreter's exit) runs with a
+    second Ctrl-C ending the process at once, without a traceback."""
+    with contextlib.suppress(ValueError):  # not the main thread: nothing to install
+        signal.signal(signal.SIGINT, lambda *_: os._exit(EXIT_INTERRUPTED))
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError):  # a reader gone as well: nothing more to say to it
+        reader_gone()
+    print(f"{name}: interrupted", file=sys.stderr, flush=True)
+    return EXIT_INTERRUPTED
+
+
+def interruptible(name: str) -> Callable:
+    """Decorate a tool's `main(argv)`: Ctrl-C while it parses its arguments or sets up
+    (before `run_command` takes over) ends it the same way, one line and status 130."""
+
+    def wrap(main: Callable[..., int]) -> Callable[..., int]:
+        @functools.wraps(main)
+        def wrapper(argv: list[str] | None = None) -> int:
+            try:
+                return main(argv)
+            except KeyboardInterrupt:
+                return interrupted(name)
+
+        return wrapper
+
+    return wrap
+
+
+@contextlib.contextmanager
+def deferred_interrupts() -> Iterator[None]:
+    """Hold Ctrl-C back for the length of the block, then raise KeyboardInterrupt when it
+    ends if one came: for a step that must not be cut in two (starting a process and
+    recording its pid). SIGINT left ignored by the caller (`nohup`, `cmd &`) stays ignored;
+    outside the main thread this does nothing."""
+    pending: list[int] = []
+    try:
+        previous = signal.signal(signal.SIGINT, lambda signum, _frame: pending.append(signum))
+    except ValueError:  # not the main thread
+        yield
+        return
+    if previous is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if not pending:
+        return
+    if callable(previous):
+        previous(signal.SIGINT, None)  # Python's own handler raises KeyboardInterrupt
+    elif previous == signal.SIG_DFL:
+        os.kill(os.getpid(), signal.SIGINT)  # the default action: the process ends
+
+
+@contextlib.contextmanager
+def ignored_interrupts() -> Iterator[None]:
+    """Ignore Ctrl-C for the length of the block (cleanup that must finish: stopping the
+    processes a command started; each step of it has its own deadline)."""
+    try:
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def reader_gone() -> int:
@@ -51,3 +160,80 @@ def reader_gone() -> int:
     except (OSError, ValueError):  # no real stdout (tests capture it): nothing to flush
         pass
     return 0
+
+
+# ------------------------------------------------------------ --version, --json
+
+
+def version() -> str:
+    """The installed distribution's version ("unknown" when running from a bare checkout)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version(DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def add_version(parser: argparse.ArgumentParser, prog: str) -> None:
+    """`--version`: prints `prog VERSION` and exits 0."""
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"{prog} {version()}",
+        help="print the version and exit",
+    )
+
+
+def add_json(parser: argparse.ArgumentParser, what: str = "") -> None:
+    """`--json`: one JSON document on stdout (its shape is in design/client.md)."""
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="one JSON document on stdout"
+        + (f": {what}" if what else "")
+        + " (shapes: design/client.md)",
+    )
+
+
+def print_json(document) -> None:
+    """Print one JSON document on one line of stdout."""
+    print(json.dumps(document, sort_keys=False))
+
+
+# ------------------------------------------------------------ naming a cluster
+
+
+def add_cluster_arguments(parser, *, required_help: str = "") -> None:
+    """`--coordinators HOST:PORT,...` and `--cluster NAME` (resolved by `cluster_addresses`:
+    the flag, else the name, else $LOGCENTRIC_COORDINATORS / $LOGCENTRIC_CLUSTER, else the
+    clusters file's default)."""
+    from rpc.addresses import address_list_arg
+
+    parser.add_argument(
+        "--coordinators",
+        type=lambda text: list(address_list_arg(text)),
+        default=None,
+        help="coordinator node addresses HOST:PORT,... (else --cluster, "
+        "$LOGCENTRIC_COORDINATORS, $LOGCENTRIC_CLUSTER, the clusters file's default)"
+        + required_help,
+    )
+    parser.add_argument(
+        "--cluster",
+        metavar="NAME",
+        default=None,
+        help="a cluster named in the clusters file (`coordinator clusters` lists them)",
+    )
+
+
+def cluster_addresses(coordinators, cluster: str | None) -> list[str]:
+    """The coordinator addresses named by the flags, the environment or the clusters file
+    (`rpc.clusters.resolve`); nothing naming a cluster, or an unknown name, is a UsageError
+    saying what to give."""
+    from rpc import clusters
+    from rpc.errors import BadRequest, NotFound
+
+    try:
+        return list(clusters.resolve(coordinators, cluster))
+    except (BadRequest, NotFound) as err:
+        raise UsageError(err.message) from None
