@@ -289,6 +289,8 @@ class CoordinatorNode:
         local = bool(self.config.raft_address)  # an external store's reads are RPCs: pool
         s.register("LogStore.Read", lspb.ReadRequest, log_service.read, inline=local)
         s.register("LogStore.LastId", lspb.LastIdRequest, log_service.last_id, inline=local)
+        if local:  # its replica's Raft state, for `logstore status --cluster NAME` (a read)
+            s.register("LogStore.Status", lspb.StatusRequest, log_service.status)
         s.register("Coordinator.AddNode", pb.AddNodeRequest, self._add_node)
         s.register("Coordinator.RemoveNode", pb.RemoveNodeRequest, self._remove_node)
 
