@@ -1,0 +1,248 @@
+"""A daemon's HTTP endpoint: Prometheus `/metrics`, `/healthz`, `/readyz` and its pages.
+
+Every daemon (coordinator node, tablet server, `logstore serve`) owns one `HttpEndpoint` with
+its own `prometheus_client.CollectorRegistry` (never the library's global one: a test process
+runs many servers). Hot paths keep plain counters and `LatencyHistogram`s of their own; a
+`ScrapeCollector` turns them into metric families when `/metrics` is scraped, so a call pays
+no lock and no metric lookup (design/operability.md).
+
+The server is stdlib `ThreadingHTTPServer`: one thread per request, at most
+`REQUESTS_MAX` at once (others get 503 at once), each with a socket deadline.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
+
+from prometheus_client import CollectorRegistry, ProcessCollector
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.metrics_core import HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from rpc.addresses import parse_host_port
+
+log = logging.getLogger(__name__)
+
+REQUESTS_MAX = 16
+REQUEST_TIMEOUT_S = 10.0
+PAGE_BYTES_MAX = 16 << 20
+# Latency buckets (seconds) shared by every histogram: 50 us to 10 s.
+LATENCY_BUCKETS_S = (
+    0.00005,
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+)
+
+Readiness = Callable[[], tuple[bool, list[str]]]
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """What a page handler answers: status, content type and body."""
+
+    status: int
+    body: bytes
+    content_type: str = "text/html; charset=utf-8"
+
+
+# A page handler gets the path and the query (name -> values); None means "not mine" (404).
+PageHandler = Callable[[str, dict[str, list[str]]], "Page | None"]
+
+
+class LatencyHistogram:
+    """Counts of observations per bucket and their sum, written without a lock.
+
+    Meant for one writer thread, or for several where an increment lost to a race now and
+    then does not matter (a metric, never a decision): the counts only ever grow."""
+
+    __slots__ = ("counts", "sum_s", "_bounds")
+
+    def __init__(self, bounds_s: tuple[float, ...] = LATENCY_BUCKETS_S) -> None:
+        assert list(bounds_s) == sorted(bounds_s) and bounds_s, "bucket bounds ascend"
+        self._bounds = bounds_s
+        self.counts = [0] * (len(bounds_s) + 1)  # the last one is +Inf
+        self.sum_s = 0.0
+
+    def observe(self, seconds: float) -> None:
+        self.counts[bisect.bisect_left(self._bounds, seconds)] += 1
+        self.sum_s += seconds
+
+    def buckets(self) -> list[tuple[str, int]]:
+        """Cumulative (le, count) pairs as Prometheus wants them."""
+        out, total = [], 0
+        for bound, n in zip((*self._bounds, float("inf")), self.counts, strict=True):
+            total += n
+            out.append(("+Inf" if bound == float("inf") else repr(bound), total))
+        return out
+
+
+def histogram_family(
+    name: str, doc: str, labels: list[str], histograms: Iterable[tuple[list[str], LatencyHistogram]]
+) -> HistogramMetricFamily:
+    family = HistogramMetricFamily(name, doc, labels=labels)
+    for values, h in histograms:
+        family.add_metric(values, h.buckets(), sum_value=h.sum_s)
+    return family
+
+
+class ScrapeCollector(Collector):
+    """A collector whose metric families a function makes at scrape time."""
+
+    def __init__(self, collect: Callable[[], Iterable[Metric]]) -> None:
+        self._collect = collect
+
+    def collect(self) -> Iterable[Metric]:
+        return list(self._collect())
+
+
+def new_registry() -> CollectorRegistry:
+    """A daemon's registry, with the process's RSS, CPU and open files."""
+    registry = CollectorRegistry(auto_describe=False)
+    ProcessCollector(registry=registry)
+    return registry
+
+
+class HttpEndpoint:
+    """Serves /metrics, /healthz, /readyz and the daemon's pages. A context manager."""
+
+    def __init__(
+        self,
+        bind: str,
+        registry: CollectorRegistry,
+        *,
+        name: str = "daemon",
+        ready: Readiness | None = None,
+        pages: list[PageHandler] | None = None,
+    ) -> None:
+        host, port = parse_host_port(bind)
+        self.name = name
+        self.registry = registry
+        self._ready = ready or (lambda: (True, []))
+        self._pages = list(pages or [])
+        self._slots = threading.BoundedSemaphore(REQUESTS_MAX)
+        self._started_at = time.monotonic()
+        endpoint = self
+
+        class Handler(BaseHTTPRequestHandler):
+            timeout = REQUEST_TIMEOUT_S  # socket deadline for reading a request
+            server_version = f"logcentric-{name}"
+
+            def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
+                endpoint._serve(self)
+
+            def do_HEAD(self) -> None:  # noqa: N802
+                endpoint._serve(self, head=True)
+
+            def log_message(self, fmt: str, *args) -> None:
+                log.debug("http %s: " + fmt, self.address_string(), *args)
+
+        self._server = ThreadingHTTPServer((host, port), Handler)
+        self._server.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    @property
+    def address(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"{host}:{port}"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.address}"
+
+    def add_page(self, handler: PageHandler) -> None:
+        self._pages.append(handler)
+
+    def start(self) -> HttpEndpoint:
+        self._thread = threading.Thread(
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.2},
+            name=f"{self.name}-http",
+            daemon=True,
+        )
+        self._thread.start()
+        return self
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        if self._thread is not None:
+            self._server.shutdown()
+            self._thread.join(timeout_s)
+            self._thread = None
+        self._server.server_close()
+
+    def __enter__(self) -> HttpEndpoint:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- requests ----------------------------------------------------------------------
+
+    def _serve(self, req: BaseHTTPRequestHandler, head: bool = False) -> None:
+        if not self._slots.acquire(blocking=False):
+            self._send(req, Page(503, b"busy\n", "text/plain"), head)
+            return
+        try:
+            page = self._route(req.path)
+        except Exception:  # a page's bug must not take the daemon down: say so, log it
+            log.exception("http %s failed", req.path)
+            page = Page(500, b"internal error (see the daemon's log)\n", "text/plain")
+        finally:
+            self._slots.release()
+        self._send(req, page, head)
+
+    def _route(self, raw_path: str) -> Page:
+        parts = urlsplit(raw_path)
+        path, query = parts.path, parse_qs(parts.query)
+        if path == "/metrics":
+            return Page(200, generate_latest(self.registry), CONTENT_TYPE_LATEST)
+        if path == "/healthz":
+            uptime_s = round(time.monotonic() - self._started_at, 3)
+            return _json(200, {"ok": True, "daemon": self.name, "uptime_s": uptime_s})
+        if path == "/readyz":
+            ready, why = self._ready()
+            return _json(200 if ready else 503, {"ready": ready, "why": list(why)})
+        for handler in self._pages:
+            page = handler(path, query)
+            if page is not None:
+                return page
+        return Page(404, f"no page {path}\n".encode(), "text/plain")
+
+    @staticmethod
+    def _send(req: BaseHTTPRequestHandler, page: Page, head: bool) -> None:
+        body = page.body[:PAGE_BYTES_MAX]
+        try:
+            req.send_response(page.status)
+            req.send_header("Content-Type", page.content_type)
+            req.send_header("Content-Length", str(len(body)))
+            req.send_header("Cache-Control", "no-store")
+            req.end_headers()
+            if not head:
+                req.wfile.write(body)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the reader went away
+
+
+def _json(status: int, value) -> Page:
+    return Page(status, (json.dumps(value, sort_keys=True) + "\n").encode(), "application/json")
