@@ -4,11 +4,13 @@
     coordinator log --address H:P[,H:P]                 live, from coordinator nodes (their
                                                         RPC address) or `logstore serve` replicas
     coordinator log ... --type create_table --op 12 --table users --server U --live-only
-    coordinator log ... --follow [--interval-s 0.5]     tail new records until Ctrl-C
+    coordinator log ... --follow [--interval-s 0.5]     tail new records until Ctrl-C (lease
+                                                        renewals hidden unless --renewals)
     coordinator log ... --pending                       STARTED operations with no DONE
-    coordinator log ... --leases                        lease history: who led which epoch
+    coordinator log ... --leases                        lease history: who led which epoch, when
     coordinator log ... --summary                       counts and bytes by type
-    coordinator log ... --json                          one JSON object per line
+    coordinator log ... --json                          one JSON document (--follow: one JSON
+                                                        object per line)
 
 Each record is printed with its id, live or invalidated (and by which record), type,
 operation id and phase, request id, the table, tablets and servers it concerns, the ids it
@@ -26,23 +28,27 @@ import argparse
 import json
 import sys
 import threading
-from collections.abc import Sequence
-from typing import TextIO
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, TextIO
 
 from optools.logtool_decode import (
     ALL_TYPES,
     TYPE_GONE,
     TYPE_INVALIDATION,
+    Epoch,
     Filter,
     RecordView,
     Status,
     decode_entry,
     gone_ranges,
+    is_renewal,
     lease_history,
     name_tables,
     normalize_type,
     pending_operations,
     summarize,
+    utc_iso,
 )
 from optools.logtool_source import (
     DataDirError,
@@ -57,6 +63,8 @@ EXIT_INCOMPLETE = 3  # printed what could be read, but part of the data dir coul
 INTERVAL_S_MIN = 0.05
 INTERVAL_S_MAX = 60.0
 TIMEOUT_S_MAX = 300.0
+# --follow says how many lease renewals it hid at most this often (and once at its end).
+RENEWALS_NOTE_INTERVAL_S = 10.0
 
 
 def _split(value: str) -> list[str]:
@@ -128,7 +136,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--summary", action="store_true", help="counts by type, live and invalidated, bytes"
     )
     mode.add_argument("--follow", "-f", action="store_true", help="tail new records until Ctrl-C")
-    parser.add_argument("--json", action="store_true", help="one JSON object per line")
+    parser.add_argument(
+        "--renewals",
+        action="store_true",
+        help="--follow: also print lease renewals (hidden by default; takeovers are shown)",
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="one JSON document (with --follow: one JSON object per record, per line)",
+    )
     parser.add_argument(
         "--verbose", "-v", action="store_true", help="also print each decoded record in full"
     )
@@ -235,81 +252,144 @@ def views_of(image: LogImage, first_id: int = 1) -> list[RecordView]:
     return views
 
 
+def _doc(out: TextIO, doc: dict[str, Any]) -> None:
+    """The one JSON document of a command that is not --follow."""
+    out.write(json.dumps(doc, sort_keys=True) + "\n")
+
+
 def _emit(out: TextIO, v: RecordView, args) -> None:
+    """One record: a text line, or (--follow --json) one JSON object on its own line."""
     if args.json:
         out.write(json.dumps(v.to_json(), sort_keys=True) + "\n")
     else:
         out.write(format_view(v, args.verbose) + "\n")
 
 
-def _print_list(out: TextIO, views: Sequence[RecordView], flt: Filter, args) -> None:
+def _selected(views: Sequence[RecordView], flt: Filter) -> list[RecordView]:
+    """The views a listing shows: those matching the filter; gone ranges only without
+    filters or with --type gone."""
+    out = []
     for v in views:
-        if v.type == TYPE_GONE and flt.active() and TYPE_GONE not in flt.types:
-            continue
-        if v.type == TYPE_GONE and flt.types and TYPE_GONE in flt.types:
-            _emit(out, v, args)
-            continue
-        if flt.matches(v):
-            _emit(out, v, args)
+        if v.type == TYPE_GONE:
+            if not flt.active() or TYPE_GONE in flt.types:
+                out.append(v)
+        elif flt.matches(v):
+            out.append(v)
+    return out
 
 
-def _print_pending(out: TextIO, views: Sequence[RecordView], flt: Filter, args) -> None:
+def _print_list(
+    out: TextIO, views: Sequence[RecordView], flt: Filter, args, hide_renewals: bool = False
+) -> int:
+    """Print the selected views one by one (text lines, or JSON lines for --follow); with
+    `hide_renewals`, lease renewals are left out. Returns how many renewals were hidden."""
+    hidden = 0
+    for v in _selected(views, flt):
+        if hide_renewals and is_renewal(v):
+            hidden += 1
+        else:
+            _emit(out, v, args)
+    return hidden
+
+
+def _print_listing(out: TextIO, image: LogImage, views: Sequence[RecordView], flt, args) -> None:
+    """The listing without --follow: text lines, or one JSON document."""
+    if args.json:
+        records = [v.to_json() for v in _selected(views, flt)]
+        _doc(out, {"log": image.log, "last_id": image.last_id, "records": records})
+    else:
+        _print_list(out, views, flt, args)
+
+
+def _print_pending(
+    out: TextIO, image: LogImage, views: Sequence[RecordView], flt: Filter, args
+) -> None:
     pending = [v for v in pending_operations(views) if flt.matches(v)]
-    last = max((v.id_to or v.id for v in views), default=0)
-    if not args.json:
-        out.write(f"{len(pending)} pending operation(s) (STARTED with no DONE), last id {last}\n")
+    if args.json:
+        doc = {
+            "log": image.log,
+            "last_id": image.last_id,
+            "pending": [v.to_json() for v in pending],
+        }
+        _doc(out, doc)
+        return
+    out.write(
+        f"{len(pending)} pending operation(s) (STARTED with no DONE), last id {image.last_id}\n"
+    )
     for v in pending:
         _emit(out, v, args)
 
 
-def _print_leases(out: TextIO, views: Sequence[RecordView], args) -> None:
+def _at(unix_ms: int) -> str:
+    return utc_iso(unix_ms) or "-"
+
+
+def format_epoch(e: Epoch, verbose: bool = False) -> str:
+    until = f"until epoch {e.ended_by}" if e.ended_by else "current"
+    note = ""
+    if not e.takeover_seen:
+        note = " (takeover record no longer held)"
+    elif not e.takeover_live:
+        note = " (takeover record invalidated)"
+    line = (
+        f"epoch {e.epoch}: holder={e.holder_uuid} address={e.holder_address} "
+        f"taken over at {_at(e.taken_over_unix_ms) if e.takeover_seen else '-'}, "
+        f"last lease record at {_at(e.last_written_unix_ms)}; "
+        f"lease records #{e.first_id}..#{e.last_id} (renewals seen {e.renewals_seen}), "
+        f"last record #{e.last_record_id}, {until}{note}"
+    )
+    if verbose:
+        for r in e.records:
+            kind = "takeover" if r.takeover else "renewal"
+            status = "live" if r.live else "invalidated"
+            line += f"\n    #{r.id} {kind} at {_at(r.written_unix_ms)} ({status})"
+    return line
+
+
+def _print_leases(out: TextIO, image: LogImage, views: Sequence[RecordView], args) -> None:
     epochs = lease_history(views)
     if args.json:
-        for e in epochs:
-            out.write(json.dumps(e.to_json(), sort_keys=True) + "\n")
+        doc = {"log": image.log, "last_id": image.last_id, "epochs": [e.to_json() for e in epochs]}
+        _doc(out, doc)
         return
-    out.write(f"{len(epochs)} epoch(s) named by the lease records still held\n")
+    out.write(
+        f"{len(epochs)} epoch(s) named by the lease records still held; times are the "
+        "writers' wall clocks, UTC ('-': a record written without one)\n"
+    )
     for e in epochs:
-        until = f"until epoch {e.ended_by}" if e.ended_by else "current"
-        note = ""
-        if not e.takeover_seen:
-            note = " (takeover record no longer held)"
-        elif not e.takeover_live:
-            note = " (takeover record invalidated)"
-        out.write(
-            f"epoch {e.epoch}: holder={e.holder_uuid} address={e.holder_address} "
-            f"lease records #{e.first_id}..#{e.last_id} (renewals seen {e.renewals_seen}), "
-            f"last record #{e.last_record_id}, {until}{note}\n"
-        )
+        out.write(format_epoch(e, args.verbose) + "\n")
 
 
 def _print_summary(out: TextIO, image: LogImage, views: Sequence[RecordView], args) -> None:
-    s = summarize(views)
+    s = summarize(views, image.last_id)
     st: LoadStats = image.stats
+    live_source = bool(args.address)
     if args.json:
-        doc = {"log": image.log, "last_id": image.last_id, **s, "source": st.to_json()}
-        out.write(json.dumps(doc, sort_keys=True) + "\n")
+        source = st.to_json()
+        source["kind"] = "live" if live_source else "data_dir"
+        _doc(out, {"log": image.log, **s, "source": source})
         return
-    t = s["totals"]
+    where = "a live read holds none of them" if live_source else "this data dir still holds"
+    held = "" if live_source else f" {s['invalidated_held']}, {s['gone_ids']} gone"
     out.write(
-        f"log {image.log!r}: last id {image.last_id}; {t['live'] + t['invalidated']} records "
-        f"held ({t['live']} live, {t['invalidated']} invalidated), {s['gone_ids']} ids gone\n"
+        f"log {image.log!r}: last id {s['last_id']}; {s['live']} live records "
+        f"({s['live_bytes']} bytes), {s['invalidated']} ids invalidated ({where}{held})\n"
     )
-    out.write(f"{'type':<14}{'live':>8}{'invalidated':>13}{'live_bytes':>12}{'inval_bytes':>13}\n")
+    out.write(f"{'type':<16}{'live':>8}{'live_bytes':>12}{'inval_held':>12}{'held_bytes':>12}\n")
     for name, row in s["by_type"].items():
         out.write(
-            f"{name:<14}{row['live']:>8}{row['invalidated']:>13}{row['live_bytes']:>12}"
-            f"{row['invalidated_bytes']:>13}\n"
+            f"{name:<16}{row['live']:>8}{row['live_bytes']:>12}{row['invalidated_held']:>12}"
+            f"{row['invalidated_held_bytes']:>12}\n"
         )
     out.write(
-        f"{'total':<14}{t['live']:>8}{t['invalidated']:>13}{t['live_bytes']:>12}"
-        f"{t['invalidated_bytes']:>13}\n"
+        f"{'total':<16}{s['live']:>8}{s['live_bytes']:>12}{s['invalidated_held']:>12}"
+        f"{s['invalidated_held_bytes']:>12}\n"
     )
     out.write(
-        f"pending operations: {s['pending_operations']}; epochs: {s['epochs']}; "
-        f"undecodable: {s['undecodable']}\n"
+        f"pending operations: {s['pending_operations']}; epochs (named by live lease "
+        f"records): {s['epochs']}; undecodable live records: {s['undecodable']}\n"
     )
-    if args.address:
+    if live_source:
         out.write(f"source: live from {st.replica_dir}\n")
         return
     out.write(
@@ -322,6 +402,49 @@ def _print_summary(out: TextIO, image: LogImage, views: Sequence[RecordView], ar
         f"  raft commands replayed: {dict(st.raft_commands) or '-'};"
         f" rejected appends: {dict(st.rejected_appends) or '-'}\n"
     )
+
+
+class RenewalNotes:
+    """--follow's count of the lease renewals it hid: a line "(N lease renewals hidden)"
+    at most every `interval_s` while renewals are being hidden, and one for the rest at the
+    end. With --json the line goes to stderr: stdout holds only records."""
+
+    def __init__(
+        self,
+        out: TextIO,
+        err: TextIO,
+        json_lines: bool,
+        interval_s: float = RENEWALS_NOTE_INTERVAL_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.stream = err if json_lines else out
+        self.interval_s = interval_s
+        self.clock = clock
+        self.unsaid = 0  # hidden since the last note
+        self.total = 0
+        self._last_note_s: float | None = None
+
+    def hidden(self, n: int) -> None:
+        self.unsaid += n
+        self.total += n
+        now = self.clock()
+        if self.unsaid and (
+            self._last_note_s is None or now - self._last_note_s >= self.interval_s
+        ):
+            self._say(now)
+
+    def close(self) -> None:
+        if self.unsaid:
+            self._say(self.clock())
+
+    def _say(self, now: float) -> None:
+        self.stream.write(
+            f"({self.unsaid} lease renewal{'s' if self.unsaid != 1 else ''} hidden; "
+            "--renewals shows them)\n"
+        )
+        self.stream.flush()
+        self.unsaid = 0
+        self._last_note_s = now
 
 
 # ------------------------------------------------------------------ running
@@ -385,7 +508,15 @@ class _Source:
             self.remote.close()
 
 
-def _follow(out: TextIO, source: _Source, after_id: int, flt: Filter, args, stop) -> None:
+def _follow(
+    out: TextIO,
+    source: _Source,
+    after_id: int,
+    flt: Filter,
+    args,
+    stop,
+    notes: RenewalNotes | None,
+) -> None:
     while not stop.wait(args.interval_s):
         try:
             views, last = source.new_views(after_id)
@@ -399,8 +530,10 @@ def _follow(out: TextIO, source: _Source, after_id: int, flt: Filter, args, stop
                 raise
             sys.stderr.write(f"coordinator log: {err} (still following)\n")
             continue
-        _print_list(out, views, flt, args)
+        hidden = _print_list(out, views, flt, args, hide_renewals=notes is not None)
         out.flush()
+        if notes is not None:
+            notes.hidden(hidden)  # also says what earlier polls hid, once the interval passed
         after_id = max(after_id, last)
 
 
@@ -427,14 +560,22 @@ def run(
         if args.summary:
             _print_summary(out, image, views, args)
         elif args.pending:
-            _print_pending(out, views, flt, args)
+            _print_pending(out, image, views, flt, args)
         elif args.leases:
-            _print_leases(out, views, args)
+            _print_leases(out, image, views, args)
+        elif args.follow:
+            notes = None if args.renewals else RenewalNotes(out, sys.stderr, args.json)
+            try:
+                hidden = _print_list(out, views, flt, args, hide_renewals=notes is not None)
+                out.flush()
+                if notes is not None:
+                    notes.hidden(hidden)
+                _follow(out, source, image.last_id, flt, args, stop, notes)
+            finally:
+                if notes is not None:
+                    notes.close()  # what it hid since the last note, once, at the end
         else:
-            _print_list(out, views, flt, args)
-            out.flush()
-            if args.follow:
-                _follow(out, source, image.last_id, flt, args, stop)
+            _print_listing(out, image, views, flt, args)
         out.flush()
         return EXIT_INCOMPLETE if image.stats.incomplete else 0
     except KeyboardInterrupt:

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import datetime
 import enum
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
@@ -47,6 +48,30 @@ def normalize_type(name: str) -> str | None:
 class Status(enum.Enum):
     LIVE = "live"
     INVALIDATED = "invalidated"
+
+
+def utc_iso(unix_ms: int) -> str | None:
+    """A wall-clock time in ms since the Unix epoch as UTC ISO 8601 with milliseconds
+    ("2026-11-25T21:55:02.123Z"); None for 0 (a record written before lease records carried
+    their time) or a value no calendar holds."""
+    if unix_ms <= 0:
+        return None
+    try:
+        when = datetime.datetime.fromtimestamp(unix_ms / 1000, tz=datetime.UTC)
+    except (OverflowError, OSError, ValueError):
+        return None
+    return when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class LeaseInfo(NamedTuple):
+    """What a Lease record says. `written_unix_ms` is the writer's wall clock, for people
+    only (0 in records written before the field existed)."""
+
+    holder_uuid: str
+    holder_address: str
+    epoch: int
+    takeover: bool
+    written_unix_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +112,7 @@ class RecordView:
     committed: bool | None = None
     id_to: int = 0  # TYPE_GONE only: the range id..id_to
     record: dict[str, Any] = field(default_factory=dict)  # the decoded protobuf as JSON
-    lease: tuple[str, str, int, bool] | None = None  # holder uuid, address, epoch, takeover
+    lease: LeaseInfo | None = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -115,12 +140,12 @@ class RecordView:
             committed=self.committed,
         )
         if self.lease is not None:
-            holder, address, epoch, takeover = self.lease
             out["lease"] = {
-                "holder_uuid": holder,
-                "holder_address": address,
-                "epoch": epoch,
-                "takeover": takeover,
+                "holder_uuid": self.lease.holder_uuid,
+                "holder_address": self.lease.holder_address,
+                "epoch": self.lease.epoch,
+                "takeover": self.lease.takeover,
+                "written_at": utc_iso(self.lease.written_unix_ms),
             }
         if self.error:
             out["error"] = self.error
@@ -282,11 +307,14 @@ def _view_of(kind: str, record: pb.LogRecord, as_json: dict, base: dict) -> Reco
     fields: dict[str, Any] = {}
     if kind == "lease":
         epoch = base["id"] if msg.takeover else msg.epoch
-        fields["lease"] = (msg.holder_uuid, msg.holder_address, epoch, msg.takeover)
+        fields["lease"] = LeaseInfo(
+            msg.holder_uuid, msg.holder_address, epoch, msg.takeover, msg.written_unix_ms
+        )
         fields["servers"] = (msg.holder_uuid,)
         word = "takeover" if msg.takeover else "renewal"
         fields["summary"] = (
-            f"{word} epoch={epoch} holder={msg.holder_uuid} address={msg.holder_address}"
+            f"{word} epoch={epoch} holder={msg.holder_uuid} address={msg.holder_address} "
+            f"at={utc_iso(msg.written_unix_ms) or '-'}"
         )
         return RecordView(type=kind, record=as_json, **base, **fields)
     header = msg.header
@@ -414,6 +442,29 @@ def pending_operations(views: Sequence[RecordView]) -> list[RecordView]:
     ]
 
 
+def is_renewal(v: RecordView) -> bool:
+    """A lease renewal (not a takeover): what `--follow` hides unless asked."""
+    return v.lease is not None and not v.lease.takeover
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseRecord:
+    """One lease record of an epoch, as held by the source."""
+
+    id: int
+    takeover: bool
+    live: bool
+    written_unix_ms: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "kind": "takeover" if self.takeover else "renewal",
+            "status": "live" if self.live else "invalidated",
+            "written_at": utc_iso(self.written_unix_ms),
+        }
+
+
 @dataclass(frozen=True, slots=True)
 class Epoch:
     epoch: int  # the takeover record's id
@@ -426,6 +477,18 @@ class Epoch:
     renewals_seen: int
     last_record_id: int  # last record of any kind before the next epoch (who wrote last)
     ended_by: int  # the next epoch's takeover id (0: still current, as far as we know)
+    records: tuple[LeaseRecord, ...] = ()  # every lease record of it held, in id order
+
+    @property
+    def taken_over_unix_ms(self) -> int:
+        """When the takeover record was written (0: not held, or written without a time)."""
+        first = self.records[0] if self.records else None
+        return first.written_unix_ms if first is not None and first.takeover else 0
+
+    @property
+    def last_written_unix_ms(self) -> int:
+        """When the last lease record held of this epoch was written (0: unknown)."""
+        return self.records[-1].written_unix_ms if self.records else 0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -434,26 +497,30 @@ class Epoch:
             "holder_address": self.holder_address,
             "takeover_seen": self.takeover_seen,
             "takeover_live": self.takeover_live,
+            "taken_over_at": utc_iso(self.taken_over_unix_ms),
+            "last_lease_record_at": utc_iso(self.last_written_unix_ms),
             "first_lease_id": self.first_id,
             "last_lease_id": self.last_id,
             "renewals_seen": self.renewals_seen,
             "last_record_id": self.last_record_id,
             "ended_by": self.ended_by or None,
+            "lease_records": [r.to_json() for r in self.records],
         }
 
 
 def lease_history(views: Sequence[RecordView]) -> list[Epoch]:
-    """Who led when, in log ids: one Epoch per epoch that any held Lease record names."""
+    """Who led when, in log ids and (for records that carry it) the writers' wall clock:
+    one Epoch per epoch that any held Lease record names."""
     by_epoch: dict[int, list[RecordView]] = {}
     for v in views:
         if v.lease is not None:
-            by_epoch.setdefault(v.lease[2], []).append(v)
+            by_epoch.setdefault(v.lease.epoch, []).append(v)
     epochs = sorted(by_epoch)
     held_ids = sorted(v.id for v in views if v.type != TYPE_GONE)
     out: list[Epoch] = []
     for n, e in enumerate(epochs):
         recs = sorted(by_epoch[e], key=lambda v: v.id)
-        takeover = next((v for v in recs if v.lease and v.lease[3]), None)
+        takeover = next((v for v in recs if v.lease and v.lease.takeover), None)
         head = takeover or recs[0]
         assert head.lease is not None
         ended_by = epochs[n + 1] if n + 1 < len(epochs) else 0
@@ -463,43 +530,67 @@ def lease_history(views: Sequence[RecordView]) -> list[Epoch]:
         out.append(
             Epoch(
                 epoch=e,
-                holder_uuid=head.lease[0],
-                holder_address=head.lease[1],
+                holder_uuid=head.lease.holder_uuid,
+                holder_address=head.lease.holder_address,
                 takeover_seen=takeover is not None,
                 takeover_live=takeover is not None and takeover.status is Status.LIVE,
                 first_id=recs[0].id,
                 last_id=recs[-1].id,
-                renewals_seen=sum(1 for v in recs if v.lease and not v.lease[3]),
+                renewals_seen=sum(1 for v in recs if is_renewal(v)),
                 last_record_id=last_in_epoch,
                 ended_by=ended_by,
+                records=tuple(
+                    LeaseRecord(
+                        v.id, v.lease.takeover, v.status is Status.LIVE, v.lease.written_unix_ms
+                    )
+                    for v in recs
+                    if v.lease is not None
+                ),
             )
         )
     return out
 
 
-def summarize(views: Sequence[RecordView]) -> dict[str, Any]:
-    """Counts and bytes by type, live and invalidated; gone ids counted apart."""
+def summarize(views: Sequence[RecordView], last_id: int) -> dict[str, Any]:
+    """Counts of one log that do not depend on the source, and what this source still holds
+    of its invalidated records.
+
+    Logstore drops an invalidated entry at once; only a data dir's journal still holds
+    invalidated records (until compaction), a live read holds none. So the figures of the
+    log itself (ids, live records by type and bytes, invalidated ids, pending operations,
+    epochs and undecodable records among the live ones) are counted from live records and
+    ids alone, and agree whatever the source; `invalidated_held*` says how many of the
+    invalidated ids this source can still show, `gone_ids` how many it cannot."""
     by_type: dict[str, dict[str, int]] = {}
-    totals = {"live": 0, "invalidated": 0, "live_bytes": 0, "invalidated_bytes": 0}
-    gone = 0
+    live = live_bytes = held = held_bytes = 0
     for v in views:
         if v.type == TYPE_GONE:
-            gone += v.id_to - v.id + 1
             continue
         row = by_type.setdefault(
-            v.type, {"live": 0, "invalidated": 0, "live_bytes": 0, "invalidated_bytes": 0}
+            v.type,
+            {"live": 0, "live_bytes": 0, "invalidated_held": 0, "invalidated_held_bytes": 0},
         )
-        key = v.status.value
-        row[key] += 1
-        row[f"{key}_bytes"] += v.size_bytes
-        totals[key] += 1
-        totals[f"{key}_bytes"] += v.size_bytes
+        if v.status is Status.LIVE:
+            row["live"] += 1
+            row["live_bytes"] += v.size_bytes
+            live += 1
+            live_bytes += v.size_bytes
+        else:
+            row["invalidated_held"] += 1
+            row["invalidated_held_bytes"] += v.size_bytes
+            held += 1
+            held_bytes += v.size_bytes
+    live_views = [v for v in views if v.status is Status.LIVE and v.type != TYPE_GONE]
     return {
+        "last_id": last_id,
+        "live": live,
+        "live_bytes": live_bytes,
+        "invalidated": max(0, last_id - live),
+        "invalidated_held": held,
+        "invalidated_held_bytes": held_bytes,
+        "gone_ids": max(0, last_id - live - held),
         "by_type": dict(sorted(by_type.items())),
-        "totals": totals,
-        "gone_ids": gone,
-        "undecodable": by_type.get(TYPE_UNDECODABLE, {}).get("live", 0)
-        + by_type.get(TYPE_UNDECODABLE, {}).get("invalidated", 0),
         "pending_operations": len(pending_operations(views)),
-        "epochs": len(lease_history(views)),
+        "epochs": len(lease_history(live_views)),
+        "undecodable": by_type.get(TYPE_UNDECODABLE, {}).get("live", 0),
     }

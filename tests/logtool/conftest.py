@@ -4,6 +4,7 @@ offline; or a `logstore serve` process read live)."""
 from __future__ import annotations
 
 import io
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,3 +92,25 @@ def run_tool(*argv: str) -> tuple[int, str]:
     args = logtool.build_parser().parse_args(list(argv))
     code = logtool.run(args, out=out)
     return code, out.getvalue()
+
+
+def one_doc(text: str) -> dict:
+    """The one JSON document a non-follow --json run prints (one line, one object)."""
+    lines = [x for x in text.splitlines() if x.strip()]
+    assert len(lines) == 1, f"expected one JSON document, got {len(lines)} lines"
+    doc = json.loads(lines[0])
+    assert isinstance(doc, dict)
+    return doc
+
+
+def items(text: str) -> list[dict]:
+    """The list a non-follow --json document carries (records, pending or epochs), or the
+    document itself (--summary) as a list of one."""
+    doc = one_doc(text)
+    if "by_type" in doc:  # --summary ("epochs" there is a count)
+        return [doc]
+    for key in ("records", "pending", "epochs"):
+        if key in doc:
+            assert isinstance(doc[key], list)
+            return doc[key]
+    raise AssertionError(f"no list in {sorted(doc)}")

@@ -42,7 +42,7 @@ def test_create_table_fields():
 def test_lease_epoch_of_takeover_is_its_own_id():
     t = decode_entry(raw(5, lease("u", "a:1", 0, True)))
     r = decode_entry(raw(6, lease("u", "a:1", 5, False), inv=(4,)))
-    assert t.lease == ("u", "a:1", 5, True) and r.lease == ("u", "a:1", 5, False)
+    assert t.lease == ("u", "a:1", 5, True, 0) and r.lease == ("u", "a:1", 5, False, 0)
     assert r.invalidates == (4,)
 
 
@@ -144,10 +144,11 @@ def test_pending_and_leases_and_summary():
         (1, "a", 5, 4),
         (5, "b", 0, 6),
     ]
-    s = summarize(views)
+    s = summarize(views, last_id=8)  # ids 7 and 8: invalidated, no longer held
     assert s["by_type"]["create_table"]["live"] == 2
-    assert s["by_type"]["create_table"]["invalidated"] == 1
-    assert s["totals"]["live"] == 5 and s["totals"]["invalidated"] == 1
+    assert s["by_type"]["create_table"]["invalidated_held"] == 1
+    assert s["live"] == 5 and s["invalidated"] == 3
+    assert s["invalidated_held"] == 1 and s["gone_ids"] == 2
     assert s["undecodable"] == 1 and s["pending_operations"] == 1 and s["epochs"] == 2
 
 

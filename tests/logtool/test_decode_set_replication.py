@@ -25,7 +25,7 @@ from optools.logtool_decode import OP_DECODERS, RECORD_TYPES, RawEntry, decode_e
 from rpc.protocols import coordinator_pb2 as pb
 from tests.support.cluster import local_cluster
 
-from .conftest import run_tool
+from .conftest import items, run_tool
 
 
 def test_every_operation_record_type_has_a_decoder():
@@ -86,12 +86,12 @@ def history(tmp_path_factory):
         with Client([address], timeout_s=60.0) as client:
             client.alter_table("users", new_name="people")
         cli("set-replication", "people", "2", *at, "--wait-s", "120")
-        (table_id,) = [json.loads(x)["id"] for x in cli("tables", *at, "--json").splitlines()]
+        (table_id,) = [t["id"] for t in json.loads(cli("tables", *at, "--json"))["tables"]]
         yield History(address, c.spec.coordinators[0].data, table_id)
 
 
 def records(text: str) -> list[dict]:
-    return [json.loads(x) for x in text.splitlines() if x.strip()]
+    return items(text)
 
 
 def facts(r: dict) -> tuple:

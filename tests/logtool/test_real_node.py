@@ -10,7 +10,7 @@ DONE record invalidating STARTED.
 
 from __future__ import annotations
 
-import json
+import datetime
 import threading
 
 import pytest
@@ -22,7 +22,7 @@ from rpc.errors import RpcError
 from rpc.protocols import coordinator_pb2 as pb
 from tests.logstore.helpers import free_addresses, wait_for
 
-from .conftest import run_tool
+from .conftest import items, run_tool
 
 pytestmark = pytest.mark.integration
 
@@ -35,7 +35,8 @@ SCHEMA = pb.Schema(
 
 
 def lines(text: str) -> list[dict]:
-    return [json.loads(x) for x in text.splitlines() if x.strip()]
+    """The records (or epochs, or pending operations) of a --json run's one document."""
+    return items(text)
 
 
 def _config(data_dir: str, raft: str, tserver_timeout_s: float) -> NodeConfig:
@@ -143,6 +144,14 @@ def test_pending_operation_then_recovery_by_a_new_epoch(tmp_path, capsys):
     assert len(epochs) == 2 and all(e["holder_uuid"] == first_uuid for e in epochs)
     assert epochs[0]["ended_by"] == epochs[1]["epoch"] and epochs[1]["ended_by"] is None
     assert epochs[0]["last_record_id"] < epochs[1]["epoch"]
+    # Each lease record carries its writer's wall clock, shown as UTC ISO 8601.
+    taken = [datetime.datetime.fromisoformat(e["taken_over_at"]) for e in epochs]
+    assert all(e["taken_over_at"].endswith("Z") for e in epochs)
+    assert all(t.utcoffset() == datetime.timedelta(0) for t in taken) and taken[0] <= taken[1]
+    for e in epochs:
+        assert e["lease_records"] and all(r["written_at"] for r in e["lease_records"])
+    code, text = run_tool("--data-dir", data_dir, "--leases")
+    assert code == 0 and f"taken over at {epochs[1]['taken_over_at']}" in text
     code, text = run_tool("--data-dir", data_dir, "--type", "server_down", "--json")
     downs = lines(text)
     assert sorted(r["servers"][0] for r in downs) == ["ts0", "ts1", "ts2"]
@@ -152,7 +161,7 @@ def test_pending_operation_then_recovery_by_a_new_epoch(tmp_path, capsys):
     assert s["undecodable"] == 0 and s["pending_operations"] == 0
     assert s["by_type"]["create_table"] == {
         "live": 1,
-        "invalidated": 1,
+        "invalidated_held": 1,
         "live_bytes": recs[1]["size_bytes"],
-        "invalidated_bytes": recs[0]["size_bytes"],
+        "invalidated_held_bytes": recs[0]["size_bytes"],
     }
