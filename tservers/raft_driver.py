@@ -321,7 +321,7 @@ class RaftDriver:
         appender: Appender,
         options: DriverOptions | None = None,
         *,
-        missing_status: Callable[[str], ReplicaStatus] | None = None,
+        missing_status: Callable[[str], ReplicaStatus | None] | None = None,
     ) -> None:
         self.uuid = uuid
         self.appender = appender
@@ -601,7 +601,9 @@ class RaftDriver:
         with self._groups_lock:
             g = self._groups.get(msg.tablet_id)
         if g is None or g.closed or g.failed:
-            answer = missing_replica_response(msg, self._missing_status(msg.tablet_id))
+            status = self._missing_status(msg.tablet_id)
+            # None: a replica still being opened at start-up answers nothing (Raft resends).
+            answer = None if status is None else missing_replica_response(msg, status)
             if answer is not None:
                 self._send([answer])
             return
