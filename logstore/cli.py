@@ -7,14 +7,20 @@
     logstore remove-member --servers H:P,... RAFT_ADDRESS
     logstore transfer-leadership --servers H:P,... [RAFT_ADDRESS]
     logstore append / read / last-id --servers H:P,... LOG ...
+    logstore status / read / last-id --cluster NAME | --coordinators H:P,...
+                   the coordinators' own log (each node serves its replica read-only)
 
 `--servers` lists replicas' RPC addresses; `serve` prints one line
-`logstore serving uuid=U rpc=H:P raft=H:P` on stdout once it accepts calls.
+`logstore serving uuid=U rpc=H:P raft=H:P` on stdout once it accepts calls. The read-only
+commands also take the coordinators (`--coordinators`, `--cluster`, else the environment
+and the clusters file, as every tool: rpc/clusters.py) and `--json` (one JSON document;
+shapes in design/client.md). Ctrl-C ends any command with one line and exit status 130.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import logging
 import os
 import signal
@@ -23,7 +29,17 @@ import threading
 
 from logstore.api import READ_LIMIT_MAX
 from rpc.addresses import address_arg, address_list_arg
-from rpc.console import int_in, run_command
+from rpc.console import (
+    add_cluster_arguments,
+    add_json,
+    add_version,
+    cluster_addresses,
+    int_in,
+    interrupted,
+    interruptible,
+    print_json,
+    run_command,
+)
 from rpc.errors import RpcError, TimedOut, Unavailable
 
 PASSWORD_ENV = "LOGSTORE_PASSWORD"
@@ -43,7 +59,42 @@ def _password(args) -> str | None:
     return os.environ.get(PASSWORD_ENV) or None
 
 
+def _insecure_problem(args, password: str | None) -> str | None:
+    """Why a replica without a password may not run, in the flags' names, or None."""
+    if password:
+        return None
+    if args.peers:
+        return (
+            "a store of several replicas needs the cluster password: give --password-file "
+            f"FILE (or ${PASSWORD_ENV}) on every replica"
+        )
+    if args.raft_address.rsplit(":", 1)[0] != "127.0.0.1":
+        return (
+            f"--raft-address {args.raft_address} is not on 127.0.0.1: give --password-file "
+            f"FILE (or ${PASSWORD_ENV}); only a single-node development store on 127.0.0.1 "
+            "may run without one"
+        )
+    if not args.insecure_dev:
+        return (
+            f"no cluster password: give --password-file FILE (or ${PASSWORD_ENV}), or "
+            "--insecure-dev for a single-node development store on 127.0.0.1"
+        )
+    return None
+
+
 def cmd_serve(args) -> int:
+    # Ctrl-C and SIGTERM stop the replica cleanly, even while it is still starting.
+    stop = threading.Event()
+    signalled: list[int] = []
+
+    def on_signal(signum, _frame) -> None:
+        signalled.append(signum)
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        if signal.getsignal(sig) is not signal.SIG_IGN:  # `nohup`, `cmd &` keep theirs
+            signal.signal(sig, on_signal)
+
     from logstore.replicated import ReplicaConfig
     from logstore.service import LogStoreServer, ServeConfig
 
@@ -60,21 +111,22 @@ def cmd_serve(args) -> int:
         connection_timeout_s=max(defaults.connection_timeout_s, args.election_max_s),
         compaction_min_entries=args.compaction_min_entries,
     )
+    password = _password(args)
+    if problem := _insecure_problem(args, password):
+        print(f"logstore: cannot serve: {problem}", file=sys.stderr)
+        return 1
     config = ServeConfig(
         raft_address=args.raft_address,
         peers=tuple(_split(args.peers)),
         data_dir=args.data_dir,
         rpc_bind=args.rpc_bind,
-        password=_password(args),
+        password=password,
         allow_insecure_dev=args.insecure_dev,
         replica=replica,
     )
     # The tick thread, the rpc I/O thread and the handlers hand the GIL to each other on
     # every append; Python's default 5 ms switch interval would dominate the latency.
     sys.setswitchinterval(args.switch_interval_s)
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
     with LogStoreServer(config) as server:
         print(
             f"logstore serving uuid={server.uuid} rpc={server.address} raft={args.raft_address}",
@@ -82,56 +134,102 @@ def cmd_serve(args) -> int:
         )
         while not stop.wait(1.0):
             pass
-    return 0
+    # A daemon's end: 130 and one line for Ctrl-C, 0 for SIGTERM.
+    return interrupted("logstore") if signalled[:1] == [signal.SIGINT] else 0
+
+
+def _addresses(args) -> list[str]:
+    """The replicas to ask: --servers (logstore serve replicas), else the coordinators
+    named by --coordinators, --cluster, the environment or the clusters file (each
+    coordinator node serves its replica of the coordinator log read-only)."""
+    if getattr(args, "servers", None):
+        return _split(args.servers)
+    if not getattr(args, "read_only", False):
+        raise SystemExit(f"logstore {args.command}: --servers HOST:PORT,... is needed")
+    return cluster_addresses(args.coordinators, args.cluster)
 
 
 def _remote(args):
     from logstore.remote import RemoteLogStore
 
-    return RemoteLogStore(_split(args.servers), connect_timeout_s=args.timeout_s)
+    return RemoteLogStore(_addresses(args), connect_timeout_s=args.timeout_s)
+
+
+def _replica_status(address: str, timeout_s: float) -> dict:
+    """One replica's status as `status --json` lists it (design/client.md)."""
+    from logstore.remote import RemoteLogStore
+
+    row = {"address": address, "ok": False, "error": ""}
+    with RemoteLogStore([address], connect_timeout_s=timeout_s) as store:
+        try:
+            s = store.status(timeout_s=timeout_s)
+        except (Unavailable, TimedOut) as err:
+            row["error"] = f"unreachable ({err})"
+            return row
+        except RpcError as err:  # it answered: not a replica, or it refused
+            row["error"] = f"answered, but not with a replica's status ({err})"
+            return row
+    row.update(
+        ok=True,
+        uuid=s.uuid,
+        raft_address=s.raft_address,
+        role=s.role,
+        term=s.term,
+        commit_index=s.commit_index,
+        applied_index=s.applied_index,
+        leader=s.leader,
+        members=list(s.members),
+        journal_entries=s.journal_entries,
+        journal_first_index=s.journal_first_index,
+        journal_bytes=s.journal_bytes,
+        journal_syncs=s.journal_syncs,
+        snapshot_bytes=s.snapshot_bytes,
+        live_entries=s.live_entries,
+        live_bytes=s.live_bytes,
+        logs={x.log: x.last_id for x in s.logs},
+    )
+    return row
 
 
 def cmd_status(args) -> int:
-    from logstore.remote import RemoteLogStore
-
-    failures = 0
-    leaders: set[str] = set()
-    for address in _split(args.servers):
-        with RemoteLogStore([address], connect_timeout_s=args.timeout_s) as store:
-            try:
-                s = store.status(timeout_s=args.timeout_s)
-            except (Unavailable, TimedOut) as err:
-                print(f"{address}: unreachable ({err})")
-                failures += 1
-                continue
-            except RpcError as err:  # it answered: not a replica, or it refused
-                print(f"{address}: answered, but not with a replica's status ({err})")
-                failures += 1
-                continue
-        if s.leader:
-            leaders.add(s.leader)
-        logs = ", ".join(f"{x.log}={x.last_id}" for x in s.logs) or "-"
-        print(
-            f"{address} raft={s.raft_address} role={s.role} term={s.term} "
-            f"commit={s.commit_index} applied={s.applied_index} leader={s.leader or '-'}\n"
-            f"    members={','.join(s.members)}\n"
-            f"    journal: {s.journal_entries} entries from #{s.journal_first_index}, "
-            f"{s.journal_bytes} bytes, {s.journal_syncs} syncs; snapshot {s.snapshot_bytes} "
-            f"bytes; live: {s.live_entries} entries, {s.live_bytes} bytes\n"
-            f"    logs (last id): {logs}"
-        )
+    addresses = _addresses(args)
+    replicas = [_replica_status(a, args.timeout_s) for a in addresses]
+    failures = sum(1 for r in replicas if not r["ok"])
+    leaders = {r["leader"] for r in replicas if r["ok"] and r["leader"]}
     # Like `coordinator status`: exit 1 when anything is unhealthy, with one line saying what.
     problems = []
     if failures:
-        problems.append(f"{failures} of {len(_split(args.servers))} replicas did not answer")
-    if not leaders and failures < len(_split(args.servers)):
+        problems.append(f"{failures} of {len(addresses)} replicas did not answer")
+    if not leaders and failures < len(addresses):
         problems.append("no replica knows a leader (no majority?): appends cannot commit")
     elif len(leaders) > 1:
         problems.append(f"replicas name different leaders {sorted(leaders)} (an election?)")
+    leader = next(iter(leaders)) if len(leaders) == 1 else ""
+    if args.json:
+        print_json(
+            {"healthy": not problems, "leader": leader, "problems": problems, "replicas": replicas}
+        )
+        return 1 if problems else 0
+    for r in replicas:
+        if not r["ok"]:
+            print(f"{r['address']}: {r['error']}")
+            continue
+        logs = ", ".join(f"{k}={v}" for k, v in r["logs"].items()) or "-"
+        print(
+            f"{r['address']} raft={r['raft_address']} role={r['role']} term={r['term']} "
+            f"commit={r['commit_index']} applied={r['applied_index']} "
+            f"leader={r['leader'] or '-'}\n"
+            f"    members={','.join(r['members'])}\n"
+            f"    journal: {r['journal_entries']} entries from #{r['journal_first_index']}, "
+            f"{r['journal_bytes']} bytes, {r['journal_syncs']} syncs; snapshot "
+            f"{r['snapshot_bytes']} bytes; live: {r['live_entries']} entries, "
+            f"{r['live_bytes']} bytes\n"
+            f"    logs (last id): {logs}"
+        )
     if problems:
         print("UNHEALTHY: " + "; ".join(problems))
         return 1
-    print(f"OK: {len(_split(args.servers))} replicas answered, leader {leaders.pop()}")
+    print(f"OK: {len(addresses)} replicas answered, leader {leader}")
     return 0
 
 
@@ -166,22 +264,45 @@ def cmd_read(args) -> int:
     with _remote(args) as store:
         if args.barrier:
             store.barrier(timeout_s=args.timeout_s)
-        for e in store.read(args.log, args.from_id, args.limit, timeout_s=args.timeout_s):
-            inv = f" invalidates={','.join(map(str, e.invalidates))}" if e.invalidates else ""
-            print(f"{e.id}\t{e.data!r}{inv}")
+        entries = store.read(args.log, args.from_id, args.limit, timeout_s=args.timeout_s)
+    if args.json:
+        print_json({"log": args.log, "entries": [_entry_fields(e) for e in entries]})
+        return 0
+    for e in entries:
+        inv = f" invalidates={','.join(map(str, e.invalidates))}" if e.invalidates else ""
+        print(f"{e.id}\t{e.data!r}{inv}")
     return 0
+
+
+def _entry_fields(e) -> dict:
+    """An entry in `read --json`: the data as base64, and as text when it is UTF-8."""
+    try:
+        text = bytes(e.data).decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    return {
+        "id": e.id,
+        "data_base64": base64.b64encode(bytes(e.data)).decode("ascii"),
+        "data_text": text,
+        "invalidates": list(e.invalidates),
+    }
 
 
 def cmd_last_id(args) -> int:
     with _remote(args) as store:
         if args.barrier:
             store.barrier(timeout_s=args.timeout_s)
-        print(store.last_id(args.log, timeout_s=args.timeout_s))
+        last_id = store.last_id(args.log, timeout_s=args.timeout_s)
+    if args.json:
+        print_json({"log": args.log, "last_id": last_id})
+    else:
+        print(last_id)
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="logstore", description=__doc__.split("\n")[0])
+    add_version(p, "logstore")
     p.add_argument("--log-level", default="WARNING")
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -224,18 +345,30 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--switch-interval-s", type=float, default=0.0005, help="sys.setswitchinterval")
     s.set_defaults(func=cmd_serve)
 
-    def client_parser(name: str, help_text: str):
+    def client_parser(name: str, help_text: str, *, read_only: bool = False, json_what=""):
+        """A command on replicas: --servers; a read-only one (status, read, last-id) may
+        instead name the coordinators, whose nodes serve their log's replicas read-only."""
         c = sub.add_parser(name, help=help_text)
         c.add_argument(
             "--servers",
             type=lambda text: ",".join(address_list_arg(text)),
-            required=True,
-            help="replicas' RPC host:port, comma-separated",
+            required=not read_only,
+            help="replicas' RPC host:port, comma-separated"
+            + (" (else the coordinators: --coordinators, --cluster, ...)" if read_only else ""),
         )
+        if read_only:
+            add_cluster_arguments(c)
+            add_json(c, json_what)
+            c.set_defaults(read_only=True)
         c.add_argument("--timeout-s", type=_positive_seconds, default=5.0)
         return c
 
-    c = client_parser("status", "print each replica's role, term, indexes and sizes")
+    c = client_parser(
+        "status",
+        "print each replica's role, term, indexes and sizes",
+        read_only=True,
+        json_what="health, leader and each replica",
+    )
     c.set_defaults(func=cmd_status)
     for name in ("add-member", "remove-member"):
         c = client_parser(name, f"{name.split('-')[0]} one voting replica")
@@ -250,7 +383,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--expected-id", type=int)
     c.add_argument("--invalidates", default="", help="comma-separated ids")
     c.set_defaults(func=cmd_append)
-    c = client_parser("read", "print live entries")
+    c = client_parser("read", "print live entries", read_only=True, json_what="the entries")
     c.add_argument("log")
     c.add_argument("--from-id", type=int_in(1, 2**63 - 1), default=1, help="first id (default 1)")
     c.add_argument(
@@ -261,7 +394,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     c.add_argument("--barrier", action="store_true", help="linearizable: barrier first")
     c.set_defaults(func=cmd_read)
-    c = client_parser("last-id", "print a log's last id")
+    c = client_parser("last-id", "print a log's last id", read_only=True, json_what="the id")
     c.add_argument("log")
     c.add_argument("--barrier", action="store_true")
     c.set_defaults(func=cmd_last_id)
@@ -299,6 +432,7 @@ def _timing_problem(args) -> str | None:
     return None
 
 
+@interruptible("logstore")
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -308,7 +442,9 @@ def main(argv: list[str] | None = None) -> int:
         level=getattr(logging, str(args.log_level).upper(), logging.WARNING),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    return run_command(args.func, args, f"logstore {args.command}", (RpcError, OSError))
+    return run_command(
+        args.func, args, f"logstore {args.command}", (RpcError, OSError), name="logstore"
+    )
 
 
 if __name__ == "__main__":

@@ -6,12 +6,18 @@ one folder. The folder's `cluster.json` records ports, data dirs and pids, so th
 existing folder restarts the same cluster on the same addresses (a logstore replica's Raft
 address is its identity), `down` stops it and keeps the data, and `status` tells who is up.
 
+`up` registers the cluster in the clusters file (`local` unless `--name`) and prints the
+line to connect; `down --wipe` removes that registration while it still names this cluster.
+Ctrl-C during `up` stops every process that run started, then ends with one line and exit
+status 130. `up --json` and `status --json` print one JSON document (design/client.md).
+
 This is the embedded default for the main job, the Spark tests and anyone trying the system.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import secrets
@@ -25,6 +31,14 @@ from pathlib import Path
 
 from rpc import errors
 from rpc.addresses import free_port
+from rpc.console import (
+    add_json,
+    deferred_interrupts,
+    ignored_interrupts,
+    interruptible,
+    print_json,
+    run_command,
+)
 
 STATE_FILE = "cluster.json"
 READY_TIMEOUT_S_DEFAULT = 120.0
@@ -48,6 +62,7 @@ class ClusterSpec:
     coordinators: list[NodeSpec] = field(default_factory=list)
     tservers: list[NodeSpec] = field(default_factory=list)
     lease_timeout_s: float = 1.5
+    registered_as: str = ""  # its name in the clusters file, once `up` registered it
 
     @property
     def coordinator_addresses(self) -> list[str]:
@@ -74,6 +89,7 @@ class ClusterSpec:
             coordinators=[NodeSpec(**n) for n in raw["coordinators"]],
             tservers=[NodeSpec(**n) for n in raw["tservers"]],
             lease_timeout_s=raw.get("lease_timeout_s", 1.5),
+            registered_as=raw.get("registered_as", ""),
         )
 
 
@@ -95,6 +111,9 @@ class LocalCluster:
         self.spec = spec
         self.root = Path(spec.root)
         self.log_dir = self.root / "logs"
+        # The processes this object started (children of this process), for
+        # `stop_started` after an interrupted `up`: their Popen, not a pid read back.
+        self.started: list[subprocess.Popen] = []
 
     @staticmethod
     def create(
@@ -148,7 +167,8 @@ class LocalCluster:
 
     def _spawn(self, node: NodeSpec, args: list[str]) -> None:
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.log_dir / f"{node.name}.log", "ab") as out:
+        # Ctrl-C waits until the process is started and recorded: none is left unknown.
+        with deferred_interrupts(), open(self.log_dir / f"{node.name}.log", "ab") as out:
             popen = subprocess.Popen(
                 [sys.executable, "-m", *args],
                 stdout=out,
@@ -157,8 +177,9 @@ class LocalCluster:
                 start_new_session=True,  # survives the command that started it
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
             )
-        node.pid = popen.pid
-        self.spec.save()
+            self.started.append(popen)
+            node.pid = popen.pid
+            self.spec.save()
         # Until the child has exec'd, /proc/PID/cmdline is still ours: wait for it, so that
         # is_up() is right from here on.
         deadline = time.monotonic() + STOP_TIMEOUT_S
@@ -246,6 +267,23 @@ class LocalCluster:
         for node in [*self.spec.tservers, *self.spec.coordinators]:
             self.stop(node)
 
+    def stop_started(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
+        """Stop every process this object started (an interrupted `up`): SIGTERM to all,
+        then SIGKILL to those still running after `timeout_s`. By their Popen, so that one
+        stopped before it exec'd is not missed; each is reaped."""
+        alive = [p for p in self.started if p.poll() is None]
+        for popen in alive:
+            with contextlib.suppress(ProcessLookupError):
+                popen.send_signal(signal.SIGCONT)
+                popen.terminate()
+        deadline = time.monotonic() + timeout_s
+        for popen in alive:
+            try:
+                popen.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                popen.kill()
+                popen.wait(timeout_s)
+
     # -- readiness and status ----------------------------------------------------------
 
     def client(self, timeout_s: float = 10.0):
@@ -325,20 +363,27 @@ class LocalCluster:
                     f"{node.name} is not running; last lines of {log_path}:\n" + "\n".join(last)
                 )
 
-    def status_lines(self) -> tuple[list[str], bool]:
-        lines, healthy = [], True
+    def status(self) -> dict:
+        """Who is up, as `local-cluster status --json` prints it (design/client.md):
+        {"root", "healthy", "coordinators": [...], "tservers": [...]}, each node
+        {"name", "address", "pid", "up", "state", "error"} (+ "epoch" for a coordinator).
+        state: a coordinator's role (LEADER, FOLLOWER, ...), a tablet server's state in the
+        coordinator's view (LIVE, DOWN, "not enlisted"); "" when the process is not up."""
+        coordinators, tservers, healthy = [], [], True
         with self.client(timeout_s=3.0) as client:
             for node in self.spec.coordinators:
+                row = {"name": node.name, "address": node.rpc, "pid": node.pid, "up": False,
+                       "state": "", "epoch": 0, "error": ""}  # fmt: skip
+                coordinators.append(row)
                 if not self.is_up(node):
-                    lines.append(f"{node.name:16} {node.rpc:22} DOWN")
                     healthy = False
                     continue
-                head = f"{node.name:16} {node.rpc:22} up (pid {node.pid})"
+                row["up"] = True
                 try:
                     st = client.status(node.rpc, timeout_s=1.0)
-                    lines.append(f"{head} {st.role} epoch {st.epoch}")
+                    row["state"], row["epoch"] = st.role, st.epoch
                 except errors.RpcError as err:
-                    lines.append(f"{head}, not answering: {err}")
+                    row["error"] = f"not answering: {err}"
                     healthy = False
             try:
                 # A server wiped and started again at its address enlists under a new
@@ -350,14 +395,40 @@ class LocalCluster:
             except errors.RpcError:
                 states = {}
             for node in self.spec.tservers:
+                row = {"name": node.name, "address": node.rpc, "pid": node.pid, "up": False,
+                       "state": "", "error": ""}  # fmt: skip
+                tservers.append(row)
                 if not self.is_up(node):
-                    lines.append(f"{node.name:16} {node.rpc:22} DOWN")
                     healthy = False
                     continue
-                state = states.get(node.rpc, "not enlisted")
-                healthy &= state == "LIVE"
-                lines.append(f"{node.name:16} {node.rpc:22} up (pid {node.pid}) {state}")
-        return lines, healthy
+                row["up"] = True
+                row["state"] = states.get(node.rpc, "not enlisted")
+                healthy &= row["state"] == "LIVE"
+        return {
+            "root": str(self.root),
+            "healthy": healthy,
+            "coordinators": coordinators,
+            "tservers": tservers,
+        }
+
+    def status_lines(self) -> tuple[list[str], bool]:
+        """`status` for people: one line per process, and whether all is well."""
+        st = self.status()
+        lines = []
+        for row in st["coordinators"]:
+            head = f"{row['name']:16} {row['address']:22}"
+            if not row["up"]:
+                lines.append(f"{head} DOWN")
+            elif row["error"]:
+                lines.append(f"{head} up (pid {row['pid']}), {row['error']}")
+            else:
+                lines.append(f"{head} up (pid {row['pid']}) {row['state']} epoch {row['epoch']}")
+        for row in st["tservers"]:
+            head = f"{row['name']:16} {row['address']:22}"
+            lines.append(
+                f"{head} up (pid {row['pid']}) {row['state']}" if row["up"] else f"{head} DOWN"
+            )
+        return lines, st["healthy"]
 
 
 def _pings(address: str) -> bool:
@@ -397,11 +468,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="register the cluster under this name in the clusters file (default local)",
     )
     up.add_argument("--no-register", action="store_true", help="do not write the clusters file")
+    add_json(up, "addresses, folder and registration, once up")
     down = sub.add_parser("down", help="stop every process (data is kept)")
     down.add_argument("--dir", type=Path, required=True)
-    down.add_argument("--wipe", action="store_true", help="also delete the folder")
+    down.add_argument(
+        "--wipe",
+        action="store_true",
+        help="also delete the folder, and its entry in the clusters file if it names this cluster",
+    )
     st = sub.add_parser("status", help="who is up; exit status 1 when anything is down")
     st.add_argument("--dir", type=Path, required=True)
+    add_json(st, "each process: up, state")
     parser.set_defaults(func=run)
 
 
@@ -411,25 +488,7 @@ def run(args) -> int:
         if args.wipe:
             _wipe(root)
         cluster = LocalCluster.create(root, args.coordinators, args.tservers, args.lease_timeout_s)
-        started = time.monotonic()
-        bar = _progress(len(cluster.spec.tservers))
-        try:
-            cluster.up(args.timeout_s, bar.update)
-        finally:
-            bar.close()
-        print(f"cluster up in {time.monotonic() - started:.1f}s; data and logs in {root}")
-        print(f"coordinators: {','.join(cluster.spec.coordinator_addresses)}")
-        print(f"tservers: {','.join(n.rpc for n in cluster.spec.tservers)}")
-        if not args.no_register:
-            from logcentric import clusters
-
-            path = clusters.register(args.name, cluster.spec.coordinator_addresses)
-            print(f"registered as cluster {args.name!r} in {path}")
-            print(
-                f'connect: logcentric.connect(cluster="{args.name}")  |  '
-                f"coordinator status --cluster {args.name}"
-            )
-        return 0
+        return _up(cluster, args)
     spec = ClusterSpec.load(root)
     if spec is None:
         raise errors.NotFound(f"no cluster in {root} (no {STATE_FILE})")
@@ -438,21 +497,82 @@ def run(args) -> int:
         cluster.down()
         print(f"cluster in {root} stopped")
         if args.wipe:
-            _wipe(root)
+            name = _wipe(root)
             print(f"{root} deleted")
+            if name:
+                print(f"cluster {name!r} removed from the clusters file")
         return 0
+    if args.json:
+        st = cluster.status()
+        print_json(st)
+        return 0 if st["healthy"] else 1
     lines, healthy = cluster.status_lines()
     print("\n".join(lines))
     return 0 if healthy else 1
 
 
-def _wipe(root: Path) -> None:
+def _up(cluster: LocalCluster, args) -> int:
+    """Start the cluster and wait until it is ready; Ctrl-C meanwhile stops every process
+    this run started (a second Ctrl-C is ignored until they are stopped) and ends the
+    command (rpc.console.run_command: one line, exit status 130)."""
+    started = time.monotonic()
+    bar = _progress(len(cluster.spec.tservers))
+    try:
+        cluster.up(args.timeout_s, bar.update)
+    except KeyboardInterrupt:
+        with ignored_interrupts():
+            bar.close()
+            cluster.stop_started()
+        raise
+    finally:
+        bar.close()
+    elapsed_s = time.monotonic() - started
+    path = None
+    if not args.no_register:
+        from logcentric import clusters
+
+        path = clusters.register(args.name, cluster.spec.coordinator_addresses)
+        cluster.spec.registered_as = args.name
+        cluster.spec.save()
+    if args.json:
+        print_json(
+            {
+                "root": str(cluster.root),
+                "coordinators": cluster.spec.coordinator_addresses,
+                "tservers": [n.rpc for n in cluster.spec.tservers],
+                "cluster": None if path is None else args.name,
+                "clusters_file": None if path is None else str(path),
+                "elapsed_s": round(elapsed_s, 3),
+            }
+        )
+        return 0
+    print(f"cluster up in {elapsed_s:.1f}s; data and logs in {cluster.root}")
+    print(f"coordinators: {','.join(cluster.spec.coordinator_addresses)}")
+    print(f"tservers: {','.join(n.rpc for n in cluster.spec.tservers)}")
+    if path is not None:
+        print(f"registered as cluster {args.name!r} in {path}")
+        print(
+            f'connect: logcentric.connect(cluster="{args.name}")  |  '
+            f"coordinator status --cluster {args.name}"
+        )
+    return 0
+
+
+def _wipe(root: Path) -> str:
+    """Stop and delete the cluster in `root`; its clusters-file entry goes too while it
+    still names this cluster's coordinators. Returns the name removed, or ""."""
     spec = ClusterSpec.load(root)
     if spec is not None:
         LocalCluster(spec).down()
     elif root.exists() and any(root.iterdir()):
         raise errors.BadRequest(f"{root} is not a local cluster folder; not deleting it")
     shutil.rmtree(root, ignore_errors=True)
+    if spec is None or not spec.registered_as:
+        return ""
+    from logcentric import clusters
+
+    removed = clusters.unregister_if(spec.registered_as, spec.coordinator_addresses)
+    return spec.registered_as if removed else ""
 
 
 class _progress:
@@ -474,19 +594,17 @@ class _progress:
     def close(self) -> None:
         if self._bar is not None:
             self._bar.close()
+            self._bar = None
 
 
+@interruptible("coordinator local-cluster")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="coordinator local-cluster", description=__doc__.splitlines()[0]
     )
     add_arguments(parser)
     args = parser.parse_args(argv)
-    try:
-        return args.func(args)
-    except errors.RpcError as err:
-        print(f"coordinator local-cluster: {err}", file=sys.stderr)
-        return 1
+    return run_command(args.func, args, "coordinator local-cluster", (errors.RpcError, OSError))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """`tserver`: run a tablet server and its operator tools.
 
-tserver start --fs-root DIR --bind HOST:PORT [--no-wal-sync]
-              [--quarantine-retention-s S] [--quarantine-bytes-max B]
+tserver start --fs-root DIR --bind HOST:PORT [--coordinators H:P,... | --cluster NAME]
+              [--no-wal-sync] [--quarantine-retention-s S] [--quarantine-bytes-max B]
+tserver status --address HOST:PORT     a live server: uuid, tablets, WAL and write counters
 tserver fs format --fs-root DIR        (refuses a non-empty directory)
 tserver fs uuid --fs-root DIR
 tserver wal dump (--fs-root DIR --tablet ID | --segment FILE)
@@ -19,7 +20,14 @@ tserver quarantine purge --fs-root DIR [--older-than-s N | --bytes-max B | --all
                                              remove them from a STOPPED server's root
 
 Errors an operator can fix (a bad flag, a taken port, an fs root in use) print one line
-`tserver: error: ...` and exit 1; argparse's own refusals exit 2.
+`tserver: error: ...` and exit 1; argparse's own refusals exit 2. Ctrl-C ends any command
+with one line (`tserver: interrupted`) and exit status 130; `start` stops the server
+cleanly first. The listing and status commands (status, tablets, copies, quarantine list,
+fs uuid, cmeta dump) take `--json`: one JSON document (shapes in design/client.md).
+
+`start` enlists with the coordinators given by --coordinators, or by --cluster NAME from the
+clusters file (rpc/clusters.py); with neither it runs alone (no heartbeats), as a server
+started for a test or a tool does.
 """
 
 from __future__ import annotations
@@ -36,7 +44,16 @@ from pathlib import Path
 from google.protobuf import text_format
 
 from rpc.addresses import address_arg, address_list_arg
-from rpc.console import int_in, run_command
+from rpc.console import (
+    add_json,
+    add_version,
+    cluster_addresses,
+    int_in,
+    interrupted,
+    interruptible,
+    print_json,
+    run_command,
+)
 from rpc.errors import RpcError
 from rpc.protocols.tserver_pb2 import (
     ConsensusMetaPB,
@@ -136,8 +153,23 @@ def _lock_fs(root: str, holder: str, refusal: str):
 
 
 def _cmd_start(args) -> int:
+    # Ctrl-C and SIGTERM stop the server cleanly, even while it is still starting.
+    stop = threading.Event()
+    signalled: list[int] = []
+
+    def on_signal(signum, _frame) -> None:
+        signalled.append(signum)
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        if signal.getsignal(sig) is not signal.SIG_IGN:  # `nohup`, `cmd &` keep theirs
+            signal.signal(sig, on_signal)
+
     from tservers.server import TabletServer, TServerConfig
 
+    coordinators = tuple(args.coordinators)
+    if args.cluster:
+        coordinators = tuple(cluster_addresses(None, args.cluster))
     logging.basicConfig(
         level=args.log_level,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -149,7 +181,7 @@ def _cmd_start(args) -> int:
         segment_size_bytes_max=args.segment_size_mb << 20,
         flush_rows_threshold=args.flush_rows,
         workers=args.workers,
-        coordinators=args.coordinators,
+        coordinators=coordinators,
         copy_rate_limit_bytes_s=int(args.copy_rate_mb * 1_000_000),
         copy_session_idle_s=args.copy_session_idle_s,
         wal_retain_entries_max=args.wal_retain_entries,
@@ -165,9 +197,6 @@ def _cmd_start(args) -> int:
         raise CliError(f"{e} (is another tserver running on it?)") from e
     except FsError as e:
         raise CliError(str(e)) from e
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
     try:
         server.start()
     except (RpcError, OSError) as e:
@@ -181,7 +210,8 @@ def _cmd_start(args) -> int:
         pass
     logging.getLogger(__name__).info("shutting down")
     server.close()
-    return 0
+    # A daemon's end: 130 and one line for Ctrl-C, 0 for SIGTERM.
+    return interrupted("tserver") if signalled[:1] == [signal.SIGINT] else 0
 
 
 def _cmd_fs_format(args) -> int:
@@ -197,9 +227,13 @@ def _cmd_fs_format(args) -> int:
 
 def _cmd_fs_uuid(args) -> int:
     try:
-        print(FsLayout.read_instance(Path(args.fs_root)).uuid)
+        uuid = FsLayout.read_instance(Path(args.fs_root)).uuid
     except FsError as e:
         raise CliError(str(e)) from e
+    if args.json:
+        print_json({"fs_root": args.fs_root, "uuid": uuid})
+    else:
+        print(uuid)
     return 0
 
 
@@ -276,7 +310,18 @@ def _read_cmeta(fs: FsLayout, tablet: str) -> ConsensusMetaPB:
 
 def _cmd_cmeta_dump(args) -> int:
     fs = _open_fs(args.fs_root)
-    print(text_format.MessageToString(_read_cmeta(fs, args.tablet)), end="")
+    cm = _read_cmeta(fs, args.tablet)
+    if args.json:
+        from google.protobuf.json_format import MessageToDict
+
+        print_json(
+            {
+                "tablet_id": args.tablet,
+                "cmeta": MessageToDict(cm, preserving_proto_field_name=True),
+            }
+        )
+        return 0
+    print(text_format.MessageToString(cm), end="")
     return 0
 
 
@@ -349,6 +394,29 @@ def _cmd_tablets(args) -> int:
         except RpcError as e:
             raise CliError(f"{args.address}: {e}") from e
         reports = list(resp.tablets)
+        if args.json:
+            print_json(
+                {
+                    "source": "live",
+                    "address": args.address,
+                    "tablets": [
+                        {
+                            "tablet_id": r.tablet_id,
+                            "table_name": r.table_name,
+                            "data_state": DataState.Name(r.data_state),
+                            "status": r.status,
+                            "role": r.role,
+                            "leader_uuid": r.leader_uuid,
+                            "term": r.current_term,
+                            "last_op_id": [r.last_op_id.term, r.last_op_id.index],
+                            "commit_index": r.commit_index,
+                            "error": r.error,
+                        }
+                        for r in reports
+                    ],
+                }
+            )
+            return 0
         for r in reports:
             print(
                 f"{r.tablet_id}\t{DataState.Name(r.data_state)}\t{r.status}\t"
@@ -360,6 +428,9 @@ def _cmd_tablets(args) -> int:
     if not args.fs_root:
         raise CliError("give --fs-root DIR or --address HOST:PORT")
     fs = _open_fs(args.fs_root)
+    if args.json:
+        print_json({"source": "fs", "fs_root": args.fs_root, "tablets": _fs_tablets(fs)})
+        return 0
     for tid in fs.tablet_ids():
         try:
             sb = fs.read_superblock(tid)
@@ -370,6 +441,28 @@ def _cmd_tablets(args) -> int:
         except MetaFileCorrupt as e:
             print(f"{tid}\tCORRUPT\t{e}")
     return 0
+
+
+def _fs_tablets(fs: FsLayout) -> list[dict]:
+    """`tablets --fs-root --json`: each tablet's superblock, or its error."""
+    out = []
+    for tid in fs.tablet_ids():
+        row = {"tablet_id": tid, "table_name": "", "data_state": "CORRUPT", "schema_version": 0,
+               "flushed_index": 0, "blocks": 0, "error": ""}  # fmt: skip
+        try:
+            sb = fs.read_superblock(tid)
+        except MetaFileCorrupt as e:
+            row["error"] = str(e)
+        else:
+            row.update(
+                table_name=sb.table_name,
+                data_state=DataState.Name(sb.data_state),
+                schema_version=sb.schema.version,
+                flushed_index=sb.flushed_index,
+                blocks=len(sb.blocks),
+            )
+        out.append(row)
+    return out
 
 
 def _live_call(address: str, method: str, request, response_type):
@@ -395,6 +488,9 @@ def _cmd_copies(args) -> int:
     from rpc.protocols.tserver_pb2 import StatusRequest, StatusResponse
 
     st = _live_call(args.address, "Status", StatusRequest(), StatusResponse)
+    if args.json:
+        print_json({"address": args.address, "copies": [_copy_fields(j) for j in st.copies]})
+        return 0
     if not st.copies:
         print("no tablet copies")
     for j in st.copies:
@@ -406,6 +502,49 @@ def _cmd_copies(args) -> int:
             f"{_bytes(j.bytes_done)}/{_bytes(j.bytes_total)} ({pct:.0f}%)\t"
             f"{_bytes(j.rate_bytes_s)}/s{limit}\t{j.error}"
         )
+    return 0
+
+
+def _copy_fields(j) -> dict:
+    return {
+        "tablet_id": j.tablet_id,
+        "state": j.state,
+        "source_uuid": j.source_uuid,
+        "files_done": j.files_done,
+        "files_total": j.files_total,
+        "bytes_done": j.bytes_done,
+        "bytes_total": j.bytes_total,
+        "rate_bytes_s": j.rate_bytes_s,
+        "rate_limit_bytes_s": j.rate_limit_bytes_s,
+        "error": j.error,
+    }
+
+
+def _cmd_status(args) -> int:
+    """A live server's own view: uuid, address, tablets, WAL and write counters, copies."""
+    from rpc.protocols.tserver_pb2 import StatusRequest, StatusResponse
+
+    st = _live_call(args.address, "Status", StatusRequest(), StatusResponse)
+    fields = {
+        "uuid": st.uuid,
+        "address": st.address,
+        "tablets": st.tablets,
+        "wal_groups": st.wal_groups,
+        "wal_syncs": st.wal_syncs,
+        "wal_entries": st.wal_entries,
+        "writes": st.writes,
+        "rows_written": st.rows_written,
+        "wal_sync_enabled": st.wal_sync_enabled,
+        "copies": [_copy_fields(j) for j in st.copies],
+    }
+    if args.json:
+        print_json(fields)
+        return 0
+    sync = "" if st.wal_sync_enabled else " (WAL sync OFF)"
+    print(f"tserver {st.uuid} at {st.address}{sync}")
+    print(f"  tablets: {st.tablets}; writes: {st.writes} ({st.rows_written} rows)")
+    print(f"  WAL: {st.wal_entries} entries in {st.wal_groups} groups, {st.wal_syncs} syncs")
+    print(f"  tablet copies onto it: {len(st.copies)}")
     return 0
 
 
@@ -664,6 +803,7 @@ def _cmd_quarantine_purge(args) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tserver", description="Tablet server and its tools.")
+    add_version(p, "tserver")
     sub = p.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("start", help="run a tablet server")
@@ -684,11 +824,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="flush a tablet's memstore when it holds this many rows",
     )
     s.add_argument("--workers", type=int, default=8)
-    s.add_argument(
+    named = s.add_mutually_exclusive_group()
+    named.add_argument(
         "--coordinators",
         type=lambda text: address_list_arg(text, empty_ok=True),
         default=(),
-        help="coordinator node addresses HOST:PORT,... to enlist and heartbeat with",
+        help="coordinator node addresses HOST:PORT,... to enlist and heartbeat with "
+        "(neither this nor --cluster: the server runs alone)",
+    )
+    named.add_argument(
+        "--cluster",
+        metavar="NAME",
+        default=None,
+        help="enlist with the coordinators of a cluster named in the clusters file",
     )
     s.add_argument(
         "--copy-rate-mb",
@@ -741,6 +889,7 @@ def build_parser() -> argparse.ArgumentParser:
     f.set_defaults(func=_cmd_fs_format)
     f = fs.add_parser("uuid", help="print the server's uuid")
     f.add_argument("--fs-root", required=True)
+    add_json(f, "the fs root and its uuid")
     f.set_defaults(func=_cmd_fs_uuid)
 
     wal = sub.add_parser("wal", help="WAL tools").add_subparsers(dest="wal_cmd", required=True)
@@ -756,6 +905,7 @@ def build_parser() -> argparse.ArgumentParser:
     c = cm.add_parser("dump", help="print a tablet's consensus metadata")
     c.add_argument("--fs-root", required=True)
     c.add_argument("--tablet", required=True)
+    add_json(c, "the consensus metadata")
     c.set_defaults(func=_cmd_cmeta_dump)
     c = cm.add_parser("rewrite", help="change consensus metadata (a backup is written first)")
     c.add_argument("--fs-root", required=True)
@@ -775,7 +925,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     cp = sub.add_parser("copies", help="tablet copies onto a live server: progress and rate")
     cp.add_argument("--address", type=address_arg, required=True)
+    add_json(cp, "the copies")
     cp.set_defaults(func=_cmd_copies)
+    st = sub.add_parser("status", help="a live server's uuid, tablets and counters")
+    st.add_argument("--address", type=address_arg, required=True)
+    add_json(st, "the server's status")
+    st.set_defaults(func=_cmd_status)
     cc = sub.add_parser("copy-cancel", help="cancel a tablet copy onto a live server")
     cc.add_argument("--address", type=address_arg, required=True)
     cc.add_argument("--tablet", required=True)
@@ -818,7 +973,7 @@ def build_parser() -> argparse.ArgumentParser:
     ).add_subparsers(dest="quarantine_cmd", required=True)
     q = qs.add_parser("list", help="each quarantine entry: name, size, age")
     q.add_argument("--fs-root", required=True)
-    q.add_argument("--json", action="store_true", help="one JSON list of entries")
+    add_json(q, "a list of entries")
     q.set_defaults(func=_cmd_quarantine_list)
     q = qs.add_parser(
         "purge",
@@ -844,14 +999,16 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("tablets", help="list tablets (offline from --fs-root or live)")
     t.add_argument("--fs-root")
     t.add_argument("--address", type=address_arg)
+    add_json(t, "the tablets")
     t.set_defaults(func=_cmd_tablets)
     return p
 
 
+@interruptible("tserver")
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # OSError: an operating error no command foresaw (permissions, a full disk).
-    return run_command(args.func, args, "tserver: error", (CliError, OSError))
+    return run_command(args.func, args, "tserver: error", (CliError, OSError), name="tserver")
 
 
 if __name__ == "__main__":
