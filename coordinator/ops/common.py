@@ -45,6 +45,9 @@ logger = logging.getLogger(__name__)
 
 CALL_ATTEMPTS_MAX = 3
 CALL_BACKOFF_S = 0.05
+# A factor above the live servers, while some are down: the client's retry hint.
+FACTOR_RETRY_AFTER_MS = 500
+DOWN_NAMED_MAX = 8  # servers named in a refusal
 
 
 class TabletServerGateway(Protocol):
@@ -152,6 +155,33 @@ def check_schema(schema: pb.Schema) -> None:
             key_done = True
     if not columns[0].is_key:
         raise BadRequest("the schema has no key column")
+
+
+def check_factor_placeable(catalog: Catalog, rf: int, what: str = "replication factor") -> None:
+    """Refuse a factor that the tablet servers not retired cannot hold now.
+
+    Above the servers registered and not retired (DOWN ones counted), it can never be met
+    until an operator adds a server or cancels a retirement: BAD_REQUEST. Within them but
+    above the live ones, some servers are down for now (a restart, all of them killed): a
+    transient condition, so UNAVAILABLE with a retry hint, which clients retry within their
+    deadline (nothing is logged, so a retry with the same request id decides afresh)."""
+    retired = catalog.retired_servers()
+    known = [s for s in catalog.servers.values() if s.uuid not in retired]
+    live = [s for s in known if s.state is ServerState.LIVE]
+    if rf <= len(live):
+        return
+    if rf > len(known):
+        raise BadRequest(
+            f"{what} {rf} above the {len(live)} live tablet servers not retired "
+            f"({len(known)} registered): add tablet servers or give a lower factor"
+        )
+    down = sorted(s.uuid for s in known if s.state is not ServerState.LIVE)
+    shown = ", ".join(down[:DOWN_NAMED_MAX]) + (", ..." if len(down) > DOWN_NAMED_MAX else "")
+    raise Unavailable(
+        f"{what} {rf} above the {len(live)} live tablet servers not retired ({shown} DOWN): "
+        "wait until they are back (remove-tserver one gone for good), or give a lower factor",
+        retry_after_ms=FACTOR_RETRY_AFTER_MS,
+    )
 
 
 def table_for_change(catalog: Catalog, name: str) -> TableInfo:

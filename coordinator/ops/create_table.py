@@ -14,7 +14,6 @@ from coordinator.catalog import (
     Catalog,
     OpResult,
     PendingOp,
-    ServerState,
     TableInfo,
     TableState,
     TabletInfo,
@@ -22,6 +21,7 @@ from coordinator.catalog import (
 from coordinator.ops.common import (
     CompletionContext,
     call_replica,
+    check_factor_placeable,
     check_new_name,
     check_request_id,
     check_schema,
@@ -55,22 +55,15 @@ def decide(catalog: Catalog, request: pb.CreateTableRequest, op_id: int) -> pb.L
     # 0 (unset): the default, 3 replicas when the cluster has 3 or more tablet servers not
     # retired, else one per server. Servers that are DOWN count: a server down for a moment
     # must not leave new tables at a lower factor for good (2 replicas survive no failure);
-    # such a create is refused until it is back, as Kudu refuses it, unless the factor is
-    # given.
+    # such a create is refused until it is back (UNAVAILABLE: clients retry), as Kudu
+    # refuses it, unless the factor is given.
     retired = catalog.retired_servers()
     known = [s for s in catalog.servers.values() if s.uuid not in retired]
     rf = request.replication_factor or min(DEFAULT_REPLICATION_FACTOR, max(1, len(known)))
     if not 1 <= rf <= REPLICATION_FACTOR_MAX:
         raise BadRequest(f"replication_factor must be 1..{REPLICATION_FACTOR_MAX}, got {rf}")
-    if rf > len(live):
-        down = sorted(s.uuid for s in known if s.state is not ServerState.LIVE)
-        why = f" ({', '.join(down)} DOWN)" if down else ""
-        given = "" if request.replication_factor else "the default "
-        raise BadRequest(
-            f"{given}replication factor {rf} above the {len(live)} live tablet servers not "
-            f"retired{why}: wait until they are back (remove-tserver one gone for good), "
-            "or give a lower factor"
-        )
+    given = "replication factor" if request.replication_factor else "the default replication factor"
+    check_factor_placeable(catalog, rf, given)
 
     schema = pb.Schema(version=1)
     for i, column in enumerate(request.schema.columns, start=1):

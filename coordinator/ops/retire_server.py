@@ -8,15 +8,16 @@ when the server is removed (RemoveServer invalidates the record) or cancelled (a
 with `retired` false, which invalidates the one before and stays live itself, so that a
 node following the log incrementally sees the cancel too).
 
-Refused with BAD_REQUEST when a table on the server could not keep its factor on the live
-servers left (not retired); asking for the state the server is already in logs nothing.
+Refused with BAD_REQUEST when a table on the server could not keep its factor on the
+servers left (not retired), UNAVAILABLE (retried by clients) when it could once the servers
+that are down come back; asking for the state the server is already in logs nothing.
 """
 
 from __future__ import annotations
 
-from coordinator.catalog import Catalog, OpResult
-from coordinator.ops.common import check_request_id, header
-from rpc.errors import BadRequest, NotFound
+from coordinator.catalog import Catalog, OpResult, ServerState
+from coordinator.ops.common import FACTOR_RETRY_AFTER_MS, check_request_id, header
+from rpc.errors import BadRequest, NotFound, Unavailable
 from rpc.protocols import coordinator_pb2 as pb
 
 KIND = "retire_server"
@@ -40,12 +41,26 @@ def decide(catalog: Catalog, request: pb.RetireServerRequest, op_id: int) -> pb.
         ]
         if needs and max(needs)[0] > len(others):
             factor, name = max(needs)
-            # Nowhere to move its replicas: refused rather than waited on for ever.
-            raise BadRequest(
-                f"cannot retire {server.uuid}: table {name!r} has replication factor "
-                f"{factor} and {len(others)} other live tablet server(s) would remain; add "
-                f"a server or lower the factor (set-replication) first"
+            retired_now = catalog.retired_servers()
+            down = sorted(
+                s.uuid
+                for s in catalog.servers.values()
+                if s.state is not ServerState.LIVE
+                and s.uuid not in retired_now
+                and s.uuid != server.uuid
             )
+            why = (
+                f"cannot retire {server.uuid}: table {name!r} has replication factor "
+                f"{factor} and {len(others)} other live tablet server(s) would remain"
+            )
+            if factor <= len(others) + len(down):
+                # Servers that could take its replicas are only down: retried by the client.
+                raise Unavailable(
+                    f"{why} ({', '.join(down[:8])} DOWN): wait until they are back",
+                    retry_after_ms=FACTOR_RETRY_AFTER_MS,
+                )
+            # Nowhere to move its replicas: refused rather than waited on for ever.
+            raise BadRequest(f"{why}; add a server or lower the factor (set-replication) first")
     record = pb.LogRecord()
     rs = record.retire_server
     rs.header.CopyFrom(header(op_id, request.request_id, pb.DONE))

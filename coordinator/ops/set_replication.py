@@ -14,6 +14,7 @@ import dataclasses
 
 from coordinator.catalog import REPLICATION_FACTOR_MAX, Catalog, OpResult
 from coordinator.ops.common import (
+    check_factor_placeable,
     check_request_id,
     header,
     record_superseded,
@@ -33,11 +34,7 @@ def decide(catalog: Catalog, request: pb.SetReplicationRequest, op_id: int) -> p
     rf = request.replication_factor
     if not 1 <= rf <= REPLICATION_FACTOR_MAX:
         raise BadRequest(f"replication_factor must be 1..{REPLICATION_FACTOR_MAX}, got {rf}")
-    live = len(catalog.placeable_servers())
-    if rf > live:
-        raise BadRequest(
-            f"replication factor {rf} above the {live} live tablet servers not retired"
-        )
+    check_factor_placeable(catalog, rf)
     if rf == table.replication_factor:
         return None
     record = pb.LogRecord()

@@ -29,7 +29,14 @@ from coordinator.ops import (
 )
 from coordinator.ops.server_down import ServerDownRequest
 from logstore.memory import MemoryLogStore
-from rpc.errors import AlreadyExists, AlreadyInProgress, BadRequest, IllegalState, NotFound
+from rpc.errors import (
+    AlreadyExists,
+    AlreadyInProgress,
+    BadRequest,
+    IllegalState,
+    NotFound,
+    Unavailable,
+)
 from rpc.protocols import coordinator_pb2 as pb
 
 LOG = "coordinator"
@@ -213,7 +220,7 @@ def test_create_ignores_down_servers_for_placement():
     record = create_table.decide(log.catalog, create_req(log, rf=2), log.next_id())
     for t in record.create_table.tablets:
         assert "s1" not in t.replica_uuids
-    with pytest.raises(BadRequest, match="above the 2 live"):
+    with pytest.raises(Unavailable, match="above the 2 live"):  # s1 may come back
         create_table.decide(log.catalog, create_req(log, rf=3), log.next_id())
 
 
@@ -443,12 +450,13 @@ def test_retired_servers_get_no_new_replicas():
 
 def test_a_server_down_for_a_moment_does_not_lower_the_default_factor():
     """The default factor counts DOWN servers: with one of 3 down, a create with the
-    default is refused (naming it) rather than made at factor 2 for good; a factor given
+    default is refused (naming it; UNAVAILABLE: the client retries until it is back) rather
+    than made at factor 2 for good; a factor given
     explicitly still fits the live ones."""
     log = Log(servers=3)
     log.run(server_down, ServerDownRequest("s1", "test"))
     before = state(log.catalog)
-    with pytest.raises(BadRequest, match=r"default replication factor 3 .*\(s1 DOWN\)"):
+    with pytest.raises(Unavailable, match=r"default replication factor 3 .*\(s1 DOWN\)"):
         create_table.decide(log.catalog, create_req(log, rf=0), log.next_id())
     assert state(log.catalog) == before
     record = log.run(create_table, create_req(log, rf=2))
