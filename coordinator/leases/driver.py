@@ -132,7 +132,8 @@ class LeaseDriver:
         return self.keeper.epoch
 
     def hint(self) -> LeaderHintValue:
-        return self.keeper.hint()  # reads one tuple: no lock needed (see is_serving)
+        # No lock (see is_serving): each field it reads is replaced atomically.
+        return self.keeper.hint(self._clock())
 
     # ------------------------------------------------------------ appends
 
@@ -152,7 +153,7 @@ class LeaseDriver:
             try:
                 expected = self.keeper.begin_append(now)
             except NotServing as e:
-                raise NotLeader(str(e), leader_hint=self.keeper.hint()) from None
+                raise NotLeader(str(e), leader_hint=self.keeper.hint(self._clock())) from None
             try:
                 data, invalidates = build(expected)
             except BaseException:
@@ -169,7 +170,7 @@ class LeaseDriver:
             except LogConditionFailed as e:
                 self.keeper.append_failed(self._clock(), e.last_id)
                 err: RpcError = NotLeader(
-                    f"lost the lease: {e.message}", leader_hint=self.keeper.hint()
+                    f"lost the lease: {e.message}", leader_hint=self.keeper.hint(self._clock())
                 )
             except RpcError as e:
                 self.keeper.append_failed(self._clock(), None)

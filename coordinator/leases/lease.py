@@ -274,11 +274,27 @@ class LeaseKeeper:
     def append_in_flight(self) -> bool:
         return self._inflight is not None
 
-    def hint(self) -> LeaderHintValue:
-        """Leader hint from the last Lease record seen (epoch = the takeover record's id)."""
+    def hint(self, now: float) -> LeaderHintValue:
+        """Leader hint: the holder of the last Lease record seen (epoch = the takeover
+        record's id) while it may still hold the lease, else nothing.
+
+        A hint names the current holder or nothing. This node names itself only while it
+        serves: a leader woken past its lease (SIGSTOP) knows no holder but itself until it
+        reads the log again, and a NOT_LEADER naming the node that says it is not the
+        leader sends clients straight back to it. Another holder is named only while the
+        tail this node watches changed less than `lease_timeout_s` ago: a tail unchanged
+        that long means the holder's lease has ended (the takeover rule), and whoever
+        takes over is not known yet."""
         if self._last_lease is None:
             return LeaderHintValue()
         entry_id, lease = self._last_lease
+        if lease.holder_uuid == self.uuid:
+            if not self.is_serving(now):
+                return LeaderHintValue()
+        elif self.role is Role.FOLLOWER and (
+            self.seen_at is None or now - self.seen_at >= self.config.lease_timeout_s
+        ):
+            return LeaderHintValue()
         epoch = entry_id if lease.takeover else lease.epoch
         return LeaderHintValue(lease.holder_uuid, lease.holder_address, epoch)
 

@@ -198,19 +198,21 @@ def test_takeover_invalidates_old_renewals_and_epochs_beyond_kept():
     action = k.poll(1.0)
     # epochs_kept=2: keep takeover 4, drop takeover 1; renewal 6 is moot.
     assert action.invalidates == (1, 6)
-    assert k.hint().uuid == "c" and k.hint().epoch == 4
+    assert k.hint(0.5).uuid == "c" and k.hint(0.5).epoch == 4
     k.append_succeeded(1.01, 7)
     assert k.live_lease_ids() == [4, 7]
-    assert k.hint().uuid == "b" and k.hint().epoch == 7
+    assert k.hint(1.02).uuid == "b" and k.hint(1.02).epoch == 7
 
 
 def test_hint_follows_last_lease_record_and_invalidations():
     k = keeper("x")
-    assert not k.hint()
+    assert not k.hint(0.0)
     k.observe_entries(2, [(1, LeaseValue("a", "a:1", 0, True), ()), (2, None, ())])
-    assert k.hint().address == "a:1" and k.hint().epoch == 1
+    k.observe_tail(0.0, 2)
+    assert k.hint(0.1).address == "a:1" and k.hint(0.1).epoch == 1
     k.observe_entries(3, [(3, LeaseValue("a", "a:1", 1, False), ())])
-    assert k.hint().epoch == 1
+    k.observe_tail(0.2, 3)
+    assert k.hint(0.3).epoch == 1
 
 
 def test_config_rejects_renewal_slower_than_lease():
