@@ -46,6 +46,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from google.protobuf.message import DecodeError
 
 from rpc.errors import (
     AlreadyExists,
@@ -65,7 +66,6 @@ from rpc.errors import (
 )
 from rpc.protocols.tserver_pb2 import (
     ConsensusMetaPB,
-    DataType,
     LogEntryPB,
     OpIdPB,
     OpType,
@@ -91,6 +91,7 @@ from tservers.crash import crash_point
 from tservers.fs import FsLayout
 from tservers.metafile import fsync_dir
 from tservers.tablet.schema import DELETED_FIELD, Schema, block_name, value_from_pb
+from tservers.tablet.validate import Block, decode_block
 from tservers.wal.log import Appender, TabletLog, WalOptions
 
 log = logging.getLogger(__name__)
@@ -133,7 +134,6 @@ class _Op:
     keys: list
     rows: list  # full rows (INSERT/UPSERT), partial value tuples (UPDATE), unused (DELETE)
     present: tuple[int, ...]  # column positions given (UPDATE)
-    ipc: bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,7 +179,6 @@ class _Inflight:
 
 
 _INSERT = OpType.INSERT
-_OP_TYPES = frozenset((OpType.INSERT, OpType.UPSERT, OpType.UPDATE, OpType.DELETE))
 
 
 @functools.lru_cache(maxsize=8)
@@ -239,13 +238,6 @@ def _to_python(col: pa.ChunkedArray | pa.Array) -> list:
     if pa.types.is_timestamp(col.type):
         col = col.cast(pa.int64())
     return col.to_pylist()
-
-
-def read_ipc(data: bytes) -> pa.Table:
-    try:
-        return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
-    except (pa.ArrowInvalid, OSError) as e:
-        raise BadRequest(f"undecodable Arrow IPC rows: {e}") from e
 
 
 class Tablet:
@@ -366,22 +358,22 @@ class Tablet:
                 f"schema mismatch: write uses version {schema_version}, tablet {self.tablet_id} "
                 f"has version {self.schema.version}"
             )
+        # Every block decoded and fully validated (Arrow's own full validation and the
+        # schema's rules) before anything is proposed: nothing that fails it reaches the
+        # WAL, so no replica is ever handed it to apply or replay.
+        decoded = self._validate_blocks(blocks, lenient=False)
+        nrows = sum(b.num_rows for b in decoded)
         # INSERTs only (a bulk load): checked and kept as Arrow row blocks, only the keys
         # made Python objects; anything else is decoded into Python rows.
-        inserts = self._insert_blocks(blocks, lenient=False)
+        inserts = self._insert_tables(decoded)
         ops = None
         if inserts is None:
-            ops = [self._decode(op, read_ipc(data), data) for op, data in blocks]
-            nrows = sum(len(o.keys) for o in ops)
-        else:
-            nrows = sum(len(keys) for keys, _ in inserts)
-        if nrows > ROWS_PER_WRITE_MAX:
-            raise BadRequest(f"write of {nrows} rows exceeds {ROWS_PER_WRITE_MAX} rows")
+            ops = [self._decode(b) for b in decoded]
         payload = WriteOpPB(
             schema_version=schema_version,
             blocks=[RowBlockPB(op=op, arrow_ipc=data) for op, data in blocks],
         ).SerializeToString()
-        op_id = self._propose_wait(schema_version, payload, blocks, ops, inserts, deadline)
+        op_id = self._propose_wait(schema_version, payload, decoded, ops, inserts, deadline)
         with self.lock:
             self.writes += 1
             self.rows_written += nrows
@@ -413,7 +405,7 @@ class Tablet:
         self,
         schema_version: int,
         payload: bytes,
-        blocks: list[tuple[int, bytes]],
+        decoded: list[Block],
         ops: list[_Op] | None,
         inserts: list[tuple[list, pa.Table]] | None,
         deadline: float,
@@ -435,9 +427,11 @@ class Tablet:
                 if ops is None:
                     # Inserts of a key that exists, is pending or repeats: row by row, for
                     # the error (or a key deleted by a write still pending: allowed).
-                    ops = [self._decode(op, read_ipc(data), data) for op, data in blocks]
+                    ops = [self._decode(b) for b in decoded]
                 changes = self._prepare(ops)
                 inserts = None
+            # Only a write whose every block was validated is proposed (to the WAL).
+            assert len(ops if changes is not None else inserts) == len(decoded), "unvalidated"
             res = g.propose(payload)
             if res.status is not ProposalStatus.OK:
                 raise _proposal_error(self.tablet_id, res, g)
@@ -532,7 +526,10 @@ class Tablet:
                     self._apply_batch(keys, table)
                 return
         else:
-            op = WriteOpPB.FromString(e.payload)
+            try:
+                op = WriteOpPB.FromString(e.payload)
+            except DecodeError as err:
+                raise Corruption(f"entry {e.index} of tablet {self.tablet_id}: {err}") from err
             if op.schema_version > self.schema.version:
                 # The coordinator alters every replica one after the other: the leader may be
                 # ahead of this one for a moment. Wait (bounded) for this replica's alter.
@@ -549,9 +546,18 @@ class Tablet:
             # An older version (this replica was altered first) applies by column name:
             # dropped columns are ignored, added ones (nullable) are null.
             lenient = op.schema_version < self.schema.version
-            batches = self._insert_blocks(
-                [(b.op, b.arrow_ipc) for b in op.blocks], lenient, with_keys=False
-            )
+            try:
+                # The leader validated every block before proposing it; the same check here
+                # means an entry that fails it is corruption, never a crash.
+                decoded = self._validate_blocks(
+                    [(b.op, b.arrow_ipc) for b in op.blocks], lenient=lenient
+                )
+                batches = self._insert_tables(decoded, with_keys=False)
+            except BadRequest as err:
+                raise Corruption(
+                    f"entry {e.index} (term {e.term}) of tablet {self.tablet_id} holds a row "
+                    f"block that fails validation: {err}"
+                ) from err
             if batches is not None:
                 # INSERTs only, validated by the leader that proposed them against this same
                 # log prefix: new keys. Kept as Arrow row blocks (no Python row objects on a
@@ -559,10 +565,7 @@ class Tablet:
                 for keys, table in batches:
                     self._apply_batch(keys, table, index=False)
                 return
-            ops = [
-                self._decode(b.op, read_ipc(b.arrow_ipc), b.arrow_ipc, lenient=lenient)
-                for b in op.blocks
-            ]
+            ops = [self._decode(b) for b in decoded]
             try:
                 changes = self._prepare(ops, pending={})
             except (AlreadyExists, NotFound) as err:
@@ -691,52 +694,27 @@ class Tablet:
             raise TabletDeleted(f"tablet {self.tablet_id} is deleted")
         raise Unavailable(f"tablet {self.tablet_id} is {self.status.value}", retry_after_ms=100)
 
-    def _columns(self, op: int, table: pa.Table, lenient: bool) -> dict[int, pa.ChunkedArray]:
-        """Check a row block against the schema: schema position -> column, each of the
-        column's type. `lenient`: a committed entry of an older schema version; columns
-        dropped since are left out."""
-        schema = self.schema
-        if op not in _OP_TYPES:
-            raise BadRequest(f"unknown operation type {op}")
-        if lenient:
-            table = table.select([n for n in table.column_names if n in schema.by_name])
-        n = table.num_rows
-        given: dict[int, pa.ChunkedArray] = {}
-        for field, col in zip(table.schema, table.columns, strict=True):
-            i = schema.by_name.get(field.name)
-            if i is None:
-                raise BadRequest(f"unknown column {field.name!r} (schema version {schema.version})")
-            c = schema.columns[i]
-            if field.type != c.arrow_type:
-                if field.type == pa.null() and c.nullable:
-                    col = pa.nulls(n, c.arrow_type)
-                elif _compatible(field.type, c.arrow_type):
-                    try:
-                        col = col.cast(c.arrow_type)
-                    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
-                        raise BadRequest(
-                            f"column {c.name!r}: cannot convert {field.type} to {c.arrow_type}: {e}"
-                        ) from e
-                else:
-                    raise BadRequest(
-                        f"column {c.name!r} is {DataType.Name(c.type)} "
-                        f"({c.arrow_type}), write has {field.type}"
-                    )
-            if i in given:
-                raise BadRequest(f"column {c.name!r} given twice")
-            if col.null_count and (c.is_key or not c.nullable):
-                raise BadRequest(f"column {c.name!r} is not nullable but the write has nulls")
-            given[i] = col
-        for i in range(schema.num_keys):
-            if i not in given:
-                raise BadRequest(f"key column {schema.columns[i].name!r} missing from write")
-        return given
+    def _validate_blocks(self, blocks: list[tuple[int, bytes]], *, lenient: bool) -> list[Block]:
+        """Decode and fully validate every row block against the schema
+        (`tservers.tablet.validate`), at most ROWS_PER_WRITE_MAX rows in all; BadRequest
+        naming the column otherwise. `lenient`: a committed entry of an older schema version
+        (columns dropped since are left out)."""
+        out: list[Block] = []
+        rows = 0
+        for op, data in blocks:
+            b = decode_block(
+                op, data, self.schema, lenient=lenient, rows_max=ROWS_PER_WRITE_MAX - rows
+            )
+            rows += b.num_rows
+            out.append(b)
+        return out
 
-    def _decode(self, op: int, table: pa.Table, ipc: bytes, *, lenient: bool = False) -> _Op:
-        """Check a row block against the schema and turn it into Python keys and rows."""
+    def _decode(self, block: Block) -> _Op:
+        """A validated row block as Python keys and rows."""
         schema = self.schema
-        given = self._columns(op, table, lenient)
-        n = table.num_rows
+        op = block.op
+        given = block.columns
+        n = block.num_rows
         nk = schema.num_keys
         key_lists = [_to_python(given[i]) for i in range(nk)]
         keys = key_lists[0] if nk == 1 else list(zip(*key_lists, strict=True))
@@ -763,23 +741,28 @@ class Tablet:
                 if present
                 else [()] * n
             )
-        return _Op(op, keys, rows, present, ipc)
+        return _Op(op, keys, rows, present)
 
     def _insert_blocks(
         self, blocks: list[tuple[int, bytes]], lenient: bool, *, with_keys: bool = True
     ) -> list[tuple[list | None, pa.Table]] | None:
+        """`_insert_tables` of the blocks, decoded and validated (BadRequest)."""
+        return self._insert_tables(self._validate_blocks(blocks, lenient=lenient), with_keys)
+
+    def _insert_tables(
+        self, decoded: list[Block], with_keys: bool = True
+    ) -> list[tuple[list | None, pa.Table]] | None:
         """A write (or committed entry) of INSERTs only, as (keys, row block in the block
-        schema) per block; None if it has another operation. Checked as `_decode` checks
-        (BadRequest). Without `with_keys` the keys are None (not made Python objects)."""
-        if not all(op == _INSERT for op, _ in blocks):
+        schema) per block; None if it has another operation. Without `with_keys` the keys
+        are None (not made Python objects)."""
+        if not all(b.op == _INSERT for b in decoded):
             return None
         schema = self.schema
         nk = schema.num_keys
         out = []
-        for op, data in blocks:
-            table = read_ipc(data)
-            given = self._columns(op, table, lenient)
-            n = table.num_rows
+        for b in decoded:
+            given = b.columns
+            n = b.num_rows
             arrays = []
             for i, c in enumerate(schema.columns):
                 col = given.get(i)
@@ -1351,13 +1334,3 @@ def _proposal_error(tablet_id: str, res, g) -> Exception:
         return Throttled(text, retry_after_ms=50)
     hint = g.driver.not_leader(tablet_id, res.leader_hint).leader_hint
     return Unavailable(text, retry_after_ms=100, leader_hint=hint)
-
-
-def _compatible(given: pa.DataType, want: pa.DataType) -> bool:
-    if pa.types.is_timestamp(want):
-        return pa.types.is_timestamp(given)
-    if want == pa.string():
-        return given == pa.large_string()
-    if want == pa.binary():
-        return given == pa.large_binary()
-    return False
