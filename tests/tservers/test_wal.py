@@ -65,7 +65,7 @@ def test_replay_rolls_and_footers(tmp_path):
     tl.close()
 
 
-def test_open_segment_after_crash_is_sealed(tmp_path):
+def test_open_segment_after_crash_is_appended_to(tmp_path):
     wal = tmp_path / "wal"
     opts = WalOptions(segment_size_bytes_max=1 << 20)
     app = Appender(opts)
@@ -76,9 +76,14 @@ def test_open_segment_after_crash_is_sealed(tmp_path):
     assert os.path.getsize(wal / seg.segment_name(1)) == 1 << 20
     tl2, entries = _open(wal, opts)
     assert [e.index for e in entries] == list(range(1, 11))
-    c = seg.read_segment(wal / seg.segment_name(1), is_last=False)
-    assert c.footer is not None and c.footer.max_index == 10
+    app = Appender(opts)
+    _append_sync(app, tl2, [_entry(11)])  # goes on in the crashed segment: no new file
+    app.close()
     tl2.close()
+    assert [s for s, _ in seg.list_segments(wal)] == [1]
+    c = seg.read_segment(wal / seg.segment_name(1), is_last=False)
+    assert c.footer is not None and c.footer.max_index == 11
+    assert [e.index for e in c.entries] == list(range(1, 12))
 
 
 def _last_segment_with_data(wal):

@@ -1,7 +1,8 @@
 """Per-tablet WAL (segments in wals/<tablet_id>/) and the per-server group-commit appender.
 
-`TabletLog.open` reads every segment of a tablet, cuts a torn tail off the last one, closes
-it with a footer if it had none, and starts a new segment; it returns the entries for replay.
+`TabletLog.open` reads every segment of a tablet once, cuts a torn tail off the last one and,
+when a crash left that one open (no footer), goes on appending to it (a clean shutdown's
+closed last segment gets a new one); it returns the entries for replay.
 Corruption anywhere else raises `WalCorruption` (the tablet then stays offline).
 
 `Appender` is the one thread per server that writes: callers hand it records already
@@ -69,6 +70,38 @@ class _SegmentWriter:
             os.fsync(self.fd)
             fsync_dir(path.parent)
 
+    @classmethod
+    def reopen(cls, path: Path, contents: seg.SegmentContents, opts: WalOptions) -> _SegmentWriter:
+        """Go on writing a segment a crashed process left open, after its last good record.
+
+        A torn tail is zeroed (what follows the last good record must be zeros, or the next
+        reader would take it for corruption) and a segment cut short is preallocated again.
+        Then one sync: the dead process's writes may still be only in the page cache, and
+        Raft is about to count on them (vote, acknowledge)."""
+        w = cls.__new__(cls)
+        w.path = path
+        w.opts = opts
+        w.fd = os.open(path, os.O_RDWR)
+        try:
+            w.offset = contents.data_end
+            w.num_entries = len(contents.entries)
+            w.min_index = contents.entries[0].index if contents.entries else 0
+            w.max_index = max((e.index for e in contents.entries), default=0)
+            grown = False
+            if contents.torn_at is not None and contents.torn_end > contents.data_end:
+                zeros = bytes(contents.torn_end - contents.data_end)
+                os.pwrite(w.fd, zeros, contents.data_end)
+            if opts.preallocate and contents.size < opts.segment_size_bytes_max:
+                os.posix_fallocate(w.fd, 0, opts.segment_size_bytes_max)
+                grown = True
+            if opts.sync:
+                # A grown file needs its size durable too (later syncs are fdatasyncs).
+                (os.fsync if grown else os.fdatasync)(w.fd)
+        except BaseException:
+            os.close(w.fd)
+            raise
+        return w
+
     def write(self, record: bytes, min_index: int, max_index: int, count: int) -> None:
         view = memoryview(record)
         while view:
@@ -129,20 +162,26 @@ class TabletLog:
     def open(
         cls, wal_dir: Path, tablet_id: str, opts: WalOptions
     ) -> tuple[TabletLog, list[LogEntryPB]]:
-        """Read the whole log; returns it ready for appends and every entry in index order."""
+        """Read the whole log; returns it ready for appends and every entry in index order.
+
+        Each segment is read once. The last segment, left open by a crash (no footer), stays
+        the open segment: appends go on after its last good record (a torn tail is zeroed
+        first), so a restart after kill -9 writes no new file, no footer, no truncation;
+        its one fdatasync makes what the dead process wrote durable before Raft counts on
+        it. A closed last segment (clean shutdown) gets a new segment after it."""
         tl = cls(wal_dir, tablet_id, opts)
         found = seg.list_segments(wal_dir)
         entries: list[LogEntryPB] = []
-        try:
-            seg.read_segment(found[-1][1], is_last=True) if found else None
-        except seg.TornSegmentHeader as e:
-            log.warning("tablet %s: removing segment torn at creation: %s", tablet_id, e)
-            found[-1][1].unlink()
-            fsync_dir(wal_dir)
-            found.pop()
+        reopen: tuple[int, Path, seg.SegmentContents] | None = None
         for i, (sequence, path) in enumerate(found):
             is_last = i == len(found) - 1
-            contents = seg.read_segment(path, is_last=is_last)
+            try:
+                contents = seg.read_segment(path, is_last=is_last)
+            except seg.TornSegmentHeader as e:
+                log.warning("tablet %s: removing segment torn at creation: %s", tablet_id, e)
+                path.unlink()
+                fsync_dir(wal_dir)
+                break  # it was the last one (only the last one may be torn)
             if contents.header.tablet_id != tablet_id or contents.header.sequence != sequence:
                 raise WalCorruption(path, 0, "segment header names another tablet or sequence")
             if contents.torn_at is not None:
@@ -155,36 +194,25 @@ class TabletLog:
                 )
             for e in contents.entries:
                 _append_replacing(entries, e, path)
-            mn = contents.entries[0].index if contents.entries else 0
-            mx = contents.entries[-1].index if contents.entries else 0
             if contents.footer is None:
                 if not is_last:
                     raise WalCorruption(path, contents.data_end, "closed segment has no footer")
-                tl._seal(path, contents)
+                reopen = (sequence, path, contents)
+                continue
+            mn = contents.entries[0].index if contents.entries else 0
+            mx = max((e.index for e in contents.entries), default=0)
             tl.segments.append(_SegmentInfo(sequence, path, mn, mx))
         if entries:
             last = entries[-1]
             tl.last_op_id = OpIdPB(term=last.term, index=last.index)
-        tl._new_segment(found[-1][0] + 1 if found else 1)
+        if reopen is not None:
+            sequence, path, contents = reopen
+            tl.writer = _SegmentWriter.reopen(path, contents, opts)
+            tl.writer_seq = sequence
+        else:
+            last_seq = max((s.sequence for s in tl.segments), default=0)
+            tl._new_segment(last_seq + 1)
         return tl, entries
-
-    def _seal(self, path: Path, contents: seg.SegmentContents) -> None:
-        """Close a segment left open by a crash: cut at the last good record, add a footer."""
-        n = len(contents.entries)
-        footer = SegmentFooterPB(
-            num_entries=n,
-            min_index=contents.entries[0].index if n else 0,
-            max_index=contents.entries[-1].index if n else 0,
-            closed_ms=int(time.time() * 1000),
-        )
-        fd = os.open(path, os.O_RDWR)
-        try:
-            os.ftruncate(fd, contents.data_end)
-            rec = seg.encode_footer(footer)
-            os.pwrite(fd, rec, contents.data_end)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
     def _new_segment(self, sequence: int) -> None:
         header = SegmentHeaderPB(
