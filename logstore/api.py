@@ -22,6 +22,11 @@ from rpc.errors import ConditionFailed
 LOG_NAME_BYTES_MAX = 255
 ENTRY_BYTES_MAX = 4 << 20
 READ_LIMIT_MAX = 100_000
+# Ids an append may invalidate at once (the coordinator invalidates a handful), and the
+# magnitude of every id in an append (the wire carries uint64): with these, an append's
+# Raft command has a size bound, and so has every Raft frame (logstore/replicated.py).
+INVALIDATES_MAX = 4096
+APPEND_ID_ABS_LIMIT = 1 << 64
 
 
 @dataclass(frozen=True, slots=True)

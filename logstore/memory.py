@@ -11,7 +11,7 @@ import threading
 from collections.abc import Sequence
 
 from logstore.api import Entry
-from logstore.state import LogState, check_append_args, outcome_id
+from logstore.state import LogState, check_append_request, outcome_id
 
 
 class MemoryLogStore:
@@ -29,7 +29,7 @@ class MemoryLogStore:
         invalidates: Sequence[int] = (),
         timeout_s: float = 5.0,
     ) -> int:
-        check_append_args(log, data)
+        check_append_request(log, data, expected_id, tuple(invalidates))
         with self._lock:
             outcome = self._state.apply_append(log, bytes(data), expected_id, tuple(invalidates))
         return outcome_id(outcome)

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 from logstore import logstore_pb2 as pb
 from logstore.api import READ_LIMIT_MAX, Entry, LogConditionFailed
-from logstore.state import check_append_args
+from logstore.state import check_append_request
 from rpc.client import NotConnected, RpcClient
 from rpc.errors import (
     BadRequest,
@@ -70,8 +70,8 @@ class RemoteLogStore:
         invalidates: Sequence[int] = (),
         timeout_s: float = 5.0,
     ) -> int:
-        check_append_args(log, data)
         inv = [int(i) for i in invalidates]
+        check_append_request(log, data, expected_id, inv)
         if any(i < 1 for i in inv):
             raise BadRequest("cannot invalidate an id below 1: no such entry")
         req = pb.AppendRequest(log=log, data=bytes(data), invalidates=inv)

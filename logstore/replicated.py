@@ -27,8 +27,10 @@ This module relies on pysyncobj 0.3.17 internals named in design/logstore.md (th
 from __future__ import annotations
 
 import _thread
+import errno
 import logging
 import os
+import pickle
 import socket
 import struct
 import threading
@@ -44,13 +46,20 @@ import pysyncobj.pickle as _pso_pickle
 import pysyncobj.syncobj as _pso
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 from pysyncobj.poller import POLL_EVENT_TYPE
+from pysyncobj.tcp_connection import CONNECTION_STATE, TcpConnection
 from pysyncobj.transport import TCPTransport
 
-from logstore.api import READ_LIMIT_MAX, Entry
+from logstore.api import (
+    ENTRY_BYTES_MAX,
+    INVALIDATES_MAX,
+    LOG_NAME_BYTES_MAX,
+    READ_LIMIT_MAX,
+    Entry,
+)
 from logstore.auth import HmacAuthenticator, InvalidFrame
 from logstore.journal import DurableJournal
 from logstore.snapshot import SnapshotHooks
-from logstore.state import AppendOutcome, LogState, check_append_args, outcome_id
+from logstore.state import AppendOutcome, LogState, check_append_request, outcome_id
 from rpc.dirlock import lock_server_dir
 from rpc.errors import (
     BadRequest,
@@ -138,6 +147,197 @@ def _install_wire_codec() -> _WireCodec:
 
 _WIRE = _install_wire_codec()
 
+# --- Bounds of Raft frames (design/logstore.md, "Frame bounds") ------------------------------
+#
+# pysyncobj's connection buffers a frame of whatever length its 4-byte header announces
+# before it checks the frame's HMAC: one unauthenticated connection announcing 1 GiB took a
+# leader from 78 MB to 1.9 GB and cost it its leadership. logstore's connections
+# (_BoundedConnection) check the announced length before buffering, against:
+#
+# - FRAME_BYTES_UNTRUSTED_MAX until the peer has proven that it holds the password AND this
+#   connection's random key (a frame carrying our key passed its HMAC): the frames of
+#   pysyncobj's handshake (a 32-byte key, a node address) are far smaller;
+# - FRAME_BYTES_MAX afterwards: the largest frame a replica ever sends, derived below from
+#   the limits on an append. Senders check every frame against it (_BoundedConnection.send).
+#
+# A command's pickle (protocol 2, pysyncobj's journal encoding, unchanged) stores bytes as
+# latin-1 text in UTF-8: up to 2 bytes per data byte. Ints of magnitude < 2**64 take at most
+# 11 bytes. So one append (log, data, expected_id, invalidates) pickles to at most
+# 2*len(data) + len(log in UTF-8) + APPEND_INT_PICKLE_BYTES_MAX*(1 + len(invalidates))
+# + APPEND_PICKLE_OVERHEAD_BYTES (tuple, memo and codec opcodes; tests/logstore/
+# test_frame_bound.py pickles the worst cases).
+APPEND_INT_PICKLE_BYTES_MAX = 12
+APPEND_PICKLE_OVERHEAD_BYTES = 128
+COMMAND_OVERHEAD_BYTES = 64  # type byte, (method id, args) tuple, protocol header
+COMMAND_BYTES_MAX = (
+    COMMAND_OVERHEAD_BYTES
+    + 2 * ENTRY_BYTES_MAX
+    + LOG_NAME_BYTES_MAX
+    + APPEND_INT_PICKLE_BYTES_MAX * (1 + INVALIDATES_MAX)
+    + APPEND_PICKLE_OVERHEAD_BYTES
+)
+# Frames go out as a protocol-4 pickle (bytes as bytes), neither compressed nor encrypted: a
+# command travels at its own size plus this much per entry (bytes header, index, term,
+# tuple) and once per frame (the message dict, the connection key, pickle framing, the
+# HMAC timestamp and tag). The largest frame is one entry or forwarded command of
+# COMMAND_BYTES_MAX; AppendEntries with several entries and snapshot chunks are smaller
+# (ReplicaConfig.check bounds their settings by COMMAND_BYTES_MAX).
+ENTRY_WIRE_OVERHEAD_BYTES = 64
+FRAME_ENVELOPE_BYTES_MAX = 64 << 10
+FRAME_BYTES_MAX = COMMAND_BYTES_MAX + ENTRY_WIRE_OVERHEAD_BYTES + FRAME_ENVELOPE_BYTES_MAX
+FRAME_BYTES_UNTRUSTED_MAX = 4096
+WIRE_PICKLE_PROTOCOL = 4
+# Incoming connections that have not yet named an authenticated member: at most this many
+# (the oldest is dropped for a new one), each for at most UNTRUSTED_CONNECTION_S.
+UNTRUSTED_CONNECTIONS_MAX = 64
+UNTRUSTED_CONNECTION_S = 10.0
+# Dropped connections are logged at most this many times per window per replica.
+DROPS_LOGGED_MAX = 10
+DROPS_LOG_WINDOW_S = 10.0
+_FRAME_HEAD = struct.Struct("i")  # pysyncobj's frame header: the length, native int
+
+
+class _DropLog:
+    """Warnings about dropped Raft connections, at most `burst` per window (a hostile peer
+    can open thousands a second); the rest are counted and reported once."""
+
+    def __init__(self, burst: int = DROPS_LOGGED_MAX, window_s: float = DROPS_LOG_WINDOW_S):
+        self._burst = burst
+        self._window_s = window_s
+        self._window_start = -window_s
+        self._logged = 0
+        self._unlogged = 0
+        self.dropped = 0
+
+    def warning(self, msg: str, *args) -> None:
+        self.dropped += 1
+        now = time.monotonic()
+        if now - self._window_start >= self._window_s:
+            if self._unlogged:
+                logger.warning("%d more dropped Raft connections not logged", self._unlogged)
+            self._window_start, self._logged, self._unlogged = now, 0, 0
+        if self._logged >= self._burst:
+            self._unlogged += 1
+            return
+        self._logged += 1
+        logger.warning(msg, *args)
+
+
+class _BoundedConnection(TcpConnection):
+    """pysyncobj's TcpConnection with bounded frames (see "Bounds of Raft frames" above).
+
+    Installed by `_DurableTransport` on every connection of a logstore replica (the class of
+    the connection pysyncobj built is swapped in place: pysyncobj constructs them in
+    tcp_server and transport). Receiving: the announced length of the next frame is checked
+    as soon as its header is in, and the connection is dropped on a length out of bounds;
+    no more is read while a whole frame is buffered, so a connection holds at most one
+    frame plus one read. pysyncobj itself drops the connection on the first frame whose
+    HMAC, timestamp, pickle or connection key is bad; this class logs it. Sending: the
+    raw pickle (protocol 4), checked against FRAME_BYTES_MAX.
+
+    Runs on the tick thread only, as pysyncobj's connection does."""
+
+    _ls_trusted = False  # a frame carrying this connection's key passed authentication
+    _ls_peer = "?"
+    _ls_drops: _DropLog | None = None
+    _ls_accepted_at = 0.0
+
+    def ls_adopt(self, peer: str, drops: _DropLog) -> None:
+        self._ls_peer = peer
+        self._ls_drops = drops
+        self._ls_accepted_at = time.monotonic()
+
+    def _ls_frame_limit(self) -> int:
+        return FRAME_BYTES_MAX if self._ls_trusted else FRAME_BYTES_UNTRUSTED_MAX
+
+    def _ls_drop(self, why: str, *args) -> None:
+        if self._ls_drops is not None:
+            self._ls_drops.warning("Raft connection with %s dropped: " + why, self._ls_peer, *args)
+        self.disconnect()
+
+    def connect(self, host, port):
+        self._ls_trusted = False
+        return super().connect(host, port)
+
+    def disconnect(self) -> None:
+        self._ls_trusted = False
+        super().disconnect()
+
+    def _ls_head_missing(self) -> int | None:
+        """Bytes still missing for the next whole frame (0: one is buffered), or None when
+        its announced length is out of bounds (the connection is dropped then)."""
+        buf = self._TcpConnection__readBuffer
+        if len(buf) < _FRAME_HEAD.size:
+            return _FRAME_HEAD.size - len(buf)
+        (length,) = _FRAME_HEAD.unpack_from(buf)
+        limit = self._ls_frame_limit()
+        if not 0 < length <= limit:
+            self._ls_drop(
+                "a frame of %d bytes announced (%s limit %d)",
+                length,
+                "authenticated" if self._ls_trusted else "unauthenticated",
+                limit,
+            )
+            return None
+        return max(0, _FRAME_HEAD.size + length - len(buf))
+
+    # pysyncobj's private reader: `while self.__processRead(): pass`.
+    def _TcpConnection__processRead(self) -> bool:
+        missing = self._ls_head_missing()
+        if not missing:  # None: dropped; 0: parse (and authenticate) the buffered frame first
+            return False
+        sock = self._TcpConnection__socket
+        size = self._TcpConnection__recvBufferSize
+        if not self._ls_trusted:
+            size = min(size, max(missing, _FRAME_HEAD.size))
+        try:
+            incoming = sock.recv(size)
+        except OSError as e:
+            if e.errno not in (errno.EAGAIN, errno.EWOULDBLOCK):
+                self.disconnect()
+            return False
+        if not incoming or sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
+            self.disconnect()
+            return False
+        self._TcpConnection__readBuffer += incoming
+        return self._ls_head_missing() is not None
+
+    def _TcpConnection__processParseMessage(self):
+        missing = self._ls_head_missing()
+        if missing is None or missing > 0:  # dropped, or no whole frame yet
+            return None
+        keyed = bool(self.recvRandKey)
+        message = TcpConnection._TcpConnection__processParseMessage(self)
+        if message is not None:
+            if keyed:
+                self._ls_trusted = True
+        elif self.state == CONNECTION_STATE.DISCONNECTED:
+            # pysyncobj dropped it: bad HMAC, old timestamp, wrong key or no pickle.
+            self._ls_drop("a frame failed authentication or decoding")
+        return message
+
+    def send(self, message) -> None:
+        if self.sendRandKey:
+            message = (self.sendRandKey, message)
+        data = pickle.dumps(message, WIRE_PICKLE_PROTOCOL)
+        if self.encryptor:
+            data = self.encryptor.encrypt_at_time(data, int(time.monotonic()))
+        if len(data) > FRAME_BYTES_MAX:
+            # Unreachable by construction (the bounds above); sending it would only make the
+            # peer drop the connection, again and again.
+            body = message[1] if isinstance(message, tuple) else message
+            kind = body.get("type") if isinstance(body, dict) else type(body).__name__
+            logger.error(
+                "Raft frame of %d bytes (%s) to %s not sent: above FRAME_BYTES_MAX %d",
+                len(data),
+                kind,
+                self._ls_peer,
+                FRAME_BYTES_MAX,
+            )
+            return
+        self._TcpConnection__writeBuffer += _FRAME_HEAD.pack(len(data)) + data
+        self._TcpConnection__trySendBuffer()
+
 
 @dataclass(frozen=True, slots=True)
 class ReplicaConfig:
@@ -174,6 +374,29 @@ class ReplicaConfig:
     append_linger_s: float = 0.001
     # Safety bound on waiting for an uncommitted batch before proposing the next anyway.
     append_inflight_wait_max_s: float = 0.02
+
+    def __post_init__(self) -> None:
+        # Every frame a replica sends must stay within FRAME_BYTES_MAX, which peers enforce
+        # (see "Bounds of Raft frames"): AppendEntries and snapshot chunks by these settings,
+        # a batch of appends by its size estimate (real pickle <= 2 * estimate + the
+        # per-append constant, see _RaftNode._ls_propose_pending).
+        per_append = LOG_NAME_BYTES_MAX + APPEND_INT_PICKLE_BYTES_MAX + APPEND_PICKLE_OVERHEAD_BYTES
+        batch_bound = (
+            COMMAND_OVERHEAD_BYTES
+            + 2 * self.append_batch_bytes_max
+            + per_append * self.append_batch_max
+        )
+        if not (
+            0 < self.append_entries_batch_bytes <= COMMAND_BYTES_MAX
+            and 0 < self.snapshot_batch_bytes <= COMMAND_BYTES_MAX
+            and self.append_batch_max >= 1
+            and self.append_batch_bytes_max >= 1
+            and batch_bound <= COMMAND_BYTES_MAX
+        ):
+            raise ValueError(
+                "append_entries_batch_bytes, snapshot_batch_bytes and a batch of appends "
+                f"must stay within a Raft command's bound of {COMMAND_BYTES_MAX} bytes"
+            )
 
 
 class _Waker:
@@ -222,7 +445,42 @@ class _DurableTransport(TCPTransport):
         # Acknowledgements held back until the end of the current poll round: a follower
         # that received several AppendEntries in one round syncs once and answers all.
         self._deferred: list[tuple[object, dict]] = []
+        self._ls_drops = _DropLog()
         super().__init__(syncObj, selfNode, otherNodes)
+
+    # --- bounded connections (see "Bounds of Raft frames") ----------------------------------
+
+    def addNode(self, node):
+        super().addNode(node)
+        conn = self._connections.get(node)
+        if conn is not None and not isinstance(conn, _BoundedConnection):
+            conn.__class__ = _BoundedConnection
+            conn.ls_adopt(node.id, self._ls_drops)
+
+    def _onNewIncomingConnection(self, conn):
+        conn.__class__ = _BoundedConnection
+        try:
+            host, port = conn._TcpConnection__socket.getpeername()[:2]
+            peer = f"{host}:{port}"
+        except (OSError, AttributeError, ValueError):
+            peer = "?"
+        conn.ls_adopt(f"incoming {peer}", self._ls_drops)
+        if len(self._unknownConnections) >= UNTRUSTED_CONNECTIONS_MAX:
+            oldest = min(self._unknownConnections, key=lambda c: c._ls_accepted_at)
+            oldest._ls_drop(
+                "more than %d connections not yet authenticated", UNTRUSTED_CONNECTIONS_MAX
+            )
+        super()._onNewIncomingConnection(conn)
+
+    def _onTick(self):
+        super()._onTick()
+        if self._unknownConnections:
+            stale = time.monotonic() - UNTRUSTED_CONNECTION_S
+            for conn in [c for c in self._unknownConnections if c._ls_accepted_at < stale]:
+                conn._ls_drop("not authenticated within %.0f s", UNTRUSTED_CONNECTION_S)
+
+    def dropped_connections(self) -> int:
+        return self._ls_drops.dropped
 
     def send(self, node, message):
         kind = message.get("type")
@@ -268,6 +526,7 @@ class _RaftNode(SyncObj):
         inflight_wait_max_s: float = 0.02,
         compaction_min_appends: int = 20_000,
         snapshots_written: Callable[[], int] = lambda: 0,
+        append_entries_bytes: int = 1 << 20,
     ) -> None:
         # Set before SyncObj.__init__: it starts the tick thread and calls _make_transport.
         self._ls_state = state
@@ -309,6 +568,7 @@ class _RaftNode(SyncObj):
         self._ls_snapshot_seen = 0
         self._ls_applied_total = 0
         self._ls_applied_seen = 0
+        self._ls_append_entries_bytes = append_entries_bytes
         super().__init__(self_address, list(peers), conf, transportClass=self._make_transport)
         self._ls_batch_method_id = self._methodToID["_ls_batch_v0"]
         self._ls_append_method_id = self._methodToID["_ls_append_v0"]
@@ -416,6 +676,28 @@ class _RaftNode(SyncObj):
     @property
     def encryptor(self):  # read by pysyncobj's transport for every connection
         return self._ls_auth
+
+    def _SyncObj__getEntries(self, fromIDx, count=None, maxSizeBytes=None):
+        """pysyncobj's entry getter; with a size (AppendEntries only) the entries to send.
+
+        pysyncobj counts only the commands' bytes and includes the entry that crosses the
+        size, so a frame could hold the size plus the largest command, and with tiny entries
+        (barriers) several times the size in per-entry encoding. Here the entries fit in
+        `append_entries_bytes` counting ENTRY_WIRE_OVERHEAD_BYTES each, or one entry goes
+        alone. pysyncobj splits a lone entry of at least its batch size into "transmission"
+        chunks, whose end it detects wrongly (it compares with the command's length, not the
+        pickled entry's: a follower failed to unpickle entries of ~1 MiB in its tick); its
+        batch size is set above COMMAND_BYTES_MAX so that it never chunks: an entry of
+        COMMAND_BYTES_MAX fits one frame."""
+        entries = SyncObj._SyncObj__getEntries(self, fromIDx, count)
+        if maxSizeBytes is None:
+            return entries
+        total = 0
+        for i, entry in enumerate(entries):
+            total += len(entry[0]) + ENTRY_WIRE_OVERHEAD_BYTES
+            if total > self._ls_append_entries_bytes and i > 0:
+                return entries[:i]
+        return entries
 
     # --- replicated state machine -----------------------------------------------------------
 
@@ -530,6 +812,7 @@ class _RaftNode(SyncObj):
         if len(items) == 1:
             # A lone append keeps the plain append encoding (method 0).
             command = _pso_pickle.dumps((self._ls_append_method_id, items[0]))
+            assert len(command) < COMMAND_BYTES_MAX, len(command)  # check_append_request
             SyncObj._applyCommand(self, command, callbacks[0], _pso._COMMAND_TYPE.REGULAR)
             return
 
@@ -562,6 +845,8 @@ class _RaftNode(SyncObj):
                 self._ls_wake_chains.append(_WakeChain(chained))
 
         command = _pso_pickle.dumps((self._ls_batch_method_id, (tuple(items),)))
+        # ReplicaConfig bounds a batch (<= 2 * its size estimate + a constant per append).
+        assert len(command) < COMMAND_BYTES_MAX, len(command)
         SyncObj._applyCommand(self, command, done, _pso._COMMAND_TYPE.REGULAR)
 
     def _ls_advance_wake_chains(self) -> float | None:
@@ -877,7 +1162,9 @@ class ReplicatedLogStore:
             autoTickPeriod=c.auto_tick_period_s,
             sendBufferSize=c.send_buffer_bytes,
             recvBufferSize=c.recv_buffer_bytes,
-            appendEntriesBatchSizeBytes=c.append_entries_batch_bytes,
+            # Never reached: pysyncobj would chunk an entry this large (_SyncObj__getEntries
+            # applies c.append_entries_batch_bytes instead).
+            appendEntriesBatchSizeBytes=COMMAND_BYTES_MAX + 1,
             commandsQueueSize=c.commands_queue_max,
             logCompactionMinEntries=c.compaction_min_entries,
             logCompactionMinTime=c.compaction_min_time_s,
@@ -902,6 +1189,7 @@ class ReplicatedLogStore:
             inflight_wait_max_s=c.append_inflight_wait_max_s,
             compaction_min_appends=c.compaction_min_entries,
             snapshots_written=lambda: self._snapshots.snapshots_written,
+            append_entries_bytes=c.append_entries_batch_bytes,
         )
         self._closed = False
         try:
@@ -925,10 +1213,10 @@ class ReplicatedLogStore:
         invalidates: Sequence[int] = (),
         timeout_s: float = 5.0,
     ) -> int:
-        check_append_args(log, data)
         inv = tuple(int(i) for i in invalidates) if invalidates else ()
         if expected_id is not None:
             expected_id = int(expected_id)
+        check_append_request(log, data, expected_id, inv)
         outcome = self._submit(
             self._enqueue_append, ((log, bytes(data), expected_id, inv),), timeout_s, False
         )
@@ -945,7 +1233,9 @@ class ReplicatedLogStore:
         error `append` would raise. Many appends can be in flight; they enter the log in
         submission order while one leader lasts. No retries: on a leader change the
         Future fails (Unavailable), and the outcome of that append is unknown."""
-        check_append_args(log, data)
+        inv = tuple(int(i) for i in invalidates) if invalidates else ()
+        exp = None if expected_id is None else int(expected_id)
+        check_append_request(log, data, exp, inv)
         self._check_open()
         future: Future = Future()
         future.set_running_or_notify_cancel()
@@ -959,8 +1249,6 @@ class ReplicatedLogStore:
             else:
                 future.set_exception(Unavailable(f"append failed (pysyncobj reason {error})"))
 
-        inv = tuple(int(i) for i in invalidates) if invalidates else ()
-        exp = None if expected_id is None else int(expected_id)
         self._node.ls_enqueue_append((log, bytes(data), exp, inv), done)
         return future
 
@@ -1232,7 +1520,7 @@ def _probe(address: str, timeout_s: float, auth: HmacAuthenticator | None = None
 
 
 HANDSHAKE_S = 3.0  # how long a replica may take to answer the handshake's first frame
-_FRAME_LEN = struct.Struct("i")  # pysyncobj's frame header: the length, native int
+_FRAME_LEN = _FRAME_HEAD
 
 
 def _handshake(conn: socket.socket, auth: HmacAuthenticator, address: str, timeout_s: float):
@@ -1255,7 +1543,7 @@ def _handshake(conn: socket.socket, auth: HmacAuthenticator, address: str, timeo
         raise refused from e
 
 
-HANDSHAKE_FRAME_BYTES_MAX = 4096  # the answer is two 32-byte keys, pickled and compressed
+HANDSHAKE_FRAME_BYTES_MAX = FRAME_BYTES_UNTRUSTED_MAX  # the answer: two 32-byte keys, pickled
 
 
 def _recv_exactly(conn: socket.socket, n: int) -> bytes:

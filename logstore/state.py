@@ -11,7 +11,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from logstore.api import (
+    APPEND_ID_ABS_LIMIT,
     ENTRY_BYTES_MAX,
+    INVALIDATES_MAX,
     LOG_NAME_BYTES_MAX,
     READ_LIMIT_MAX,
     Entry,
@@ -27,6 +29,25 @@ def check_append_args(log: str, data: bytes) -> None:
         raise BadRequest(f"log name must be 1..{LOG_NAME_BYTES_MAX} bytes")
     if len(data) > ENTRY_BYTES_MAX:
         raise BadRequest(f"entry of {len(data)} bytes exceeds {ENTRY_BYTES_MAX}")
+
+
+def check_append_request(
+    log: str, data: bytes, expected_id: int | None, invalidates: Sequence[int]
+) -> None:
+    """Every stateless check of an append as it enters a replica or a client: the arguments
+    (check_append_args), at most INVALIDATES_MAX invalidations, and ids whose magnitude is
+    below 2**64 (the wire's uint64). Not run when applying: entries already in a log replay
+    as they were."""
+    check_append_args(log, data)
+    if len(invalidates) > INVALIDATES_MAX:
+        raise BadRequest(
+            f"an append invalidates at most {INVALIDATES_MAX} ids, not {len(invalidates)}"
+        )
+    if expected_id is not None and not -APPEND_ID_ABS_LIMIT < expected_id < APPEND_ID_ABS_LIMIT:
+        raise BadRequest(f"expected id {expected_id} is out of range")
+    for i in invalidates:
+        if not -APPEND_ID_ABS_LIMIT < i < APPEND_ID_ABS_LIMIT:
+            raise BadRequest(f"cannot invalidate id {i}: out of range")
 
 
 def validate_append(
