@@ -26,6 +26,7 @@ from optools.localcluster import LocalCluster, _wipe
 from rpc import errors
 
 log = logging.getLogger("main-job")
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for a Ctrl-C
 
 
 def say(text: str) -> None:
@@ -36,7 +37,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="./dev main", description=__doc__.splitlines()[0])
     parser.add_argument("--dir", type=Path, default=Path(".run/main"), help="working directory")
     parser.add_argument("--rows", type=int, default=100_000, help="orders to generate")
-    parser.add_argument("--master", default="local[*]", help="Spark master")
+    parser.add_argument(
+        "--master", default=None, help="Spark master (default: spark.master, else local[*])"
+    )
     parser.add_argument("--keep", action="store_true", help="leave the cluster running")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
@@ -58,6 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     except errors.RpcError as err:
         say(f"main job failed: {err}")
         return 1
+    except KeyboardInterrupt:
+        print("main job: interrupted", file=sys.stderr, flush=True)
+        return EXIT_INTERRUPTED
     finally:
         if not args.keep:
             cluster.down()
@@ -66,7 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if ok else 1
 
 
-def run(cluster: LocalCluster, coordinators: str, root: Path, rows: int, master: str) -> bool:
+def run(
+    cluster: LocalCluster, coordinators: str, root: Path, rows: int, master: str | None
+) -> bool:
     from jobs.pipeline import PipelineError, run_pipeline, summary
     from logcentric.spark.session import build_session
 
@@ -82,8 +90,11 @@ def run(cluster: LocalCluster, coordinators: str, root: Path, rows: int, master:
         cluster.kill(leader)
         killed.append(leader)
 
-    say(f"== Spark pipeline on {master}: {rows} orders, a coordinator failover mid-ingest")
     spark = build_session(master, "logcentric-main-job")
+    say(
+        f"== Spark pipeline on {spark.sparkContext.master}: {rows} orders, "
+        "a coordinator failover mid-ingest"
+    )
     try:
         result = run_pipeline(
             spark, coordinators, root / "pipeline", rows=rows, on_ingest_midpoint=kill_leader

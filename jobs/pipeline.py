@@ -1,6 +1,12 @@
 """The data pipeline job: sample orders -> table -> Spark aggregation -> second table.
 
-    python -m jobs.pipeline --coordinators 127.0.0.1:7000[,...] [--master local[*]] [--rows N]
+    python -m jobs.pipeline [--cluster NAME | --coordinators H:P,...] [--master URL] [--rows N]
+    spark-submit --master spark://HOST:7077 jobs/pipeline.py --cluster NAME
+
+The cluster is named as everywhere else (`logcentric.clusters`: --coordinators, --cluster,
+LOGCENTRIC_COORDINATORS, the clusters file's default), resolved once on the driver. The
+Spark master is spark-submit's (or the `spark.master` conf's) unless --master is given;
+with neither, Spark's default local[*].
 
 1. Generate a sample dataset of orders with Spark and write it as Parquet under --workdir
    (nothing is downloaded; the values are a deterministic function of the order id).
@@ -42,6 +48,7 @@ NUM_TABLETS_DEFAULT = 4
 SAMPLE_ROWS = 5
 REGIONS = ("north", "south", "east", "west", "central")
 DAYS = 14
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for a Ctrl-C
 
 
 class PipelineError(RuntimeError):
@@ -99,9 +106,10 @@ def generate_orders(spark, path: Path, rows: int):
 
 
 def create_tables(coordinators: str, orders: str, result: str, num_tablets: int, rf: int) -> None:
-    from logcentric.client import Client, Column
+    import logcentric
+    from logcentric import Column
 
-    with Client(coordinators, timeout_s=60.0) as client:
+    with logcentric.connect(coordinators, timeout_s=60.0) as client:
         existing = set(client.list_tables())
         for name in (orders, result):
             if name in existing:
@@ -315,8 +323,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m jobs.pipeline", description=__doc__.split("\n")[0]
     )
-    parser.add_argument("--coordinators", required=True, help="host:port[,host:port...]")
-    parser.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
+    parser.add_argument("--coordinators", help="host:port[,host:port...] of the coordinators")
+    parser.add_argument("--cluster", help="a cluster name of the clusters file")
+    parser.add_argument(
+        "--master",
+        default=None,
+        help="Spark master (default: spark-submit's --master or spark.master, else local[*])",
+    )
     parser.add_argument("--rows", type=int, default=ROWS_DEFAULT)
     parser.add_argument("--slices", type=int, default=INGEST_SLICES_DEFAULT,
                         help="ingest write jobs")  # fmt: skip
@@ -334,17 +347,39 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(message)s")
 
+    from logcentric import clusters
+    from rpc.errors import RpcError
+
+    try:
+        coordinators = ",".join(clusters.resolve(args.coordinators, args.cluster))
+    except RpcError as err:
+        parser.error(str(err))
+    # Executors write the sample Parquet and others read it: a path relative to the driver's
+    # directory would name another place in each executor's own working directory.
+    workdir = args.workdir.resolve()
+    try:
+        return _run(args, coordinators, workdir)
+    except KeyboardInterrupt:
+        print("pipeline: interrupted", file=sys.stderr, flush=True)
+        return EXIT_INTERRUPTED
+
+
+def _run(args: argparse.Namespace, coordinators: str, workdir: Path) -> int:
     from pyspark.errors import PySparkException
 
     from logcentric.spark.session import build_session
     from rpc.errors import RpcError
 
     spark = build_session(args.master, "logcentric-pipeline")
+    print(
+        f"pipeline: Spark master {spark.sparkContext.master}, coordinators {coordinators}",
+        flush=True,
+    )
     try:
         result = run_pipeline(
             spark,
-            args.coordinators,
-            args.workdir,
+            coordinators,
+            workdir,
             rows=args.rows,
             ingest_slices=args.slices,
             table_prefix=args.table_prefix,
@@ -358,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         spark.stop()
         if not args.keep_workdir:
-            shutil.rmtree(args.workdir / "orders.parquet", ignore_errors=True)
+            shutil.rmtree(workdir / "orders.parquet", ignore_errors=True)
     print(summary(result), flush=True)
     return 0 if result.ok else 1
 

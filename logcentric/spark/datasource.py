@@ -11,12 +11,16 @@ the first per-row errors when any row failed. There is no transaction across tas
 that tasks flushed before a failure stay written; `abort` only logs. Upsert is the
 operation to use when a job may be retried (Spark task retries, a rerun after a failure).
 
-Options: coordinators (required), table (required), operation, columns, predicates,
-flush_rows_max, timeout_s; see logcentric/spark/mapping.py and design/spark.md.
+Options: coordinators or cluster (else LOGCENTRIC_COORDINATORS / LOGCENTRIC_CLUSTER / the
+clusters file's default, as `logcentric.connect`), table (required), operation, columns,
+predicates, flush_rows_max, timeout_s; see logcentric/spark/mapping.py and design/spark.md.
+A cluster name is resolved once, on the driver: the readers and writers that travel to the
+executors carry the addresses, so executors on other hosts need no clusters file.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -38,11 +42,26 @@ FORMAT_NAME = "logcentric"
 logger = logging.getLogger(__name__)
 
 
+def _resolve_cluster(options: SourceOptions) -> SourceOptions:
+    """The options with the coordinators' addresses filled in (`logcentric.clusters`)."""
+    from logcentric import clusters
+    from logcentric.errors import LogcentricError
+
+    try:
+        addresses = clusters.resolve(options.coordinators or None, options.cluster or None)
+    except LogcentricError as err:
+        raise OptionError(
+            f'option "coordinators" (HOST:PORT,...) or option "cluster" (NAME): {err.message}'
+        ) from None
+    return dataclasses.replace(options, coordinators=tuple(addresses), cluster="")
+
+
 def _open_client(options: SourceOptions):  # -> logcentric.client.Client
     # Imported here: the data source object is pickled to the Python workers, which import
     # the client library themselves.
     from logcentric.client import Client
 
+    assert options.coordinators, "the cluster is resolved when the source is defined"
     return Client(list(options.coordinators), timeout_s=options.timeout_s)
 
 
@@ -75,7 +94,7 @@ class TableDataSource(DataSource):
 
     def __init__(self, options) -> None:
         super().__init__(options)
-        self._parsed = mapping.parse_options(dict(options))
+        self._parsed = _resolve_cluster(mapping.parse_options(dict(options)))
         self._info: TableInfo | None = None
 
     @classmethod

@@ -55,6 +55,8 @@ class OptionError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class SourceOptions:
+    # The coordinators' addresses; empty until the data source resolves `cluster` (or the
+    # environment / the clusters file's default) on the driver.
     coordinators: tuple[str, ...]
     table: str
     operation: Operation
@@ -62,10 +64,12 @@ class SourceOptions:
     predicates: str  # JSON scan predicates chosen by the user ("" for none)
     flush_rows_max: int
     timeout_s: float
+    cluster: str = ""  # a name of the clusters file ("" when coordinators are given)
 
 
 OPTIONS_KNOWN = (
     "coordinators",
+    "cluster",
     "table",
     "operation",
     "columns",
@@ -92,12 +96,13 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
             what += ' (a path given to load() or save(); this source takes option("table"))'
         raise OptionError(f"unknown option {what}; known: {', '.join(OPTIONS_KNOWN)}")
     coordinators = tuple(a.strip() for a in opts.get("coordinators", "").split(",") if a.strip())
-    if not coordinators:
-        raise OptionError('option "coordinators" is required: comma-separated host:port list')
     for address in coordinators:
         host, _, port = address.rpartition(":")
         if not host or not port.isdigit():
             raise OptionError(f'option "coordinators": {address!r} is not host:port')
+    cluster = opts.get("cluster", "").strip()
+    if coordinators and cluster:
+        raise OptionError('give option "coordinators" or option "cluster", not both')
     table = opts.get("table", "").strip()
     if not table:
         raise OptionError('option "table" is required')
@@ -121,7 +126,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
     if not 0 < timeout_s <= 3600:
         raise OptionError('option "timeout_s" must be in (0, 3600]')
     return SourceOptions(
-        coordinators, table, operation, columns, predicates, flush_rows_max, timeout_s
+        coordinators, table, operation, columns, predicates, flush_rows_max, timeout_s, cluster
     )
 
 

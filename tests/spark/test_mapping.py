@@ -54,7 +54,7 @@ def test_options_defaults_and_errors():
     assert o.operation is Operation.UPSERT and o.columns == ("a", "b") and o.predicates
     assert o.flush_rows_max == 5 and o.timeout_s == 2.5
     bad = [
-        ({"table": "t"}, "coordinators"),
+        ({"coordinators": "h:1", "cluster": "local", "table": "t"}, "not both"),
         ({"coordinators": "nohost", "table": "t"}, "host:port"),
         ({"coordinators": "h:1"}, "table"),
         ({"coordinators": "h:1", "table": "t", "operation": "merge"}, "insert|upsert|delete"),
@@ -180,3 +180,30 @@ def test_row_error_message_names_count_and_first_errors():
     assert text.startswith("7 row(s) failed to insert into table 't'")
     assert "ALREADY_EXISTS: key exists" in text and "(and 2 more)" in text
     assert "x" * 41 not in text
+
+
+def test_the_cluster_is_named_as_everywhere_else_and_resolved_on_the_driver(tmp_path, monkeypatch):
+    """Option "cluster" (or the environment, or the clusters file's default) becomes the
+    coordinators' addresses when the source is defined: readers and writers pickled to
+    executors carry addresses, not a name their hosts could not look up."""
+    from logcentric import clusters
+    from logcentric.spark.datasource import _resolve_cluster
+
+    monkeypatch.setenv("LOGCENTRIC_CONFIG", str(tmp_path / "clusters.toml"))
+    monkeypatch.delenv("LOGCENTRIC_COORDINATORS", raising=False)
+    monkeypatch.delenv("LOGCENTRIC_CLUSTER", raising=False)
+    unnamed = mapping.parse_options({"table": "t"})
+    assert unnamed.coordinators == () and unnamed.cluster == ""
+    with pytest.raises(OptionError, match='option "coordinators".*or option "cluster"'):
+        _resolve_cluster(unnamed)
+
+    clusters.register("demo", ["127.0.0.1:7001", "127.0.0.1:7002"])
+    named = _resolve_cluster(mapping.parse_options({"cluster": "demo", "table": "t"}))
+    assert named.coordinators == ("127.0.0.1:7001", "127.0.0.1:7002") and named.cluster == ""
+    assert _resolve_cluster(unnamed).coordinators == named.coordinators  # the default
+    with pytest.raises(OptionError, match="'nope'.*known: demo"):
+        _resolve_cluster(mapping.parse_options({"cluster": "nope", "table": "t"}))
+    monkeypatch.setenv("LOGCENTRIC_COORDINATORS", "127.0.0.1:7009")
+    assert _resolve_cluster(unnamed).coordinators == ("127.0.0.1:7009",)
+    given = mapping.parse_options({"coordinators": "127.0.0.1:7005", "table": "t"})
+    assert _resolve_cluster(given).coordinators == ("127.0.0.1:7005",)
