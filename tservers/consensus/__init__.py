@@ -6,6 +6,9 @@ tservers/; design/consensus.md is the contract between the two.
 
 from tservers.consensus.raft_core import RaftCore, RaftOptions, missing_replica_response
 from tservers.consensus.types import (
+    INDEX_MAX,
+    TERM_JUMP_MAX,
+    TERM_MAX,
     AppendRequest,
     AppendResponse,
     ConfigChange,
@@ -34,6 +37,9 @@ from tservers.consensus.types import (
 )
 
 __all__ = [
+    "INDEX_MAX",
+    "TERM_JUMP_MAX",
+    "TERM_MAX",
     "AppendRequest",
     "AppendResponse",
     "ConfigChange",

@@ -19,6 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tservers.consensus.types import (
+    TERM_JUMP_MAX,
+    TERM_MAX,
     AppendRequest,
     AppendResponse,
     ConfigChange,
@@ -158,6 +160,7 @@ class RaftCore:
         assert uuid and tablet_id
         assert base_config_index <= snapshot.index
         assert hard_state.term >= snapshot.term
+        assert hard_state.term <= TERM_MAX, "the driver refuses such metadata before this"
         self.uuid = uuid
         self.tablet_id = tablet_id
         self._opts = options
@@ -207,6 +210,11 @@ class RaftCore:
         self._read_seq = 0
         self._read_acks: dict[str, int] = {}
         self._pending_reads: list[_PendingRead] = []
+        # Messages dropped as impossible or untrusted (a term jump from a non-voter or too
+        # far, a second leader in a term, an answer naming an index never sent); the driver
+        # logs them, rate-limited.
+        self.refused_messages = 0
+        self.last_refusal = ""
 
         self._msgs: list[Message] = []
         self._reads_out: list[ReadResult] = []
@@ -371,6 +379,45 @@ class RaftCore:
         if self._election_elapsed >= self._randomized_timeout and self._may_campaign():
             self._campaign(skip_pre_vote=False, transfer=False)
 
+    def _refuse(self, msg: Message, reason: str) -> None:
+        self.refused_messages += 1
+        self.last_refusal = (
+            f"{type(msg).__name__} from {msg.sender} in term {msg.term} (ours {self._term}): "
+            f"{reason}"
+        )
+        logger.debug("%s/%s refused %s", self.tablet_id, self.uuid, self.last_refusal)
+
+    def knows_voter(self, uuid: str) -> bool:
+        """`uuid` is a voter of a config this replica knows (see `_known_voter`)."""
+        return self._known_voter(uuid)
+
+    def _known_voter(self, uuid: str) -> bool:
+        """`uuid` is a voter of a config this replica knows: the base (committed) config or
+        any config entry in its log, committed or not. Wider than the newest config on
+        purpose: a candidate demoted by an uncommitted entry may still have to lead
+        (`_may_campaign`)."""
+        if self._base_config.is_voter(uuid):
+            return True
+        for idx in self._config_indexes:
+            cfg = self.entry(idx).config
+            assert cfg is not None
+            if cfg.is_voter(uuid):
+                return True
+        return False
+
+    def _higher_term_refusal(self, msg: Message) -> str | None:
+        """Why a message of a higher term must not make this replica adopt it, or None.
+        A term is persisted as soon as it is adopted, so it is only taken from a voter of
+        a config this replica knows, and at most TERM_JUMP_MAX above its own: a stranger or
+        a member gone wrong cannot push the tablet's term towards what its fields hold."""
+        if msg.term > TERM_MAX:
+            return f"term above {TERM_MAX}"
+        if msg.term - self._term > TERM_JUMP_MAX:
+            return f"a jump of more than {TERM_JUMP_MAX} terms"
+        if not self._known_voter(msg.sender):
+            return "the sender is not a voter of any config this replica knows"
+        return None
+
     def step(self, msg: Message) -> None:
         """Handle one message addressed to this replica (the driver already answered
         INVALID_NAME for a wrong recipient; a wrong one here is a programmer error)."""
@@ -381,6 +428,15 @@ class RaftCore:
             self._step_vote_only(msg)
             return
         if msg.term > self._term:
+            refusal = self._higher_term_refusal(msg)
+            if refusal is None and isinstance(msg, TimeoutNow):
+                # Only our leader of our term sends it (to a peer that acknowledged it in
+                # that term); a higher one is forged or confused: it would start an election
+                # that ignores every leader's lease.
+                refusal = "TimeoutNow of a term that is not ours"
+            if refusal is not None:
+                self._refuse(msg, refusal)
+                return
             if isinstance(msg, VoteRequest):
                 if self._in_lease() and not msg.leadership_transfer:
                     self._reply_vote(msg, granted=False)
@@ -646,6 +702,12 @@ class RaftCore:
         self._randomized_timeout = self._new_timeout()
 
     def _campaign(self, skip_pre_vote: bool, transfer: bool) -> None:
+        if self._term >= TERM_MAX:
+            # Unreachable through messages (TERM_JUMP_MAX); a term this high can only come
+            # from a hand-edited file. Never send a term the fields cannot hold.
+            self._election_elapsed = 0
+            self.last_refusal = f"term {self._term} is at the limit: no election"
+            return
         self._election_elapsed = 0
         self._randomized_timeout = self._new_timeout()
         self._leader = None
@@ -774,11 +836,39 @@ class RaftCore:
             self._become_follower(self._term, None)
 
     def _handle_timeout_now(self, msg: TimeoutNow) -> None:
+        if msg.sender != self._leader:
+            self._refuse(msg, "TimeoutNow from a server that is not our leader")
+            return
         if self._role is Role.LEADER or not self._may_campaign():
             return
         self._campaign(skip_pre_vote=True, transfer=True)
 
     def _step_vote_only(self, msg: Message) -> None:
+        if msg.term > self._term:
+            refusal = self._higher_term_refusal(msg)
+            if refusal is not None:
+                if (
+                    isinstance(msg, AppendRequest)
+                    and msg.term <= TERM_MAX
+                    and msg.term - self._term <= TERM_JUMP_MAX
+                ):
+                    # A leader this tombstone's old config does not name (the tablet moved
+                    # on while it was deleted): tell it, in its term, that the replica is
+                    # deleted, so that it copies the tablet back here; nothing adopted.
+                    self._send(
+                        AppendResponse(
+                            self.tablet_id,
+                            self.uuid,
+                            msg.sender,
+                            msg.term,
+                            success=False,
+                            reject_index=msg.prev_log_index,
+                            read_seq=msg.read_seq,
+                            status=ReplicaStatus.TABLET_DELETED,
+                        )
+                    )
+                self._refuse(msg, refusal)
+                return
         if msg.term < self._term:
             if isinstance(msg, AppendRequest):
                 self._send(
@@ -937,8 +1027,12 @@ class RaftCore:
             pr.next = entries[-1].index + 1
 
     def _handle_append(self, msg: AppendRequest) -> None:
+        if self._role is Role.LEADER or (self._leader is not None and self._leader != msg.sender):
+            # One leader per term: a second one in our term is forged or broken. Dropped
+            # (it used to be an assertion, and failed the tablet).
+            self._refuse(msg, f"a second leader in the term of {self._leader}")
+            return
         if self._role is not Role.FOLLOWER:
-            assert self._role is not Role.LEADER, "two leaders in one term"
             self._become_follower(msg.term, msg.sender)
         self._leader = msg.sender
         self._election_elapsed = 0
@@ -1013,6 +1107,16 @@ class RaftCore:
             return
         pr = self._progress.get(msg.sender)
         if pr is None:
+            return
+        if (
+            msg.match_index > self.last_index
+            or msg.reject_index > self.last_index
+            or msg.read_seq > self._read_seq
+        ):
+            # Answers echo what this leader sent in this term: never past its log or its
+            # read sequence. Taking one would move `next` past the log (an assertion) or
+            # confirm reads nobody confirmed.
+            self._refuse(msg, "an answer naming an index or read sequence never sent")
             return
         if msg.status is ReplicaStatus.TABLET_FAILED:
             return  # as good as unreachable: the coordinator replaces it (no copy over it)

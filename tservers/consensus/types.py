@@ -10,6 +10,19 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+# Bounds of every term and index a replica holds, sends or accepts (design/consensus.md,
+# "Bounds"). Below 2^62: far below what the uint64 fields of the wire and of the WAL and
+# consensus metadata hold (and int64, for tools that read them as signed), so that
+# `TERM_MAX + 1` and sums of an index and a count never overflow anything.
+TERM_MAX = (1 << 62) - 1
+INDEX_MAX = (1 << 62) - 1
+# A replica adopts a higher term only from a voter of a config it knows, and at most this
+# far above its own term: a term that far ahead is no plausible Raft term (it takes one
+# election per term, at least an election timeout each: 2^20 terms is 12 days of elections
+# every second), but it is what a member gone wrong sends. With this step, reaching
+# TERM_MAX would take 2^42 adopted (fsynced) jumps.
+TERM_JUMP_MAX = 1 << 20
+
 
 class Role(enum.Enum):
     FOLLOWER = "FOLLOWER"
