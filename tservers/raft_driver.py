@@ -42,6 +42,8 @@ from rpc.protocols.tserver_pb2 import (
     StartTabletCopyResponse,
 )
 from tservers.consensus import (
+    INDEX_MAX,
+    TERM_MAX,
     AppendRequest,
     ConfigChange,
     CopyReason,
@@ -62,6 +64,7 @@ from tservers.consensus import (
     missing_replica_response,
 )
 from tservers.consensus_wire import (
+    WireError,
     config_from_pb,
     entry_from_pb,
     entry_to_pb,
@@ -81,6 +84,12 @@ RETAIN_ENTRIES_MAX_DEFAULT = 200_000
 RETAIN_BYTES_MAX_DEFAULT = 1 << 30  # and at most this many payload bytes (`--wal-retain-mb`)
 # What a queued message counts besides its entries' payloads (ids, terms, indexes).
 MESSAGE_OVERHEAD_BYTES = 128
+REFUSALS_LOG_INTERVAL_S = 10.0  # a tablet's refused messages are logged at most this often
+# Senders' addresses learned from messages (not from configs), and peer sockets: bounded, so
+# that messages naming ever new sender uuids cannot grow the maps or open a socket each.
+# Beyond, the oldest learned address / a socket of a peer no config names goes first.
+LEARNED_ADDRESSES_MAX = 4096
+PEER_SOCKETS_MAX = 1024
 
 
 def message_bytes(m: Message) -> int:
@@ -109,6 +118,25 @@ class DriverOptions:
     retain_entries_max: int = RETAIN_ENTRIES_MAX_DEFAULT
     retain_bytes_max: int = RETAIN_BYTES_MAX_DEFAULT  # their payload bytes (and in memory)
     apply_queue_max: int = 4096  # Readies' committed entries waiting for the apply thread
+
+
+def check_durable_state(
+    tablet_id: str, cmeta: ConsensusMetaPB, last: OpId, wal_entries: list[LogEntryPB]
+) -> None:
+    """What a replica starts from must be within the bounds of design/consensus.md
+    ("Bounds"): a term or index beyond them (written before they were enforced, by a message
+    with a term of 2^64-1) would fail the replica at its next election instead, again after
+    every restart. Raises WireError: the replica stays FAILED, saying what to repair."""
+    worst = max([cmeta.current_term, last.term] + [e.term for e in wal_entries[-1:]])
+    if worst > TERM_MAX:
+        raise WireError(
+            f"tablet {tablet_id}: term {worst} in its consensus metadata or WAL is above "
+            f"{TERM_MAX}; it cannot hold an election. Copy the tablet from a healthy replica "
+            "(delete this one) or rewrite the term with `tserver cmeta`"
+        )
+    idx = max([last.index, cmeta.committed_config.opid_index] + [e.index for e in wal_entries[-1:]])
+    if idx > INDEX_MAX:
+        raise WireError(f"tablet {tablet_id}: index {idx} is above {INDEX_MAX}")
 
 
 class _Stage:
@@ -148,6 +176,8 @@ class RaftGroup:
         self.closed = False
         self.failed = False
         self.copy_backoff: dict[str, tuple[float, float]] = {}  # peer -> (next, delay)
+        self.refusals_logged = 0  # the core's refused_messages when last logged
+        self.refusals_logged_at = -REFUSALS_LOG_INTERVAL_S
 
     # ------------------------------------------------------------ rpc threads
     def propose(self, payload: bytes) -> ProposeResult:
@@ -188,6 +218,11 @@ class RaftGroup:
     def status(self):
         with self.lock:
             return self.core.status()
+
+    def knows_voter(self, uuid: str) -> bool:
+        """`uuid` is a voter of a config this replica knows (committed or in its log)."""
+        with self.lock:
+            return self.core.knows_voter(uuid)
 
     def last_op_id(self) -> OpId:
         with self.lock:
@@ -329,6 +364,12 @@ class RaftDriver:
         self._missing_status = missing_status or (lambda _t: ReplicaStatus.TABLET_NOT_FOUND)
         self.address = ""
         self.addresses: dict[str, str] = {}  # peer uuid -> rpc address
+        # Peers whose address came from a config (consensus metadata, ChangeConfig): a
+        # message's sender_address never replaces one of those, so that a message naming a
+        # member with another address cannot divert its traffic (servers keep their address
+        # across restarts). Other peers' addresses are learned from their messages.
+        self._config_addressed: set[str] = set()
+        self._learned: deque[str] = deque()  # peers whose address came from a message, oldest first
         self._groups: dict[str, RaftGroup] = {}
         self._groups_lock = threading.Lock()
         self._cond = threading.Condition()
@@ -406,6 +447,7 @@ class RaftDriver:
         (the flushed op id: everything at or below it is in the tablet's blocks) and the WAL
         entries after it."""
         tablet_id = tablet.tablet_id
+        check_durable_state(tablet_id, cmeta, snapshot, wal_entries)
         entries: list[Entry] = [entry_from_pb(e) for e in wal_entries if e.index > snapshot.index]
         if entries and entries[0].index != snapshot.index + 1:
             raise ValueError(
@@ -446,6 +488,7 @@ class RaftDriver:
     ) -> RaftGroup:
         """A DELETED replica keeps voting with its last op id (seed 000) and persists its
         term and vote; it never campaigns and answers appends with TABLET_DELETED."""
+        check_durable_state(tablet_id, cmeta, last_op_id, [])
         config_pb = cmeta.committed_config
         self.learn_addresses(peer_addresses(config_pb))
         term = max(cmeta.current_term, last_op_id.term)
@@ -484,10 +527,26 @@ class RaftDriver:
         with self._groups_lock:
             return self._groups.get(tablet_id)
 
-    def learn_addresses(self, addresses: dict[str, str]) -> None:
+    def learn_addresses(self, addresses: dict[str, str], *, from_config: bool = True) -> None:
+        """Peer addresses from a config (authoritative), or from messages' sender_address
+        (`from_config=False`: only for peers no config gave an address)."""
         for u, a in addresses.items():
-            if u != self.uuid and a:
-                self.addresses[u] = a
+            if u == self.uuid or not a:
+                continue
+            if from_config:
+                self._config_addressed.add(u)
+            elif u in self._config_addressed:
+                if self.addresses.get(u) != a:
+                    log.debug("peer %s: sender address %s ignored (config says %s)", u, a,
+                              self.addresses.get(u))  # fmt: skip
+                continue
+            elif u not in self.addresses:
+                self._learned.append(u)
+                while len(self._learned) > LEARNED_ADDRESSES_MAX:
+                    old = self._learned.popleft()
+                    if old not in self._config_addressed:
+                        self.addresses.pop(old, None)
+            self.addresses[u] = a
 
     def not_leader(self, tablet_id: str, leader: str | None) -> errors.NotLeader:
         hint = errors.LeaderHintValue()
@@ -501,7 +560,7 @@ class RaftDriver:
     def deliver(self, messages: list[Message], sender_addresses: dict[str, str]) -> int:
         """Queue network messages for the driver; returns how many were accepted (the
         others are dropped: the inbox is bounded and Raft resends)."""
-        self.learn_addresses(sender_addresses)
+        self.learn_addresses(sender_addresses, from_config=False)
         opts = self.options
         with self._cond:
             room = opts.inbox_messages_max - self._net_queued
@@ -583,6 +642,7 @@ class RaftDriver:
                     if g.closed or g.failed:
                         continue
                     g.core.tick()
+                    self._log_refusals(g, now)
                     if g.copy_backoff:  # a peer copied (or gone): its next copy starts afresh
                         for peer in [u for u in g.copy_backoff if not g.core.peer_needs_copy(u)]:
                             del g.copy_backoff[peer]
@@ -610,6 +670,22 @@ class RaftDriver:
         with g.lock:
             g.core.step(msg)
         dirty[g.tablet_id] = g
+
+    @staticmethod
+    def _log_refusals(g: RaftGroup, now: float) -> None:
+        """Messages the core refused since the last report (a term jump from a stranger or
+        too far, a second leader, an answer naming what was never sent), at most once per
+        REFUSALS_LOG_INTERVAL_S per tablet: a flood of them must not flood the log."""
+        n = g.core.refused_messages
+        if n == g.refusals_logged or now - g.refusals_logged_at < REFUSALS_LOG_INTERVAL_S:
+            return
+        log.warning(
+            "tablet %s: %d consensus messages refused; the last: %s",
+            g.tablet_id,
+            n - g.refusals_logged,
+            g.core.last_refusal,
+        )
+        g.refusals_logged, g.refusals_logged_at = n, now
 
     def _process(self, g: RaftGroup) -> None:
         with g.process_lock:
@@ -753,6 +829,15 @@ class RaftDriver:
         g.tablet.fail(reason)
 
     # ------------------------------------------------------------ output
+    def _evict_peer(self) -> bool:
+        """Close the oldest socket of a peer no config names (driver thread only)."""
+        for uuid, p in self._peers.items():
+            if uuid not in self._config_addressed:
+                p.reset()
+                del self._peers[uuid]
+                return True
+        return False
+
     def _send(self, msgs) -> None:
         if not msgs:
             return
@@ -767,6 +852,10 @@ class RaftDriver:
             if p is None:
                 if not address:
                     log.debug("no address for peer %s: %d messages dropped", uuid, len(pbs))
+                    continue
+                if len(self._peers) >= PEER_SOCKETS_MAX and not self._evict_peer():
+                    log.debug("%d peer sockets open: %d messages to %s dropped",
+                              len(self._peers), len(pbs), uuid)  # fmt: skip
                     continue
                 p = self._peers[uuid] = _PeerOut(self, uuid, address)
             p.post(pbs, address)

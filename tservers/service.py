@@ -57,8 +57,15 @@ from rpc.protocols.tserver_pb2 import (
 )
 from rpc.protocols.tserver_pb2 import MemberType as MemberTypePB
 from rpc.server import CallContext, Reply, RpcServer
-from tservers.consensus.types import ConfigChange, ConfigChangeType, MemberType
-from tservers.consensus_wire import WireError, message_from_pb
+from tservers.consensus.types import INDEX_MAX, ConfigChange, ConfigChangeType, MemberType
+from tservers.consensus_wire import (
+    BATCH_MESSAGES_MAX,
+    WireError,
+    check_address,
+    check_range,
+    check_uuid,
+    decode_request,
+)
 from tservers.tablet.manager import TabletManager, check_tablet_id
 
 log = logging.getLogger(__name__)
@@ -127,6 +134,7 @@ class TServerService:
     def cancel_copy(
         self, req: CancelTabletCopyRequest, ctx: CallContext
     ) -> CancelTabletCopyResponse:
+        check_tablet_id(req.tablet_id)
         self.manager.copy_jobs.cancel(req.tablet_id)
         return CancelTabletCopyResponse()
 
@@ -158,6 +166,14 @@ class TServerService:
             raise BadRequest(f"unknown config change type {req.type}")
         if not req.peer.uuid:
             raise BadRequest("config change names no peer uuid")
+        try:
+            check_uuid("config change peer", req.peer.uuid)
+            if req.peer.address:
+                check_address(f"peer {req.peer.uuid} address", req.peer.address)
+            if req.HasField("cas_config_index"):
+                check_range("cas_config_index", req.cas_config_index, -1, INDEX_MAX)
+        except WireError as e:
+            raise BadRequest(f"bad config change: {e}") from e
         member_type = MemberType.VOTER
         if kind is not ConfigChangeType.REMOVE_MEMBER:
             if req.peer.member_type == MemberTypePB.NON_VOTER:
@@ -174,22 +190,20 @@ class TServerService:
 
     def consensus(self, req: ConsensusRequest, ctx: CallContext) -> ConsensusResponse:
         """Queue Raft messages for the driver. The rpc layer checked the call's recipient;
-        every message names its recipient too, and must name this server."""
+        every message names its recipient too, and must name this server. Every field of
+        every message is range-checked first (consensus_wire.decode_request): one bad
+        message refuses the batch (BAD_REQUEST) and nothing of it is delivered."""
         own = self.manager.fs.uuid
-        msgs = []
-        addresses: dict[str, str] = {}
-        for pb in req.messages:
+        for pb in req.messages[:BATCH_MESSAGES_MAX]:
             if pb.recipient != own:
                 raise InvalidName(
-                    f"consensus message for {pb.recipient!r} sent to server {own}; "
+                    f"consensus message for {pb.recipient[:64]!r} sent to server {own}; "
                     "nothing was delivered"
                 )
-            try:
-                msgs.append(message_from_pb(pb))
-            except WireError as e:
-                raise BadRequest(f"bad consensus message: {e}") from e
-            if pb.sender_address:
-                addresses[pb.sender] = pb.sender_address
+        try:
+            msgs, addresses = decode_request(req)
+        except WireError as e:
+            raise BadRequest(f"bad consensus message: {e}; nothing was delivered") from e
         accepted = self.manager.driver.deliver(msgs, addresses)
         return ConsensusResponse(accepted=accepted)
 
@@ -200,6 +214,8 @@ class TServerService:
 
     def delete_tablet(self, req: DeleteTabletRequest, ctx: CallContext) -> DeleteTabletResponse:
         cas = req.cas_config_index if req.HasField("cas_config_index") else None
+        if cas is not None and not -1 <= cas <= INDEX_MAX:
+            raise BadRequest(f"cas_config_index {cas} out of range -1..{INDEX_MAX}")
         return DeleteTabletResponse(last_op_id=self.manager.delete_tablet(req.tablet_id, cas))
 
     def alter_schema(self, req: AlterSchemaRequest, ctx: CallContext) -> AlterSchemaResponse:
