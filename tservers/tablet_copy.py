@@ -30,6 +30,7 @@ import logging
 import mmap
 import os
 import queue
+import re
 import secrets
 import shutil
 import sys
@@ -56,9 +57,19 @@ from rpc.protocols.tserver_pb2 import (
     EndCopySessionResponse,
     FetchCopyChunkRequest,
     FetchCopyChunkResponse,
+    MemberType,
     OpIdPB,
     StartTabletCopyRequest,
     SuperblockPB,
+)
+from tservers.consensus.types import INDEX_MAX, TERM_JUMP_MAX, TERM_MAX
+from tservers.consensus_wire import (
+    WireError,
+    check_address,
+    check_config_pb,
+    check_range,
+    check_tablet_id,
+    check_uuid,
 )
 from tservers.crash import crash_point
 from tservers.fs import FsLayout
@@ -85,6 +96,16 @@ THROTTLED_CHUNK_BYTES_MIN = 64 << 10
 JOBS_QUEUE_MAX = 8
 JOBS_KEPT_MAX = 32  # finished jobs kept for reports
 CALL_TIMEOUT_S = 30.0
+
+# Bounds of the copy messages (design/consensus.md, "Bounds"), checked where they are
+# decoded: the source checks the requests, the follower the source's answers.
+SESSION_ID_RE = re.compile(r"^[0-9a-f]{1,64}$")  # secrets.token_hex(8) here
+FILE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")  # wal-*, block-*.arrow
+FILE_KINDS = ("wal", "data")
+COPY_FILES_MAX = 100_000  # files of one session (blocks and WAL segments)
+COPY_FILE_BYTES_MAX = 1 << 40  # one file
+COPY_BYTES_MAX = 1 << 48  # one session, all files
+BLOCK_ID_MAX = 1 << 62
 
 
 class JobState(enum.Enum):
@@ -223,6 +244,11 @@ class CopySource:
     def fetch(self, req: FetchCopyChunkRequest) -> tuple[FetchCopyChunkResponse, memoryview]:
         """A file range of the session and its CRC32C. The bytes are a view of the file's
         map (no read into a buffer of our own), sent as is by the rpc layer."""
+        check_session_id(req.session_id)
+        if req.kind not in FILE_KINDS or not FILE_NAME_RE.match(req.name):
+            raise errors.BadRequest(
+                f"no file {req.kind[:16]!r} {req.name[:129]!r} (kind wal or data, a plain name)"
+            )
         with self._lock:
             s = self._sessions.get(req.session_id)
             if s is not None:
@@ -268,6 +294,7 @@ class CopySource:
             return m
 
     def end(self, req: EndCopySessionRequest) -> EndCopySessionResponse:
+        check_session_id(req.session_id)
         with self._lock:
             s = self._sessions.pop(req.session_id, None)
         if s is not None:
@@ -317,6 +344,80 @@ class CopySource:
         t = s.tablet
         with t.lock:
             t.copy_anchors -= 1
+
+
+# ==================================================================== the edge
+def check_session_id(session_id: str) -> None:
+    if not SESSION_ID_RE.match(session_id):
+        raise errors.BadRequest(f"{session_id[:65]!r} is not a copy session id")
+
+
+def _op_id_in_range(what: str, op: OpIdPB) -> None:
+    check_range(f"{what} term", op.term, 0, TERM_MAX)
+    check_range(f"{what} index", op.index, 0, INDEX_MAX)
+
+
+def check_start_request(req: StartTabletCopyRequest, own_uuid: str) -> None:
+    """Every field of a StartTabletCopy in range, before any check against local state:
+    ids and the source address shaped, the caller term and op id within the bounds, a
+    known expected state. Raises BadRequest."""
+    try:
+        check_tablet_id(req.tablet_id)
+        check_uuid("source_uuid", req.source_uuid)
+        if req.source_uuid == own_uuid:
+            raise WireError("a tablet copy from this server itself")
+        check_address("source_address", req.source_address)
+        check_range("caller_term", req.caller_term, 1, TERM_MAX)
+        if req.expected_state not in DataState.values():
+            raise WireError(f"expected_state {req.expected_state} is no data state")
+        if req.HasField("last_op_id"):
+            _op_id_in_range("last_op_id", req.last_op_id)
+    except WireError as e:
+        raise errors.BadRequest(f"bad StartTabletCopy: {e}") from None
+
+
+def check_begin_response(resp: BeginCopySessionResponse, tablet_id: str) -> None:
+    """The source's answer to BeginCopySession, before anything is written here: the
+    session id, the superblock's ids, op ids, block names and counters, the consensus
+    metadata's term, vote and config, and every file's kind, name (a plain name: it is
+    joined to a directory) and size, all within bounds. Raises Corruption (the copy fails,
+    the replica is deleted again)."""
+    try:
+        if not SESSION_ID_RE.match(resp.session_id):
+            raise WireError(f"session id {resp.session_id[:65]!r}")
+        sb, cm = resp.superblock, resp.cmeta
+        if sb.tablet_id != tablet_id or cm.tablet_id not in ("", tablet_id):
+            raise WireError(f"metadata of tablet {sb.tablet_id[:65]!r}, not {tablet_id}")
+        check_range("flushed_index", sb.flushed_index, 0, INDEX_MAX)
+        check_range("flushed_term", sb.flushed_term, 0, TERM_MAX)
+        _op_id_in_range("last_op_id", sb.last_op_id)
+        check_range("next_block_id", sb.next_block_id, 0, BLOCK_ID_MAX)
+        check_range("current_term", cm.current_term, 0, TERM_MAX)
+        if cm.current_term < sb.flushed_term:
+            raise WireError(f"term {cm.current_term} below the flushed term {sb.flushed_term}")
+        if cm.voted_for:
+            check_uuid("voted_for", cm.voted_for)
+        check_config_pb(cm.committed_config, "committed config")
+        if len(resp.files) > COPY_FILES_MAX or len(sb.blocks) > COPY_FILES_MAX:
+            raise WireError(f"{len(resp.files)} files, {len(sb.blocks)} blocks")
+        seen: set[tuple[str, str]] = set()
+        total = 0
+        for f in resp.files:
+            if f.kind not in FILE_KINDS or not FILE_NAME_RE.match(f.name):
+                raise WireError(f"file {f.kind[:16]!r} {f.name[:129]!r}")
+            if (f.kind, f.name) in seen:
+                raise WireError(f"file {f.kind} {f.name} listed twice")
+            seen.add((f.kind, f.name))
+            check_range(f"size of {f.name}", f.size_bytes, 0, COPY_FILE_BYTES_MAX)
+            total += f.size_bytes
+        check_range("bytes of the session", total, 0, COPY_BYTES_MAX)
+        for name in sb.blocks:
+            if ("data", name) not in seen:
+                raise WireError(f"block {name[:129]!r} of the superblock is not in the files")
+    except WireError as e:
+        raise errors.Corruption(
+            f"tablet {tablet_id}: the copy source's BeginCopySession answer is bad: {e}"
+        ) from None
 
 
 # ==================================================================== the copy steps
@@ -374,6 +475,7 @@ def copy_tablet(
             timeout_s=CALL_TIMEOUT_S,
         )
         try:
+            check_begin_response(begin, tid)
             job.files_total = len(begin.files)
             job.bytes_total = sum(f.size_bytes for f in begin.files)
             target.prepare(req)
@@ -917,6 +1019,19 @@ def check_copy_start(manager, req: StartTabletCopyRequest) -> None:
         raise errors.InvalidTerm(
             f"caller term {req.caller_term} is below this replica's term {term}"
         )
+    if req.caller_term - term > TERM_JUMP_MAX:
+        # No plausible leader is that far ahead (design/consensus.md, "Bounds").
+        raise errors.InvalidTerm(
+            f"caller term {req.caller_term} is more than {TERM_JUMP_MAX} above this "
+            f"replica's term {term}"
+        )
+    if state is TabletDataState.READY and not _knows_voter(manager, tid, req.source_uuid):
+        # A running replica is replaced only on the word of a voter it knows (its leader
+        # when its log was collected past it), as a term is adopted only from one.
+        raise errors.IllegalState(
+            f"tablet {tid}: {req.source_uuid} is not a voter of any config this replica "
+            "knows; it does not replace it"
+        )
     if req.HasField("last_op_id"):
         last = manager.last_op_id(tid)
         if (last.term, last.index) != (req.last_op_id.term, req.last_op_id.index):
@@ -924,6 +1039,20 @@ def check_copy_start(manager, req: StartTabletCopyRequest) -> None:
                 f"tablet {tid}: last op id here is {last.term}.{last.index}, "
                 f"not {req.last_op_id.term}.{req.last_op_id.index}"
             )
+
+
+def _knows_voter(manager, tablet_id: str, uuid: str) -> bool:
+    """`uuid` is a voter of a config the replica knows: its core's (committed or in its
+    log) when it runs, else its consensus metadata's committed config."""
+    r = manager.replicas.get(tablet_id)
+    group = getattr(getattr(r, "tablet", None), "group", None)
+    if group is not None:
+        return group.knows_voter(uuid)
+    try:
+        cfg = manager.fs.read_cmeta(tablet_id).committed_config
+    except (OSError, MetaFileCorrupt):
+        return False
+    return any(p.uuid == uuid and p.member_type == MemberType.VOTER for p in cfg.peers)
 
 
 class CopyJobs:
@@ -946,6 +1075,7 @@ class CopyJobs:
         from tservers.tablet.replica_files import check_tablet_id
 
         check_tablet_id(req.tablet_id)
+        check_start_request(req, self.manager.fs.uuid)
         tid = req.tablet_id
         with self._lock:
             if tid in self._running:
