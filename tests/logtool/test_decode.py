@@ -164,3 +164,50 @@ def test_safe_unpickle_refuses_other_globals():
     assert safe_unpickle(pickle.dumps(b"", 2)) == b""
     with pytest.raises(pickle.UnpicklingError):
         safe_unpickle(pickle.dumps(random.Random, 2))
+
+
+def test_renewal_notes_at_most_every_interval_and_once_at_the_end():
+    import io
+
+    from optools.logtool import RenewalNotes
+
+    now = [100.0]
+    out, err = io.StringIO(), io.StringIO()
+    notes = RenewalNotes(out, err, json_lines=False, interval_s=10.0, clock=lambda: now[0])
+    notes.hidden(3)  # the first note comes at once
+    notes.hidden(0)
+    now[0] += 4.0
+    notes.hidden(2)  # within 10 s of the last note: counted, not said
+    now[0] += 5.9
+    notes.hidden(1)
+    now[0] += 0.1
+    notes.hidden(0)  # 10 s since the last note: says the 3 it held back
+    now[0] += 1.0
+    notes.hidden(4)
+    notes.close()  # the rest, once
+    notes.close()  # nothing more
+    assert out.getvalue().splitlines() == [
+        "(3 lease renewals hidden; --renewals shows them)",
+        "(3 lease renewals hidden; --renewals shows them)",
+        "(4 lease renewals hidden; --renewals shows them)",
+    ]
+    assert notes.total == 10 and err.getvalue() == ""
+    # --json: stdout keeps only records; the note goes to stderr.
+    notes = RenewalNotes(out, err, json_lines=True, clock=lambda: now[0])
+    notes.hidden(1)
+    assert err.getvalue() == "(1 lease renewal hidden; --renewals shows them)\n"
+
+
+def test_lease_time_is_utc_iso_8601_and_dash_without_one():
+    from optools.logtool_decode import utc_iso
+
+    rec = pb.LogRecord(
+        lease=pb.Lease(holder_uuid="u", holder_address="a:1", takeover=True, written_unix_ms=1)
+    )
+    v = decode_entry(raw(5, rec))
+    assert v.to_json()["lease"]["written_at"] == "1970-01-01T00:00:00.001Z"
+    assert "at=1970-01-01T00:00:00.001Z" in v.summary
+    assert utc_iso(1_764_107_702_123) == "2025-11-25T21:55:02.123Z"
+    assert utc_iso(0) is None and utc_iso(2**63) is None
+    old = decode_entry(raw(6, lease("u", "a:1", 0, True)))
+    assert old.to_json()["lease"]["written_at"] is None and "at=-" in old.summary

@@ -115,6 +115,7 @@ def test_follow_live_process_stops_on_ctrl_c(served):
             "--address",
             served.address,
             "--follow",
+            "--renewals",  # the renewals written below are what it waits for
             "--json",
             "--interval-s",
             "0.1",

@@ -17,8 +17,8 @@ from logstore.journal import encode_record
 from optools import logtool
 from tests.logstore.helpers import wait_for
 
-from .builder import A_UUID, B_UUID, GARBAGE, Writer, build_history, lease
-from .conftest import NODE_UUID, items, open_replica, run_tool
+from .builder import A_UUID, B_ADDR, B_UUID, GARBAGE, Expected, Writer, build_history, lease
+from .conftest import NODE_UUID, items, one_doc, open_replica, run_tool
 
 pytestmark = pytest.mark.integration
 
@@ -430,3 +430,69 @@ def test_batched_appends_show_as_separate_records(tmp_path):
     assert stats.raft_commands["append_batch"] == 1
     assert stats.raft_commands["append"] == 5
     assert stats.rejected_appends["batched:condition"] == 1
+
+
+def test_follow_hides_renewals_and_says_how_many(tmp_path):
+    """--follow without --renewals: no renewal is printed (takeovers and other records are),
+    and the "(N lease renewals hidden ...)" lines add up to the renewals it read."""
+    node_dir = tmp_path / "node"
+    store = open_replica(node_dir)
+    try:
+        exp = build_history(store)
+        renewals_before = sum(1 for n in exp.ids if n.startswith("renew"))
+        out = _LockedBuffer()
+        stop = threading.Event()
+        args = logtool.build_parser().parse_args(
+            ["--data-dir", str(node_dir), "--follow", "--interval-s", "0.05"]
+        )
+        codes: list[int] = []
+        t = threading.Thread(target=lambda: codes.append(logtool.run(args, out=out, stop=stop)))
+        t.start()
+        try:
+            wait_for(
+                lambda: any(ln.startswith(f"#{exp.ids['events_started']} ") for ln in out.lines()),
+                what="the initial listing",
+            )
+            w = Writer(store, exp)
+            takeover_b = exp.ids["takeover_b"]
+            r = w.record("r1", lease(B_UUID, B_ADDR, takeover_b, False), (exp.ids["renew_b1"],))
+            r = w.record("r2", lease(B_UUID, B_ADDR, takeover_b, False), (r,))
+            w.record("takeover_c", lease(A_UUID, "127.0.0.1:7102", 0, True), (r,))
+            wait_for(
+                lambda: any(ln.startswith(f"#{exp.ids['takeover_c']} ") for ln in out.lines()),
+                what="the takeover after two renewals",
+            )
+        finally:
+            stop.set()
+            t.join(10)
+        assert codes == [0]
+        lines = out.lines()
+        assert not [ln for ln in lines if " renewal epoch=" in ln], lines
+        assert sum(" takeover epoch=" in ln for ln in lines) == 3  # a, b, c
+        notes = [ln for ln in lines if ln.startswith("(")]
+        hidden = sum(int(n.split()[0][1:]) for n in notes)
+        # A data dir's journal holds every renewal, invalidated or not.
+        assert hidden == renewals_before + 2, notes
+        assert notes[-1] == lines[-1] and "--renewals shows them" in notes[-1]
+    finally:
+        store.close()
+
+
+def test_every_json_is_one_document_even_when_empty(tmp_path):
+    """Nothing pending, nothing matching: still one JSON document, with an empty list."""
+    node_dir = tmp_path / "node"
+    with open_replica(node_dir) as store:
+        Writer(store, Expected()).record("takeover", lease(A_UUID, "127.0.0.1:7100", 0, True))
+    d = str(node_dir)
+    code, text = run_tool("--data-dir", d, "--pending", "--json")
+    assert code == 0 and one_doc(text) == {"log": "coordinator", "last_id": 1, "pending": []}
+    code, text = run_tool("--data-dir", d, "--type", "server_down", "--json")
+    assert code == 0 and one_doc(text) == {"log": "coordinator", "last_id": 1, "records": []}
+    code, text = run_tool("--data-dir", d, "--leases", "--json")
+    (epoch,) = one_doc(text)["epochs"]
+    # A record written without a wall-clock time (as before lease records carried one).
+    assert epoch["taken_over_at"] is None and epoch["lease_records"][0]["written_at"] is None
+    code, text = run_tool("--data-dir", d, "--leases")
+    assert "taken over at -," in text
+    code, text = run_tool("--data-dir", d, "--summary", "--json")
+    assert one_doc(text)["live"] == 1
