@@ -5,8 +5,12 @@ group membership, and the replication commands (move, retire, remove, set-replic
 whether every node answers, every tablet server's state, every table's tablets, and for every
 replica whether its tablet server actually hosts it, running, with the table's schema
 version, and whether the replicas of a tablet agree on their committed config. It asks the
-tablet servers themselves, not only the coordinator's view. Exit status 0 when healthy, 1 when
-anything is wrong (2 for bad usage), with `--json` for machines.
+tablet servers themselves, not only the coordinator's view. It prints a summary per tablet
+server (state, last heartbeat, replicas, the tablets it leaves under-replicated or
+unavailable) and per table (healthy / under-replicated / unavailable tablets), then each
+distinct problem once: one dead server is one problem, not one per tablet. Exit status 0 when
+healthy, 1 when anything is wrong (2 for bad usage), with `--json` for machines (one object,
+design/logtool.md "JSON output").
 
 Arguments are checked when they are parsed (addresses with a port, positive timeouts, counts
 that fit the wire's unsigned fields), so that bad usage is one line and exit status 2; the
@@ -21,6 +25,7 @@ import argparse
 import json
 import sys
 import time
+from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 
 from coordinator.catalog import REPLICATION_FACTOR_MAX
@@ -93,6 +98,17 @@ class ReplicaCheck:
     ok: bool
     problem: str = ""
     config_index: int = -1
+    # Its tablet server answered ListTablets: the problem is this replica's own. Otherwise
+    # the server's problem (DOWN, unreachable) explains it, and is said once, for the server.
+    server_answered: bool = True
+
+
+# A tablet's health, worst first.
+UNAVAILABLE = "unavailable"  # fewer than a majority of its voters run: no leader, no write
+INCONSISTENT = "inconsistent"  # its replicas disagree on the committed config
+UNDER_REPLICATED = "under_replicated"  # a majority runs, but not every replica it should have
+HEALTHY = "healthy"
+TABLET_HEALTH = (HEALTHY, UNDER_REPLICATED, UNAVAILABLE, INCONSISTENT)
 
 
 @dataclass
@@ -100,7 +116,8 @@ class TabletCheck:
     tablet_id: str
     ok: bool
     replicas: list[ReplicaCheck] = field(default_factory=list)
-    problem: str = ""
+    problem: str = ""  # the tablet's own problem (majority, config, replica count)
+    health: str = HEALTHY
 
 
 @dataclass
@@ -111,6 +128,26 @@ class TableCheck:
     schema_version: int
     ok: bool
     tablets: list[TabletCheck] = field(default_factory=list)
+    replication_factor: int = 0
+    # Tablets by health (TABLET_HEALTH), and "total".
+    tablet_counts: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class ServerCheck:
+    """A tablet server as the leader lists it, whether it answered ListTablets, and the
+    tablets its replicas' absence leaves under-replicated or unavailable."""
+
+    uuid: str
+    address: str
+    state: str
+    replicas: int
+    retired: bool
+    last_heartbeat_age_s: float  # on the leader; -1 when it saw none
+    answered: bool = True
+    error: str = ""
+    under_replicated_tablets: int = 0
+    unavailable_tablets: int = 0
 
 
 @dataclass
@@ -118,7 +155,7 @@ class ClusterCheck:
     healthy: bool = True
     leader: str = ""
     nodes: list[NodeCheck] = field(default_factory=list)
-    servers: list[dict] = field(default_factory=list)
+    servers: list[ServerCheck] = field(default_factory=list)
     tables: list[TableCheck] = field(default_factory=list)
     pending_ops: int = 0
     log_members: list[str] = field(default_factory=list)  # as the leader knows them
@@ -210,19 +247,26 @@ def check_cluster(addresses: list[str], timeout_s: float) -> ClusterCheck:
         if result.pending_ops:
             result.problem(f"{result.pending_ops} operation(s) started and not finished")
         servers = meta.list_servers()
-        result.servers = [server_fields(s) for s in servers]
-        for s in servers:
-            if s.state != "LIVE":
-                hint = ""
-                if s.state == "DOWN" and s.replicas == 0:
-                    hint = (
-                        "; it hosts no replica any more: restart it, or forget it with "
-                        f"`coordinator remove-tserver {s.uuid}` once it is gone for good"
-                    )
-                result.problem(f"tablet server {s.uuid} ({s.address}) is {s.state}{hint}")
         reports = _tablet_reports(servers, timeout_s)
+        for s in servers:
+            report = reports.get(s.uuid)
+            result.servers.append(
+                ServerCheck(
+                    s.uuid,
+                    s.address,
+                    s.state,
+                    s.replicas,
+                    s.retired,
+                    round(s.last_heartbeat_age_s, 1),
+                    answered=not isinstance(report, str),
+                    error=report if isinstance(report, str) else "",
+                )
+            )
         for summary in meta.list_tables():
-            result.tables.append(_check_table(meta, summary, reports, result))
+            described = meta.describe_table(summary.name)
+            locations = meta.get_tablet_locations(summary.name)
+            result.tables.append(check_table(summary, described, locations, reports))
+    summarize_problems(result)
     return result
 
 
@@ -238,11 +282,16 @@ def _tablet_reports(servers, timeout_s: float) -> dict[str, ListTabletsResponse 
     return out
 
 
-def _check_table(meta, summary, reports, result: ClusterCheck) -> TableCheck:
-    described = meta.describe_table(summary.name)
-    locations = meta.get_tablet_locations(summary.name)
+def check_table(summary, described, locations, reports) -> TableCheck:
+    """One table's tablets against the tablet servers' reports (ListTablets of each, or why
+    it could not be asked): every replica's state, every tablet's health. Pure."""
     table = TableCheck(
-        summary.name, summary.table_id, summary.state, described.schema.version, ok=True
+        summary.name,
+        summary.table_id,
+        summary.state,
+        described.schema.version,
+        ok=True,
+        replication_factor=described.replication_factor,
     )
     for loc in locations.tablets:
         tablet = TabletCheck(loc.tablet_id, ok=True)
@@ -251,6 +300,7 @@ def _check_table(meta, summary, reports, result: ClusterCheck) -> TableCheck:
             report = reports.get(r.server_uuid)
             if isinstance(report, str) or report is None:
                 replica.ok, replica.problem = False, report or "tablet server not known"
+                replica.server_answered = False
             else:
                 found = next((t for t in report.tablets if t.tablet_id == loc.tablet_id), None)
                 if found is None:
@@ -275,33 +325,130 @@ def _check_table(meta, summary, reports, result: ClusterCheck) -> TableCheck:
             for r, located in zip(tablet.replicas, loc.replicas, strict=True)
             if located.member_type != "NON_VOTER"
         ]
-        if voters and sum(voters) < len(voters) // 2 + 1:
+        bad = [r for r in tablet.replicas if not r.ok]
+        if not tablet.replicas or (voters and sum(voters) < len(voters) // 2 + 1):
+            tablet.health = UNAVAILABLE
             tablet.problem = (
                 f"UNAVAILABLE: {sum(voters)} of its {len(voters)} voters running, not a "
                 "majority (no leader, no write)"
+                if tablet.replicas
+                else "UNAVAILABLE: no replica"
             )
         elif len(indexes) > 1:
+            tablet.health = INCONSISTENT
             tablet.problem = f"replicas disagree on the committed config: {sorted(indexes)}"
         elif len(loc.replicas) != described.replication_factor:
+            tablet.health = UNDER_REPLICATED
             tablet.problem = (
                 f"{len(loc.replicas)} replicas, replication factor {described.replication_factor}"
             )
         elif any(r.member_type == "NON_VOTER" for r in loc.replicas):
+            tablet.health = UNDER_REPLICATED
             tablet.problem = "a replica is still a NON_VOTER (being copied)"
-        bad = [r for r in tablet.replicas if not r.ok]
-        if bad or tablet.problem or not tablet.replicas:
+        elif bad:
+            tablet.health = UNDER_REPLICATED
+        if tablet.health != HEALTHY:
             tablet.ok = table.ok = False
-            problems = [tablet.problem] if tablet.problem else []
-            why = "; ".join(problems + [f"{r.address}: {r.problem}" for r in bad])
-            result.problem(f"table {summary.name} tablet {loc.tablet_id}: {why or 'no replica'}")
         table.tablets.append(tablet)
+    table.tablet_counts = {h: sum(t.health == h for t in table.tablets) for h in TABLET_HEALTH}
+    table.tablet_counts["total"] = len(table.tablets)
     return table
+
+
+IDS_SHOWN_MAX = 5  # tablet ids named in one problem line; the rest are counted
+
+
+def _ids(ids: list[str]) -> str:
+    shown = ", ".join(ids[:IDS_SHOWN_MAX])
+    return shown + (f" and {len(ids) - IDS_SHOWN_MAX} more" if len(ids) > IDS_SHOWN_MAX else "")
+
+
+def _per_table(counts: dict[str, int]) -> str:
+    return ", ".join(f"{name} {n}" for name, n in sorted(counts.items()))
+
+
+def summarize_problems(result: ClusterCheck) -> None:
+    """Each tablet server's share in unhealthy tablets, then every distinct problem once,
+    after the coordinators' (already in result.problems). Pure.
+
+    - a server that is not LIVE or did not answer: one line, with the tablets it leaves
+      under-replicated and unavailable (its replicas' problem is the server's);
+    - replica problems on servers that answered: one line per server and kind of problem,
+      naming the tablets;
+    - a tablet's own problem (no majority, a config disagreement, a replica count other than
+      the factor, a replica being copied): one line per table and problem."""
+    by_uuid = {s.uuid: s for s in result.servers}
+    # server uuid -> health -> table name -> tablets
+    impact: dict[str, dict[str, dict[str, int]]] = defaultdict(
+        lambda: defaultdict(lambda: defaultdict(int))
+    )
+    replica_problems: dict[tuple[str, str, str], list[str]] = defaultdict(list)
+    tablet_problems: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for table in result.tables:
+        for tablet in table.tablets:
+            if tablet.health == HEALTHY:
+                continue
+            for r in tablet.replicas:
+                if r.ok:
+                    continue
+                impact[r.server_uuid][tablet.health][table.name] += 1
+                if r.server_answered:
+                    replica_problems[(r.server_uuid, r.address, r.problem)].append(tablet.tablet_id)
+            if tablet.problem:
+                tablet_problems[(table.name, tablet.problem)].append(tablet.tablet_id)
+    for s in result.servers:
+        s.under_replicated_tablets = sum(impact[s.uuid][UNDER_REPLICATED].values())
+        s.unavailable_tablets = sum(impact[s.uuid][UNAVAILABLE].values())
+    for uuid in sorted(set(impact) - set(by_uuid)):  # a replica on a server nobody lists
+        result.servers.append(
+            ServerCheck(
+                uuid, "", "UNKNOWN", 0, False, -1.0, answered=False,
+                error="tablet server not known",
+                under_replicated_tablets=sum(impact[uuid][UNDER_REPLICATED].values()),
+                unavailable_tablets=sum(impact[uuid][UNAVAILABLE].values()),
+            )
+        )  # fmt: skip
+    for s in result.servers:
+        if s.state == "LIVE" and s.answered:
+            continue
+        what = f"is {s.state}" if s.state != "LIVE" else f"did not answer ListTablets ({s.error})"
+        heard = (
+            f" (last heartbeat {s.last_heartbeat_age_s:.1f} s ago)"
+            if s.last_heartbeat_age_s >= 0
+            else ""
+        )
+        effects = []
+        for health, word in ((UNDER_REPLICATED, "under-replicated"), (UNAVAILABLE, "unavailable")):
+            tables = impact[s.uuid][health]
+            if tables:
+                effects.append(f"{sum(tables.values())} {word} ({_per_table(tables)})")
+        hint = ""
+        if s.state == "DOWN" and s.replicas == 0 and not effects:
+            hint = (
+                "; it hosts no replica any more: restart it, or forget it with "
+                f"`coordinator remove-tserver {s.uuid}` once it is gone for good"
+            )
+        effect = f": tablets left {', '.join(effects)}" if effects else ""
+        address = f" ({s.address})" if s.address else ""
+        result.problem(f"tablet server {s.uuid}{address} {what}{heard}{effect}{hint}")
+    for (uuid, address, problem), tablets in replica_problems.items():
+        result.problem(
+            f"tablet server {uuid} ({address}): {len(tablets)} replica(s) {problem}: "
+            f"{_ids(tablets)}"
+        )
+    for (table_name, problem), tablets in tablet_problems.items():
+        result.problem(f"table {table_name}: {len(tablets)} tablet(s) {problem}: {_ids(tablets)}")
+
+
+def status_json(result: ClusterCheck) -> dict:
+    """`coordinator status --json`: one object (design/logtool.md "JSON output")."""
+    return asdict(result)
 
 
 def cmd_status(args) -> int:
     result = check_cluster(args.coordinators, args.timeout_s)
     if args.json:
-        print(json.dumps(asdict(result), indent=2))
+        print(json.dumps(status_json(result), indent=2))
         return 0 if result.healthy else 1
     print(f"leader: {result.leader or 'NONE'}")
     for n in result.nodes:
@@ -310,17 +457,34 @@ def cmd_status(args) -> int:
         print(f"  coordinator {n.address:22} {state}{raft}")
     if result.log_members:
         print(f"  log members ({len(result.log_members)}): {', '.join(result.log_members)}")
+    not_live = sum(1 for s in result.servers if s.state != "LIVE")
+    print(
+        f"tablet servers: {len(result.servers)}" + (f" ({not_live} not LIVE)" if not_live else "")
+    )
     for s in result.servers:
-        print(
-            f"  tserver {s['uuid'][:12]} {s['address']:22} {s['state']:5} {s['replicas']} replicas"
-            + ("  (retired)" if s["retired"] else "")
+        heard = f"{s.last_heartbeat_age_s:.1f} s ago" if s.last_heartbeat_age_s >= 0 else "never"
+        line = (
+            f"  {s.uuid[:12]:12} {s.address:22} {s.state:5} heartbeat {heard:>10}  "
+            f"{s.replicas:>4} replicas"
         )
+        if s.under_replicated_tablets or s.unavailable_tablets:
+            line += (
+                f"  leaves {s.under_replicated_tablets} tablet(s) under-replicated, "
+                f"{s.unavailable_tablets} unavailable"
+            )
+        if not s.answered and s.state == "LIVE":
+            line += "  (did not answer)"
+        print(line + ("  (retired)" if s.retired else ""))
+    bad_tables = sum(1 for t in result.tables if not t.ok)
+    print(f"tables: {len(result.tables)}" + (f" ({bad_tables} unhealthy)" if bad_tables else ""))
     for t in result.tables:
-        bad = sum(1 for tb in t.tablets if not tb.ok)
-        print(
-            f"  table {t.name:24} {t.state:8} schema v{t.schema_version} "
-            f"{len(t.tablets)} tablets{'' if not bad else f', {bad} UNHEALTHY'}"
+        c = t.tablet_counts
+        line = (
+            f"  {t.name:24} {t.state:8} schema v{t.schema_version} rf {t.replication_factor}  "
+            f"{c['total']} tablets: {c[HEALTHY]} healthy, {c[UNDER_REPLICATED]} "
+            f"under-replicated, {c[UNAVAILABLE]} unavailable"
         )
+        print(line + (f", {c[INCONSISTENT]} inconsistent" if c[INCONSISTENT] else ""))
     print(f"pending operations: {result.pending_ops}")
     if result.healthy:
         print("OK: the cluster is healthy")
@@ -353,15 +517,13 @@ def parse_columns(text: str) -> list[Column]:
 
 def cmd_tables(args) -> int:
     with Client(args.coordinators, timeout_s=args.timeout_s) as client:
-        for summary in client.meta.list_tables():
-            if args.json:
-                print(
-                    json.dumps(
-                        {"name": summary.name, "id": summary.table_id, "state": summary.state}
-                    )
-                )
-            else:
-                print(f"{summary.name}\t{summary.table_id}\t{summary.state}")
+        tables = client.meta.list_tables()
+    if args.json:  # one object, also when there is no table
+        listed = [{"name": t.name, "id": t.table_id, "state": t.state} for t in tables]
+        print(json.dumps({"tables": listed}))
+        return 0
+    for summary in tables:
+        print(f"{summary.name}\t{summary.table_id}\t{summary.state}")
     return 0
 
 
