@@ -91,6 +91,10 @@ ROW_ERRORS = (errors.AlreadyExists, errors.NotFound, errors.BadRequest)
 # Rows of one write call that may be refused as not fitting the table (row errors); beyond,
 # the whole call is refused (BadRequest): the input itself is wrong.
 ROWS_REFUSED_MAX = 100
+# A value quoted in a row error is cut to this many characters, Arrow's reason (which may
+# quote the value again) to ARROW_REASON_CHARS_MAX.
+VALUE_REPR_CHARS_MAX = 80
+ARROW_REASON_CHARS_MAX = 200
 # ...and with one of these, the destination was wrong or gone: refresh locations, try again.
 LOCATION_ERRORS = (
     errors.NotLeader,
@@ -405,7 +409,7 @@ class Table:
                 why = str(exc)
         if data.num_rows <= 1:
             if data.num_rows:
-                self._refuse(refused, data.to_pylist()[0], why)
+                self._refuse(refused, data.to_pylist()[0], _arrow_row_problem(data, target, why))
             return []
         half = data.num_rows // 2
         return self._fit_arrow(data.slice(0, half), target, refused) + self._fit_arrow(
@@ -448,7 +452,7 @@ class Table:
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as exc:
             if len(rows) <= 1:
                 if rows:
-                    self._refuse(refused, rows[0], str(exc))
+                    self._refuse(refused, rows[0], _dict_row_problem(rows[0], target, str(exc)))
                 return []
         half = len(rows) // 2
         return self._fit_dict_parts(rows[:half], target, refused) + self._fit_dict_parts(
@@ -635,6 +639,75 @@ def _split_by_tablet(table: Table, data: pa.Table) -> list[tuple[TabletInfo, pa.
     ]
 
 
+def _cut(text: str, chars_max: int) -> str:
+    return text if len(text) <= chars_max else text[: chars_max - 3] + "..."
+
+
+def _quote(value) -> str:
+    """A value for a row error: its repr, cut to VALUE_REPR_CHARS_MAX characters."""
+    return _cut(repr(value), VALUE_REPR_CHARS_MAX)
+
+
+def _null_problem(name: str) -> str:
+    return f"column {name!r} is null, which it cannot be"
+
+
+def _value_problem(field: pa.Field, value, why: object) -> str:
+    reason = _cut(str(why), ARROW_REASON_CHARS_MAX)
+    return f"column {field.name!r} ({field.type}): value {_quote(value)} does not fit: {reason}"
+
+
+def _arrow_row_problem(data: pa.Table, target: pa.Schema, why: str) -> str:
+    """Why the one row of `data` does not fit `target`, naming every column whose value does
+    not and the value's problem (Arrow's own cast error names no column); `why` when no
+    single column is to blame."""
+    problems = []
+    for f in target:
+        col = data.column(f.name)
+        if col.null_count:
+            if not f.nullable:
+                problems.append(_null_problem(f.name))
+            continue
+        if col.type.equals(f.type):
+            continue
+        try:
+            col.cast(f.type)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as exc:
+            try:
+                value = col[0].as_py()
+            except (pa.ArrowInvalid, ValueError, UnicodeDecodeError):
+                value = f"<{col.type}>"
+            problems.append(_value_problem(f, value, exc))
+    return "; ".join(problems) or why
+
+
+def _dict_row_problem(row: dict, target: pa.Schema, why: str) -> str:
+    """As _arrow_row_problem, for a row given as a dict."""
+    problems = []
+    for f in target:
+        value = row.get(f.name)
+        if value is None:
+            if not f.nullable:
+                problems.append(_null_problem(f.name))
+            continue
+        try:
+            pa.array([value], type=f.type)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as exc:
+            problems.append(_value_problem(f, value, exc))
+    return "; ".join(problems) or why
+
+
+def _server_row_problem(table: Table, row: dict, message: str) -> str:
+    """A tablet server's refusal of one row, naming the column: the server names a key by
+    its value only ("key 5 already exists in tablet ..."), so the key columns and their
+    values go first, unless the message names a column of the table itself."""
+    if any(f"column {name!r}" in message for name in table.arrow_schema.names):
+        return message
+    keys = table.key_columns
+    named = ", ".join(f"{k!r} = {_quote(row.get(k))}" for k in keys)
+    return f"key column{'s' if len(keys) != 1 else ''} {named}: {message}"
+
+
 def _row_dicts(rows) -> list:
     """Rows given as Python objects: an iterable of mappings (one per row), as a list.
     Anything else is refused as a whole, naming what was given (a lone dict would
@@ -787,9 +860,9 @@ class Session:
             )
         except ROW_ERRORS as err:
             if rows.num_rows == 1:
-                self.errors.append(
-                    RowError(OP_NAMES[op], rows.to_pylist()[0], err.status_name, err.message)
-                )
+                row = rows.to_pylist()[0]
+                message = _server_row_problem(table, row, err.message)
+                self.errors.append(RowError(OP_NAMES[op], row, err.status_name, message))
                 return
             half = rows.num_rows // 2
             self._write(table, tablet_id, op, rows.slice(0, half))
