@@ -68,7 +68,11 @@ class TabletInfo:
     table_id: str
     hash_bucket: int
     num_buckets: int
-    replicas: tuple[str, ...]
+    replicas: tuple[str, ...]  # the placement of its CreateTable record (the initial config)
+    # Placed servers its CreateTable DONE record lists as skipped (down, or refusing): the
+    # creation was not seen to succeed there, so the replica may or may not exist
+    # (coordinator/replication.py creates the ones that do not, see `missing_replicas`).
+    skipped: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,6 +39,13 @@ re-checks them against the catalog and sends at most `deletes_per_round_max` Del
 calls. An evicted replica is deleted with the CAS `cas_config_index` = the config index it
 reported, so a replica added back since then is left alone (CAS_FAILED).
 
+Replicas never created are created by the same loop (`create_missing`): a CreateTable
+whose placed servers were all down when it completed lists every replica as skipped in its
+DONE record and leaves a tablet that exists nowhere (no leader, no copy source). Once such
+a server is LIVE and shows (ListTablets) no trace of the tablet, the tablet is created there
+with its placement as the initial config; see `missing_candidates`, `missing_replicas` and
+design/coordinator.md section 10 for why this can never stand in for a replica that existed.
+
 The heartbeat reports carry member types when the tablet server sends them
 (TabletReport.config_member_types); otherwise the policy asks the tablet's leader
 (TServer.ListTablets) for the committed config of the tablets it has to look at closely.
@@ -50,12 +57,21 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from coordinator.catalog import Catalog, ServerState, TableState, TabletReportInfo
+from coordinator.catalog import (
+    Catalog,
+    ServerInfo,
+    ServerState,
+    TableInfo,
+    TableState,
+    TabletInfo,
+    TabletReportInfo,
+)
+from coordinator.gateway import partition_to_tserver, schema_to_tserver
 from rpc.client import RpcClient, Transport
-from rpc.errors import BadRequest, NotFound, RpcError
+from rpc.errors import AlreadyExists, BadRequest, NotFound, RpcError
 from rpc.protocols import coordinator_pb2 as pb
 from rpc.protocols import tserver_pb2 as ts
 
@@ -68,6 +84,7 @@ JOIN_TIMEOUT_S = 10.0
 MOVES_MAX = 100_000
 REPEAT_LOG_S = 60.0
 LOGGED_MAX = 10_000
+SETTLED_MAX = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +94,7 @@ class ReplicationConfig:
     changes_per_round_max: int = 8
     fetches_per_round_max: int = 16
     deletes_per_round_max: int = 16
+    creates_per_round_max: int = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,6 +272,55 @@ def view_of(
     return TabletView(tablet_id, rf, report.leader_uuid, report.config_index, members)
 
 
+def missing_candidates(
+    tablet: TabletInfo,
+    table: TableInfo,
+    report: TabletReportInfo | None,
+    servers: Mapping[str, ServerInfo],
+) -> tuple[str, ...]:
+    """The placed servers to ask whether they host `tablet` at all (pure): its CreateTable
+    DONE record skipped them, they are LIVE, and nothing shows the tablet has a group that
+    could heal it. () when the tablet is not one the policy may create replicas of:
+
+    - a table not RUNNING, or altered since its creation (schema version above 1: a fresh
+      replica starts at version 1 and would refuse the table's writes; not done here);
+    - a leader reported: its group works, and a leader copies the tablet to a member of
+      its config that lacks it (TABLET_NOT_FOUND -> tablet copy), or the policy replaces it;
+    - a placed server removed: the initial config could not be given whole (its address
+      is gone), and every replica must start from the same one.
+    """
+    if table.state is not TableState.RUNNING or table.schema.version != 1:
+        return ()
+    if not tablet.skipped or (report is not None and report.leader_uuid):
+        return ()
+    if any(u not in servers for u in tablet.replicas):
+        return ()
+    out = []
+    for uuid in tablet.skipped:
+        if uuid not in tablet.replicas or servers[uuid].state is not ServerState.LIVE:
+            continue  # a server down may host it: wait for it to come back and say so
+        if report is not None and report.config_uuids and uuid not in report.config_uuids:
+            continue  # replaced in the config since: a replica there would be a stray
+        out.append(uuid)
+    return tuple(out)
+
+
+def missing_replicas(
+    tablet_id: str, candidates: Sequence[str], hosted: Mapping[str, frozenset[str] | None]
+) -> tuple[str, ...]:
+    """The candidates on which `tablet_id` is to be created now, fresh (pure): each LIVE
+    server's own answer (`hosted`: the ids of every replica it has, in any state,
+    tombstones and copies included; None: no answer) shows it never had the tablet.
+
+    Safe because the server itself is the witness: it answers only once every replica on
+    its disk is open (tservers/server.py opens them before it serves or heartbeats), a
+    tombstone stays forever, and a wiped server comes back under a new uuid. A fresh
+    replica of the initial config on a server that never had one is a member that missed
+    the creation, which Raft allows (an empty log wins no vote against a member with
+    entries, and anything ever committed is on a majority of that config)."""
+    return tuple(u for u in candidates if hosted.get(u) is not None and tablet_id not in hosted[u])
+
+
 ORPHAN = -1  # a stray whose tablet the catalog no longer knows: deleted without a CAS
 STRAYS_MAX = 10_000
 UNHEALTHY_LISTED_MAX = 100  # tablets named in ReplicationStatus (the counts cover all)
@@ -314,6 +381,7 @@ class _Counters:
     sent: int = 0
     refused: int = 0
     strays_deleted: int = 0
+    replicas_created: int = 0
     last_error: dict[str, str] = field(default_factory=dict)
 
 
@@ -343,6 +411,9 @@ class ReplicationManager:
         # repeats every round (a tablet that cannot heal) is logged once a REPEAT_LOG_S.
         self._logged: dict[tuple[str, str, str, str], float] = {}
         self._was_serving = False
+        # (tablet, server) whose skipped replica the server showed it has, or that was
+        # created: not asked again in this leader term (forgotten when serving changes).
+        self._settled: set[tuple[str, str]] = set()
         self._transport: Transport | None = None
         self._clients: dict[str, RpcClient] = {}
         self._stop = threading.Event()
@@ -370,6 +441,7 @@ class ReplicationManager:
             if serving != self._was_serving:
                 with self._lock:  # requests of an earlier term are not ours to drive
                     self._moves.clear()
+                    self._settled.clear()
                     self.counters = _Counters()
                 with self.catalog.lock:  # noted before this node served: not trusted
                     self.catalog.strays.clear()
@@ -464,6 +536,12 @@ class ReplicationManager:
             if reason is None:
                 response.healthy_tablets += 1
                 continue
+            if view is None and info is not None and info.skipped:
+                reason = (
+                    f"no leader reported; its CreateTable skipped {len(info.skipped)} of its "
+                    f"{len(info.replicas)} replicas (servers down then): those that never "
+                    "came to exist are created once their servers are back"
+                )
             if view is None:
                 response.unknown += 1  # no leader report yet
             else:
@@ -556,8 +634,122 @@ class ReplicationManager:
                 sent += 1
                 delta = 1 if action.kind == ADD else -1
                 load[action.peer_uuid] = load.get(action.peer_uuid, 0) + delta
+        self.create_missing()
         self.delete_strays()
         return sent
+
+    # ------------------------------------------------------------ replicas never created
+
+    def create_missing(self) -> int:
+        """Create the replicas that a CreateTable skipped and that never came to exist
+        (`missing_candidates`, `missing_replicas`); returns the number created.
+
+        A CreateTable whose every placed server was down when it completed left a tablet
+        with no replica at all: no leader can ever be elected and no copy has a source.
+        Its DONE record lists the skipped replicas; once such a server is LIVE again, it is
+        asked (ListTablets) and, if it has no trace of the tablet, the tablet is created
+        there with the placement as its initial config, exactly as the CreateTable would
+        have. Not logged: any leader re-derives it from the DONE record, and a repeat is
+        harmless (asked first; CreateTablet of an existing tablet is ALREADY_EXISTS).
+        Bounded: `fetches_per_round_max` servers asked, `creates_per_round_max` creates."""
+        with self.catalog.lock:
+            servers = dict(self.catalog.servers)
+            work: list[tuple[TabletInfo, TableInfo, tuple[str, ...]]] = []
+            for table in self.catalog.tables.values():
+                for tablet_id in table.tablet_ids:
+                    tablet = self.catalog.tablets.get(tablet_id)
+                    if tablet is None or not tablet.skipped:
+                        continue
+                    candidates = tuple(
+                        u
+                        for u in missing_candidates(
+                            tablet, table, self.catalog.tablet_reports.get(tablet_id), servers
+                        )
+                        if (tablet_id, u) not in self._settled
+                    )
+                    if candidates:
+                        work.append((tablet, table, candidates))
+        hosted: dict[str, frozenset[str] | None] = {}
+        created = 0
+        for tablet, table, candidates in sorted(work, key=lambda w: w[0].tablet_id):
+            if created >= self.config.creates_per_round_max or self._stop.is_set():
+                break
+            for uuid in candidates:
+                if uuid not in hosted and len(hosted) < self.config.fetches_per_round_max:
+                    hosted[uuid] = self._hosted(servers[uuid])
+                ids = hosted.get(uuid)
+                if ids is not None and tablet.tablet_id in ids:
+                    self._settle(tablet.tablet_id, uuid)
+            for uuid in missing_replicas(tablet.tablet_id, candidates, hosted):
+                if not self.serving():  # a leader woken past its lease must not create
+                    return created
+                if self._create(tablet, table, servers, uuid):
+                    created += 1
+                    self._settle(tablet.tablet_id, uuid)
+        return created
+
+    def _settle(self, tablet_id: str, uuid: str) -> None:
+        if len(self._settled) >= SETTLED_MAX:
+            self._settled.clear()  # asked again: harmless
+        self._settled.add((tablet_id, uuid))
+
+    def _hosted(self, server: ServerInfo) -> frozenset[str] | None:
+        """The ids of every replica the server has, in any state; None if it did not say."""
+        try:
+            answer = self._client(server.address).call(
+                server.uuid,
+                "TServer.ListTablets",
+                ts.ListTabletsRequest(),
+                ts.ListTabletsResponse,
+                timeout_s=self.config.call_timeout_s,
+                idempotent=True,
+            )
+        except RpcError as e:
+            logger.info("ListTablets on %s failed: %s", server.uuid, e)
+            return None
+        return frozenset(r.tablet_id for r in answer.tablets)
+
+    def _create(
+        self, tablet: TabletInfo, table: TableInfo, servers: Mapping[str, ServerInfo], uuid: str
+    ) -> bool:
+        server = servers[uuid]
+        request = ts.CreateTabletRequest(
+            tablet_id=tablet.tablet_id,
+            table_id=table.table_id,
+            table_name=table.name,
+            schema=schema_to_tserver(table.schema),
+            partition=partition_to_tserver(
+                pb.Partition(hash_bucket=tablet.hash_bucket, num_buckets=tablet.num_buckets)
+            ),
+        )
+        request.config.opid_index = -1  # the initial config: the placement, every one a voter
+        for peer in tablet.replicas:
+            request.config.peers.add(
+                uuid=peer, address=servers[peer].address, member_type=ts.MemberType.VOTER
+            )
+        logger.warning(
+            "tablet %s (table %s): no replica was created on %s (its CreateTable skipped it "
+            "and the server has no trace of it): creating it, empty",
+            tablet.tablet_id,
+            table.name,
+            uuid,
+        )
+        try:
+            self._client(server.address).call(
+                uuid,
+                "TServer.CreateTablet",
+                request,
+                ts.CreateTabletResponse,
+                timeout_s=self.config.call_timeout_s,
+                idempotent=True,
+            )
+        except AlreadyExists:
+            return True  # created meanwhile (a copy, or an earlier call whose answer was lost)
+        except RpcError as e:
+            logger.warning("tablet %s: creating it on %s failed: %s", tablet.tablet_id, uuid, e)
+            return False
+        self.counters.replicas_created += 1
+        return True
 
     # ------------------------------------------------------------ stray replicas
 

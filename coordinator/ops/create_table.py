@@ -3,10 +3,15 @@
 Commit point: the STARTED record with the whole decision (table id, schema with column ids,
 tablet ids, partition bounds, placement). `complete` creates every replica on its tablet
 server (idempotent; replicas on down servers are skipped and left to re-replication), then
-appends DONE invalidating STARTED.
+appends DONE invalidating STARTED, with the skipped replicas: the re-replication policy
+creates those that never came to exist once their servers are back
+(coordinator/replication.py, `create_missing`), so that a table acknowledged while every
+tablet server was down still gets its tablets.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from coordinator.catalog import (
     REPLICATION_FACTOR_MAX,
@@ -100,6 +105,16 @@ def decide(catalog: Catalog, request: pb.CreateTableRequest, op_id: int) -> pb.L
     return record
 
 
+def skipped_by_tablet(entries: Sequence[str]) -> dict[str, set[str]]:
+    """The DONE record's `skipped_replicas` ("<tablet id>/<server uuid>") by tablet."""
+    out: dict[str, set[str]] = {}
+    for entry in entries:
+        tablet_id, _, uuid = entry.rpartition("/")
+        if tablet_id and uuid:
+            out.setdefault(tablet_id, set()).add(uuid)
+    return out
+
+
 def invalidates_at_commit(record: pb.LogRecord) -> tuple[int, ...]:
     return ()
 
@@ -109,6 +124,7 @@ def apply(catalog: Catalog, entry_id: int, record: pb.LogRecord) -> None:
     op_id = ct.header.op_id
     done = ct.header.phase == pb.DONE
     rid = ct.header.request_id
+    skipped = skipped_by_tablet(ct.skipped_replicas) if done else {}
     for t in ct.tablets:
         catalog.tablets[t.tablet_id] = TabletInfo(
             t.tablet_id,
@@ -116,6 +132,7 @@ def apply(catalog: Catalog, entry_id: int, record: pb.LogRecord) -> None:
             t.partition.hash_bucket,
             t.partition.num_buckets,
             tuple(t.replica_uuids),
+            tuple(u for u in t.replica_uuids if u in skipped.get(t.tablet_id, ())),
         )
     catalog.put_table(
         TableInfo(
