@@ -232,7 +232,8 @@ def decode_block(
 
 def _columns(op: int, table: pa.Table, positions: list[int | None], schema: Schema) -> Block:
     """Each given column in its column's type (lossless casts, null-typed columns as nulls);
-    no nulls in a key or non-nullable column."""
+    no nulls in a key or non-nullable column; an INSERT or UPSERT gives every non-nullable
+    column."""
     n = table.num_rows
     given: dict[int, pa.ChunkedArray] = {}
     for field, col, i in zip(table.schema, table.columns, positions, strict=True):
@@ -252,4 +253,8 @@ def _columns(op: int, table: pa.Table, positions: list[int | None], schema: Sche
         if col.null_count and (c.is_key or not c.nullable):
             raise BadRequest(f"column {c.name!r} is not nullable but the write has nulls")
         given[i] = col
+    if op in (OpType.INSERT, OpType.UPSERT):
+        for i, c in enumerate(schema.columns):
+            if not c.nullable and i not in given:
+                raise BadRequest(f"non-nullable column {c.name!r} missing from {OpType.Name(op)}")
     return Block(op, n, given)
