@@ -32,6 +32,7 @@ COMPATIBLE: dict[int, tuple[pa.DataType, ...]] = {
 }
 
 DELETED_FIELD = "__deleted"
+UINT32_MAX = 2**32 - 1
 
 
 def block_name(column_id: int) -> str:
@@ -128,6 +129,9 @@ def validate_new(pb: SchemaPB) -> SchemaPB:
 
 def altered(current: SchemaPB, add: list[ColumnSchemaPB], drop: list[str]) -> SchemaPB:
     """The next schema version: add nullable non-key columns, drop non-key columns."""
+    if current.version >= UINT32_MAX or current.next_column_id + len(add) > UINT32_MAX:
+        # uint32 on the wire and on disk: raising past it fails in protobuf, not here.
+        raise BadRequest("schema version or column ids exhausted; recreate the table")
     out = SchemaPB()
     out.CopyFrom(current)
     names = {c.name: c for c in current.columns}

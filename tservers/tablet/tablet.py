@@ -1117,8 +1117,8 @@ class Tablet:
         table = self._merge(blocks, mem_parts, key_filter=key_filter, schema=schema)
         if pred is not None:
             table = table.filter(pred)
-        if limit:
-            table = table.slice(0, limit)
+        if limit:  # uint64 on the wire: Arrow's slice takes at most 2**63 - 1
+            table = table.slice(0, min(limit, table.num_rows))
         table = table.select([block_name(c.id) for c in cols])
         return table.rename_columns(names)
 
