@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import cProfile
 import logging
 import os
 import time
@@ -83,6 +82,9 @@ class TabletServer:
                 retention_s=config.quarantine_retention_s,
                 bytes_max=config.quarantine_bytes_max,
             ),
+            startup_profile=Path(profile)
+            if (profile := os.environ.get(STARTUP_PROFILE_ENV))
+            else None,
         )
         self.rpc: RpcServer | None = None
         self.heartbeater: Heartbeater | None = None
@@ -95,21 +97,13 @@ class TabletServer:
     def address(self) -> str:
         return self.rpc.address if self.rpc else ""
 
-    def start(self) -> TabletServer:
+    def start(self, *, wait_open: bool = True) -> TabletServer:
+        """Serve at once and open the tablets in the background, each serving as soon as it
+        is open (calls to one still opening answer UNAVAILABLE with a retry hint); heartbeats
+        start at once and report each tablet once it is open. With `wait_open`, return once
+        every tablet is open (the CLI then prints its "serving on" line)."""
         started = time.monotonic()
-        profile_path = os.environ.get(STARTUP_PROFILE_ENV)
-        profiler = cProfile.Profile() if profile_path else None
-        if profiler is not None:
-            profiler.enable()
-        try:
-            self.manager.open()
-        finally:
-            if profiler is not None:
-                profiler.disable()
-                profiler.dump_stats(profile_path)
-        log.info(
-            "%d tablets opened in %.2f s", len(self.manager.replicas), time.monotonic() - started
-        )
+        self.manager.list_tablets()  # before the port answers: no call finds a tablet missing
         self.rpc = RpcServer(
             self.fs.uuid,
             self.config.bind,
@@ -121,15 +115,30 @@ class TabletServer:
         TServerService(self.manager, lambda: self.address).register(self.rpc)
         self.rpc.start()
         self.manager.driver.set_address(self.rpc.address)
-        log.info("tablet server %s serving on %s", self.fs.uuid, self.rpc.address)
+        log.info(
+            "tablet server %s answering on %s; opening %d tablets",
+            self.fs.uuid,
+            self.rpc.address,
+            self.manager.starting,
+        )
+        self.manager.start_opening()
         if self.config.coordinators:
             self.heartbeater = Heartbeater(
                 self.fs.uuid,
                 lambda: self.address,
-                self.manager.reports,
+                lambda: self.manager.reports(starting=False),
                 self.config.coordinators,
                 interval_s=self.config.heartbeat_interval_s,
             ).start()
+        if wait_open:
+            self.manager.wait_open()
+            log.info(
+                "tablet server %s serving on %s: %d tablets open in %.2f s",
+                self.fs.uuid,
+                self.rpc.address,
+                len(self.manager.replicas),
+                time.monotonic() - started,
+            )
         return self
 
     def close(self) -> None:

@@ -17,15 +17,22 @@ Deletion, in this order:
 Startup: DELETED with a WAL (or data) directory -> redo steps 5 and 6; COPYING -> delete self
 (steps 2-6, keeping consensus metadata and the last op id); READY -> bootstrap; a failed
 bootstrap leaves that tablet FAILED (offline, reported) while the others run.
+`open(wait=False)` lists the tablets as *starting* and opens them on a bounded pool of
+threads in the background (the server answers meanwhile): each serves as soon as it is open,
+and a call to one still starting gets UNAVAILABLE with a retry hint, never TABLET_NOT_FOUND.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
+import cProfile
 import logging
+import pstats
 import shutil
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from rpc.errors import (
     AlreadyExists,
@@ -50,7 +57,7 @@ from rpc.protocols.tserver_pb2 import (
 )
 from tservers.consensus.types import OpId, ReplicaStatus
 from tservers.consensus_wire import WireError, config_from_pb
-from tservers.crash import crash_point
+from tservers.crash import crash_point, pause_point
 from tservers.fs import FsLayout
 from tservers.metafile import MetaFileCorrupt, fsync_dir
 from tservers.quarantine import Policy as QuarantinePolicy
@@ -75,6 +82,11 @@ log = logging.getLogger(__name__)
 TABLETS_MAX = 10_000
 # A tablet whose only voter is this server leads at once; create and startup wait for that.
 LONE_VOTER_READY_S = 10.0
+# Threads opening tablets at start-up: reading a WAL and fsyncing overlap with each other,
+# decoding takes the GIL; more threads than this only add memory (a crashed tablet's last
+# segment is read whole: up to the segment size each).
+STARTUP_THREADS_DEFAULT = 8
+STARTUP_RETRY_AFTER_MS = 200  # the retry hint of a call to a tablet still starting
 
 
 @dataclass(slots=True)
@@ -87,6 +99,28 @@ class Replica:
     error: str = ""
     tablet: Tablet | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # Listed at start-up and not opened yet: calls to it answer UNAVAILABLE (retry), and
+    # Raft messages for it get no answer (as from a server not up yet).
+    starting: bool = False
+
+
+def _starting(tablet_id: str) -> Unavailable:
+    return Unavailable(
+        f"tablet {tablet_id} is starting (being opened at server start-up); retry",
+        retry_after_ms=STARTUP_RETRY_AFTER_MS,
+    )
+
+
+@dataclass(slots=True)
+class _StartupStats:
+    """Where a start-up's time went, summed over the tablets (seconds of thread time)."""
+
+    metadata_s: float = 0.0  # superblock and consensus metadata reads
+    bootstrap_s: float = 0.0  # data blocks and the WAL (read, replay decode, reopen, sync)
+    raft_s: float = 0.0  # the Raft core built and registered
+    other_s: float = 0.0  # tombstones, roll-forwards, failures
+    opened: int = 0
+    failed: int = 0
 
 
 class TabletManager:
@@ -104,7 +138,10 @@ class TabletManager:
         copy_rate_limit_bytes_s: int = 0,
         copy_session_idle_s: float = SESSION_IDLE_S,
         quarantine_policy: QuarantinePolicy | None = None,
+        startup_threads: int = STARTUP_THREADS_DEFAULT,
+        startup_profile: Path | None = None,
     ) -> None:
+        assert 1 <= startup_threads <= 64, startup_threads
         self.fs = fs
         self.wal_opts = wal_opts or WalOptions()
         self.tablet_opts = tablet_opts or TabletOptions()
@@ -121,31 +158,150 @@ class TabletManager:
         self._maint: threading.Thread | None = None
         self._maintenance = maintenance
         self.quarantine = QuarantineReaper(fs.quarantine_root, quarantine_policy)
+        self._startup_threads = startup_threads
+        self._startup_profile = startup_profile
+        self._startup_thread: threading.Thread | None = None
+        self._listed: list[str] = []
+        self._opened = threading.Event()  # every tablet listed at start-up is open (or failed)
+        self.startup_s = 0.0  # how long opening every tablet took (set once opened)
 
     # ================================================================ startup
-    def open(self) -> None:
+    def open(self, *, wait: bool = True) -> None:
+        """`list_tablets` then `start_opening`; with `wait`, return once every tablet is
+        open (`wait_open`)."""
+        self.list_tablets()
+        self.start_opening()
+        if wait:
+            self.wait_open()
+
+    def list_tablets(self) -> None:
+        """Start the driver and list every tablet of the fs root as starting (calls to them
+        answer UNAVAILABLE until each is open), without opening any."""
         self.driver.start()
         self.copy_jobs = CopyJobs(self, self._copy_rate_limit_bytes_s)
-        for tablet_id in self.fs.tablet_ids():
-            self.replicas[tablet_id] = self._startup_one(tablet_id)
-        deadline = time.monotonic() + LONE_VOTER_READY_S
-        for r in list(self.replicas.values()):
-            if r.tablet is not None and r.status is TabletStatus.RUNNING:
-                self._wait_lone_voter(r.tablet, deadline)
-        if self._maintenance:
+        tablet_ids = self.fs.tablet_ids()
+        with self._lock:
+            for tablet_id in tablet_ids:
+                self.replicas[tablet_id] = Replica(
+                    tablet_id, None, TabletStatus.BOOTSTRAPPING, starting=True
+                )
+        self._listed = tablet_ids
+
+    def start_opening(self) -> None:
+        """Open the listed tablets in the background (`_startup_all`); maintenance starts."""
+        assert self._startup_thread is None, "start_opening twice"
+        if self._maintenance:  # it looks at RUNNING tablets only
             self._maint = threading.Thread(
                 target=self._maintenance_loop, name="tablet-maintenance", daemon=True
             )
             self._maint.start()
-        # After the roll-forwards above: its first pass is the startup one.
-        self.quarantine.start()
+        self._startup_thread = threading.Thread(
+            target=self._startup_all, args=(self._listed,), name="tablet-startup", daemon=True
+        )
+        self._startup_thread.start()
 
-    def _startup_one(self, tablet_id: str) -> Replica:
+    def wait_open(self, timeout_s: float | None = None) -> bool:
+        """Whether every tablet listed at start-up is open (RUNNING, a tombstone or FAILED),
+        waiting at most `timeout_s` (None: until it is)."""
+        return self._opened.wait(timeout_s)
+
+    @property
+    def starting(self) -> int:
+        """Tablets listed at start-up and not open yet."""
+        with self._lock:
+            return sum(1 for r in self.replicas.values() if r.starting)
+
+    def _startup_all(self, tablet_ids: list[str]) -> None:
+        """Open every tablet on a bounded pool; each replaces its placeholder (and serves)
+        as soon as it is open. Tablets this replica last voted for itself in (it was the
+        leader, or running for it: its peers wait for it) go first."""
+        started = time.monotonic()
+        stats = _StartupStats()
+        stats_lock = threading.Lock()
+        profiles: list[cProfile.Profile] = []
+        local = threading.local()
+        workers = max(1, min(self._startup_threads, len(tablet_ids)))
+        try:
+            first, rest = [], []
+            for tablet_id in tablet_ids:
+                try:
+                    voted_self = self.fs.read_cmeta(tablet_id).voted_for == self.fs.uuid
+                except (MetaFileCorrupt, OSError):
+                    voted_self = False
+                (first if voted_self else rest).append(tablet_id)
+
+            def open_one(tablet_id: str) -> None:
+                if self._stop.is_set():
+                    return
+                profile = getattr(local, "profile", None)
+                if self._startup_profile is not None and profile is None:
+                    profile = local.profile = cProfile.Profile()
+                    with stats_lock:
+                        profiles.append(profile)
+                pause_point("startup.before_open_tablet", tablet_id)
+                mine = _StartupStats()
+                if profile is not None:
+                    profile.enable()
+                try:
+                    replica = self._startup_one(tablet_id, mine)
+                except Exception as e:  # a bug: this tablet stays offline, the others open
+                    log.exception("tablet %s: opening it failed", tablet_id)
+                    replica = Replica(tablet_id, None, TabletStatus.FAILED, f"start-up: {e}")
+                finally:
+                    if profile is not None:
+                        profile.disable()
+                with self._lock:
+                    self.replicas[tablet_id] = replica  # serves from here on
+                with stats_lock:
+                    for f in ("metadata_s", "bootstrap_s", "raft_s", "other_s"):
+                        setattr(stats, f, getattr(stats, f) + getattr(mine, f))
+                    stats.opened += 1
+                    stats.failed += replica.status is TabletStatus.FAILED
+                if replica.tablet is not None and replica.status is TabletStatus.RUNNING:
+                    self._wait_lone_voter(replica.tablet, time.monotonic() + LONE_VOTER_READY_S)
+
+            with concurrent.futures.ThreadPoolExecutor(workers, "tablet-open") as pool:
+                for f in [pool.submit(open_one, t) for t in first + rest]:
+                    try:
+                        f.result()
+                    except Exception:  # a bug opening one tablet: the others go on
+                        log.exception("opening a tablet at start-up failed")
+        finally:
+            self.startup_s = time.monotonic() - started
+            self._opened.set()
+        log.info(
+            "start-up: %d of %d tablets opened (%d FAILED) in %.2f s on %d threads; "
+            "thread time: metadata %.2f s, blocks and WAL %.2f s, raft %.2f s, other %.2f s",
+            stats.opened,
+            len(tablet_ids),
+            stats.failed,
+            self.startup_s,
+            workers,
+            stats.metadata_s,
+            stats.bootstrap_s,
+            stats.raft_s,
+            stats.other_s,
+        )
+        if profiles and self._startup_profile is not None:
+            merged = pstats.Stats(profiles[0])
+            for p in profiles[1:]:
+                merged.add(p)
+            merged.dump_stats(str(self._startup_profile))
+        if not self._stop.is_set():
+            # After the roll-forwards above: its first pass is the startup one.
+            self.quarantine.start()
+
+    def _startup_one(self, tablet_id: str, stats: _StartupStats | None = None) -> Replica:
+        stats = stats if stats is not None else _StartupStats()
+        t0 = time.monotonic()
         try:
             sb = self.fs.read_superblock(tablet_id)
         except (MetaFileCorrupt, OSError) as e:
             log.error("tablet %s: unreadable superblock, staying offline: %s", tablet_id, e)
+            stats.other_s += time.monotonic() - t0
             return Replica(tablet_id, None, TabletStatus.FAILED, f"superblock: {e}")
+        stats.metadata_s += time.monotonic() - t0
+        t0 = time.monotonic()
         try:
             if sb.data_state == DataState.DELETED:
                 if self.fs.wal_dir(tablet_id).exists() or self.fs.data_dir(tablet_id).exists():
@@ -165,18 +321,28 @@ class TabletManager:
         except (MetaFileCorrupt, OSError) as e:
             log.error("tablet %s: startup failed, staying offline: %s", tablet_id, e)
             return Replica(tablet_id, sb, TabletStatus.FAILED, str(e))
-        return self._start_ready(sb)
+        finally:
+            if sb.data_state != DataState.READY:
+                stats.other_s += time.monotonic() - t0
+        return self._start_ready(sb, stats)
 
-    def _start_ready(self, sb: SuperblockPB) -> Replica:
+    def _start_ready(self, sb: SuperblockPB, stats: _StartupStats | None = None) -> Replica:
+        stats = stats if stats is not None else _StartupStats()
         tablet_id = sb.tablet_id
         tablet: Tablet | None = None
+        t0 = time.monotonic()
         try:
             cmeta = self.fs.read_cmeta(tablet_id)
+            t1 = time.monotonic()
+            stats.metadata_s += t1 - t0
             tablet = Tablet(self.fs, sb, cmeta, self.appender, self.wal_opts, self.tablet_opts)
             entries = tablet.bootstrap()
             with tablet.lock:
                 tablet.status = TabletStatus.RUNNING
+            t2 = time.monotonic()
+            stats.bootstrap_s += t2 - t1
             self.driver.add_group(tablet, cmeta, entries, tablet.snapshot_op_id())
+            stats.raft_s += time.monotonic() - t2
         except Exception as e:  # any failure: this tablet stays offline, the server runs on
             log.error("tablet %s: bootstrap failed, staying offline: %s", tablet_id, e)
             if tablet is not None:
@@ -215,6 +381,8 @@ class TabletManager:
             raise IllegalState(f"tablet {tablet_id}: a tablet copy of it is queued or running")
         with self._lock:
             r = self.replicas.get(tablet_id)
+            if r is not None and r.starting:
+                raise _starting(tablet_id)  # it may be a tombstone: asked again once open
             if r is not None and r.status is not TabletStatus.TOMBSTONED:
                 raise AlreadyExists(f"tablet {tablet_id} already exists ({r.status.value})")
             if r is None and len(self.replicas) >= TABLETS_MAX:
@@ -294,9 +462,14 @@ class TabletManager:
         if not tablet.wait_leader_ready(deadline):
             log.warning("tablet %s: lone voter not leading yet", tablet.tablet_id)
 
-    def _missing_status(self, tablet_id: str) -> ReplicaStatus:
+    def _missing_status(self, tablet_id: str) -> ReplicaStatus | None:
+        """What the driver answers for a replica it has no core for; None: no answer (a
+        replica still starting answers nothing, like a server not up yet: TABLET_NOT_FOUND
+        would make its leader copy the tablet over it)."""
         with self._lock:
             r = self.replicas.get(tablet_id)
+        if r is not None and r.starting:
+            return None
         if r is not None and r.status is TabletStatus.TOMBSTONED:
             return ReplicaStatus.TABLET_DELETED
         if r is not None and (
@@ -315,6 +488,8 @@ class TabletManager:
         tablet's config this way, and a replica added back since is left alone."""
         check_tablet_id(tablet_id)
         r = self._replica(tablet_id)
+        if r.starting:
+            raise _starting(tablet_id)
         with r.lock:
             if r.status is TabletStatus.TOMBSTONED:
                 assert r.sb is not None
@@ -378,6 +553,8 @@ class TabletManager:
         check_tablet_id(tablet_id)
         with self._lock:
             r = self.replicas.get(tablet_id)
+            if r is not None and r.starting:
+                raise _starting(tablet_id)
             if r is not None and r.status is TabletStatus.COPYING:
                 raise IllegalState(f"tablet {tablet_id} is already copying")
             if r is not None and r.status is not TabletStatus.TOMBSTONED:
@@ -447,6 +624,8 @@ class TabletManager:
     def data_state(self, tablet_id: str) -> TabletDataState:
         with self._lock:
             r = self.replicas.get(tablet_id)
+        if r is not None and r.starting:
+            raise _starting(tablet_id)
         if r is None or r.sb is None:
             return TabletDataState.DOES_NOT_EXIST
         sb = r.tablet.sb if r.tablet is not None else r.sb
@@ -456,6 +635,8 @@ class TabletManager:
         """The last op id a replica knows: from its log when running, from the tombstone
         otherwise (a tombstoned replica still votes with it)."""
         r = self._replica(tablet_id)
+        if r.starting:
+            raise _starting(tablet_id)
         if r.tablet is not None:
             return r.tablet.last_op_id()
         assert r.sb is not None
@@ -464,6 +645,8 @@ class TabletManager:
     def tablet(self, tablet_id: str) -> Tablet:
         """The running tablet, or the error a client should get."""
         r = self._replica(tablet_id)
+        if r.starting:
+            raise _starting(tablet_id)
         if r.status is TabletStatus.TOMBSTONED:
             raise TabletDeleted(f"tablet {tablet_id} is deleted")
         if r.status is TabletStatus.FAILED:
@@ -487,11 +670,17 @@ class TabletManager:
             t.alter_schema(new, deadline)
             return new
 
-    def reports(self) -> list[TabletReportPB]:
+    def reports(self, *, starting: bool = True) -> list[TabletReportPB]:
+        """A report per replica; `starting` False leaves out those not open yet (the
+        heartbeat's: the coordinator learns of each replica once it is open)."""
         with self._lock:
             replicas = list(self.replicas.values())
         out = []
         for r in replicas:
+            if r.starting:
+                if starting:
+                    out.append(TabletReportPB(tablet_id=r.tablet_id, status=r.status.value))
+                continue
             rep = TabletReportPB(tablet_id=r.tablet_id, status=r.status.value, error=r.error)
             sb = r.tablet.sb if r.tablet is not None else r.sb
             if sb is not None:
@@ -563,6 +752,9 @@ class TabletManager:
     def close(self, timeout_s: float = 30.0) -> None:
         deadline = time.monotonic() + timeout_s
         self._stop.set()
+        if self._startup_thread is not None:
+            # Tablets being opened finish opening (to be shut down below); the rest are not.
+            self._startup_thread.join(max(0.1, deadline - time.monotonic()))
         self.quarantine.close(max(0.1, min(10.0, deadline - time.monotonic())))
         if self._maint is not None:
             self._maint.join(max(0.1, deadline - time.monotonic()))
