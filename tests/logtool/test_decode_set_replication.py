@@ -94,6 +94,11 @@ def records(text: str) -> list[dict]:
     return items(text)
 
 
+def follow_records(text: str) -> list[dict]:
+    """--follow --json: one record object per line."""
+    return [json.loads(x) for x in text.splitlines() if x.strip()]
+
+
 def facts(r: dict) -> tuple:
     sr = r["record"]["set_replication"]
     old, new = sr.get("old_replication_factor", 0), sr.get("replication_factor", 0)
@@ -151,12 +156,12 @@ def test_live_and_follow_name_the_table(history):
         cli("set-replication", "people", "1", "--coordinators", history.coordinator,
             "--wait-s", "0")  # fmt: skip
         deadline = time.monotonic() + 30
-        while not any(facts(r)[3] == "2->1" for r in records(out.getvalue())):
+        while not any(facts(r)[3] == "2->1" for r in follow_records(out.getvalue())):
             assert time.monotonic() < deadline, out.getvalue()
             time.sleep(0.1)
     finally:
         stop.set()
         follower.join(30)
     assert codes == [0]
-    new = [r for r in records(out.getvalue()) if facts(r)[3] == "2->1"]
+    new = [r for r in follow_records(out.getvalue()) if facts(r)[3] == "2->1"]
     assert [facts(r)[1:] for r in new] == [(history.table_id, ("people",), "2->1")]
