@@ -251,7 +251,12 @@ def _describe_entry(e) -> str:
 
         parts = []
         for b in e.write.blocks:
-            t = pa.ipc.open_stream(pa.py_buffer(b.arrow_ipc)).read_all()
+            try:  # fully validated first: a malformed column must not crash the dump
+                t = pa.ipc.open_stream(pa.py_buffer(b.arrow_ipc)).read_all()
+                t.validate(full=True)
+            except (pa.ArrowException, OSError, ValueError) as err:
+                parts.append(f"{OpType.Name(b.op)} MALFORMED rows: {err}")
+                continue
             parts.append(f"{OpType.Name(b.op)} {t.num_rows} rows {t.column_names}")
             if len(parts) == 1 and t.num_rows:
                 parts[-1] += f" first={t.slice(0, 1).to_pylist()[0]}"

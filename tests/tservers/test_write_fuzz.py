@@ -52,6 +52,7 @@ from rpc.protocols.tserver_pb2 import (
     WriteResponse,
 )
 from tests.replication.helpers import TServerTrio
+from tests.support.cli import run_cli
 from tests.support.procs import wait_for
 from tests.tservers.helpers import create, deadline, open_manager
 from tests.tservers.procs import TServerProcess
@@ -883,6 +884,12 @@ def test_poison_entry_is_corruption_on_apply_and_replay(tmp_path):
         assert t2.scan([], [], [], [], 0).num_rows == pa.ipc.open_stream(good).read_all().num_rows
     finally:
         m.close()
+    # The operator's dump of that WAL names the malformed block instead of crashing on it.
+    r = run_cli(
+        "tservers.cli", "wal", "dump", "--fs-root", str(tmp_path / "root"), "--tablet", "t1"
+    )
+    assert r.returncode == 0, r.stderr
+    assert "INSERT MALFORMED rows" in r.stdout and "UTF8" in r.stdout, r.stdout
 
 
 def test_altered_refuses_past_uint32():
