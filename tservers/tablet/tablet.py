@@ -430,8 +430,10 @@ class Tablet:
                     ops = [self._decode(b) for b in decoded]
                 changes = self._prepare(ops)
                 inserts = None
-            # Only a write whose every block was validated is proposed (to the WAL).
+            # Only a write whose every block was validated, against this very schema, is
+            # proposed (to the WAL).
             assert len(ops if changes is not None else inserts) == len(decoded), "unvalidated"
+            assert all(b.schema.version == schema_version for b in decoded), "another schema"
             res = g.propose(payload)
             if res.status is not ProposalStatus.OK:
                 raise _proposal_error(self.tablet_id, res, g)
@@ -699,19 +701,18 @@ class Tablet:
         (`tservers.tablet.validate`), at most ROWS_PER_WRITE_MAX rows in all; BadRequest
         naming the column otherwise. `lenient`: a committed entry of an older schema version
         (columns dropped since are left out)."""
+        schema = self.schema  # one version for every block (an alter may switch it)
         out: list[Block] = []
         rows = 0
         for op, data in blocks:
-            b = decode_block(
-                op, data, self.schema, lenient=lenient, rows_max=ROWS_PER_WRITE_MAX - rows
-            )
+            b = decode_block(op, data, schema, lenient=lenient, rows_max=ROWS_PER_WRITE_MAX - rows)
             rows += b.num_rows
             out.append(b)
         return out
 
     def _decode(self, block: Block) -> _Op:
         """A validated row block as Python keys and rows."""
-        schema = self.schema
+        schema = block.schema
         op = block.op
         given = block.columns
         n = block.num_rows
@@ -757,10 +758,10 @@ class Tablet:
         are None (not made Python objects)."""
         if not all(b.op == _INSERT for b in decoded):
             return None
-        schema = self.schema
-        nk = schema.num_keys
         out = []
         for b in decoded:
+            schema = b.schema
+            nk = schema.num_keys
             given = b.columns
             n = b.num_rows
             arrays = []

@@ -45,7 +45,8 @@ class Block:
 
     op: int
     num_rows: int
-    columns: dict[int, pa.ChunkedArray]  # schema position -> column
+    columns: dict[int, pa.ChunkedArray]  # position in `schema` -> column
+    schema: Schema  # the schema it was validated against
 
 
 class _Flat:
@@ -257,4 +258,4 @@ def _columns(op: int, table: pa.Table, positions: list[int | None], schema: Sche
         for i, c in enumerate(schema.columns):
             if not c.nullable and i not in given:
                 raise BadRequest(f"non-nullable column {c.name!r} missing from {OpType.Name(op)}")
-    return Block(op, n, given)
+    return Block(op, n, given, schema)
