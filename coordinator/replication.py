@@ -312,9 +312,10 @@ def missing_replicas(
     server's own answer (`hosted`: the ids of every replica it has, in any state,
     tombstones and copies included; None: no answer) shows it never had the tablet.
 
-    Safe because the server itself is the witness: it answers only once every replica on
-    its disk is open (tservers/server.py opens them before it serves or heartbeats), a
-    tombstone stays forever, and a wiped server comes back under a new uuid. A fresh
+    Safe because the server itself is the witness: it lists every replica on its disk
+    before its port answers (tservers/server.py; ListTablets names those still opening,
+    and CreateTablet of one still opening is UNAVAILABLE), a tombstone stays forever, and
+    a wiped server comes back under a new uuid. A fresh
     replica of the initial config on a server that never had one is a member that missed
     the creation, which Raft allows (an empty log wins no vote against a member with
     entries, and anything ever committed is on a majority of that config)."""
