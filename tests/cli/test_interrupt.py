@@ -1,0 +1,162 @@
+"""Ctrl-C as a user presses it: SIGINT to the command's process group once it is at work.
+Every command ends with exactly one line on stderr (`NAME: interrupted`), exit status 130,
+no traceback and no process left; the daemons stop cleanly the same way; and
+`coordinator local-cluster up` interrupted while starting stops every process it started
+(checked by the pids it recorded in cluster.json)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.cli.helpers import (
+    assert_interrupted,
+    env_with,
+    group_gone,
+    interrupt,
+    kill_group,
+    pid_running,
+    run,
+    silent_server,
+    spawn,
+    wait_for,
+)
+
+pytestmark = pytest.mark.integration
+
+CONNECT_TIMEOUT_S = 180.0  # the command reaches the silent server well within this
+LONG_S = "600"  # a command's own deadline: far longer than the test waits
+
+# Commands that call one address and wait for its answer; "ADDR" is the silent server.
+WAITING_COMMANDS = [
+    ("coordinator", ["tables", "--coordinators", "ADDR", "--timeout-s", LONG_S]),
+    ("coordinator", ["servers", "--coordinators", "ADDR", "--timeout-s", LONG_S]),
+    ("coordinator", ["describe", "t", "--coordinators", "ADDR", "--timeout-s", LONG_S]),
+    ("coordinator", ["log", "--coordinators", "ADDR", "--timeout-s", "300"]),
+    ("logstore", ["status", "--servers", "ADDR", "--timeout-s", "3600"]),
+    ("logstore", ["read", "coordinator", "--coordinators", "ADDR", "--timeout-s", "3600"]),
+    ("logstore", ["last-id", "coordinator", "--servers", "ADDR", "--timeout-s", "3600"]),
+    ("tserver", ["tablets", "--address", "ADDR"]),
+    ("tserver", ["status", "--address", "ADDR"]),
+    ("tserver", ["copies", "--address", "ADDR"]),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "argv"), WAITING_COMMANDS, ids=[f"{s} {a[0]}" for s, a in WAITING_COMMANDS]
+)
+def test_ctrl_c_ends_a_waiting_command_with_one_line(name, argv):
+    with silent_server() as silent:
+        proc = spawn(name, *[silent.address if a == "ADDR" else a for a in argv])
+        try:
+            # At work: it has connected to the server it waits for.
+            wait_for(
+                lambda: silent.connected.is_set() or proc.poll() is not None,
+                CONNECT_TIMEOUT_S,
+                "the command connecting",
+            )
+            assert proc.poll() is None, proc.communicate()
+            _out, err = interrupt(proc)
+        finally:
+            kill_group(proc)
+    assert "Traceback" not in err, err
+    assert_interrupted(proc, err, name)
+
+
+def _password_file(tmp_path):
+    path = tmp_path / "password"
+    path.write_text("a-test-password\n")
+    return str(path)
+
+
+@pytest.mark.parametrize("daemon", ["coordinator", "tserver", "logstore"])
+def test_ctrl_c_stops_a_daemon_cleanly_with_one_line(tmp_path, daemon):
+    from rpc.addresses import free_port
+
+    if daemon == "coordinator":
+        argv = ["--log-level", "WARNING", "start", "--id", "c", "--data-dir", str(tmp_path / "c"),
+                "--bind", "127.0.0.1:0", "--raft", f"127.0.0.1:{free_port()}",
+                "--password-file", _password_file(tmp_path)]  # fmt: skip
+        ready = "coordinator c uuid="
+    elif daemon == "tserver":
+        root = tmp_path / "t"
+        assert run("tserver", "fs", "format", "--fs-root", str(root)).returncode == 0
+        argv = ["start", "--fs-root", str(root), "--log-level", "warning"]
+        ready = "tserver "
+    else:
+        argv = ["serve", "--raft-address", f"127.0.0.1:{free_port()}", "--data-dir",
+                str(tmp_path / "l"), "--password-file", _password_file(tmp_path)]  # fmt: skip
+        ready = "logstore serving"
+    proc = spawn(daemon, *argv)
+    try:
+        line = proc.stdout.readline()  # printed once it serves
+        assert line.startswith(ready), (line, proc.poll())
+        _out, err = interrupt(proc)
+    finally:
+        kill_group(proc)
+    assert "Traceback" not in err, err
+    assert_interrupted(proc, err, daemon)
+
+
+def test_sigterm_still_stops_a_daemon_with_status_0(tmp_path):
+    import os
+    import signal
+
+    root = tmp_path / "t"
+    assert run("tserver", "fs", "format", "--fs-root", str(root)).returncode == 0
+    proc = spawn("tserver", "start", "--fs-root", str(root), "--log-level", "warning")
+    try:
+        assert proc.stdout.readline().startswith("tserver ")
+        os.kill(proc.pid, signal.SIGTERM)
+        _out, err = proc.communicate(timeout=120)
+    finally:
+        kill_group(proc)
+    assert proc.returncode == 0 and err == "", err
+
+
+def _recorded_pids(root) -> dict[str, int]:
+    try:
+        spec = json.loads((root / "cluster.json").read_text())
+    except (OSError, ValueError):  # not written yet, or being replaced
+        return {}
+    return {n["name"]: n["pid"] for n in spec["coordinators"] + spec["tservers"] if n["pid"]}
+
+
+def test_ctrl_c_during_local_cluster_up_stops_what_it_started(tmp_path):
+    root = tmp_path / "cluster"
+    env = env_with(tmp_path / "clusters.toml")
+    proc = spawn(
+        "coordinator", "local-cluster", "up", "--dir", str(root),
+        "--coordinators", "3", "--tservers", "3", env=env,
+    )  # fmt: skip
+    pids: dict[str, int] = {}
+    try:
+        # Starting: every coordinator and the first tablet server are running; the others
+        # are still to start, and the cluster is not ready before they have enlisted.
+        pids = wait_for(
+            lambda: (p := _recorded_pids(root)) and "tserver-0" in p and p,
+            120,
+            "local-cluster up starting its processes",
+        )
+        assert all(pid_running(pid) for pid in pids.values()), pids
+        out, err = interrupt(proc)
+    finally:
+        kill_group(proc)
+        # Whatever happened, stop what it left (by the same recorded pids).
+        for pid in _recorded_pids(root).values():
+            if pid_running(pid):
+                import os
+                import signal
+
+                os.kill(pid, signal.SIGKILL)
+    assert "cluster up" not in out, "the cluster was up before the interrupt: nothing tested"
+    assert "Traceback" not in err, err
+    assert proc.returncode == 130 and err.splitlines() == ["coordinator: interrupted"], err
+    assert group_gone(proc.pid)
+    recorded = _recorded_pids(root)
+    assert set(pids) <= set(recorded)
+    left = {name: pid for name, pid in recorded.items() if pid_running(pid)}
+    assert not left, f"processes left running: {left}"
+    # Not registered: the cluster never came up.
+    assert not (tmp_path / "clusters.toml").exists()
