@@ -44,6 +44,7 @@ from tservers.tablet.manager import TabletManager
 from tservers.tablet.tablet import TabletStatus
 from tservers.wal import segment as seg
 from tservers.wal.log import Appender, TabletLog, WalOptions
+from tservers.wal.segment import WalCorruption
 
 POINT = "startup.before_open_tablet"
 TABLETS = 60
@@ -97,6 +98,40 @@ def test_crashed_segment_with_torn_tail_is_zeroed_and_appended_to(tmp_path):
     tl.close()
     app.close()
     assert [s for s, _ in seg.list_segments(wal)] == [1]
+
+
+def _crashed(wal: Path, n: int, opts: WalOptions) -> Path:
+    app = Appender(opts)
+    tl = TabletLog.create(wal, "t1", opts)
+    for i in range(1, n + 1):
+        _append(app, tl, i)
+    app.close()
+    os.close(tl.writer.fd)  # a crash: no footer, the segment stays preallocated
+    return wal / seg.segment_name(1)
+
+
+def test_crashed_segment_read_up_to_its_holes_or_whole(tmp_path):
+    """The last segment is read up to its first hole when only holes follow (what a file
+    system without SEEK_HOLE, or with the zero pages cached, cannot tell: read whole);
+    either way the same entries, and data written into the preallocated tail is still
+    found and refused."""
+    opts = WalOptions(segment_size_bytes_max=4 << 20)
+    path = _crashed(tmp_path / "a", 30, opts)
+    quick = seg.read_segment(path, is_last=True)
+    whole = seg.decode_segment(path, path.read_bytes(), is_last=True)  # caches zero pages
+    assert [e.index for e in quick.entries] == [e.index for e in whole.entries]
+    assert quick.entries == whole.entries and quick.data_end == whole.data_end
+    assert quick.size == whole.size == 4 << 20
+    tl, entries = TabletLog.open(tmp_path / "a", "t1", opts)
+    assert [e.index for e in entries] == list(range(1, 31))
+    tl.close()
+
+    path = _crashed(tmp_path / "b", 30, opts)
+    with open(path, "r+b") as f:
+        f.seek(2 << 20)
+        f.write(b"stray bytes deep in the preallocated tail")
+    with pytest.raises(WalCorruption, match="zero record header followed by data"):
+        TabletLog.open(tmp_path / "b", "t1", opts)
 
 
 # ------------------------------------------------------------------ in process: the manager

@@ -16,6 +16,8 @@ else is corruption, reported with the file and offset.
 
 from __future__ import annotations
 
+import errno
+import os
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -111,8 +113,11 @@ def _zeros_from(data: bytes, start: int) -> bool:
     return True
 
 
-def decode_segment(path: Path, data: bytes, *, is_last: bool) -> SegmentContents:
-    """Decode a whole segment. A torn tail is allowed only in the last segment."""
+def decode_segment(
+    path: Path, data: bytes, *, is_last: bool, size: int | None = None
+) -> SegmentContents:
+    """Decode a whole segment. A torn tail is allowed only in the last segment. `data` may
+    stop short of the file's `size` when the rest is known to be zeros (`read_segment`)."""
     hstart = _FILE_HEADER.size
     if len(data) < hstart:
         if is_last:
@@ -128,7 +133,7 @@ def decode_segment(path: Path, data: bytes, *, is_last: bool) -> SegmentContents
         raise WalCorruption(path, 0, reason)
     header = SegmentHeaderPB()
     header.ParseFromString(hpayload)
-    out = SegmentContents(path=path, header=header, size=len(data))
+    out = SegmentContents(path=path, header=header, size=len(data) if size is None else size)
     pos = hstart + hlen
     n = len(data)
     while True:
@@ -194,9 +199,50 @@ def _bad(
 
 
 def read_segment(path: Path, *, is_last: bool) -> SegmentContents:
+    """Read and decode a segment. The last one, left preallocated by a crash, is read only
+    up to its first hole when the file system says nothing but holes follow (preallocated
+    space never written reads as zeros): a restart then reads kilobytes per tablet instead
+    of the whole segment size. Otherwise it is read whole, and its pages are dropped from
+    the cache afterwards (cached zero pages count as data, and would make the next
+    restart read it whole again)."""
     with open(path, "rb") as f:
+        if is_last:
+            written = _read_before_holes(f)
+            if written is not None:
+                return decode_segment(path, written[0], is_last=True, size=written[1])
         data = f.read()
+        if is_last:
+            try:
+                os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+            except (OSError, AttributeError):
+                pass  # only an optimisation
     return decode_segment(path, data, is_last=is_last)
+
+
+def _read_before_holes(f) -> tuple[bytes, int] | None:
+    """(the bytes before the file's first hole, the file's size) when only holes follow
+    it; None when that cannot be told (no SEEK_HOLE, no hole, data after a hole)."""
+    fd = f.fileno()
+    try:
+        size = os.fstat(fd).st_size
+        hole = os.lseek(fd, 0, os.SEEK_HOLE)
+        if hole >= size:
+            return None
+        try:
+            os.lseek(fd, hole, os.SEEK_DATA)
+            return None  # data after a hole: read everything, check everything
+        except OSError as e:
+            if e.errno != errno.ENXIO:
+                return None
+        os.lseek(fd, 0, os.SEEK_SET)
+        data = f.read(hole)
+    except (OSError, AttributeError):
+        return None
+    finally:
+        f.seek(0)
+    if len(data) != hole:
+        return None
+    return data, size
 
 
 def list_segments(wal_dir: Path) -> list[tuple[int, Path]]:
