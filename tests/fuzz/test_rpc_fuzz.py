@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 import os
 import random
+import struct
 import time
 import uuid as uuidlib
 from collections.abc import Callable
@@ -337,6 +338,19 @@ def arrow_bodies() -> list[bytes]:
         pa.table({"k": pa.array(["x"]), "v": pa.array([[1, 2]])}),
         pa.table({"k": pa.array([], pa.int64()), "v": pa.array([], pa.string())}),
     ]
+    # What a hostile or broken client sends and Arrow's IPC reader accepts without a full
+    # validation: a string column with invalid UTF-8, and one with negative offsets.
+    keys = pa.array([1, 2], pa.int64())
+    offsets = pa.py_buffer(struct.pack("<3i", 0, 2, 4))
+    bad_utf8 = pa.Array.from_buffers(
+        pa.string(), 2, [None, offsets, pa.py_buffer(b"\xff\xfe\xc3(")]
+    )
+    negative = pa.py_buffer(struct.pack("<3i", 0, -100, 4))
+    bad_offsets = pa.Array.from_buffers(pa.string(), 2, [None, negative, pa.py_buffer(b"abcd")])
+    tables += [
+        pa.Table.from_arrays([keys, bad_utf8], names=["k", "v"]),
+        pa.Table.from_arrays([keys, bad_offsets], names=["k", "v"]),
+    ]
     for t in tables:
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, t.schema) as w:
@@ -605,7 +619,17 @@ def _run(cluster, replicas, caller: RawCaller, rng: random.Random, seed: int) ->
             gen.wild = rng.choice((1.0, 0.15, 0.05))
             req = gen.message(cls.DESCRIPTOR, cls)
             sidecars = []
-            if method == "TServer.Write":
+            if method == "TServer.Write" and rng.random() < 0.5:
+                # Half the writes are well formed up to their bodies (a real tablet, its
+                # schema version, one body per op block): the bodies are what is fuzzed.
+                ops = [v.number for v in tpb.OpType.DESCRIPTOR.values if v.number]
+                req = tpb.WriteRequest(
+                    tablet_id=rng.choice(pools.tablet_ids),
+                    schema_version=1,
+                    ops=[rng.choice(ops) for _ in range(rng.choice((1, 1, 2)))],
+                )
+                sidecars = [mutate(rng, rng.choice(gen.arrow_bodies)) for _ in req.ops]
+            elif method == "TServer.Write":
                 # Mostly one body per op block (as the server requires), else any number.
                 n = len(req.ops) if rng.random() < 0.7 else rng.choice((0, 1, 2, 3))
                 sidecars = [
