@@ -214,8 +214,10 @@ class TServerService:
 
     def delete_tablet(self, req: DeleteTabletRequest, ctx: CallContext) -> DeleteTabletResponse:
         cas = req.cas_config_index if req.HasField("cas_config_index") else None
-        if cas is not None and not -1 <= cas <= INDEX_MAX:
-            raise BadRequest(f"cas_config_index {cas} out of range -1..{INDEX_MAX}")
+        if cas is not None and cas > INDEX_MAX:
+            # "Delete if the committed config index is at most this": one past every index
+            # is no CAS (one below -1 only ever fails, as CAS_FAILED).
+            raise BadRequest(f"cas_config_index {cas} above {INDEX_MAX}")
         return DeleteTabletResponse(last_op_id=self.manager.delete_tablet(req.tablet_id, cas))
 
     def alter_schema(self, req: AlterSchemaRequest, ctx: CallContext) -> AlterSchemaResponse:

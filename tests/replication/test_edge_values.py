@@ -476,9 +476,11 @@ def copy_and_config_cases(trio, i: int, term: int):
 
     for cas in (-(1 << 63), -2, (1 << 63) - 1, 1 << 62):
         change(f"range: change cas={cas}", cas_config_index=cas)
+        # DeleteTablet deletes when the committed config index is at most its CAS: below -1
+        # it only fails (CAS_FAILED), above INDEX_MAX it is refused.
         out.append(
             (
-                f"range: delete cas={cas}",
+                f"{'cas' if cas < 0 else 'range'}: delete cas={cas}",
                 "TServer.DeleteTablet",
                 DeleteTabletRequest(tablet_id=TABLET, cas_config_index=cas),
                 DeleteTabletResponse,
@@ -665,6 +667,8 @@ def check_everything(trio, tally: Tally) -> None:
         for v in tally.answers.values()
         for s in v
     ), {k: v for k, v in tally.answers.items()}
+    cas = [s for k, v in tally.answers.items() if k.startswith("cas:") for s in v]
+    assert cas and set(cas) == {"CAS_FAILED"}, cas
     absurd_copies = [v for k, v in tally.answers.items() if k.startswith("absurd: copy")]
     assert absurd_copies and all(
         s in ("ILLEGAL_STATE", "INVALID_TERM") for v in absurd_copies for s in v
