@@ -32,15 +32,14 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
-from optools.logtool_decode import (
+from coordinator.records import (
     ALL_TYPES,
     TYPE_GONE,
-    TYPE_INVALIDATION,
-    Epoch,
     Filter,
     RecordView,
-    Status,
     decode_entry,
+    format_epoch,
+    format_view,
     gone_ranges,
     is_renewal,
     lease_history,
@@ -48,7 +47,6 @@ from optools.logtool_decode import (
     normalize_type,
     pending_operations,
     summarize,
-    utc_iso,
 )
 from optools.logtool_source import (
     DataDirError,
@@ -204,45 +202,6 @@ def build_filter(args: argparse.Namespace) -> Filter:
 # ------------------------------------------------------------------ output
 
 
-def format_view(v: RecordView, verbose: bool = False) -> str:
-    if v.type == TYPE_GONE:
-        ids = f"#{v.id}" if v.id == v.id_to else f"#{v.id}-#{v.id_to}"
-        by = f" by #{v.invalidated_by}" if v.invalidated_by else ""
-        return f"{ids} gone (invalidated{by}; no longer held)"
-    status = v.status.value
-    if v.type == TYPE_INVALIDATION:
-        status = "never-live"  # an empty entry only invalidates others; nothing is kept
-    elif v.status is Status.INVALIDATED and v.invalidated_by:
-        status += f" by #{v.invalidated_by}"
-    parts = [f"#{v.id}", status, v.type]
-    if v.phase:
-        parts.append(v.phase)
-    if v.op_id:
-        parts.append(f"op={v.op_id}")
-    if v.request_id:
-        parts.append(f"req={v.request_id}")
-    if v.table_id or v.table_names:
-        names = "/".join(n for n in v.table_names if n)
-        parts.append(f"table={v.table_id}" + (f"({names})" if names else ""))
-    if v.tablets:
-        parts.append(f"tablets={','.join(v.tablets)}")
-    if v.servers and v.type != "lease":
-        parts.append(f"servers={','.join(v.servers)}")
-    if v.summary:
-        parts.append(v.summary)
-    if v.invalidates:
-        parts.append(f"invalidates={','.join(map(str, v.invalidates))}")
-    parts.append(f"{v.size_bytes}B")
-    if v.committed is False:
-        parts.append("(beyond the saved commit index)")
-    if v.error:
-        parts.append(f"error: {v.error}")
-    line = " ".join(parts)
-    if verbose and v.record:
-        line += "\n    " + json.dumps(v.record, sort_keys=True)
-    return line
-
-
 def views_of(image: LogImage, first_id: int = 1) -> list[RecordView]:
     """Decoded views of an image, with gone ranges, in id order, from first_id on."""
     views = [decode_entry(e) for e in image.entries if e.id >= first_id]
@@ -318,32 +277,6 @@ def _print_pending(
     )
     for v in pending:
         _emit(out, v, args)
-
-
-def _at(unix_ms: int) -> str:
-    return utc_iso(unix_ms) or "-"
-
-
-def format_epoch(e: Epoch, verbose: bool = False) -> str:
-    until = f"until epoch {e.ended_by}" if e.ended_by else "current"
-    note = ""
-    if not e.takeover_seen:
-        note = " (takeover record no longer held)"
-    elif not e.takeover_live:
-        note = " (takeover record invalidated)"
-    line = (
-        f"epoch {e.epoch}: holder={e.holder_uuid} address={e.holder_address} "
-        f"taken over at {_at(e.taken_over_unix_ms) if e.takeover_seen else '-'}, "
-        f"last lease record at {_at(e.last_written_unix_ms)}; "
-        f"lease records #{e.first_id}..#{e.last_id} (renewals seen {e.renewals_seen}), "
-        f"last record #{e.last_record_id}, {until}{note}"
-    )
-    if verbose:
-        for r in e.records:
-            kind = "takeover" if r.takeover else "renewal"
-            status = "live" if r.live else "invalidated"
-            line += f"\n    #{r.id} {kind} at {_at(r.written_unix_ms)} ({status})"
-    return line
 
 
 def _print_leases(out: TextIO, image: LogImage, views: Sequence[RecordView], args) -> None:

@@ -28,10 +28,10 @@ import pickle
 from collections import Counter
 from dataclasses import dataclass, field
 
+from coordinator.records import RawEntry
 from logstore.journal import decode_meta, scan_journal
 from logstore.snapshot import decode_snapshot
 from logstore.state import LogState
-from optools.logtool_decode import RawEntry
 from rpc.errors import Corruption
 
 logger = logging.getLogger(__name__)

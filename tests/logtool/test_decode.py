@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 
-from optools.logtool_decode import (
+from coordinator.records import (
     TYPE_GONE,
     TYPE_INVALIDATION,
     TYPE_UNDECODABLE,
@@ -199,7 +199,7 @@ def test_renewal_notes_at_most_every_interval_and_once_at_the_end():
 
 
 def test_lease_time_is_utc_iso_8601_and_dash_without_one():
-    from optools.logtool_decode import utc_iso
+    from coordinator.records import utc_iso
 
     rec = pb.LogRecord(
         lease=pb.Lease(holder_uuid="u", holder_address="a:1", takeover=True, written_unix_ms=1)

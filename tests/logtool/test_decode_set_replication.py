@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 import pytest
 
+from coordinator.records import OP_DECODERS, RECORD_TYPES, RawEntry, decode_entry
 from logcentric.client import Client
 from optools import logtool
-from optools.logtool_decode import OP_DECODERS, RECORD_TYPES, RawEntry, decode_entry
 from rpc.protocols import coordinator_pb2 as pb
 from tests.support.cluster import local_cluster
 

@@ -1,10 +1,13 @@
-"""Pure decoding for the log inspection tool (`coordinator log`, design/logtool.md).
+"""The coordinator log's records, decoded for people (pure).
 
 Turns raw log entries (id, bytes, the ids they invalidated, whether they are still live)
 into `RecordView` values: record type, operation id and phase, the table, tablets and
 servers a record concerns. Also derives, from a list of views, the pending operations, the
-lease history and the summary counts. No files, sockets or clocks here: the readers
-(optools/logtool_source.py) and the command line (optools/logtool.py) sit around it.
+lease history and the summary counts, and formats views and epochs as text lines. No files,
+sockets or clocks here. Two users: the log inspection tool (`coordinator log`,
+optools/logtool.py and its readers in optools/logtool_source.py, design/logtool.md) and the
+node's web console (coordinator/console.py), which renders its own log; it lives in the
+coordinator package so that the server never imports the operator tools.
 
 A record that does not decode is a RecordView of type "undecodable" carrying the reason;
 nothing in this module raises on bad bytes.
@@ -16,6 +19,7 @@ import bisect
 import dataclasses
 import datetime
 import enum
+import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -594,3 +598,71 @@ def summarize(views: Sequence[RecordView], last_id: int) -> dict[str, Any]:
         "epochs": len(lease_history(live_views)),
         "undecodable": by_type.get(TYPE_UNDECODABLE, {}).get("live", 0),
     }
+
+
+# ------------------------------------------------------------------ text lines
+
+
+def format_view(v: RecordView, verbose: bool = False) -> str:
+    if v.type == TYPE_GONE:
+        ids = f"#{v.id}" if v.id == v.id_to else f"#{v.id}-#{v.id_to}"
+        by = f" by #{v.invalidated_by}" if v.invalidated_by else ""
+        return f"{ids} gone (invalidated{by}; no longer held)"
+    status = v.status.value
+    if v.type == TYPE_INVALIDATION:
+        status = "never-live"  # an empty entry only invalidates others; nothing is kept
+    elif v.status is Status.INVALIDATED and v.invalidated_by:
+        status += f" by #{v.invalidated_by}"
+    parts = [f"#{v.id}", status, v.type]
+    if v.phase:
+        parts.append(v.phase)
+    if v.op_id:
+        parts.append(f"op={v.op_id}")
+    if v.request_id:
+        parts.append(f"req={v.request_id}")
+    if v.table_id or v.table_names:
+        names = "/".join(n for n in v.table_names if n)
+        parts.append(f"table={v.table_id}" + (f"({names})" if names else ""))
+    if v.tablets:
+        parts.append(f"tablets={','.join(v.tablets)}")
+    if v.servers and v.type != "lease":
+        parts.append(f"servers={','.join(v.servers)}")
+    if v.summary:
+        parts.append(v.summary)
+    if v.invalidates:
+        parts.append(f"invalidates={','.join(map(str, v.invalidates))}")
+    parts.append(f"{v.size_bytes}B")
+    if v.committed is False:
+        parts.append("(beyond the saved commit index)")
+    if v.error:
+        parts.append(f"error: {v.error}")
+    line = " ".join(parts)
+    if verbose and v.record:
+        line += "\n    " + json.dumps(v.record, sort_keys=True)
+    return line
+
+
+def _at(unix_ms: int) -> str:
+    return utc_iso(unix_ms) or "-"
+
+
+def format_epoch(e: Epoch, verbose: bool = False) -> str:
+    until = f"until epoch {e.ended_by}" if e.ended_by else "current"
+    note = ""
+    if not e.takeover_seen:
+        note = " (takeover record no longer held)"
+    elif not e.takeover_live:
+        note = " (takeover record invalidated)"
+    line = (
+        f"epoch {e.epoch}: holder={e.holder_uuid} address={e.holder_address} "
+        f"taken over at {_at(e.taken_over_unix_ms) if e.takeover_seen else '-'}, "
+        f"last lease record at {_at(e.last_written_unix_ms)}; "
+        f"lease records #{e.first_id}..#{e.last_id} (renewals seen {e.renewals_seen}), "
+        f"last record #{e.last_record_id}, {until}{note}"
+    )
+    if verbose:
+        for r in e.records:
+            kind = "takeover" if r.takeover else "renewal"
+            status = "live" if r.live else "invalidated"
+            line += f"\n    #{r.id} {kind} at {_at(r.written_unix_ms)} ({status})"
+    return line
