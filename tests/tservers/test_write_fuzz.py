@@ -871,7 +871,8 @@ def test_poison_entry_is_corruption_on_apply_and_replay(tmp_path):
         t1.group.wake()
         wait_for(lambda: failed_with_corruption(m), 30.0, "t1 FAILED by the poison entry")
         assert "CORRUPTION" in t1.error and "column 's'" in t1.error, t1.error
-        assert {r.tablet_id: r.status for r in m.reports()}["t1"] == "FAILED"
+        report = {r.tablet_id: r for r in m.reports()}["t1"]
+        assert report.status == "FAILED" and "column 's'" in report.error, report
         t2.write(1, [(OpType.INSERT, good)], deadline())
     finally:
         m.close()

@@ -693,6 +693,8 @@ class TabletManager:
             t = r.tablet
             if t is not None and r.status is TabletStatus.RUNNING:
                 rep.status = t.status.value
+                if t.error and not rep.error:  # the tablet failed while it ran (apply, replay)
+                    rep.error = t.error
                 rep.last_op_id.CopyFrom(t.last_op_id())
                 rep.current_term = t.cmeta.current_term
                 rep.committed_config.CopyFrom(t.cmeta.committed_config)
