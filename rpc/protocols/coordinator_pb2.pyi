@@ -528,7 +528,7 @@ class StatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class StatusResponse(_message.Message):
-    __slots__ = ("uuid", "address", "role", "applied_id", "epoch", "leader_uuid", "leader_address", "tables", "tablets", "servers", "pending_ops", "raft_address", "log_members")
+    __slots__ = ("uuid", "address", "role", "applied_id", "epoch", "leader_uuid", "leader_address", "tables", "tablets", "servers", "pending_ops", "raft_address", "log_members", "http_address")
     UUID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
@@ -542,6 +542,7 @@ class StatusResponse(_message.Message):
     PENDING_OPS_FIELD_NUMBER: _ClassVar[int]
     RAFT_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     LOG_MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    HTTP_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     uuid: str
     address: str
     role: str
@@ -555,7 +556,8 @@ class StatusResponse(_message.Message):
     pending_ops: int
     raft_address: str
     log_members: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, uuid: _Optional[str] = ..., address: _Optional[str] = ..., role: _Optional[str] = ..., applied_id: _Optional[int] = ..., epoch: _Optional[int] = ..., leader_uuid: _Optional[str] = ..., leader_address: _Optional[str] = ..., tables: _Optional[int] = ..., tablets: _Optional[int] = ..., servers: _Optional[int] = ..., pending_ops: _Optional[int] = ..., raft_address: _Optional[str] = ..., log_members: _Optional[_Iterable[str]] = ...) -> None: ...
+    http_address: str
+    def __init__(self, uuid: _Optional[str] = ..., address: _Optional[str] = ..., role: _Optional[str] = ..., applied_id: _Optional[int] = ..., epoch: _Optional[int] = ..., leader_uuid: _Optional[str] = ..., leader_address: _Optional[str] = ..., tables: _Optional[int] = ..., tablets: _Optional[int] = ..., servers: _Optional[int] = ..., pending_ops: _Optional[int] = ..., raft_address: _Optional[str] = ..., log_members: _Optional[_Iterable[str]] = ..., http_address: _Optional[str] = ...) -> None: ...
 
 class AddNodeRequest(_message.Message):
     __slots__ = ("raft_address",)
