@@ -53,6 +53,7 @@ The heartbeat reports carry member types when the tablet server sends them
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
 import threading
@@ -85,6 +86,7 @@ MOVES_MAX = 100_000
 REPEAT_LOG_S = 60.0
 LOGGED_MAX = 10_000
 SETTLED_MAX = 100_000
+RECENT_ACTIONS_MAX = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -408,6 +410,10 @@ class ReplicationManager:
         self._lock = threading.Lock()
         self._moves: dict[tuple[str, str], Move] = {}  # (tablet_id, from_uuid) -> move
         self.counters = _Counters()
+        # The last config changes sent, (wall-clock time, action, outcome), for the web console.
+        self.recent_actions: collections.deque[tuple[float, Action, str]] = collections.deque(
+            maxlen=RECENT_ACTIONS_MAX
+        )
         # (tablet, kind, peer, outcome) -> when last logged at INFO: a change the policy
         # repeats every round (a tablet that cannot heal) is logged once a REPEAT_LOG_S.
         self._logged: dict[tuple[str, str, str, str], float] = {}
@@ -906,12 +912,14 @@ class ReplicationManager:
             # CAS_FAILED / ALREADY_IN_PROGRESS / ILLEGAL_STATE / NOT_LEADER / UNAVAILABLE /
             # TIMED_OUT are normal here: the next round decides again from a fresh report.
             self.counters.refused += 1
+            self.recent_actions.append((time.time(), action, f"refused: {type(e).__name__}"))
             self.counters.last_error[action.tablet_id] = f"{type(e).__name__}: {e.message}"
             logger.log(self._level(action, type(e).__name__),
                        "tablet %s: %s %s refused: %s (repeats logged once a minute)",
                        action.tablet_id, action.kind, action.peer_uuid, e)  # fmt: skip
             return False
         self.counters.sent += 1
+        self.recent_actions.append((time.time(), action, "sent"))
         self._record_config(action, answer.committed_config)
         return True
 
