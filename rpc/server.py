@@ -10,6 +10,12 @@ answers back through an inproc socket that the I/O thread forwards. Handlers reg
 body it keeps ready (e.g. a cached answer), sent without building a message. Methods
 registered `one_way` (inline too) also take one-way messages (RequestHeader.one_way): the
 handler runs and only a refusal is answered (an error status), never a success.
+
+Metrics (design/operability.md): per method, answers by status and a latency histogram
+(from receipt on the I/O thread to the answer built), kept in one shard per thread that
+answers calls (the I/O thread and each worker): every shard has one writer, so a call pays
+no lock, one clock read and a few list increments. `collect_metrics()` adds the shards up
+into prometheus-client metric families when a daemon's `/metrics` is scraped.
 """
 
 from __future__ import annotations
@@ -25,10 +31,12 @@ from typing import Any
 
 import zmq
 from google.protobuf.message import DecodeError, Message
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from rpc import errors, privileged
 from rpc.addresses import bind_endpoint, host_port_of
 from rpc.frames import recv_frames, send_frames
+from rpc.observe import LatencyHistogram, histogram_family
 from rpc.rpc_pb2 import PingRequest, PingResponse, RequestHeader, ResponseHeader, StatusCode
 
 PING_METHOD = "rpc.Ping"
@@ -41,6 +49,8 @@ POLL_INTERVAL_MS = 50
 DRAIN_BATCH_MAX = 256
 
 _OK = int(StatusCode.OK)
+_THROTTLED = int(StatusCode.THROTTLED)
+_STATUS_CODES = max(StatusCode.values()) + 1
 _NO_ANSWER: list = []  # _invoke's result for a one-way message that succeeded
 _NOBLOCK = int(zmq.NOBLOCK)
 _STAT_KEYS = (
@@ -105,6 +115,7 @@ class CallContext:
     deadline: float  # time.monotonic() value after which nobody waits for the answer
     sidecars: list[memoryview] = field(default_factory=list)
     one_way: bool = False  # nobody waits for the answer (RequestHeader.one_way)
+    received: float = 0.0  # time.monotonic() when the I/O thread read the request
 
     def remaining_s(self) -> float:
         return max(0.0, self.deadline - time.monotonic())
@@ -139,6 +150,17 @@ class _Method:
     inline: bool
     one_way: bool
     privileged: bool = False
+    index: int = 0  # its place in every metrics shard
+
+
+class _MethodStats:
+    """One method's answers by status code and their latency, as one thread saw them."""
+
+    __slots__ = ("statuses", "latency")
+
+    def __init__(self) -> None:
+        self.statuses = [0] * _STATUS_CODES
+        self.latency = LatencyHistogram()
 
 
 class RpcServer:
@@ -154,10 +176,14 @@ class RpcServer:
         queue_max: int = 256,
         message_bytes_max: int = MESSAGE_BYTES_MAX_DEFAULT,
         privileged_key: bytes | None = None,
+        metrics: bool = True,
     ) -> None:
         """`privileged_key` (rpc.privileged.derive_key of the cluster's secret): privileged
         methods answer only requests signed with it. None leaves them open: only for a
-        development server that anyone who can reach it may manage (its owner's choice)."""
+        development server that anyone who can reach it may manage (its owner's choice).
+
+        `metrics` False keeps no per-method counts or latencies (for benchmarks comparing
+        the cost); `stats()` and the server-wide counters are kept either way."""
         assert uuid, "a server needs a UUID"
         assert workers >= 1 and queue_max >= 1 and message_bytes_max >= 1024
         self.uuid = uuid
@@ -189,6 +215,10 @@ class RpcServer:
         self._inflight = 0
         self._address = ""
         self._refusals = _RefusalLog()
+        self._metrics = metrics
+        # Per-method metrics: shard 0 is the I/O thread's, shard 1 + i worker i's (made at
+        # start(), once every method is registered).
+        self._shards: list[list[_MethodStats]] = []
         self.register(PING_METHOD, PingRequest, self._ping, anonymous=True, inline=True)
 
     # -- setup -------------------------------------------------------------------------
@@ -218,7 +248,7 @@ class RpcServer:
         assert inline or not one_way, "one-way methods run inline"
         assert not (privileged and (anonymous or one_way)), "a privileged call names its server"
         self._methods[method] = _Method(
-            request_type, handler, anonymous, inline, one_way, privileged
+            request_type, handler, anonymous, inline, one_way, privileged, len(self._methods)
         )
 
     @property
@@ -238,9 +268,14 @@ class RpcServer:
         except BaseException:
             self._close_sockets()
             raise
+        if self._metrics:
+            self._shards = [
+                [_MethodStats() for _ in self._methods] for _ in range(self._workers + 1)
+            ]
         self._pool = [
             threading.Thread(
                 target=self._worker_loop,
+                args=(self._shards[i + 1] if self._shards else None,),
                 name=f"rpc-{self.service or 'server'}-worker-{i}",
                 daemon=True,
             )
@@ -291,6 +326,86 @@ class RpcServer:
             out = {key: n + self._io_stats[key] for key, n in self._stats.items()}
             out["inflight"] = self._inflight
             return out
+
+    def method_stats(self) -> dict[str, tuple[dict[str, int], LatencyHistogram]]:
+        """Per method called at least once: answers by status name and the latency
+        histogram, the shards added up (empty when metrics are off)."""
+        out: dict[str, tuple[dict[str, int], LatencyHistogram]] = {}
+        if not self._shards:
+            return out
+        for name, method in list(self._methods.items()):
+            statuses = [0] * _STATUS_CODES
+            latency = LatencyHistogram()
+            for shard in self._shards:
+                s = shard[method.index]
+                statuses = [a + b for a, b in zip(statuses, s.statuses, strict=True)]
+                latency.counts = [
+                    a + b for a, b in zip(latency.counts, s.latency.counts, strict=True)
+                ]
+                latency.sum_s += s.latency.sum_s
+            if any(statuses):
+                by_name = {StatusCode.Name(code): n for code, n in enumerate(statuses) if n}
+                out[name] = (by_name, latency)
+        return out
+
+    def collect_metrics(self) -> list[Metric]:
+        """This server's metric families (a daemon registers them through a
+        rpc.observe.ScrapeCollector): calls by method and status, latency by method,
+        requests received, refusals, THROTTLED, calls in flight and queued."""
+        service = self.service or "rpc"
+        calls = CounterMetricFamily(
+            "logcentric_rpc_calls",
+            "Calls answered, by method and status (one-way messages answered or not)",
+            labels=["service", "method", "status"],
+        )
+        per_method = self.method_stats()
+        for name, (statuses, _latency) in sorted(per_method.items()):
+            for status, n in sorted(statuses.items()):
+                calls.add_metric([service, name, status], n)
+        latency = histogram_family(
+            "logcentric_rpc_call_latency_seconds",
+            "From receipt by the I/O thread to the answer built (queueing included)",
+            ["service", "method"],
+            [([service, name], h) for name, (_s, h) in sorted(per_method.items())],
+        )
+        stats = self.stats()
+        requests = CounterMetricFamily(
+            "logcentric_rpc_requests",
+            "Requests and one-way messages read from the socket",
+            labels=["service"],
+        )
+        requests.add_metric([service], stats["requests"])
+        rejected = CounterMetricFamily(
+            "logcentric_rpc_rejected",
+            "Calls refused before or by their handler as malformed (bad_request) or sent "
+            "to another server (invalid_name)",
+            labels=["service", "reason"],
+        )
+        rejected.add_metric([service, "bad_request"], stats["bad_request"])
+        rejected.add_metric([service, "invalid_name"], stats["invalid_name"])
+        throttled = CounterMetricFamily(
+            "logcentric_rpc_throttled",
+            "Calls answered THROTTLED: the worker pool's queue was full",
+            labels=["service"],
+        )
+        throttled.add_metric([service], stats["throttled"])
+        inflight = GaugeMetricFamily(
+            "logcentric_rpc_inflight_calls",
+            "Calls handed to the worker pool and not answered yet (queued or running)",
+            labels=["service"],
+        )
+        inflight.add_metric([service], stats["inflight"])
+        queued = GaugeMetricFamily(
+            "logcentric_rpc_queue_depth_calls",
+            "Calls waiting for a free worker",
+            labels=["service"],
+        )
+        queued.add_metric([service], self._work.qsize())
+        workers = GaugeMetricFamily(
+            "logcentric_rpc_workers", "Threads of the worker pool", labels=["service"]
+        )
+        workers.add_metric([service], self._workers)
+        return [calls, latency, requests, rejected, throttled, inflight, queued, workers]
 
     def close(self, timeout_s: float = 5.0) -> None:
         """Stop reading, let running handlers finish (bounded), close sockets."""
@@ -465,15 +580,18 @@ class RpcServer:
             deadline=deadline,
             sidecars=[f.buffer for f in rest[2:]],
             one_way=one_way,
+            received=received,
         )
         if method.inline:
-            answer = self._invoke(call_id, method, rest[1], ctx, True)
+            answer = self._invoke(call_id, method, rest[1], ctx, True, self._io_shard())
             if answer is not _NO_ANSWER:
                 self._send([identity, *answer])
             return
         with self._stats_lock:
             if self._inflight >= self._queue_max + self._workers:
                 io_stats["throttled"] += 1
+                if self._shards:
+                    self._shards[0][method.index].statuses[_THROTTLED] += 1
                 err = errors.Throttled(
                     f"{self._inflight} calls in progress; try again", retry_after_ms=10
                 )
@@ -494,16 +612,27 @@ class RpcServer:
 
     # -- workers -----------------------------------------------------------------------
 
-    def _worker_loop(self) -> None:
+    def _io_shard(self) -> list[_MethodStats] | None:
+        return self._shards[0] if self._shards else None
+
+    def _worker_loop(self, shard: list[_MethodStats] | None) -> None:
         while True:
             item = self._work.get()
             if item is None or self._stopping.is_set():
                 return
-            self._run(*item)
+            self._run(shard, *item)
 
-    def _run(self, identity, call_id: int, method: _Method, body_frame, ctx: CallContext) -> None:
+    def _run(
+        self,
+        shard: list[_MethodStats] | None,
+        identity,
+        call_id: int,
+        method: _Method,
+        body_frame,
+        ctx: CallContext,
+    ) -> None:
         try:
-            frames = self._invoke(call_id, method, body_frame, ctx, False)
+            frames = self._invoke(call_id, method, body_frame, ctx, False, shard)
             with self._reply_lock:
                 # One wake-up per batch of answers: the I/O thread forwards all queued.
                 wake = not self._replies
@@ -521,21 +650,37 @@ class RpcServer:
                 self._inflight -= 1
 
     def _invoke(
-        self, call_id: int, method: _Method, body_frame, ctx: CallContext, on_io_thread: bool
+        self,
+        call_id: int,
+        method: _Method,
+        body_frame,
+        ctx: CallContext,
+        on_io_thread: bool,
+        shard: list[_MethodStats] | None,
     ) -> list:
+        """The answer's frames ([] for a one-way message that succeeded); the call is
+        counted in `shard` (the calling thread's own) by its status, with its latency."""
+        status, frames = self._answer(call_id, method, body_frame, ctx, on_io_thread)
+        if shard is not None:
+            stats = shard[method.index]
+            stats.statuses[status] += 1
+            stats.latency.observe(time.monotonic() - ctx.received)
+        return frames
+
+    def _answer(
+        self, call_id: int, method: _Method, body_frame, ctx: CallContext, on_io_thread: bool
+    ) -> tuple[int, list]:
         count = self._count_io if on_io_thread else self._count
         if ctx.expired():
             count("timed_out")
-            return self._error_frames(
-                call_id, errors.TimedOut("deadline passed before the call ran")
-            )
+            return self._error(call_id, errors.TimedOut("deadline passed before the call ran"))
         request = method.request_type()
         try:
             request.ParseFromString(body_frame.buffer)
         except (DecodeError, ValueError) as exc:
             count("bad_request")
             self._refusals.warning("call %d to %s: malformed body: %s", call_id, ctx.method, exc)
-            return self._error_frames(
+            return self._error(
                 call_id, errors.BadRequest(f"malformed body for {ctx.method}: {exc}")
             )
         try:
@@ -548,14 +693,14 @@ class RpcServer:
             (self._refusals.warning if ctx.one_way else log.debug)(
                 "call %d to %s answered %s", call_id, ctx.method, err
             )
-            return self._error_frames(call_id, err)
+            return self._error(call_id, err)
         except Exception as exc:  # a handler bug: answer INTERNAL, keep serving
             count("internal")
             log.exception("call %d to %s failed", call_id, ctx.method)
-            return self._error_frames(call_id, errors.Internal(f"{type(exc).__name__}: {exc}"))
+            return self._error(call_id, errors.Internal(f"{type(exc).__name__}: {exc}"))
         if ctx.one_way:
             count("ok")
-            return _NO_ANSWER  # a one-way message is answered only when refused
+            return _OK, _NO_ANSWER  # a one-way message is answered only when refused
         if isinstance(result, Reply):
             body, sidecars = result.body, list(result.sidecars)
         else:
@@ -565,7 +710,7 @@ class RpcServer:
         elif not isinstance(body, Serialized):  # a handler bug, like an exception
             count("internal")
             log.error("call %d to %s: handler returned %s", call_id, ctx.method, type(body))
-            return self._error_frames(
+            return self._error(
                 call_id, errors.Internal(f"{ctx.method} handler returned {type(body).__name__}")
             )
         count("ok")
@@ -574,7 +719,10 @@ class RpcServer:
             header.call_id = call_id
         else:
             header = ResponseHeader(call_id=call_id, status=_OK, server_uuid=self.uuid)
-        return [header.SerializeToString(), body, *sidecars]
+        return _OK, [header.SerializeToString(), body, *sidecars]
+
+    def _error(self, call_id: int, err: errors.RpcError) -> tuple[int, list]:
+        return int(err.status), self._error_frames(call_id, err)
 
     def _error_frames(self, call_id: int, err: errors.RpcError) -> list:
         header = ResponseHeader(
