@@ -22,12 +22,14 @@ from __future__ import annotations
 import logging
 import os
 import struct
+import time
 from dataclasses import dataclass
 
 import crc32c
 from pysyncobj.journal import Journal
 
 from rpc.errors import Corruption
+from rpc.observe import LatencyHistogram
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +42,8 @@ RECORD_HEAD = struct.Struct("<II")  # payload length, crc32c(payload)
 ENTRY_HEAD = struct.Struct("<QQ")  # index, term
 RECORD_PAYLOAD_BYTES_MAX = 256 << 20
 META_BODY = struct.Struct("<QQH")  # term, commit index, voted-for length
+# Records written per group commit (one write, one fdatasync), for the metrics.
+GROUP_COMMIT_RECORDS_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096)
 
 
 def encode_record(command: bytes, idx: int, term: int) -> bytes:
@@ -182,6 +186,9 @@ class DurableJournal(Journal):
         self._needs_sync = False
         self._syncs = 0
         self._records_written = 0
+        # Written by sync() only, on pysyncobj's tick thread: one writer, no lock.
+        self.sync_latency = LatencyHistogram()
+        self.group_commit_records = LatencyHistogram(GROUP_COMMIT_RECORDS_BUCKETS)
         self._term = 0
         self._voted_for: str | None = None
         self._commit_index = 1
@@ -326,6 +333,7 @@ class DurableJournal(Journal):
         """Group commit: write every buffered record and fdatasync once. True if it synced."""
         if self._closed or (not self._pending and not self._needs_sync):
             return False
+        records = 0
         if self._pending:
             view = memoryview(bytes(self._pending))
             off = self._end
@@ -333,10 +341,14 @@ class DurableJournal(Journal):
                 n = os.pwrite(self._fd, view, off)
                 view = view[n:]
                 off += n
-            self._records_written += self._pending_records()
+            records = self._pending_records()
+            self._records_written += records
             self._end = off
             self._pending.clear()
+        started = time.monotonic()
         os.fdatasync(self._fd)
+        self.sync_latency.observe(time.monotonic() - started)
+        self.group_commit_records.observe(records)
         self._needs_sync = False
         self._syncs += 1
         return True

@@ -70,6 +70,7 @@ from rpc.errors import (
     TimedOut,
     Unavailable,
 )
+from rpc.observe import LatencyHistogram
 
 logger = logging.getLogger(__name__)
 
@@ -1144,6 +1145,8 @@ class ReplicatedLogStore:
         """The rest of __init__, once the replica's dir is locked."""
         self._state = LogState()
         self._lock = threading.Lock()
+        self.append_latency = LatencyHistogram()  # append(), submit to outcome (metrics)
+        self._append_latency_lock = threading.Lock()
         self._journal = DurableJournal(self.data_dir)
         self._snapshots = SnapshotHooks(self._state, self._lock, journal=self._journal)
         c = self.config
@@ -1217,9 +1220,14 @@ class ReplicatedLogStore:
         if expected_id is not None:
             expected_id = int(expected_id)
         check_append_request(log, data, expected_id, inv)
-        outcome = self._submit(
-            self._enqueue_append, ((log, bytes(data), expected_id, inv),), timeout_s, False
-        )
+        started = time.monotonic()
+        try:
+            outcome = self._submit(
+                self._enqueue_append, ((log, bytes(data), expected_id, inv),), timeout_s, False
+            )
+        finally:  # every outcome, failures included (metrics, design/operability.md)
+            with self._append_latency_lock:
+                self.append_latency.observe(time.monotonic() - started)
         return outcome_id(outcome)
 
     def append_async(
