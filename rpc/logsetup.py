@@ -9,6 +9,7 @@ thread's name, and `exc` with the traceback when there is one; fields passed in 
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import json
 import logging
@@ -73,3 +74,61 @@ def configure(
     root.addHandler(handler)
     root.setLevel(level)
     return handler
+
+
+def _bytes_max(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of bytes: {text!r}") from None
+    if not 4096 <= value <= 1 << 40:
+        raise argparse.ArgumentTypeError(f"must be 4096..2^40 bytes, got {text}")
+    return value
+
+
+def _backups(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a count: {text!r}") from None
+    if not 0 <= value <= 1000:
+        raise argparse.ArgumentTypeError(f"must be 0..1000, got {text}")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """A daemon's log flags: --log-format, --log-file, --log-file-bytes-max, --log-file-backups."""
+    parser.add_argument(
+        "--log-format",
+        choices=FORMATS,
+        default="text",
+        help="text lines or JSON lines (default text)",
+    )
+    parser.add_argument(
+        "--log-file",
+        default="",
+        help="write the log to this file, rotated by size (default stderr)",
+    )
+    parser.add_argument(
+        "--log-file-bytes-max",
+        type=_bytes_max,
+        default=MAX_BYTES_DEFAULT,
+        help="rotate the log file at this size (default %(default)d)",
+    )
+    parser.add_argument(
+        "--log-file-backups",
+        type=_backups,
+        default=BACKUPS_DEFAULT,
+        help="rotated files kept (default %(default)d)",
+    )
+
+
+def configure_from_args(args: argparse.Namespace, level: str | int) -> logging.Handler:
+    """`configure` from the flags `add_arguments` added."""
+    return configure(
+        level=level,
+        fmt=args.log_format,
+        file=args.log_file or None,
+        max_bytes=args.log_file_bytes_max,
+        backups=args.log_file_backups,
+    )
