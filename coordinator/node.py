@@ -21,6 +21,7 @@ import uuid as uuidlib
 from dataclasses import dataclass, field
 
 from coordinator.catalog import Catalog
+from coordinator.console import Console, ConsoleSource
 from coordinator.crashpoints import CrashPoints
 from coordinator.engine import Engine, EngineConfig
 from coordinator.gateway import RpcTabletServerGateway
@@ -35,6 +36,7 @@ from logstore.service import LogStoreService
 from rpc.addresses import parse_host_port
 from rpc.dirlock import lock_server_dir
 from rpc.errors import BadRequest, Unavailable
+from rpc.observe import HttpEndpoint, new_registry
 from rpc.protocols import coordinator_pb2 as pb
 from rpc.server import CallContext, RpcServer
 
@@ -61,6 +63,8 @@ class NodeConfig:
     lease: LeaseConfig = field(default_factory=LeaseConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)
     replication: ReplicationConfig = field(default_factory=ReplicationConfig)
+    # The web console, /metrics, /healthz, /readyz (coordinator/console.py): HOST:PORT, "" off.
+    http: str = ""
 
 
 def load_or_create_uuid(data_dir: str, node_id: str) -> str:
@@ -139,6 +143,8 @@ class CoordinatorNode:
         )
         self._register()
         self._closed = threading.Event()
+        self.http: HttpEndpoint | None = None
+        self._console: ConsoleSource | None = None
         try:
             self.server.start()
             self.address = self.server.address
@@ -166,10 +172,29 @@ class CoordinatorNode:
             self.engine.start()
             self.replication.start()
             self.lease.start()
+            self.http = self._start_http() if config.http else None
         except BaseException:
             self.close()
             raise
         logger.info("coordinator %s (%s) serving on %s", config.node_id, self.uuid, self.address)
+
+    def _start_http(self) -> HttpEndpoint:
+        """The console's pages and readiness on the node's HTTP endpoint (rpc/observe.py)."""
+        self._console = ConsoleSource(self, http_address=lambda: self.http_address)
+        endpoint = HttpEndpoint(
+            self.config.http,
+            new_registry(),
+            name="coordinator",
+            ready=self._console.readiness,
+            pages=[Console(self._console).handle],
+        )
+        endpoint.start()
+        logger.info("coordinator %s console at %s", self.config.node_id, endpoint.url)
+        return endpoint
+
+    @property
+    def http_address(self) -> str:
+        return self.http.address if self.http is not None else ""
 
     def _on_role_change(self, role, epoch: int) -> None:
         if self.engine is not None:
@@ -179,6 +204,10 @@ class CoordinatorNode:
         if self._closed.is_set():
             return
         self._closed.set()
+        if self.http is not None:
+            self.http.close()
+        if self._console is not None:
+            self._console.close()
         lease = getattr(self, "lease", None)
         if lease is not None:
             lease.close()
@@ -318,6 +347,7 @@ class CoordinatorNode:
         if self.config.raft_address and callable(store_status):
             response.raft_address = self.config.raft_address
             response.log_members.extend(store_status().get("members", ()))
+        response.http_address = self.http_address
         return response
 
     # ------------------------------------------------------------ group membership
