@@ -160,6 +160,7 @@ def cmd_start(args) -> int:
         logstore_addresses=tuple(_split(args.logstore)),
         lease=lease,
         engine=EngineConfig(tserver_timeout_s=args.tserver_timeout_s),
+        http=args.http,
     )
     try:
         node = CoordinatorNode(config)
@@ -167,7 +168,8 @@ def cmd_start(args) -> int:
         print(f"coordinator: cannot start: {e}", file=sys.stderr)
         return 1
     with node:
-        print(f"coordinator {args.id} uuid={node.uuid} rpc={node.address}", flush=True)
+        console = f" http={node.http.url}" if node.http is not None else ""
+        print(f"coordinator {args.id} uuid={node.uuid} rpc={node.address}{console}", flush=True)
         while not stop.wait(1.0):
             pass
     return _stopped_by(signalled)
@@ -242,6 +244,12 @@ def build_parser() -> argparse.ArgumentParser:
     start.add_argument("--data-dir", required=True)
     start.add_argument(
         "--bind", type=address_arg, default="127.0.0.1:7100", help="client RPC HOST:PORT"
+    )
+    start.add_argument(
+        "--http",
+        type=address_arg,
+        default="",
+        help="web console, /metrics, /healthz, /readyz on HOST:PORT (port 0: any; default off)",
     )
     start.add_argument(
         "--raft", type=_raft_address, default="", help="this node's logstore Raft HOST:PORT"
