@@ -28,6 +28,7 @@ import sys
 import threading
 
 from logstore.api import READ_LIMIT_MAX
+from rpc import logsetup
 from rpc.addresses import address_arg, address_list_arg
 from rpc.console import (
     add_cluster_arguments,
@@ -123,13 +124,16 @@ def cmd_serve(args) -> int:
         password=password,
         allow_insecure_dev=args.insecure_dev,
         replica=replica,
+        http_bind=args.http,
     )
     # The tick thread, the rpc I/O thread and the handlers hand the GIL to each other on
     # every append; Python's default 5 ms switch interval would dominate the latency.
     sys.setswitchinterval(args.switch_interval_s)
     with LogStoreServer(config) as server:
+        http = f" http={server.http_url}" if server.http_url else ""
         print(
-            f"logstore serving uuid={server.uuid} rpc={server.address} raft={args.raft_address}",
+            f"logstore serving uuid={server.uuid} rpc={server.address} raft={args.raft_address}"
+            + http,
             flush=True,
         )
         while not stop.wait(1.0):
@@ -343,6 +347,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--compaction-min-entries", type=int, default=20_000)
     s.add_argument("--switch-interval-s", type=float, default=0.0005, help="sys.setswitchinterval")
+    s.add_argument(
+        "--http",
+        type=lambda text: address_arg(text) if text else "",
+        default="",
+        help="HOST:PORT of /metrics, /healthz, /readyz (port 0: any; default: none)",
+    )
+    logsetup.add_arguments(s)
     s.set_defaults(func=cmd_serve)
 
     def client_parser(name: str, help_text: str, *, read_only: bool = False, json_what=""):
@@ -438,10 +449,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.func is cmd_serve and (problem := _timing_problem(args)):
         parser.error(problem)
-    logging.basicConfig(
-        level=getattr(logging, str(args.log_level).upper(), logging.WARNING),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    level = getattr(logging, str(args.log_level).upper(), logging.WARNING)
+    if args.func is cmd_serve:
+        logsetup.configure_from_args(args, level)
+    else:
+        logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     return run_command(
         args.func, args, f"logstore {args.command}", (RpcError, OSError), name="logstore"
     )

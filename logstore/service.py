@@ -8,19 +8,27 @@ answers carry a ConditionFailedDetail body with the log's current last id.
 The server's UUID is created once and kept in `<data_dir>/uuid`, so a replica keeps its
 name across restarts and a wiped data directory gets a new one (INVALID_NAME for callers
 that still use the old name).
+
+With `http_bind`, the server also serves rpc.observe's HTTP endpoint: `/metrics` (the rpc
+server's families and the replica's, `replica_metrics`), `/healthz`, and `/readyz` (ready
+when the replica knows a leader and has applied up to the commit index it last saw).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import threading
 import uuid as uuidlib
 from dataclasses import dataclass
+
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from logstore import logstore_pb2 as pb
 from logstore.api import LogConditionFailed
 from logstore.journal import write_file_atomically
 from logstore.replicated import ReplicaConfig, ReplicatedLogStore
+from rpc import observe
 from rpc.errors import BadRequest
 from rpc.server import CallContext, RpcServer
 
@@ -56,6 +64,8 @@ class ServeConfig:
     workers: int = 64
     queue_max: int = 1024
     replica: ReplicaConfig = ReplicaConfig()
+    http_bind: str = ""  # HOST:PORT of /metrics, /healthz, /readyz; "" serves none
+    metrics: bool = True  # per-method rpc metrics (False: for benchmarks)
 
 
 def _timeout(ctx: CallContext) -> float:
@@ -64,6 +74,124 @@ def _timeout(ctx: CallContext) -> float:
 
 def _entry_pb(e) -> pb.EntryPB:
     return pb.EntryPB(id=e.id, data=e.data, invalidates=e.invalidates)
+
+
+RAFT_ROLES = ("leader", "follower", "candidate")
+
+
+def replica_metrics(store: ReplicatedLogStore) -> list[Metric]:
+    """The metric families of one replica (`logstore serve`'s, or a coordinator node's
+    embedded one), read at scrape time: Raft term, commit, applied and last index, role,
+    members; append latency; Raft batches of appends; journal fsync latency, records per
+    group commit, syncs and size."""
+    s = store.status()
+    out: list[Metric] = []
+
+    def gauge(name: str, doc: str, value: float) -> None:
+        g = GaugeMetricFamily(name, doc)
+        g.add_metric([], value)
+        out.append(g)
+
+    gauge("logcentric_logstore_raft_term", "Current Raft term", s["term"])
+    gauge("logcentric_logstore_raft_commit_index", "Raft commit index", s["commit_index"])
+    gauge("logcentric_logstore_raft_applied_index", "Last Raft index applied", s["applied_index"])
+    gauge(
+        "logcentric_logstore_raft_last_index", "Last Raft index in the journal", s["last_log_index"]
+    )
+    role = GaugeMetricFamily(
+        "logcentric_logstore_raft_role", "1 for this replica's Raft role", labels=["role"]
+    )
+    for name in RAFT_ROLES:
+        role.add_metric([name], 1.0 if s["role"] == name else 0.0)
+    out.append(role)
+    gauge(
+        "logcentric_logstore_raft_leader_known",
+        "1 when a leader is known",
+        1.0 if s["leader"] else 0.0,
+    )
+    gauge("logcentric_logstore_members", "Voting replicas of the group", len(s["members"]))
+    gauge(
+        "logcentric_logstore_connected_peers",
+        "Other replicas this one has a connection to",
+        len(s["connected"]),
+    )
+    with store._append_latency_lock:  # same package: the replica's own metric
+        latency = _copy(store.append_latency)
+    out.append(
+        observe.histogram_family(
+            "logcentric_logstore_append_latency_seconds",
+            "append() on this replica from submit to outcome (failures included)",
+            [],
+            [([], latency)],
+        )
+    )
+    node = store._node  # pysyncobj node: counters of its tick thread, read without a lock
+    batches = CounterMetricFamily(
+        "logcentric_logstore_append_batches", "Raft commands proposed, each a batch of appends"
+    )
+    batches.add_metric([], node._ls_batches)
+    out.append(batches)
+    batched = CounterMetricFamily(
+        "logcentric_logstore_batched_appends",
+        "Appends proposed in batches (divided by append_batches: the mean batch size)",
+    )
+    batched.add_metric([], node._ls_batched_appends)
+    out.append(batched)
+    journal = store._journal
+    out.append(
+        observe.histogram_family(
+            "logcentric_logstore_journal_fsync_latency_seconds",
+            "One fdatasync of the journal (a group commit)",
+            [],
+            [([], _copy(journal.sync_latency))],
+        )
+    )
+    out.append(
+        observe.histogram_family(
+            "logcentric_logstore_journal_group_commit_records",
+            "Journal records written by one group commit (write + fdatasync)",
+            [],
+            [([], _copy(journal.group_commit_records))],
+        )
+    )
+    syncs = CounterMetricFamily("logcentric_logstore_journal_syncs", "Journal group commits")
+    syncs.add_metric([], s["journal_syncs"])
+    out.append(syncs)
+    gauge("logcentric_logstore_journal_bytes", "Size of the journal file", s["journal_bytes"])
+    gauge("logcentric_logstore_snapshot_bytes", "Size of the last snapshot", s["snapshot_bytes"])
+    gauge("logcentric_logstore_live_entries", "Live entries of every log", s["live_entries"])
+    return out
+
+
+def _copy(h: observe.LatencyHistogram) -> observe.LatencyHistogram:
+    """A consistent-enough copy of a histogram another thread writes (the count sums its
+    buckets, so the exposition never shows a bucket above +Inf)."""
+    copy = observe.LatencyHistogram(h._bounds)
+    copy.counts = list(h.counts)
+    copy.sum_s = h.sum_s
+    return copy
+
+
+class ReplicaReadiness:
+    """/readyz of a replica: ready when it knows a leader and has applied up to the commit
+    index it saw at the previous check (the current one at the first)."""
+
+    def __init__(self, store: ReplicatedLogStore) -> None:
+        self.store = store
+        self._lock = threading.Lock()
+        self._commit_seen: int | None = None
+
+    def __call__(self) -> tuple[bool, list[str]]:
+        s = self.store.status()
+        why = []
+        with self._lock:
+            target = s["commit_index"] if self._commit_seen is None else self._commit_seen
+            self._commit_seen = s["commit_index"]
+        if not s["leader"]:
+            why.append(f"no Raft leader known (role {s['role']}, term {s['term']})")
+        if s["applied_index"] < target:
+            why.append(f"applied index {s['applied_index']} behind commit index {target}")
+        return not why, why
 
 
 class LogStoreService:
@@ -178,11 +306,27 @@ class LogStoreServer:
                 service=SERVICE,
                 workers=config.workers,
                 queue_max=config.queue_max,
+                metrics=config.metrics,
             )
             self.service.register(self.rpc)
             self.rpc.start()
             self.service.rpc_address = self.rpc.address
+            self.metrics_registry = observe.new_registry()
+            self.metrics_registry.register(observe.ScrapeCollector(self.rpc.collect_metrics))
+            self.metrics_registry.register(
+                observe.ScrapeCollector(lambda: replica_metrics(self.store))
+            )
+            self.http: observe.HttpEndpoint | None = None
+            if config.http_bind:
+                self.http = observe.HttpEndpoint(
+                    config.http_bind,
+                    self.metrics_registry,
+                    name="logstore",
+                    ready=ReplicaReadiness(self.store),
+                ).start()
         except BaseException:
+            if getattr(self, "rpc", None) is not None:
+                self.rpc.close()
             self.store.close()
             raise
 
@@ -190,8 +334,14 @@ class LogStoreServer:
     def address(self) -> str:
         return self.rpc.address
 
+    @property
+    def http_url(self) -> str:
+        return self.http.url if self.http is not None else ""
+
     def close(self) -> None:
         try:
+            if self.http is not None:
+                self.http.close()
             self.rpc.close()
         finally:
             self.store.close()
