@@ -463,6 +463,12 @@ class CoordinatorClient:
             backoff_s = min(backoff_s * 2, BACKOFF_MAX_S)
         if last is None:  # the deadline passed before a first attempt could be made
             raise TimedOut(f"Coordinator.{method}: no time left for a first attempt")
+        if isinstance(last, Unavailable) and last.retry_after_ms:
+            # The leader answered, but could not do it yet (e.g. the tablet servers it needs
+            # are down): say that, not that no leader answered.
+            raise TimedOut(
+                f"Coordinator.{method}: the leader could not do it before the deadline: {last}"
+            )
         raise TimedOut(f"Coordinator.{method}: no leader answered in time (last error: {last})")
 
     def call_at(

@@ -59,3 +59,22 @@ def test_a_deadline_gone_before_the_first_attempt_says_so():
             assert "no time left for a first attempt" in str(e), e
         else:
             raise AssertionError("a call with no time left answered")
+
+
+def test_a_leader_that_cannot_do_it_yet_is_not_called_absent():
+    """A leader answering UNAVAILABLE with a retry hint (tablet servers down) until the
+    deadline: the error says the leader could not do it, not that no leader answered."""
+    server = RpcServer("node-a", service="coordinator", workers=1)
+
+    def create(req, ctx):
+        raise errors.Unavailable("3 tablet servers are DOWN", retry_after_ms=100)
+
+    server.register("Coordinator.ListTables", pb.ListTablesRequest, create)
+    with server, CoordinatorClient([server.address], timeout_s=20) as client:
+        try:
+            client.call("ListTables", pb.ListTablesRequest(), pb.ListTablesResponse, 1.0)
+        except errors.TimedOut as e:
+            assert "the leader could not do it before the deadline" in str(e), e
+            assert "3 tablet servers are DOWN" in str(e), e
+        else:
+            raise AssertionError("an UNAVAILABLE leader answered OK")
