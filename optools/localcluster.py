@@ -53,6 +53,7 @@ class NodeSpec:
     rpc: str
     data: str
     raft: str = ""  # coordinators only
+    http: str = ""  # web console HOST:PORT (coordinators; "" none)
     pid: int = 0
 
 
@@ -147,6 +148,7 @@ class LocalCluster:
                     name=f"coordinator-{i}",
                     rpc=f"127.0.0.1:{free_port()}",
                     raft=f"127.0.0.1:{free_port()}",
+                    http=f"127.0.0.1:{free_port()}",
                     data=str(root / f"coordinator-{i}"),
                 )
             )
@@ -199,6 +201,8 @@ class LocalCluster:
         ]  # fmt: skip
         if peers:
             args += ["--peers", peers]
+        if node.http:
+            args += ["--http", node.http]
         return args
 
     def start_coordinator(self, i: int) -> None:
@@ -549,6 +553,9 @@ def _up(cluster: LocalCluster, args) -> int:
     print(f"cluster up in {elapsed_s:.1f}s; data and logs in {cluster.root}")
     print(f"coordinators: {','.join(cluster.spec.coordinator_addresses)}")
     print(f"tservers: {','.join(n.rpc for n in cluster.spec.tservers)}")
+    consoles = [f"http://{n.http}/" for n in cluster.spec.coordinators if n.http]
+    if consoles:
+        print(f"web consoles: {'  '.join(consoles)}")
     if path is not None:
         print(f"registered as cluster {args.name!r} in {path}")
         print(
