@@ -73,6 +73,9 @@ class Heartbeater:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tserver-heartbeat", daemon=True)
         self.beats = 0
+        # What the coordinator leader last said: this server is enlisted and live (for
+        # /readyz); False until a leader says so, and again when it asks to enlist.
+        self.enlisted = False
 
     def start(self) -> Heartbeater:
         self._thread.start()
@@ -100,6 +103,8 @@ class Heartbeater:
             except errors.RpcError as err:
                 log.debug("heartbeat to %s failed: %s", address, err)
                 continue
+            if answer.is_leader:
+                self.enlisted = not answer.needs_enlist
             if answer.is_leader and answer.needs_enlist:
                 enlist = cpb.EnlistServerRequest(
                     server_uuid=self.server_uuid, address=request.address
@@ -107,6 +112,7 @@ class Heartbeater:
                 try:
                     self._call(address, "EnlistServer", enlist, cpb.EnlistServerResponse)
                     log.info("enlisted with the coordinator leader at %s", address)
+                    self.enlisted = True
                 except errors.RpcError as err:
                     log.warning("enlisting at %s failed: %s", address, err)
         self.beats += 1

@@ -103,6 +103,10 @@ class TServerService:
         self._address_fn = address_fn
         self._scanners: dict[str, _Scanner] = {}
         self._scanners_lock = threading.Lock()
+        # Rows this server wrote (as leader) and sent in scan answers, for the metrics.
+        self._counts_lock = threading.Lock()
+        self.rows_written = 0
+        self.rows_scanned = 0
 
     def register(self, server: RpcServer) -> None:
         server.register("TServer.CreateTablet", CreateTabletRequest, self.create_tablet)
@@ -271,6 +275,8 @@ class TServerService:
         tablet = self.manager.tablet(req.tablet_id)
         blocks = [(op, bytes(sc)) for op, sc in zip(req.ops, ctx.sidecars, strict=True)]
         result = tablet.write(req.schema_version, blocks, ctx.deadline)
+        with self._counts_lock:  # metrics (tservers/metrics.py)
+            self.rows_written += result.rows
         return WriteResponse(op_id=result.op_id, rows=result.rows)
 
     def scan(self, req: ScanRequest, ctx: CallContext) -> Reply:
@@ -317,6 +323,8 @@ class TServerService:
                 rows += b.num_rows
             sc.offset += min(sc.batch_rows, sc.table.num_rows - sc.offset)
         has_more = sc.offset < sc.table.num_rows
+        with self._counts_lock:
+            self.rows_scanned += rows
         resp = ScanResponse(has_more=has_more, rows=rows, schema=sc.schema_pb)
         if not sidecars and sc.table.num_rows == 0:
             # An empty result still tells the client its columns.

@@ -1070,6 +1070,7 @@ class CopyJobs:
         self._thread.start()
         self.done = 0
         self.failed = 0
+        self.bytes_finished = 0  # bytes received by copies that ended (metrics)
 
     def start(self, req: StartTabletCopyRequest) -> None:
         from tservers.tablet.replica_files import check_tablet_id
@@ -1135,6 +1136,7 @@ class CopyJobs:
             finally:
                 job.ended = time.monotonic()
                 with self._lock:
+                    self.bytes_finished += job.bytes_done
                     self._running.discard(req.tablet_id)
                     self._jobs.pop(req.tablet_id, None)
                     self._finished.append(job)

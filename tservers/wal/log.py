@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from rpc.observe import LatencyHistogram
 from rpc.protocols.tserver_pb2 import LogEntryPB, OpIdPB, SegmentFooterPB, SegmentHeaderPB
 from tservers.crash import crash_point
 from tservers.metafile import fsync_dir
@@ -31,6 +32,8 @@ from tservers.wal.segment import WalCorruption
 log = logging.getLogger(__name__)
 
 SEGMENT_SIZE_BYTES_DEFAULT = 16 << 20
+# Records (one per tablet append) per group commit, for the metrics.
+GROUP_RECORDS_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
 
 @dataclass(frozen=True, slots=True)
@@ -340,6 +343,9 @@ class Appender:
         self.syncs = 0
         self.records = 0
         self.entries = 0
+        # Metrics, written by the appender thread only (one writer, no lock).
+        self.sync_latency = LatencyHistogram()
+        self.group_records = LatencyHistogram(GROUP_RECORDS_BUCKETS)
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="wal-appender", daemon=True)
         self._thread.start()
@@ -402,12 +408,16 @@ class Appender:
                     tl.failed = e
                     results[i] = e
             crash_point("wal.after_append_before_sync")
+            self.group_records.observe(len(group))
             for tl in touched.values():
                 try:
                     with tl.lock:
+                        started = time.monotonic()
                         tl.sync_locked()
+                        synced_s = time.monotonic() - started
                     if self.opts.sync:
                         self.syncs += 1
+                        self.sync_latency.observe(synced_s)
                 except Exception as e:
                     log.error("WAL sync failed for tablet %s: %s", tl.tablet_id, e)
                     tl.failed = e
