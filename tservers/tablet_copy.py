@@ -1103,6 +1103,14 @@ class CopyJobs:
             jobs = list(self._jobs.values()) + list(self._finished)
             return [j.to_pb(self.rate_limit_bytes_s) for j in jobs]
 
+    def progress(self) -> tuple[int, list[CopyJobPB]]:
+        """Bytes received by ended copies, and the queued and running jobs, read together
+        (their sum only grows: a job's bytes move to the first under the same lock)."""
+        with self._lock:
+            return self.bytes_finished, [
+                j.to_pb(self.rate_limit_bytes_s) for j in self._jobs.values()
+            ]
+
     def cancel(self, tablet_id: str) -> None:
         with self._lock:
             job = self._jobs.get(tablet_id)
