@@ -537,8 +537,7 @@ class RaftDriver:
                 self._config_addressed.add(u)
             elif u in self._config_addressed:
                 if self.addresses.get(u) != a:
-                    log.debug("peer %s: sender address %s ignored (config says %s)", u, a,
-                              self.addresses.get(u))  # fmt: skip
+                    log.debug("peer %s: sender address %s ignored (config's)", u, a)
                 continue
             elif u not in self.addresses:
                 self._learned.append(u)
@@ -854,8 +853,7 @@ class RaftDriver:
                     log.debug("no address for peer %s: %d messages dropped", uuid, len(pbs))
                     continue
                 if len(self._peers) >= PEER_SOCKETS_MAX and not self._evict_peer():
-                    log.debug("%d peer sockets open: %d messages to %s dropped",
-                              len(self._peers), len(pbs), uuid)  # fmt: skip
+                    log.debug("peer sockets full: %d messages to %s dropped", len(pbs), uuid)
                     continue
                 p = self._peers[uuid] = _PeerOut(self, uuid, address)
             p.post(pbs, address)

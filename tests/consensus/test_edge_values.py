@@ -154,11 +154,19 @@ def test_valid_messages_pass_and_round_trip() -> None:
 
 def test_the_bounds_themselves_pass() -> None:
     top = message_to_pb(
-        AppendRequest(T, B, A, TERM_MAX, INDEX_MAX - 1, TERM_MAX,
-                      (Entry(TERM_MAX, INDEX_MAX, EntryType.NOOP),), INDEX_MAX,
-                      read_seq=INDEX_MAX),
+        AppendRequest(
+            T,
+            B,
+            A,
+            TERM_MAX,
+            INDEX_MAX - 1,
+            TERM_MAX,
+            (Entry(TERM_MAX, INDEX_MAX, EntryType.NOOP),),
+            INDEX_MAX,
+            read_seq=INDEX_MAX,
+        ),
         ADDR,
-    )  # fmt: skip
+    )
     check_message_pb(top)
     resp = message_to_pb(
         AppendResponse(T, B, A, TERM_MAX, True, INDEX_MAX, INDEX_MAX, INDEX_MAX, INDEX_MAX), ""
@@ -263,9 +271,10 @@ def test_enums_out_of_range_are_refused() -> None:
             mutated("append_response", lambda m, v=value: setattr(m.append_response, "status", v))
         )
         refused(
-            mutated("append_request", lambda m, v=value: setattr(m.append_request.entries[0],
-                                                                 "type", v))
-        )  # fmt: skip
+            mutated(
+                "append_request", lambda m, v=value: setattr(m.append_request.entries[0], "type", v)
+            )
+        )
     bad_success = mutated("append_response", lambda m: setattr(m.append_response, "success", True))
     bad_success.append_response.status = 2
     refused(bad_success)
@@ -313,17 +322,18 @@ def test_entry_bodies_and_configs_are_checked() -> None:
         )
     for bad in BAD_ADDRESSES:
         refused(
-            mutated("append_request",
-                    lambda m, b=bad: setattr(entry(2)(m).config.peers[0], "address", b))
-        )  # fmt: skip
+            mutated(
+                "append_request",
+                lambda m, b=bad: setattr(entry(2)(m).config.peers[0], "address", b),
+            )
+        )
     no_voter = mutated("append_request", lambda m: None)
     for p in no_voter.append_request.entries[2].config.peers:
         p.member_type = MemberTypePB.NON_VOTER
     refused(no_voter)
     refused(
-        mutated("append_request",
-                lambda m: setattr(entry(2)(m).config.peers[0], "member_type", 7))
-    )  # fmt: skip
+        mutated("append_request", lambda m: setattr(entry(2)(m).config.peers[0], "member_type", 7))
+    )
     twice = mutated("append_request", lambda m: None)
     twice.append_request.entries[2].config.peers[1].uuid = A
     refused(twice)
@@ -568,8 +578,9 @@ def begin_resp(**kw) -> BeginCopySessionResponse:
         CopyFilePB(kind="data", name="block-000000001.arrow", size_bytes=100),
         CopyFilePB(kind="wal", name="wal-000000001", size_bytes=0),
     ]
-    resp = BeginCopySessionResponse(session_id="0123456789abcdef", superblock=sb, cmeta=cm,
-                                    files=files)  # fmt: skip
+    resp = BeginCopySessionResponse(
+        session_id="0123456789abcdef", superblock=sb, cmeta=cm, files=files
+    )
     for path, value in kw.items():
         *parents, name = path.split("__")
         obj = resp
