@@ -43,6 +43,7 @@ from pathlib import Path
 
 from google.protobuf import text_format
 
+from rpc import logsetup
 from rpc.addresses import address_arg, address_list_arg
 from rpc.console import (
     add_json,
@@ -170,10 +171,7 @@ def _cmd_start(args) -> int:
     coordinators = tuple(args.coordinators)
     if args.cluster:
         coordinators = tuple(cluster_addresses(None, args.cluster))
-    logging.basicConfig(
-        level=args.log_level,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    logsetup.configure_from_args(args, args.log_level)
     cfg = TServerConfig(
         fs_root=Path(args.fs_root),
         bind=args.bind,
@@ -188,6 +186,7 @@ def _cmd_start(args) -> int:
         wal_retain_bytes_max=args.wal_retain_mb << 20,
         quarantine_retention_s=args.quarantine_retention_s,
         quarantine_bytes_max=args.quarantine_bytes_max,
+        http_bind=args.http,
     )
     try:
         # The server holds the fs root's lock until it closes (or the process dies):
@@ -205,7 +204,8 @@ def _cmd_start(args) -> int:
         server.close()
         text = e.message if isinstance(e, RpcError) else str(e)
         raise CliError(f"cannot start: {text}") from e
-    print(f"tserver {server.uuid} serving on {server.address}", flush=True)
+    http = f" http={server.observer.url}" if server.observer.url else ""
+    print(f"tserver {server.uuid} serving on {server.address}{http}", flush=True)
     while not stop.wait(1.0):
         pass
     logging.getLogger(__name__).info("shutting down")
@@ -885,6 +885,13 @@ def build_parser() -> argparse.ArgumentParser:
         "G or T suffix: powers of 1024) (default %(default)d, 10 GiB)",
     )
     s.add_argument("--log-level", type=_log_level, default="info")
+    s.add_argument(
+        "--http",
+        type=lambda text: address_arg(text) if text else "",
+        default="",
+        help="HOST:PORT of /metrics, /healthz, /readyz (port 0: any; default: none)",
+    )
+    logsetup.add_arguments(s)
     s.set_defaults(func=_cmd_start)
 
     fs = sub.add_parser("fs", help="file system root").add_subparsers(dest="fs_cmd", required=True)

@@ -11,6 +11,7 @@ from pathlib import Path
 from rpc.server import RpcServer
 from tservers.fs import FsLayout, lock_root
 from tservers.heartbeat import HEARTBEAT_INTERVAL_S_DEFAULT, Heartbeater
+from tservers.metrics import TServerObserver
 from tservers.quarantine import BYTES_MAX_DEFAULT, RETENTION_S_DEFAULT
 from tservers.quarantine import Policy as QuarantinePolicy
 from tservers.raft_driver import RETAIN_BYTES_MAX_DEFAULT, RETAIN_ENTRIES_MAX_DEFAULT, DriverOptions
@@ -50,6 +51,8 @@ class TServerConfig:
     # oldest first, while the quarantine holds more than quarantine_bytes_max.
     quarantine_retention_s: float = RETENTION_S_DEFAULT
     quarantine_bytes_max: int = BYTES_MAX_DEFAULT
+    http_bind: str = ""  # HOST:PORT of /metrics, /healthz, /readyz (tservers/metrics.py)
+    metrics: bool = True  # per-method rpc metrics (False: for benchmarks)
 
 
 class TabletServer:
@@ -87,7 +90,9 @@ class TabletServer:
             else None,
         )
         self.rpc: RpcServer | None = None
+        self.service: TServerService | None = None
         self.heartbeater: Heartbeater | None = None
+        self.observer = TServerObserver(self)
 
     @property
     def uuid(self) -> str:
@@ -111,8 +116,10 @@ class TabletServer:
             workers=self.config.workers,
             queue_max=self.config.queue_max,
             message_bytes_max=self.config.message_bytes_max,
+            metrics=self.config.metrics,
         )
-        TServerService(self.manager, lambda: self.address).register(self.rpc)
+        self.service = TServerService(self.manager, lambda: self.address)
+        self.service.register(self.rpc)
         self.rpc.start()
         self.manager.driver.set_address(self.rpc.address)
         log.info(
@@ -130,6 +137,7 @@ class TabletServer:
                 self.config.coordinators,
                 interval_s=self.config.heartbeat_interval_s,
             ).start()
+        self.observer.start(self.config.http_bind)
         if wait_open:
             self.manager.wait_open()
             log.info(
@@ -142,6 +150,7 @@ class TabletServer:
         return self
 
     def close(self) -> None:
+        self.observer.close()
         if self.heartbeater is not None:
             self.heartbeater.close()
         if self.rpc is not None:
