@@ -28,6 +28,7 @@ from coordinator.gateway import RpcTabletServerGateway
 from coordinator.leases import LeaseConfig
 from coordinator.leases.driver import LeaseDriver
 from coordinator.locations import LocationCache
+from coordinator.metrics import CoordinatorObserver
 from coordinator.replay.replayer import Replayer
 from coordinator.replication import ReplicationConfig, ReplicationManager
 from logstore import logstore_pb2 as lspb
@@ -36,7 +37,7 @@ from logstore.service import LogStoreService
 from rpc.addresses import parse_host_port
 from rpc.dirlock import lock_server_dir
 from rpc.errors import BadRequest, Unavailable
-from rpc.observe import HttpEndpoint, new_registry
+from rpc.observe import HttpEndpoint
 from rpc.protocols import coordinator_pb2 as pb
 from rpc.server import CallContext, RpcServer
 
@@ -143,6 +144,10 @@ class CoordinatorNode:
         )
         self._register()
         self._closed = threading.Event()
+        # Metrics and the watcher's log lines (coordinator/metrics.py); its registry is the
+        # one the HTTP endpoint serves.
+        self.observer = CoordinatorObserver(self)
+        self.metrics_registry = self.observer.registry
         self.http: HttpEndpoint | None = None
         self._console: ConsoleSource | None = None
         try:
@@ -172,6 +177,7 @@ class CoordinatorNode:
             self.engine.start()
             self.replication.start()
             self.lease.start()
+            self.observer.start()
             self.http = self._start_http() if config.http else None
         except BaseException:
             self.close()
@@ -183,7 +189,7 @@ class CoordinatorNode:
         self._console = ConsoleSource(self, http_address=lambda: self.http_address)
         endpoint = HttpEndpoint(
             self.config.http,
-            new_registry(),
+            self.metrics_registry,
             name="coordinator",
             ready=self._console.readiness,
             pages=[Console(self._console).handle],
@@ -197,6 +203,7 @@ class CoordinatorNode:
         return self.http.address if self.http is not None else ""
 
     def _on_role_change(self, role, epoch: int) -> None:
+        self.observer.on_role_change(role, epoch)
         if self.engine is not None:
             self.engine.on_role_change(role, epoch)
 
@@ -206,6 +213,7 @@ class CoordinatorNode:
         self._closed.set()
         if self.http is not None:
             self.http.close()
+        self.observer.close()
         if self._console is not None:
             self._console.close()
         lease = getattr(self, "lease", None)

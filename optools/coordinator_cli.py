@@ -34,6 +34,7 @@ import signal
 import sys
 import threading
 
+from rpc import logsetup
 from rpc.addresses import address_arg
 from rpc.console import (
     add_cluster_arguments,
@@ -271,6 +272,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     start.add_argument("--lease-timeout-s", type=float, default=1.0)
     start.add_argument("--tserver-timeout-s", type=admin.timeout_arg, default=5.0)
+    logsetup.add_arguments(start)
     start.set_defaults(func=cmd_start)
 
     # status (a ksck), tables, create/drop-table, describe, replication, ..., remove-tserver
@@ -347,10 +349,10 @@ def _resolve_cluster(func):
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     level = args.log_level or ("INFO" if args.command == "start" else "WARNING")
-    logging.basicConfig(
-        level=level,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    if args.command == "start":
+        logsetup.configure_from_args(args, level)
+    else:
+        logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from rpc.console import run_command
     from rpc.errors import RpcError
 
