@@ -53,7 +53,7 @@ class NodeSpec:
     rpc: str
     data: str
     raft: str = ""  # coordinators only
-    http: str = ""  # web console HOST:PORT (coordinators; "" none)
+    http: str = ""  # HOST:PORT of /metrics, /healthz, /readyz (and a coordinator's console)
     pid: int = 0
 
 
@@ -135,6 +135,10 @@ class LocalCluster:
                     f"{root} holds a cluster of {len(existing.coordinators)} coordinator(s) and "
                     f"{len(existing.tservers)} tablet server(s); use the same numbers or --wipe"
                 )
+            for node in [*existing.coordinators, *existing.tservers]:
+                if not node.http:  # a folder made before daemons served HTTP
+                    node.http = f"127.0.0.1:{free_port()}"
+                    existing.save()
             return LocalCluster(existing)
         coordinators = NEW_COORDINATORS if coordinators is None else coordinators
         tservers = NEW_TSERVERS if tservers is None else tservers
@@ -157,6 +161,7 @@ class LocalCluster:
                 NodeSpec(
                     name=f"tserver-{i}",
                     rpc=f"127.0.0.1:{free_port()}",
+                    http=f"127.0.0.1:{free_port()}",
                     data=str(root / f"tserver-{i}"),
                 )
             )
@@ -220,15 +225,15 @@ class LocalCluster:
                 check=True,
                 capture_output=True,
             )
-        self._spawn(
-            node,
-            [
-                "tservers.cli", "start",
-                "--fs-root", node.data,
-                "--bind", node.rpc,
-                "--coordinators", ",".join(self.spec.coordinator_addresses),
-            ],
-        )  # fmt: skip
+        args = [
+            "tservers.cli", "start",
+            "--fs-root", node.data,
+            "--bind", node.rpc,
+            "--coordinators", ",".join(self.spec.coordinator_addresses),
+        ]  # fmt: skip
+        if node.http:
+            args += ["--http", node.http]
+        self._spawn(node, args)
 
     def up(self, timeout_s: float = READY_TIMEOUT_S_DEFAULT, progress=None) -> None:
         for i in range(len(self.spec.coordinators)):
@@ -556,6 +561,9 @@ def _up(cluster: LocalCluster, args) -> int:
     consoles = [f"http://{n.http}/" for n in cluster.spec.coordinators if n.http]
     if consoles:
         print(f"web consoles: {'  '.join(consoles)}")
+    metrics = [f"{n.name} http://{n.http}/metrics" for n in cluster.spec.tservers if n.http]
+    if metrics:
+        print(f"tablet server metrics: {'  '.join(metrics)}")
     if path is not None:
         print(f"registered as cluster {args.name!r} in {path}")
         print(
