@@ -37,6 +37,7 @@ SUBNET = "10.77.0"
 BRIDGE_IP = f"{SUBNET}.254"
 RPC_PORT = 7100
 RAFT_PORT = 7200
+HTTP_PORT = 7300
 LOCK_PATH = Path("/run/lock/logcentric-nemesis.lock")
 LOCK_TIMEOUT_S = 600.0
 CMD_TIMEOUT_S = 20.0
@@ -138,6 +139,7 @@ class NemesisCluster(LocalCluster):
                     name=f"coordinator-{i}",
                     rpc=f"{ip}:{RPC_PORT}",
                     raft=f"{ip}:{RAFT_PORT}",
+                    http=f"{ip}:{HTTP_PORT}",  # the web console (also: start needs it today)
                     data=str(root / f"coordinator-{i}"),
                 )
             )

@@ -96,6 +96,14 @@ class Recorder:
             )  # fmt: skip
         return outcome, result
 
+    def acknowledged_write_after(self, key: object, t_s: float) -> bool:
+        """Whether some client's write of `key` invoked after `t_s` was acknowledged."""
+        with self._lock:
+            return any(
+                e.op == "write" and e.key == key and e.outcome == "OK" and e.invoke_s > t_s
+                for e in reversed(self._events)
+            )
+
     def events(self) -> list[Event]:
         with self._lock:
             return list(self._events)
@@ -191,21 +199,29 @@ class RegisterWorkload(Workload):
 
     def worker(self, index: int, rng: random.Random, rec: Recorder, stop: threading.Event) -> None:
         name = f"{self.name}-{index}"
-        cache: dict[int, int | None] = {}
+        broken = self.stale_cache and index == 0
+        cache: dict[int, tuple[int | None, float]] = {}  # key -> (value, when it was read)
         seq = 0
         with self.connect() as client:
             while not stop.is_set():
                 key = rng.randrange(self.keys)
-                if rng.random() < 0.5:
-                    if self.stale_cache and key in cache:
-                        rec.run(self.name, name, "read", key, None, lambda k=key: cache[k], False)
-                        continue
+                if broken and key in cache:
+                    # The broken client: its cached value once another client's write of
+                    # the key was acknowledged since (waiting for one, so that the stale
+                    # read is certain to happen, not left to the interleaving).
+                    value, read_s = cache[key]
+                    while not stop.is_set() and not rec.acknowledged_write_after(key, read_s):
+                        stop.wait(0.05)
+                    if not stop.is_set():
+                        rec.run(self.name, name, "read", key, None, lambda v=value: v, False)
+                    continue
+                if broken or rng.random() < 0.5:
                     outcome, value = rec.run(
                         self.name, name, "read", key, None, lambda k=key: self.read(client, k),
                         False,
                     )  # fmt: skip
-                    if outcome == "OK" and self.stale_cache:
-                        cache[key] = value  # type: ignore[assignment]
+                    if outcome == "OK" and broken:
+                        cache[key] = (value, time.monotonic() - rec.t0)  # type: ignore[assignment]
                 else:
                     seq += 1
                     value = index * VALUE_STRIDE + seq
