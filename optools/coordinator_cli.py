@@ -248,7 +248,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     start.add_argument(
         "--http",
-        type=address_arg,
+        type=lambda text: address_arg(text) if text.strip() else "",  # "" (default): off
         default="",
         help="web console, /metrics, /healthz, /readyz on HOST:PORT (port 0: any; default off)",
     )
