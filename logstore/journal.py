@@ -183,6 +183,8 @@ class DurableJournal(Journal):
     def __init__(self, directory: str) -> None:
         self._dir = directory
         os.makedirs(directory, exist_ok=True)
+        # Its own entry too: a power loss takes a directory whose parent was never fsynced.
+        fsync_dir(os.path.dirname(os.path.abspath(directory)))
         self._path = os.path.join(directory, "journal")
         self._meta_path = os.path.join(directory, "journal.meta")
         self._entries: list[tuple[bytes, int, int]] = []

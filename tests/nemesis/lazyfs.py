@@ -871,7 +871,10 @@ class LazyFS:
         if os.path.ismount(self.mount):
             res = subprocess.run(["fusermount", "-u", str(self.mount)], capture_output=True)
             if res.returncode != 0:
-                subprocess.run(["umount", "-l", str(self.mount)], capture_output=True)
+                # Busy (a file still open on it): detach it; its users get ENOTCONN once
+                # the file system process is gone.
+                subprocess.run(["fusermount", "-u", "-z", str(self.mount)], capture_output=True)
+                self.proc.terminate()
         try:
             self.proc.wait(timeout=UNMOUNT_TIMEOUT_S)
         except subprocess.TimeoutExpired:
