@@ -1437,6 +1437,8 @@ class Console:
             return _html(render_leases(snap(_Want(log=True))))
         if path == "/copies":
             return _html(render_copies(snap(_Want(copies=True, replication=True))))
+        if path == "/favicon.ico":  # none: answered, so that no browser logs a 404
+            return Page(204, b"", "image/x-icon")
         if path == "/copies.json":
             return Page(200, copies_json(snap(_Want(copies=True))), "application/json")
         for prefix, render, want in (

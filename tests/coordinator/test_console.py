@@ -381,6 +381,7 @@ def test_routing():
     assert quoted is not None and quoted.status == 200
     assert console.handle("/tables/nope", {}).status == 404
     assert console.handle("/tservers/nope", {}).status == 404
+    assert console.handle("/favicon.ico", {}).status == 204
     assert console.handle("/nowhere", {}) is None and console.handle("/tables/", {}) is None
     page = console.handle("/copies.json", {})
     assert page.content_type == "application/json" and json.loads(page.body)["copies"]
