@@ -44,8 +44,10 @@ def partition_to_tserver(partition: pb.Partition) -> ts.PartitionPB:
 class RpcTabletServerGateway:
     """One RpcClient per tablet-server address over one shared transport."""
 
-    def __init__(self, caller_uuid: str) -> None:
+    def __init__(self, caller_uuid: str, *, privileged_key: bytes | None = None) -> None:
         self.caller_uuid = caller_uuid
+        # Signs every call (DeleteTablet is privileged: rpc/privileged.py).
+        self._privileged_key = privileged_key
         self._transport = Transport()
         self._clients: dict[str, RpcClient] = {}
         self._lock = threading.Lock()
@@ -61,7 +63,12 @@ class RpcTabletServerGateway:
             if client is None:
                 if len(self._clients) >= CLIENTS_MAX:
                     self._clients.pop(next(iter(self._clients)))
-                client = RpcClient(address, self.caller_uuid, transport=self._transport)
+                client = RpcClient(
+                    address,
+                    self.caller_uuid,
+                    transport=self._transport,
+                    privileged_key=self._privileged_key,
+                )
                 self._clients[address] = client
             return client
 

@@ -34,6 +34,7 @@ from coordinator.replication import ReplicationConfig, ReplicationManager
 from logstore import logstore_pb2 as lspb
 from logstore.api import LogStore
 from logstore.service import LogStoreService
+from rpc import privileged
 from rpc.addresses import parse_host_port
 from rpc.dirlock import lock_server_dir
 from rpc.errors import BadRequest, Unavailable
@@ -131,7 +132,10 @@ class CoordinatorNode:
             raise
         self.catalog = Catalog()
         self.replayer = Replayer(self.store, self.catalog, name=f"replay-{config.node_id}")
-        self.gateway = RpcTabletServerGateway(self.uuid)
+        # The cluster's password signs the privileged calls this node makes (DeleteTablet,
+        # ChangeConfig) and guards its own (AddNode, RemoveNode): rpc/privileged.py.
+        self.privileged_key = privileged.derive_key(config.password) if config.password else None
+        self.gateway = RpcTabletServerGateway(self.uuid, privileged_key=self.privileged_key)
         self.engine: Engine | None = None
         self.locations: LocationCache | None = None
         self.replication: ReplicationManager | None = None
@@ -141,6 +145,7 @@ class CoordinatorNode:
             service="coordinator",
             workers=RPC_WORKERS,
             queue_max=RPC_QUEUE_MAX,
+            privileged_key=self.privileged_key,
         )
         self._register()
         self._closed = threading.Event()
@@ -171,7 +176,11 @@ class CoordinatorNode:
             )
             self.locations = LocationCache(self.catalog, self.engine.get_tablet_locations)
             self.replication = ReplicationManager(
-                self.catalog, self.uuid, self.engine.serving, config.replication
+                self.catalog,
+                self.uuid,
+                self.engine.serving,
+                config.replication,
+                privileged_key=self.privileged_key,
             )
             self.replayer.start()
             self.engine.start()
@@ -328,8 +337,10 @@ class CoordinatorNode:
         s.register("LogStore.LastId", lspb.LastIdRequest, log_service.last_id, inline=local)
         if local:  # its replica's Raft state, for `logstore status --cluster NAME` (a read)
             s.register("LogStore.Status", lspb.StatusRequest, log_service.status)
-        s.register("Coordinator.AddNode", pb.AddNodeRequest, self._add_node)
-        s.register("Coordinator.RemoveNode", pb.RemoveNodeRequest, self._remove_node)
+        s.register("Coordinator.AddNode", pb.AddNodeRequest, self._add_node, privileged=True)
+        s.register(
+            "Coordinator.RemoveNode", pb.RemoveNodeRequest, self._remove_node, privileged=True
+        )
 
     def _tablet_locations(self, request: pb.GetTabletLocationsRequest, ctx: CallContext):
         """From the cache of serialized answers (coordinator/locations.py), leader only."""

@@ -402,9 +402,13 @@ class ReplicationManager:
         caller_uuid: str,
         serving: Callable[[], bool],
         config: ReplicationConfig | None = None,
+        *,
+        privileged_key: bytes | None = None,
     ) -> None:
         self.catalog = catalog
         self.caller_uuid = caller_uuid
+        # Signs every call (ChangeConfig and DeleteTablet are privileged: rpc/privileged.py).
+        self._privileged_key = privileged_key
         self.serving = serving
         self.config = config or ReplicationConfig()
         self._lock = threading.Lock()
@@ -966,6 +970,11 @@ class ReplicationManager:
         if client is None:
             if len(self._clients) >= CLIENTS_MAX:
                 self._clients.pop(next(iter(self._clients)))
-            client = RpcClient(address, self.caller_uuid, transport=self._transport)
+            client = RpcClient(
+                address,
+                self.caller_uuid,
+                transport=self._transport,
+                privileged_key=self._privileged_key,
+            )
             self._clients[address] = client
         return client

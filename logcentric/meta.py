@@ -252,8 +252,11 @@ class CoordinatorClient:
         timeout_s: float = 30.0,
         call_timeout_s: float = 10.0,
         watch: SilenceWatch | None = None,
+        privileged_key: bytes | None = None,
     ) -> None:
-        """`watch`: the SilenceWatch of the owner's calls (the Client's), or one of its own."""
+        """`watch`: the SilenceWatch of the owner's calls (the Client's), or one of its own.
+        `privileged_key` (an operator tool's, from the cluster's password): every call is
+        signed with it, as membership changes need (rpc/privileged.py)."""
         if isinstance(addresses, str):
             addresses = [a.strip() for a in addresses.split(",") if a.strip()]
         if not addresses:
@@ -271,6 +274,7 @@ class CoordinatorClient:
         self._leader = self.addresses[0]
         self._seq = 0
         self._suspect: dict[str, float] = {}  # address -> when it last failed to answer
+        self._privileged_key = privileged_key
 
     def close(self) -> None:
         with self._lock:
@@ -514,7 +518,7 @@ class CoordinatorClient:
             if client is None:
                 # A transport of its own per node: closing it (a silent node: SilenceWatch)
                 # ends the calls to that node alone.
-                client = RpcClient(address, self.client_id)
+                client = RpcClient(address, self.client_id, privileged_key=self._privileged_key)
                 self._clients[address] = client
             uuid = self._uuids.get(address)
         if uuid is None:

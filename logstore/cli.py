@@ -44,6 +44,10 @@ from rpc.console import (
 from rpc.errors import RpcError, TimedOut, Unavailable
 
 PASSWORD_ENV = "LOGSTORE_PASSWORD"
+PASSWORD_HELP = (
+    "the group's password (also LOGSTORE_PASSWORD or LOGCENTRIC_PASSWORD): replicas change "
+    "membership or leadership only for a caller who holds it"
+)
 
 
 def _split(value: str) -> list[str]:
@@ -237,8 +241,21 @@ def cmd_status(args) -> int:
     return 0
 
 
+def _privileged_remote(args):
+    """A client that signs its calls with the group's password (membership changes and
+    leadership transfer are privileged: rpc/privileged.py)."""
+    from logstore.remote import RemoteLogStore
+    from rpc import privileged
+
+    password = privileged.read_password(
+        args.password_file, PASSWORD_ENV, "logstore"
+    ) or os.environ.get(privileged.PASSWORD_ENV)
+    key = privileged.derive_key(password) if password else None
+    return RemoteLogStore(_addresses(args), connect_timeout_s=args.timeout_s, privileged_key=key)
+
+
 def cmd_member(args) -> int:
-    with _remote(args) as store:
+    with _privileged_remote(args) as store:
         if args.command == "add-member":
             store.add_member(args.raft_address, timeout_s=args.timeout_s)
         else:
@@ -248,7 +265,7 @@ def cmd_member(args) -> int:
 
 
 def cmd_transfer(args) -> int:
-    with _remote(args) as store:
+    with _privileged_remote(args) as store:
         leader = store.transfer_leadership(args.raft_address, timeout_s=args.timeout_s)
     print(f"leader: {leader}")
     return 0
@@ -384,9 +401,11 @@ def build_parser() -> argparse.ArgumentParser:
     for name in ("add-member", "remove-member"):
         c = client_parser(name, f"{name.split('-')[0]} one voting replica")
         c.add_argument("raft_address", type=_raft_address)
+        c.add_argument("--password-file", default=None, help=PASSWORD_HELP)
         c.set_defaults(func=cmd_member)
     c = client_parser("transfer-leadership", "move leadership (to RAFT_ADDRESS if given)")
     c.add_argument("raft_address", nargs="?", type=_raft_address)
+    c.add_argument("--password-file", default=None, help=PASSWORD_HELP)
     c.set_defaults(func=cmd_transfer)
     c = client_parser("append", "append one entry")
     c.add_argument("log")

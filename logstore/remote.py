@@ -46,7 +46,10 @@ class RemoteLogStore:
         *,
         caller_uuid: str = "",
         connect_timeout_s: float = 5.0,
+        privileged_key: bytes | None = None,
     ) -> None:
+        """`privileged_key` (from the group's password) signs every call, as membership
+        changes need (rpc/privileged.py)."""
         if isinstance(addresses, str):
             addresses = [a for a in addresses.split(",") if a]
         if not addresses:
@@ -58,6 +61,7 @@ class RemoteLogStore:
         self._uuids: dict[str, str] = {}
         self._current = 0
         self._connect_timeout_s = connect_timeout_s
+        self._privileged_key = privileged_key
         self._closed = False
 
     # --- LogStore protocol ----------------------------------------------------------------
@@ -181,7 +185,9 @@ class RemoteLogStore:
                 raise Unavailable("RemoteLogStore is closed")
             client = self._clients.get(address)
             if client is None:
-                client = RpcClient(address, caller_uuid=self._caller)
+                client = RpcClient(
+                    address, caller_uuid=self._caller, privileged_key=self._privileged_key
+                )
                 self._clients[address] = client
             uuid = self._uuids.get(address)
         if uuid is None:

@@ -28,7 +28,7 @@ from logstore import logstore_pb2 as pb
 from logstore.api import LogConditionFailed
 from logstore.journal import write_file_atomically
 from logstore.replicated import ReplicaConfig, ReplicatedLogStore
-from rpc import observe
+from rpc import observe, privileged
 from rpc.errors import BadRequest
 from rpc.server import CallContext, RpcServer
 
@@ -200,10 +200,16 @@ class LogStoreService:
         server.register("LogStore.LastId", pb.LastIdRequest, self.last_id)
         server.register("LogStore.Barrier", pb.BarrierRequest, self.barrier)
         server.register("LogStore.Status", pb.StatusRequest, self.status)
-        server.register("LogStore.AddMember", pb.MemberRequest, self.add_member)
-        server.register("LogStore.RemoveMember", pb.MemberRequest, self.remove_member)
+        # Privileged (rpc/privileged.py): membership changes need the group's password.
+        server.register("LogStore.AddMember", pb.MemberRequest, self.add_member, privileged=True)
         server.register(
-            "LogStore.TransferLeadership", pb.TransferLeadershipRequest, self.transfer_leadership
+            "LogStore.RemoveMember", pb.MemberRequest, self.remove_member, privileged=True
+        )
+        server.register(
+            "LogStore.TransferLeadership",
+            pb.TransferLeadershipRequest,
+            self.transfer_leadership,
+            privileged=True,
         )
 
     def append(self, req: pb.AppendRequest, ctx: CallContext) -> pb.AppendResponse:
@@ -299,6 +305,7 @@ class LogStoreServer:
                 workers=config.workers,
                 queue_max=config.queue_max,
                 metrics=config.metrics,
+                privileged_key=privileged.derive_key(config.password) if config.password else None,
             )
             self.service.register(self.rpc)
             self.rpc.start()

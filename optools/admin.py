@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections import defaultdict
@@ -624,9 +625,15 @@ def _replica_text(r: dict) -> str:
 
 
 def cmd_membership(args) -> int:
+    from rpc import privileged
     from rpc.protocols import coordinator_pb2 as cpb
 
-    with CoordinatorClient(args.coordinators, timeout_s=args.timeout_s) as meta:
+    # The nodes answer AddNode / RemoveNode only when signed with the cluster's password.
+    password = privileged.read_password(
+        getattr(args, "password_file", None), "COORDINATOR_PASSWORD", "coordinator"
+    ) or os.environ.get(privileged.PASSWORD_ENV)
+    key = privileged.derive_key(password) if password else None
+    with CoordinatorClient(args.coordinators, timeout_s=args.timeout_s, privileged_key=key) as meta:
         method, request = (
             ("AddNode", cpb.AddNodeRequest(raft_address=args.raft))
             if args.command == "add-node"
@@ -956,6 +963,12 @@ def add_commands(sub) -> None:
         p = sub.add_parser(name, help=text)
         _common(p)
         p.add_argument("--raft", required=True, help="the node's logstore Raft HOST:PORT")
+        p.add_argument(
+            "--password-file",
+            default=None,
+            help="the cluster's password (also COORDINATOR_PASSWORD or LOGCENTRIC_PASSWORD): "
+            "the nodes change membership only for a caller who holds it",
+        )
         p.set_defaults(func=cmd_membership)
     p = sub.add_parser("move-replica", help="move a tablet's replica to another server")
     _common(p)

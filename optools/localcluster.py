@@ -230,6 +230,9 @@ class LocalCluster:
             "--fs-root", node.data,
             "--bind", node.rpc,
             "--coordinators", ",".join(self.spec.coordinator_addresses),
+            # The cluster's password: its privileged methods (DeleteTablet, ChangeConfig,
+            # StartTabletCopy) answer only the coordinators and its peers.
+            "--password-file", str(self.spec.password_file),
         ]  # fmt: skip
         if node.http:
             args += ["--http", node.http]

@@ -19,8 +19,15 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
+import os
+
+from rpc.addresses import parse_host_port
 
 TAG_BYTES = 32
+# The cluster's password for tools and servers that have no flag of their own for it.
+PASSWORD_ENV = "LOGCENTRIC_PASSWORD"
+PASSWORD_BYTES_MAX = 4096
 _KEY_LABEL = b"logcentric rpc privileged v1"
 
 
@@ -41,6 +48,35 @@ def tag(key: bytes, method: str, recipient_uuid: str, caller_uuid: str, body) ->
     mac = hmac.new(key, _message(method, recipient_uuid, caller_uuid), hashlib.sha256)
     mac.update(body)
     return mac.digest()
+
+
+def read_password(path: str | None, env: str, tool: str) -> str | None:
+    """The password in `path` (stripped), else in the environment variable `env`, else None.
+    An unreadable, empty or oversized file is a one-line SystemExit naming it."""
+    if not path:
+        return os.environ.get(env) or None
+    try:
+        with open(path, encoding="utf-8") as f:
+            value = f.read(PASSWORD_BYTES_MAX + 1).strip()
+    except (OSError, UnicodeDecodeError) as e:
+        raise SystemExit(f"{tool}: cannot read password file {path}: {e}") from None
+    if not value:
+        raise SystemExit(f"{tool}: password file {path} is empty")
+    if len(value) > PASSWORD_BYTES_MAX:
+        raise SystemExit(f"{tool}: password file {path} is larger than {PASSWORD_BYTES_MAX} bytes")
+    return value
+
+
+def is_loopback(address: str) -> bool:
+    """Whether HOST:PORT binds only the loopback interface (where running without the
+    cluster's secret is allowed: only this machine's processes reach it)."""
+    host, _port = parse_host_port(address)
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a name other than localhost, or a wildcard: not known to be local
 
 
 def verify(key: bytes, method: str, recipient_uuid: str, caller_uuid: str, body, got) -> bool:

@@ -56,6 +56,7 @@ from rpc.console import (
     run_command,
 )
 from rpc.errors import RpcError
+from rpc.privileged import PASSWORD_ENV, read_password
 from rpc.protocols.tserver_pb2 import (
     ConsensusMetaPB,
     DataState,
@@ -187,6 +188,7 @@ def _cmd_start(args) -> int:
         quarantine_retention_s=args.quarantine_retention_s,
         quarantine_bytes_max=args.quarantine_bytes_max,
         http_bind=args.http,
+        password=read_password(args.password_file, PASSWORD_ENV, "tserver"),
     )
     try:
         # The server holds the fs root's lock until it closes (or the process dies):
@@ -194,8 +196,8 @@ def _cmd_start(args) -> int:
         server = TabletServer(cfg)
     except FsLocked as e:
         raise CliError(f"{e} (is another tserver running on it?)") from e
-    except FsError as e:
-        raise CliError(str(e)) from e
+    except (FsError, RpcError) as e:
+        raise CliError(e.message if isinstance(e, RpcError) else str(e)) from e
     try:
         server.start()
     except (RpcError, OSError) as e:
@@ -829,6 +831,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="flush a tablet's memstore when it holds this many rows",
     )
     s.add_argument("--workers", type=int, default=8)
+    s.add_argument(
+        "--password-file",
+        default=None,
+        help="the cluster's password (also LOGCENTRIC_PASSWORD): DeleteTablet, ChangeConfig "
+        "and StartTabletCopy then answer only calls signed with it; a server bound beyond "
+        "127.0.0.1 needs one",
+    )
     named = s.add_mutually_exclusive_group()
     named.add_argument(
         "--coordinators",

@@ -118,6 +118,9 @@ class DriverOptions:
     retain_entries_max: int = RETAIN_ENTRIES_MAX_DEFAULT
     retain_bytes_max: int = RETAIN_BYTES_MAX_DEFAULT  # their payload bytes (and in memory)
     apply_queue_max: int = 4096  # Readies' committed entries waiting for the apply thread
+    # Signs StartTabletCopy to peers (a privileged method: rpc/privileged.py); None when the
+    # cluster runs without a password.
+    privileged_key: bytes | None = None
 
 
 def check_durable_state(
@@ -808,7 +811,12 @@ class RaftDriver:
                 return
             peer, address, req = item
             try:
-                with RpcClient(address, self.uuid, transport=self.transport) as rc:
+                with RpcClient(
+                    address,
+                    self.uuid,
+                    transport=self.transport,
+                    privileged_key=self.options.privileged_key,
+                ) as rc:
                     rc.call(
                         peer,
                         "TServer.StartTabletCopy",

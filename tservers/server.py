@@ -8,6 +8,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from rpc import privileged
+from rpc.errors import IllegalState
+from rpc.privileged import is_loopback
 from rpc.server import RpcServer
 from tservers.fs import FsLayout, lock_root
 from tservers.heartbeat import HEARTBEAT_INTERVAL_S_DEFAULT, Heartbeater
@@ -53,6 +56,10 @@ class TServerConfig:
     quarantine_bytes_max: int = BYTES_MAX_DEFAULT
     http_bind: str = ""  # HOST:PORT of /metrics, /healthz, /readyz (tservers/metrics.py)
     metrics: bool = True  # per-method rpc metrics (False: for benchmarks)
+    # The cluster's password: privileged methods (DeleteTablet, ChangeConfig,
+    # StartTabletCopy) answer only calls signed with it (rpc/privileged.py). None: open to
+    # anyone who reaches the port, allowed only on a loopback address (a development server).
+    password: str | None = None
 
 
 class TabletServer:
@@ -60,6 +67,19 @@ class TabletServer:
 
     def __init__(self, config: TServerConfig) -> None:
         self.config = config
+        self.privileged_key = privileged.derive_key(config.password) if config.password else None
+        if self.privileged_key is None:
+            if not is_loopback(config.bind):
+                raise IllegalState(
+                    f"a tablet server on {config.bind} needs the cluster's password "
+                    "(--password-file): without it anyone who reaches the port may delete "
+                    "its replicas; only a development server on 127.0.0.1 runs without one"
+                )
+            log.warning(
+                "INSECURE: no cluster password; DeleteTablet, ChangeConfig and StartTabletCopy "
+                "are open to anyone who reaches %s (development only)",
+                config.bind,
+            )
         # Held until close (or the process dies): offline tools that change the fs root
         # (`copy-from-remote`) refuse to run beside a live server. FsLocked if one runs.
         self._fs_lock = lock_root(config.fs_root)
@@ -80,6 +100,7 @@ class TabletServer:
             driver_opts=DriverOptions(
                 retain_entries_max=config.wal_retain_entries_max,
                 retain_bytes_max=config.wal_retain_bytes_max,
+                privileged_key=self.privileged_key,
             ),
             quarantine_policy=QuarantinePolicy(
                 retention_s=config.quarantine_retention_s,
@@ -117,6 +138,7 @@ class TabletServer:
             queue_max=self.config.queue_max,
             message_bytes_max=self.config.message_bytes_max,
             metrics=self.config.metrics,
+            privileged_key=self.privileged_key,
         )
         self.service = TServerService(self.manager, lambda: self.address)
         self.service.register(self.rpc)

@@ -110,15 +110,22 @@ class TServerService:
 
     def register(self, server: RpcServer) -> None:
         server.register("TServer.CreateTablet", CreateTabletRequest, self.create_tablet)
-        server.register("TServer.DeleteTablet", DeleteTabletRequest, self.delete_tablet)
+        # Privileged (rpc/privileged.py): replica deletion and membership changes.
+        server.register(
+            "TServer.DeleteTablet", DeleteTabletRequest, self.delete_tablet, privileged=True
+        )
         server.register("TServer.AlterSchema", AlterSchemaRequest, self.alter_schema)
         server.register("TServer.Write", WriteRequest, self.write)
         server.register("TServer.Scan", ScanRequest, self.scan)
         server.register("TServer.GetSchema", GetSchemaRequest, self.get_schema)
         server.register("TServer.ListTablets", ListTabletsRequest, self.list_tablets)
         server.register("TServer.Status", StatusRequest, self.status)
-        server.register("TServer.ChangeConfig", ChangeConfigRequest, self.change_config)
-        server.register("TServer.StartTabletCopy", StartTabletCopyRequest, self.start_copy)
+        server.register(
+            "TServer.ChangeConfig", ChangeConfigRequest, self.change_config, privileged=True
+        )
+        server.register(
+            "TServer.StartTabletCopy", StartTabletCopyRequest, self.start_copy, privileged=True
+        )
         server.register("TServer.BeginCopySession", BeginCopySessionRequest, self.begin_copy)
         server.register("TServer.FetchCopyChunk", FetchCopyChunkRequest, self.fetch_chunk)
         server.register("TServer.EndCopySession", EndCopySessionRequest, self.end_copy)

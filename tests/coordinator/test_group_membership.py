@@ -79,12 +79,13 @@ class TableLoad:
         return self.acked
 
 
-def membership(command: str, coordinators: list[Node], node: Node) -> None:
-    rc = admin.main(
-        [command, "--coordinators", ",".join(n.rpc for n in coordinators), "--raft", node.raft,
-         "--timeout-s", "60"]
-    )  # fmt: skip
-    assert rc == 0
+def membership(command: str, coordinators: list[Node], node: Node, password: Path) -> None:
+    """The change through `coordinator add-node/remove-node`: refused without the cluster's
+    password (a privileged call, rpc/privileged.py), done with it."""
+    args = [command, "--coordinators", ",".join(n.rpc for n in coordinators), "--raft",
+            node.raft, "--timeout-s", "60"]  # fmt: skip
+    assert admin.main(args) == 1  # unsigned: UNAUTHENTICATED, nothing changed
+    assert admin.main([*args, "--password-file", str(password)]) == 0
 
 
 def log_members(client: Client, node: Node) -> list[str]:
@@ -122,10 +123,10 @@ def test_migrate_one_node_to_three_under_load(tmp_path):
         try:
             load.wait_more(3, "tables on the single node")
             b.start(group, password, peers=[a])
-            membership("add-node", [a], b)
+            membership("add-node", [a], b, password)
             load.wait_more(3, "tables with two nodes")
             c.start(group, password, peers=[a, b])
-            membership("add-node", [a, b], c)
+            membership("add-node", [a, b], c, password)
             load.wait_more(3, "tables with three nodes")
             expected = sorted([a.raft, b.raft, c.raft])
             wait_for(
@@ -158,9 +159,9 @@ def test_replace_a_permanently_dead_node(tmp_path):
             c.proc.kill9()
             shutil.rmtree(c.data)  # gone for good
             load.wait_more(3, "tables with c dead")
-            membership("remove-node", [a, b], c)
+            membership("remove-node", [a, b], c, password)
             d.start(group, password, peers=[a, b])
-            membership("add-node", [a, b], d)
+            membership("add-node", [a, b], d, password)
             expected = sorted([a.raft, b.raft, d.raft])
             wait_for(
                 lambda: all(log_members(load.client, n) == expected for n in (a, b, d)),

@@ -8,7 +8,7 @@ import pytest
 
 from tests.support.cli import assert_usage_error, run_cli
 
-from .helpers import leader_of, start_cluster, wait_for
+from .helpers import PASSWORD, leader_of, start_cluster, wait_for
 from .procs import make_replicas
 
 pytestmark = pytest.mark.integration
@@ -35,6 +35,13 @@ def test_status_append_read_transfer(tmp_path):
         assert "logs (last id): demo=1" in out.stdout
         assert out.stdout.splitlines()[-1].startswith("OK: 3 replicas answered, leader 127.")
         out = _logstore("transfer-leadership", "--servers", servers, "--timeout-s", "20")
+        assert out.returncode == 1 and "UNAUTHENTICATED" in out.stderr, out  # no password
+        password = tmp_path / "password"
+        password.write_text(PASSWORD + "\n")
+        out = _logstore(
+            "transfer-leadership", "--servers", servers, "--timeout-s", "20",
+            "--password-file", str(password),
+        )  # fmt: skip
         assert out.returncode == 0, out.stderr
         assert out.stdout.startswith("leader: 127.0.0.1:")
         out = _logstore("append", "--servers", servers, "--expected-id", "5", "demo", "x")

@@ -9,14 +9,17 @@ import threading
 import pytest
 
 from logstore.remote import RemoteLogStore
+from rpc import errors, privileged
 from rpc.errors import RpcError
 
-from .helpers import wait_for
+from .helpers import PASSWORD, wait_for
 from .procs import ReplicaProcess, make_replicas
 
 pytestmark = pytest.mark.integration
 
 ARGS = ["--compaction-min-entries", "200"]
+# Membership changes are privileged: signed with the group's password (rpc/privileged.py).
+ADMIN_KEY = privileged.derive_key(PASSWORD)
 
 
 class Load:
@@ -87,14 +90,18 @@ def test_grow_one_to_three_under_load(tmp_path):
         wait_for(lambda: _status(a).journal_first_index > 1, 60, "a compacted journal")
         b.start()
         started.append(b)
-        with RemoteLogStore([a.rpc_address]) as admin:
+        with RemoteLogStore([a.rpc_address]) as intruder:  # no password: refused, no change
+            with pytest.raises(errors.Unauthenticated):
+                intruder.add_member(b.raft_address, timeout_s=30.0)
+        with RemoteLogStore([a.rpc_address], privileged_key=ADMIN_KEY) as admin:
             admin.add_member(b.raft_address, timeout_s=30.0)
         wait_for(lambda: _status(b).role == "follower" and _status(b).leader, 60, "b following")
         n = len(load.acked)
         wait_for(lambda: len(load.acked) >= n + 300, 60, "appends with two replicas")
         c.start()
         started.append(c)
-        with RemoteLogStore([b.rpc_address]) as admin:  # any replica forwards the change
+        # Any replica forwards the change.
+        with RemoteLogStore([b.rpc_address], privileged_key=ADMIN_KEY) as admin:
             admin.add_member(c.raft_address, timeout_s=30.0)
         n = len(load.acked)
         wait_for(lambda: len(load.acked) >= n + 300, 60, "appends with three replicas")
@@ -137,7 +144,7 @@ def test_replace_a_dead_replica(tmp_path):
         c.kill()
         n = len(load.acked)
         wait_for(lambda: len(load.acked) >= n + 200, 60, "appends with c dead")
-        with RemoteLogStore([a.rpc_address, b.rpc_address]) as admin:
+        with RemoteLogStore([a.rpc_address, b.rpc_address], privileged_key=ADMIN_KEY) as admin:
             admin.remove_member(c.raft_address, timeout_s=30.0)
             # Not started yet: refused, the member list unchanged (a voter that is not
             # there would raise the majority without adding a vote).
