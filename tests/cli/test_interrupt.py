@@ -82,7 +82,8 @@ def test_ctrl_c_stops_a_daemon_cleanly_with_one_line(tmp_path, daemon):
     elif daemon == "tserver":
         root = tmp_path / "t"
         assert run("tserver", "fs", "format", "--fs-root", str(root)).returncode == 0
-        argv = ["start", "--fs-root", str(root), "--log-level", "warning"]
+        argv = ["start", "--fs-root", str(root), "--log-level", "warning",
+                "--password-file", _password_file(tmp_path)]  # fmt: skip
         ready = "tserver "
     else:
         argv = ["serve", "--raft-address", f"127.0.0.1:{free_port()}", "--data-dir",
@@ -105,7 +106,8 @@ def test_sigterm_still_stops_a_daemon_with_status_0(tmp_path):
 
     root = tmp_path / "t"
     assert run("tserver", "fs", "format", "--fs-root", str(root)).returncode == 0
-    proc = spawn("tserver", "start", "--fs-root", str(root), "--log-level", "warning")
+    proc = spawn("tserver", "start", "--fs-root", str(root), "--log-level", "warning",
+                 "--password-file", _password_file(tmp_path))  # fmt: skip
     try:
         assert proc.stdout.readline().startswith("tserver ")
         os.kill(proc.pid, signal.SIGTERM)

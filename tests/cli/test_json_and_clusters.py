@@ -198,7 +198,8 @@ def test_tserver_start_enlists_with_a_named_cluster(cluster, tmp_path):
     root = tmp_path / "t2"
     assert run("tserver", "fs", "format", "--fs-root", str(root)).returncode == 0
     proc = spawn("tserver", "start", "--fs-root", str(root), "--cluster", "local",
-                 "--log-level", "warning", env=cluster.env)  # fmt: skip
+                 "--log-level", "warning", "--password-file", str(cluster.root / "password"),
+                 env=cluster.env)  # fmt: skip
     try:
         line = proc.stdout.readline()
         assert line.startswith("tserver "), (line, proc.poll())
