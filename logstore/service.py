@@ -165,8 +165,9 @@ def replica_metrics(store: ReplicatedLogStore) -> list[Metric]:
 
 
 class ReplicaReadiness:
-    """/readyz of a replica: ready when it knows a leader and has applied up to the commit
-    index it saw at the previous check (the current one at the first)."""
+    """/readyz of a replica: ready when it knows a leader (itself, or one it is connected
+    to) and has applied up to the commit index it saw at the previous check (the current
+    one at the first)."""
 
     def __init__(self, store: ReplicatedLogStore) -> None:
         self.store = store
@@ -179,8 +180,13 @@ class ReplicaReadiness:
         with self._lock:
             target = s["commit_index"] if self._commit_seen is None else self._commit_seen
             self._commit_seen = s["commit_index"]
-        if not s["leader"]:
+        leader = s["leader"]
+        if not leader:
             why.append(f"no Raft leader known (role {s['role']}, term {s['term']})")
+        elif leader != s["address"] and leader not in s["connected"]:
+            # pysyncobj keeps naming the last leader while it is connected to nobody (it
+            # starts no election then): that leader is not known to be alive.
+            why.append(f"no connection to the Raft leader {leader} (term {s['term']})")
         if s["applied_index"] < target:
             why.append(f"applied index {s['applied_index']} behind commit index {target}")
         return not why, why
