@@ -6,7 +6,11 @@ bare ROUTER loop, then measures from this process, for each payload size:
 - pipelined calls per second (one thread keeping WINDOW calls in flight)
 and then synchronous calls per second from THREADS threads at once (each thread its own
 socket, as the coordinator's lookups), and prints each side by side with the ratio rpc/raw.
-Run: ./dev bench rpc [--seconds S] [--threads N]
+
+`--metrics on|off|both`: the rpc server keeps its per-method metrics (on, the default: and
+serves /metrics, scraped once a second during the run) or not (off); `both` measures two
+servers, one each way, in the same run and prints the ratio on/off (target >= 0.95).
+Run: ./dev bench rpc [--seconds S] [--threads N] [--metrics both]
 """
 
 from __future__ import annotations
@@ -29,6 +33,26 @@ from rpc.client import RpcClient  # noqa: E402
 from rpc.rpc_pb2 import PingResponse  # noqa: E402
 
 UUID = "bench-echo"
+RPC_SERVER = """
+import sys, threading
+from rpc import observe
+from rpc.rpc_pb2 import PingResponse
+from rpc.server import Reply, RpcServer
+def echo(request, ctx):
+    return Reply(PingResponse(uuid=request.uuid, service=ctx.caller_uuid), list(ctx.sidecars))
+uuid, bind, metrics = sys.argv[1], sys.argv[2], sys.argv[3] == "on"
+server = RpcServer(uuid, bind, service="echo", metrics=metrics)
+server.register("Test.Echo", PingResponse, echo)
+server.register("Test.EchoInline", PingResponse, echo, inline=True)
+with server:
+    http = ""
+    if metrics:
+        registry = observe.new_registry()
+        registry.register(observe.ScrapeCollector(server.collect_metrics))
+        http = observe.HttpEndpoint("127.0.0.1:0", registry, name="bench").start().url
+    print("READY", http, flush=True)
+    threading.Event().wait()
+"""
 RAW_SERVER = """
 import sys, zmq
 ctx = zmq.Context(); s = ctx.socket(zmq.ROUTER); s.bind(sys.argv[1])
@@ -43,7 +67,37 @@ def start(cmd: list[str]) -> subprocess.Popen:
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=ROOT)
     line = proc.stdout.readline()
     assert line.startswith("READY"), line
+    proc.http_url = line.split()[1] if len(line.split()) > 1 else ""  # type: ignore[attr-defined]
     return proc
+
+
+class Scraper:
+    """GETs /metrics once a second while a measurement runs (what a Prometheus server does,
+    ten times as often as a usual scrape interval)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.scrapes = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="scraper", daemon=True)
+
+    def _run(self) -> None:
+        import urllib.request
+
+        while not self._stop.wait(1.0):
+            with urllib.request.urlopen(self.url + "/metrics", timeout=10) as r:
+                r.read()
+            self.scrapes += 1
+
+    def __enter__(self) -> Scraper:
+        if self.url:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(15)
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -158,73 +212,104 @@ def raw_caller(address: str, payload: bytes, ctx: zmq.Context, closers: list):
     return call
 
 
+def measure(rpc_address: str, raw_address: str, args, label: str) -> dict[str, float]:
+    """The table for one rpc server (pipelined per payload, then threads); its figures."""
+    out: dict[str, float] = {}
+    print(f"-- rpc server with metrics {label}")
+    print("rpc = handlers on the worker pool (the default); inline = handlers on the I/O thread")
+    print(
+        f"{'payload':>9} | {'p50 rpc':>9} {'p50 inl':>9} {'p50 raw':>9} | "
+        f"{'p99 rpc':>9} {'p99 inl':>9} {'p99 raw':>9} | "
+        f"{'calls/s rpc':>11} {'calls/s raw':>11} {'ratio':>6} | {'inline/s':>9} {'ratio':>6}"
+    )
+    for size in (100, 4096, 65536):
+        payload = b"p" * size
+        lat_rpc, tput_rpc = bench_rpc(rpc_address, payload, args.seconds, args.window)
+        lat_raw, tput_raw = bench_raw(raw_address, payload, args.seconds, args.window)
+        lat_inl, tput_inline = bench_rpc(
+            rpc_address, payload, args.seconds, args.window, "Test.EchoInline"
+        )
+        out[f"pipelined {size}B pool"] = tput_rpc
+        out[f"pipelined {size}B inline"] = tput_inline
+        p50 = [statistics.median(v) * 1e6 for v in (lat_rpc, lat_inl, lat_raw)]
+        p99 = [percentile(v, 0.99) * 1e6 for v in (lat_rpc, lat_inl, lat_raw)]
+        print(
+            f"{size:>8}B | {p50[0]:>7.0f}us {p50[1]:>7.0f}us {p50[2]:>7.0f}us | "
+            f"{p99[0]:>7.0f}us {p99[1]:>7.0f}us {p99[2]:>7.0f}us | "
+            f"{tput_rpc:>11.0f} {tput_raw:>11.0f} {tput_rpc / tput_raw:>6.2f} | "
+            f"{tput_inline:>9.0f} {tput_inline / tput_raw:>6.2f}"
+        )
+    print(
+        f"synchronous calls/s from {args.threads} threads (a socket each), 400B payload: "
+        f"{'rpc':>8} {'inline':>8} {'raw':>8} | ratio rpc, inline"
+    )
+    payload = b"p" * 400
+    closers: list = []
+    ctx = zmq.Context()
+    try:
+        sync = [
+            threaded(
+                args.threads,
+                args.seconds,
+                lambda m=m: rpc_caller(rpc_address, payload, m, closers),
+            )
+            for m in ("Test.Echo", "Test.EchoInline")
+        ]
+        sync.append(
+            threaded(
+                args.threads,
+                args.seconds,
+                lambda: raw_caller(raw_address, payload, ctx, closers),
+            )
+        )
+    finally:
+        for close in closers:
+            close()
+        ctx.term()
+    out["threads pool"], out["threads inline"] = sync[0], sync[1]
+    print(
+        f"{'':>71}{sync[0]:>8.0f} {sync[1]:>8.0f} {sync[2]:>8.0f} | "
+        f"{sync[0] / sync[2]:.2f}, {sync[1] / sync[2]:.2f}"
+    )
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=3.0, help="per measurement")
     parser.add_argument("--window", type=int, default=64, help="calls in flight when pipelined")
     parser.add_argument("--threads", type=int, default=8, help="threads of synchronous calls")
+    parser.add_argument(
+        "--metrics",
+        choices=("on", "off", "both"),
+        default="on",
+        help="the rpc server's per-method metrics; both: side by side, ratio on/off",
+    )
     args = parser.parse_args()
-    rpc_port, raw_port = free_port(), free_port()
-    rpc_proc = start([sys.executable, "-m", "tests.rpc.echo_server", UUID, f"127.0.0.1:{rpc_port}"])
-    raw_proc = start([sys.executable, "-c", RAW_SERVER, f"tcp://127.0.0.1:{raw_port}"])
+    modes = ("on", "off") if args.metrics == "both" else (args.metrics,)
+    raw_port = free_port()
+    procs = [start([sys.executable, "-c", RAW_SERVER, f"tcp://127.0.0.1:{raw_port}"])]
     try:
-        print(
-            "rpc = handlers on the worker pool (the default); inline = handlers on the I/O thread"
-        )
-        print(
-            f"{'payload':>9} | {'p50 rpc':>9} {'p50 inl':>9} {'p50 raw':>9} | "
-            f"{'p99 rpc':>9} {'p99 inl':>9} {'p99 raw':>9} | "
-            f"{'calls/s rpc':>11} {'calls/s raw':>11} {'ratio':>6} | {'inline/s':>9} {'ratio':>6}"
-        )
-        rpc_address, raw_address = f"127.0.0.1:{rpc_port}", f"127.0.0.1:{raw_port}"
-        for size in (100, 4096, 65536):
-            payload = b"p" * size
-            lat_rpc, tput_rpc = bench_rpc(rpc_address, payload, args.seconds, args.window)
-            lat_raw, tput_raw = bench_raw(raw_address, payload, args.seconds, args.window)
-            lat_inl, tput_inline = bench_rpc(
-                rpc_address, payload, args.seconds, args.window, "Test.EchoInline"
-            )
-            p50 = [statistics.median(v) * 1e6 for v in (lat_rpc, lat_inl, lat_raw)]
-            p99 = [percentile(v, 0.99) * 1e6 for v in (lat_rpc, lat_inl, lat_raw)]
-            print(
-                f"{size:>8}B | {p50[0]:>7.0f}us {p50[1]:>7.0f}us {p50[2]:>7.0f}us | "
-                f"{p99[0]:>7.0f}us {p99[1]:>7.0f}us {p99[2]:>7.0f}us | "
-                f"{tput_rpc:>11.0f} {tput_raw:>11.0f} {tput_rpc / tput_raw:>6.2f} | "
-                f"{tput_inline:>9.0f} {tput_inline / tput_raw:>6.2f}"
-            )
-        print(
-            f"synchronous calls/s from {args.threads} threads (a socket each), 400B payload: "
-            f"{'rpc':>8} {'inline':>8} {'raw':>8} | ratio rpc, inline"
-        )
-        payload = b"p" * 400
-        closers: list = []
-        ctx = zmq.Context()
-        try:
-            sync = [
-                threaded(
-                    args.threads,
-                    args.seconds,
-                    lambda m=m: rpc_caller(rpc_address, payload, m, closers),
-                )
-                for m in ("Test.Echo", "Test.EchoInline")
-            ]
-            sync.append(
-                threaded(
-                    args.threads,
-                    args.seconds,
-                    lambda: raw_caller(raw_address, payload, ctx, closers),
-                )
-            )
-        finally:
-            for close in closers:
-                close()
-            ctx.term()
-        print(
-            f"{'':>71}{sync[0]:>8.0f} {sync[1]:>8.0f} {sync[2]:>8.0f} | "
-            f"{sync[0] / sync[2]:.2f}, {sync[1] / sync[2]:.2f}"
-        )
+        servers = {}
+        for mode in modes:
+            port = free_port()
+            procs.append(start([sys.executable, "-c", RPC_SERVER, UUID, f"127.0.0.1:{port}", mode]))
+            servers[mode] = (f"127.0.0.1:{port}", procs[-1].http_url)
+        raw_address = f"127.0.0.1:{raw_port}"
+        figures = {}
+        for mode in modes:
+            address, http = servers[mode]
+            with Scraper(http) as scraper:
+                figures[mode] = measure(address, raw_address, args, mode)
+            if http:
+                print(f"(/metrics scraped {scraper.scrapes} times during the run)")
+        if args.metrics == "both":
+            print("metrics on / off (target >= 0.95):")
+            for key, on in figures["on"].items():
+                off = figures["off"][key]
+                print(f"  {key:<24} {on:>10.0f} {off:>10.0f}  {on / off:.3f}")
     finally:
-        for p in (rpc_proc, raw_proc):
+        for p in procs:
             p.kill()
             p.wait(10)
 

@@ -6,7 +6,12 @@ scan. Beside them, the same batches are appended to a plain file by the same num
 threads with the same policy (durable before acknowledged: fdatasync after each append, no
 group commit), and the same rows are read back from Parquet with pyarrow.
 
-    .venv/bin/python bench/tserver.py [--batches 100] [--writers 8]
+    .venv/bin/python bench/tserver.py [--batches 100] [--writers 8] [--metrics both]
+
+`--metrics on|off|both`: the server keeps its rpc metrics and serves /metrics (on, the
+default; scraped once a second during the run) or keeps none (off); `both` runs the write and
+scan measurements against one server each way, in the same run, and prints the ratio on/off
+(target >= 0.95).
 """
 
 from __future__ import annotations
@@ -56,7 +61,24 @@ def batch(start: int) -> pa.Table:
     )
 
 
-def start_server(root: Path, port_file: Path) -> tuple[subprocess.Popen, str]:
+# The server as `tserver start` runs it, but with the rpc metrics on or off (no flag for
+# that: it is for this comparison only). Prints "serving on ADDRESS HTTP_URL".
+SERVER = """
+import signal, sys, threading
+from pathlib import Path
+from tservers.server import TabletServer, TServerConfig
+root, metrics = sys.argv[1], sys.argv[2] == "on"
+stop = threading.Event()
+signal.signal(signal.SIGTERM, lambda *_: stop.set())
+http = "127.0.0.1:0" if metrics else ""
+config = TServerConfig(fs_root=Path(root), metrics=metrics, http_bind=http)
+with TabletServer(config) as server:
+    print("serving on", server.address, server.observer.url or "-", flush=True)
+    stop.wait()
+"""
+
+
+def start_server(root: Path, port_file: Path, metrics: str) -> tuple[subprocess.Popen, str, str]:
     subprocess.run(
         [sys.executable, "-m", "tservers.cli", "fs", "format", "--fs-root", str(root)],
         check=True,
@@ -65,18 +87,7 @@ def start_server(root: Path, port_file: Path) -> tuple[subprocess.Popen, str]:
     )
     out = open(port_file, "w")
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tservers.cli",
-            "start",
-            "--fs-root",
-            str(root),
-            "--bind",
-            "127.0.0.1:0",
-            "--log-level",
-            "warning",
-        ],
+        [sys.executable, "-c", SERVER, str(root), metrics],
         stdout=out,
         stderr=subprocess.DEVNULL,
         cwd=ROOT,
@@ -86,7 +97,36 @@ def start_server(root: Path, port_file: Path) -> tuple[subprocess.Popen, str]:
         if proc.poll() is not None or time.monotonic() > deadline:
             raise SystemExit("tablet server did not start")
         time.sleep(0.05)
-    return proc, port_file.read_text().split()[-1]
+    words = port_file.read_text().split()
+    return proc, words[-2], "" if words[-1] == "-" else words[-1]
+
+
+class Scraper:
+    """GETs /metrics once a second while it runs (ten times a usual scrape interval)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.scrapes = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="scraper", daemon=True)
+
+    def _run(self) -> None:
+        import urllib.request
+
+        while not self._stop.wait(1.0):
+            with urllib.request.urlopen(self.url + "/metrics", timeout=10) as r:
+                r.read()
+            self.scrapes += 1
+
+    def __enter__(self) -> Scraper:
+        if self.url:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(15)
 
 
 def run_writers(n_writers: int, batches_per_writer: int, fn) -> float:
@@ -112,21 +152,14 @@ def run_writers(n_writers: int, batches_per_writer: int, fn) -> float:
     return time.perf_counter() - t0
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--batches", type=int, default=40, help="batches per writer")
-    ap.add_argument("--writers", type=int, default=8)
-    args = ap.parse_args()
-    tmp = Path(tempfile.mkdtemp(prefix="tserver-bench-"))
-    results = {}
-    try:  # the work directory goes, whatever happens (hundreds of MB a run)
-        proc, address = start_server(tmp / "root", tmp / "server.out")
-        try:
-            client = TabletServerClient(address, timeout_s=60)
-            # Batches are encoded up front, for the server and the baseline alike.
-            total_batches = args.batches * (1 + args.writers)
-            payloads = [ipc_bytes(batch(i * BATCH_ROWS)) for i in range(total_batches)]
-            tables = {}
+def measure_server(root: Path, args, payloads: list[bytes], metrics: str) -> dict[str, float]:
+    """Writes by 1 and by N writers, then a full scan, against one server."""
+    results: dict[str, float] = {}
+    proc, address, http = start_server(root, root.parent / f"server-{metrics}.out", metrics)
+    try:
+        client = TabletServerClient(address, timeout_s=60)
+        tables = {}
+        with Scraper(http) as scraper:
             for nw in (1, args.writers):
                 tid = f"bench{nw}"
                 client.create_tablet(tid, COLS)
@@ -153,17 +186,42 @@ def main() -> int:
                 for c in clients:
                     c.close()
                 tables[nw] = tid
-            # Full scan of the 8-writer tablet.
+            # Full scan of the N-writer tablet.
             tid = tables[args.writers]
             t0 = time.perf_counter()
             n = sum(b.num_rows for b in client.scan(tid, batch_rows_max=65536))
             results["scan"] = n / (time.perf_counter() - t0)
             assert n == args.writers * args.batches * BATCH_ROWS, n
-            client.close()
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(60)
+        if http:
+            print(f"(metrics {metrics}: /metrics scraped {scraper.scrapes} times)")
+        client.close()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+    return results
 
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--batches", type=int, default=40, help="batches per writer")
+    ap.add_argument("--writers", type=int, default=8)
+    ap.add_argument(
+        "--metrics",
+        choices=("on", "off", "both"),
+        default="on",
+        help="the server's rpc metrics and /metrics; both: side by side, ratio on/off",
+    )
+    args = ap.parse_args()
+    modes = ("on", "off") if args.metrics == "both" else (args.metrics,)
+    tmp = Path(tempfile.mkdtemp(prefix="tserver-bench-"))
+    results: dict = {}
+    try:  # the work directory goes, whatever happens (hundreds of MB a run)
+        total_batches = args.batches * (1 + args.writers)
+        # Batches are encoded up front, for the server and the baseline alike.
+        payloads = [ipc_bytes(batch(i * BATCH_ROWS)) for i in range(total_batches)]
+        for mode in modes:
+            results[mode] = measure_server(tmp / f"root-{mode}", args, payloads, mode)
+        results.update(results[modes[0]])
         # Baseline: append the same IPC batches to a plain file, fdatasync before "acknowledging".
         for nw in (1, args.writers):
             path = tmp / f"plain-{nw}.bin"
@@ -217,6 +275,13 @@ def main() -> int:
         f"write {w} writers {results[f'write_{w}'] / results[f'plain_write_{w}']:.2f}   "
         f"scan {results['scan'] / results['parquet_read']:.3f}"
     )
+    if args.metrics == "both":
+        on, off = results["on"], results["off"]
+        print("metrics on / off (target >= 0.95):")
+        for key in ("write_1", f"write_{w}", "scan"):
+            print(
+                f"  {key:<10} {on[key]:>12,.0f} {off[key]:>12,.0f} rows/s  {on[key] / off[key]:.3f}"
+            )
     target = 100_000
     print(
         f"target >= {target:,} rows/s with {w} writers: "
