@@ -29,6 +29,7 @@ from tests.nemesis.workloads import Event, Recorder, Workload
 
 logger = logging.getLogger("nemesis.runner")
 
+SUMMARY_LINES_MAX = 12  # of one anomaly in the summary
 JOIN_TIMEOUT_S = 60.0  # a client thread ends within its operation timeout after stop
 
 
@@ -107,7 +108,11 @@ class RunResult:
         kinds = Counter(f"{s.kind}:{s.action}" for _, _, s in self.injected)
         listed = ", ".join(f"{k} {n}" for k, n in sorted(kinds.items()))
         lines.append("  faults    " + (listed or "none"))
-        lines += [f"  ANOMALY   {a}" for a in self.anomalies]
+        for anomaly in self.anomalies:  # the whole text is in anomalies.txt
+            text = anomaly.splitlines()
+            lines += [f"  ANOMALY   {line}" for line in text[:SUMMARY_LINES_MAX]]
+            if len(text) > SUMMARY_LINES_MAX:
+                lines.append(f"            ... {len(text) - SUMMARY_LINES_MAX} more lines")
         lines += [f"  ERROR     {e}" for e in self.errors]
         if self.artifacts is not None:
             lines.append(f"  history, schedule and timeline in {self.artifacts}")

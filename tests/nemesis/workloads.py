@@ -214,6 +214,7 @@ class RegisterWorkload(Workload):
                         stop.wait(0.05)
                     if not stop.is_set():
                         rec.run(self.name, name, "read", key, None, lambda v=value: v, False)
+                        cache[key] = (value, time.monotonic() - rec.t0)  # once per write
                     continue
                 if broken or rng.random() < 0.5:
                     outcome, value = rec.run(
