@@ -12,9 +12,10 @@ may make it durable, and no sooner:
   was done to its data. A file whose entry is durable but whose data never was is empty.
 
 Reads see the cached (unsynced) state. `power_loss` drops everything unsynced; with
-`torn=True` the last unsynced write is torn at a 512 B sector boundary: its largest
-sector-aligned proper prefix reaches the file, the rest does not (nothing when the write
-lies within one sector). After it, `<store>/data` holds exactly what was synced.
+`torn=True` the newest unsynced write (of a file not fsynced since) is torn at a 512 B
+sector boundary: its largest sector-aligned proper prefix reaches the file, the rest does
+not (nothing when the write lies within one sector). After it, `<store>/data` holds
+exactly what was synced.
 
 Layout of the store: `data/` is the durable tree, `objects/` holds one file per inode
 that ever had durable content; every durable name in `data/` is a hard link to its object.
@@ -162,7 +163,9 @@ class LazyOps(fuse.Operations):
         self.next_fh = 1
         self.handles: dict[int, _File] = {}
         self.dir_handles: dict[int, _Dir] = {}
-        self.last_write: _LastWrite | None = None
+        # The last unsynced write of each file, oldest first: the newest is the one a power
+        # loss tears (a file fsynced since has none).
+        self.last_writes: dict[int, _LastWrite] = {}
         self.generation = 0
         self.fsyncs = 0
         self.power_losses = 0
@@ -254,7 +257,7 @@ class LazyOps(fuse.Operations):
                     else:
                         dropped_pages += len(node.pages)
             torn_bytes = -1
-            lw = self.last_write
+            lw = next(reversed(self.last_writes.values()), None)
             if torn and lw is not None and lw.node.has_object:
                 end = lw.offset + len(lw.data)
                 cut = (end - 1) // SECTOR_BYTES * SECTOR_BYTES
@@ -268,7 +271,7 @@ class LazyOps(fuse.Operations):
                         os.close(fd)
             self.handles.clear()
             self.dir_handles.clear()
-            self.last_write = None
+            self.last_writes.clear()
             self.generation += 1
             self.power_losses += 1
             self.root = self._load()
@@ -378,7 +381,8 @@ class LazyOps(fuse.Operations):
             pos += n
         f.size = max(f.size, end)
         f.mtime_ns = time.time_ns()
-        self.last_write = _LastWrite(f, offset, bytes(data))
+        self.last_writes.pop(f.ino, None)
+        self.last_writes[f.ino] = _LastWrite(f, offset, bytes(data))
         return len(data)
 
     def _truncate(self, f: _File, length: int) -> None:
@@ -411,8 +415,7 @@ class LazyOps(fuse.Operations):
         f.has_object = True
         f.pages.clear()
         f.durable_size = f.floor = f.size
-        if self.last_write is not None and self.last_write.node is f:
-            self.last_write = None
+        self.last_writes.pop(f.ino, None)
 
     # --- directory entries -----------------------------------------------------------------
 

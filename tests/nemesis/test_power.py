@@ -203,6 +203,7 @@ def cluster_run(root: Path, tserver_args: tuple[str, ...], single: bool) -> list
     """Upserts and DDL under power losses; returns the acknowledged writes that were lost."""
     with PowerCluster(root, 3, 3, tserver_args=tserver_args) as c:
         c.up(timeout_s=180)
+        log.info("cluster up")
         addresses = ",".join(c.spec.coordinator_addresses)
         tables = [f"ddl{i}" for i in range(3)]
         with logcentric.connect(addresses, timeout_s=20.0) as client:
@@ -222,6 +223,7 @@ def cluster_run(root: Path, tserver_args: tuple[str, ...], single: bool) -> list
 
             writers = Writers(upsert)
             writers.wait_more(600, "before any fault")
+            log.info("cluster: %d rows acknowledged before any fault", writers.count())
             if single:
                 with c.client() as meta:
                     leader = c.leader(meta)
@@ -230,14 +232,17 @@ def cluster_run(root: Path, tserver_args: tuple[str, ...], single: bool) -> list
                     log.info("power loss of %s: %s", node.name, c.power_loss(node, torn=True))
                     c.restart(node)
                     c.wait_ready(180)
+                    log.info("%s restarted", node.name)
                     writers.wait_more(300, f"after {node.name} restarted")
             acked = writers.stop()
         c.power_loss_all(torn=True)
+        log.info("power loss of every node")
         c.up(timeout_s=180)  # every node starts again, a leader serves, every tserver lives
         with logcentric.connect(addresses, timeout_s=20.0) as client:
             lost = [f"table {n} created, then missing" for n in [TABLE, *tables]]
             lost = [line for line, n in zip(lost, [TABLE, *tables], strict=True)
                     if n not in client.list_tables()]  # fmt: skip
+            log.info("cluster up again")
             if not lost:
                 found = scan_ids(client)
                 missing = sorted(set(acked) - found)
