@@ -144,7 +144,18 @@ def test_logstore_group_metrics_and_readiness(tmp_path):
                     return i
             return None
 
-        successor = wait_for(new_leader, WAIT_S, "a new logstore leader", 0.2)
+        try:
+            successor = wait_for(new_leader, WAIT_S, "a new logstore leader", 0.2)
+        except AssertionError as e:
+            states = {i: get(f"http://{http[i]}/readyz")[1] for i in rest}
+            roles = {
+                i: [
+                    (s.labels.get("role"), s.value)
+                    for s in scrape(f"http://{http[i]}")["logcentric_logstore_raft_role"].samples
+                ]
+                for i in rest
+            }
+            raise AssertionError(f"{e}; readyz {states}; roles {roles}") from None
         assert value(scrape(f"http://{http[successor]}"), "logcentric_logstore_raft_term") > term
         for i in rest:
             wait_for(lambda i=i: ready(http[i]), WAIT_S, f"replica {i} ready again", 0.2)
