@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"nemesis: {why}", file=sys.stderr)
         return 2
     root = args.dir or Path(tempfile.mkdtemp(prefix="nemesis-"))
-    cluster = NemesisCluster.build(root)
+    cluster = NemesisCluster.build(root, lazy_disks="power" in kinds)
     faults = make_faults(cluster, kinds)
     if args.schedule:
         schedule = Schedule.load(args.schedule)

@@ -124,11 +124,20 @@ class NemesisCluster(LocalCluster):
         self.ns_of: dict[str, str] = {n.name: NS_PREFIX + n.name for n in nodes}
         self.ip_of: dict[str, str] = {n.name: n.rpc.split(":")[0] for n in nodes}
         self._lock: contextlib.ExitStack | None = None
+        self.lazy_disks = False
+        self.disks = None  # power.Disks when the data dirs are lazyfs mounts (power faults)
 
     @staticmethod
     def build(
-        root: Path, coordinators: int = 3, tservers: int = 3, lease_timeout_s: float = 1.0
+        root: Path,
+        coordinators: int = 3,
+        tservers: int = 3,
+        lease_timeout_s: float = 1.0,
+        lazy_disks: bool = False,
     ) -> NemesisCluster:
+        """The cluster's spec under `root` (nothing starts before `with`). `lazy_disks`: every
+        node's data dir is its own lazyfs mount (tests/nemesis/power.py), for power faults;
+        they are mounted on entering."""
         root = root.resolve()
         root.mkdir(parents=True, exist_ok=True)
         spec = ClusterSpec(root=str(root), lease_timeout_s=lease_timeout_s)
@@ -153,7 +162,9 @@ class NemesisCluster(LocalCluster):
         spec.password_file.write_text(os.urandom(24).hex() + "\n")
         spec.password_file.chmod(0o600)
         spec.save()
-        return NemesisCluster(spec)
+        cluster = NemesisCluster(spec)
+        cluster.lazy_disks = lazy_disks
+        return cluster
 
     @property
     def node_names(self) -> list[str]:
@@ -224,12 +235,31 @@ class NemesisCluster(LocalCluster):
         stack.enter_context(machine_lock())
         self._lock = stack
         try:
+            if self.lazy_disks:
+                self._mount_disks()
             self.network_up()
             self.up(timeout_s=180)
         except BaseException:
             self.close()
             raise
         return self
+
+    def _mount_disks(self) -> None:
+        from tests.nemesis.power import Disks  # FUSE: imported only when used
+
+        self.disks = Disks(self.root)
+        for node in [*self.spec.coordinators, *self.spec.tservers]:
+            mounted = self.disks.mount(node.name)
+            node.data = str(mounted)
+        self.spec.save()
+
+    def restart(self, name: str) -> None:
+        """Start a node that is down again (after a power loss), in its namespace."""
+        node = self.node(name)
+        if node in self.spec.coordinators:
+            self.start_coordinator(self.spec.coordinators.index(node))
+        else:
+            self.start_tserver(self.spec.tservers.index(node))
 
     def __exit__(self, *exc) -> None:
         self.close()
@@ -243,6 +273,9 @@ class NemesisCluster(LocalCluster):
         finally:
             try:
                 self.network_down()
+                if self.disks is not None:
+                    self.disks.close()
+                    self.disks = None
             finally:
                 if self._lock is not None:
                     self._lock.close()

@@ -56,12 +56,38 @@ class PauseFault:
         self._paused.clear()
 
 
-def _power_fault(cluster: NemesisCluster) -> Fault:
-    try:
-        from tests.nemesis import power  # built beside this harness (design/nemesis.md)
-    except ImportError as exc:
-        raise SystemExit(f"power faults need tests/nemesis/power.py: {exc}") from None
-    return power.PowerFault(cluster)  # type: ignore[attr-defined]
+class PowerFault:
+    """Power loss (kind `power`) on a NemesisCluster built with `lazy_disks`: kill -9 of the
+    targets' processes, then the loss of what their lazyfs mounts hold unsynced (torn at a
+    sector for `node-torn`); `all` takes every node at once. Heal starts them again on what
+    survived. The file system and the loss itself are tests/nemesis/lazyfs.py and power.py."""
+
+    kind = "power"
+    ACTIONS = ("node", "node", "node-torn", "all")  # one node thrice as often as all
+
+    def __init__(self, cluster: NemesisCluster) -> None:
+        if not cluster.lazy_disks:
+            raise SystemExit("power faults need the cluster built with lazy_disks=True")
+        self.cluster = cluster
+        self._down: list[str] = []
+
+    def choose(self, rng: random.Random, nodes: Sequence[str]) -> tuple[str, tuple[str, ...]]:
+        action = rng.choice(self.ACTIONS)
+        if action == "all":
+            return action, tuple(nodes)
+        return action, (rng.choice(list(nodes)),)
+
+    def inject(self, step: Step) -> None:
+        assert self.cluster.disks is not None
+        for name in step.targets:  # every process dies before any disk loses its cache
+            self.cluster.kill(self.cluster.node(name))
+            self._down.append(name)
+        for name in step.targets:
+            self.cluster.disks.power_loss(name, torn=step.action == "node-torn")
+
+    def heal(self) -> None:
+        while self._down:
+            self.cluster.restart(self._down.pop(0))
 
 
 def _net_fault(cluster: NemesisCluster) -> Fault:
@@ -73,7 +99,7 @@ def _net_fault(cluster: NemesisCluster) -> Fault:
 FAULT_FACTORIES: dict[str, Callable[[NemesisCluster], Fault]] = {
     "partition": _net_fault,
     "pause": PauseFault,
-    "power": _power_fault,
+    "power": PowerFault,
 }
 
 
