@@ -14,13 +14,16 @@ from __future__ import annotations
 
 import itertools
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
 
-from tests.nemesis.cluster import NemesisCluster, available
-from tests.nemesis.faults import Schedule
-from tests.nemesis.net import NetFault
+import logcentric
+from tests.nemesis.cluster import RPC_PORT, NemesisCluster, available
+from tests.nemesis.faults import Schedule, Step
+from tests.nemesis.net import NetFault, drops_of
 from tests.nemesis.runner import PauseFault, RunResult, run
 from tests.nemesis.workloads import DdlWorkload, RegisterWorkload, SetWorkload
 
@@ -46,6 +49,22 @@ def _workloads(cluster: NemesisCluster, tag: str, **flags) -> list:
         SetWorkload(addresses, tag, ack_unsent=flags.get("ack_unsent", False)),
         DdlWorkload(addresses, tag),
     ]
+
+
+def _connects(cluster: NemesisCluster, src: str, dst: str) -> bool:
+    """Whether a TCP connection from `src`'s namespace to `dst`'s rpc port opens within 2 s."""
+    code = (
+        "import socket,sys\n"
+        "try:\n"
+        f"    socket.create_connection(({cluster.ip_of[dst]!r}, {RPC_PORT}), timeout=2.0).close()\n"
+        "except OSError:\n"
+        "    sys.exit(1)\n"
+    )
+    proc = subprocess.run(
+        ["ip", "netns", "exec", cluster.ns_of[src], sys.executable, "-c", code],
+        capture_output=True, timeout=30, check=False,
+    )  # fmt: skip
+    return proc.returncode == 0
 
 
 def _report(result: RunResult) -> None:
@@ -89,6 +108,35 @@ def test_harness_catches_acknowledged_inserts_never_sent(cluster: NemesisCluster
     assert not result.errors
     assert any("acknowledged insert(s) lost" in a for a in result.anomalies), result.anomalies
     assert result.artifacts is not None and (result.artifacts / "timeline.html").exists()
+
+
+def test_partitions_cut_tcp_between_namespaces_and_heal(cluster: NemesisCluster) -> None:
+    """The faults really cut: isolate, split and one-way drop what they say and nothing
+    else, clients in the root namespace still reach every node, and heal restores all."""
+    fault = NetFault(cluster)
+    c0, c1, c2 = (n.name for n in cluster.spec.coordinators)
+    t0 = cluster.spec.tservers[0].name
+    assert _connects(cluster, c0, t0) and _connects(cluster, t0, c0)
+    try:
+        fault.inject(Step(0.0, "partition", "isolate", (t0,), 1.0))
+        assert not _connects(cluster, c0, t0) and not _connects(cluster, t0, c1)
+        assert _connects(cluster, c0, c1)
+        fault.inject(Step(0.0, "partition", "split", (f"{c0}", f"{c1},{c2},{t0}"), 1.0))
+        assert not _connects(cluster, c1, c0) and not _connects(cluster, c0, t0)
+        assert _connects(cluster, c1, c2) and _connects(cluster, t0, c2)
+        with logcentric.connect(cluster.spec.coordinator_addresses, timeout_s=10) as client:
+            for node in cluster.spec.coordinators:  # the test process reaches every node
+                client.meta.status(node.rpc, timeout_s=5.0)
+        # One way: t0 -> c0 packets are lost (its SYNs), c0 -> t0 still arrive; TCP needs
+        # both ways, so both connects fail, and the rule sits in c0's namespace only.
+        fault.inject(Step(0.0, "partition", "oneway", (t0, c0), 1.0))
+        assert not _connects(cluster, t0, c0) and _connects(cluster, t0, c1)
+        assert drops_of(Step(0.0, "partition", "oneway", (t0, c0), 1.0), cluster.node_names) == {
+            (t0, c0)
+        }
+    finally:
+        fault.heal()
+    assert _connects(cluster, c0, t0) and _connects(cluster, t0, c0) and _connects(cluster, c1, c0)
 
 
 def test_same_seed_same_schedule(tmp_path) -> None:
