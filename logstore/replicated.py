@@ -58,7 +58,7 @@ from logstore.api import (
 )
 from logstore.auth import HmacAuthenticator, InvalidFrame
 from logstore.journal import DurableJournal
-from logstore.snapshot import SnapshotHooks
+from logstore.snapshot import BackgroundSerializer, SnapshotHooks
 from logstore.state import AppendOutcome, LogState, check_append_request, outcome_id
 from rpc.dirlock import lock_server_dir
 from rpc.errors import (
@@ -104,6 +104,34 @@ def _install_journal_hook() -> None:
 
 
 _install_journal_hook()
+
+
+def _install_serializer_hook() -> None:
+    """pysyncobj builds its snapshot serializer with the module-level `Serializer(...)`;
+    for a logstore replica (its serializer callback is a SnapshotHooks method) this builds
+    a BackgroundSerializer instead, which compacts off the tick thread (logstore/
+    snapshot.py). Every other SyncObj gets pysyncobj's own."""
+    current = _pso.Serializer
+    if getattr(current, "_logstore_hook", False):
+        return
+
+    def create_serializer(
+        fileName, transmissionBatchSize, tryUseFork, serializer, deserializer, serializeChecker
+    ):
+        hooks = getattr(serializer, "__self__", None)
+        if isinstance(hooks, SnapshotHooks) and fileName is not None and serializeChecker is None:
+            return BackgroundSerializer(
+                hooks, fileName, transmissionBatchSize, serializer, deserializer
+            )
+        return current(
+            fileName, transmissionBatchSize, tryUseFork, serializer, deserializer, serializeChecker
+        )
+
+    create_serializer._logstore_hook = True  # type: ignore[attr-defined]
+    _pso.Serializer = create_serializer
+
+
+_install_serializer_hook()
 
 
 class _WireCodec:
@@ -1148,7 +1176,9 @@ class ReplicatedLogStore:
         self.append_latency = LatencyHistogram()  # append(), submit to outcome (metrics)
         self._append_latency_lock = threading.Lock()
         self._journal = DurableJournal(self.data_dir)
-        self._snapshots = SnapshotHooks(self._state, self._lock, journal=self._journal)
+        self._snapshots = SnapshotHooks(
+            self._state, self._lock, journal=self._journal, name=self_address
+        )
         c = self.config
         conf = SyncObjConf(
             journalFile=self._journal,
@@ -1288,6 +1318,9 @@ class ReplicatedLogStore:
             logger.error("logstore replica %s: tick thread did not stop", self.self_address)
         self._node.ls_close_waker()
         self._node.ls_fail_pending(FAIL_REASON.MISSING_LEADER)
+        # A background snapshot write ends before the directory is released (its rename
+        # must not land in a directory another process has opened since).
+        self._snapshots.close()
         self._dir_lock.release()
 
     def __enter__(self) -> ReplicatedLogStore:

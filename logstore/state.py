@@ -3,12 +3,20 @@
 Owns no threads, files or clocks. The replicated store applies committed commands to it in
 log order; the snapshot codec (logstore/snapshot.py) saves and restores it. Invalidated
 entries are deleted at once, so the state (and every snapshot of it) holds only live data.
+
+Each log's entries live in pages of 2**PAGE_ID_BITS ids (`LiveEntries`). `capture()` hands a
+snapshot writer the pages as they are, in time proportional to the number of pages, and the
+state copies a page the first time it changes one afterwards (copy on write): a snapshot is
+encoded on another thread from a consistent copy while appends go on (design/logstore.md,
+"compaction off the tick thread").
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from bisect import bisect_left
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import chain
 
 from logstore.api import (
     APPEND_ID_ABS_LIMIT,
@@ -51,7 +59,7 @@ def check_append_request(
 
 
 def validate_append(
-    logs: dict[str, dict[int, Entry]],
+    logs: Mapping[str, Mapping[int, Entry]],
     last_ids: dict[str, int],
     log: str,
     data: bytes,
@@ -104,15 +112,120 @@ def outcome_id(outcome: int | AppendOutcome) -> int:
     return outcome.raise_if_error()
 
 
+# Ids per page of a log's live entries: a page is what the state copies on its first change
+# after a capture (at most this many entries), and what a snapshot writer encodes at a time.
+PAGE_ID_BITS = 12
+
+
+class LiveEntries(Mapping[int, Entry]):
+    """One log's live entries by id, iterated in id order, held in pages of
+    2**PAGE_ID_BITS ids (page number = id >> PAGE_ID_BITS).
+
+    Pages are plain dicts in ascending page order (ids only grow, so a new page is always
+    the last). `share()` marks every page as shared with a capture; the first change of a
+    shared page replaces it with a copy, so a captured page never changes."""
+
+    __slots__ = ("pages", "shared", "count")
+
+    def __init__(self) -> None:
+        self.pages: dict[int, dict[int, Entry]] = {}
+        self.shared: set[int] = set()
+        self.count = 0
+
+    def __getitem__(self, entry_id: int) -> Entry:
+        return self.pages[entry_id >> PAGE_ID_BITS][entry_id]
+
+    def __contains__(self, entry_id: object) -> bool:
+        if type(entry_id) is not int:
+            return False
+        page = self.pages.get(entry_id >> PAGE_ID_BITS)
+        return page is not None and entry_id in page
+
+    def __iter__(self) -> Iterator[int]:
+        return chain.from_iterable(self.pages.values())
+
+    def __len__(self) -> int:
+        return self.count
+
+    def values(self):  # type: ignore[override] - an iterator, in id order
+        return chain.from_iterable(p.values() for p in self.pages.values())
+
+    def items(self):  # type: ignore[override] - an iterator, in id order
+        return chain.from_iterable(p.items() for p in self.pages.values())
+
+    def writable_page(self, page_no: int) -> dict[int, Entry]:
+        """The page to change, created or copied first if it is new or shared."""
+        page = self.pages.get(page_no)
+        if page is None:
+            page = self.pages[page_no] = {}
+        elif page_no in self.shared:
+            page = self.pages[page_no] = dict(page)
+            self.shared.discard(page_no)
+        return page
+
+    def put(self, entry: Entry) -> None:
+        self.writable_page(entry.id >> PAGE_ID_BITS)[entry.id] = entry
+        self.count += 1
+
+    def pop(self, entry_id: int) -> Entry:  # type: ignore[override]
+        page_no = entry_id >> PAGE_ID_BITS
+        if entry_id not in self:
+            raise KeyError(entry_id)
+        page = self.writable_page(page_no)
+        entry = page.pop(entry_id)
+        self.count -= 1
+        if not page:
+            del self.pages[page_no]
+        return entry
+
+    def share(self) -> tuple[dict[int, Entry], ...]:
+        """The pages as they are now, which this object will never change again."""
+        self.shared = set(self.pages)
+        return tuple(self.pages.values())
+
+    @classmethod
+    def from_sorted(cls, ids: Sequence[int], entries: Sequence[Entry]) -> LiveEntries:
+        """Built from ids in ascending order and their entries (a snapshot being loaded)."""
+        live = cls()
+        n = len(ids)
+        start = 0
+        while start < n:
+            page_no = ids[start] >> PAGE_ID_BITS
+            end = bisect_left(ids, (page_no + 1) << PAGE_ID_BITS, start)
+            live.pages[page_no] = dict(zip(ids[start:end], entries[start:end], strict=True))
+            start = end
+        live.count = n
+        return live
+
+
+@dataclass(frozen=True, slots=True)
+class LogCopy:
+    """One log as captured: its pages (never changed after the capture) in id order."""
+
+    name: str
+    last_id: int
+    count: int
+    pages: tuple[dict[int, Entry], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class StateCopy:
+    """A consistent copy of a LogState at one applied index, for a snapshot writer."""
+
+    logs: tuple[LogCopy, ...]
+    live_entries: int
+    live_bytes: int
+
+
 # A log name of at most this many characters is at most LOG_NAME_BYTES_MAX bytes in UTF-8.
 _SHORT_NAME_CHARS = LOG_NAME_BYTES_MAX // 4
 
 
 class LogState:
-    """Named logs; each maps id -> live Entry, plus the last id ever assigned."""
+    """Named logs; each maps id -> live Entry (LiveEntries), plus the last id ever assigned."""
 
     def __init__(self) -> None:
-        self.logs: dict[str, dict[int, Entry]] = {}
+        self.logs: dict[str, LiveEntries] = {}
         self.last_ids: dict[str, int] = {}
         self.live_bytes = 0
         self.live_entries = 0
@@ -160,12 +273,18 @@ class LogState:
                 if data:
                     live = self.logs.get(log)
                     if live is None:
-                        live = self.logs[log] = {}
-                    live[new_id] = Entry(new_id, data, ())
+                        live = self.logs[log] = LiveEntries()
+                    # LiveEntries.put, inlined (the hot path of the tick thread).
+                    page_no = new_id >> PAGE_ID_BITS
+                    page = live.pages.get(page_no)
+                    if page is None or page_no in live.shared:
+                        page = live.writable_page(page_no)
+                    page[new_id] = Entry(new_id, data, ())
+                    live.count += 1
                     self.live_bytes += len(data)
                     self.live_entries += 1
                 elif log not in self.logs:
-                    self.logs[log] = {}
+                    self.logs[log] = LiveEntries()
                 self.last_ids[log] = new_id
                 return new_id
         invalidates = tuple(int(i) for i in invalidates)
@@ -176,13 +295,15 @@ class LogState:
         except RpcError as err:
             return AppendOutcome(error_kind="bad_request", message=err.message)
         new_id = self.last_ids.get(log, 0) + 1
-        live = self.logs.setdefault(log, {})
+        live = self.logs.get(log)
+        if live is None:
+            live = self.logs[log] = LiveEntries()
         for i in invalidates:
             gone = live.pop(i)
             self.live_bytes -= len(gone.data)
             self.live_entries -= 1
         if data:
-            live[new_id] = Entry(new_id, bytes(data), invalidates)
+            live.put(Entry(new_id, bytes(data), invalidates))
             self.live_bytes += len(data)
             self.live_entries += 1
         self.last_ids[log] = new_id
@@ -191,15 +312,21 @@ class LogState:
     def read(self, log: str, from_id: int = 1, limit: int = 1000) -> list[Entry]:
         if limit <= 0 or limit > READ_LIMIT_MAX:
             raise BadRequest(f"limit must be 1..{READ_LIMIT_MAX}")
-        live = self.logs.get(log, {})
-        # Dicts keep insertion order, which is id order: ids only grow and a restore
-        # inserts in id order.
+        live = self.logs.get(log)
+        if live is None:
+            return []
+        # Pages and the dicts in them keep insertion order, which is id order: ids only
+        # grow and a restore inserts in id order.
+        first_page = from_id >> PAGE_ID_BITS
         out: list[Entry] = []
-        for i, entry in live.items():
-            if i >= from_id:
-                out.append(entry)
-                if len(out) >= limit:
-                    break
+        for page_no, page in live.pages.items():
+            if page_no < first_page:
+                continue
+            for i, entry in page.items():
+                if i >= from_id:
+                    out.append(entry)
+                    if len(out) >= limit:
+                        return out
         return out
 
     def last_id(self, log: str) -> int:
@@ -208,9 +335,22 @@ class LogState:
     def log_names(self) -> list[str]:
         return sorted(self.last_ids)
 
-    def iter_logs(self) -> Iterator[tuple[str, int, dict[int, Entry]]]:
+    def iter_logs(self) -> Iterator[tuple[str, int, Mapping[int, Entry]]]:
         for name in sorted(self.last_ids):
             yield name, self.last_ids[name], self.logs.get(name, {})
+
+    def capture(self) -> StateCopy:
+        """A consistent copy for a snapshot writer, in time proportional to the number of
+        pages (not entries): the pages are shared, and copied by this state on their first
+        change (call it under the lock that orders it with apply)."""
+        logs = []
+        for name in sorted(self.last_ids):
+            live = self.logs.get(name)
+            if live is None:
+                logs.append(LogCopy(name, self.last_ids[name], 0, ()))
+            else:
+                logs.append(LogCopy(name, self.last_ids[name], live.count, live.share()))
+        return StateCopy(tuple(logs), self.live_entries, self.live_bytes)
 
     def replace_with(self, other: LogState) -> None:
         self.logs = other.logs
@@ -218,16 +358,28 @@ class LogState:
         self.live_bytes = other.live_bytes
         self.live_entries = other.live_entries
 
-    def restore_log(self, name: str, last_id: int, entries: list[Entry]) -> None:
-        """Used by the snapshot codec: install one log as it was saved."""
+    def restore_log(
+        self,
+        name: str,
+        last_id: int,
+        entries: Sequence[Entry],
+        ids: Sequence[int] | None = None,
+        live_bytes: int | None = None,
+    ) -> None:
+        """Used by the snapshot codec: install one log as it was saved. `ids` (the entries'
+        ids) and `live_bytes` (their data's size) when the codec has them in bulk."""
         assert name not in self.last_ids, name
-        live = {}
-        prev = 0
-        for e in entries:
-            assert prev < e.id <= last_id, (prev, e.id, last_id)
-            prev = e.id
-            live[e.id] = e
-            self.live_bytes += len(e.data)
-        self.live_entries += len(live)
-        self.logs[name] = live
+        if ids is None:
+            ids = [e.id for e in entries]
+        ids = list(ids)
+        assert len(ids) == len(entries), (len(ids), len(entries))
+        # Strictly ascending, positive and at most last_id (checked in C: a snapshot may
+        # hold millions of entries and is loaded on the tick thread).
+        assert ids == sorted(set(ids)), f"log {name!r}: ids not strictly ascending"
+        assert not ids or (ids[0] > 0 and ids[-1] <= last_id), (name, last_id)
+        if live_bytes is None:
+            live_bytes = sum(len(e.data) for e in entries)
+        self.live_bytes += live_bytes
+        self.live_entries += len(ids)
+        self.logs[name] = LiveEntries.from_sorted(ids, entries)
         self.last_ids[name] = last_id
