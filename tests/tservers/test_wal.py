@@ -73,7 +73,7 @@ def test_open_segment_after_crash_is_appended_to(tmp_path):
     for i in range(1, 11):
         _append_sync(app, tl, [_entry(i)])
     app.close()  # no tl.close(): like a crash, the segment has no footer and is preallocated
-    assert os.path.getsize(wal / seg.segment_name(1)) == 1 << 20
+    assert os.path.getsize(wal / seg.segment_name(1)) < 1 << 20  # preallocated in steps
     tl2, entries = _open(wal, opts)
     assert [e.index for e in entries] == list(range(1, 11))
     app = Appender(opts)

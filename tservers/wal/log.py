@@ -32,6 +32,8 @@ from tservers.wal.segment import WalCorruption
 log = logging.getLogger(__name__)
 
 SEGMENT_SIZE_BYTES_DEFAULT = 16 << 20
+PREALLOCATE_STEP_BYTES_MIN = 64 << 10
+PREALLOCATE_STEP_BYTES_MAX = 4 << 20
 # Records (one per tablet append) per group commit, for the metrics.
 GROUP_RECORDS_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
@@ -39,7 +41,12 @@ GROUP_RECORDS_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 @dataclass(frozen=True, slots=True)
 class WalOptions:
     segment_size_bytes_max: int = SEGMENT_SIZE_BYTES_DEFAULT
+    # Space is preallocated in steps as the segment fills, not the whole segment at once: an
+    # empty replica would otherwise hold segment_size_bytes_max of disk (16 MiB; issue 28).
+    # The first step is taken at creation, each next one doubles, up to the largest step.
     preallocate: bool = True
+    preallocate_step_bytes_min: int = PREALLOCATE_STEP_BYTES_MIN
+    preallocate_step_bytes_max: int = PREALLOCATE_STEP_BYTES_MAX
     sync: bool = True  # durable by default: one fdatasync per group and touched segment
     queue_entries_max: int = 1024
     group_records_max: int = 256
@@ -64,9 +71,11 @@ class _SegmentWriter:
         head = seg.encode_file_header(header)
         os.write(self.fd, head)
         self.offset = len(head)
-        if opts.preallocate:
-            os.posix_fallocate(self.fd, 0, opts.segment_size_bytes_max)
+        self.allocated = self.offset  # the file's size: preallocated zeros up to here
+        self.size_changed = False  # grown since the last sync: that sync is an fsync
         self.num_entries = 0
+        self._preallocate(min(opts.preallocate_step_bytes_min, opts.segment_size_bytes_max))
+        self.size_changed = False  # synced below
         self.min_index = 0
         self.max_index = 0
         if opts.sync:
@@ -78,7 +87,8 @@ class _SegmentWriter:
         """Go on writing a segment a crashed process left open, after its last good record.
 
         A torn tail is zeroed (what follows the last good record must be zeros, or the next
-        reader would take it for corruption) and a segment cut short is preallocated again.
+        reader would take it for corruption); the file keeps its size, and grows in
+        preallocation steps as appends reach its end.
         Then one sync: the dead process's writes may still be only in the page cache, and
         Raft is about to count on them (vote, acknowledge)."""
         w = cls.__new__(cls)
@@ -87,25 +97,43 @@ class _SegmentWriter:
         w.fd = os.open(path, os.O_RDWR)
         try:
             w.offset = contents.data_end
+            w.allocated = max(contents.size, contents.data_end)
+            w.size_changed = False
             w.num_entries = len(contents.entries)
             w.min_index = contents.entries[0].index if contents.entries else 0
             w.max_index = max((e.index for e in contents.entries), default=0)
-            grown = False
             if contents.torn_at is not None and contents.torn_end > contents.data_end:
                 zeros = bytes(contents.torn_end - contents.data_end)
                 os.pwrite(w.fd, zeros, contents.data_end)
-            if opts.preallocate and contents.size < opts.segment_size_bytes_max:
-                os.posix_fallocate(w.fd, 0, opts.segment_size_bytes_max)
-                grown = True
+            # No preallocation here: a segment cut short grows in steps as appends reach
+            # its end, like any other (`write`).
             if opts.sync:
-                # A grown file needs its size durable too (later syncs are fdatasyncs).
-                (os.fsync if grown else os.fdatasync)(w.fd)
+                os.fdatasync(w.fd)
         except BaseException:
             os.close(w.fd)
             raise
         return w
 
+    def _preallocate(self, end: int) -> None:
+        """Make sure [0, end) is allocated: grow by the next step (double the allocated size,
+        between the smallest and largest step), at least to `end`, at most to the segment
+        size unless `end` itself passes it (the first record of a segment may). What is
+        allocated and not written reads as zeros, which is what the readers' zero-tail rule
+        and the start-up's read-to-the-first-hole count on. The size changes, so the next
+        sync is an fsync (`sync`)."""
+        if not self.opts.preallocate or end <= self.allocated:
+            return
+        step = min(
+            max(self.allocated, self.opts.preallocate_step_bytes_min),
+            self.opts.preallocate_step_bytes_max,
+        )
+        target = max(end, min(self.allocated + step, self.opts.segment_size_bytes_max))
+        os.posix_fallocate(self.fd, self.allocated, target - self.allocated)
+        self.allocated = target
+        self.size_changed = True
+
     def write(self, record: bytes, min_index: int, max_index: int, count: int) -> None:
+        self._preallocate(self.offset + len(record))
         view = memoryview(record)
         while view:
             n = os.pwrite(self.fd, view, self.offset)
@@ -118,7 +146,13 @@ class _SegmentWriter:
 
     def sync(self) -> None:
         # Within the preallocated size the file's size does not change: fdatasync suffices.
-        os.fdatasync(self.fd)
+        # After a preallocation step, fsync (fdatasync makes a new size durable on Linux too,
+        # but a step is rare: about ten per segment, so the stronger call costs nothing).
+        if self.size_changed:
+            os.fsync(self.fd)
+            self.size_changed = False
+        else:
+            os.fdatasync(self.fd)
 
     def close(self) -> None:
         footer = SegmentFooterPB(
