@@ -47,7 +47,8 @@ WRITERS = 3
 WAIT_S = 120.0
 LOG = "acked"
 ROWS_PER_BATCH = 50
-BATCHES_MAX = 400
+BATCHES_MAX = 20_000
+PAUSE_S = 0.02  # between one writer's operations: the servers keep some CPU for restarts
 
 
 def wait_until(cond: Callable[[], bool], what: str, timeout_s: float = WAIT_S) -> None:
@@ -88,6 +89,7 @@ class Writers:
                 continue
             with self._mu:
                 self.acked.update(got)
+            time.sleep(PAUSE_S)
 
     def count(self) -> int:
         with self._mu:
