@@ -138,6 +138,8 @@ class Catalog:
     last_lease: tuple[int, pb.Lease] | None = None
     # Unlogged state, fed by heartbeats (time.monotonic() of this node).
     heartbeats: dict[str, float] = field(default_factory=dict)
+    # Each tablet server's HTTP address (its own page, /metrics), as its heartbeats say.
+    http_addresses: dict[str, str] = field(default_factory=dict)
     tablet_reports: dict[str, TabletReportInfo] = field(default_factory=dict)
     # (server uuid, tablet id) -> CAS config index of replicas to delete (coordinator/replication)
     strays: dict[tuple[str, str], int] = field(default_factory=dict)

@@ -1198,6 +1198,7 @@ class ConsoleSource:
                     retired=u in retired,
                     replicas=counts.get(u, 0),
                     heartbeat_age_s=(now - c.heartbeats[u]) if u in c.heartbeats else None,
+                    http_address=c.http_addresses.get(u, ""),
                 )
                 for u, s in sorted(c.servers.items())
             )

@@ -321,6 +321,8 @@ class Engine:
         leader = self.serving()
         with self.catalog.lock:
             self.catalog.heartbeats[request.server_uuid] = now
+            if request.http_address:
+                self.catalog.http_addresses[request.server_uuid] = request.http_address[:256]
             for report in request.tablets:
                 if report.tablet_id in self.catalog.tablets:
                     self._take_report(request.server_uuid, report, now)

@@ -58,8 +58,10 @@ class Heartbeater:
         coordinators: Sequence[str],
         *,
         interval_s: float = HEARTBEAT_INTERVAL_S_DEFAULT,
+        http_address: Callable[[], str] = lambda: "",
     ) -> None:
         assert coordinators, "no coordinator to heartbeat to"
+        self._http_address = http_address
         self.server_uuid = server_uuid
         self._address = address
         self._reports = reports
@@ -93,6 +95,7 @@ class Heartbeater:
         request = cpb.HeartbeatRequest(
             server_uuid=self.server_uuid,
             address=self._address(),
+            http_address=self._http_address(),
             tablets=[to_coordinator_report(r, self.server_uuid) for r in self._reports()],
         )
         for address in self.coordinators:

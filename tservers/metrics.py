@@ -61,8 +61,14 @@ class TServerObserver:
     def start(self, http_bind: str) -> TServerObserver:
         """Serve /metrics, /healthz, /readyz on `http_bind` ("" serves nothing)."""
         if http_bind:
+            from tservers.status_page import page_handler
+
             self.http = observe.HttpEndpoint(
-                http_bind, self.registry, name="tserver", ready=self.readiness
+                http_bind,
+                self.registry,
+                name="tserver",
+                ready=self.readiness,
+                pages=[page_handler(self.server)],
             ).start()
             log.info("tablet server %s: http on %s", self.server.uuid, self.http.url)
         return self

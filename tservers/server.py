@@ -158,6 +158,7 @@ class TabletServer:
                 lambda: self.manager.reports(starting=False),
                 self.config.coordinators,
                 interval_s=self.config.heartbeat_interval_s,
+                http_address=lambda: self.observer.http.address if self.observer.http else "",
             ).start()
         self.observer.start(self.config.http_bind)
         if wait_open:

@@ -490,14 +490,16 @@ class TabletReport(_message.Message):
     def __init__(self, tablet_id: _Optional[str] = ..., data_state: _Optional[str] = ..., role: _Optional[str] = ..., term: _Optional[int] = ..., config_index: _Optional[int] = ..., config_uuids: _Optional[_Iterable[str]] = ..., leader_uuid: _Optional[str] = ..., last_op_index: _Optional[int] = ..., schema_version: _Optional[int] = ..., config_member_types: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
-    __slots__ = ("server_uuid", "address", "tablets")
+    __slots__ = ("server_uuid", "address", "tablets", "http_address")
     SERVER_UUID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     TABLETS_FIELD_NUMBER: _ClassVar[int]
+    HTTP_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     server_uuid: str
     address: str
     tablets: _containers.RepeatedCompositeFieldContainer[TabletReport]
-    def __init__(self, server_uuid: _Optional[str] = ..., address: _Optional[str] = ..., tablets: _Optional[_Iterable[_Union[TabletReport, _Mapping]]] = ...) -> None: ...
+    http_address: str
+    def __init__(self, server_uuid: _Optional[str] = ..., address: _Optional[str] = ..., tablets: _Optional[_Iterable[_Union[TabletReport, _Mapping]]] = ..., http_address: _Optional[str] = ...) -> None: ...
 
 class HeartbeatResponse(_message.Message):
     __slots__ = ("is_leader", "needs_enlist")
