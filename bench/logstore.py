@@ -12,8 +12,14 @@ and runs the same workloads against plain pysyncobj 0.3.17 (its own non-durable 
 journal; same state machine and zmq API) with its default settings and with
 appendEntriesUseBatch=False, printing the ratios. `--leases N` also appends N lease entries,
 each invalidating the one before, to one durable replica and reports disk use and restart.
+`--compaction N` fills one durable replica (in this process) with N live entries, then has
+one caller append one at a time while a snapshot of them is written, and prints the worst
+and median append beside the same caller's appends with no snapshot being written (same
+run), how long the snapshot took, and how long a reopen takes (issue 28 targets at 1M:
+worst append below 20 ms during compaction, reopen below 1 s).
 
     python bench/logstore.py [--seconds 3] [--latency-samples 300] [--leases 1000000]
+    python bench/logstore.py --compaction 1000000 --modes none
 """
 
 from __future__ import annotations
@@ -412,6 +418,65 @@ def bench_leases(n: int, tmp: Path) -> None:
     )
 
 
+def _appends_while(store, busy) -> list[float]:
+    """Latencies (s) of one caller's sequential appends while `busy()` holds (at least 20)."""
+    out: list[float] = []
+    while busy() or len(out) < 20:
+        t = time.perf_counter()
+        store.append("probe", PAYLOAD, timeout_s=30.0)
+        out.append(time.perf_counter() - t)
+    return out
+
+
+def bench_compaction(n: int, tmp: Path) -> None:
+    from logstore.replicated import ReplicaConfig, ReplicatedLogStore
+    from tests.logstore.helpers import free_addresses
+
+    (addr,) = free_addresses(1)
+    data = str(tmp / "compaction")
+    # No automatic compaction while filling: the one measured is forced.
+    config = ReplicaConfig(compaction_min_entries=10 * n + 1_000_000, compaction_min_time_s=1e9)
+    with ReplicatedLogStore(addr, [], data, PASSWORD, config=config) as store:
+        t = time.monotonic()
+        pending: list = []
+        for i in range(n):
+            # Most entries in one big log (the catalog), the rest over 1,000 small ones.
+            log = "catalog" if i % 4 else f"t{i % 1000}"
+            pending.append(store.append_async(log, PAYLOAD))
+            if len(pending) >= 4000:
+                for f in pending[:2000]:
+                    f.result(120)
+                del pending[:2000]
+        for f in pending:
+            f.result(120)
+        store.barrier(timeout_s=60.0)
+        filled = time.monotonic() - t
+        base_deadline = time.monotonic() + 2.0
+        baseline = _appends_while(store, lambda: time.monotonic() < base_deadline)
+        written = store.status()["snapshots_written"]
+        t = time.monotonic()
+        store.force_compaction()
+        during = _appends_while(store, lambda: store.status()["snapshots_written"] == written)
+        snap_s = time.monotonic() - t
+        st = store.status()
+    print(
+        f"  compaction: {n} live entries (filled in {filled:.1f}s); snapshot of "
+        f"{st['snapshot_bytes']} bytes written in {snap_s * 1000:.0f} ms"
+    )
+    for name, lat in (("no snapshot being written", baseline), ("during compaction", during)):
+        ms = sorted(x * 1000 for x in lat)
+        print(
+            f"  compaction: appends {name:26}: {len(ms):5d} appends, p50 "
+            f"{statistics.median(ms):6.2f} ms, p99 {percentile(ms, 0.99):6.2f} ms, "
+            f"worst {ms[-1]:7.2f} ms"
+        )
+    t = time.monotonic()
+    with ReplicatedLogStore(addr, [], data, PASSWORD, config=config) as store:
+        opened = time.monotonic() - t
+        assert store.status()["live_entries"] >= n
+    print(f"  compaction: reopen (snapshot of {n} entries + journal tail) {opened * 1000:.0f} ms")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "plain-serve":
@@ -422,6 +487,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--slow-samples", type=int, default=30, help="for pysyncobj defaults")
     p.add_argument("--callers", default="1,8,64")
     p.add_argument("--leases", type=int, default=0, help="also run the lease test with N")
+    p.add_argument(
+        "--compaction", type=int, default=0, help="also run the compaction test with N entries"
+    )
     p.add_argument("--skip-plain", action="store_true")
     p.add_argument("--modes", default="embedded,zmq")
     p.add_argument(
@@ -484,6 +552,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.leases:
             print()
             bench_leases(args.leases, tmp)
+        if args.compaction:
+            print()
+            bench_compaction(args.compaction, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0
