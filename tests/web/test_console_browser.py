@@ -134,6 +134,34 @@ def test_the_leader_and_the_tables_are_shown(browser, artifacts, client, leader)
     assert console_errors(browser) == []
 
 
+def test_a_tablet_servers_own_page_is_linked_from_the_console(browser, artifacts, client, leader):
+    """The console's tablet server page links to the server's own page (its address comes
+    with the heartbeats), which shows its tablets, WAL and copies."""
+    base = f"http://{leader.http}"
+    server = sorted(client.list_servers(), key=lambda s: s.uuid)[0]
+    wait_page(
+        browser,
+        f"{base}/tservers/{server.uuid}",
+        lambda d: d.find_elements("link text", "the tablet server’s own page"),
+        WAIT_S,
+        "the console's link to the tablet server's own page",
+    )
+    browser.find_element("link text", "the tablet server’s own page").click()
+    wait_for(
+        lambda: browser.title == f"tablet server {server.uuid}", 30, "its page", interval_s=0.2
+    )
+    body = browser.find_element("tag name", "body").text
+    hosted = [
+        t.tablet_id
+        for t in client.tablet_locations("users").tablets
+        if any(r.server_uuid == server.uuid for r in t.replicas)
+    ]
+    assert hosted and all(tid in body for tid in hosted), body
+    assert "WAL" in body and "Tablet copies" in body
+    _shot(browser, artifacts, "tserver-own-page")
+    assert console_errors(browser) == []
+
+
 def test_a_follower_says_who_leads_and_links_to_the_leader(browser, artifacts, cluster, leader):
     follower = next(n for n in cluster.spec.coordinators if n is not leader)
     status, body = _get(f"http://{follower.http}/readyz")
