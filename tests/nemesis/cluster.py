@@ -27,6 +27,7 @@ from pathlib import Path
 
 from optools.localcluster import ClusterSpec, LocalCluster, NodeSpec
 from rpc.console import deferred_interrupts
+from tests.nemesis.faults import LEADER
 
 logger = logging.getLogger("nemesis.cluster")
 
@@ -169,6 +170,15 @@ class NemesisCluster(LocalCluster):
     @property
     def node_names(self) -> list[str]:
         return [n.name for n in (*self.spec.coordinators, *self.spec.tservers)]
+
+    def resolve(self, target: str) -> str:
+        """A step's target as a node name: LEADER is the coordinator leader now (the first
+        coordinator when none answers as leader: the fault still lands somewhere)."""
+        if target != LEADER:
+            return target
+        with self.client(timeout_s=3.0) as client:
+            leader = self.leader(client)
+        return (leader or self.spec.coordinators[0]).name
 
     def node(self, name: str) -> NodeSpec:
         return next(n for n in (*self.spec.coordinators, *self.spec.tservers) if n.name == name)

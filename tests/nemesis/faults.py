@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Protocol
 
 STEPS_MAX = 1_000  # a schedule longer than this is a mistake
+LEADER = "@leader"  # a target resolved when injected: the coordinator leader of that moment
 HOLD_S_MIN = 2.0  # how long a fault holds, drawn in [HOLD_S_MIN, HOLD_S_MAX]
 HOLD_S_MAX = 6.0
 QUIET_S_MIN = 1.0  # the healed gap between two faults
@@ -29,7 +30,8 @@ QUIET_S_MAX = 4.0
 @dataclass(frozen=True, slots=True)
 class Step:
     """One fault: at `offset_s` after the workload starts, `kind` does `action` to
-    `targets` (node names, or groups of them joined by '|'), healed `hold_s` later."""
+    `targets` (node names, LEADER, or groups of names joined by ','), healed `hold_s`
+    later."""
 
     offset_s: float
     kind: str
@@ -51,8 +53,9 @@ class Fault(Protocol):
         """One step's (action, targets), drawn from `rng` only (the schedule is replayable)."""
         ...
 
-    def inject(self, step: Step) -> None:
-        """Apply the step to the running cluster (returns once it is in force)."""
+    def inject(self, step: Step) -> Step:
+        """Apply the step to the running cluster (returns once it is in force); returns
+        it as applied: a symbolic target (LEADER) resolved to the node it named then."""
         ...
 
     def heal(self) -> None:

@@ -19,7 +19,7 @@ import subprocess
 from collections.abc import Iterable, Sequence
 
 from tests.nemesis.cluster import CMD_TIMEOUT_S, NemesisCluster
-from tests.nemesis.faults import Step
+from tests.nemesis.faults import LEADER, Step
 
 logger = logging.getLogger("nemesis.net")
 
@@ -72,8 +72,8 @@ class NetFault:
         mode = self.modes[rng.randrange(len(self.modes))]
         coords = list(self.coordinators)
         rng.shuffle(coords)
-        if mode == "isolate":
-            return mode, (rng.choice(list(nodes)),)
+        if mode == "isolate":  # the coordinator leader half of the time
+            return mode, (LEADER if rng.random() < 0.5 else rng.choice(list(nodes)),)
         if mode == "oneway":
             src, dst = rng.sample(list(nodes), 2)
             return mode, (src, dst)
@@ -86,8 +86,11 @@ class NetFault:
             groups[rng.randrange(2)].append(ts)
         return mode, tuple(",".join(sorted(g)) for g in groups)
 
-    def inject(self, step: Step) -> None:
-        self.apply(drops_of(step, self.cluster.node_names))
+    def inject(self, step: Step) -> Step:
+        targets = tuple(self.cluster.resolve(t) for t in step.targets)
+        applied = Step(step.offset_s, step.kind, step.action, targets, step.hold_s)
+        self.apply(drops_of(applied, self.cluster.node_names))
+        return applied
 
     def apply(self, drops: set[tuple[str, str]]) -> None:
         """Put exactly these drops in force (and no others)."""

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.nemesis.cluster import NemesisCluster
-from tests.nemesis.faults import Fault, Schedule, Step
+from tests.nemesis.faults import LEADER, Fault, Schedule, Step
 from tests.nemesis.timeline import write_timeline
 from tests.nemesis.workloads import Event, Recorder, Workload
 
@@ -43,12 +43,15 @@ class PauseFault:
         self._paused: set[str] = set()
 
     def choose(self, rng: random.Random, nodes: Sequence[str]) -> tuple[str, tuple[str, ...]]:
-        return "pause", (rng.choice(list(nodes)),)
+        # The coordinator leader half of the time: a paused leader must lose its lease.
+        return "pause", (LEADER if rng.random() < 0.5 else rng.choice(list(nodes)),)
 
-    def inject(self, step: Step) -> None:
-        for name in step.targets:
+    def inject(self, step: Step) -> Step:
+        targets = tuple(self.cluster.resolve(t) for t in step.targets)
+        for name in targets:
             self.cluster.pause(name)
             self._paused.add(name)
+        return Step(step.offset_s, step.kind, step.action, targets, step.hold_s)
 
     def heal(self) -> None:
         for name in sorted(self._paused):
@@ -77,13 +80,14 @@ class PowerFault:
             return action, tuple(nodes)
         return action, (rng.choice(list(nodes)),)
 
-    def inject(self, step: Step) -> None:
+    def inject(self, step: Step) -> Step:
         assert self.cluster.disks is not None
         for name in step.targets:  # every process dies before any disk loses its cache
             self.cluster.kill(self.cluster.node(name))
             self._down.append(name)
         for name in step.targets:
             self.cluster.disks.power_loss(name, torn=step.action == "node-torn")
+        return step
 
     def heal(self) -> None:
         while self._down:
@@ -190,13 +194,14 @@ def run(
                 break
             fault = by_kind[step.kind]
             start = time.monotonic() - t0
+            applied = step
             try:
-                fault.inject(step)
-                logger.info("inject %s", step.describe())
+                applied = fault.inject(step)
+                logger.info("inject %s", applied.describe())
                 stop.wait(step.hold_s)
             finally:
                 fault.heal()
-                injected.append((start, time.monotonic() - t0, step))
+                injected.append((start, time.monotonic() - t0, applied))
         stop.wait(max(0.0, t0 + schedule.duration_s - time.monotonic()))
     finally:
         stop.set()

@@ -22,7 +22,7 @@ import pytest
 
 import logcentric
 from tests.nemesis.cluster import RPC_PORT, NemesisCluster, available
-from tests.nemesis.faults import Schedule, Step
+from tests.nemesis.faults import LEADER, Schedule, Step
 from tests.nemesis.net import NetFault, drops_of
 from tests.nemesis.runner import PauseFault, RunResult, run
 from tests.nemesis.workloads import DdlWorkload, RegisterWorkload, SetWorkload
@@ -134,6 +134,12 @@ def test_partitions_cut_tcp_between_namespaces_and_heal(cluster: NemesisCluster)
         assert drops_of(Step(0.0, "partition", "oneway", (t0, c0), 1.0), cluster.node_names) == {
             (t0, c0)
         }
+        # A symbolic target: the coordinator leader when the fault is injected.
+        applied = fault.inject(Step(0.0, "partition", "isolate", (LEADER,), 1.0))
+        (leader,) = applied.targets
+        assert leader in (c0, c1, c2)
+        others = [c for c in (c0, c1, c2) if c != leader]
+        assert not _connects(cluster, others[0], leader) and _connects(cluster, *others)
     finally:
         fault.heal()
     assert _connects(cluster, c0, t0) and _connects(cluster, t0, c0) and _connects(cluster, c1, c0)

@@ -296,19 +296,7 @@ class SetWorkload(Workload):
                 return client.table(self.table_name).to_arrow(projection=["k"])["k"].to_pylist()
 
             keys = _retry(scan, f"final scan of {self.table_name}")
-        counts = Counter(keys)  # type: ignore[arg-type]
-        attempted = {e.key for e in mine}
-        anomalies = []
-        lost = sorted(e.key for e in mine if e.outcome == "OK" and counts[e.key] == 0)
-        dup = sorted(k for k, n in counts.items() if n > 1)
-        phantom = sorted(k for k in counts if k not in attempted)
-        if lost:
-            anomalies.append(f"set: {len(lost)} acknowledged insert(s) lost: {lost[:20]}")
-        if dup:
-            anomalies.append(f"set: {len(dup)} row(s) present more than once: {dup[:20]}")
-        if phantom:
-            anomalies.append(f"set: {len(phantom)} row(s) never inserted: {phantom[:20]}")
-        return anomalies
+        return check_set(mine, keys)  # type: ignore[arg-type]
 
 
 class DdlWorkload(Workload):
@@ -347,27 +335,53 @@ class DdlWorkload(Workload):
         mine = [e for e in events if e.workload == self.name]
         with logcentric.connect(self.coordinators, timeout_s=30.0) as client:
             names = _retry(client.list_tables, "final list of tables")
-        listed = Counter(n for n in names if n.startswith(self.prefix))  # type: ignore[union-attr]
-        anomalies = []
-        creates = {e.key: e for e in mine if e.op == "create"}
-        drops = {e.key: e for e in mine if e.op == "drop"}
-        for table, n in listed.items():
-            if n > 1:
-                anomalies.append(f"ddl: table {table} listed {n} times")
-            if table not in creates:
-                anomalies.append(f"ddl: table {table} in the catalog, never created")
-            elif table in drops and drops[table].outcome == "OK":
-                anomalies.append(f"ddl: table {table} dropped (acknowledged), still listed")
-        for table, e in creates.items():
-            if e.outcome == "OK" and table not in drops and not listed[table]:
-                anomalies.append(f"ddl: acknowledged create of {table} lost")
-        # A retry that answered differently: the client created each name once, so its
-        # own create can only come back ALREADY_EXISTS if a retry was executed twice.
-        for e in mine:
-            if e.op == "create" and e.error.startswith("AlreadyExists"):
-                anomalies.append(f"ddl: create of {e.key} answered {e.error}")
-            if (
-                e.op == "drop" and e.error.startswith("NotFound") and creates[e.key].outcome == "OK"  # type: ignore[index]
-            ):
+        listed = [n for n in names if n.startswith(self.prefix)]  # type: ignore[union-attr]
+        return check_ddl(mine, listed)
+
+
+def check_set(events: list[Event], final_keys: list[int]) -> list[str]:
+    """The set's anomalies: an acknowledged insert missing from the final keys, a key
+    present twice, a key never inserted. Inserts of unknown outcome may be either way."""
+    counts = Counter(final_keys)
+    attempted = {e.key for e in events}
+    anomalies = []
+    lost = sorted(e.key for e in events if e.outcome == "OK" and counts[e.key] == 0)
+    dup = sorted(k for k, n in counts.items() if n > 1)
+    phantom = sorted(k for k in counts if k not in attempted)
+    if lost:
+        anomalies.append(f"set: {len(lost)} acknowledged insert(s) lost: {lost[:20]}")
+    if dup:
+        anomalies.append(f"set: {len(dup)} row(s) present more than once: {dup[:20]}")
+    if phantom:
+        anomalies.append(f"set: {len(phantom)} row(s) never inserted: {phantom[:20]}")
+    return anomalies
+
+
+def check_ddl(events: list[Event], listed_names: list[str]) -> list[str]:
+    """The DDL history's anomalies against the final catalog's table names (each client
+    creates a name once, and drops only names it created)."""
+    listed = Counter(listed_names)
+    creates = {e.key: e for e in events if e.op == "create"}
+    drops = {e.key: e for e in events if e.op == "drop"}
+    anomalies = []
+    for table, n in listed.items():
+        if n > 1:
+            anomalies.append(f"ddl: table {table} listed {n} times")
+        if table not in creates:
+            anomalies.append(f"ddl: table {table} in the catalog, never created")
+        elif table in drops and drops[table].outcome == "OK":
+            anomalies.append(f"ddl: table {table} dropped (acknowledged), still listed")
+    for table, e in creates.items():
+        if e.outcome == "OK" and table not in drops and not listed[table]:
+            anomalies.append(f"ddl: acknowledged create of {table} lost")
+    # A retry that answered differently: each name is created once, so a create can only
+    # come back ALREADY_EXISTS if its own retry executed it twice (request ids failed);
+    # likewise NOT_FOUND for the one drop of a table whose create was acknowledged.
+    for e in events:
+        if e.op == "create" and e.error.startswith("AlreadyExists"):
+            anomalies.append(f"ddl: create of {e.key} answered {e.error}")
+        created = creates.get(e.key)
+        if e.op == "drop" and e.error.startswith("NotFound") and created is not None:
+            if created.outcome == "OK":
                 anomalies.append(f"ddl: drop of {e.key} (created) answered {e.error}")
-        return anomalies[:ANOMALIES_MAX]
+    return anomalies[:ANOMALIES_MAX]

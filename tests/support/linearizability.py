@@ -33,6 +33,8 @@ from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+DESCRIBE_LINES_MAX = 40
+
 
 class OpKind(enum.Enum):
     READ = "READ"
@@ -78,23 +80,52 @@ class CheckResult:
     key: Hashable | None = None  # the first key found not linearizable (or undecided)
     operations: tuple[Operation, ...] = ()  # that key's operations
     steps: int = 0
+    # Not linearizable: the longest linearization the search found covers `linearized` of
+    # the key's operations, and could not get past `stuck` (an operation that returned
+    # before any order of the others let it take effect).
+    linearized: int = 0
+    stuck: Operation | None = None
 
     @property
     def ok(self) -> bool:
         return self.linearizable is True
 
-    def describe(self) -> str:
+    def describe(self, lines_max: int = DESCRIBE_LINES_MAX) -> str:
+        """What went wrong, for people: the key, and its operations around where the search
+        got stuck (all of them when it did not get stuck, up to `lines_max`)."""
         if self.linearizable:
             return f"linearizable ({self.steps} steps)"
         what = "NOT linearizable" if self.linearizable is False else "undecided (bound reached)"
         lines = [f"key {self.key!r}: {what} after {self.steps} steps"]
-        for op in sorted(self.operations, key=lambda o: o.invoke):
-            resp = "inf" if op.response is None else f"{op.response:.6f}"
+        ops = sorted(self.operations, key=lambda o: o.invoke)
+        if self.stuck is not None:
             lines.append(
-                f"  [{op.invoke:.6f}, {resp}] {op.client} {op.kind.name} {op.value!r} "
-                f"{op.outcome.name}"
+                f"  the longest linearization covers {self.linearized} of {len(ops)} operations;"
+                f" it cannot take this one: {_op_line(self.stuck)}"
             )
+            # Its window: the operations overlapping it, and those just before it.
+            end = self.stuck.response if self.stuck.response is not None else float("inf")
+            i = next((i for i, o in enumerate(ops) if o is self.stuck), 0)
+            before = ops[max(0, i - lines_max // 2) : i]
+            during = [
+                o for o in ops[i:]
+                if o.invoke <= end and (o.response is None or o.response >= self.stuck.invoke)
+            ]  # fmt: skip
+            ops = sorted({id(o): o for o in [*before, *during]}.values(), key=lambda o: o.invoke)
+            lines.append("  operations around it:")
+        shown = ops[:lines_max]
+        lines += ["  " + _op_line(op, op is self.stuck) for op in shown]
+        if len(ops) > len(shown):
+            lines.append(f"  ... {len(ops) - len(shown)} more")
         return "\n".join(lines)
+
+
+def _op_line(op: Operation, mark: bool = False) -> str:
+    resp = "inf" if op.response is None else f"{op.response:.6f}"
+    return (
+        f"[{op.invoke:.6f}, {resp}] {op.client} {op.kind.name} {op.value!r} {op.outcome.name}"
+        + ("  <-- stuck here" if mark else "")
+    )
 
 
 class _Node:
@@ -115,8 +146,10 @@ class _Bound(Exception):
 
 def _check_key(
     ops: list[Operation], initial: Any, step_limit: int, deadline: float
-) -> tuple[bool, int]:
-    """Lowe's WGL search over one key's register history. Raises _Bound when out of budget."""
+) -> tuple[bool, int, int, int]:
+    """Lowe's WGL search over one key's register history: (linearizable, steps, and when
+    not, the longest linearization's length and the index of the operation it could not
+    get past). Raises _Bound when out of budget."""
     nodes: list[_Node] = []
     for i, op in enumerate(ops):
         call = _Node(i, True, op.invoke)
@@ -164,13 +197,14 @@ def _check_key(
     stack: list[tuple[_Node, Any]] = []
     entry = head.next
     steps = 0
+    deepest, stuck = -1, -1
     while True:
         steps += 1
         if steps > step_limit or (steps & 0x3FF == 0 and time.monotonic() > deadline):
             raise _Bound(steps)
         if entry is None:
             # Only calls that never returned are left: they need not take effect.
-            return True, steps
+            return True, steps, 0, -1
         if entry.is_call:
             op = ops[entry.op_index]
             if op.kind is OpKind.WRITE:
@@ -189,8 +223,10 @@ def _check_key(
                 entry = entry.next
         else:
             # An operation returned before we could linearize it: backtrack.
+            if len(stack) > deepest:
+                deepest, stuck = len(stack), entry.op_index
             if not stack:
-                return False, steps
+                return False, steps, deepest, stuck
             call, state = stack.pop()
             linearized &= ~(1 << call.op_index)
             unlift(call)
@@ -256,12 +292,14 @@ def check_history(
     for key in sorted(by_key, key=repr):
         key_ops = by_key[key]
         try:
-            ok, steps = _check_key(key_ops, initial, step_limit - total, deadline)
+            ok, steps, deepest, stuck = _check_key(key_ops, initial, step_limit - total, deadline)
         except _Bound as b:
             return CheckResult(None, key, tuple(key_ops), total + int(b.args[0]))
         total += steps
         if not ok:
-            return CheckResult(False, key, tuple(key_ops), total)
+            return CheckResult(
+                False, key, tuple(key_ops), total, deepest, key_ops[stuck] if stuck >= 0 else None
+            )
     return CheckResult(True, steps=total)
 
 
