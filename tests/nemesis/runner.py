@@ -29,7 +29,8 @@ from tests.nemesis.workloads import Event, Recorder, Workload
 
 logger = logging.getLogger("nemesis.runner")
 
-SUMMARY_LINES_MAX = 12  # of one anomaly in the summary
+SUMMARY_LINES_MAX = 12
+FAULTS_LISTED_MAX = 40  # faults listed one a line in the summary  # of one anomaly in the summary
 JOIN_TIMEOUT_S = 60.0  # a client thread ends within its operation timeout after stop
 
 
@@ -138,6 +139,9 @@ class RunResult:
         kinds = Counter(f"{s.kind}:{s.action}" for _, _, s in self.injected)
         listed = ", ".join(f"{k} {n}" for k, n in sorted(kinds.items()))
         lines.append("  faults    " + (listed or "none"))
+        for start, end, step in self.injected[:FAULTS_LISTED_MAX]:
+            what = f"{step.kind}:{step.action} {','.join(step.targets)}"
+            lines.append(f"            [{start:7.2f}s, {end:7.2f}s] {what}")
         for anomaly in self.anomalies:  # the whole text is in anomalies.txt
             text = anomaly.splitlines()
             lines += [f"  ANOMALY   {line}" for line in text[:SUMMARY_LINES_MAX]]
