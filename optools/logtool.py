@@ -512,9 +512,9 @@ def run(
         out.flush()
         return EXIT_INCOMPLETE if image.stats.incomplete else 0
     except KeyboardInterrupt:
-        if args.follow:
-            return 0  # Ctrl-C is how --follow ends
-        raise  # the caller's run_command: one line, exit status 130
+        # Also for --follow, which only Ctrl-C ends: the caller's run_command (or main)
+        # says so in one line and exits 130, as every command does.
+        raise
     except BrokenPipeError:  # the reader went away (`| head`): stop quietly
         return reader_gone() if out is sys.stdout else 0
     except UsageError as err:
@@ -529,8 +529,13 @@ def run(
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return run(args)
+    from rpc.console import interrupted
+
+    try:
+        args = build_parser().parse_args(argv)
+        return run(args)
+    except KeyboardInterrupt:
+        return interrupted("coordinator log")
 
 
 if __name__ == "__main__":
