@@ -27,7 +27,7 @@ from logstore.snapshot import (
     decode_snapshot,
     encode_snapshot,
 )
-from logstore.state import PAGE_ID_BITS, LogState
+from logstore.state import LogState
 
 from .helpers import FAST, PASSWORD, start_cluster, wait_for
 
@@ -113,6 +113,8 @@ def test_compaction_runs_off_the_tick_thread_while_appends_commit(tmp_path, monk
 
 
 def test_capture_is_a_consistent_copy_while_the_state_changes():
+    from logstore.state import PAGE_ID_BITS  # imported here: the module loads on older code
+
     state = LogState()
     page = 1 << PAGE_ID_BITS
     for i in range(2 * page + 10):
