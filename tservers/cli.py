@@ -268,11 +268,46 @@ def _describe_entry(e) -> str:
     return head
 
 
-def _dump_segment(path: Path, is_last: bool) -> None:
+def _segment_json(path: Path, c) -> dict:
+    """One segment as `wal dump --json` lists it (design/client.md)."""
+    h, f = c.header, c.footer
+    return {
+        "path": str(path),
+        "tablet_id": h.tablet_id,
+        "sequence": h.sequence,
+        "created_ms": h.created_ms,
+        "entries": [
+            {
+                "term": e.term,
+                "index": e.index,
+                "type": EntryType.Name(e.type),
+                "text": _describe_entry(e).strip(),
+            }
+            for e in c.entries
+        ],  # fmt: skip
+        "torn_at": c.torn_at,
+        "torn_reason": c.torn_reason if c.torn_at is not None else None,
+        "footer": None
+        if f is None
+        else {
+            "num_entries": f.num_entries,
+            "min_index": f.min_index,
+            "max_index": f.max_index,
+            "closed_ms": f.closed_ms,
+        },
+        "data_end": c.data_end,
+    }
+
+
+def _read_segment(path: Path, is_last: bool):
     try:
-        c = seg.read_segment(path, is_last=is_last)
+        return seg.read_segment(path, is_last=is_last)
     except WalCorruption as e:
         raise CliError(str(e)) from e
+
+
+def _dump_segment(path: Path, is_last: bool) -> None:
+    c = _read_segment(path, is_last)
     h = c.header
     print(f"segment {path}")
     print(f"  header: tablet {h.tablet_id} sequence {h.sequence} created_ms {h.created_ms}")
@@ -292,17 +327,21 @@ def _dump_segment(path: Path, is_last: bool) -> None:
 
 def _cmd_wal_dump(args) -> int:
     if args.segment:
-        _dump_segment(Path(args.segment), is_last=True)
+        paths = [(Path(args.segment), True)]
+    else:
+        if not (args.fs_root and args.tablet):
+            raise CliError("give --segment FILE, or --fs-root DIR and --tablet ID")
+        fs = _open_fs(args.fs_root)
+        wal_dir = fs.wal_dir(args.tablet)
+        if not wal_dir.is_dir():
+            raise CliError(f"tablet {args.tablet} has no WAL directory ({wal_dir})")
+        segs = seg.list_segments(wal_dir)
+        paths = [(path, i == len(segs) - 1) for i, (_, path) in enumerate(segs)]
+    if args.json:
+        print_json({"segments": [_segment_json(p, _read_segment(p, last)) for p, last in paths]})
         return 0
-    if not (args.fs_root and args.tablet):
-        raise CliError("give --segment FILE, or --fs-root DIR and --tablet ID")
-    fs = _open_fs(args.fs_root)
-    wal_dir = fs.wal_dir(args.tablet)
-    if not wal_dir.is_dir():
-        raise CliError(f"tablet {args.tablet} has no WAL directory ({wal_dir})")
-    segs = seg.list_segments(wal_dir)
-    for i, (_, path) in enumerate(segs):
-        _dump_segment(path, is_last=i == len(segs) - 1)
+    for path, last in paths:
+        _dump_segment(path, is_last=last)
     return 0
 
 
@@ -918,6 +957,7 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--fs-root")
     w.add_argument("--tablet")
     w.add_argument("--segment", help="one segment file")
+    w.add_argument("--json", action="store_true", help='one JSON document: {"segments": [...]}')
     w.set_defaults(func=_cmd_wal_dump)
 
     cm = sub.add_parser("cmeta", help="consensus metadata tools").add_subparsers(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 
 import pytest
@@ -51,6 +52,12 @@ def test_wal_dump(root):
     seg_path = sorted(fs.wal_dir("t1").iterdir())[0]
     one = tserver("wal", "dump", "--segment", str(seg_path))
     assert one.returncode == 0 and "entry 1.1 NO_OP" in one.stdout
+    doc = json.loads(
+        tserver("wal", "dump", "--fs-root", str(root), "--tablet", "t1", "--json").stdout
+    )
+    entries = [e for s in doc["segments"] for e in s["entries"]]
+    assert doc["segments"][0]["tablet_id"] == "t1" and doc["segments"][0]["sequence"] == 1
+    assert entries[0]["type"] == "NO_OP" and any("INSERT 3 rows" in e["text"] for e in entries)
     data = bytearray(seg_path.read_bytes())
     data[len(data) // 2] ^= 0x20
     seg_path.write_bytes(bytes(data))
