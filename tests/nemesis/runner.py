@@ -140,7 +140,7 @@ class RunResult:
         listed = ", ".join(f"{k} {n}" for k, n in sorted(kinds.items()))
         lines.append("  faults    " + (listed or "none"))
         for start, end, step in self.injected[:FAULTS_LISTED_MAX]:
-            what = f"{step.kind}:{step.action} {','.join(step.targets)}"
+            what = f"{step.kind}:{step.action} {' | '.join(step.targets)}"
             lines.append(f"            [{start:7.2f}s, {end:7.2f}s] {what}")
         for anomaly in self.anomalies:  # the whole text is in anomalies.txt
             text = anomaly.splitlines()

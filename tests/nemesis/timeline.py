@@ -42,7 +42,7 @@ def write_timeline(
         'font-family="monospace" font-size="11">'
     ]
     for start, stop, step in faults:
-        label = html.escape(f"{step.kind}:{step.action} {','.join(step.targets)}")
+        label = html.escape(f"{step.kind}:{step.action} {' | '.join(step.targets)}")
         parts.append(
             f'<rect x="{x(start):.1f}" y="{TOP_PX - 14}" '
             f'width="{max(1.0, (stop - start) * scale):.1f}" '
