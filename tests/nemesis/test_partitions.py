@@ -110,6 +110,18 @@ def test_harness_catches_acknowledged_inserts_never_sent(cluster: NemesisCluster
     assert result.artifacts is not None and (result.artifacts / "timeline.html").exists()
 
 
+def test_harness_catches_ddl_retried_without_its_request_id(cluster: NemesisCluster) -> None:
+    """The broken build: a DDL client whose acknowledged creates are sent again as new
+    requests (a retry that lost its request id): the DDL checker flags the second answer."""
+    fault = PauseFault(cluster)
+    schedule = Schedule.make(SEED, 6.0, [fault], cluster.node_names)
+    workload = DdlWorkload(cluster.spec.coordinator_addresses, "noid", lose_request_ids=True)
+    result = run(cluster, schedule, [fault], [workload], tag="noid")
+    _report(result)
+    assert not result.errors
+    assert any("answered AlreadyExists" in a for a in result.anomalies), result.anomalies
+
+
 def test_partitions_cut_tcp_between_namespaces_and_heal(cluster: NemesisCluster) -> None:
     """The faults really cut: isolate, split and one-way drop what they say and nothing
     else, clients in the root namespace still reach every node, and heal restores all."""

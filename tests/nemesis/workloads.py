@@ -302,10 +302,14 @@ class SetWorkload(Workload):
 class DdlWorkload(Workload):
     name = "ddl"
 
-    def __init__(self, coordinators: list[str], tag: str, clients: int = 1) -> None:
+    def __init__(self, coordinators: list[str], tag: str, clients: int = 1,
+                 lose_request_ids: bool = False) -> None:  # fmt: skip
         super().__init__(coordinators, tag)
         self.prefix = f"nemesis_ddl_{tag}_"
         self.clients = clients
+        # Test-only breakage: every acknowledged create is retried as a new request (another
+        # client id, so another request id), as a client that lost its request id would.
+        self.lose_request_ids = lose_request_ids
 
     def worker(self, index: int, rng: random.Random, rec: Recorder, stop: threading.Event) -> None:
         name = f"{self.name}-{index}"
@@ -322,13 +326,22 @@ class DdlWorkload(Workload):
                     seq += 1
                     table = f"{self.prefix}{index}_{seq}"
                     created.append(table)
-                    rec.run(
+                    outcome, _ = rec.run(
                         self.name, name, "create", table, None,
                         lambda t=table: client.create_table(
                             t, columns, num_tablets=1, replication_factor=1
                         ),
                         True,
                     )  # fmt: skip
+                    if self.lose_request_ids and outcome == "OK":
+                        with self.connect() as other:
+                            rec.run(
+                                self.name, name, "create", table, None,
+                                lambda t=table: other.create_table(
+                                    t, columns, num_tablets=1, replication_factor=1
+                                ),
+                                True,
+                            )  # fmt: skip
                 stop.wait(0.2)  # DDL is slow and heavy: a few per second at most
 
     def check(self, events: list[Event]) -> list[str]:
