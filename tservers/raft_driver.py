@@ -2,7 +2,10 @@
 
 It connects the pure cores (tservers/consensus/) to the world, following the driver
 contract of design/consensus.md:
-- time: `tick()` every `tick_interval_s` of time.monotonic();
+- time: ticks of `tick_interval_s` of time.monotonic(), passed to a group only when it has
+  something due (`RaftCore.ticks_to_next_event`: a heartbeat, a quorum check, an election)
+  or an input arrives, all those it slept through at once: idle groups cost nothing between
+  events (a timer heap of next-due ticks, not a tick of every group every interval);
 - input: messages from TServer.Consensus (a bounded inbox), proposals and read-index
   requests from rpc threads (under the group's lock), WAL completions from the appender;
 - per Ready, in order: hard state -> consensus metadata (written and fsynced here, at once);
@@ -20,6 +23,7 @@ contract of design/consensus.md:
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import logging
 import queue
@@ -90,6 +94,8 @@ REFUSALS_LOG_INTERVAL_S = 10.0  # a tablet's refused messages are logged at most
 # Beyond, the oldest learned address / a socket of a peer no config names goes first.
 LEARNED_ADDRESSES_MAX = 4096
 PEER_SOCKETS_MAX = 1024
+# The driver wakes at least this often when no group has anything due (peers' refusals).
+IDLE_WAIT_S_MAX = 1.0
 
 
 def message_bytes(m: Message) -> int:
@@ -181,6 +187,12 @@ class RaftGroup:
         self.copy_backoff: dict[str, tuple[float, float]] = {}  # peer -> (next, delay)
         self.refusals_logged = 0  # the core's refused_messages when last logged
         self.refusals_logged_at = -REFUSALS_LOG_INTERVAL_S
+        # The driver's tick up to which the core has had its ticks (under `lock`), the tick
+        # it is due next and the tick of its entry in the driver's timer heap (driver only).
+        self.ticked_at = driver.tick_now()
+        self.due_tick = self.ticked_at
+        self.queued_tick: int | None = None
+        self.tick_calls = 0  # times the core was given ticks (each call passes one or more)
 
     # ------------------------------------------------------------ rpc threads
     def propose(self, payload: bytes) -> ProposeResult:
@@ -188,6 +200,7 @@ class RaftGroup:
         with self.lock:
             if self.closed:
                 return ProposeResult(ProposalStatus.UNAVAILABLE, message="replica closed")
+            self.catch_up_locked()
             return self.core.propose(payload)
 
     def change_config(self, change: ConfigChange, cas_config_index: int | None) -> ProposeResult:
@@ -195,6 +208,7 @@ class RaftGroup:
         with self.lock:
             if self.closed:
                 return ProposeResult(ProposalStatus.UNAVAILABLE, message="replica closed")
+            self.catch_up_locked()
             return self.core.change_config(change, cas_config_index)
 
     def read_index(self, deadline: float) -> int:
@@ -204,6 +218,7 @@ class RaftGroup:
         with self.lock:
             rid = next(self._read_ids)
             self.reads[rid] = w
+            self.catch_up_locked()
             self.core.read_index(rid)
         self.driver.wake(self)
         if not w.event.wait(max(0.0, deadline - time.monotonic())):
@@ -233,6 +248,18 @@ class RaftGroup:
 
     def wake(self) -> None:
         self.driver.wake(self)
+
+    def catch_up_locked(self) -> None:
+        """Give the core the ticks it slept through (caller holds `lock`), before any input:
+        an input must find the core's clocks (election timeout, lease) where they would be
+        had it been ticked every interval."""
+        now_tick = self.driver.tick_now()
+        n = now_tick - self.ticked_at
+        if n > 0:
+            self.ticked_at = now_tick
+            if not (self.closed or self.failed):
+                self.core.tick(n)
+                self.tick_calls += 1
 
     def compact_for_flush(self, flushed_index: int) -> int:
         """After a flush: the index up to which the WAL may be deleted (kept for lagging
@@ -392,6 +419,20 @@ class RaftDriver:
         self._kicker: threading.Thread | None = None
         self.messages_in = 0
         self.messages_dropped = 0
+        # The tick clock: tick n starts at _epoch + n * tick_interval_s. A driver running late
+        # moves _epoch forward (the ticks it missed are skipped, not replayed: a stalled
+        # driver must not make every follower time out at once when it comes back).
+        self._epoch = time.monotonic()
+        # (due tick, sequence, group): each group has at most one live entry (its
+        # queued_tick); stale ones are skipped when they come up. Driver thread only.
+        self._timers: list[tuple[int, int, RaftGroup]] = []
+        self._timer_seq = itertools.count()
+        self._refusals_tick = -1
+        self.groups_ticked = 0  # groups given ticks by their timer (metrics, tests)
+
+    def tick_now(self) -> int:
+        """The current tick of the driver's clock (any thread)."""
+        return int((time.monotonic() - self._epoch) / self.options.tick_interval_s)
 
     def purge_peer(self, uuid: str) -> None:
         """Drop the messages queued for a peer server (any thread; done by the driver)."""
@@ -594,14 +635,12 @@ class RaftDriver:
 
     # ------------------------------------------------------------ the loop
     def _run(self) -> None:
-        tick_s = self.options.tick_interval_s
-        next_tick = time.monotonic() + tick_s
         while True:
             with self._cond:
                 if self._stop:
                     return
                 if not self._inbox:
-                    self._cond.wait(max(0.0, next_tick - time.monotonic()))
+                    self._cond.wait(self._sleep_s())
                     if self._stop:
                         return
                 events = list(self._inbox)
@@ -609,11 +648,28 @@ class RaftDriver:
                 self._net_queued = 0
                 self._net_bytes = 0
             try:
-                next_tick = self._round(events, next_tick, tick_s)
+                self._round(events)
             except Exception:  # a bug must not stop every tablet's consensus
                 log.exception("raft driver round failed")
 
-    def _round(self, events: list, next_tick: float, tick_s: float) -> float:
+    def _due_s(self, tick: int) -> float:
+        return self._epoch + tick * self.options.tick_interval_s
+
+    def _sleep_s(self) -> float:
+        """Until the first timer is due (a stale entry only wakes the driver once early)."""
+        now = time.monotonic()
+        if not self._timers:
+            return IDLE_WAIT_S_MAX
+        return min(IDLE_WAIT_S_MAX, max(0.0, self._due_s(self._timers[0][0]) - now))
+
+    def _round(self, events: list) -> None:
+        tick_s = self.options.tick_interval_s
+        if self._timers:
+            late_s = time.monotonic() - self._due_s(self._timers[0][0]) - tick_s
+            if late_s > 0:
+                # More than a tick late (a long round, a stalled process): skip the missed
+                # ticks, as the driver did when it ticked every group.
+                self._epoch += late_s
         dirty: dict[str, RaftGroup] = {}
         for ev in events:
             kind = ev[0]
@@ -633,31 +689,44 @@ class RaftDriver:
                 g = ev[1]
                 dirty[g.tablet_id] = g
         now = time.monotonic()
-        if now >= next_tick:
-            next_tick += tick_s
-            if next_tick < now:
-                next_tick = now + tick_s  # a late round skips the ticks it missed
-            with self._groups_lock:
-                groups = list(self._groups.values())
-            for g in groups:
-                with g.lock:
-                    if g.closed or g.failed:
-                        continue
-                    g.core.tick()
-                    self._log_refusals(g, now)
-                    if g.copy_backoff:  # a peer copied (or gone): its next copy starts afresh
-                        for peer in [u for u in g.copy_backoff if not g.core.peer_needs_copy(u)]:
-                            del g.copy_backoff[peer]
-                dirty[g.tablet_id] = g
+        now_tick = self.tick_now()
+        while self._timers and self._timers[0][0] <= now_tick:
+            due, _, g = heapq.heappop(self._timers)
+            if g.queued_tick != due:
+                continue  # replaced by an earlier entry
+            g.queued_tick = None
+            with g.lock:
+                if g.closed or g.failed:
+                    continue
+                self._log_refusals(g, now)
+                if g.copy_backoff:  # a peer copied (or gone): its next copy starts afresh
+                    for peer in [u for u in g.copy_backoff if not g.core.peer_needs_copy(u)]:
+                        del g.copy_backoff[peer]
+            self.groups_ticked += 1
+            dirty[g.tablet_id] = g
+        if now_tick != self._refusals_tick:
+            self._refusals_tick = now_tick
             for p in self._peers.values():
                 p.log_refusals()
         for g in dirty.values():
             try:
+                with g.lock:
+                    g.catch_up_locked()
                 self._process(g)
+                self._schedule(g)
             except Exception as e:
                 log.exception("tablet %s: raft processing failed", g.tablet_id)
                 self._fail(g, f"raft driver: {type(e).__name__}: {e}")
-        return next_tick
+
+    def _schedule(self, g: RaftGroup) -> None:
+        """Put the group's next due tick in the timer heap (driver thread only)."""
+        with g.lock:
+            if g.closed or g.failed:
+                return
+            g.due_tick = g.ticked_at + g.core.ticks_to_next_event()
+        if g.queued_tick is None or g.due_tick < g.queued_tick:
+            g.queued_tick = g.due_tick
+            heapq.heappush(self._timers, (g.due_tick, next(self._timer_seq), g))
 
     def _on_message(self, msg: Message, dirty: dict[str, RaftGroup]) -> None:
         with self._groups_lock:
@@ -670,6 +739,7 @@ class RaftDriver:
                 self._send([answer])
             return
         with g.lock:
+            g.catch_up_locked()  # the time before the message counts before it
             g.core.step(msg)
         dirty[g.tablet_id] = g
 

@@ -101,6 +101,8 @@ class _PendingRead:
 
 
 _INFINITE_SEQ = 1 << 62
+# The longest a core asks to sleep (`ticks_to_next_event`) when nothing is due at all.
+QUIET_TICKS_MAX = 100
 _NO_HARD_STATE = HardState(0, None)
 _NO_OP_ID = OpId(0, 0)
 
@@ -368,8 +370,36 @@ class RaftCore:
 
     # ------------------------------------------------------------------ inputs
 
-    def tick(self) -> None:
-        """One logical clock tick (the driver calls it every tick interval)."""
+    def tick(self, ticks: int = 1) -> None:
+        """`ticks` logical clock ticks, one after another (a driver that let the core sleep
+        through `ticks_to_next_event` passes them all when it wakes it)."""
+        assert ticks >= 1
+        for _ in range(ticks):
+            self._tick_once()
+
+    def ticks_to_next_event(self) -> int:
+        """How many ticks may pass before one does anything but count (a heartbeat, a quorum
+        check, an election, the end of a transfer); at least 1. Messages and proposals are
+        events of their own: after one, ask again. A leader with no peers has nothing due."""
+        if self._vote_only:
+            return QUIET_TICKS_MAX
+        t = self._opts.election_timeout_ticks
+        if self._role is Role.LEADER:
+            if not self._progress and self._transfer_target is None:
+                return QUIET_TICKS_MAX
+            n = min(
+                self._opts.heartbeat_interval_ticks - self._heartbeat_elapsed,
+                t - self._election_elapsed,
+            )
+            if self._transfer_target is not None:
+                n = min(n, t - self._transfer_elapsed)
+        else:
+            n = self._randomized_timeout - self._election_elapsed
+            if n <= 0:  # timed out: campaigns at the next tick if it may now, else only counts
+                return 1 if self._may_campaign() else QUIET_TICKS_MAX
+        return max(1, min(n, QUIET_TICKS_MAX))
+
+    def _tick_once(self) -> None:
         if self._vote_only:
             return
         self._election_elapsed += 1
