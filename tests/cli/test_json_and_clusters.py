@@ -187,6 +187,10 @@ def test_tserver_listings_json(cluster):
     assert doc["tablet_id"] == tablet
     peers = doc["cmeta"]["committed_config"]["peers"]
     assert [p["uuid"] for p in peers] == [st["uuid"]]
+    # The WAL of the tablet, read beside the running server (read-only).
+    doc, _ = json_cmd("tserver", "wal", "dump", "--fs-root", fs_root, "--tablet", tablet,
+                      env=cluster.env)  # fmt: skip
+    assert doc["segments"] and doc["segments"][0]["tablet_id"] == tablet
     # What the drop of cli_b (test_coordinator_listings_json) set aside, if it ran.
     doc, _ = json_cmd("tserver", "quarantine", "list", "--fs-root", fs_root, env=cluster.env)
     assert isinstance(doc, list)
