@@ -16,7 +16,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import chain
+from itertools import accumulate, chain, islice, repeat
 
 from logstore.api import (
     APPEND_ID_ABS_LIMIT,
@@ -117,47 +117,115 @@ def outcome_id(outcome: int | AppendOutcome) -> int:
 PAGE_ID_BITS = 12
 
 
+class LoadedPage:
+    """One page's entries as a snapshot stored them, not yet made into Entry objects: a
+    reopen builds these (bulk operations, no Python object per entry) and the state turns
+    a page into a dict of Entry the first time something reads or changes it. Immutable."""
+
+    __slots__ = ("ids", "lens", "start", "body", "invs")
+
+    def __init__(
+        self,
+        ids: list[int],
+        lens: Sequence[int],
+        start: int,
+        body: bytes,
+        invs: Sequence[tuple[int, ...]] | None,
+    ) -> None:
+        self.ids = ids  # ascending
+        self.lens = lens  # each entry's data length
+        self.start = start  # offset of the first entry's data in body
+        self.body = body  # the snapshot's body (shared by every page of the snapshot)
+        self.invs = invs  # each entry's invalidated ids; None: none invalidated anything
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def data_bytes(self) -> int:
+        return sum(self.lens)
+
+    def datas(self) -> list[bytes]:
+        ends = list(accumulate(self.lens, initial=self.start))
+        return list(map(self.body.__getitem__, map(slice, ends, islice(ends, 1, None))))
+
+    def materialize(self) -> dict[int, Entry]:
+        invs = repeat(()) if self.invs is None else self.invs
+        return dict(zip(self.ids, map(Entry, self.ids, self.datas(), invs), strict=False))
+
+
+Page = dict[int, Entry] | LoadedPage
+
+
 class LiveEntries(Mapping[int, Entry]):
     """One log's live entries by id, iterated in id order, held in pages of
     2**PAGE_ID_BITS ids (page number = id >> PAGE_ID_BITS).
 
     Pages are plain dicts in ascending page order (ids only grow, so a new page is always
-    the last). `share()` marks every page as shared with a capture; the first change of a
-    shared page replaces it with a copy, so a captured page never changes."""
+    the last), or LoadedPage after a reopen until first used. `share()` marks every page as
+    shared with a capture; the first change of a shared page replaces it with a copy, so a
+    captured page never changes. Reads and changes happen under the state's lock."""
 
     __slots__ = ("pages", "shared", "count")
 
     def __init__(self) -> None:
-        self.pages: dict[int, dict[int, Entry]] = {}
+        self.pages: dict[int, Page] = {}
         self.shared: set[int] = set()
         self.count = 0
 
+    def page(self, page_no: int) -> dict[int, Entry] | None:
+        """The page as a dict (a loaded page is made into one now), or None."""
+        page = self.pages.get(page_no)
+        if page is not None and type(page) is not dict:
+            # A value replaced, not a key added: safe while the pages are being iterated.
+            page = self.pages[page_no] = page.materialize()
+            self.shared.discard(page_no)  # a capture holds the LoadedPage, not this dict
+        return page
+
     def __getitem__(self, entry_id: int) -> Entry:
-        return self.pages[entry_id >> PAGE_ID_BITS][entry_id]
+        page = self.page(entry_id >> PAGE_ID_BITS)
+        if page is None:
+            raise KeyError(entry_id)
+        return page[entry_id]
 
     def __contains__(self, entry_id: object) -> bool:
         if type(entry_id) is not int:
             return False
         page = self.pages.get(entry_id >> PAGE_ID_BITS)
-        return page is not None and entry_id in page
+        if page is None:
+            return False
+        if type(page) is not dict:
+            return entry_id in self.page(entry_id >> PAGE_ID_BITS)  # type: ignore[operator]
+        return entry_id in page
 
     def __iter__(self) -> Iterator[int]:
-        return chain.from_iterable(self.pages.values())
+        return chain.from_iterable(
+            p.ids if type(p) is LoadedPage else p for p in list(self.pages.values())
+        )
 
     def __len__(self) -> int:
         return self.count
 
+    def _dict_pages(self) -> Iterator[dict[int, Entry]]:
+        for page_no in list(self.pages):
+            page = self.page(page_no)
+            if page is not None:
+                yield page
+
     def values(self):  # type: ignore[override] - an iterator, in id order
-        return chain.from_iterable(p.values() for p in self.pages.values())
+        return chain.from_iterable(p.values() for p in self._dict_pages())
 
     def items(self):  # type: ignore[override] - an iterator, in id order
-        return chain.from_iterable(p.items() for p in self.pages.values())
+        return chain.from_iterable(p.items() for p in self._dict_pages())
 
     def writable_page(self, page_no: int) -> dict[int, Entry]:
-        """The page to change, created or copied first if it is new or shared."""
+        """The page to change, created, made from a loaded page or copied first if it is
+        new, loaded or shared."""
         page = self.pages.get(page_no)
         if page is None:
             page = self.pages[page_no] = {}
+        elif type(page) is not dict:
+            page = self.page(page_no)
+            assert page is not None
         elif page_no in self.shared:
             page = self.pages[page_no] = dict(page)
             self.shared.discard(page_no)
@@ -178,23 +246,51 @@ class LiveEntries(Mapping[int, Entry]):
             del self.pages[page_no]
         return entry
 
-    def share(self) -> tuple[dict[int, Entry], ...]:
+    def share(self) -> tuple[Page, ...]:
         """The pages as they are now, which this object will never change again."""
         self.shared = set(self.pages)
         return tuple(self.pages.values())
 
-    @classmethod
-    def from_sorted(cls, ids: Sequence[int], entries: Sequence[Entry]) -> LiveEntries:
-        """Built from ids in ascending order and their entries (a snapshot being loaded)."""
-        live = cls()
+    @staticmethod
+    def _page_bounds(ids: Sequence[int]) -> Iterator[tuple[int, int, int]]:
+        """(page number, start, end) of each page's run in ascending `ids`."""
         n = len(ids)
         start = 0
         while start < n:
             page_no = ids[start] >> PAGE_ID_BITS
             end = bisect_left(ids, (page_no + 1) << PAGE_ID_BITS, start)
-            live.pages[page_no] = dict(zip(ids[start:end], entries[start:end], strict=True))
+            yield page_no, start, end
             start = end
-        live.count = n
+
+    @classmethod
+    def from_sorted(cls, ids: Sequence[int], entries: Sequence[Entry]) -> LiveEntries:
+        """Built from ids in ascending order and their entries (a snapshot being loaded)."""
+        live = cls()
+        for page_no, start, end in cls._page_bounds(ids):
+            live.pages[page_no] = dict(zip(ids[start:end], entries[start:end], strict=True))
+        live.count = len(ids)
+        return live
+
+    @classmethod
+    def from_loaded(
+        cls,
+        ids: list[int],
+        lens: Sequence[int],
+        start: int,
+        body: bytes,
+        invs: Sequence[tuple[int, ...]] | None,
+    ) -> LiveEntries:
+        """Built from a snapshot's columns (ids ascending; the datas one after the other in
+        `body` from `start`), as LoadedPages: no Entry object is made until a page is used."""
+        live = cls()
+        offset = start
+        for page_no, a, b in cls._page_bounds(ids):
+            page_lens = lens[a:b]
+            live.pages[page_no] = LoadedPage(
+                ids[a:b], page_lens, offset, body, None if invs is None else invs[a:b]
+            )
+            offset += sum(page_lens)
+        live.count = len(ids)
         return live
 
 
@@ -205,7 +301,7 @@ class LogCopy:
     name: str
     last_id: int
     count: int
-    pages: tuple[dict[int, Entry], ...]
+    pages: tuple[Page, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,7 +373,7 @@ class LogState:
                     # LiveEntries.put, inlined (the hot path of the tick thread).
                     page_no = new_id >> PAGE_ID_BITS
                     page = live.pages.get(page_no)
-                    if page is None or page_no in live.shared:
+                    if page is None or page_no in live.shared or type(page) is not dict:
                         page = live.writable_page(page_no)
                     page[new_id] = Entry(new_id, data, ())
                     live.count += 1
@@ -319,9 +415,11 @@ class LogState:
         # grow and a restore inserts in id order.
         first_page = from_id >> PAGE_ID_BITS
         out: list[Entry] = []
-        for page_no, page in live.pages.items():
+        for page_no in list(live.pages):
             if page_no < first_page:
                 continue
+            page = live.page(page_no)
+            assert page is not None
             for i, entry in page.items():
                 if i >= from_id:
                     out.append(entry)
@@ -382,4 +480,12 @@ class LogState:
         self.live_bytes += live_bytes
         self.live_entries += len(ids)
         self.logs[name] = LiveEntries.from_sorted(ids, entries)
+        self.last_ids[name] = last_id
+
+    def install_log(self, name: str, last_id: int, live: LiveEntries, live_bytes: int) -> None:
+        """Used by the snapshot codec: install one log it built (checked by the codec)."""
+        assert name not in self.last_ids, name
+        self.live_bytes += live_bytes
+        self.live_entries += live.count
+        self.logs[name] = live
         self.last_ids[name] = last_id

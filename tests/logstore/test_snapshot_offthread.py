@@ -243,3 +243,36 @@ def test_three_replicas_compact_off_their_tick_threads(tmp_path, monkeypatch):
         held.release.set()
         for s in stores:
             s.close()
+
+
+def test_a_reopened_state_makes_entries_only_for_the_pages_it_uses():
+    """A loaded snapshot keeps each page in its columns (LoadedPage) until a read or a
+    change uses it; re-encoding an unused page copies its columns. Every operation gives
+    what it gives on the state the snapshot was taken from."""
+    from logstore.state import PAGE_ID_BITS, LoadedPage
+
+    page = 1 << PAGE_ID_BITS
+    original = LogState()
+    for i in range(3 * page + 5):
+        original.apply_append("a", b"d%d" % i, None, ())
+    original.apply_append("a", b"inv", None, (2, page + 2))
+    original.apply_append("b", b"b1", None, ())
+    meta = SnapshotMeta((b"l", 9, 1), (b"p", 8, 1), ("h:1",))
+    blob = encode_snapshot(original, meta)
+    loaded, _ = decode_snapshot(blob)
+    assert all(type(p) is LoadedPage for p in loaded.logs["a"].pages.values())
+    assert encode_snapshot(loaded, meta) == blob  # unused pages re-encoded as loaded
+    assert (loaded.live_entries, loaded.live_bytes) == (original.live_entries, original.live_bytes)
+
+    for s in (original, loaded):
+        s.apply_append("a", b"tail", None, ())  # the loaded tail page
+        s.apply_append("a", b"", None, (page + 7,))  # a loaded middle page
+    assert loaded.read("a", page, limit=20) == original.read("a", page, limit=20)
+    assert page + 7 not in loaded.logs["a"] and page + 8 in loaded.logs["a"]
+    kinds = [type(p).__name__ for p in loaded.logs["a"].pages.values()]
+    assert kinds == ["LoadedPage", "dict", "LoadedPage", "dict"], kinds
+    assert encode_snapshot(loaded, meta) == encode_snapshot(original, meta)
+    assert list(loaded.logs["a"]) == list(original.logs["a"])
+    assert list(loaded.logs["a"].values()) == list(original.logs["a"].values())
+    assert loaded.read("a", limit=100_000) == original.read("a", limit=100_000)
+    assert loaded.read("b") == [Entry(1, b"b1", ())]
