@@ -63,7 +63,7 @@ def available() -> str:
         run_ip("netns", "list")
     except (OSError, RuntimeError) as exc:
         return f"ip netns does not work here: {exc}"
-    for tool in ("iptables",):
+    for tool in ("iptables", "iptables-restore"):
         if subprocess.run(["which", tool], capture_output=True).returncode != 0:
             return f"{tool} is missing (scripts/ensure_nemesis.sh installs it)"
     return ""
