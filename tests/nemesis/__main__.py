@@ -31,13 +31,17 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"comma-separated kinds: {','.join(sorted(FAULT_FACTORIES))}")  # fmt: skip
     p.add_argument("--duration", type=float, default=60.0, help="seconds of workload")
     p.add_argument("--workloads", default=",".join(WORKLOADS))
-    p.add_argument("--schedule", type=Path, help="replay this schedule.json (ignores --seed)")
+    p.add_argument("--schedule", type=Path,
+                   help="replay this schedule.json (its seed and fault kinds)")  # fmt: skip
     p.add_argument("--dir", type=Path, help="cluster folder (default: a new temporary one)")
     p.add_argument("--print-schedule", action="store_true", help="print the schedule and exit")
     p.add_argument("--log-level", default="WARNING")
     args = p.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
     kinds = [k.strip() for k in args.faults.split(",") if k.strip()]
+    replayed = Schedule.load(args.schedule) if args.schedule else None
+    if replayed is not None and replayed.steps:
+        kinds = sorted({s.kind for s in replayed.steps})  # the kinds the schedule holds
     if "clock" in kinds:
         print("nemesis: the clock fault is not built yet (issue 26)", file=sys.stderr)
         return 2
@@ -51,8 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     root = args.dir or Path(tempfile.mkdtemp(prefix="nemesis-"))
     cluster = NemesisCluster.build(root, lazy_disks="power" in kinds)
     faults = make_faults(cluster, kinds)
-    if args.schedule:
-        schedule = Schedule.load(args.schedule)
+    if replayed is not None:
+        schedule = replayed
     else:
         schedule = Schedule.make(args.seed, args.duration, faults, cluster.node_names)
     print(f"schedule (seed {schedule.seed}, {len(schedule.steps)} faults):")
