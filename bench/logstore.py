@@ -418,14 +418,33 @@ def bench_leases(n: int, tmp: Path) -> None:
     )
 
 
-def _appends_while(store, busy) -> list[float]:
-    """Latencies (s) of one caller's sequential appends while `busy()` holds (at least 20)."""
-    out: list[float] = []
-    while busy() or len(out) < 20:
-        t = time.perf_counter()
-        store.append("probe", PAYLOAD, timeout_s=30.0)
-        out.append(time.perf_counter() - t)
-    return out
+class _Prober:
+    """One caller appending one entry at a time on its own thread, each append's (start,
+    end) kept: appends stuck behind the tick thread show, whatever else the bench does."""
+
+    def __init__(self, store) -> None:
+        self._store = store
+        self.spans: list[tuple[float, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="prober", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            t = time.perf_counter()
+            self._store.append("probe", PAYLOAD, timeout_s=60.0)
+            self.spans.append((t, time.perf_counter()))
+
+    def __enter__(self) -> _Prober:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(60)
+
+    def overlapping(self, start: float, end: float) -> list[float]:
+        """Latencies (s) of the appends that overlapped [start, end]."""
+        return [e - s for s, e in list(self.spans) if e >= start and s <= end]
 
 
 def bench_compaction(n: int, tmp: Path) -> None:
@@ -451,13 +470,20 @@ def bench_compaction(n: int, tmp: Path) -> None:
             f.result(120)
         store.barrier(timeout_s=60.0)
         filled = time.monotonic() - t
-        base_deadline = time.monotonic() + 2.0
-        baseline = _appends_while(store, lambda: time.monotonic() < base_deadline)
-        written = store.status()["snapshots_written"]
-        t = time.monotonic()
-        store.force_compaction()
-        during = _appends_while(store, lambda: store.status()["snapshots_written"] == written)
-        snap_s = time.monotonic() - t
+        with _Prober(store) as prober:
+            t0 = time.perf_counter()
+            time.sleep(2.0)
+            t1 = time.perf_counter()
+            baseline = prober.overlapping(t0, t1)
+            written = store.status()["snapshots_written"]
+            t = time.monotonic()
+            store.force_compaction()
+            while store.status()["snapshots_written"] == written:
+                time.sleep(0.005)
+            snap_s = time.monotonic() - t
+            t2 = time.perf_counter()
+        # After the prober's last append ended: one stuck at t2 counts too.
+        during = prober.overlapping(t1, t2)
         st = store.status()
     print(
         f"  compaction: {n} live entries (filled in {filled:.1f}s); snapshot of "
