@@ -11,7 +11,8 @@ a replica (the coordinator's default) and for `logstore serve`. Inside:
 - Durability (design/logstore.md, "durability"): pysyncobj gets logstore's DurableJournal
   instead of its own file journal, a transport that fsyncs the journal before sending any
   message, and a tick that fsyncs before the leader counts its own log toward a commit.
-  Snapshots use logstore's codec through pysyncobj's serializer hooks.
+  Snapshots use logstore's codec through pysyncobj's serializer hooks, written off the
+  tick thread from a copy-on-write capture (BackgroundSerializer, logstore/snapshot.py).
 - Latency: commands wake the tick thread through a pipe, and the leader sends AppendEntries
   as soon as a batch of new entries is durable (and again when the commit index moves), so
   neither pysyncobj's 100 ms batching period nor its tick period is on the append path.
