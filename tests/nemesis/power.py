@@ -17,6 +17,7 @@ that always stop their processes and unmount.
 from __future__ import annotations
 
 import logging
+import os
 import secrets
 from pathlib import Path
 
@@ -72,6 +73,8 @@ class PowerCluster(LocalCluster):
         assert 1 <= coordinators and 0 <= tservers and coordinators + tservers <= NODES_MAX
         self.disks = Disks(root)
         self.tserver_args = list(tserver_args)
+        # Extra environment of a node's next start (crash points), by node name.
+        self.node_env: dict[str, dict[str, str]] = {}
         spec = ClusterSpec(root=str(root), lease_timeout_s=lease_timeout_s)
         super().__init__(spec)
         try:
@@ -102,7 +105,18 @@ class PowerCluster(LocalCluster):
     def _spawn(self, node: NodeSpec, args: list[str]) -> None:
         if args[:2] == ["tservers.cli", "start"]:
             args = [*args, *self.tserver_args]
-        super()._spawn(node, args)
+        env = self.node_env.get(node.name, {})
+        # LocalCluster passes this process's environment on; no other thread reads it.
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        try:
+            super()._spawn(node, args)
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
 
     def nodes(self) -> list[NodeSpec]:
         return [*self.spec.coordinators, *self.spec.tservers]
@@ -114,6 +128,7 @@ class PowerCluster(LocalCluster):
         """kill -9 of the node's process, then the loss of its unsynced data."""
         self.kill(node)
         assert not self.is_up(node), node.name
+        node.pid = 0  # down on purpose: wait_ready looks only at nodes with a process
         return self.disks.power_loss(node.name, torn=torn)
 
     def power_loss_all(self, torn: bool = False) -> None:
@@ -122,9 +137,12 @@ class PowerCluster(LocalCluster):
             self.kill(node)
         for node in self.nodes():
             assert not self.is_up(node), node.name
+            node.pid = 0
             self.disks.power_loss(node.name, torn=torn)
 
-    def restart(self, node: NodeSpec) -> None:
+    def restart(self, node: NodeSpec, env: dict[str, str] | None = None) -> None:
+        """Start the node again (with `env` added to its environment for this start)."""
+        self.node_env[node.name] = dict(env or {})
         if node in self.spec.coordinators:
             self.start_coordinator(self.spec.coordinators.index(node))
         else:
