@@ -27,6 +27,7 @@ from coordinator.engine import Engine, EngineConfig
 from coordinator.gateway import RpcTabletServerGateway
 from coordinator.leases import LeaseConfig
 from coordinator.leases.driver import LeaseDriver
+from coordinator.leases.testclock import clock_from_env
 from coordinator.locations import LocationCache
 from coordinator.metrics import CoordinatorObserver
 from coordinator.replay.replayer import Replayer
@@ -165,6 +166,7 @@ class CoordinatorNode:
                 config.lease,
                 seed=hash(self.uuid) & 0xFFFFFFFF,
                 on_role_change=self._on_role_change,
+                clock=clock_from_env(config.node_id),  # time.monotonic unless a test skews it
             )
             self.engine = Engine(
                 self.catalog,

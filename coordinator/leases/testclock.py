@@ -1,0 +1,89 @@
+"""Test-only clock-rate skew for the lease driver (the nemesis `clock` fault, issue 26).
+
+A node's lease clock can be made to run at `rate` times time.monotonic(), continuously (a
+change of rate re-anchors it, so it never jumps and never runs backwards):
+
+- `LOGCENTRIC_TEST_CLOCK_RATE=1.05`: a fixed rate, read once when the node starts;
+- `LOGCENTRIC_TEST_CLOCK_DIR=<dir>`: the rate is the number in `<dir>/<node id>` (1.0 while
+  the file is missing), re-read at most every RECHECK_S, so the nemesis re-rates a running
+  process by rewriting that file.
+
+Neither variable set: `clock_from_env` returns time.monotonic itself (no cost, no change).
+Only the lease driver's clock is skewed; timeouts of sockets and waits stay real, as a
+drifting oscillator would leave them in the proportions that matter here (design/nemesis.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+RATE_ENV = "LOGCENTRIC_TEST_CLOCK_RATE"
+DIR_ENV = "LOGCENTRIC_TEST_CLOCK_DIR"
+RECHECK_S = 0.02
+RATE_MIN = 0.01
+RATE_MAX = 100.0
+RATE_FILE_BYTES_MAX = 64
+
+
+class SkewedClock:
+    """`base + (monotonic() - base_real) * rate`, re-anchored at each change of rate."""
+
+    def __init__(self, rate: float = 1.0, rate_file: Path | None = None) -> None:
+        self._lock = threading.Lock()
+        self._base_real = self._base = time.monotonic()
+        self._rate = _checked(rate)
+        self._rate_file = rate_file
+        self._next_check = float("-inf")
+
+    @property
+    def rate(self) -> float:
+        return self._rate
+
+    def __call__(self) -> float:
+        with self._lock:
+            real = time.monotonic()
+            if self._rate_file is not None and real >= self._next_check:
+                self._next_check = real + RECHECK_S
+                rate = _read_rate(self._rate_file, self._rate)
+                if rate != self._rate:
+                    self._base += (real - self._base_real) * self._rate
+                    self._base_real = real
+                    logger.warning("test clock: rate %.4g -> %.4g", self._rate, rate)
+                    self._rate = rate
+            return self._base + (real - self._base_real) * self._rate
+
+
+def clock_from_env(node_id: str) -> Callable[[], float]:
+    """The lease clock the environment asks for (see the module docstring)."""
+    rate_text, rate_dir = os.environ.get(RATE_ENV), os.environ.get(DIR_ENV)
+    if not rate_text and not rate_dir:
+        return time.monotonic
+    rate = _checked(float(rate_text)) if rate_text else 1.0
+    clock = SkewedClock(rate, Path(rate_dir) / node_id if rate_dir else None)
+    logger.warning("test clock for %s: rate %s, rate file %s", node_id, rate, clock._rate_file)
+    return clock
+
+
+def _read_rate(path: Path, current: float) -> float:
+    try:
+        with open(path, "rb") as f:
+            text = f.read(RATE_FILE_BYTES_MAX).decode().strip()
+    except FileNotFoundError:
+        return 1.0
+    try:
+        return _checked(float(text))
+    except ValueError:  # caught mid-rewrite or garbage: keep the rate in force
+        return current
+
+
+def _checked(rate: float) -> float:
+    if not RATE_MIN <= rate <= RATE_MAX:
+        raise ValueError(f"test clock rate {rate} outside [{RATE_MIN}, {RATE_MAX}]")
+    return rate
