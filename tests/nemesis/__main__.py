@@ -16,6 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from tests.nemesis.clock import ServingMonitor
 from tests.nemesis.cluster import NemesisCluster, available
 from tests.nemesis.faults import Schedule
 from tests.nemesis.runner import FAULT_FACTORIES, make_faults, run
@@ -42,9 +43,6 @@ def main(argv: list[str] | None = None) -> int:
     replayed = Schedule.load(args.schedule) if args.schedule else None
     if replayed is not None and replayed.steps:
         kinds = sorted({s.kind for s in replayed.steps})  # the kinds the schedule holds
-    if "clock" in kinds:
-        print("nemesis: the clock fault is not built yet (issue 26)", file=sys.stderr)
-        return 2
     names = [w.strip() for w in args.workloads.split(",") if w.strip()]
     if not kinds or not names or not set(names) <= set(WORKLOADS):
         p.error(f"--faults needs a kind, --workloads a subset of {WORKLOADS}")
@@ -70,6 +68,8 @@ def main(argv: list[str] | None = None) -> int:
         {"register": RegisterWorkload, "set": SetWorkload, "ddl": DdlWorkload}[n](addresses, tag)
         for n in names
     ]
+    if "clock" in kinds:  # the clock's safety property: never two leaders at once
+        workloads.append(ServingMonitor(cluster, tag))
     with cluster:
         print(f"cluster up in {root} (node logs in {cluster.log_dir})")
         result = run(cluster, schedule, faults, workloads, tag)

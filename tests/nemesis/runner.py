@@ -101,7 +101,14 @@ def _net_fault(cluster: NemesisCluster) -> Fault:
     return NetFault(cluster)
 
 
+def _clock_fault(cluster: NemesisCluster) -> Fault:
+    from tests.nemesis.clock import ClockFault
+
+    return ClockFault(cluster)
+
+
 FAULT_FACTORIES: dict[str, Callable[[NemesisCluster], Fault]] = {
+    "clock": _clock_fault,
     "partition": _net_fault,
     "pause": PauseFault,
     "power": PowerFault,
