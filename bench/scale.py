@@ -1,0 +1,240 @@
+"""Per-tablet fixed costs (issue 28): disk, idle CPU, restart and create latency at N tablets.
+
+A local cluster (one coordinator, three tablet servers) gets N one-tablet tables of
+replication 3 (N replicas on every tablet server), created through the client package
+(`logcentric`), empty. The bench prints, for a baseline of `--baseline` tables (10) measured
+in the same run and for N, with their ratio:
+- disk per empty replica: the growth of the tablet servers' fs roots (blocks allocated, as
+  du counts them) divided by the replicas created;
+- idle CPU of a tablet server, % of one core: user + system time from /proc/PID/stat over
+  `--idle-window-s` with no client traffic, averaged over the three servers;
+- restart to serving every tablet: one tablet server killed with -9 and restarted; seconds
+  until every tablet is RUNNING there with a leader somewhere;
+- create-table latency p50/p99: `--samples` more tables created one after another through
+  the client once the cluster holds its tables (`--tables`, by default as many as tablets).
+
+    .venv/bin/python bench/scale.py [--tablets 50] [--tables N] [--baseline 10]
+        [--samples 30] [--idle-window-s 10] [--settle-s 5]
+
+The machine this runs on is small and shared: the defaults are small; the issue's targets
+are 10,000 tablets per server and 10,000 tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import logcentric  # noqa: E402
+from logcentric import Column  # noqa: E402
+from optools.localcluster import LocalCluster  # noqa: E402
+from rpc import errors  # noqa: E402
+from rpc.client import RpcClient  # noqa: E402
+from rpc.protocols.tserver_pb2 import ListTabletsRequest, ListTabletsResponse  # noqa: E402
+
+COLUMNS = [Column("id", "int64", key=True), Column("v", "string", nullable=True)]
+CREATE_THREADS = 4
+POLL_S = 0.2
+SETTLE_TIMEOUT_S = 900.0
+RESTART_TIMEOUT_S = 900.0
+CLOCK_TICKS_S = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class Figures:
+    tablets: int
+    disk_per_replica_bytes: float = float("nan")
+    idle_cpu_pct: float = float("nan")
+    restart_all_s: float = float("nan")
+    create_p50_ms: float = float("nan")
+    create_p99_ms: float = float("nan")
+    notes: list[str] = field(default_factory=list)
+
+
+def disk_bytes(root: Path) -> int:
+    total = 0
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            try:
+                total += os.stat(os.path.join(dirpath, name)).st_blocks * 512
+            except FileNotFoundError:
+                pass  # removed meanwhile
+    return total
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process (/proc/PID/stat fields 14 and 15)."""
+    text = Path(f"/proc/{pid}/stat").read_text()
+    fields = text[text.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS_S
+
+
+def list_tablets(address: str, timeout_s: float = 5.0) -> ListTabletsResponse | None:
+    try:
+        with RpcClient(address, "bench-scale") as rc:
+            uuid = rc.ping(timeout_s=timeout_s).uuid
+            return rc.call(
+                uuid, "TServer.ListTablets", ListTabletsRequest(), ListTabletsResponse,
+                timeout_s=timeout_s,
+            )  # fmt: skip
+    except errors.RpcError:
+        return None
+
+
+def serving(cluster: LocalCluster, victims: list[str], tablet_ids: set[str]) -> set[str] | None:
+    """Tablets RUNNING on every victim with a leader somewhere; None while a victim is mute."""
+    running: dict[str, set[str]] = {}
+    led: set[str] = set()
+    for node in cluster.spec.tservers:
+        resp = list_tablets(node.rpc)
+        if resp is None:
+            if node.rpc in victims:
+                return None
+            continue
+        ok = {t.tablet_id for t in resp.tablets if t.status == "RUNNING"}
+        running[node.rpc] = ok
+        led |= {t.tablet_id for t in resp.tablets if t.status == "RUNNING" and t.role == "LEADER"}
+    out = set(tablet_ids) & led
+    for v in victims:
+        out &= running[v]
+    return out
+
+
+def wait_serving(cluster: LocalCluster, victims: list[str], tablet_ids: set[str], timeout_s: float):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        ok = serving(cluster, victims, tablet_ids)
+        if ok is not None and len(ok) == len(tablet_ids):
+            return
+        if time.monotonic() > deadline:
+            raise SystemExit(f"tablets not serving: {len(ok or ())}/{len(tablet_ids)}")
+        time.sleep(POLL_S)
+
+
+def percentile(values: list[float], p: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(round(p / 100 * (len(s) - 1))))]
+
+
+def run_one(
+    workdir: Path, n: int, tables: int, samples: int, idle_window_s: float, settle_s: float
+) -> Figures:
+    fig = Figures(n)
+    print(f"N={n}: building the cluster", flush=True)
+    cluster = LocalCluster.create(workdir / f"n{n}", 1, 3, lease_timeout_s=1.5)
+    cluster.up(timeout_s=180)
+    try:
+        roots = [Path(node.data) for node in cluster.spec.tservers]
+        before = sum(disk_bytes(r) for r in roots)
+        coords = ",".join(cluster.spec.coordinator_addresses)
+        with logcentric.connect(coords, timeout_s=120) as client:
+            names = [f"t{i:05d}" for i in range(max(n, tables))]
+            t0 = time.monotonic()
+            with concurrent.futures.ThreadPoolExecutor(CREATE_THREADS) as pool:
+                create = client.create_table
+                for f in [
+                    pool.submit(create, nm, COLUMNS, num_tablets=1, replication_factor=3)
+                    for nm in names
+                ]:
+                    f.result()
+            tablet_ids: set[str] = set()
+            for name in names:
+                tablet_ids |= {t.tablet_id for t in client.table(name).tablets()}
+            print(f"  {len(names)} tables created in {time.monotonic() - t0:.1f} s", flush=True)
+            victims = [node.rpc for node in cluster.spec.tservers]
+            wait_serving(cluster, victims, tablet_ids, SETTLE_TIMEOUT_S)
+            fig.disk_per_replica_bytes = (sum(disk_bytes(r) for r in roots) - before) / (
+                3 * len(tablet_ids)
+            )
+
+            # Idle CPU: no client calls during the window, after the creates' after-effects
+            # (elections, first flushes) had time to pass.
+            time.sleep(settle_s)
+            pids = [node.pid for node in cluster.spec.tservers]
+            c0, w0 = [cpu_s(p) for p in pids], time.monotonic()
+            time.sleep(idle_window_s)
+            c1, w1 = [cpu_s(p) for p in pids], time.monotonic()
+            fig.idle_cpu_pct = 100 * statistics.mean(
+                (b - a) / (w1 - w0) for a, b in zip(c0, c1, strict=True)
+            )
+
+            latencies_ms = []
+            for i in range(samples):
+                t = time.monotonic()
+                client.create_table(f"s{i:04d}", COLUMNS, num_tablets=1, replication_factor=3)
+                latencies_ms.append(1000 * (time.monotonic() - t))
+            fig.create_p50_ms = percentile(latencies_ms, 50)
+            fig.create_p99_ms = percentile(latencies_ms, 99)
+            for i in range(samples):
+                tablet_ids |= {t.tablet_id for t in client.table(f"s{i:04d}").tablets()}
+
+        wait_serving(cluster, victims, tablet_ids, SETTLE_TIMEOUT_S)
+        node = cluster.spec.tservers[0]
+        cluster.kill(node)
+        t0 = time.monotonic()
+        cluster.start_tserver(0)
+        deadline = t0 + RESTART_TIMEOUT_S
+        while time.monotonic() < deadline:
+            ok = serving(cluster, [node.rpc], tablet_ids)
+            if ok is not None and len(ok) == len(tablet_ids):
+                fig.restart_all_s = time.monotonic() - t0
+                break
+            time.sleep(POLL_S)
+        else:
+            fig.notes.append("restart: timed out waiting for every tablet")
+    finally:
+        cluster.down()
+    return fig
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tablets", type=int, default=50, help="replicas per tablet server")
+    ap.add_argument("--tables", type=int, default=0, help="tables (default: --tablets)")
+    ap.add_argument("--baseline", type=int, default=10, help="tables of the baseline")
+    ap.add_argument("--samples", type=int, default=30, help="creates timed one by one")
+    ap.add_argument("--idle-window-s", type=float, default=10.0)
+    ap.add_argument("--settle-s", type=float, default=5.0, help="quiet time before the window")
+    ap.add_argument("--keep", action="store_true", help="keep the work directory")
+    args = ap.parse_args()
+    tables = args.tables or args.tablets
+    workdir = Path(tempfile.mkdtemp(prefix="scale-bench-"))
+    try:
+        opts = (args.samples, args.idle_window_s, args.settle_s)
+        base = run_one(workdir, args.baseline, args.baseline, *opts)
+        big = run_one(workdir, args.tablets, tables, *opts)
+    finally:
+        if not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+        else:
+            print(f"work directory kept: {workdir}")
+    print(f"\nper-tablet fixed costs: {base.tablets} against {big.tablets} replicas per server")
+    print(f"  {'':<36}{base.tablets:>10}{big.tablets:>10}     ratio")
+    for label, attr, scale in (
+        ("disk per empty replica (KB)", "disk_per_replica_bytes", 1 / 1000),
+        ("idle CPU per tserver (% of a core)", "idle_cpu_pct", 1),
+        ("restart to all serving (s)", "restart_all_s", 1),
+        ("create-table p50 (ms)", "create_p50_ms", 1),
+        ("create-table p99 (ms)", "create_p99_ms", 1),
+    ):
+        b, g = getattr(base, attr) * scale, getattr(big, attr) * scale
+        print(f"  {label:<36}{b:>10.2f}{g:>10.2f}{g / b if b else float('nan'):>10.2f}")
+    for fig in (base, big):
+        for note in fig.notes:
+            print(f"  note (N={fig.tablets}): {note}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
