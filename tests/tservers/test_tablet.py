@@ -441,11 +441,13 @@ def test_model_check_of_memstore_row_blocks(tmp_path):
         m = open_manager(root)  # replay: the entries above the flushed index, as a follower
         t = m.tablet("t1")
         seen_blocks += len(t.mem_batches)
-        # Replayed as a follower applies: row blocks of new keys only listed, not indexed;
-        # the leader's first read of the key set folds them in.
+        # Replayed as a follower applies: row blocks of new keys, indexed only when a
+        # lookup needs them; every key of the model found live, a deleted one not.
         with t.lock:
-            unindexed_seen += len(t._unindexed)
-            assert t.live_keys == set(model) and not t._unindexed
+            unindexed_seen += len(t.mem_batches.tables) - t.mem_batches._indexed
+            probe = set(model) | set(range(-3, 0))
+            found = t._locate_locked(probe)
+            assert {k for k, v in found.items() if v is not None} == set(model)
         check(t)
         if model:
             again = min(model)
@@ -611,11 +613,11 @@ def test_row_blocks_with_a_composite_key(tmp_path):
     m = open_manager(root)
     t = m.tablet("c1")
     assert len(t.mem_batches) == 1  # replayed as one row block: v and ts null
-    with t.lock:  # its keys listed as copies of the key columns, folded in when read
-        assert [type(k) for k in t._unindexed] == [tuple]
-        # Copies: the entry's buffer (every column) is not held once the block is flushed.
-        assert all(b is None or b.parent is None for a in t._unindexed[0] for b in a.buffers())
-        assert t.live_keys == {("y", 1), ("x", 2), ("x", 1)} and not t._unindexed
+    with t.lock:  # its keys read from the row block when a lookup needs them
+        assert t.mem_batches._indexed == 0
+        found = t._locate_locked({("y", 1), ("x", 2), ("x", 1), ("x", 3)})
+        assert {k for k, v in found.items() if v is not None} == {("y", 1), ("x", 2), ("x", 1)}
+        assert t.mem_batches._indexed == 1
     r = scan(t)
     assert list(zip(r["a"].to_pylist(), r["b"].to_pylist(), strict=True)) == [
         ("x", 1),

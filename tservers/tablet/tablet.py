@@ -2,24 +2,23 @@
 
 State of a running tablet:
 - `blocks`: immutable data blocks (Arrow IPC files, sorted by key, columns named `c<id>` plus
-  `__deleted` for tombstones), oldest first; a newer block overrides an older one.
+  `__deleted` for tombstones), oldest first; a newer block overrides an older one. Each is a
+  `BlockIndex` (blockindex.py): mapped, with its key range and a bloom filter persisted
+  beside it, so a key is found by range, filter and a binary search (design/storage.md).
 - `memstore`: key -> row tuple (schema order) or None (tombstone), for applied entries not yet
   flushed; `frozen` is the memstore being flushed. Both are hash maps: they are sorted by key
   once, when flushed or scanned, rather than on every write.
-- `mem_batches`: memstore row blocks, Arrow tables in the block schema, oldest first, all
-  older than `memstore`: an entry of INSERTs of new keys only (a bulk load), kept whole (no
-  Python row objects), at the leader as at followers; `frozen_batches` are flushed with
+- `mem_batches`: memstore row blocks (`RowBlocks`), Arrow tables in the block schema, oldest
+  first, all older than `memstore`: an entry of INSERTs of new keys only (a bulk load), kept
+  whole (no Python row objects), at the leader as at followers, with a key -> row index
+  built only when a lookup needs it (memstore-sized); `frozen_batches` are flushed with
   `frozen`.
 - `pending`: key -> (index, row or None, or the row block holding the key's new row) for
   writes proposed at this leader but not applied yet. Validation (ALREADY_EXISTS,
   NOT_FOUND) sees them, scans do not: only committed writes are applied and visible.
-- `live_keys`: every key that has a live row in blocks + memstore (existence checks), a set
-  read only by a leader's validation. Committed row blocks of new keys applied from the log
-  (at a follower, on WAL replay, a new leader's entries of earlier terms) are only listed in
-  `_unindexed` as compact copies of their key columns (8 bytes a key for an int64 key,
-  against about 70 in the set), not even made Python objects; reading `live_keys` folds
-  them in (a new leader's first write: about half a second per 10 million keys, under the
-  tablet lock).
+- No set of every key: an existence check or a point read asks the layers newest first
+  (pending, memstore dict, row blocks, frozen ones, blocks by range, filter and binary
+  search) and the first that knows the key decides (`_locate_mem`, `_locate_blocks`).
 
 A write (at the Raft leader only): decode and check outside the lock; under the lock check
 each row against the state, propose the entry to the tablet's RaftCore (tservers/raft_driver.py)
@@ -33,6 +32,7 @@ its keys are new; any other entry is checked row by row, a difference being corr
 
 from __future__ import annotations
 
+import bisect
 import enum
 import functools
 import itertools
@@ -42,7 +42,6 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -90,6 +89,8 @@ from tservers.consensus_wire import config_to_pb
 from tservers.crash import crash_point
 from tservers.fs import FsLayout
 from tservers.metafile import fsync_dir
+from tservers.tablet.blockindex import BlockIndex, bloom_name
+from tservers.tablet.bloom import key_hash
 from tservers.tablet.schema import DELETED_FIELD, Schema, block_name, value_from_pb
 from tservers.tablet.validate import Block, decode_block
 from tservers.wal.log import Appender, TabletLog, WalOptions
@@ -103,6 +104,8 @@ LEADER_WAIT_S = 3.0
 SHUTDOWN_DRAIN_S = 5.0
 # How long a follower's apply waits for its own schema alter to reach a leader's newer one.
 SCHEMA_CATCH_UP_S = 30.0
+# A scan whose predicates pin at most this many whole keys is served as point reads.
+POINT_KEYS_MAX = 1000
 
 
 class TabletStatus(enum.Enum):
@@ -217,6 +220,57 @@ def compaction_run(rows: Sequence[int], fanout: int, base_rows: int) -> int | No
     return None
 
 
+class RowBlocks:
+    """Memstore row blocks (Arrow tables in the block schema, oldest first) and a key -> row
+    number index of their newest versions, built only when a lookup asks (`index`): a
+    follower that never reads pays nothing, a leader folds in each block once."""
+
+    __slots__ = ("tables", "_keys", "_index", "_offsets", "_indexed", "_rows")
+
+    def __init__(self, tables: Sequence[pa.Table] = ()) -> None:
+        self.tables: list[pa.Table] = []
+        self._keys: list[list | None] = []  # the keys of a table, when its writer had them
+        self._index: dict = {}
+        self._offsets: list[int] = []
+        self._indexed = 0
+        self._rows = 0
+        for t in tables:
+            self.append(t)
+
+    def append(self, table: pa.Table, keys: list | None = None) -> None:
+        self.tables.append(table)
+        self._keys.append(keys)
+        self._offsets.append(self._rows)
+        self._rows += table.num_rows
+
+    def __len__(self) -> int:
+        return len(self.tables)
+
+    @property
+    def num_rows(self) -> int:
+        return self._rows
+
+    def index(self, key_names: list[str]) -> dict:
+        """key -> row number (over all tables) of its newest version here."""
+        while self._indexed < len(self.tables):
+            j = self._indexed
+            t = self.tables[j]
+            keys = self._keys[j]
+            if keys is None:
+                lists = [_to_python(t.column(k)) for k in key_names]
+                keys = lists[0] if len(lists) == 1 else zip(*lists, strict=True)
+            start = self._offsets[j]
+            self._index.update(zip(keys, range(start, start + t.num_rows), strict=True))
+            self._keys[j] = None
+            self._indexed += 1
+        return self._index
+
+    def at(self, row: int) -> tuple[pa.Table, int]:
+        """The table and its row number of row number `row`."""
+        j = bisect.bisect_right(self._offsets, row) - 1
+        return self.tables[j], row - self._offsets[j]
+
+
 def _keys_of(inserts: list[tuple[list, pa.Table]]):
     for keys, _ in inserts:
         yield from keys
@@ -266,20 +320,16 @@ class Tablet:
         self.status = TabletStatus.BOOTSTRAPPING
         self.error = ""
         self.wal: TabletLog | None = None
-        self.blocks: list[tuple[str, pa.Table]] = []
+        self.blocks: list[BlockIndex] = []
         self.memstore: dict = {}
         self.frozen: dict | None = None
-        # Row blocks (block schema) applied as a whole, oldest first, older than `memstore`:
-        # (keys, table). A key in the dict is newer than in any of them; a later block newer
-        # than an earlier one; tombstones (__deleted) only in a block put back by a failed
-        # flush. `frozen_batches` are the ones being flushed with `frozen`.
-        self.mem_batches: list[tuple[list | None, pa.Table]] = []  # keys None: not read yet
-        self.frozen_batches: list[tuple[list | None, pa.Table]] = []
+        # Row blocks (block schema) applied as a whole, oldest first, older than `memstore`.
+        # A key in the dict is newer than in any of them; a later block newer than an earlier
+        # one; tombstones (__deleted) only in a block put back by a failed flush.
+        # `frozen_batches` are the ones being flushed with `frozen`.
+        self.mem_batches = RowBlocks()
+        self.frozen_batches = RowBlocks()
         self.pending: dict = {}
-        self._live: set = set()  # `live_keys`
-        # Keys of blocks applied without indexing them: key lists, or (key columns,) copied
-        # out of the block (holding neither the block nor the entry it was read from).
-        self._unindexed: list[list | tuple[pa.Array, ...]] = []
         self.inflight = 0  # writes proposed here and not applied yet
         self.waiters: dict[int, _Inflight] = {}  # index -> write proposed here
         self.barrier = False
@@ -302,18 +352,16 @@ class Tablet:
         committed (a follower's tail may be truncated by a new leader). Raises on any
         failure; the manager then leaves the tablet FAILED."""
         data_dir = self.fs.data_dir(self.tablet_id)
-        for name in self.sb.blocks:
-            self.blocks.append((name, self._load_block(data_dir / name)))
-        # Blocks of a flush or compaction that crashed before or after its superblock write.
+        # Blocks of a flush or compaction that crashed before or after its superblock write,
+        # their filters, temporary files. A listed block's filter stays (rebuilt if absent).
         listed = set(self.sb.blocks)
+        listed.update(bloom_name(n) for n in self.sb.blocks)
         for p in data_dir.iterdir() if data_dir.is_dir() else ():
             if p.name not in listed:
                 log.info("tablet %s: removing orphan data file %s", self.tablet_id, p.name)
                 p.unlink()
-        if self.blocks:
-            merged = self._merge([b for _, b in self.blocks], None)
-            keys = self._key_lists(merged)
-            self.live_keys = set(keys)
+        for name in self.sb.blocks:
+            self.blocks.append(self._open_block(name))
         wal, entries = TabletLog.open(
             self.fs.wal_dir(self.tablet_id), self.tablet_id, self.wal_opts
         )
@@ -339,9 +387,11 @@ class Tablet:
             return OpId(0, 0)
         return OpId(self.sb.flushed_term, self.sb.flushed_index)
 
-    def _load_block(self, path: Path) -> pa.Table:
-        with pa.memory_map(str(path), "r") as src:
-            return pa.ipc.open_file(src).read_all()
+    def _key_names(self, schema: Schema | None = None) -> list[str]:
+        return [block_name(c.id) for c in (schema or self.schema).key_columns]
+
+    def _open_block(self, name: str) -> BlockIndex:
+        return BlockIndex.open(self.fs.data_dir(self.tablet_id), name, self._key_names())
 
     # ================================================================ writes
     def write(
@@ -629,30 +679,12 @@ class Tablet:
             self.cond.notify_all()
         log.error("tablet %s: failed: %s", self.tablet_id, reason)
 
-    @property
-    def live_keys(self) -> set:
-        """Every key that has a live row (caller holds the lock, or the tablet is not open
-        yet), the key lists of blocks applied without indexing folded in first."""
-        if self._unindexed:
-            live = self._live
-            for keys in self._unindexed:
-                if isinstance(keys, tuple):
-                    lists = [_to_python(a) for a in keys]
-                    keys = lists[0] if len(lists) == 1 else zip(*lists, strict=True)
-                live.update(keys)
-            self._unindexed.clear()
-        return self._live
-
-    @live_keys.setter
-    def live_keys(self, keys: set) -> None:
-        self._live = keys
-        self._unindexed = []
-
     def _apply_batch(self, keys: list | None, table: pa.Table, *, index: bool = True) -> None:
         """New rows of keys none of which is live: a memstore row block. A tombstone of such a
         key in the dict is older than the block, and the dict must stay the newest layer.
-        `index=False` (a committed entry from the log): the keys (None: read from the block
-        when needed) are only listed, for `live_keys` to fold in when a leader reads it."""
+        `keys` (None: read from the block when a lookup needs them) feed the row blocks'
+        index; `index` is kept for callers and means nothing more now."""
+        del index
         mem = self.memstore
         if mem:
             if keys is None:
@@ -660,28 +692,90 @@ class Tablet:
             if not mem.keys().isdisjoint(keys):
                 for k in keys:
                     mem.pop(k, None)
-        self.mem_batches.append((keys, table))
-        if index:
-            assert keys is not None
-            self._live.update(keys)
-        elif keys is not None:
-            self._unindexed.append(keys)
-        elif table.num_rows:
-            self._unindexed.append(
-                tuple(
-                    pa.concat_arrays(table.column(block_name(c.id)).chunks)
-                    for c in self.schema.key_columns
-                )
-            )
+        self.mem_batches.append(table, keys)
 
     def _apply(self, changes: dict) -> None:
         self.memstore.update(changes)
-        deleted = [k for k, v in changes.items() if v is None]
-        if deleted:
-            self.live_keys.difference_update(deleted)
-            self.live_keys.update(k for k, v in changes.items() if v is not None)
-        else:
-            self.live_keys.update(changes)
+
+    # ================================================================ lookups
+    def _mem_layers_locked(self) -> list:
+        """The memstore's layers, newest first: dicts and RowBlocks (caller holds the lock)."""
+        return [self.memstore, self.mem_batches, self.frozen or {}, self.frozen_batches]
+
+    def _locate_mem(self, want: set, layers: list, key_names: list[str]) -> dict:
+        """Where the newest version of each key of `want` is in the memstore `layers` (newest
+        first): key -> None (a tombstone), ("row", tuple) or ("t", table, row number). Keys
+        no layer holds are left out. Caller holds the lock (dicts change under it)."""
+        out: dict = {}
+        want = set(want)
+        for layer in layers:
+            if not want:
+                break
+            if isinstance(layer, dict):
+                if not layer:
+                    continue
+                hit = [k for k in want if k in layer]
+                for k in hit:
+                    v = layer[k]
+                    out[k] = None if v is None else ("row", v)
+            else:
+                if not len(layer):
+                    continue
+                idx = layer.index(key_names)
+                hit = [k for k in want if k in idx]
+                for k in hit:
+                    t, i = layer.at(idx[k])
+                    out[k] = None if t.column(DELETED_FIELD)[i].as_py() else ("t", t, i)
+            want.difference_update(hit)
+        return out
+
+    @staticmethod
+    def _locate_blocks(want: set, blocks: Sequence[BlockIndex]) -> dict:
+        """Where the newest version of each key of `want` is in `blocks` (oldest first): key ->
+        None (a tombstone) or ("b", block, row number); keys in no block are left out. Each
+        block is asked only for keys in its range, the filter before its key column; a key is
+        hashed once. Needs no lock: blocks are immutable."""
+        out: dict = {}
+        if not want or not blocks:
+            return out
+        left = set(want)
+        lo, hi = min(left), max(left)
+        hashes: dict = {}
+        for b in reversed(blocks):
+            if not left:
+                break
+            if b.min_key is None or b.max_key < lo or b.min_key > hi:
+                continue
+            found = []
+            for k in left:
+                if k < b.min_key or k > b.max_key:
+                    continue
+                h = hashes.get(k)
+                if h is None:
+                    h = hashes[k] = key_hash(k)
+                i = b.find(k, h)
+                if i is not None:
+                    found.append(k)
+                    out[k] = None if b.deleted(i) else ("b", b, i)
+            left.difference_update(found)
+        return out
+
+    def _locate_locked(self, want: set) -> dict:
+        """`_locate_mem` then `_locate_blocks` over the current state (caller holds the lock):
+        key -> None or the location of its live row; keys without any version left out."""
+        out = self._locate_mem(want, self._mem_layers_locked(), self._key_names())
+        if len(out) < len(want):
+            out.update(self._locate_blocks(want.difference(out), self.blocks))
+        return out
+
+    def _row_at(self, loc: tuple, schema: Schema | None = None) -> tuple:
+        """The row (schema order, timestamps as int64) at a location `_locate_*` gave."""
+        if loc[0] == "row":
+            return loc[1]
+        t = loc[1].table if loc[0] == "b" else loc[1]
+        one = self._adapt(t.slice(loc[2], 1), schema) if loc[0] == "b" else t.slice(loc[2], 1)
+        ncols = len((schema or self.schema).columns)
+        return tuple(_to_python(one.column(i))[0] for i in range(ncols))
 
     def _check_running(self) -> None:
         with self.lock:
@@ -788,11 +882,9 @@ class Tablet:
         for keys, _ in inserts:
             every.update(keys)
             total += len(keys)
-        return (
-            len(every) == total
-            and self.live_keys.isdisjoint(every)
-            and (not pending or pending.keys().isdisjoint(every))
-        )
+        if len(every) != total or (pending and not pending.keys().isdisjoint(every)):
+            return False
+        return all(v is None for v in self._locate_locked(every).values())
 
     def _prepare(self, ops: list[_Op], pending: dict | None = None) -> dict:
         """Check every row against the state (caller holds the lock) and the writes
@@ -801,7 +893,12 @@ class Tablet:
         local: dict = {}
         if pending is None:
             pending = self.pending
-        live = self.live_keys
+        # Every key's newest committed version, looked up once for the whole write.
+        every: set = set()
+        for o in ops:
+            every.update(o.keys)
+        state = self._locate_locked(every)
+        live = {k for k, v in state.items() if v is not None}
         missing = object()
 
         def exists(k) -> bool:
@@ -846,24 +943,18 @@ class Tablet:
                         raise NotFound(
                             f"key {k!r} not found in tablet {self.tablet_id}; nothing written"
                         )
-                need = [
-                    k
-                    for k in o.keys
-                    if k not in local and k not in pending and k not in self.memstore
-                ]
-                fetched = self._fetch_older(need) if need else {}
                 for k, vals in zip(o.keys, o.rows, strict=True):
-                    old = self._current_row(k, local, fetched)
+                    old = self._current_row(k, local, state, pending)
                     row = list(old)
                     for i, v in zip(o.present, vals, strict=True):
                         row[i] = v
                     local[k] = tuple(row)
         return local
 
-    def _current_row(self, k, local: dict, fetched: dict) -> tuple:
+    def _current_row(self, k, local: dict, state: dict, pending: dict) -> tuple:
         if k in local:
             return local[k]
-        p = self.pending.get(k)
+        p = pending.get(k)
         if p is not None:
             v = p[1]
             if isinstance(v, pa.Table):  # an insert still in flight, as a row block
@@ -871,34 +962,7 @@ class Tablet:
                 self._rows_of(v, {k}, row)
                 return row[k]
             return v
-        if k in self.memstore:
-            return self.memstore[k]
-        return fetched[k]
-
-    def _fetch_older(self, keys: list) -> dict:
-        """Rows of live keys not in the memstore dict, from the layers below it, newest
-        first: memstore row blocks, the dict being flushed, its row blocks, data blocks."""
-        out: dict = {}
-        want = set(keys)
-        frozen = self.frozen or {}
-        # Lazily: a data block is adapted only if keys are still wanted when it comes.
-        layers = itertools.chain(
-            (t for _, t in reversed(self.mem_batches)),
-            (frozen,),
-            (t for _, t in reversed(self.frozen_batches)),
-            (self._adapt(b) for _, b in reversed(self.blocks)),
-        )
-        for layer in layers:
-            if not want:
-                break
-            if isinstance(layer, dict):
-                for k in [k for k in want if k in layer]:
-                    want.discard(k)
-                    if layer[k] is not None:
-                        out[k] = layer[k]
-            else:
-                self._rows_of(layer, want, out)
-        return out
+        return self._row_at(state[k])
 
     def _rows_of(self, t: pa.Table, want: set, out: dict) -> None:
         """Move the keys of `want` found in `t` (block schema) out of it; live ones' rows
@@ -929,18 +993,19 @@ class Tablet:
                 frozen_batches = self.mem_batches
                 self.memstore = {}
                 self.frozen = frozen
-                self.mem_batches = []
+                self.mem_batches = RowBlocks()
                 self.frozen_batches = frozen_batches
                 index = self.applied_index
                 index_term = self.applied_term
                 block_id = self.sb.next_block_id
             try:
-                parts = [t for _, t in frozen_batches]
+                parts = list(frozen_batches.tables)
                 if frozen:
                     parts.append(self._memtable(frozen, with_deleted=True))
                 table = self._merge([], parts, keep_deleted=True)
                 name = f"block-{block_id:09d}.arrow"
                 self._write_block(name, table)
+                opened = self._open_block(name)  # writes its filter
                 crash_point("flush.after_block_write")
                 with self.lock:
                     sb = SuperblockPB()
@@ -951,23 +1016,21 @@ class Tablet:
                     sb.next_block_id = block_id + 1
                     self.fs.write_superblock(sb)
                     self.sb = sb
-                    self.blocks.append(
-                        (name, self._load_block(self.fs.data_dir(self.tablet_id) / name))
-                    )
+                    self.blocks.append(opened)
                     self.frozen = None
-                    self.frozen_batches = []
+                    self.frozen_batches = RowBlocks()
                 crash_point("flush.after_superblock")
             except Exception:
                 with self.lock:
                     # Put the rows back so nothing is lost from view (the WAL still has them),
                     # in their order: the old dict becomes a row block (tombstones kept)
                     # between the old row blocks and the ones applied since.
-                    restored = list(frozen_batches)
+                    restored = list(frozen_batches.tables)
                     if frozen:
-                        restored.append((list(frozen), self._memtable(frozen, with_deleted=True)))
-                    self.mem_batches = restored + self.mem_batches
+                        restored.append(self._memtable(frozen, with_deleted=True))
+                    self.mem_batches = RowBlocks(restored + self.mem_batches.tables)
                     self.frozen = None
-                    self.frozen_batches = []
+                    self.frozen_batches = RowBlocks()
                 raise
             assert self.wal is not None
             # Lagging peers may still need entries below the flushed index (WAL retention);
@@ -999,35 +1062,37 @@ class Tablet:
                 block_id = self.sb.next_block_id
             start = 0
             if tiered:
-                rows = [b.num_rows for _, b in blocks]
+                rows = [b.num_rows for b in blocks]
                 found = compaction_run(rows, opts.compaction_blocks_min, opts.flush_rows_threshold)
                 if found is None:
                     return False
                 start = found
             run = blocks[start:]
             if start == 0:
-                merged = self._merge([b for _, b in run], None)
+                merged = self._merge([b.table for b in run], None)
                 merged = merged.append_column(DELETED_FIELD, pa.repeat(False, merged.num_rows))
             else:  # older blocks may hold versions the run's tombstones hide
-                merged = self._merge([b for _, b in run], None, keep_deleted=True)
+                merged = self._merge([b.table for b in run], None, keep_deleted=True)
             name = f"block-{block_id:09d}.arrow"
             self._write_block(name, merged)
+            loaded = self._open_block(name)  # writes its filter
             crash_point("compact.after_block_write")
             with self.lock:
                 sb = SuperblockPB()
                 sb.CopyFrom(self.sb)
-                assert list(sb.blocks) == [n for n, _ in blocks], "blocks changed under flush_lock"
+                listed = [b.name for b in blocks]
+                assert list(sb.blocks) == listed, "blocks changed under flush_lock"
                 del sb.blocks[start:]
                 sb.blocks.append(name)
                 sb.next_block_id = block_id + 1
                 self.fs.write_superblock(sb)
                 self.sb = sb
-                loaded = self._load_block(self.fs.data_dir(self.tablet_id) / name)
-                self.blocks = blocks[:start] + [(name, loaded)]
+                self.blocks = blocks[:start] + [loaded]
             crash_point("compact.after_superblock")
             data_dir = self.fs.data_dir(self.tablet_id)
-            for old, _ in run:
-                (data_dir / old).unlink(missing_ok=True)
+            for old in run:
+                (data_dir / old.name).unlink(missing_ok=True)
+                (data_dir / bloom_name(old.name)).unlink(missing_ok=True)
             fsync_dir(data_dir)
             log.info(
                 "tablet %s: compacted %d of %d blocks into %s (%d rows)",
@@ -1096,32 +1161,115 @@ class Tablet:
         upper: list[ValuePB],
         limit: int,
     ) -> pa.Table:
-        """A consistent snapshot of the tablet, filtered, projected, sorted by key."""
+        """A consistent snapshot of the tablet, filtered, projected, sorted by key.
+
+        Predicates that pin every key column (`==`, or IN on a one-column key; at most
+        POINT_KEYS_MAX keys) make it point reads: only those keys are looked up, the memstore
+        under the lock, then the blocks taken with it (immutable and mapped: a compaction
+        that unlinks one does not unmap it), reading only the rows found. Otherwise blocks
+        whose key range misses the bounds are skipped and the rest merged."""
         with self.lock:
             self._check_running_locked()
             schema = self.schema
-            blocks = [b for _, b in self.blocks]
-            # The memstore's layers, oldest first (a later one overrides an earlier one).
-            layers = [t for _, t in self.frozen_batches]
-            layers.append(dict(self.frozen or {}))
-            layers.extend(t for _, t in self.mem_batches)
-            layers.append(dict(self.memstore))
-        names = projection or [c.name for c in schema.columns]
-        cols = [schema.column(n) for n in names]  # raises BadRequest on unknown names
-        key_filter = self._key_range_expr(schema, lower, upper)
-        pred = self._predicate_expr(schema, predicates)
-        mem_parts = [
-            self._memtable(x, with_deleted=True, schema=schema) if isinstance(x, dict) else x
-            for x in layers
-            if len(x)
-        ]
-        table = self._merge(blocks, mem_parts, key_filter=key_filter, schema=schema)
+            blocks = list(self.blocks)
+            names = projection or [c.name for c in schema.columns]
+            cols = [schema.column(n) for n in names]  # raises BadRequest on unknown names
+            key_filter = self._key_range_expr(schema, lower, upper)
+            pred = self._predicate_expr(schema, predicates)
+            keys = self._pinned_keys(schema, predicates)
+            if keys is not None:
+                found = self._locate_mem(keys, self._mem_layers_locked(), self._key_names(schema))
+            else:
+                # The memstore's layers, oldest first (a later one overrides an earlier one).
+                layers = list(self.frozen_batches.tables)
+                layers.append(dict(self.frozen or {}))
+                layers.extend(self.mem_batches.tables)
+                layers.append(dict(self.memstore))
+        if keys is not None:
+            found.update(self._locate_blocks(keys.difference(found), blocks))
+            table = self._point_rows(found, schema)
+            if key_filter is not None:
+                table = table.filter(key_filter)
+        else:
+            lo, hi = self._key_bounds(schema, lower, upper)
+            blocks = [b for b in blocks if b.overlaps(lo, hi)]
+            mem_parts = [
+                self._memtable(x, with_deleted=True, schema=schema) if isinstance(x, dict) else x
+                for x in layers
+                if len(x)
+            ]
+            table = self._merge(
+                [b.table for b in blocks], mem_parts, key_filter=key_filter, schema=schema
+            )
         if pred is not None:
             table = table.filter(pred)
         if limit:  # uint64 on the wire: Arrow's slice takes at most 2**63 - 1
             table = table.slice(0, min(limit, table.num_rows))
         table = table.select([block_name(c.id) for c in cols])
         return table.rename_columns(names)
+
+    def _pinned_keys(self, schema: Schema, predicates: list[PredicatePB]) -> set | None:
+        """The whole keys the predicates allow, if they pin every key column to a few values
+        (`==`, IN): at most POINT_KEYS_MAX of them; None otherwise. Called after
+        `_predicate_expr`, which rejects values that do not fit."""
+        allowed: dict[int, set] = {}
+        for p in predicates:
+            c = schema.column(p.column)
+            if not c.is_key:
+                continue
+            if p.op == PredicateOp.EQ and len(p.values) == 1:
+                vals = {value_from_pb(p.values[0], c)}
+            elif p.op == PredicateOp.IN:
+                vals = {value_from_pb(v, c) for v in p.values}
+            else:
+                continue
+            vals.discard(None)
+            allowed[c.id] = vals if c.id not in allowed else allowed[c.id] & vals
+        if len(allowed) != schema.num_keys:
+            return None
+        n = 1
+        for vals in allowed.values():
+            n *= len(vals)
+        if n > POINT_KEYS_MAX:
+            return None
+        sets = [allowed[c.id] for c in schema.key_columns]
+        if len(sets) == 1:
+            return set(sets[0])
+        return set(itertools.product(*sets))
+
+    def _point_rows(self, found: dict, schema: Schema) -> pa.Table:
+        """The live rows at `found`'s locations, sorted by key, without __deleted."""
+        dict_rows = {k: loc[1] for k, loc in found.items() if loc is not None and loc[0] == "row"}
+        parts = []
+        if dict_rows:
+            parts.append(self._memtable(dict_rows, with_deleted=True, schema=schema))
+        for loc in found.values():
+            if loc is None or loc[0] == "row":
+                continue
+            if loc[0] == "t":
+                parts.append(loc[1].slice(loc[2], 1))
+            else:
+                parts.append(self._adapt(loc[1].table.slice(loc[2], 1), schema))
+        if not parts:
+            t = schema.block_schema().empty_table()
+        else:
+            t = pa.concat_tables(parts)
+            if len(parts) > 1:
+                order = [(k, "ascending") for k in self._key_names(schema)]
+                t = t.take(pc.sort_indices(t, sort_keys=order))
+        return t.drop_columns([DELETED_FIELD])
+
+    def _key_bounds(self, schema: Schema, lower, upper) -> tuple:
+        """The scan's key bounds as Python keys (lower inclusive, upper exclusive; None:
+        open), as blocks compare them; `_key_range_expr` has checked them already."""
+        out = []
+        for bound in (lower, upper):
+            if not bound:
+                out.append(None)
+                continue
+            vals = [value_from_pb(v, c) for v, c in zip(bound, schema.key_columns, strict=True)]
+            out.append(vals[0] if len(vals) == 1 else tuple(vals))
+        return out[0], out[1]
 
     def _key_range_expr(self, schema: Schema, lower, upper):
         keys = schema.key_columns
@@ -1298,9 +1446,9 @@ class Tablet:
         frozen = self.frozen
         return (
             len(self.memstore)
-            + sum(t.num_rows for _, t in self.mem_batches)
+            + self.mem_batches.num_rows
             + (len(frozen) if frozen else 0)
-            + sum(t.num_rows for _, t in self.frozen_batches)
+            + self.frozen_batches.num_rows
         )
 
     def wal_segments_unflushed(self) -> int:

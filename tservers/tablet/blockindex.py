@@ -1,0 +1,172 @@
+"""A data block opened for lookups: memory-mapped rows, key range, chunk bounds, bloom filter.
+
+A block is an Arrow IPC file sorted by key with unique keys (`tablet.py`). Opened here it
+is mapped, not read: its pages belong to the page cache, and a lookup touches only the pages
+of the key column its binary search visits and of the row it returns. What stays on the heap
+per block is its filter (`bloom.py`, ~1.25 bytes a key), its first and last key and the first
+key of each record batch (64k rows): nothing per row.
+
+The filter lives beside the block in `<block>.bloom`. A block without one (written before
+filters existed, copied by tablet copy, which copies only block files, or a crash between the
+two writes) or with one that fails its checks gets it rebuilt from the key column at open and
+written back (derived data, atomically replaced).
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+import pyarrow as pa
+
+from tservers.metafile import fsync_dir
+from tservers.tablet.bloom import Bloom, key_hash
+from tservers.tablet.schema import DELETED_FIELD
+
+log = logging.getLogger(__name__)
+
+BLOOM_SUFFIX = ".bloom"
+
+
+def bloom_name(block_name: str) -> str:
+    return block_name + BLOOM_SUFFIX
+
+
+def _key_array(a: pa.Array) -> pa.Array:
+    # Keys are compared as the tablet holds them: timestamps as int64 microseconds.
+    if pa.types.is_timestamp(a.type):
+        return a.view(pa.int64())
+    return a
+
+
+class BlockIndex:
+    """One immutable block: its mapped table and what finds a key in it."""
+
+    __slots__ = (
+        "name",
+        "table",
+        "num_rows",
+        "min_key",
+        "max_key",
+        "bloom",
+        "_keys",
+        "_deleted",
+        "_firsts",
+        "_offsets",
+        "_nk",
+    )
+
+    def __init__(self, name: str, table: pa.Table, key_names: list[str]) -> None:
+        self.name = name
+        self.table = table
+        self.num_rows = table.num_rows
+        self._nk = len(key_names)
+        batches = [b for b in table.to_batches() if b.num_rows]
+        self._keys = [[_key_array(b.column(k)) for k in key_names] for b in batches]
+        self._deleted = [b.column(DELETED_FIELD) for b in batches]
+        self._offsets = []
+        start = 0
+        for b in batches:
+            self._offsets.append(start)
+            start += b.num_rows
+        self._firsts = [self._key(j, 0) for j in range(len(batches))]
+        self.min_key = self._firsts[0] if batches else None
+        self.max_key = self._key(len(batches) - 1, batches[-1].num_rows - 1) if batches else None
+        self.bloom: Bloom | None = None
+
+    @classmethod
+    def open(cls, data_dir: Path, name: str, key_names: list[str]) -> BlockIndex:
+        """Map the block and load its filter (rebuilt and written back if missing or bad)."""
+        with pa.memory_map(str(data_dir / name), "r") as src:
+            table = pa.ipc.open_file(src).read_all()
+        b = cls(name, table, key_names)
+        path = data_dir / bloom_name(name)
+        bloom = None
+        try:
+            bloom = Bloom.from_bytes(path.read_bytes())
+        except FileNotFoundError:
+            pass
+        if bloom is None or bloom.nkeys != b.num_rows:
+            if path.exists():
+                log.warning("block %s: filter file unreadable or stale; rebuilding it", name)
+            bloom = b.build_bloom()
+            write_file(path, bloom.to_bytes())
+        b.bloom = bloom
+        return b
+
+    def build_bloom(self) -> Bloom:
+        return Bloom.build((key_hash(k) for k in self.iter_keys()), self.num_rows)
+
+    def iter_keys(self) -> Iterable:
+        for arrays in self._keys:
+            lists = [a.to_pylist() for a in arrays]
+            if self._nk == 1:
+                yield from lists[0]
+            else:
+                yield from zip(*lists, strict=True)
+
+    def _key(self, j: int, i: int):
+        arrays = self._keys[j]
+        if self._nk == 1:
+            return arrays[0][i].as_py()
+        return tuple(a[i].as_py() for a in arrays)
+
+    def may_hold(self, key, h: int | None = None) -> bool:
+        """Range and filter: False only when the block cannot hold `key`."""
+        if self.min_key is None or key < self.min_key or key > self.max_key:
+            return False
+        if self.bloom is None:
+            return True
+        return self.bloom.may_contain(key_hash(key) if h is None else h)
+
+    def find(self, key, h: int | None = None) -> int | None:
+        """The row number of `key` in the block (a live row or a tombstone), or None."""
+        if not self.may_hold(key, h):
+            return None
+        j = bisect.bisect_right(self._firsts, key) - 1
+        if j < 0:
+            return None
+        lo, hi = 0, len(self._deleted[j])
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self._key(j, mid) < key:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo < len(self._deleted[j]) and self._key(j, lo) == key:
+            return self._offsets[j] + lo
+        return None
+
+    def deleted(self, row: int) -> bool:
+        j = bisect.bisect_right(self._offsets, row) - 1
+        return bool(self._deleted[j][row - self._offsets[j]].as_py())
+
+    def overlaps(self, lower, upper) -> bool:
+        """Whether keys in [lower, upper) may be here (None: unbounded)."""
+        if self.min_key is None:
+            return False
+        if lower is not None and self.max_key < lower:
+            return False
+        return not (upper is not None and self.min_key >= upper)
+
+    def heap_bytes(self) -> int:
+        """What the block costs on the heap beyond its mapped file (the filter)."""
+        return self.bloom.size_bytes if self.bloom is not None else 0
+
+
+def write_file(path: Path, data: bytes) -> None:
+    """Write `data` to `path` atomically and durably (tmp, fsync, rename, fsync dir)."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
