@@ -4,9 +4,9 @@ A node's lease clock can be made to run at `rate` times time.monotonic(), contin
 change of rate re-anchors it, so it never jumps and never runs backwards):
 
 - `LOGCENTRIC_TEST_CLOCK_RATE=1.05`: a fixed rate, read once when the node starts;
-- `LOGCENTRIC_TEST_CLOCK_DIR=<dir>`: the rate is the number in `<dir>/<node id>` (1.0 while
-  the file is missing), re-read at most every RECHECK_S, so the nemesis re-rates a running
-  process by rewriting that file.
+- `LOGCENTRIC_TEST_CLOCK_DIR=<dir>`: the rate is the number in `<dir>/<node id>` (while the
+  file is missing: LOGCENTRIC_TEST_CLOCK_RATE's, else 1.0), re-read at most every RECHECK_S,
+  so the nemesis re-rates a running process by rewriting that file.
 
 Neither variable set: `clock_from_env` returns time.monotonic itself (no cost, no change).
 Only the lease driver's clock is skewed; timeouts of sockets and waits stay real, as a
@@ -38,7 +38,7 @@ class SkewedClock:
     def __init__(self, rate: float = 1.0, rate_file: Path | None = None) -> None:
         self._lock = threading.Lock()
         self._base_real = self._base = time.monotonic()
-        self._rate = _checked(rate)
+        self._rate = self._default_rate = _checked(rate)
         self._rate_file = rate_file
         self._next_check = float("-inf")
 
@@ -51,7 +51,7 @@ class SkewedClock:
             real = time.monotonic()
             if self._rate_file is not None and real >= self._next_check:
                 self._next_check = real + RECHECK_S
-                rate = _read_rate(self._rate_file, self._rate)
+                rate = _read_rate(self._rate_file, self._rate, self._default_rate)
                 if rate != self._rate:
                     self._base += (real - self._base_real) * self._rate
                     self._base_real = real
@@ -71,12 +71,12 @@ def clock_from_env(node_id: str) -> Callable[[], float]:
     return clock
 
 
-def _read_rate(path: Path, current: float) -> float:
+def _read_rate(path: Path, current: float, missing: float) -> float:
     try:
         with open(path, "rb") as f:
             text = f.read(RATE_FILE_BYTES_MAX).decode().strip()
     except FileNotFoundError:
-        return 1.0
+        return missing
     try:
         return _checked(float(text))
     except ValueError:  # caught mid-rewrite or garbage: keep the rate in force

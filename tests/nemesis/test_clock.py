@@ -1,0 +1,170 @@
+"""Clock-rate skew of the coordinator lease against real processes (issue 26).
+
+The lease is safe while the drift between two clocks stays within its margin: a leader
+whose clock runs slow (it believes its lease lasts longer) and followers whose clocks run
+fast (they take over sooner), each takeover forced by isolating the slow leader, under the
+register and DDL workloads: histories linearizable, DDL exactly once, and never two
+coordinators serving at the same real time (tests/nemesis/clock.py's ServingMonitor). Far
+outside the margin the same scenario shows two coordinators serving at once, proving the
+monitor can fail, while the log's conditional appends still refuse the deposed leader's
+write (a CreateTable sent to it during the overlap is refused and never in the catalog).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from coordinator.leases import LeaseConfig
+from coordinator.leases.testclock import DIR_ENV, RATE_ENV, SkewedClock, clock_from_env
+from tests.nemesis.clock import (
+    ClockFault,
+    ServingMonitor,
+    SplitBrainProbe,
+    drift_bound,
+    enable_clock_files,
+    within_margin,
+)
+from tests.nemesis.cluster import NemesisCluster, available
+from tests.nemesis.faults import LEADER, Schedule, Step
+from tests.nemesis.runner import RunResult, run
+from tests.nemesis.workloads import DdlWorkload, RegisterWorkload
+
+nemesis = [pytest.mark.integration, pytest.mark.nemesis]
+
+SLOW, FAST = 0.98, 1.02  # within the default margin (rho 0.02, bound 0.0526)
+# Far outside: the isolated leader's clock at a twentieth (its renewal, whose failure deposes
+# it, comes 4 s of real time after the last one), the others at twice real time.
+BROKEN_SLOW, BROKEN_FAST = 0.05, 2.0
+
+
+def test_drift_bound_of_the_default_lease() -> None:
+    lease = LeaseConfig()  # what `coordinator start` uses: timeout 1 s, margin 0.1 s
+    assert drift_bound(lease) == pytest.approx(0.1 / 1.9)
+    assert within_margin(lease, SLOW, FAST)
+    assert within_margin(lease, 1 - 0.05, 1 + 0.05)  # rho 0.05 < 0.0526
+    assert not within_margin(lease, 1 - 0.055, 1 + 0.055)
+    assert not within_margin(lease, 0.5, 2.0)
+    assert not within_margin(lease, BROKEN_SLOW, BROKEN_FAST)
+
+
+def test_skewed_clock_follows_its_rate_file(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.delenv(RATE_ENV, raising=False)
+    monkeypatch.delenv(DIR_ENV, raising=False)
+    assert clock_from_env("c0") is time.monotonic  # nothing set: the real clock itself
+    monkeypatch.setenv(RATE_ENV, "2.0")
+    fixed = clock_from_env("c0")
+    assert isinstance(fixed, SkewedClock) and fixed.rate == 2.0
+    monkeypatch.setenv(DIR_ENV, str(tmp_path))
+    assert clock_from_env("c0").rate == 2.0  # type: ignore[attr-defined]  # no file yet
+    monkeypatch.delenv(RATE_ENV)
+    clock = clock_from_env("c0")
+    assert isinstance(clock, SkewedClock)
+
+    def measured_rate() -> float:
+        time.sleep(0.05)  # past the re-read interval: the file's rate is in force
+        clock()
+        real0, c0 = time.monotonic(), clock()
+        time.sleep(0.3)
+        return (clock() - c0) / (time.monotonic() - real0)
+
+    assert clock.rate == 1.0 and measured_rate() == pytest.approx(1.0, rel=0.2)  # no file
+    (tmp_path / "c0").write_text("4.0\n")
+    before = clock()
+    assert measured_rate() == pytest.approx(4.0, rel=0.2) and clock.rate == 4.0
+    (tmp_path / "c0").write_text("0.25\n")
+    assert measured_rate() == pytest.approx(0.25, rel=0.2)
+    (tmp_path / "c0").write_text("garbage")  # a torn rewrite keeps the rate in force
+    assert measured_rate() == pytest.approx(0.25, rel=0.2)
+    (tmp_path / "c0").unlink()  # missing: back to 1.0
+    readings = []
+    for _ in range(20):
+        readings.append(clock())
+        time.sleep(0.005)
+    assert readings == sorted(readings) and readings[0] > before  # monotonic across changes
+    assert clock.rate == 1.0 and readings[-1] - readings[0] < 0.5  # re-anchored: no jump
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory) -> Iterator[NemesisCluster]:
+    why = available()
+    if why:
+        pytest.skip(why)
+    saved = os.environ.get(DIR_ENV)
+    c = NemesisCluster.build(tmp_path_factory.mktemp("nemesis-clock"))
+    enable_clock_files(c)  # before the coordinators start
+    try:
+        with c:
+            yield c
+    finally:
+        if saved is None:
+            os.environ.pop(DIR_ENV, None)
+        else:
+            os.environ[DIR_ENV] = saved
+
+
+def _takeovers(offsets: list[float], hold_s: float) -> list[Step]:
+    return [Step(t, "clock", "takeover", (LEADER,), hold_s) for t in offsets]
+
+
+def _report(result: RunResult, monitor: ServingMonitor) -> None:
+    print(result.summary())
+    print(monitor.summary())
+
+
+@pytest.mark.integration
+@pytest.mark.nemesis
+def test_within_the_margin_never_two_leaders(cluster: NemesisCluster) -> None:
+    """Slow leader, fast followers, within the margin; three takeovers forced by isolating
+    the slow leader, one coordinator re-rated alone: no anomaly of any kind."""
+    assert within_margin(LeaseConfig(lease_timeout_s=cluster.spec.lease_timeout_s), SLOW, FAST)
+    fault = ClockFault(cluster, slow=SLOW, fast=FAST)
+    steps = [
+        *_takeovers([2.0, 10.0], 4.5),
+        Step(17.0, "clock", "slow", (cluster.spec.coordinators[0].name,), 2.0),
+        *_takeovers([20.0], 4.5),
+    ]
+    schedule = Schedule(26, 27.0, tuple(steps))
+    addresses = cluster.spec.coordinator_addresses
+    monitor = ServingMonitor(cluster, "clk-in")
+    workloads = [RegisterWorkload(addresses, "clk_in"), DdlWorkload(addresses, "clk_in"), monitor]
+    result = run(cluster, schedule, [fault], workloads, "clk-in")
+    _report(result, monitor)
+    assert result.ok, result.summary()
+    served = monitor.intervals()
+    # The takeovers happened: at least four epochs proved serving, on at least two nodes.
+    assert len({v.epoch for v in served}) >= 4, monitor.summary()
+    assert len({v.node for v in served}) >= 2, monitor.summary()
+    outcomes = result.outcomes()
+    assert outcomes["register:OK"] > 100 and outcomes["ddl:OK"] > 5, outcomes
+
+
+@pytest.mark.integration
+@pytest.mark.nemesis
+def test_outside_the_margin_two_leaders_serve_at_once(cluster: NemesisCluster) -> None:
+    """The same takeover with the leader's clock at 0.05 and the others' at 2.0: the
+    monitor proves two coordinators serving at the same real time; the deposed leader's
+    CreateTable during the overlap is refused (its append is conditional on an id the
+    takeover took) and the register history stays linearizable."""
+    assert not within_margin(LeaseConfig(), BROKEN_SLOW, BROKEN_FAST)
+    fault = ClockFault(cluster, slow=BROKEN_SLOW, fast=BROKEN_FAST)
+    schedule = Schedule(26, 20.0, tuple(_takeovers([2.0, 11.0], 6.0)))
+    addresses = cluster.spec.coordinator_addresses
+    monitor = ServingMonitor(cluster, "clk-out")
+    probe = SplitBrainProbe(cluster, "clk_out", monitor)
+    workloads = [RegisterWorkload(addresses, "clk_out"), monitor, probe]
+    result = run(cluster, schedule, [fault], workloads, "clk-out")
+    _report(result, monitor)
+    assert not result.errors, result.errors
+    assert len(result.anomalies) == 1, result.summary()  # only the overlap
+    assert result.anomalies[0].startswith("two coordinators serving"), result.summary()
+    assert result.artifacts is not None and (result.artifacts / "timeline.html").exists()
+    overlaps = monitor.overlaps()
+    assert overlaps and max(o for _, _, o in overlaps) > 0.1, monitor.summary()
+    probes = [e for e in result.events if e.workload == "probe"]
+    assert len(probes) == 1 and probes[0].outcome != "OK", probes
+    print(f"probe at {probe.sent_to}: {probes[0].outcome} {probes[0].error}")
