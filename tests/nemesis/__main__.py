@@ -68,12 +68,15 @@ def main(argv: list[str] | None = None) -> int:
         {"register": RegisterWorkload, "set": SetWorkload, "ddl": DdlWorkload}[n](addresses, tag)
         for n in names
     ]
-    if "clock" in kinds:  # the clock's safety property: never two leaders at once
-        workloads.append(ServingMonitor(cluster, tag))
+    monitor = ServingMonitor(cluster, tag) if "clock" in kinds else None
+    if monitor is not None:  # the clock's safety property: never two leaders at once
+        workloads.append(monitor)
     with cluster:
         print(f"cluster up in {root} (node logs in {cluster.log_dir})")
         result = run(cluster, schedule, faults, workloads, tag)
     print(result.summary())
+    if monitor is not None:
+        print(monitor.summary())
     return 0 if result.ok else 1
 
 
