@@ -237,7 +237,7 @@ def _array_at(r: _Reader, typecode: str, count: int) -> array:
     return a
 
 
-def _restore_log_v2(r: _Reader, body: bytes, state: LogState) -> None:
+def _restore_log_v2(r: _Reader, buf: bytes, body_at: int, state: LogState) -> None:
     """One log of the version 2 layout, in bulk (C-level loops; no Python loop per entry
     unless an entry invalidated others)."""
     (n,) = r.take("<H")
@@ -269,7 +269,7 @@ def _restore_log_v2(r: _Reader, body: bytes, state: LogState) -> None:
         raise Corruption(f"snapshot holds log {name!r} twice")
     # No Entry objects yet: each page is made into them the first time it is used
     # (a reopen of 1M entries built 1M objects before this).
-    live = LiveEntries.from_loaded(id_list, lens, start, body, invs)
+    live = LiveEntries.from_loaded(id_list, lens, body_at + start, buf, invs)
     state.install_log(name, last_id, live, data_bytes)
 
 
@@ -279,7 +279,11 @@ def decode_snapshot(buf: bytes) -> tuple[LogState, SnapshotMeta]:
     magic, version, length, crc = SNAP_HEADER.unpack_from(buf, 0)
     if magic != SNAPSHOT_MAGIC or version not in SNAPSHOT_VERSIONS_READ:
         raise Corruption(f"snapshot header is not {SNAPSHOT_MAGIC!r} v{SNAPSHOT_VERSIONS_READ}")
-    body = bytes(buf[SNAP_HEADER.size : SNAP_HEADER.size + length])
+    # The body is read in place: entries' data are sliced out of `buf` itself (a loaded
+    # page keeps a reference to it), so no copy of the whole snapshot is made.
+    if type(buf) is not bytes:
+        buf = bytes(buf)
+    body = memoryview(buf)[SNAP_HEADER.size : SNAP_HEADER.size + length]
     if len(body) != length or crc32c.crc32c(body) != crc:
         raise Corruption("snapshot fails its length or CRC check")
     r = _Reader(body)
@@ -299,7 +303,7 @@ def decode_snapshot(buf: bytes) -> tuple[LogState, SnapshotMeta]:
             last_id, count = r.take(_LOG_HEAD)
             state.restore_log(name, last_id, _read_entries(r, count))
         else:
-            _restore_log_v2(r, body, state)
+            _restore_log_v2(r, buf, SNAP_HEADER.size, state)
     if r.off != len(body):
         raise Corruption("snapshot body has trailing bytes")
     return state, SnapshotMeta(last_entry, prev_entry, tuple(members))

@@ -283,13 +283,11 @@ class LiveEntries(Mapping[int, Entry]):
         """Built from a snapshot's columns (ids ascending; the datas one after the other in
         `body` from `start`), as LoadedPages: no Entry object is made until a page is used."""
         live = cls()
-        offset = start
+        ends = list(accumulate(lens, initial=start))
         for page_no, a, b in cls._page_bounds(ids):
-            page_lens = lens[a:b]
             live.pages[page_no] = LoadedPage(
-                ids[a:b], page_lens, offset, body, None if invs is None else invs[a:b]
+                ids[a:b], lens[a:b], ends[a], body, None if invs is None else invs[a:b]
             )
-            offset += sum(page_lens)
         live.count = len(ids)
         return live
 
