@@ -7,7 +7,8 @@ in the same run and for N, with their ratio:
 - disk per empty replica: the growth of the tablet servers' fs roots (blocks allocated, as
   du counts them) divided by the replicas created;
 - idle CPU of a tablet server, % of one core: user + system time from /proc/PID/stat over
-  `--idle-window-s` with no client traffic, averaged over the three servers;
+  `--idle-window-s` with no client traffic, averaged over the three servers, and the
+  elections started meanwhile (from the servers' logs: there should be none);
 - restart to serving every tablet: one tablet server killed with -9 and restarted; seconds
   until every tablet is RUNNING there with a leader somewhere;
 - create-table latency p50/p99: `--samples` more tables created one after another through
@@ -56,6 +57,7 @@ class Figures:
     tablets: int
     disk_per_replica_bytes: float = float("nan")
     idle_cpu_pct: float = float("nan")
+    idle_elections: float = float("nan")
     restart_all_s: float = float("nan")
     create_p50_ms: float = float("nan")
     create_p99_ms: float = float("nan")
@@ -78,6 +80,16 @@ def cpu_s(pid: int) -> float:
     text = Path(f"/proc/{pid}/stat").read_text()
     fields = text[text.rindex(")") + 2 :].split()
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS_S
+
+
+def elections(cluster: LocalCluster) -> int:
+    """Elections started so far, from the tablet servers' logs (a replica logging that it
+    became a pre-candidate or candidate). None should start while the cluster is idle."""
+    n = 0
+    for path in cluster.log_dir.glob("tserver-*.log"):
+        with open(path, errors="replace") as f:
+            n += sum(1 for line in f if "CANDIDATE in term" in line)
+    return n
 
 
 def list_tablets(address: str, timeout_s: float = 5.0) -> ListTabletsResponse | None:
@@ -162,9 +174,11 @@ def run_one(
             # (elections, first flushes) had time to pass.
             time.sleep(settle_s)
             pids = [node.pid for node in cluster.spec.tservers]
+            e0 = elections(cluster)
             c0, w0 = [cpu_s(p) for p in pids], time.monotonic()
             time.sleep(idle_window_s)
             c1, w1 = [cpu_s(p) for p in pids], time.monotonic()
+            fig.idle_elections = elections(cluster) - e0
             fig.idle_cpu_pct = 100 * statistics.mean(
                 (b - a) / (w1 - w0) for a, b in zip(c0, c1, strict=True)
             )
@@ -224,6 +238,7 @@ def main() -> int:
     for label, attr, scale in (
         ("disk per empty replica (KB)", "disk_per_replica_bytes", 1 / 1000),
         ("idle CPU per tserver (% of a core)", "idle_cpu_pct", 1),
+        ("elections started while idle", "idle_elections", 1),
         ("restart to all serving (s)", "restart_all_s", 1),
         ("create-table p50 (ms)", "create_p50_ms", 1),
         ("create-table p99 (ms)", "create_p99_ms", 1),

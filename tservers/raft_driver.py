@@ -249,11 +249,11 @@ class RaftGroup:
     def wake(self) -> None:
         self.driver.wake(self)
 
-    def catch_up_locked(self) -> None:
-        """Give the core the ticks it slept through (caller holds `lock`), before any input:
-        an input must find the core's clocks (election timeout, lease) where they would be
-        had it been ticked every interval."""
-        now_tick = self.driver.tick_now()
+    def catch_up_locked(self, upto: int | None = None) -> None:
+        """Give the core the ticks it slept through, up to the driver's current tick or
+        `upto` (caller holds `lock`), before any input: an input must find the core's clocks
+        (election timeout, lease) where they would be had it been ticked every interval."""
+        now_tick = self.driver.tick_now() if upto is None else upto
         n = now_tick - self.ticked_at
         if n > 0:
             self.ticked_at = now_tick
@@ -419,10 +419,14 @@ class RaftDriver:
         self._kicker: threading.Thread | None = None
         self.messages_in = 0
         self.messages_dropped = 0
-        # The tick clock: tick n starts at _epoch + n * tick_interval_s. A driver running late
-        # moves _epoch forward (the ticks it missed are skipped, not replayed: a stalled
-        # driver must not make every follower time out at once when it comes back).
+        # The tick clock: tick n starts at _epoch + n * tick_interval_s. It is read once at
+        # the start of each round (`_clock_tick`), so a long round does not count as time
+        # until the next one, and a driver running late moves _epoch forward: the ticks it
+        # missed are skipped, not replayed (a stalled driver must not make every follower
+        # time out at once when it comes back). Both as when every group was ticked once
+        # per round.
         self._epoch = time.monotonic()
+        self._clock_tick = 0
         # (due tick, sequence, group): each group has at most one live entry (its
         # queued_tick); stale ones are skipped when they come up. Driver thread only.
         self._timers: list[tuple[int, int, RaftGroup]] = []
@@ -431,8 +435,20 @@ class RaftDriver:
         self.groups_ticked = 0  # groups given ticks by their timer (metrics, tests)
 
     def tick_now(self) -> int:
-        """The current tick of the driver's clock (any thread)."""
-        return int((time.monotonic() - self._epoch) / self.options.tick_interval_s)
+        """The driver's clock, as of the start of its current or last round (any thread)."""
+        return self._clock_tick
+
+    def _advance_clock(self) -> None:
+        """At the start of a round: the ticks that passed, at most one past the first timer
+        that was due (the rest is lateness, skipped). Driver thread only."""
+        real = int((time.monotonic() - self._epoch) / self.options.tick_interval_s)
+        allowed = self._clock_tick + 1
+        if self._timers:
+            allowed = max(allowed, self._timers[0][0])
+        if real > allowed:
+            self._epoch += (real - allowed) * self.options.tick_interval_s
+            real = allowed
+        self._clock_tick = max(self._clock_tick, real)
 
     def purge_peer(self, uuid: str) -> None:
         """Drop the messages queued for a peer server (any thread; done by the driver)."""
@@ -663,13 +679,7 @@ class RaftDriver:
         return min(IDLE_WAIT_S_MAX, max(0.0, self._due_s(self._timers[0][0]) - now))
 
     def _round(self, events: list) -> None:
-        tick_s = self.options.tick_interval_s
-        if self._timers:
-            late_s = time.monotonic() - self._due_s(self._timers[0][0]) - tick_s
-            if late_s > 0:
-                # More than a tick late (a long round, a stalled process): skip the missed
-                # ticks, as the driver did when it ticked every group.
-                self._epoch += late_s
+        self._advance_clock()
         dirty: dict[str, RaftGroup] = {}
         for ev in events:
             kind = ev[0]
@@ -689,7 +699,7 @@ class RaftDriver:
                 g = ev[1]
                 dirty[g.tablet_id] = g
         now = time.monotonic()
-        now_tick = self.tick_now()
+        now_tick = self._clock_tick
         while self._timers and self._timers[0][0] <= now_tick:
             due, _, g = heapq.heappop(self._timers)
             if g.queued_tick != due:
@@ -739,7 +749,11 @@ class RaftDriver:
                 self._send([answer])
             return
         with g.lock:
-            g.catch_up_locked()  # the time before the message counts before it
+            # The ticks before this round's count before the message, this round's after it
+            # (the round's processing below): the order of the loop that ticked every group
+            # after the round's messages, so a heartbeat arriving as an election timeout
+            # ends still counts first.
+            g.catch_up_locked(self._clock_tick - 1)
             g.core.step(msg)
         dirty[g.tablet_id] = g
 
