@@ -17,6 +17,7 @@ import logging
 import secrets
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -81,11 +82,13 @@ WRITE_BLOCKS_MAX = 64
 
 @dataclass(slots=True)
 class _Scanner:
-    table: pa.Table
-    offset: int
+    pieces: Iterator[pa.Table]  # the tablet's result, made as asked (Tablet.scan_pieces)
+    head: pa.Table | None  # made, not sent yet
     batch_rows: int
     schema_pb: object
     last_used: float
+    arrow_schema: pa.Schema
+    sent: int = 0
 
 
 def ipc_batch(batch: pa.RecordBatch) -> bytes:
@@ -306,36 +309,40 @@ class TServerService:
                 tablet.group.read_index(ctx.deadline)
             batch_rows = req.batch_rows_max or SCAN_BATCH_ROWS_DEFAULT
             batch_rows = max(1, min(batch_rows, SCAN_BATCH_ROWS_MAX))
-            table = tablet.scan(
+            arrow_schema, pieces = tablet.scan_pieces(
                 list(req.projection),
                 list(req.predicates),
                 list(req.lower_bound),
                 list(req.upper_bound),
                 req.limit,
             )
-            sc = _Scanner(table.combine_chunks(), 0, batch_rows, tablet.sb.schema, now)
+            sc = _Scanner(pieces, None, batch_rows, tablet.sb.schema, now, arrow_schema)
         sidecars: list[bytes] = []
         size = 0
         rows = 0
-        while (
-            sc.offset < sc.table.num_rows
-            and size < SCAN_RESPONSE_BYTES_MAX
-            and len(sidecars) < SCAN_RESPONSE_BATCHES_MAX
-        ):
-            batch = sc.table.slice(sc.offset, sc.batch_rows).to_batches()
-            for b in batch:
+        # Pieces are made here, as the answer fills (the server never holds the result).
+        while size < SCAN_RESPONSE_BYTES_MAX and len(sidecars) < SCAN_RESPONSE_BATCHES_MAX:
+            if sc.head is None:
+                sc.head = next(sc.pieces, None)
+                if sc.head is None:
+                    break
+            part = sc.head.slice(0, sc.batch_rows).combine_chunks()
+            sc.head = sc.head.slice(part.num_rows) if part.num_rows < sc.head.num_rows else None
+            for b in part.to_batches():
                 data = ipc_batch(b)
                 sidecars.append(data)
                 size += len(data)
                 rows += b.num_rows
-            sc.offset += min(sc.batch_rows, sc.table.num_rows - sc.offset)
-        has_more = sc.offset < sc.table.num_rows
+        if sc.head is None:
+            sc.head = next(sc.pieces, None)
+        has_more = sc.head is not None
+        sc.sent += rows
         with self._counts_lock:
             self.rows_scanned += rows
         resp = ScanResponse(has_more=has_more, rows=rows, schema=sc.schema_pb)
-        if not sidecars and sc.table.num_rows == 0:
+        if not sidecars and sc.sent == 0:
             # An empty result still tells the client its columns.
-            sidecars.append(ipc_batch(pa.RecordBatch.from_pylist([], schema=sc.table.schema)))
+            sidecars.append(ipc_batch(pa.RecordBatch.from_pylist([], schema=sc.arrow_schema)))
         if has_more:
             sc.last_used = now
             with self._scanners_lock:

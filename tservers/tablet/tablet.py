@@ -40,7 +40,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -91,6 +91,7 @@ from tservers.fs import FsLayout
 from tservers.metafile import fsync_dir
 from tservers.tablet.blockindex import BlockIndex, bloom_name
 from tservers.tablet.bloom import key_hash
+from tservers.tablet.merge import SLAB_ROWS_DEFAULT, merge_slabs, newest_versions
 from tservers.tablet.schema import DELETED_FIELD, Schema, block_name, value_from_pb
 from tservers.tablet.validate import Block, decode_block
 from tservers.wal.log import Appender, TabletLog, WalOptions
@@ -143,26 +144,6 @@ class _Op:
 class WriteResult:
     op_id: OpIdPB
     rows: int
-
-
-def newest_versions(parts: list[pa.Table], key_names: list[str]) -> pa.Table:
-    """The rows of `parts` (one schema, oldest part first) sorted by key, only the newest
-    version of each key. Arrow's sort is stable: a key's versions stay in age order, so the
-    last of each run of equal keys is the newest (no generation column, no second sort key);
-    with no key repeated, nothing is filtered."""
-    t = pa.concat_tables(parts)
-    t = t.take(pc.sort_indices(t, sort_keys=[(k, "ascending") for k in key_names]))
-    n = t.num_rows
-    if n < 2:
-        return t
-    last = None
-    for k in key_names:
-        col = t.column(k)
-        neq = pc.not_equal(col.slice(0, n - 1), col.slice(1))
-        last = neq if last is None else pc.or_(last, neq)
-    if pc.all(last).as_py():
-        return t
-    return t.filter(pa.concat_arrays([last.combine_chunks(), pa.array([True])]))
 
 
 class _Inflight:
@@ -1161,13 +1142,35 @@ class Tablet:
         upper: list[ValuePB],
         limit: int,
     ) -> pa.Table:
-        """A consistent snapshot of the tablet, filtered, projected, sorted by key.
+        """A consistent snapshot of the tablet, filtered, projected, sorted by key: the
+        pieces of `scan_pieces` put together."""
+        schema, pieces = self.scan_pieces(projection, predicates, lower, upper, limit)
+        parts = list(pieces)
+        return pa.concat_tables(parts) if parts else schema.empty_table()
+
+    def scan_pieces(
+        self,
+        projection: list[str],
+        predicates: list[PredicatePB],
+        lower: list[ValuePB],
+        upper: list[ValuePB],
+        limit: int,
+        slab_rows: int = SLAB_ROWS_DEFAULT,
+    ) -> tuple[pa.Schema, Iterator[pa.Table]]:
+        """The result's schema and its rows, in key order, as non-empty pieces made as they
+        are asked for. Everything is checked (BadRequest) before this returns.
+
+        Snapshot: the blocks are taken under the lock with a sorted copy of the memstore
+        (bounded by the flush threshold); the pieces read only those, so writes, flushes
+        and compactions after this call are not seen. Blocks stay readable while a scan
+        holds them: they are immutable and mapped, and unlinking a compacted block's file
+        does not unmap it.
 
         Predicates that pin every key column (`==`, or IN on a one-column key; at most
         POINT_KEYS_MAX keys) make it point reads: only those keys are looked up, the memstore
-        under the lock, then the blocks taken with it (immutable and mapped: a compaction
-        that unlinks one does not unmap it), reading only the rows found. Otherwise blocks
-        whose key range misses the bounds are skipped and the rest merged."""
+        under the lock, then the blocks, reading only the rows found. Otherwise blocks whose
+        key range misses the bounds are skipped and the rest merged in bounded slabs
+        (`merge.merge_slabs`), each filtered and projected as it is made."""
         with self.lock:
             self._check_running_locked()
             schema = self.schema
@@ -1185,28 +1188,55 @@ class Tablet:
                 layers.append(dict(self.frozen or {}))
                 layers.extend(self.mem_batches.tables)
                 layers.append(dict(self.memstore))
+        fields = [pa.field(n, c.arrow_type) for n, c in zip(names, cols, strict=True)]
+        out_schema = pa.schema(fields)
+        selected = [block_name(c.id) for c in cols]
+
+        def finish(t: pa.Table) -> pa.Table:
+            return t.select(selected).rename_columns(names)
+
         if keys is not None:
             found.update(self._locate_blocks(keys.difference(found), blocks))
             table = self._point_rows(found, schema)
             if key_filter is not None:
                 table = table.filter(key_filter)
-        else:
-            lo, hi = self._key_bounds(schema, lower, upper)
-            blocks = [b for b in blocks if b.overlaps(lo, hi)]
-            mem_parts = [
-                self._memtable(x, with_deleted=True, schema=schema) if isinstance(x, dict) else x
-                for x in layers
-                if len(x)
-            ]
-            table = self._merge(
-                [b.table for b in blocks], mem_parts, key_filter=key_filter, schema=schema
-            )
-        if pred is not None:
-            table = table.filter(pred)
-        if limit:  # uint64 on the wire: Arrow's slice takes at most 2**63 - 1
-            table = table.slice(0, min(limit, table.num_rows))
-        table = table.select([block_name(c.id) for c in cols])
-        return table.rename_columns(names)
+            if pred is not None:
+                table = table.filter(pred)
+            if limit:  # uint64 on the wire: Arrow's slice takes at most 2**63 - 1
+                table = table.slice(0, min(limit, table.num_rows))
+            return out_schema, iter([finish(table)] if table.num_rows else [])
+        lo, hi = self._key_bounds(schema, lower, upper)
+        blocks = [b for b in blocks if b.overlaps(lo, hi)]
+        mem_parts = [
+            self._memtable(x, with_deleted=True, schema=schema) if isinstance(x, dict) else x
+            for x in layers
+            if len(x)
+        ]
+        # The memstore's newest versions, sorted (tombstones kept: they hide block rows).
+        mem = self._merge([], mem_parts, schema=schema, keep_deleted=True) if mem_parts else None
+        sources = [b.table for b in blocks]
+        if mem is not None and mem.num_rows:
+            sources.append(mem)
+        nblocks = len(blocks)
+
+        def adapt(i: int, t: pa.Table) -> pa.Table:
+            return self._adapt(t, schema) if i < nblocks else t
+
+        def pieces() -> Iterator[pa.Table]:
+            left = limit or None
+            for slab in merge_slabs(sources, self._key_names(schema), adapt, lo, hi, slab_rows):
+                t = slab.filter(pc.invert(slab.column(DELETED_FIELD)))
+                if pred is not None and t.num_rows:
+                    t = t.filter(pred)
+                if left is not None:
+                    t = t.slice(0, min(left, t.num_rows))
+                    left -= t.num_rows
+                if t.num_rows:
+                    yield finish(t)
+                if left == 0:
+                    return
+
+        return out_schema, pieces()
 
     def _pinned_keys(self, schema: Schema, predicates: list[PredicatePB]) -> set | None:
         """The whole keys the predicates allow, if they pin every key column to a few values

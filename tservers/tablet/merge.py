@@ -1,0 +1,119 @@
+"""A k-way merge of key-sorted tables in key order, made in bounded slabs.
+
+Each source is a table sorted by key with unique keys (a data block, the memstore's sorted
+snapshot), oldest first: a newer source's version of a key wins. The merge never
+concatenates whole sources: it picks a cut key (the smallest of each source's key
+`slab_rows` rows ahead), takes from every source the rows up to that key (a binary search
+in each), merges only those (`newest_versions`) and moves on. A slab so holds at most
+`len(sources) x slab_rows` rows, and at least one source advances by up to `slab_rows` rows
+each time; what is held between slabs is only a position per source.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+SLAB_ROWS_DEFAULT = 16_384
+
+
+def newest_versions(parts: list[pa.Table], key_names: list[str]) -> pa.Table:
+    """The rows of `parts` (one schema, oldest part first) sorted by key, only the newest
+    version of each key. Arrow's sort is stable: a key's versions stay in age order, so the
+    last of each run of equal keys is the newest (no generation column, no second sort key);
+    with no key repeated, nothing is filtered."""
+    t = pa.concat_tables(parts)
+    t = t.take(pc.sort_indices(t, sort_keys=[(k, "ascending") for k in key_names]))
+    n = t.num_rows
+    if n < 2:
+        return t
+    last = None
+    for k in key_names:
+        col = t.column(k)
+        neq = pc.not_equal(col.slice(0, n - 1), col.slice(1))
+        last = neq if last is None else pc.or_(last, neq)
+    if pc.all(last).as_py():
+        return t
+    return t.filter(pa.concat_arrays([last.combine_chunks(), pa.array([True])]))
+
+
+class SortedSource:
+    """A key-sorted table read by position: keys as Python values (timestamps as int64)."""
+
+    __slots__ = ("table", "num_rows", "_keys", "_offsets", "_nk")
+
+    def __init__(self, table: pa.Table, key_names: list[str]) -> None:
+        self.table = table
+        self.num_rows = table.num_rows
+        self._nk = len(key_names)
+        self._keys: list[list[pa.Array]] = []
+        self._offsets: list[int] = []
+        start = 0
+        for b in table.to_batches():
+            if not b.num_rows:
+                continue
+            arrays = []
+            for k in key_names:
+                a = b.column(k)
+                arrays.append(a.view(pa.int64()) if pa.types.is_timestamp(a.type) else a)
+            self._keys.append(arrays)
+            self._offsets.append(start)
+            start += b.num_rows
+
+    def key_at(self, row: int):
+        lo, hi = 0, len(self._offsets)
+        while hi - lo > 1:  # the batch holding `row`
+            mid = (lo + hi) // 2
+            if self._offsets[mid] <= row:
+                lo = mid
+            else:
+                hi = mid
+        arrays = self._keys[lo]
+        i = row - self._offsets[lo]
+        if self._nk == 1:
+            return arrays[0][i].as_py()
+        return tuple(a[i].as_py() for a in arrays)
+
+    def search(self, key, lo: int, hi: int, *, right: bool) -> int:
+        """The first row in [lo, hi) whose key is >= `key` (> with `right`), or hi."""
+        while lo < hi:
+            mid = (lo + hi) // 2
+            k = self.key_at(mid)
+            if k < key or (right and k == key):
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+
+def merge_slabs(
+    sources: Sequence[pa.Table],
+    key_names: list[str],
+    adapt: Callable[[int, pa.Table], pa.Table],
+    lower=None,
+    upper=None,
+    slab_rows: int = SLAB_ROWS_DEFAULT,
+) -> Iterator[pa.Table]:
+    """Slabs of the newest version of every key of `sources` (oldest first) in [lower,
+    upper) (Python keys, None: open), in key order; `adapt(i, rows)` turns a slice of
+    source i into the common schema. Tombstones come out as rows (the caller drops them)."""
+    slab_rows = max(1, slab_rows)
+    srcs = [SortedSource(t, key_names) for t in sources]
+    pos = [0 if lower is None else s.search(lower, 0, s.num_rows, right=False) for s in srcs]
+    end = [
+        s.num_rows if upper is None else s.search(upper, 0, s.num_rows, right=False) for s in srcs
+    ]
+    while True:
+        live = [i for i in range(len(srcs)) if pos[i] < end[i]]
+        if not live:
+            return
+        cut = min(srcs[i].key_at(min(pos[i] + slab_rows, end[i]) - 1) for i in live)
+        parts = []
+        for i in live:  # oldest first: newest_versions keeps the last of equal keys
+            stop = srcs[i].search(cut, pos[i], end[i], right=True)
+            if stop > pos[i]:
+                parts.append(adapt(i, srcs[i].table.slice(pos[i], stop - pos[i])))
+                pos[i] = stop
+        yield parts[0] if len(parts) == 1 else newest_versions(parts, key_names)
