@@ -9,6 +9,11 @@ random loaded keys, and the server's RSS after each load (VmRSS; the bytes a row
 between the two sizes is the per-row cost).
 
     .venv/bin/python bench/storage.py [--rows 100000] [--reads 200]
+
+With --open-rows N it measures instead what an open tablet of N flushed rows costs in
+memory: one process writes and flushes them (in-process tablet manager), a fresh one
+opens the tablet, checks one key's existence (a write), and prints the heap (RssAnon) the
+open added, per row. The same script runs against older code (a worktree) for "before".
 """
 
 from __future__ import annotations
@@ -137,12 +142,98 @@ def measure(client: TabletServerClient, pid: int, tid: str, n: int, reads: int) 
     }
 
 
+_WRITE_CODE = """
+import sys, pyarrow as pa
+sys.path.insert(0, {root!r})
+from pathlib import Path
+from rpc.protocols.tserver_pb2 import OpType, SchemaPB, ColumnSchemaPB, DataType
+from tests.tservers.helpers import create, deadline, ipc, open_manager
+schema = SchemaPB(columns=[
+    ColumnSchemaPB(name="id", type=DataType.INT64, is_key=True),
+    ColumnSchemaPB(name="v", type=DataType.INT64, nullable=True),
+    ColumnSchemaPB(name="s", type=DataType.STRING, nullable=True)])
+m = open_manager(Path({fs!r}), flush_rows=1 << 40)
+t = create(m, "t1", schema)
+n = {n}
+for start in range(0, n, 100_000):
+    ids = list(range(start, min(n, start + 100_000)))
+    rows = pa.table({{"id": pa.array(ids, pa.int64()), "v": pa.array(ids, pa.int64()),
+                      "s": [f"row-{{i:012d}}" for i in ids]}})
+    t.write(1, [(OpType.INSERT, ipc(rows))], deadline(120))
+    if (start // 100_000) % 3 == 2:
+        t.flush()
+t.flush()
+m.close()
+"""
+
+_OPEN_CODE = """
+import sys, time, pyarrow as pa
+sys.path.insert(0, {root!r})
+from pathlib import Path
+from rpc.errors import AlreadyExists
+from rpc.protocols.tserver_pb2 import OpType
+from tests.tservers.helpers import deadline, ipc, open_manager
+
+def anon():
+    for line in open("/proc/self/status"):
+        if line.startswith("RssAnon:"):
+            return int(line.split()[1]) * 1024
+
+before = anon()
+t0 = time.perf_counter()
+m = open_manager(Path({fs!r}), flush_rows=1 << 40)
+t = m.tablet("t1")
+while t.status.value != "RUNNING":
+    time.sleep(0.01)
+opened = time.perf_counter() - t0
+row = pa.table({{"id": pa.array([{n} // 2], pa.int64()), "v": pa.array([0], pa.int64()),
+                 "s": ["x"]}})
+try:  # an existence check: the old code builds its key set here at the latest
+    t.write(1, [(OpType.INSERT, ipc(row))], deadline(120))
+    raise SystemExit("an existing key was inserted")
+except AlreadyExists:
+    pass
+print(anon() - before, opened)
+m.close()
+"""
+
+
+def open_cost(n: int) -> None:
+    tmp = Path(tempfile.mkdtemp(prefix="storage-open-"))
+    try:
+        fs = str(tmp / "root")
+        subprocess.run(
+            [sys.executable, "-c", _WRITE_CODE.format(root=str(ROOT), fs=fs, n=n)],
+            check=True,
+            cwd=ROOT,
+        )
+        out = subprocess.run(
+            [sys.executable, "-c", _OPEN_CODE.format(root=str(ROOT), fs=fs, n=n)],
+            check=True,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        ).stdout.split()
+        grown, opened_s = int(out[-2]), float(out[-1])
+        print(
+            f"code at {ROOT}: a tablet of {n:,} flushed rows (int64 key) opened in "
+            f"{opened_s:.2f} s; heap added by opening it and one existence check: "
+            f"{grown / 2**20:.1f} MiB, {grown / n:.1f} bytes a row"
+        )
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=50_000)
     ap.add_argument("--reads", type=int, default=200)
     ap.add_argument("--flush-rows", type=int, default=50_000)
+    ap.add_argument("--open-rows", type=int, default=0, help="measure an open tablet's heap")
     args = ap.parse_args()
+    if args.open_rows:
+        open_cost(args.open_rows)
+        return 0
     tmp = Path(tempfile.mkdtemp(prefix="storage-bench-"))
     results = {}
     try:
