@@ -55,6 +55,10 @@ SNAPSHOT_VERSION = 2  # written; 1 is still read
 SNAPSHOT_VERSIONS_READ = (1, 2)
 SNAP_HEADER = struct.Struct("<8sIQI")
 RaftEntry = tuple[bytes, int, int]
+# The background encode works in slices of this many entries and pauses this long after
+# each one (1M entries: ~1,000 pauses).
+ENCODE_SLICE_ENTRIES = 1024
+WRITER_PAUSE_S = 0.0001
 # A writer not finished this long after close() is left behind (it is a daemon thread; the
 # journal is not trimmed, so nothing is lost).
 WRITER_JOIN_S = 30.0
@@ -122,14 +126,20 @@ def _log_parts(log: LogCopy, between_pages: Callable[[], None] | None) -> Iterat
         else:
             ids.extend(page)
             entries = list(page.values())
-            page_datas = list(map(_data_of, entries))
-            lens.extend(map(len, page_datas))
-            datas.append(b"".join(page_datas))
-            invs = list(map(_invalidates_of, entries))
-            counts = array("I", map(len, invs))
-            inv_counts.extend(counts)
-            if any(counts):
-                inv_ids.extend(chain.from_iterable(invs))
+            # In slices, each followed by a pause of the writer (see _let_others_run).
+            for at in range(0, len(entries), ENCODE_SLICE_ENTRIES):
+                part = entries[at : at + ENCODE_SLICE_ENTRIES]
+                part_datas = list(map(_data_of, part))
+                lens.extend(map(len, part_datas))
+                datas.append(b"".join(part_datas))
+                invs = list(map(_invalidates_of, part))
+                counts = array("I", map(len, invs))
+                inv_counts.extend(counts)
+                if any(counts):
+                    inv_ids.extend(chain.from_iterable(invs))
+                if between_pages is not None:
+                    between_pages()
+            continue
         if between_pages is not None:
             between_pages()
     assert len(ids) == log.count == len(lens), (log.name, len(ids), log.count)
@@ -326,9 +336,12 @@ def _write_fsynced(path: str, parts: list[bytes]) -> int:
 
 
 def _let_others_run() -> None:
-    """Between pages of a background encode: give the GIL up, so the tick thread waiting
-    for it runs now instead of at the end of the interpreter's switch interval."""
-    time.sleep(0)
+    """Between slices of a background encode: give the GIL up long enough for a thread
+    waiting for it (the tick thread, a caller) to wake and take it. Without a pause that
+    thread waits for the interpreter's switch interval (5 ms by default) each time it
+    wants the GIL while the writer runs (a sleep(0) is mostly won back by the writer);
+    with one it waits at most about one slice."""
+    time.sleep(WRITER_PAUSE_S)
 
 
 class _Outcome:
