@@ -834,19 +834,32 @@ class LazyFS:
                 stdout=logf,
                 stderr=subprocess.STDOUT,
             )
-        deadline = time.monotonic() + MOUNT_TIMEOUT_S
-        while not (os.path.ismount(self.mount) and self.control.exists()):
+        try:
+            self._wait_started(time.monotonic() + MOUNT_TIMEOUT_S)
+        except BaseException:
+            self.close()  # never leave a mount behind
+            raise
+        return self
+
+    def _wait_started(self, deadline: float) -> None:
+        """Until the mount is there and the control socket answers (its file exists from
+        bind, before listen: a ping can be refused for a moment)."""
+        assert self.proc is not None
+        while True:
             if self.proc.poll() is not None:
                 raise RuntimeError(
                     f"lazyfs exited with {self.proc.returncode}: "
                     + self.log_path.read_text(errors="replace")[-2000:]
                 )
+            if os.path.ismount(self.mount) and self.control.exists():
+                try:
+                    self.command("ping")
+                    return
+                except (ConnectionRefusedError, FileNotFoundError):
+                    pass
             if time.monotonic() > deadline:
-                self.close()
                 raise TimeoutError(f"lazyfs did not mount {self.mount}")
             time.sleep(0.05)
-        self.command("ping")
-        return self
 
     def command(self, line: str) -> dict[str, Any]:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
@@ -878,6 +891,8 @@ class LazyFS:
                 # the file system process is gone.
                 subprocess.run(["fusermount", "-u", "-z", str(self.mount)], capture_output=True)
                 self.proc.terminate()
+        elif self.proc.poll() is None:
+            self.proc.terminate()  # it never mounted: nothing else would stop it
         try:
             self.proc.wait(timeout=UNMOUNT_TIMEOUT_S)
         except subprocess.TimeoutExpired:
