@@ -75,11 +75,7 @@ class TabletServer:
                     "(--password-file): without it anyone who reaches the port may delete "
                     "its replicas; only a development server on 127.0.0.1 runs without one"
                 )
-            log.warning(
-                "INSECURE: no cluster password; DeleteTablet, ChangeConfig and StartTabletCopy "
-                "are open to anyone who reaches %s (development only)",
-                config.bind,
-            )
+            # Said once it serves (start()): a start that fails says only why.
         # Held until close (or the process dies): offline tools that change the fs root
         # (`copy-from-remote`) refuse to run beside a live server. FsLocked if one runs.
         self._fs_lock = lock_root(config.fs_root)
@@ -144,6 +140,12 @@ class TabletServer:
         self.service.register(self.rpc)
         self.rpc.start()
         self.manager.driver.set_address(self.rpc.address)
+        if self.privileged_key is None:
+            log.warning(
+                "INSECURE: no cluster password; DeleteTablet, ChangeConfig and StartTabletCopy "
+                "are open to anyone who reaches %s (development only)",
+                self.rpc.address,
+            )
         log.info(
             "tablet server %s answering on %s; opening %d tablets",
             self.fs.uuid,
