@@ -167,7 +167,9 @@ def test_copy_progress_cancel_and_throttle(throttled: TServerTrio):
     q = throttled
     q.create_tablet("k4")
     lead = q.leader("k4")
-    for b in range(60):
+    # Enough bytes that the throttled copy (0.5 MB/s) outlasts two CLI calls on a loaded
+    # machine (the WAL is no longer preallocated whole, so the rows make the bytes).
+    for b in range(150):
         q.write(lead, "k4", range(b * 1000, b * 1000 + 1000))
     f = next(i for i in range(3) if i != lead)
     p = q.procs[f]
