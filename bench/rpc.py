@@ -28,6 +28,8 @@ import zmq
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from scraper import Scraper  # noqa: E402  (bench/, first on sys.path when run)
+
 from rpc.addresses import free_port  # noqa: E402
 from rpc.client import RpcClient  # noqa: E402
 from rpc.rpc_pb2 import PingResponse  # noqa: E402
@@ -69,35 +71,6 @@ def start(cmd: list[str]) -> subprocess.Popen:
     assert line.startswith("READY"), line
     proc.http_url = line.split()[1] if len(line.split()) > 1 else ""  # type: ignore[attr-defined]
     return proc
-
-
-class Scraper:
-    """GETs /metrics once a second while a measurement runs (what a Prometheus server does,
-    ten times as often as a usual scrape interval)."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.scrapes = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="scraper", daemon=True)
-
-    def _run(self) -> None:
-        import urllib.request
-
-        while not self._stop.wait(1.0):
-            with urllib.request.urlopen(self.url + "/metrics", timeout=10) as r:
-                r.read()
-            self.scrapes += 1
-
-    def __enter__(self) -> Scraper:
-        if self.url:
-            self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(15)
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -33,6 +33,8 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from scraper import Scraper  # noqa: E402  (bench/, first on sys.path when run)
+
 from logcentric.tablets import TabletServerClient, column, ipc_bytes  # noqa: E402
 from rpc.protocols.tserver_pb2 import OpType  # noqa: E402
 
@@ -99,34 +101,6 @@ def start_server(root: Path, port_file: Path, metrics: str) -> tuple[subprocess.
         time.sleep(0.05)
     words = port_file.read_text().split()
     return proc, words[-2], "" if words[-1] == "-" else words[-1]
-
-
-class Scraper:
-    """GETs /metrics once a second while it runs (ten times a usual scrape interval)."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.scrapes = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="scraper", daemon=True)
-
-    def _run(self) -> None:
-        import urllib.request
-
-        while not self._stop.wait(1.0):
-            with urllib.request.urlopen(self.url + "/metrics", timeout=10) as r:
-                r.read()
-            self.scrapes += 1
-
-    def __enter__(self) -> Scraper:
-        if self.url:
-            self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(15)
 
 
 def run_writers(n_writers: int, batches_per_writer: int, fn) -> float:

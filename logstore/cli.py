@@ -23,20 +23,18 @@ import argparse
 import base64
 import logging
 import os
-import signal
 import sys
-import threading
 
 from logstore.api import READ_LIMIT_MAX
 from rpc import logsetup
 from rpc.addresses import address_arg, address_list_arg
 from rpc.console import (
+    DaemonStop,
     add_cluster_arguments,
     add_json,
     add_version,
     cluster_addresses,
     int_in,
-    interrupted,
     interruptible,
     print_json,
     run_command,
@@ -89,16 +87,8 @@ def _insecure_problem(args, password: str | None) -> str | None:
 
 def cmd_serve(args) -> int:
     # Ctrl-C and SIGTERM stop the replica cleanly, even while it is still starting.
-    stop = threading.Event()
-    signalled: list[int] = []
-
-    def on_signal(signum, _frame) -> None:
-        signalled.append(signum)
-        stop.set()
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        if signal.getsignal(sig) is not signal.SIG_IGN:  # `nohup`, `cmd &` keep theirs
-            signal.signal(sig, on_signal)
+    daemon = DaemonStop("logstore")
+    stop = daemon.event
 
     from logstore.replicated import ReplicaConfig
     from logstore.service import LogStoreServer, ServeConfig
@@ -143,7 +133,7 @@ def cmd_serve(args) -> int:
         while not stop.wait(1.0):
             pass
     # A daemon's end: 130 and one line for Ctrl-C, 0 for SIGTERM.
-    return interrupted("logstore") if signalled[:1] == [signal.SIGINT] else 0
+    return daemon.exit_status()
 
 
 def _addresses(args) -> list[str]:

@@ -30,9 +30,7 @@ import argparse
 import json
 import logging
 import os
-import signal
 import sys
-import threading
 
 from rpc import logsetup
 from rpc.addresses import address_arg
@@ -111,18 +109,11 @@ def insecure_problem(password: str | None, raft: str, peers: list[str], insecure
 
 
 def cmd_start(args) -> int:
-    # Ctrl-C and SIGTERM stop the node cleanly, even while it is still starting. The handlers
-    # only set an event; a node never started is then closed at once.
-    stop = threading.Event()
-    signalled: list[int] = []
+    # Ctrl-C and SIGTERM stop the node cleanly, even while it is still starting: a node
+    # never started is then closed at once.
+    from rpc.console import DaemonStop
 
-    def on_signal(signum, _frame) -> None:
-        signalled.append(signum)
-        stop.set()
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        if signal.getsignal(sig) is not signal.SIG_IGN:  # `nohup`, `cmd &` keep theirs
-            signal.signal(sig, on_signal)
+    daemon = DaemonStop("coordinator")
 
     from coordinator.engine import EngineConfig
     from coordinator.leases import LeaseConfig
@@ -171,18 +162,8 @@ def cmd_start(args) -> int:
     with node:
         console = f" http={node.http.url}" if node.http is not None else ""
         print(f"coordinator {args.id} uuid={node.uuid} rpc={node.address}{console}", flush=True)
-        while not stop.wait(1.0):
-            pass
-    return _stopped_by(signalled)
-
-
-def _stopped_by(signalled: list[int]) -> int:
-    """A daemon's exit status once stopped: 130 and one line for Ctrl-C, 0 for SIGTERM."""
-    if signalled and signalled[0] == signal.SIGINT:
-        from rpc.console import interrupted
-
-        return interrupted("coordinator")
-    return 0
+        daemon.wait()
+    return daemon.exit_status()
 
 
 def cmd_clusters(args) -> int:

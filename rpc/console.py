@@ -17,6 +17,7 @@ import json
 import os
 import signal
 import sys
+import threading
 from collections.abc import Callable, Iterator
 
 DISTRIBUTION = "logcentric"
@@ -75,6 +76,33 @@ def run_command(
     except handled as err:
         print(f"{prog}: {err}", file=sys.stderr)
         return 1
+
+
+class DaemonStop:
+    """How a daemon's main thread waits to be stopped: Ctrl-C and SIGTERM set `event` (the
+    handlers do nothing else, so a daemon still starting stops too), and `exit_status`
+    is what it exits with once stopped: one line and 130 for Ctrl-C, 0 for SIGTERM. A
+    signal its caller left ignored (`nohup`, `cmd &` from a script) stays ignored."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.event = threading.Event()
+        self.signals: list[int] = []
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            if signal.getsignal(sig) is not signal.SIG_IGN:
+                signal.signal(sig, self._on_signal)
+
+    def _on_signal(self, signum, _frame) -> None:
+        self.signals.append(signum)
+        self.event.set()
+
+    def wait(self, interval_s: float = 1.0) -> None:
+        """Until a signal stops it."""
+        while not self.event.wait(interval_s):
+            pass
+
+    def exit_status(self) -> int:
+        return interrupted(self.name) if self.signals[:1] == [signal.SIGINT] else 0
 
 
 def interrupted(name: str) -> int:

@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import signal
 import sys
 import threading
 import time
@@ -46,11 +45,11 @@ from google.protobuf import text_format
 from rpc import logsetup
 from rpc.addresses import address_arg, address_list_arg
 from rpc.console import (
+    DaemonStop,
     add_json,
     add_version,
     cluster_addresses,
     int_in,
-    interrupted,
     interruptible,
     print_json,
     run_command,
@@ -156,16 +155,8 @@ def _lock_fs(root: str, holder: str, refusal: str):
 
 def _cmd_start(args) -> int:
     # Ctrl-C and SIGTERM stop the server cleanly, even while it is still starting.
-    stop = threading.Event()
-    signalled: list[int] = []
-
-    def on_signal(signum, _frame) -> None:
-        signalled.append(signum)
-        stop.set()
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        if signal.getsignal(sig) is not signal.SIG_IGN:  # `nohup`, `cmd &` keep theirs
-            signal.signal(sig, on_signal)
+    daemon = DaemonStop("tserver")
+    stop = daemon.event
 
     from tservers.server import TabletServer, TServerConfig
 
@@ -213,7 +204,7 @@ def _cmd_start(args) -> int:
     logging.getLogger(__name__).info("shutting down")
     server.close()
     # A daemon's end: 130 and one line for Ctrl-C, 0 for SIGTERM.
-    return interrupted("tserver") if signalled[:1] == [signal.SIGINT] else 0
+    return daemon.exit_status()
 
 
 def _cmd_fs_format(args) -> int:
