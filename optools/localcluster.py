@@ -224,6 +224,10 @@ class LocalCluster:
                 [sys.executable, "-m", "tservers.cli", "fs", "format", "--fs-root", node.data],
                 check=True,
                 capture_output=True,
+                # Out of our process group: a Ctrl-C meant for `up` must interrupt `up` (which
+                # then stops what it started), not kill the format under it first, which
+                # `up` would report as a failed format rather than as an interruption.
+                start_new_session=True,
             )
         args = [
             "tservers.cli", "start",
