@@ -27,6 +27,7 @@ from rpc import errors
 
 log = logging.getLogger("main-job")
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for a Ctrl-C
+RESTART_CATCH_UP_S = 120.0  # a restarted coordinator node catching up with the log
 
 
 def say(text: str) -> None:
@@ -118,6 +119,13 @@ def run(
     for node in killed:
         cluster.start_coordinator(cluster.spec.coordinators.index(node))
     cluster.wait_ready(120)
+    # A restarted node catches up with the log (by snapshot) before it follows: wait for
+    # the cluster check to pass (bounded), then print it once.
+    deadline = time.monotonic() + RESTART_CATCH_UP_S
+    while time.monotonic() < deadline:
+        if admin.check_cluster(coordinators.split(","), 10.0).healthy:
+            break
+        time.sleep(1.0)
     say("== restarted the killed node; coordinator status")
     healthy = admin.main(["status", "--coordinators", coordinators]) == 0
     return ok and healthy
