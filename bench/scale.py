@@ -37,12 +37,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from cluster_probe import list_tablets, serving  # noqa: E402,F401  (bench/, first on sys.path)
+
 import logcentric  # noqa: E402
 from logcentric import Column  # noqa: E402
 from optools.localcluster import LocalCluster  # noqa: E402
-from rpc import errors  # noqa: E402
-from rpc.client import RpcClient  # noqa: E402
-from rpc.protocols.tserver_pb2 import ListTabletsRequest, ListTabletsResponse  # noqa: E402
 
 COLUMNS = [Column("id", "int64", key=True), Column("v", "string", nullable=True)]
 CREATE_THREADS = 4
@@ -90,37 +89,6 @@ def elections(cluster: LocalCluster) -> int:
         with open(path, errors="replace") as f:
             n += sum(1 for line in f if "CANDIDATE in term" in line)
     return n
-
-
-def list_tablets(address: str, timeout_s: float = 5.0) -> ListTabletsResponse | None:
-    try:
-        with RpcClient(address, "bench-scale") as rc:
-            uuid = rc.ping(timeout_s=timeout_s).uuid
-            return rc.call(
-                uuid, "TServer.ListTablets", ListTabletsRequest(), ListTabletsResponse,
-                timeout_s=timeout_s,
-            )  # fmt: skip
-    except errors.RpcError:
-        return None
-
-
-def serving(cluster: LocalCluster, victims: list[str], tablet_ids: set[str]) -> set[str] | None:
-    """Tablets RUNNING on every victim with a leader somewhere; None while a victim is mute."""
-    running: dict[str, set[str]] = {}
-    led: set[str] = set()
-    for node in cluster.spec.tservers:
-        resp = list_tablets(node.rpc)
-        if resp is None:
-            if node.rpc in victims:
-                return None
-            continue
-        ok = {t.tablet_id for t in resp.tablets if t.status == "RUNNING"}
-        running[node.rpc] = ok
-        led |= {t.tablet_id for t in resp.tablets if t.status == "RUNNING" and t.role == "LEADER"}
-    out = set(tablet_ids) & led
-    for v in victims:
-        out &= running[v]
-    return out
 
 
 def wait_serving(cluster: LocalCluster, victims: list[str], tablet_ids: set[str], timeout_s: float):

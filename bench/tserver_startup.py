@@ -35,12 +35,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from cluster_probe import list_tablets, serving  # noqa: E402,F401  (bench/, first on sys.path)
+
 import logcentric  # noqa: E402
 from logcentric import Column  # noqa: E402
 from optools.localcluster import LocalCluster  # noqa: E402
 from rpc import errors  # noqa: E402
 from rpc.client import RpcClient  # noqa: E402
-from rpc.protocols.tserver_pb2 import ListTabletsRequest, ListTabletsResponse  # noqa: E402
 
 COLUMNS = [Column("id", "int64", key=True), Column("v", "string", nullable=True)]
 ROWS_PER_TABLE = 5
@@ -61,18 +62,6 @@ class Figures:
     notes: list[str] = field(default_factory=list)
 
 
-def list_tablets(address: str, timeout_s: float = 2.0) -> ListTabletsResponse | None:
-    try:
-        with RpcClient(address, "bench-startup") as rc:
-            uuid = rc.ping(timeout_s=timeout_s).uuid
-            return rc.call(
-                uuid, "TServer.ListTablets", ListTabletsRequest(), ListTabletsResponse,
-                timeout_s=timeout_s,
-            )  # fmt: skip
-    except errors.RpcError:
-        return None
-
-
 def pings(address: str, timeout_s: float = 0.5) -> bool:
     try:
         with RpcClient(address, "bench-startup") as rc:
@@ -80,26 +69,6 @@ def pings(address: str, timeout_s: float = 0.5) -> bool:
         return True
     except errors.RpcError:
         return False
-
-
-def serving(cluster: LocalCluster, victims: list[str], tablet_ids: set[str]) -> set[str] | None:
-    """Tablets RUNNING on every victim (the restarted servers) with a leader somewhere; None
-    while a victim does not answer ListTablets."""
-    running: dict[str, set[str]] = {}
-    led: set[str] = set()
-    for node in cluster.spec.tservers:
-        resp = list_tablets(node.rpc)
-        if resp is None:
-            if node.rpc in victims:
-                return None
-            continue
-        ok = {t.tablet_id for t in resp.tablets if t.status == "RUNNING"}
-        running[node.rpc] = ok
-        led |= {t.tablet_id for t in resp.tablets if t.status == "RUNNING" and t.role == "LEADER"}
-    out = set(tablet_ids) & led
-    for v in victims:
-        out &= running[v]
-    return out
 
 
 def wait_settled(cluster: LocalCluster, tablet_ids: set[str]) -> None:
