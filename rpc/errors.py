@@ -148,6 +148,13 @@ class Unauthenticated(RpcError):
     status = StatusCode.UNAUTHENTICATED
 
 
+class NoSpace(RpcError):
+    """A tablet server's file system is at or below its reserved free space: new tablets,
+    copies onto it and writes are refused (not retried: the message names the server)."""
+
+    status = StatusCode.NO_SPACE
+
+
 ERROR_CLASSES: dict[int, type[RpcError]] = {
     cls.status: cls
     for cls in (
@@ -172,6 +179,7 @@ ERROR_CLASSES: dict[int, type[RpcError]] = {
         TabletFailed,
         SchemaVersionMismatch,
         Unauthenticated,
+        NoSpace,
     )
 }
 

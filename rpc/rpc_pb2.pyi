@@ -31,6 +31,7 @@ class StatusCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TABLET_FAILED: _ClassVar[StatusCode]
     SCHEMA_VERSION_MISMATCH: _ClassVar[StatusCode]
     UNAUTHENTICATED: _ClassVar[StatusCode]
+    NO_SPACE: _ClassVar[StatusCode]
 OK: StatusCode
 NOT_LEADER: StatusCode
 INVALID_NAME: StatusCode
@@ -53,6 +54,7 @@ CORRUPTION: StatusCode
 TABLET_FAILED: StatusCode
 SCHEMA_VERSION_MISMATCH: StatusCode
 UNAUTHENTICATED: StatusCode
+NO_SPACE: StatusCode
 
 class LeaderHint(_message.Message):
     __slots__ = ("uuid", "address", "epoch")

@@ -416,20 +416,32 @@ class GetTabletLocationsResponse(_message.Message):
     def __init__(self, table_id: _Optional[str] = ..., schema_version: _Optional[int] = ..., tablets: _Optional[_Iterable[_Union[TabletLocation, _Mapping]]] = ...) -> None: ...
 
 class ServerSummary(_message.Message):
-    __slots__ = ("uuid", "address", "state", "replicas", "last_heartbeat_age_s", "retired")
+    __slots__ = ("uuid", "address", "state", "replicas", "last_heartbeat_age_s", "retired", "fs_total_bytes", "fs_free_bytes", "fs_used_bytes", "fs_reserved_bytes", "fs_full", "fs_root_bytes")
     UUID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
     LAST_HEARTBEAT_AGE_S_FIELD_NUMBER: _ClassVar[int]
     RETIRED_FIELD_NUMBER: _ClassVar[int]
+    FS_TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    FS_FREE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    FS_USED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    FS_RESERVED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    FS_FULL_FIELD_NUMBER: _ClassVar[int]
+    FS_ROOT_BYTES_FIELD_NUMBER: _ClassVar[int]
     uuid: str
     address: str
     state: str
     replicas: int
     last_heartbeat_age_s: float
     retired: bool
-    def __init__(self, uuid: _Optional[str] = ..., address: _Optional[str] = ..., state: _Optional[str] = ..., replicas: _Optional[int] = ..., last_heartbeat_age_s: _Optional[float] = ..., retired: _Optional[bool] = ...) -> None: ...
+    fs_total_bytes: int
+    fs_free_bytes: int
+    fs_used_bytes: int
+    fs_reserved_bytes: int
+    fs_full: bool
+    fs_root_bytes: int
+    def __init__(self, uuid: _Optional[str] = ..., address: _Optional[str] = ..., state: _Optional[str] = ..., replicas: _Optional[int] = ..., last_heartbeat_age_s: _Optional[float] = ..., retired: _Optional[bool] = ..., fs_total_bytes: _Optional[int] = ..., fs_free_bytes: _Optional[int] = ..., fs_used_bytes: _Optional[int] = ..., fs_reserved_bytes: _Optional[int] = ..., fs_full: _Optional[bool] = ..., fs_root_bytes: _Optional[int] = ...) -> None: ...
 
 class ListServersRequest(_message.Message):
     __slots__ = ()
@@ -490,16 +502,34 @@ class TabletReport(_message.Message):
     def __init__(self, tablet_id: _Optional[str] = ..., data_state: _Optional[str] = ..., role: _Optional[str] = ..., term: _Optional[int] = ..., config_index: _Optional[int] = ..., config_uuids: _Optional[_Iterable[str]] = ..., leader_uuid: _Optional[str] = ..., last_op_index: _Optional[int] = ..., schema_version: _Optional[int] = ..., config_member_types: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
-    __slots__ = ("server_uuid", "address", "tablets", "http_address")
+    __slots__ = ("server_uuid", "address", "tablets", "http_address", "disk")
     SERVER_UUID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     TABLETS_FIELD_NUMBER: _ClassVar[int]
     HTTP_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    DISK_FIELD_NUMBER: _ClassVar[int]
     server_uuid: str
     address: str
     tablets: _containers.RepeatedCompositeFieldContainer[TabletReport]
     http_address: str
-    def __init__(self, server_uuid: _Optional[str] = ..., address: _Optional[str] = ..., tablets: _Optional[_Iterable[_Union[TabletReport, _Mapping]]] = ..., http_address: _Optional[str] = ...) -> None: ...
+    disk: DiskReport
+    def __init__(self, server_uuid: _Optional[str] = ..., address: _Optional[str] = ..., tablets: _Optional[_Iterable[_Union[TabletReport, _Mapping]]] = ..., http_address: _Optional[str] = ..., disk: _Optional[_Union[DiskReport, _Mapping]] = ...) -> None: ...
+
+class DiskReport(_message.Message):
+    __slots__ = ("total_bytes", "free_bytes", "used_bytes", "reserved_bytes", "full", "root_bytes")
+    TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    FREE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    USED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    RESERVED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    FULL_FIELD_NUMBER: _ClassVar[int]
+    ROOT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    total_bytes: int
+    free_bytes: int
+    used_bytes: int
+    reserved_bytes: int
+    full: bool
+    root_bytes: int
+    def __init__(self, total_bytes: _Optional[int] = ..., free_bytes: _Optional[int] = ..., used_bytes: _Optional[int] = ..., reserved_bytes: _Optional[int] = ..., full: _Optional[bool] = ..., root_bytes: _Optional[int] = ...) -> None: ...
 
 class HeartbeatResponse(_message.Message):
     __slots__ = ("is_leader", "needs_enlist")
