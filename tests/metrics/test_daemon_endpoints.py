@@ -12,6 +12,7 @@ processes, and the log flags every daemon takes:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -54,6 +55,17 @@ class Daemon:
         return self.out.read_text(errors="replace")
 
 
+@contextlib.contextmanager
+def outputs_on_failure(daemons: list[Daemon]):
+    """On any failure, print every daemon's exit status and output (pytest shows it)."""
+    try:
+        yield
+    except BaseException:
+        for d in daemons:
+            print(f"===== {d.out.name}: exit status {d.proc.poll()} =====\n{d.text()}")
+        raise
+
+
 def ready(http: str) -> bool:
     try:
         return get(f"http://{http}/readyz", timeout_s=5.0)[0] == 200
@@ -67,125 +79,135 @@ def test_logstore_group_metrics_and_readiness(tmp_path):
     raft = [f"127.0.0.1:{free_port()}" for _ in range(3)]
     rpc = [f"127.0.0.1:{free_port()}" for _ in range(3)]
     http = [f"127.0.0.1:{free_port()}" for _ in range(3)]
-    daemons = []
-    try:
-        for i in range(3):
-            daemons.append(
-                Daemon(
-                    [
-                        "logstore.cli", "--log-level", "INFO", "serve",
-                        "--raft-address", raft[i],
-                        "--peers", ",".join(r for r in raft if r != raft[i]),
-                        "--rpc-bind", rpc[i],
-                        "--data-dir", str(tmp_path / f"r{i}"),
-                        "--password-file", str(password),
-                        "--http", http[i],
-                    ],
-                    tmp_path / f"r{i}.out",
-                )
-            )  # fmt: skip
-        for i in range(3):
-            wait_for(lambda i=i: ready(http[i]), WAIT_S, f"/readyz of replica {i}", 0.2)
-        fams = [scrape(f"http://{h}") for h in http]
-        for f in fams:
-            for name in (
-                "logcentric_rpc_calls",
-                "logcentric_logstore_raft_term",
-                "logcentric_logstore_raft_commit_index",
-                "logcentric_logstore_raft_applied_index",
-                "logcentric_logstore_raft_role",
-                "logcentric_logstore_append_latency_seconds",
-                "logcentric_logstore_journal_fsync_latency_seconds",
-                "logcentric_logstore_journal_group_commit_records",
-                "process_resident_memory_bytes",
-            ):
-                assert name in f, name
-        assert sum(value(f, "logcentric_logstore_raft_role", role="leader") for f in fams) == 1
-        commit_before = [value(f, "logcentric_logstore_raft_commit_index") for f in fams]
-        with RemoteLogStore([rpc[0]], caller_uuid="metrics-test") as store:
-            last = 0
-            for i in range(APPENDS):
-                last = store.append("m", f"entry {i}".encode(), timeout_s=30)
-        assert last == APPENDS
-        served = scrape(f"http://{http[0]}")
-        assert (
-            value(served, "logcentric_rpc_calls", method="LogStore.Append", status="OK") == APPENDS
-        )
-        count = "logcentric_logstore_append_latency_seconds_count"
-        assert value(served, "logcentric_logstore_append_latency_seconds", count) >= APPENDS
-        for i in range(3):
-            wait_for(
-                lambda i=i: (
-                    value(scrape(f"http://{http[i]}"), "logcentric_logstore_raft_applied_index")
-                    >= commit_before[i] + APPENDS
-                ),
-                WAIT_S,
-                f"replica {i} applies the appends",
-                0.2,
+    daemons: list[Daemon] = []
+    with outputs_on_failure(daemons):
+        try:
+            for i in range(3):
+                daemons.append(
+                    Daemon(
+                        [
+                            "logstore.cli", "--log-level", "INFO", "serve",
+                            "--raft-address", raft[i],
+                            "--peers", ",".join(r for r in raft if r != raft[i]),
+                            "--rpc-bind", rpc[i],
+                            "--data-dir", str(tmp_path / f"r{i}"),
+                            "--password-file", str(password),
+                            "--http", http[i],
+                        ],
+                        tmp_path / f"r{i}.out",
+                    )
+                )  # fmt: skip
+            for i in range(3):
+                wait_for(lambda i=i: ready(http[i]), WAIT_S, f"/readyz of replica {i}", 0.2)
+            fams = [scrape(f"http://{h}") for h in http]
+            for f in fams:
+                for name in (
+                    "logcentric_rpc_calls",
+                    "logcentric_logstore_raft_term",
+                    "logcentric_logstore_raft_commit_index",
+                    "logcentric_logstore_raft_applied_index",
+                    "logcentric_logstore_raft_role",
+                    "logcentric_logstore_append_latency_seconds",
+                    "logcentric_logstore_journal_fsync_latency_seconds",
+                    "logcentric_logstore_journal_group_commit_records",
+                    "process_resident_memory_bytes",
+                ):
+                    assert name in f, name
+            assert sum(value(f, "logcentric_logstore_raft_role", role="leader") for f in fams) == 1
+            commit_before = [value(f, "logcentric_logstore_raft_commit_index") for f in fams]
+            with RemoteLogStore([rpc[0]], caller_uuid="metrics-test") as store:
+                last = 0
+                for i in range(APPENDS):
+                    last = store.append("m", f"entry {i}".encode(), timeout_s=30)
+            assert last == APPENDS
+            served = scrape(f"http://{http[0]}")
+            assert (
+                value(served, "logcentric_rpc_calls", method="LogStore.Append", status="OK")
+                == APPENDS
             )
-            f = scrape(f"http://{http[i]}")
-            fsyncs = "logcentric_logstore_journal_fsync_latency_seconds_count"
-            assert value(f, "logcentric_logstore_journal_fsync_latency_seconds", fsyncs) > 0
-            assert value(f, "logcentric_logstore_journal_syncs") > 0
-
-        leader = next(
-            i
-            for i in range(3)
-            if value(scrape(f"http://{http[i]}"), "logcentric_logstore_raft_role", role="leader")
-        )
-        term = value(scrape(f"http://{http[leader]}"), "logcentric_logstore_raft_term")
-        daemons[leader].kill()
-        rest = [i for i in range(3) if i != leader]
-
-        def new_leader() -> int | None:
-            for i in rest:
+            count = "logcentric_logstore_append_latency_seconds_count"
+            assert value(served, "logcentric_logstore_append_latency_seconds", count) >= APPENDS
+            for i in range(3):
+                wait_for(
+                    lambda i=i: (
+                        value(scrape(f"http://{http[i]}"), "logcentric_logstore_raft_applied_index")
+                        >= commit_before[i] + APPENDS
+                    ),
+                    WAIT_S,
+                    f"replica {i} applies the appends",
+                    0.2,
+                )
                 f = scrape(f"http://{http[i]}")
-                if value(f, "logcentric_logstore_raft_role", role="leader") == 1:
-                    return i
-            return None
+                fsyncs = "logcentric_logstore_journal_fsync_latency_seconds_count"
+                assert value(f, "logcentric_logstore_journal_fsync_latency_seconds", fsyncs) > 0
+                assert value(f, "logcentric_logstore_journal_syncs") > 0
 
-        try:
-            successor = wait_for(new_leader, WAIT_S, "a new logstore leader", 0.2)
-        except AssertionError as e:
-            states = {i: get(f"http://{http[i]}/readyz")[1] for i in rest}
-            roles = {
-                i: [
-                    (s.labels.get("role"), s.value)
-                    for s in scrape(f"http://{http[i]}")["logcentric_logstore_raft_role"].samples
+            leader = next(
+                i
+                for i in range(3)
+                if value(
+                    scrape(f"http://{http[i]}"), "logcentric_logstore_raft_role", role="leader"
+                )
+            )
+            term = value(scrape(f"http://{http[leader]}"), "logcentric_logstore_raft_term")
+            daemons[leader].kill()
+            rest = [i for i in range(3) if i != leader]
+
+            def new_leader() -> int | None:
+                for i in rest:
+                    f = scrape(f"http://{http[i]}")
+                    if value(f, "logcentric_logstore_raft_role", role="leader") == 1:
+                        return i
+                return None
+
+            try:
+                successor = wait_for(new_leader, WAIT_S, "a new logstore leader", 0.2)
+            except AssertionError as e:
+                states = {i: get(f"http://{http[i]}/readyz")[1] for i in rest}
+                roles = {
+                    i: [
+                        (s.labels.get("role"), s.value)
+                        for s in scrape(f"http://{http[i]}")[
+                            "logcentric_logstore_raft_role"
+                        ].samples
+                    ]
+                    for i in rest
+                }
+                raise AssertionError(f"{e}; readyz {states}; roles {roles}") from None
+            assert (
+                value(scrape(f"http://{http[successor]}"), "logcentric_logstore_raft_term") > term
+            )
+            for i in rest:
+                wait_for(lambda i=i: ready(http[i]), WAIT_S, f"replica {i} ready again", 0.2)
+
+            lone = next(i for i in rest if i != successor)
+            daemons[successor].kill()
+
+            seen: list = []
+
+            def not_ready() -> dict | None:
+                status, body = get_json(f"http://{http[lone]}/readyz")
+                seen[:] = [
+                    status,
+                    body,
+                    value(
+                        scrape(f"http://{http[lone]}"),
+                        "logcentric_logstore_raft_role",
+                        role="leader",
+                    ),
                 ]
-                for i in rest
-            }
-            raise AssertionError(f"{e}; readyz {states}; roles {roles}") from None
-        assert value(scrape(f"http://{http[successor]}"), "logcentric_logstore_raft_term") > term
-        for i in rest:
-            wait_for(lambda i=i: ready(http[i]), WAIT_S, f"replica {i} ready again", 0.2)
+                return body if status == 503 else None
 
-        lone = next(i for i in rest if i != successor)
-        daemons[successor].kill()
-
-        seen: list = []
-
-        def not_ready() -> dict | None:
-            status, body = get_json(f"http://{http[lone]}/readyz")
-            seen[:] = [
-                status,
-                body,
-                value(
-                    scrape(f"http://{http[lone]}"), "logcentric_logstore_raft_role", role="leader"
-                ),
-            ]
-            return body if status == 503 else None
-
-        try:
-            body = wait_for(not_ready, WAIT_S, "the lone replica is not ready", 0.2)
-        except AssertionError as e:
-            raise AssertionError(f"{e}; last /readyz and leader role: {seen}") from None
-        assert body["ready"] is False
-        assert any("Raft leader" in w for w in body["why"]), body
-        assert get_json(f"http://{http[lone]}/healthz")[0] == 200
-    finally:
-        for d in daemons:
-            d.kill()
+            try:
+                body = wait_for(not_ready, WAIT_S, "the lone replica is not ready", 0.2)
+            except AssertionError as e:
+                raise AssertionError(f"{e}; last /readyz and leader role: {seen}") from None
+            assert body["ready"] is False
+            assert any("Raft leader" in w for w in body["why"]), body
+            assert get_json(f"http://{http[lone]}/healthz")[0] == 200
+        finally:
+            for d in daemons:
+                d.kill()
 
 
 def test_tserver_not_enlisted_is_not_ready(tmp_path):
@@ -204,18 +226,22 @@ def test_tserver_not_enlisted_is_not_ready(tmp_path):
         ],
         tmp_path / "ts.out",
     )  # fmt: skip
-    try:
-        wait_for(lambda: "serving on" in d.text(), WAIT_S, "the tablet server serves", 0.1)
-        status, body = get_json(f"http://{http}/readyz")
-        assert status == 503
-        assert body["ready"] is False
-        assert any("not enlisted" in w for w in body["why"]), body
-        assert get_json(f"http://{http}/healthz")[0] == 200  # alive, though not ready
-        fams = scrape(f"http://{http}")
-        assert value(fams, "logcentric_tserver_enlisted") == 0
-        assert value(fams, "logcentric_tserver_tablets") == 0
-    finally:
-        d.kill()
+    with outputs_on_failure([d]):
+        try:
+            # The CLI's own line, printed once the HTTP endpoint serves; the RPC server's log
+            # line "... serving on ..." comes before the endpoint is up (this test waited for
+            # that one and was refused now and then).
+            wait_for(lambda: f"http=http://{http}" in d.text(), WAIT_S, "the tserver serves", 0.1)
+            status, body = get_json(f"http://{http}/readyz")
+            assert status == 503
+            assert body["ready"] is False
+            assert any("not enlisted" in w for w in body["why"]), body
+            assert get_json(f"http://{http}/healthz")[0] == 200  # alive, though not ready
+            fams = scrape(f"http://{http}")
+            assert value(fams, "logcentric_tserver_enlisted") == 0
+            assert value(fams, "logcentric_tserver_tablets") == 0
+        finally:
+            d.kill()
 
 
 def test_json_log_file_rotates(tmp_path):
