@@ -7,10 +7,16 @@ pysyncobj 0.3.17's FileJournal never fsyncs and has no checksums. This journal r
   write and one fdatasync (group commit). The replica calls `sync()` before it sends any
   message and at the start of every tick, so nothing leaves a replica, and the leader
   counts no entry of its own toward a commit, before that entry is on stable storage.
-- Record: u32 payload length, u32 CRC32C of the payload, payload = u64 index, u64 term,
-  command bytes. At open, a torn tail (short record, or a bad CRC with nothing valid after
-  it) is cut off; a bad record followed by a valid one is corruption and the replica refuses
-  to start (another replica must be used to rebuild it).
+- Record: u32 payload length (bit 31: first record of its group commit), u32 CRC32C of the
+  payload, payload = u64 index, u64 term, command bytes. At open, a torn tail is cut off:
+  what the last group commit, never fdatasynced, left behind. That is a short record or a
+  bad CRC with nothing valid after it; or a hole (a whole zeroed 512 B sector: a piece of
+  the write that never reached the disk, as one write of more than 128 KiB through FUSE,
+  or pages written back out of order, can leave) followed by valid records of the same
+  group commit only. A damaged record followed by the first record of a later group commit
+  (whose write came after this one's fdatasync returned: it was acknowledged), or by valid
+  records with no hole between, is corruption and the replica refuses to start (another
+  replica must be used to rebuild it). Version 1 files (no group marks) read the same.
 - Term, vote and commit index live in a small meta file written to a temp file, fsynced,
   renamed and the directory fsynced; term and vote are stored before any vote is sent.
 - Trimming behind a snapshot and `clear()` rewrite the journal the same atomic way, after
@@ -35,12 +41,15 @@ logger = logging.getLogger(__name__)
 
 JOURNAL_MAGIC = b"LSJRNL01"
 META_MAGIC = b"LSMETA01"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: bit 31 of a record's length marks a group commit's first
+READ_VERSIONS = (1, 2)
 HEADER = struct.Struct("<8sI")  # magic, version
 HEADER_SIZE = HEADER.size
 RECORD_HEAD = struct.Struct("<II")  # payload length, crc32c(payload)
 ENTRY_HEAD = struct.Struct("<QQ")  # index, term
 RECORD_PAYLOAD_BYTES_MAX = 256 << 20
+GROUP_START = 1 << 31  # in the length word; the CRC covers the payload only
+SECTOR_BYTES = 512
 META_BODY = struct.Struct("<QQH")  # term, commit index, voted-for length
 # Records written per group commit (one write, one fdatasync), for the metrics.
 GROUP_COMMIT_RECORDS_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096)
@@ -60,13 +69,16 @@ class ScanResult:
     offsets: list[int]
     valid_end: int
     torn_bytes: int
+    # Valid records of the torn group commit found past a hole, dropped with the tail.
+    dropped_past_hole: int = 0
 
 
-def _record_at(buf: bytes | memoryview, off: int) -> tuple[int, bytes] | None:
-    """(end offset, payload) of a valid record at `off`, else None."""
+def _record_at(buf: bytes | memoryview, off: int) -> tuple[int, bytes, bool] | None:
+    """(end offset, payload, first of its group commit) of a valid record at `off`, else None."""
     if off + RECORD_HEAD.size > len(buf):
         return None
-    length, crc = RECORD_HEAD.unpack_from(buf, off)
+    word, crc = RECORD_HEAD.unpack_from(buf, off)
+    length = word & ~GROUP_START
     if length < ENTRY_HEAD.size or length > RECORD_PAYLOAD_BYTES_MAX:
         return None
     end = off + RECORD_HEAD.size + length
@@ -75,48 +87,83 @@ def _record_at(buf: bytes | memoryview, off: int) -> tuple[int, bytes] | None:
     payload = bytes(buf[off + RECORD_HEAD.size : end])
     if crc32c.crc32c(payload) != crc:
         return None
-    return end, payload
+    return end, payload, bool(word & GROUP_START)
 
 
 def scan_journal(buf: bytes) -> ScanResult:
     """Decode a whole journal file image (pure). Raises Corruption for damage that is not a
-    torn tail: a bad header, a bad record followed by a valid one, or non-contiguous indexes."""
+    torn tail: a bad header, a bad record followed by a valid one that a torn last group
+    commit cannot explain, or non-contiguous indexes."""
     if len(buf) < HEADER_SIZE:
         # A crash while the file was being created: nothing was ever acknowledged from it.
         return ScanResult([], [], 0, len(buf))
     magic, version = HEADER.unpack_from(buf, 0)
-    if magic != JOURNAL_MAGIC or version != FORMAT_VERSION:
+    if magic != JOURNAL_MAGIC or version not in READ_VERSIONS:
         raise Corruption(f"journal header is not {JOURNAL_MAGIC!r} v{FORMAT_VERSION}")
     view = memoryview(buf)
     off = HEADER_SIZE
     entries: list[tuple[bytes, int, int]] = []
     offsets: list[int] = []
+    dropped = 0
     while off < len(buf):
         rec = _record_at(view, off)
         if rec is None:
-            _check_torn_tail(view, off)
+            dropped = _check_torn_tail(view, off)
             break
-        end, payload = rec
+        end, payload, _start = rec
         idx, term = ENTRY_HEAD.unpack_from(payload, 0)
         if entries and idx != entries[-1][1] + 1:
             raise Corruption(f"journal index {idx} at offset {off} follows {entries[-1][1]}")
         entries.append((payload[ENTRY_HEAD.size :], idx, term))
         offsets.append(off)
         off = end
-    return ScanResult(entries, offsets, off, len(buf) - off)
+    return ScanResult(entries, offsets, off, len(buf) - off, dropped)
 
 
-def _check_torn_tail(view: memoryview, off: int) -> None:
-    """A bad record is a torn tail only if no valid record follows it. Probe every later
-    offset (bounded by the file) for a record that decodes: a crash tears only the end."""
+def _has_zero_sector(view: memoryview, start: int, end: int) -> bool:
+    """Whether [start, end) holds a whole sector-aligned run of SECTOR_BYTES zeros."""
+    first = -(-start // SECTOR_BYTES) * SECTOR_BYTES
+    zeros = bytes(SECTOR_BYTES)
+    for sector in range(first, end - SECTOR_BYTES + 1, SECTOR_BYTES):
+        if view[sector : sector + SECTOR_BYTES] == zeros:
+            return True
+    return False
+
+
+def _check_torn_tail(view: memoryview, off: int) -> int:
+    """Whether the damage at `off` is the torn tail of the last group commit; raises
+    Corruption if not, else returns how many valid records lie past it (dropped with it).
+
+    Only the last group commit can be torn: each one is written after the previous one's
+    fdatasync returned. So the tail is torn if nothing valid follows, or if what follows
+    is a hole (a zeroed sector: never written) and then only records of the same group
+    commit (none marked as a group's first). Probes every later offset (bounded by the
+    file), jumping over the records it finds."""
     probe = off + 1
     limit = len(view) - RECORD_HEAD.size - ENTRY_HEAD.size
+    first_valid = None
+    valid = 0
     while probe <= limit:
-        if _record_at(view, probe) is not None:
+        rec = _record_at(view, probe)
+        if rec is None:
+            probe += 1
+            continue
+        end, _payload, start = rec
+        if start:
             raise Corruption(
-                f"journal record at offset {off} is damaged but a valid record follows at {probe}"
+                f"journal record at offset {off} is damaged but a later group commit "
+                f"follows at {probe}"
             )
-        probe += 1
+        if first_valid is None:
+            first_valid = probe
+            if not _has_zero_sector(view, off, probe):
+                raise Corruption(
+                    f"journal record at offset {off} is damaged but a valid record follows "
+                    f"at {probe}"
+                )
+        valid += 1
+        probe = end
+    return valid
 
 
 # Test-only: "1" makes sync() skip its fdatasync, so records are acknowledged while only in
@@ -221,10 +268,12 @@ class DurableJournal(Journal):
                 self._fd = os.open(self._path, os.O_RDWR)
                 if scan.torn_bytes:
                     logger.warning(
-                        "journal %s: cut a torn tail of %d bytes at offset %d",
+                        "journal %s: cut a torn tail of %d bytes at offset %d "
+                        "(%d records of the unsynced group commit past a hole)",
                         self._path,
                         scan.torn_bytes,
                         scan.valid_end,
+                        scan.dropped_past_hole,
                     )
                     os.ftruncate(self._fd, scan.valid_end)
                     os.fsync(self._fd)
@@ -344,6 +393,9 @@ class DurableJournal(Journal):
             return False
         records = 0
         if self._pending:
+            # The first record of this write marks a group commit: one after it proves
+            # this one was fdatasynced (see _check_torn_tail).
+            self._pending[3] |= GROUP_START >> 24
             view = memoryview(bytes(self._pending))
             off = self._end
             while view:
@@ -415,6 +467,8 @@ class DurableJournal(Journal):
         for command, idx, term in entries:
             offsets.append(len(out))
             out += encode_record(command, idx, term)
+        if entries:
+            out[HEADER_SIZE + 3] |= GROUP_START >> 24
         old_fd = getattr(self, "_fd", None)
         write_file_atomically(self._path, bytes(out))
         if old_fd is not None:

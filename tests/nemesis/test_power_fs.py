@@ -272,3 +272,36 @@ def test_logstore_journal_torn_tail_is_cut(lazy: LazyFS, monkeypatch: pytest.Mon
     assert 5 <= len(got) < 11
     assert again.torn_bytes_cut > 0
     again.close()
+
+
+def test_logstore_journal_group_commit_torn_past_a_hole(
+    lazy: LazyFS, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One group commit of more than 128 KiB reaches FUSE as several writes; the power goes
+    before its fdatasync: the earlier pieces are lost (a hole) and the last one is torn at a
+    sector. The synced records must come back and the replica must open (the old scan
+    called the valid records past the hole corruption in the middle)."""
+    d = str(lazy.mount / "journal")
+    j = DurableJournal(d)
+    for i, cmd in enumerate(_commands(5)):
+        j.add(cmd, i + 1, 1)
+    assert j.sync()
+    j.close()
+    # The group commit's write happens; the power goes before its fdatasync returns.
+    monkeypatch.setenv(journal_mod.UNSAFE_NO_FDATASYNC_ENV, "1")
+    unsynced = DurableJournal(d)
+    for i, cmd in enumerate(_commands(700, start=5)):  # ~250 KiB: two FUSE writes at least
+        unsynced.add(cmd, i + 6, 1)
+    assert unsynced.sync()
+    answer = lazy.power_loss(torn=True)
+    assert answer["torn_bytes_kept"] > SECTOR_BYTES
+    monkeypatch.delenv(journal_mod.UNSAFE_NO_FDATASYNC_ENV)
+    on_disk = (lazy.data_dir / "journal" / "journal").read_bytes()
+    synced_end = journal_mod.HEADER_SIZE + sum(
+        len(journal_mod.encode_record(c, 1, 1)) for c in _commands(5)
+    )
+    assert on_disk[synced_end : synced_end + SECTOR_BYTES] == bytes(SECTOR_BYTES)  # the hole
+    again = DurableJournal(d)
+    assert [e[0] for e in again._entries] == _commands(5)
+    assert again.torn_bytes_cut == len(on_disk) - synced_end
+    again.close()
