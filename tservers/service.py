@@ -14,6 +14,7 @@ Every error is an rpc.errors class, so clients get a status code and a clear mes
 from __future__ import annotations
 
 import logging
+import os
 import secrets
 import threading
 import time
@@ -98,12 +99,20 @@ def ipc_batch(batch: pa.RecordBatch) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
+# Test-only broken builds of the read path (tests/nemesis/test_broken_builds.py), off
+# unless this variable is set; no flag or config reaches it. Read once per service:
+# "any": a scan skips the read index, so any replica answers from its own state;
+# "leader": a replica answers while it believes it leads, without confirming it.
+UNSAFE_READS_ENV = "LOGCENTRIC_TEST_UNSAFE_READS"
+
+
 class TServerService:
     """Handlers of the TServer methods; registers itself on an RpcServer."""
 
     def __init__(self, manager: TabletManager, address_fn) -> None:
         self.manager = manager
         self._address_fn = address_fn
+        self._unsafe_reads = os.environ.get(UNSAFE_READS_ENV, "")  # test-only
         self._scanners: dict[str, _Scanner] = {}
         self._scanners_lock = threading.Lock()
         # Rows this server wrote (as leader) and sent in scan answers, for the metrics.
@@ -142,6 +151,9 @@ class TServerService:
 
     # ------------------------------------------------------------ tablet copy
     def start_copy(self, req: StartTabletCopyRequest, ctx: CallContext) -> StartTabletCopyResponse:
+        if self.manager.disk is not None:  # refused now, not later in the job
+            check_tablet_id(req.tablet_id)
+            self.manager.disk.require(f"tablet copy of {req.tablet_id} onto this server")
         self.manager.copy_jobs.start(req)
         return StartTabletCopyResponse()
 
@@ -283,6 +295,10 @@ class TServerService:
             if op not in (OpType.INSERT, OpType.UPSERT, OpType.UPDATE, OpType.DELETE):
                 raise BadRequest(f"unknown operation type {op}")
         tablet = self.manager.tablet(req.tablet_id)
+        if self.manager.disk is not None and any(op != OpType.DELETE for op in req.ops):
+            # Past the reserve only deletions are taken (they let compactions free space);
+            # replicated entries a follower receives are never refused (tservers/fs.py).
+            self.manager.disk.require(f"write to tablet {req.tablet_id}")
         blocks = [(op, bytes(sc)) for op, sc in zip(req.ops, ctx.sidecars, strict=True)]
         result = tablet.write(req.schema_version, blocks, ctx.deadline)
         with self._counts_lock:  # metrics (tservers/metrics.py)
@@ -303,10 +319,14 @@ class TServerService:
         else:
             check_tablet_id(req.tablet_id)
             tablet = self.manager.tablet(req.tablet_id)
-            if tablet.group is not None:
+            if tablet.group is not None and not self._unsafe_reads:
                 # Linearizable: leadership confirmed by a majority after this call arrived,
                 # and everything committed before it applied here.
                 tablet.group.read_index(ctx.deadline)
+            elif tablet.group is not None and self._unsafe_reads == "leader":
+                st = tablet.group.status()  # test-only broken build (UNSAFE_READS_ENV)
+                if st.role.value != "LEADER":
+                    raise tablet.group.driver.not_leader(req.tablet_id, st.leader_uuid)
             batch_rows = req.batch_rows_max or SCAN_BATCH_ROWS_DEFAULT
             batch_rows = max(1, min(batch_rows, SCAN_BATCH_ROWS_MAX))
             arrow_schema, pieces = tablet.scan_pieces(
