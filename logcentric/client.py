@@ -43,11 +43,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from logcentric.meta import CoordinatorClient, SilenceWatch, attempt_patience_s
-from logcentric.partition import bucket_of_rows
+from logcentric.partition import bucket_of_rows, buckets_of_predicates
 from logcentric.tablets import TabletServerClient, predicate
 from rpc import errors
 from rpc.protocols import coordinator_pb2 as cpb
-from rpc.protocols.tserver_pb2 import OpType
+from rpc.protocols.tserver_pb2 import OpType, PredicateOp
 
 BACKOFF_INITIAL_S = 0.02
 BACKOFF_MAX_S = 1.0
@@ -517,10 +517,37 @@ class Table:
             f"no replica of tablet {tablet_id} could be scanned{_no_leader(last)}: {last}"
         )
 
+    def scan_tablets(self, predicates: Sequence[tuple] = ()) -> list[TabletInfo]:
+        """The tablets a scan with these predicates reads, in bucket order: only those whose
+        hash bucket can hold a matching row when the predicates pin every key column (`=`,
+        `in`, a narrow integer range: `partition.buckets_of_predicates`), else all. A scan
+        that can match no row still reads one tablet, so that the tablet server checks the
+        predicates and the scan fails or succeeds as an unpruned one would."""
+        preds = _predicate_pbs(predicates)
+        tablets = self.tablets()
+        with self._lock:
+            key_fields = [self.arrow_schema.field(k) for k in self.key_columns]
+            by_bucket = dict(self._by_bucket)
+        if not tablets or not key_fields:
+            return tablets
+        pruning = _pruning_predicates(key_fields, preds)
+        if pruning is None:
+            return tablets
+        num_buckets = tablets[0].num_buckets
+        if set(by_bucket) != set(range(num_buckets)):
+            return tablets  # locations that do not cover the buckets: take no chances
+        buckets = buckets_of_predicates(
+            [(f.name, f.type) for f in key_fields], pruning, num_buckets
+        )
+        if buckets is None:
+            return tablets
+        return [by_bucket[b] for b in sorted(buckets)] or tablets[:1]
+
     def scan(
         self, projection: Sequence[str] | None = None, predicates: Sequence[tuple] = ()
     ) -> Iterator[pa.RecordBatch]:
-        for tablet in self.tablets():
+        """Batches of every tablet the predicates can match (`scan_tablets`), in turn."""
+        for tablet in self.scan_tablets(predicates):
             yield from self.scan_tablet(tablet.tablet_id, projection, predicates)
 
     def projected_schema(self, projection: Sequence[str] | None = None) -> pa.Schema:
@@ -575,6 +602,78 @@ def _predicate_pbs(predicates) -> list:
             out.append(predicate(*p))
         except (TypeError, ValueError) as exc:
             raise errors.BadRequest(f"predicate {tuple(p)!r}: {exc}") from None
+    return out
+
+
+class _NoPruning(Exception):
+    """A key predicate's value the tablet server would refuse or read otherwise than here."""
+
+
+_INT_RANGES = {32: (-(2**31), 2**31 - 1), 64: (-(2**63), 2**63 - 1)}
+_PRUNING_OPS = {
+    PredicateOp.EQ: "=",
+    PredicateOp.IN: "in",
+    PredicateOp.LT: "<",
+    PredicateOp.LE: "<=",
+    PredicateOp.GT: ">",
+    PredicateOp.GE: ">=",
+    PredicateOp.IS_NULL: "is null",
+    PredicateOp.IS_NOT_NULL: "is not null",
+}
+
+
+def _key_value(v, f: pa.Field):
+    """A predicate value on key column `f` as the tablet server reads it
+    (`tservers/tablet/schema.value_from_pb`, then the column's Arrow type): None for a
+    null; _NoPruning where the server would refuse it."""
+    kind = v.WhichOneof("v")
+    if kind is None or kind == "is_null":
+        return None
+    t = f.type
+    if pa.types.is_integer(t) or pa.types.is_timestamp(t):
+        if kind != "int_value":
+            raise _NoPruning
+        low, high = _INT_RANGES[32 if pa.types.is_int32(t) else 64]
+        if not low <= v.int_value <= high:
+            raise _NoPruning
+        return v.int_value
+    if pa.types.is_floating(t):
+        if kind == "int_value":
+            return float(v.int_value)
+        if kind != "double_value":
+            raise _NoPruning
+        return v.double_value
+    if pa.types.is_boolean(t) and kind == "bool_value":
+        return v.bool_value
+    if pa.types.is_string(t) and kind == "string_value":
+        return v.string_value
+    if pa.types.is_binary(t) and kind == "binary_value":
+        return v.binary_value
+    raise _NoPruning
+
+
+def _pruning_predicates(key_fields: list[pa.Field], preds: list) -> list | None:
+    """The predicates on key columns as `partition.buckets_of_predicates` takes them, or
+    None when one has a value the tablet server would refuse (no pruning: every tablet is
+    asked, and refuses the scan as before)."""
+    fields = {f.name: f for f in key_fields}
+    out = []
+    try:
+        for p in preds:
+            f = fields.get(p.column)
+            if f is None:
+                continue
+            op = _PRUNING_OPS.get(p.op)
+            if op is None:
+                return None
+            values = [_key_value(v, f) for v in p.values]
+            if op not in ("in", "is null", "is not null") and (
+                len(values) != 1 or values[0] is None
+            ):
+                return None  # a comparison with null, or not one value: refused by servers
+            out.append((p.column, op, values))
+    except _NoPruning:
+        return None
     return out
 
 

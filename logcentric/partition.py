@@ -12,6 +12,7 @@ compute; strings, binaries and doubles hash their canonical bytes with CRC32C fi
 
 from __future__ import annotations
 
+import itertools
 import struct
 from collections.abc import Sequence
 
@@ -110,3 +111,120 @@ def bucket_of_key(key: Sequence, key_types: Sequence[pa.DataType], num_buckets: 
             raise ValueError(f"cannot hash a key value of type {t}")
         h = _mix_int(((h * _GOLDEN) & _MASK64) ^ _mix_int(word))
     return h % num_buckets
+
+
+# ---- pruning: the buckets a scan's predicates can match -----------------------------------
+
+# A scan's predicates may pin the key to at most this many whole keys (the product of each key
+# column's values) before pruning gives up and the scan reads every tablet.
+PINNED_KEYS_MAX = 4096
+# An integer key column bounded on both sides (`>=`/`>`, `<=`/`<`) by a range this narrow or
+# narrower is pinned to each value of the range.
+RANGE_VALUES_MAX = 1024
+# Ops of `buckets_of_predicates`, as `tablets.predicate` spells them.
+_RANGE_OPS = ("<", "<=", ">", ">=")
+
+
+def _int_like(t: pa.DataType) -> bool:
+    return pa.types.is_integer(t) or pa.types.is_timestamp(t)
+
+
+def _key_words(value, t: pa.DataType) -> list:
+    """The values to hash for one predicate value: a double 0 matches both zeros (equal as
+    IEEE doubles, different bytes, so different buckets)."""
+    if pa.types.is_floating(t) and value == 0.0:
+        return [0.0, -0.0]
+    return [value]
+
+
+def _column_values(name: str, t: pa.DataType, predicates) -> set | None:
+    """The values of key column `name` that every predicate on it allows; None when they
+    leave it open (or pruning cannot be sure of the server's answer: NaN)."""
+    values: set | None = None
+    lower: tuple | None = None  # (value, inclusive)
+    upper: tuple | None = None
+    for column, op, given in predicates:
+        if column != name:
+            continue
+        if op == "is null":
+            return set()  # a key is never null
+        if op == "is not null":
+            continue
+        if pa.types.is_floating(t) and any(v != v for v in given):
+            return None  # NaN: leave the column open rather than guess Arrow's NaN rules
+        if op in ("=", "=="):
+            allowed = set(given)
+        elif op == "in":
+            allowed = {v for v in given if v is not None}
+        elif op in _RANGE_OPS:
+            if pa.types.is_floating(t):
+                continue  # doubles: equality only (±0, NaN); ranges do not prune
+            (v,) = given
+            if op in (">", ">="):
+                if lower is None or v > lower[0] or (v == lower[0] and op == ">"):
+                    lower = (v, op == ">=")
+            elif upper is None or v < upper[0] or (v == upper[0] and op == "<"):
+                upper = (v, op == "<=")
+            continue
+        else:
+            return None  # an op this module does not know: no pruning on this column
+        values = allowed if values is None else values & allowed
+    if values is None:
+        if pa.types.is_boolean(t):
+            values = {False, True}
+        elif _int_like(t) and lower is not None and upper is not None:
+            lo = lower[0] if lower[1] else lower[0] + 1
+            hi = upper[0] if upper[1] else upper[0] - 1
+            if hi - lo + 1 > RANGE_VALUES_MAX:
+                return None
+            values = set(range(lo, hi + 1))
+        else:
+            return None
+    if lower is not None:
+        values = {v for v in values if v > lower[0] or (lower[1] and v == lower[0])}
+    if upper is not None:
+        values = {v for v in values if v < upper[0] or (upper[1] and v == upper[0])}
+    return values
+
+
+def buckets_of_predicates(
+    key_columns: Sequence[tuple[str, pa.DataType]],
+    predicates: Sequence[tuple[str, str, Sequence]],
+    num_buckets: int,
+) -> set[int] | None:
+    """The buckets that can hold a row matching every one of `predicates` (ANDed), or None
+    when the predicates do not narrow the key enough to tell (every bucket can).
+
+    `key_columns`: the table's key columns in key order, (name, Arrow type). `predicates`:
+    (column, op, values) with op one of = in < <= > >= "is null" "is not null" and the
+    values as the tablet server reads them for the column's type (ints for int32, int64 and
+    timestamp columns, in microseconds; floats for doubles; nulls of an IN list included,
+    they match nothing). Values must already fit their column: the caller checks that, and
+    prunes nothing when they do not (the tablet servers then refuse the scan as before).
+
+    Every key column must be pinned to a finite set of values: by =, IN, a bool column's
+    two values, or an integer range of at most RANGE_VALUES_MAX values; range predicates
+    narrow those sets; at most PINNED_KEYS_MAX whole keys in all. An empty set means no row
+    can match (a contradiction, or `is null` on a key column)."""
+    assert num_buckets >= 1 and key_columns
+    per_column: list[list] = []
+    combos = 1
+    for name, t in key_columns:
+        values = _column_values(name, t, predicates)
+        if values is None:
+            return None
+        # Deduplicated by repr, not by equality: 0.0 and -0.0 are equal but hash apart.
+        words = {repr(w): w for v in values for w in _key_words(v, t)}
+        per_column.append(list(words.values()))
+        combos *= len(per_column[-1])
+        if combos > PINNED_KEYS_MAX:
+            return None
+    types = [t for _, t in key_columns]
+    # Timestamps hash as their int64 microseconds (bucket_of_key casts them the same way).
+    hash_types = [pa.int64() if pa.types.is_timestamp(t) else t for t in types]
+    buckets: set[int] = set()
+    for key in itertools.product(*per_column):
+        buckets.add(bucket_of_key(key, hash_types, num_buckets))
+        if len(buckets) == num_buckets:
+            return None
+    return buckets
