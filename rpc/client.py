@@ -33,6 +33,7 @@ from google.protobuf.message import DecodeError, Message
 from rpc import errors, privileged
 from rpc.addresses import endpoint
 from rpc.frames import recv_frames, send_frames
+from rpc.keys import ClientCurve, KeyPair
 from rpc.rpc_pb2 import PingRequest, PingResponse, RequestHeader, ResponseHeader, StatusCode
 from rpc.server import MESSAGE_BYTES_MAX_DEFAULT, PING_METHOD
 
@@ -106,6 +107,53 @@ class NotConnected(errors.Unavailable):
     """No connection to the server within the connect grace: the request was never sent."""
 
 
+class HandshakeFailed(errors.Unauthenticated):
+    """The connection's handshake failed (a key refused, a server without the expected key,
+    CURVE on one side only): the request was never sent. Not retried: it is configuration."""
+
+
+class NoServerKey(errors.Unauthenticated):
+    """A CURVE transport knows no public key for the server: nothing was sent."""
+
+
+_HANDSHAKE_EVENTS = (
+    zmq.EVENT_HANDSHAKE_SUCCEEDED
+    | zmq.EVENT_HANDSHAKE_FAILED_AUTH
+    | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+    | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+)
+_MONITOR_EVENTS = zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECTED | _HANDSHAKE_EVENTS
+_MECHANISM_MISMATCH = 0x11000002  # ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH
+
+
+def _handshake_failure(event: int, value: int, address: str, server_key: str) -> str:
+    """Why a handshake with `address` failed, for the caller (from a monitor event)."""
+    if event == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+        return (
+            f"{address} refused this client's key at the CURVE handshake (ZAP status {value}): "
+            "the key is not admitted there (unknown or revoked)"
+        )
+    if event == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL and value == _MECHANISM_MISMATCH:
+        if server_key:
+            return f"{address} does not use CURVE: it serves plaintext; refusing to talk to it"
+        return (
+            f"{address} requires CURVE (encrypted, authenticated connections): this client has "
+            "no key pair and no public key for it"
+        )
+    if event == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL:
+        return f"the handshake with {address} failed: protocol error {value:#x}"
+    if server_key:
+        return (
+            f"the CURVE handshake with {address} failed: the server there does not hold the "
+            f"key expected for it ({server_key[:8]}...), does not use CURVE, or dropped the "
+            "connection"
+        )
+    return (
+        f"the handshake with {address} failed: the server there may require CURVE "
+        "(encrypted, authenticated connections), and this client has no key pair for it"
+    )
+
+
 class _Done:
     """A one-shot completion flag; a held lock is much cheaper than threading.Event."""
 
@@ -140,6 +188,7 @@ class _Call:
     header: RequestHeader
     frames: list  # [body, *sidecars]
     deadline: float
+    server_key: str = ""  # CURVE: the public key the server must prove it holds
     done: _Done = field(default_factory=_Done)
     reply: list | None = None
     error: errors.RpcError | None = None
@@ -147,22 +196,46 @@ class _Call:
     queued_at: float = 0.0
 
 
+def _set_curve(sock: zmq.Socket, keypair: KeyPair | None, server_key: str) -> None:
+    """Make `sock` a CURVE client of the server holding `server_key` ("" for plaintext)."""
+    if not server_key:
+        return
+    assert keypair is not None and keypair.secret
+    sock.curve_publickey = keypair.public.encode("ascii")
+    sock.curve_secretkey = keypair.secret.encode("ascii")
+    sock.curve_serverkey = server_key.encode("ascii")
+
+
 class _Dealer:
-    """A DEALER socket to one server address with a monitor of its connection."""
+    """A DEALER socket to one server address with a monitor of its connection; a CURVE
+    client of the server holding `server_key` unless that is empty."""
 
-    __slots__ = ("address", "socket", "monitor", "connected")
+    __slots__ = ("address", "server_key", "socket", "monitor", "connected", "handshake_error")
 
-    def __init__(self, ctx: zmq.Context, address: str, frame_bytes_max: int) -> None:
+    def __init__(
+        self,
+        ctx: zmq.Context,
+        address: str,
+        frame_bytes_max: int,
+        keypair: KeyPair | None = None,
+        server_key: str = "",
+    ) -> None:
         self.address = address
+        self.server_key = server_key
         self.socket = ctx.socket(zmq.DEALER)
         self.socket.setsockopt(zmq.LINGER, 0)
         self.socket.setsockopt(zmq.IMMEDIATE, 1)
         self.socket.setsockopt(zmq.MAXMSGSIZE, frame_bytes_max)
         self.socket.setsockopt(zmq.RECONNECT_IVL, 20)
         self.socket.setsockopt(zmq.RECONNECT_IVL_MAX, 500)
-        self.monitor = self.socket.get_monitor_socket(zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECTED)
+        _set_curve(self.socket, keypair, server_key)
+        self.monitor = self.socket.get_monitor_socket(_MONITOR_EVENTS)
         self.socket.connect(endpoint(address))
         self.connected = False
+        # Why the last handshake failed, until one succeeds: a refused key, a server that
+        # does not hold `server_key`, CURVE on one side only. Calls that could not be sent
+        # fail with it at once (HandshakeFailed) instead of waiting for their deadline.
+        self.handshake_error = ""
 
     def drain_monitor(self) -> bool:
         """Apply pending connection events; True if the connection dropped."""
@@ -172,11 +245,19 @@ class _Dealer:
                 event = zmq.utils.monitor.recv_monitor_message(self.monitor, zmq.NOBLOCK)
             except zmq.Again:
                 return dropped
-            if event["event"] == zmq.EVENT_CONNECTED:
+            kind = event["event"]
+            if kind == zmq.EVENT_CONNECTED:
                 self.connected = True
-            elif event["event"] == zmq.EVENT_DISCONNECTED:
+            elif kind == zmq.EVENT_DISCONNECTED:
                 self.connected = False
                 dropped = True
+            elif kind == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                self.handshake_error = ""
+            elif kind & _HANDSHAKE_EVENTS:
+                self.connected = False
+                self.handshake_error = _handshake_failure(
+                    kind, int(event["value"]), self.address, self.server_key
+                )
 
     def close(self) -> None:
         self.socket.disable_monitor()
@@ -189,8 +270,15 @@ class _Peer(_Dealer):
 
     __slots__ = ("backlog", "written")
 
-    def __init__(self, ctx: zmq.Context, address: str, frame_bytes_max: int) -> None:
-        super().__init__(ctx, address, frame_bytes_max)
+    def __init__(
+        self,
+        ctx: zmq.Context,
+        address: str,
+        frame_bytes_max: int,
+        keypair: KeyPair | None = None,
+        server_key: str = "",
+    ) -> None:
+        super().__init__(ctx, address, frame_bytes_max, keypair, server_key)
         self.backlog: deque[_Call] = deque()
         self.written: dict[int, _Call] = {}
 
@@ -203,8 +291,15 @@ class _DirectSocket(_Dealer):
 
     __slots__ = ("poller", "lock", "headers", "rcvtimeo_ms")
 
-    def __init__(self, ctx: zmq.Context, address: str, frame_bytes_max: int) -> None:
-        super().__init__(ctx, address, frame_bytes_max)
+    def __init__(
+        self,
+        ctx: zmq.Context,
+        address: str,
+        frame_bytes_max: int,
+        keypair: KeyPair | None = None,
+        server_key: str = "",
+    ) -> None:
+        super().__init__(ctx, address, frame_bytes_max, keypair, server_key)
         self.poller = zmq.Poller()
         self.poller.register(self.socket, zmq.POLLIN)
         self.poller.register(self.monitor, zmq.POLLIN)
@@ -251,8 +346,13 @@ class Transport:
         message_bytes_max: int = MESSAGE_BYTES_MAX_DEFAULT,
         name: str = "rpc-client",
         connect_timeout_s: float = CONNECT_TIMEOUT_S_DEFAULT,
+        curve: ClientCurve | None = None,
     ) -> None:
+        """`curve` (rpc.keys.ClientCurve): every connection is a CURVE client with its key
+        pair, to a server that must prove it holds the public key of the UUID a call names
+        (or the key a call gives). None: plaintext."""
         assert connect_timeout_s > 0
+        self.curve = curve
         self.message_bytes_max = message_bytes_max
         self.connect_timeout_s = connect_timeout_s
         self._ctx = _acquire_context()
@@ -288,11 +388,13 @@ class Transport:
         sidecars,
         timeout_s: float,
         auth_tag: bytes = b"",
+        server_key: str = "",
     ) -> _Call:
         """Hand a request to the I/O thread; `finish_call` waits for its answer."""
         if self._closing.is_set():
             raise errors.Unavailable("the rpc transport is closed")
         assert timeout_s > 0, "every call needs a deadline"
+        link_key = self.link_key(address, recipient_uuid, server_key)
         size = len(body) + sum(len(s) for s in sidecars)
         if size > self.message_bytes_max:
             raise errors.BadRequest(
@@ -309,6 +411,7 @@ class Transport:
             ),
             frames=[body, *sidecars],
             deadline=time.monotonic() + timeout_s,
+            server_key=link_key,
         )
         call.header.call_id = call.call_id
         with self._lock:
@@ -362,14 +465,24 @@ class Transport:
         sidecars,
         timeout_s,
         auth_tag: bytes = b"",
+        server_key: str = "",
     ):
         """One attempt: send, wait for the answer; raises RpcError for a non-OK status."""
-        direct = self._direct_socket(address)
+        link_key = self.link_key(address, recipient_uuid, server_key) if self.curve else ""
+        direct = self._direct_socket(address, link_key)
         if direct is None or auth_tag:
             # Signed (privileged) calls are rare: through the I/O thread, so that the direct
             # sockets' reused headers never carry a tag.
             call = self.start_call(
-                address, recipient_uuid, caller_uuid, method, body, sidecars, timeout_s, auth_tag
+                address,
+                recipient_uuid,
+                caller_uuid,
+                method,
+                body,
+                sidecars,
+                timeout_s,
+                auth_tag,
+                link_key,
             )
             return self.finish_call(call)
         with direct.lock:
@@ -377,25 +490,67 @@ class Transport:
             # racing with it (the socket was cached before) fails as a closed transport.
             if self._closing.is_set():
                 raise errors.Unavailable("the rpc transport is closed")
-            return self._direct_call(
-                direct, recipient_uuid, caller_uuid, method, body, sidecars, timeout_s
-            )
+            try:
+                return self._direct_call(
+                    direct, recipient_uuid, caller_uuid, method, body, sidecars, timeout_s
+                )
+            except HandshakeFailed:
+                # A fresh socket for the next call: libzmq may not retry a refused handshake.
+                self._drop_direct(direct)
+                raise
 
-    def _direct_socket(self, address: str) -> _DirectSocket | None:
+    def link_key(self, address: str, recipient_uuid: str, server_key: str = "") -> str:
+        """The public key a call to `recipient_uuid` at `address` must find there: the key
+        of that UUID in the transport's ClientCurve, else `server_key` (an RpcClient's key
+        for its address, e.g. for a Ping that names no UUID). "" for plaintext."""
+        if self.curve is None:
+            if server_key:
+                raise errors.BadRequest(
+                    f"a public key was given for {address} but this transport has no key pair "
+                    "(Transport(curve=...))"
+                )
+            return ""
+        key = self.curve.server_key(recipient_uuid) or server_key
+        if not key:
+            raise NoServerKey(
+                f"no public key known for {recipient_uuid or 'the server'} at {address}: "
+                "a CURVE client calls only servers whose key it has"
+            )
+        return key
+
+    def _direct_socket(self, address: str, server_key: str = "") -> _DirectSocket | None:
         sockets = getattr(self._local, "sockets", None)
         if sockets is None:
             sockets = self._local.sockets = {}
-        direct = sockets.get(address)
+        cache_key = (address, server_key) if server_key else address
+        direct = sockets.get(cache_key)
         if direct is None:
             with self._lock:
                 if self._closing.is_set():
                     raise errors.Unavailable("the rpc transport is closed")
                 if len(self._direct) >= DIRECT_SOCKETS_MAX:
                     return None  # many short-lived threads: share the I/O thread instead
-                direct = _DirectSocket(self._ctx, address, self.message_bytes_max * 2)
+                direct = _DirectSocket(
+                    self._ctx,
+                    address,
+                    self.message_bytes_max * 2,
+                    self.curve.keypair if self.curve else None,
+                    server_key,
+                )
                 self._direct.append(direct)
-            sockets[address] = direct
+            sockets[cache_key] = direct
         return direct
+
+    def _drop_direct(self, direct: _DirectSocket) -> None:
+        """Close the calling thread's socket `direct` (held locked by the caller)."""
+        sockets = self._local.sockets
+        for key, sock in list(sockets.items()):
+            if sock is direct:
+                del sockets[key]
+        with self._lock:
+            if direct in self._direct:
+                self._direct.remove(direct)
+        direct.close()
 
     def _direct_call(
         self, d: _DirectSocket, recipient_uuid, caller_uuid, method, body, sidecars, timeout_s
@@ -469,6 +624,8 @@ class Transport:
             if self._closing.is_set():
                 raise errors.Unavailable("the rpc transport closed")
             d.drain_monitor()
+            if d.handshake_error:
+                raise HandshakeFailed(f"{method}: {d.handshake_error} (not sent)")
             now = time.monotonic()
             if now >= deadline:
                 raise errors.TimedOut(f"{method} to {d.address} timed out (not connected)")
@@ -567,10 +724,17 @@ class Transport:
                 with self._lock:
                     submitted, self._submitted = self._submitted, deque()
                 for call in submitted:
-                    peer = peers.get(call.address)
+                    peer_key = (call.address, call.server_key)
+                    peer = peers.get(peer_key)
                     if peer is None:
-                        peer = _Peer(self._ctx, call.address, frame_max)
-                        peers[call.address] = peer
+                        peer = _Peer(
+                            self._ctx,
+                            call.address,
+                            frame_max,
+                            self.curve.keypair if self.curve else None,
+                            call.server_key,
+                        )
+                        peers[peer_key] = peer
                         by_socket[peer.socket] = peer
                         by_monitor[peer.monitor] = peer
                         poller.register(peer.monitor, zmq.POLLIN)
@@ -589,7 +753,14 @@ class Transport:
                     if sock is self._wake_pull:
                         self._drain_wake()
                     elif sock in by_monitor:
-                        self._on_monitor(by_monitor[sock])
+                        peer = by_monitor[sock]
+                        if self._on_monitor(peer):
+                            # Its handshake failed: a fresh socket for the next call.
+                            del peers[(peer.address, peer.server_key)]
+                            del by_socket[peer.socket], by_monitor[peer.monitor]
+                            poller.unregister(peer.socket)
+                            poller.unregister(peer.monitor)
+                            peer.close()
                     elif events & zmq.POLLIN:
                         self._on_replies(by_socket[sock])
                 now = time.monotonic()
@@ -655,8 +826,19 @@ class Transport:
             call.reply = frames
             call.done.set()
 
-    def _on_monitor(self, peer: _Peer) -> None:
-        if peer.drain_monitor() and peer.written:
+    def _on_monitor(self, peer: _Peer) -> bool:
+        """Apply `peer`'s connection events; True if its handshake failed (the calls waiting
+        for it have failed with the reason, and the peer is to be closed)."""
+        dropped = peer.drain_monitor()
+        if peer.handshake_error and not peer.connected:
+            failed = [*peer.backlog, *peer.written.values()]
+            for call in failed:
+                call.error = HandshakeFailed(f"{call.header.method}: {peer.handshake_error}")
+                call.done.set()
+            if failed:
+                log.info("%s: %d call(s) failed", peer.handshake_error, len(failed))
+            return True
+        if dropped and peer.written:
             log.info(
                 "connection to %s lost with %d call(s) in flight", peer.address, len(peer.written)
             )
@@ -664,6 +846,7 @@ class Transport:
                 call.error = ConnectionLost(f"connection to {peer.address} lost")
                 call.done.set()
             peer.written.clear()
+        return False
 
     def _expire(self, peers, now: float) -> None:
         for peer in peers:
@@ -690,9 +873,19 @@ class Poster:
     the wire (a slow peer)."""
 
     def __init__(
-        self, transport: Transport, address: str, caller_uuid: str, *, queue_max: int = 16
+        self,
+        transport: Transport,
+        address: str,
+        caller_uuid: str,
+        *,
+        queue_max: int = 16,
+        recipient_uuid: str = "",
+        server_key: str = "",
     ) -> None:
+        """On a CURVE transport the socket is a CURVE client of the key of `recipient_uuid`
+        (or of `server_key`), as a call's (Transport.link_key)."""
         assert queue_max >= 1
+        link_key = transport.link_key(address, recipient_uuid, server_key)
         self.address = address
         self.message_bytes_max = transport.message_bytes_max
         sock = transport._ctx.socket(zmq.DEALER)
@@ -702,6 +895,7 @@ class Poster:
         sock.setsockopt(zmq.RCVHWM, REFUSALS_QUEUED_MAX)  # beyond, zmq drops them
         sock.setsockopt(zmq.RECONNECT_IVL, 20)
         sock.setsockopt(zmq.RECONNECT_IVL_MAX, 500)
+        _set_curve(sock, transport.curve.keypair if transport.curve else None, link_key)
         sock.connect(endpoint(address))
         self.socket = sock
         self._transport = transport
@@ -790,15 +984,25 @@ class RpcClient:
         *,
         transport: Transport | None = None,
         privileged_key: bytes | None = None,
+        curve: ClientCurve | None = None,
+        server_key: str = "",
     ) -> None:
         """`privileged_key` (rpc.privileged.derive_key of the cluster's secret): every call
-        is signed with it, so that the server runs its privileged methods."""
+        is signed with it, so that the server runs its privileged methods.
+
+        `curve` (for the transport this client makes; a shared transport has its own):
+        CURVE with its key pair. `server_key`: the public key of the server at `address`,
+        for calls whose UUID the ClientCurve has no key for (a Ping names none)."""
         endpoint(address)  # validates
+        assert transport is None or curve is None, "a shared transport has its own keys"
         self.address = address
         self.caller_uuid = caller_uuid
         self.privileged_key = privileged_key
+        self.server_key = server_key
         self._owns_transport = transport is None
-        self._transport = transport or Transport()
+        self._transport = transport or Transport(curve=curve)
+        if server_key:
+            self._transport.link_key(address, "", server_key)  # refuses it without a key pair
 
     def call(
         self,
@@ -859,6 +1063,7 @@ class RpcClient:
                     sidecars,
                     remaining,
                     auth_tag,
+                    self.server_key,
                 )
                 break
             except RETRYABLE as err:
@@ -908,6 +1113,7 @@ class RpcClient:
             sidecars,
             timeout_s,
             auth_tag,
+            self.server_key,
         )
         return PendingCall(self._transport, call, response_type)
 

@@ -32,14 +32,17 @@ from typing import Any
 import zmq
 from google.protobuf.message import DecodeError, Message
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+from zmq.auth.thread import ThreadAuthenticator
 
 from rpc import errors, privileged
 from rpc.addresses import bind_endpoint, host_port_of
 from rpc.frames import recv_frames, send_frames
+from rpc.keys import ServerCurve
 from rpc.observe import LatencyHistogram, histogram_family
 from rpc.rpc_pb2 import PingRequest, PingResponse, RequestHeader, ResponseHeader, StatusCode
 
 PING_METHOD = "rpc.Ping"
+ZAP_DOMAIN = "logcentric"
 MESSAGE_BYTES_MAX_DEFAULT = 64 << 20
 # Frames far past the message limit are not even buffered: zmq drops the connection instead.
 FRAME_BYTES_HARD_FACTOR = 2
@@ -62,6 +65,7 @@ _STAT_KEYS = (
     "throttled",
     "timed_out",
     "internal",
+    "unauthenticated",
 )
 
 # Refusals are logged at most REFUSALS_LOGGED_MAX per REFUSALS_LOG_WINDOW_S per server (a
@@ -71,6 +75,26 @@ REFUSALS_LOGGED_MAX = 20
 REFUSALS_LOG_WINDOW_S = 10.0
 
 log = logging.getLogger(__name__)
+
+
+class _ZapKeys:
+    """The ZAP handler's credentials provider: a CURVE client key is admitted if the
+    server's authorizer gives it a principal (zmq.auth hands it the key in z85)."""
+
+    def __init__(self, authorizer, server: RpcServer) -> None:
+        self._authorizer = authorizer
+        self._server = server
+
+    def callback(self, domain: str, key: bytes) -> bool:
+        text = key.decode("ascii", "replace")
+        if self._server._authorize(text) is not None:
+            return True
+        self._server._refusals.warning(
+            "%s refused a connection at the CURVE handshake: unknown key %s",
+            self._server.service or "rpc server",
+            text,
+        )
+        return False
 
 
 class _RefusalLog:
@@ -116,6 +140,10 @@ class CallContext:
     sidecars: list[memoryview] = field(default_factory=list)
     one_way: bool = False  # nobody waits for the answer (RequestHeader.one_way)
     received: float = 0.0  # time.monotonic() when the I/O thread read the request
+    # With CURVE (RpcServer(curve=...)): the caller's public key (z85), as the handshake
+    # proved it, and what the server's authorizer answered for it at this call.
+    peer_key: str = ""
+    principal: Any = None
 
     def remaining_s(self) -> float:
         return max(0.0, self.deadline - time.monotonic())
@@ -177,13 +205,19 @@ class RpcServer:
         message_bytes_max: int = MESSAGE_BYTES_MAX_DEFAULT,
         privileged_key: bytes | None = None,
         metrics: bool = True,
+        curve: ServerCurve | None = None,
     ) -> None:
         """`privileged_key` (rpc.privileged.derive_key of the cluster's secret): privileged
         methods answer only requests signed with it. None leaves them open: only for a
         development server that anyone who can reach it may manage (its owner's choice).
 
         `metrics` False keeps no per-method counts or latencies (for benchmarks comparing
-        the cost); `stats()` and the server-wide counters are kept either way."""
+        the cost); `stats()` and the server-wide counters are kept either way.
+
+        `curve` (rpc.keys.ServerCurve): every connection is CURVE-encrypted and
+        authenticated with the server's key pair; a ZAP handler admits only the keys its
+        authorizer knows, and every call is checked again with the key the handshake proved
+        (CallContext.peer_key, .principal). None: plaintext, anyone may connect."""
         assert uuid, "a server needs a UUID"
         assert workers >= 1 and queue_max >= 1 and message_bytes_max >= 1024
         self.uuid = uuid
@@ -194,6 +228,9 @@ class RpcServer:
         self.message_bytes_max = message_bytes_max
         self._methods: dict[str, _Method] = {}
         self._privileged_key = privileged_key
+        self._curve = curve
+        self._authorizer = curve.authorizer if curve else None
+        self._zap: ThreadAuthenticator | None = None
         self._ctx = zmq.Context()
         self._router: zmq.Socket | None = None
         self._reply_pull: zmq.Socket | None = None
@@ -291,8 +328,15 @@ class RpcServer:
         return self
 
     def _open_sockets(self, endpoint: str) -> None:
+        if self._curve is not None:
+            self._start_zap()
         self._router = router = self._ctx.socket(zmq.ROUTER)
         router.setsockopt(zmq.LINGER, 0)
+        if self._curve is not None:
+            router.curve_server = True
+            router.curve_publickey = self._curve.keypair.public.encode("ascii")
+            router.curve_secretkey = self._curve.keypair.secret.encode("ascii")
+            router.zap_domain = ZAP_DOMAIN.encode("ascii")
         router.setsockopt(zmq.MAXMSGSIZE, self.message_bytes_max * FRAME_BYTES_HARD_FACTOR)
         router.setsockopt(zmq.RCVHWM, 10_000)
         router.setsockopt(zmq.SNDHWM, 10_000)
@@ -315,11 +359,23 @@ class RpcServer:
         self._reply_push.setsockopt(zmq.SNDHWM, 1)  # only wake-ups travel here
         self._reply_push.connect(inproc)
 
+    def _start_zap(self) -> None:
+        """The ZAP handler of this server's context (zmq.auth's, on a thread of its own): it
+        admits a CURVE client whose key the authorizer knows. It is bound before the ROUTER
+        so that no connection is ever accepted without it (libzmq lets every CURVE client
+        in when no ZAP handler is bound)."""
+        self._zap = ThreadAuthenticator(self._ctx, log=logging.getLogger(__name__ + ".zap"))
+        self._zap.start()
+        self._zap.configure_curve_callback(ZAP_DOMAIN, _ZapKeys(self._authorizer, self))
+
     def _close_sockets(self) -> None:
         # Closing twice (a failed start(), then close()) is harmless: zmq ignores it.
         for sock in (self._router, self._reply_pull, self._reply_push):
             if sock is not None:
                 sock.close(linger=0)
+        if self._zap is not None:
+            zap, self._zap = self._zap, None
+            zap.stop()
 
     def stats(self) -> dict[str, int]:
         with self._stats_lock:
@@ -377,12 +433,13 @@ class RpcServer:
         requests.add_metric([service], stats["requests"])
         rejected = CounterMetricFamily(
             "logcentric_rpc_rejected",
-            "Calls refused before or by their handler as malformed (bad_request) or sent "
-            "to another server (invalid_name)",
+            "Calls refused before or by their handler as malformed (bad_request), sent "
+            "to another server (invalid_name) or from a key not admitted (unauthenticated)",
             labels=["service", "reason"],
         )
         rejected.add_metric([service, "bad_request"], stats["bad_request"])
         rejected.add_metric([service, "invalid_name"], stats["invalid_name"])
+        rejected.add_metric([service, "unauthenticated"], stats["unauthenticated"])
         throttled = CounterMetricFamily(
             "logcentric_rpc_throttled",
             "Calls answered THROTTLED: the worker pool's queue was full",
@@ -555,6 +612,23 @@ class RpcServer:
             raise self._reject(
                 errors.BadRequest(f"{header.method} takes no one-way messages"), call_id, True
             )
+        peer_key = ""
+        principal = None
+        if self._authorizer is not None:
+            # The key the CURVE handshake proved (ZAP's User-Id, on every frame it delivers),
+            # checked at every call: an answer that changed since the connection was admitted
+            # (a revoked key) holds from the next call on.
+            peer_key = rest[0].get("User-Id")
+            principal = self._authorize(peer_key)
+            if principal is None:
+                raise self._reject(
+                    errors.Unauthenticated(
+                        f"the key {peer_key} is not admitted by {self.service or 'this server'}"
+                        " (unknown or revoked)"
+                    ),
+                    call_id,
+                    one_way,
+                )
         if method.privileged and self._privileged_key is not None:
             if not privileged.verify(
                 self._privileged_key,
@@ -581,6 +655,8 @@ class RpcServer:
             sidecars=[f.buffer for f in rest[2:]],
             one_way=one_way,
             received=received,
+            peer_key=peer_key,
+            principal=principal,
         )
         if method.inline:
             answer = self._invoke(call_id, method, rest[1], ctx, True, self._io_shard())
@@ -603,12 +679,26 @@ class RpcServer:
     def _reject(
         self, err: errors.RpcError, call_id: int = 0, one_way: bool = False
     ) -> errors.RpcError:
-        key = "invalid_name" if isinstance(err, errors.InvalidName) else "bad_request"
+        if isinstance(err, errors.InvalidName):
+            key = "invalid_name"
+        elif isinstance(err, errors.Unauthenticated):
+            key = "unauthenticated"
+        else:
+            key = "bad_request"
         self._io_stats[key] += 1
         what = "a one-way message" if one_way else "a request"
         self._refusals.warning("rejected %s (call %d): %s", what, call_id, err)
         err.call_id = call_id  # type: ignore[attr-defined]
         return err
+
+    def _authorize(self, key: str):
+        """The authorizer's principal for `key`, None to refuse (also when it fails)."""
+        assert self._authorizer is not None
+        try:
+            return self._authorizer(key) if key else None
+        except Exception:  # an authorizer bug refuses, it does not admit
+            log.exception("the authorizer failed on key %s: refused", key)
+            return None
 
     # -- workers -----------------------------------------------------------------------
 

@@ -64,6 +64,7 @@ def test_families_names_types_and_labels():
     assert {s.labels["reason"] for s in fams["logcentric_rpc_rejected"].samples} == {
         "bad_request",
         "invalid_name",
+        "unauthenticated",
     }
 
 
