@@ -97,6 +97,9 @@ class LeaseKeeper:
         self.uuid = uuid
         self.address = address
         self.config = config
+        # The margin the lease gives up for clock drift; 0 only in a test-only broken build
+        # (coordinator/leases/testclock.py, LOGCENTRIC_TEST_UNSAFE_NO_DRIFT_MARGIN).
+        self.drift_margin_s = config.drift_margin_s
         self._rng = random.Random(seed)
         self.role = Role.FOLLOWER
         self.epoch = 0
@@ -229,7 +232,7 @@ class LeaseKeeper:
             # landed; any follower sees its id only after it started. The lease counts from
             # the start of the append, on our own clock.
             self.last_append_start = inf.start
-            self.lease_end = inf.start + self.config.lease_timeout_s - self.config.drift_margin_s
+            self.lease_end = inf.start + self.config.lease_timeout_s - self.drift_margin_s
         else:
             self.seen_id = entry_id
             self.seen_at = now

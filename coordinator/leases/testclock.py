@@ -9,6 +9,11 @@ change of rate re-anchors it, so it never jumps and never runs backwards):
   so the nemesis re-rates a running process by rewriting that file.
 
 Neither variable set: `clock_from_env` returns time.monotonic itself (no cost, no change).
+
+And one deliberately broken build, for the nemesis tests only (tests/nemesis/test_clock.py):
+`LOGCENTRIC_TEST_UNSAFE_NO_DRIFT_MARGIN=1` makes the lease driver give up no margin for
+drift (a leader serves for the whole lease_timeout_s on its own clock). Unset (always, in
+a real deployment: no flag or config reaches it) the margin is LeaseConfig's.
 Only the lease driver's clock is skewed; timeouts of sockets and waits stay real, as a
 drifting oscillator would leave them in the proportions that matter here (design/nemesis.md).
 """
@@ -26,6 +31,7 @@ logger = logging.getLogger(__name__)
 
 RATE_ENV = "LOGCENTRIC_TEST_CLOCK_RATE"
 DIR_ENV = "LOGCENTRIC_TEST_CLOCK_DIR"
+NO_DRIFT_MARGIN_ENV = "LOGCENTRIC_TEST_UNSAFE_NO_DRIFT_MARGIN"
 RECHECK_S = 0.02
 RATE_MIN = 0.01
 RATE_MAX = 100.0
@@ -69,6 +75,14 @@ def clock_from_env(node_id: str) -> Callable[[], float]:
     clock = SkewedClock(rate, Path(rate_dir) / node_id if rate_dir else None)
     logger.warning("test clock for %s: rate %s, rate file %s", node_id, rate, clock._rate_file)
     return clock
+
+
+def drift_margin_from_env(margin_s: float) -> float:
+    """`margin_s`, or 0 in the test-only broken build (see the module docstring)."""
+    if os.environ.get(NO_DRIFT_MARGIN_ENV) == "1":
+        logger.warning("BROKEN BUILD (test only): the lease has no drift margin")
+        return 0.0
+    return margin_s
 
 
 def _read_rate(path: Path, current: float, missing: float) -> float:
