@@ -10,7 +10,12 @@ socket, as the coordinator's lookups), and prints each side by side with the rat
 `--metrics on|off|both`: the rpc server keeps its per-method metrics (on, the default: and
 serves /metrics, scraped once a second during the run) or not (off); `both` measures two
 servers, one each way, in the same run and prints the ratio on/off (target >= 0.95).
-Run: ./dev bench rpc [--seconds S] [--threads N] [--metrics both]
+
+`--curve`: instead, CURVE beside plaintext in the same run (design/security.md §7): an rpc
+server and a raw ROUTER each way, 100 B, 8 KiB and 1 MiB sidecars, pipelined calls/s and
+MB/s, synchronous calls/s from THREADS threads, and the ratio CURVE/plaintext (target
+>= 0.8).
+Run: ./dev bench rpc [--seconds S] [--threads N] [--metrics both | --curve]
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import subprocess
 import sys
 import threading
 import time
+from functools import partial
 from pathlib import Path
 
 import zmq
@@ -32,18 +38,24 @@ from scraper import Scraper  # noqa: E402  (bench/, first on sys.path when run)
 
 from rpc.addresses import free_port  # noqa: E402
 from rpc.client import RpcClient  # noqa: E402
+from rpc.keys import ClientCurve, KeyPair  # noqa: E402
 from rpc.rpc_pb2 import PingResponse  # noqa: E402
 
 UUID = "bench-echo"
 RPC_SERVER = """
-import sys, threading
+import sys, threading, zmq
 from rpc import observe
 from rpc.rpc_pb2 import PingResponse
+from rpc.keys import KeyPair, ServerCurve
 from rpc.server import Reply, RpcServer
 def echo(request, ctx):
     return Reply(PingResponse(uuid=request.uuid, service=ctx.caller_uuid), list(ctx.sidecars))
 uuid, bind, metrics = sys.argv[1], sys.argv[2], sys.argv[3] == "on"
-server = RpcServer(uuid, bind, service="echo", metrics=metrics)
+curve = None
+if len(sys.argv) > 5:  # CURVE: the server's secret key, the one client key admitted
+    pair = KeyPair(zmq.curve_public(sys.argv[4].encode()).decode(), sys.argv[4])
+    curve = ServerCurve(pair, {sys.argv[5]: "bench"}.get)
+server = RpcServer(uuid, bind, service="echo", metrics=metrics, curve=curve)
 server.register("Test.Echo", PingResponse, echo)
 server.register("Test.EchoInline", PingResponse, echo, inline=True)
 with server:
@@ -57,7 +69,12 @@ with server:
 """
 RAW_SERVER = """
 import sys, zmq
-ctx = zmq.Context(); s = ctx.socket(zmq.ROUTER); s.bind(sys.argv[1])
+ctx = zmq.Context(); s = ctx.socket(zmq.ROUTER)
+if len(sys.argv) > 2:  # CURVE (no ZAP handler: any client key)
+    s.curve_server = True
+    s.curve_secretkey = sys.argv[2].encode()
+    s.curve_publickey = zmq.curve_public(sys.argv[2].encode())
+s.bind(sys.argv[1])
 print("READY", flush=True)
 while True:
     frames = s.recv_multipart(copy=False)
@@ -79,9 +96,14 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def bench_rpc(
-    address: str, payload: bytes, seconds: float, window: int, method: str = "Test.Echo"
+    address: str,
+    payload: bytes,
+    seconds: float,
+    window: int,
+    method: str = "Test.Echo",
+    curve: ClientCurve | None = None,
 ) -> tuple[list[float], float]:
-    with RpcClient(address, "bench") as c:
+    with RpcClient(address, "bench", curve=curve) as c:
         request = PingResponse(uuid="x")
         for _ in range(50):
             c.call(UUID, method, request, PingResponse, sidecars=[payload])
@@ -105,12 +127,24 @@ def bench_rpc(
         return lat, done / (time.perf_counter() - t0)
 
 
+def curve_client(s: zmq.Socket, keys: tuple[KeyPair, str] | None) -> None:
+    if keys is not None:
+        s.curve_publickey = keys[0].public.encode()
+        s.curve_secretkey = keys[0].secret.encode()
+        s.curve_serverkey = keys[1].encode()
+
+
 def bench_raw(
-    address: str, payload: bytes, seconds: float, window: int
+    address: str,
+    payload: bytes,
+    seconds: float,
+    window: int,
+    keys: tuple[KeyPair, str] | None = None,
 ) -> tuple[list[float], float]:
     ctx = zmq.Context()
     s = ctx.socket(zmq.DEALER)
     s.setsockopt(zmq.LINGER, 0)
+    curve_client(s, keys)
     s.connect(f"tcp://{address}")
     header = PingResponse(uuid="x").SerializeToString()
     try:
@@ -164,16 +198,25 @@ def threaded(threads: int, seconds: float, make_call) -> float:
     return sum(counts) / (time.perf_counter() - t0)
 
 
-def rpc_caller(address: str, payload: bytes, method: str, closers: list):
-    client = RpcClient(address, "bench")
+def rpc_caller(
+    address: str, payload: bytes, method: str, closers: list, curve: ClientCurve | None = None
+):
+    client = RpcClient(address, "bench", curve=curve)
     closers.append(client.close)
     request = PingResponse(uuid="x")
     return lambda: client.call(UUID, method, request, PingResponse, sidecars=[payload])
 
 
-def raw_caller(address: str, payload: bytes, ctx: zmq.Context, closers: list):
+def raw_caller(
+    address: str,
+    payload: bytes,
+    ctx: zmq.Context,
+    closers: list,
+    keys: tuple[KeyPair, str] | None = None,
+):
     s = ctx.socket(zmq.DEALER)
     s.setsockopt(zmq.LINGER, 0)
+    curve_client(s, keys)
     s.connect(f"tcp://{address}")
     closers.append(s.close)
     header = PingResponse(uuid="x").SerializeToString()
@@ -247,6 +290,81 @@ def measure(rpc_address: str, raw_address: str, args, label: str) -> dict[str, f
     return out
 
 
+CURVE_SIZES = (100, 8192, 1 << 20)
+
+
+def measure_curve(args) -> None:
+    """CURVE beside plaintext: rpc servers and raw ROUTERs each way, started here."""
+    server_pair, client_pair = KeyPair.generate(), KeyPair.generate()
+    ports = {name: free_port() for name in ("rpc", "rpc-curve", "raw", "raw-curve")}
+    addr = {name: f"127.0.0.1:{port}" for name, port in ports.items()}
+    procs = [
+        start([sys.executable, "-c", RPC_SERVER, UUID, addr["rpc"], "on"]),
+        start(
+            [
+                sys.executable,
+                "-c",
+                RPC_SERVER,
+                UUID,
+                addr["rpc-curve"],
+                "on",
+                server_pair.secret,
+                client_pair.public,
+            ]
+        ),
+        start([sys.executable, "-c", RAW_SERVER, f"tcp://{addr['raw']}"]),
+        start([sys.executable, "-c", RAW_SERVER, f"tcp://{addr['raw-curve']}", server_pair.secret]),
+    ]
+    curve = ClientCurve(client_pair, {UUID: server_pair.public})
+    raw_keys = (client_pair, server_pair.public)
+    try:
+        print("CURVE against plaintext, same run; pipelined = one thread, calls in flight")
+        print(
+            f"{'payload':>9} | {'p50 plain':>9} {'p50 curve':>9} | "
+            f"{'calls/s plain':>13} {'calls/s curve':>13} {'MB/s curve':>10} {'ratio':>6} | "
+            f"{'raw plain/s':>11} {'raw curve/s':>11} {'ratio':>6}"
+        )
+        for size in CURVE_SIZES:
+            payload = b"p" * size
+            window = args.window if size <= 65536 else min(args.window, 8)
+            lat_p, tput_p = bench_rpc(addr["rpc"], payload, args.seconds, window)
+            lat_c, tput_c = bench_rpc(addr["rpc-curve"], payload, args.seconds, window, curve=curve)
+            _, raw_p = bench_raw(addr["raw"], payload, args.seconds, window)
+            _, raw_c = bench_raw(addr["raw-curve"], payload, args.seconds, window, raw_keys)
+            p50 = [statistics.median(v) * 1e6 for v in (lat_p, lat_c)]
+            mb_s = tput_c * size * 2 / 1e6  # both ways
+            print(
+                f"{size:>8}B | {p50[0]:>7.0f}us {p50[1]:>7.0f}us | "
+                f"{tput_p:>13.0f} {tput_c:>13.0f} {mb_s:>10.1f} {tput_c / tput_p:>6.2f} | "
+                f"{raw_p:>11.0f} {raw_c:>11.0f} {raw_c / raw_p:>6.2f}",
+                flush=True,
+            )
+        for size in (100, 8192):
+            payload = b"p" * size
+            closers: list = []
+            try:
+                sync = [
+                    threaded(
+                        args.threads,
+                        args.seconds,
+                        partial(rpc_caller, addr[a], payload, "Test.Echo", closers, c),
+                    )
+                    for a, c in (("rpc", None), ("rpc-curve", curve))
+                ]
+            finally:
+                for close in closers:
+                    close()
+            print(
+                f"synchronous calls/s from {args.threads} threads, {size} B: plain {sync[0]:.0f}, "
+                f"curve {sync[1]:.0f}, ratio {sync[1] / sync[0]:.2f}",
+                flush=True,
+            )
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait(10)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=3.0, help="per measurement")
@@ -258,7 +376,13 @@ def main() -> None:
         default="on",
         help="the rpc server's per-method metrics; both: side by side, ratio on/off",
     )
+    parser.add_argument(
+        "--curve", action="store_true", help="CURVE beside plaintext (ratios curve/plain)"
+    )
     args = parser.parse_args()
+    if args.curve:
+        measure_curve(args)
+        return
     modes = ("on", "off") if args.metrics == "both" else (args.metrics,)
     raw_port = free_port()
     procs = [start([sys.executable, "-c", RAW_SERVER, f"tcp://127.0.0.1:{raw_port}"])]
