@@ -27,7 +27,7 @@ from pathlib import Path
 
 from optools.localcluster import ClusterSpec, LocalCluster, NodeSpec
 from rpc.console import deferred_interrupts
-from tests.nemesis.faults import LEADER
+from tests.nemesis.faults import LEADER, TABLET_LEADER_OF
 
 logger = logging.getLogger("nemesis.cluster")
 
@@ -127,6 +127,9 @@ class NemesisCluster(LocalCluster):
         self._lock: contextlib.ExitStack | None = None
         self.lazy_disks = False
         self.disks = None  # power.Disks when the data dirs are lazyfs mounts (power faults)
+        # Added to the environment of every process started from now on: the test-only
+        # broken-build switches (LOGCENTRIC_TEST_*), set by a test around a restart.
+        self.extra_env: dict[str, str] = {}
 
     @staticmethod
     def build(
@@ -174,11 +177,29 @@ class NemesisCluster(LocalCluster):
     def resolve(self, target: str) -> str:
         """A step's target as a node name: LEADER is the coordinator leader now (the first
         coordinator when none answers as leader: the fault still lands somewhere)."""
+        if target.startswith(TABLET_LEADER_OF):
+            return self.tablet_leader(target.removeprefix(TABLET_LEADER_OF))
         if target != LEADER:
             return target
         with self.client(timeout_s=3.0) as client:
             leader = self.leader(client)
         return (leader or self.spec.coordinators[0]).name
+
+    def tablet_leader(self, table: str) -> str:
+        """The tablet server that leads most tablets of `table` now, as each server reports
+        its replicas' roles (the first tablet server when none answers as leader)."""
+        from logcentric.tablets import TabletServerClient
+
+        led: dict[str, int] = {}
+        for node in self.spec.tservers:
+            try:
+                with TabletServerClient(node.rpc, timeout_s=3.0) as ts:
+                    reports = ts.list_tablets().tablets
+            except Exception:  # noqa: BLE001 - down or cut off: it leads nothing we can use
+                continue
+            led[node.name] = sum(1 for r in reports if r.table_name == table and r.role == "LEADER")
+        best = max(led, key=lambda n: led[n], default="")
+        return best if best and led[best] else self.spec.tservers[0].name
 
     def node(self, name: str) -> NodeSpec:
         return next(n for n in (*self.spec.coordinators, *self.spec.tservers) if n.name == name)
@@ -219,7 +240,7 @@ class NemesisCluster(LocalCluster):
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                env={**os.environ, **self.extra_env, "PYTHONUNBUFFERED": "1"},
             )
             self.started.append(popen)
             node.pid = popen.pid
@@ -270,6 +291,16 @@ class NemesisCluster(LocalCluster):
             self.start_coordinator(self.spec.coordinators.index(node))
         else:
             self.start_tserver(self.spec.tservers.index(node))
+
+    def restart_with_env(self, names: list[str], env: dict[str, str]) -> None:
+        """Stop these nodes, start them again with exactly `env` added to their environment
+        (an empty dict: none), and wait until the cluster is ready."""
+        self.extra_env = dict(env)
+        for name in names:
+            self.stop(self.node(name))
+        for name in names:
+            self.restart(name)
+        self.wait_ready(timeout_s=120)
 
     def __exit__(self, *exc) -> None:
         self.close()

@@ -21,6 +21,8 @@ from typing import Protocol
 
 STEPS_MAX = 1_000  # a schedule longer than this is a mistake
 LEADER = "@leader"  # a target resolved when injected: the coordinator leader of that moment
+# "@leader-of:<table>": the tablet server leading most of that table's tablets when injected.
+TABLET_LEADER_OF = "@leader-of:"
 HOLD_S_MIN = 2.0  # how long a fault holds, drawn in [HOLD_S_MIN, HOLD_S_MAX]
 HOLD_S_MAX = 6.0
 QUIET_S_MIN = 1.0  # the healed gap between two faults

@@ -60,8 +60,16 @@ class NetFault:
 
     kind = "partition"
 
-    def __init__(self, cluster: NemesisCluster, modes: Sequence[str] = MODES) -> None:
+    def __init__(
+        self,
+        cluster: NemesisCluster,
+        modes: Sequence[str] = MODES,
+        isolate_from: Sequence[str] = (),
+    ) -> None:
+        """`isolate_from`: isolate draws its node from these only (default: the coordinator
+        leader half of the time, else any node)."""
         assert modes and set(modes) <= set(MODES), modes
+        self.isolate_from = tuple(isolate_from)
         self.cluster = cluster
         self.modes = tuple(modes)
         self.coordinators = [n.name for n in cluster.spec.coordinators]
@@ -72,6 +80,8 @@ class NetFault:
         mode = self.modes[rng.randrange(len(self.modes))]
         coords = list(self.coordinators)
         rng.shuffle(coords)
+        if mode == "isolate" and self.isolate_from:
+            return mode, (rng.choice(self.isolate_from),)
         if mode == "isolate":  # the coordinator leader half of the time
             return mode, (LEADER if rng.random() < 0.5 else rng.choice(list(nodes)),)
         if mode == "oneway":

@@ -22,15 +22,17 @@ import pytest
 
 import logcentric
 from tests.nemesis.cluster import RPC_PORT, NemesisCluster, available
-from tests.nemesis.faults import LEADER, Schedule, Step
+from tests.nemesis.faults import LEADER, TABLET_LEADER_OF, Schedule, Step
 from tests.nemesis.net import NetFault, drops_of
 from tests.nemesis.runner import PauseFault, RunResult, run
 from tests.nemesis.workloads import DdlWorkload, RegisterWorkload, SetWorkload
+from tservers.service import UNSAFE_READS_ENV
 
 pytestmark = [pytest.mark.integration, pytest.mark.nemesis]
 
 RUN_S = 25.0  # workload time of each seeded run (the cluster heals and checks after)
 SEED = 26
+BROKEN_RUN_S = 16.0  # workload time of each run of a broken server build and its fix
 
 
 @pytest.fixture(scope="module")
@@ -120,6 +122,37 @@ def test_harness_catches_ddl_retried_without_its_request_id(cluster: NemesisClus
     _report(result)
     assert not result.errors
     assert any("answered AlreadyExists" in a for a in result.anomalies), result.anomalies
+
+
+def test_harness_catches_tservers_reading_without_read_index(cluster: NemesisCluster) -> None:
+    """A broken server build: tablet servers that serve scans without the read index
+    (LOGCENTRIC_TEST_UNSAFE_READS=any), so a replica cut off from its group (a deposed
+    leader) answers from its own state. Isolating the tablet server that leads the register
+    table's tablets must be flagged NOT linearizable; the same seeded schedule against the
+    real build must not."""
+    addresses = cluster.spec.coordinator_addresses
+    tservers = [n.name for n in cluster.spec.tservers]
+    results = {}
+    for switch in ("any", ""):
+        tag = f"reads-{switch or 'safe'}"
+        register = RegisterWorkload(addresses, tag)
+        fault = NetFault(
+            cluster, modes=("isolate",), isolate_from=(TABLET_LEADER_OF + register.table_name,)
+        )
+        schedule = Schedule.make(SEED, BROKEN_RUN_S, [fault], cluster.node_names)
+        cluster.restart_with_env(tservers, {UNSAFE_READS_ENV: switch} if switch else {})
+        try:
+            results[switch] = run(cluster, schedule, [fault], [register], tag=tag)
+        finally:
+            if switch:
+                cluster.restart_with_env(tservers, {})
+        _report(results[switch])
+        assert len(results[switch].injected) == len(schedule.steps) >= 2
+        assert not results[switch].errors
+    assert any("register:" in a and "NOT linearizable" in a for a in results["any"].anomalies), (
+        results["any"].anomalies
+    )
+    assert results[""].ok, results[""].summary()
 
 
 def test_partitions_cut_tcp_between_namespaces_and_heal(cluster: NemesisCluster) -> None:
