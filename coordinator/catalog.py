@@ -104,6 +104,26 @@ class ServerInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class PrincipalInfo:
+    """A principal (design/security.md section 3), as its live Principal record says.
+
+    `roles` and `state` are what the last operation decided; while that operation is
+    pending (`pending_op_id`), `in_force_roles` and `in_force_active` are the more
+    restrictive of the states before and after it (coordinator/ops/principals.py)."""
+
+    name: str
+    kind: str  # user, tserver, coordinator
+    public_key: str  # Z85, 40 characters
+    roles: tuple[str, ...]
+    state: str  # active, revoked
+    record_id: int  # its live Principal record (STARTED while pending, else DONE)
+    pending_op_id: int = 0
+    in_force_roles: tuple[str, ...] = ()
+    in_force_active: bool = False
+    requests: tuple[tuple[str, int], ...] = ()  # (client_id, seq) of its records, carried
+
+
+@dataclass(frozen=True, slots=True)
 class PendingOp:
     op_id: int
     kind: str  # the LogRecord oneof name
@@ -119,6 +139,7 @@ class OpResult:
     done: bool
     table_id: str = ""
     schema_version: int = 0
+    principal: str = ""  # the principal's name (principal operations)
 
 
 @dataclass
@@ -134,6 +155,10 @@ class Catalog:
     # apart from `servers` (the record can precede the server's live EnlistServer record)
     retirements: dict[str, tuple[bool, int]] = field(default_factory=dict)
     pending: OrderedDict[int, PendingOp] = field(default_factory=OrderedDict)
+    # name -> principal (logged: Principal records, coordinator/ops/principals.py), and the
+    # public key of every principal not revoked -> its name (one principal per key)
+    principals: dict[str, PrincipalInfo] = field(default_factory=dict)
+    principal_keys: dict[str, str] = field(default_factory=dict)
     sessions: OrderedDict[str, OrderedDict[int, OpResult]] = field(default_factory=OrderedDict)
     last_lease: tuple[int, pb.Lease] | None = None
     # Unlogged state, fed by heartbeats (time.monotonic() of this node).
@@ -205,6 +230,7 @@ class Catalog:
             refs.update((t.create_record_id, t.alter_record_id, t.replication_record_id))
         refs.update(s.record_id for s in self.servers.values())
         refs.update(record_id for _, record_id in self.retirements.values())
+        refs.update(p.record_id for p in self.principals.values())
         refs.discard(0)
         return refs
 
@@ -217,6 +243,8 @@ class Catalog:
         self.tablets = rebuilt.tablets
         self.servers = rebuilt.servers
         self.retirements = rebuilt.retirements
+        self.principals = rebuilt.principals
+        self.principal_keys = rebuilt.principal_keys
         self.pending = rebuilt.pending
         self.sessions = rebuilt.sessions
         self.last_lease = rebuilt.last_lease

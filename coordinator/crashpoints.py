@@ -20,7 +20,8 @@ logger = logging.getLogger(__name__)
 ENV_VAR = "COORDINATOR_CRASH_POINT"
 CRASH_EXIT_STATUS = 86
 
-# Operation -> its tablet-server call (None: no call, single-phase operation).
+# Operation -> its tablet-server call (None: no call, single-phase operation; "": two
+# phases without a call, points at the commit point and at DONE only).
 _CALLS: dict[str, str | None] = {
     "create_table": "create_tablet",
     "drop_table": "delete_tablet",
@@ -30,6 +31,7 @@ _CALLS: dict[str, str | None] = {
     "remove_server": None,
     "set_replication": None,
     "retire_server": None,
+    "principal": "",
 }
 
 
@@ -37,8 +39,10 @@ def points_of(operation: str) -> tuple[str, ...]:
     """Every crash point of one operation, in the order the operation reaches them."""
     steps = ["commit_point"]
     call = _CALLS[operation]
-    if call is not None:
+    if call:
         steps += [call, "done"]
+    elif call == "":
+        steps += ["done"]
     out = []
     for step in steps:
         out += [f"{operation}.before_{step}", f"{operation}.after_{step}"]

@@ -30,6 +30,7 @@ from coordinator.leases.driver import LeaseDriver
 from coordinator.leases.testclock import clock_from_env
 from coordinator.locations import LocationCache
 from coordinator.metrics import CoordinatorObserver
+from coordinator.ops import principals
 from coordinator.replay.replayer import Replayer
 from coordinator.replication import ReplicationConfig, ReplicationManager
 from logstore import logstore_pb2 as lspb
@@ -340,6 +341,25 @@ class CoordinatorNode:
         if local:  # its replica's Raft state, for `logstore status --cluster NAME` (a read)
             s.register("LogStore.Status", lspb.StatusRequest, log_service.status)
         s.register("Coordinator.AddNode", pb.AddNodeRequest, self._add_node, privileged=True)
+        # Principals (design/security.md section 3): the admin role's, guarded until CURVE
+        # and roles are enforced by the interim privileged guard (rpc/privileged.py).
+        for method, response_type in (
+            ("AddPrincipal", pb.AddPrincipalResponse),
+            ("RevokePrincipal", pb.RevokePrincipalResponse),
+            ("SetPrincipalRoles", pb.SetPrincipalRolesResponse),
+        ):
+            s.register(
+                f"Coordinator.{method}",
+                getattr(pb, f"{method}Request"),
+                lambda req, ctx, t=response_type: self._principal_change(req, t),
+                privileged=True,
+            )
+        s.register(
+            "Coordinator.ListPrincipals",
+            pb.ListPrincipalsRequest,
+            self._list_principals,
+            privileged=True,
+        )
         s.register(
             "Coordinator.RemoveNode", pb.RemoveNodeRequest, self._remove_node, privileged=True
         )
@@ -356,6 +376,16 @@ class CoordinatorNode:
         if response is None:
             return pb.EnlistServerResponse() if kind == "enlist_server" else None
         return response
+
+    def _principal_change(self, request, response_type):
+        """AddPrincipal, RevokePrincipal, SetPrincipalRoles: one logged operation kind
+        (coordinator/ops/principals.py), answered with the principal's name."""
+        answer = self._engine().execute(principals.KIND, request)
+        return response_type(name=answer.name or request.name)
+
+    def _list_principals(self, request: pb.ListPrincipalsRequest, ctx: CallContext):
+        self._engine().check_serving()
+        return principals.summaries(self.catalog)
 
     def _retire_server(self, request: pb.RetireServerRequest, ctx: CallContext):
         """Logged (ops/retire_server), then answered with the replicas still on it."""

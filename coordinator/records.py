@@ -294,6 +294,22 @@ def _set_replication(msg: pb.SetReplication, fields: dict[str, Any]) -> list[str
     ]
 
 
+def _principal(msg: pb.Principal, fields: dict[str, Any]) -> list[str]:
+    words = [f"{msg.action} principal={msg.name} kind={msg.kind} key={msg.public_key}"]
+    if msg.action != "add" and list(msg.old_roles) != list(msg.roles):
+        words.append(f"roles={','.join(msg.old_roles)}->{','.join(msg.roles)}")
+    else:
+        words.append(f"roles={','.join(msg.roles)}")
+    if msg.old_state and msg.old_state != msg.state:
+        words.append(f"state={msg.old_state}->{msg.state}")
+    else:
+        words.append(f"state={msg.state}")
+    words += _previous(msg.previous_record_id)
+    if msg.superseded:
+        words.append(f"superseded={','.join(_rid(r) for r in msg.superseded)}")
+    return words
+
+
 OP_DECODERS: dict[str, Callable[[Any, dict[str, Any]], list[str]]] = {
     "create_table": _create_table,
     "drop_table": _drop_table,
@@ -303,6 +319,7 @@ OP_DECODERS: dict[str, Callable[[Any, dict[str, Any]], list[str]]] = {
     "remove_server": _remove_server,
     "set_replication": _set_replication,
     "retire_server": _retire_server,
+    "principal": _principal,
 }
 
 

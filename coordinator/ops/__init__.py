@@ -17,6 +17,7 @@ from coordinator.ops import (
     create_table,
     drop_table,
     enlist_server,
+    principals,
     remove_server,
     retire_server,
     server_down,
@@ -35,10 +36,11 @@ OPS: dict[str, ModuleType] = {
         remove_server,
         set_replication,
         retire_server,
+        principals,
     )
 }
 # Operations whose STARTED record is followed by side effects and a DONE record.
-TWO_PHASE = frozenset({create_table.KIND, drop_table.KIND, alter_table.KIND})
+TWO_PHASE = frozenset({create_table.KIND, drop_table.KIND, alter_table.KIND, principals.KIND})
 
 
 def decode(data: bytes) -> pb.LogRecord:

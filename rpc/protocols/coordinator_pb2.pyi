@@ -249,8 +249,34 @@ class SetReplication(_message.Message):
     superseded: _containers.RepeatedCompositeFieldContainer[SupersededRequest]
     def __init__(self, header: _Optional[_Union[OpHeader, _Mapping]] = ..., table_id: _Optional[str] = ..., replication_factor: _Optional[int] = ..., old_replication_factor: _Optional[int] = ..., previous_record_id: _Optional[int] = ..., superseded: _Optional[_Iterable[_Union[SupersededRequest, _Mapping]]] = ...) -> None: ...
 
+class Principal(_message.Message):
+    __slots__ = ("header", "action", "name", "kind", "public_key", "roles", "state", "previous_record_id", "old_roles", "old_state", "superseded")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    PUBLIC_KEY_FIELD_NUMBER: _ClassVar[int]
+    ROLES_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    PREVIOUS_RECORD_ID_FIELD_NUMBER: _ClassVar[int]
+    OLD_ROLES_FIELD_NUMBER: _ClassVar[int]
+    OLD_STATE_FIELD_NUMBER: _ClassVar[int]
+    SUPERSEDED_FIELD_NUMBER: _ClassVar[int]
+    header: OpHeader
+    action: str
+    name: str
+    kind: str
+    public_key: str
+    roles: _containers.RepeatedScalarFieldContainer[str]
+    state: str
+    previous_record_id: int
+    old_roles: _containers.RepeatedScalarFieldContainer[str]
+    old_state: str
+    superseded: _containers.RepeatedCompositeFieldContainer[RequestId]
+    def __init__(self, header: _Optional[_Union[OpHeader, _Mapping]] = ..., action: _Optional[str] = ..., name: _Optional[str] = ..., kind: _Optional[str] = ..., public_key: _Optional[str] = ..., roles: _Optional[_Iterable[str]] = ..., state: _Optional[str] = ..., previous_record_id: _Optional[int] = ..., old_roles: _Optional[_Iterable[str]] = ..., old_state: _Optional[str] = ..., superseded: _Optional[_Iterable[_Union[RequestId, _Mapping]]] = ...) -> None: ...
+
 class LogRecord(_message.Message):
-    __slots__ = ("lease", "create_table", "drop_table", "alter_table", "enlist_server", "server_down", "remove_server", "set_replication", "retire_server")
+    __slots__ = ("lease", "create_table", "drop_table", "alter_table", "enlist_server", "server_down", "remove_server", "set_replication", "retire_server", "principal")
     LEASE_FIELD_NUMBER: _ClassVar[int]
     CREATE_TABLE_FIELD_NUMBER: _ClassVar[int]
     DROP_TABLE_FIELD_NUMBER: _ClassVar[int]
@@ -260,6 +286,7 @@ class LogRecord(_message.Message):
     REMOVE_SERVER_FIELD_NUMBER: _ClassVar[int]
     SET_REPLICATION_FIELD_NUMBER: _ClassVar[int]
     RETIRE_SERVER_FIELD_NUMBER: _ClassVar[int]
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
     lease: Lease
     create_table: CreateTable
     drop_table: DropTable
@@ -269,7 +296,8 @@ class LogRecord(_message.Message):
     remove_server: RemoveServer
     set_replication: SetReplication
     retire_server: RetireServer
-    def __init__(self, lease: _Optional[_Union[Lease, _Mapping]] = ..., create_table: _Optional[_Union[CreateTable, _Mapping]] = ..., drop_table: _Optional[_Union[DropTable, _Mapping]] = ..., alter_table: _Optional[_Union[AlterTable, _Mapping]] = ..., enlist_server: _Optional[_Union[EnlistServer, _Mapping]] = ..., server_down: _Optional[_Union[ServerDown, _Mapping]] = ..., remove_server: _Optional[_Union[RemoveServer, _Mapping]] = ..., set_replication: _Optional[_Union[SetReplication, _Mapping]] = ..., retire_server: _Optional[_Union[RetireServer, _Mapping]] = ...) -> None: ...
+    principal: Principal
+    def __init__(self, lease: _Optional[_Union[Lease, _Mapping]] = ..., create_table: _Optional[_Union[CreateTable, _Mapping]] = ..., drop_table: _Optional[_Union[DropTable, _Mapping]] = ..., alter_table: _Optional[_Union[AlterTable, _Mapping]] = ..., enlist_server: _Optional[_Union[EnlistServer, _Mapping]] = ..., server_down: _Optional[_Union[ServerDown, _Mapping]] = ..., remove_server: _Optional[_Union[RemoveServer, _Mapping]] = ..., set_replication: _Optional[_Union[SetReplication, _Mapping]] = ..., retire_server: _Optional[_Union[RetireServer, _Mapping]] = ..., principal: _Optional[_Union[Principal, _Mapping]] = ...) -> None: ...
 
 class TableSummary(_message.Message):
     __slots__ = ("table_id", "name", "state")
@@ -704,3 +732,81 @@ class UnhealthyTablet(_message.Message):
     table_name: str
     reason: str
     def __init__(self, tablet_id: _Optional[str] = ..., table_name: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class PrincipalSummary(_message.Message):
+    __slots__ = ("name", "kind", "public_key", "roles", "state", "pending", "record_id")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    PUBLIC_KEY_FIELD_NUMBER: _ClassVar[int]
+    ROLES_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    PENDING_FIELD_NUMBER: _ClassVar[int]
+    RECORD_ID_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    kind: str
+    public_key: str
+    roles: _containers.RepeatedScalarFieldContainer[str]
+    state: str
+    pending: bool
+    record_id: int
+    def __init__(self, name: _Optional[str] = ..., kind: _Optional[str] = ..., public_key: _Optional[str] = ..., roles: _Optional[_Iterable[str]] = ..., state: _Optional[str] = ..., pending: _Optional[bool] = ..., record_id: _Optional[int] = ...) -> None: ...
+
+class AddPrincipalRequest(_message.Message):
+    __slots__ = ("request_id", "name", "kind", "public_key", "roles")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    PUBLIC_KEY_FIELD_NUMBER: _ClassVar[int]
+    ROLES_FIELD_NUMBER: _ClassVar[int]
+    request_id: RequestId
+    name: str
+    kind: str
+    public_key: str
+    roles: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, request_id: _Optional[_Union[RequestId, _Mapping]] = ..., name: _Optional[str] = ..., kind: _Optional[str] = ..., public_key: _Optional[str] = ..., roles: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class AddPrincipalResponse(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class RevokePrincipalRequest(_message.Message):
+    __slots__ = ("request_id", "name")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    request_id: RequestId
+    name: str
+    def __init__(self, request_id: _Optional[_Union[RequestId, _Mapping]] = ..., name: _Optional[str] = ...) -> None: ...
+
+class RevokePrincipalResponse(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class SetPrincipalRolesRequest(_message.Message):
+    __slots__ = ("request_id", "name", "roles")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ROLES_FIELD_NUMBER: _ClassVar[int]
+    request_id: RequestId
+    name: str
+    roles: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, request_id: _Optional[_Union[RequestId, _Mapping]] = ..., name: _Optional[str] = ..., roles: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class SetPrincipalRolesResponse(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class ListPrincipalsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListPrincipalsResponse(_message.Message):
+    __slots__ = ("principals",)
+    PRINCIPALS_FIELD_NUMBER: _ClassVar[int]
+    principals: _containers.RepeatedCompositeFieldContainer[PrincipalSummary]
+    def __init__(self, principals: _Optional[_Iterable[_Union[PrincipalSummary, _Mapping]]] = ...) -> None: ...

@@ -14,6 +14,7 @@ import pytest
 from coordproc import CoordinatorGroup, Heartbeater, TServer, wait_for
 
 from coordinator.crashpoints import ALL_POINTS, CRASH_EXIT_STATUS, ENV_VAR
+from rpc import privileged
 from rpc.errors import RpcError
 from rpc.protocols import coordinator_pb2 as pb
 
@@ -26,6 +27,7 @@ SCHEMA = pb.Schema(
     ]
 )
 GHOST = "ghost-server"
+ALICE_KEY = "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7"  # a CURVE public key, Z85
 FOLLOWER_LEASE_S = 2.5
 EXTRA = ("--tserver-timeout-s", "1.5")
 
@@ -58,6 +60,11 @@ def request_for(kind: str, rid: pb.RequestId):
     if kind == "retire_server":
         req = pb.RetireServerRequest(request_id=rid, server_uuid=GHOST)
         return "RetireServer", req, pb.RetireServerResponse
+    if kind == "principal":
+        req = pb.AddPrincipalRequest(
+            request_id=rid, name="alice", public_key=ALICE_KEY, roles=["writer"]
+        )
+        return "AddPrincipal", req, pb.AddPrincipalResponse
     raise AssertionError(kind)
 
 
@@ -98,6 +105,12 @@ def check(kind: str, client, tservers: list[TServer], done: bool) -> None:
         assert client.describe_table("t").replication_factor == (2 if done else 1)
     elif kind == "retire_server":
         assert {s.uuid: s.retired for s in client.list_servers()}[GHOST] == done
+    elif kind == "principal":
+        listed = client.call(
+            "ListPrincipals", pb.ListPrincipalsRequest(), pb.ListPrincipalsResponse
+        ).principals
+        got = [(p.name, p.state, p.pending, p.public_key) for p in listed]
+        assert got == ([("alice", "active", False, ALICE_KEY)] if done else [])
 
 
 def converged(kind: str, client, tservers: list[TServer], done: bool) -> None:
@@ -128,6 +141,7 @@ REQUESTED = (
     "remove_server",
     "set_replication",
     "retire_server",
+    "principal",
 )
 
 
@@ -155,7 +169,9 @@ def test_crash_point(tmp_path, point):
     tservers = [TServer(tmp_path, f"ts{i}") for i in range(2)]
     group = CoordinatorGroup(tmp_path, 3)
     beat = None
-    client = group.client(timeout_s=60.0, call_timeout_s=5.0)
+    # Signed with the cluster's password: the principal methods are privileged.
+    key = privileged.derive_key(group.password_file.read_text().strip())
+    client = group.client(timeout_s=60.0, call_timeout_s=5.0, privileged_key=key)
     try:
         armed = lead_with_armed_node(group, client, point)
         beat = Heartbeater(group, tservers)
@@ -182,6 +198,8 @@ def test_crash_point(tmp_path, point):
             converged(kind, client, tservers, done=True)
             if kind in ("create_table", "drop_table"):
                 assert result.table_id.startswith("t")
+            if kind == "principal":
+                assert result.name == "alice"
             if kind == "alter_table":
                 assert result.schema_version == 2
         elif kind == "enlist_server":
