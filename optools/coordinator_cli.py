@@ -9,6 +9,7 @@
     coordinator retire-tserver UUID ... ; then stop it; coordinator remove-tserver UUID ...
     coordinator local-cluster up|down|status ...                     (localcluster.py)
     coordinator log --data-dir NODE_DIR ... | --cluster NAME ...     (logtool.py)
+    coordinator users add|list|set-roles|revoke ...                  (users_cli.py)
     coordinator clusters                      (the clusters file: names and addresses)
 
 Every command that talks to a cluster names it the same way: `--coordinators HOST:PORT,...`,
@@ -210,7 +211,7 @@ def cmd_servers(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from optools import admin, localcluster, logtool
+    from optools import admin, localcluster, logtool, users_cli
 
     parser = argparse.ArgumentParser(prog="coordinator", description=__doc__.splitlines()[0])
     add_version(parser, "coordinator")
@@ -268,6 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_json(p, "a list of servers")
     p.set_defaults(func=cmd_servers)
+    users_cli.add_commands(sub)  # users add|list|set-roles|revoke (design/security.md)
     p = sub.add_parser("local-cluster", help="a whole cluster as local processes")
     localcluster.add_arguments(p)
     p = sub.add_parser("log", help="decode and inspect the coordinator log")

@@ -1,0 +1,281 @@
+"""`coordinator users`: the principals of the coordinator log (design/security.md section 3).
+
+    coordinator users add NAME --role R [--role R2] [--public-key FILE] [--out FILE]
+    coordinator users list [--json]
+    coordinator users set-roles NAME --role R ...
+    coordinator users revoke NAME
+
+`add` without --public-key makes a CURVE key pair (zmq.curve_keypair) and writes the
+credentials file (default ./NAME.credentials, mode 0600, never over an existing file): the
+key pair, the name and roles, and the cluster's coordinator addresses. The file is written
+before the principal is logged and removed again when the cluster refuses it, so a logged
+key always has its secret saved. With --public-key (the key's Z85 text, or a zmq
+certificate file) only the public key is logged and no file is written.
+
+The methods are the admin role's; until CURVE and roles are enforced they are guarded by the
+cluster's password (rpc/privileged.py): --password-file, else $COORDINATOR_PASSWORD or
+$LOGCENTRIC_PASSWORD. Every change carries a request id, so the client's own retries
+(a new leader, a lost answer) get the first answer instead of a second change.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+from coordinator.ops.principals import KINDS, ROLES, key_problem
+from rpc.console import UsageError, add_cluster_arguments, add_json, cluster_addresses, print_json
+
+DEFAULT_TIMEOUT_S = 10.0
+CREDENTIALS_FORMAT = "logcentric-credentials/1"
+KEY_FILE_BYTES_MAX = 64 * 1024
+
+
+def _roles(values: list[str]) -> list[str]:
+    """--role given once or more, each possibly comma-separated."""
+    out: list[str] = []
+    for value in values:
+        for role in (r.strip() for r in value.split(",")):
+            if role and role not in out:
+                out.append(role)
+    unknown = [r for r in out if r not in ROLES]
+    if unknown:
+        raise UsageError(f"unknown role {unknown[0]!r}; roles: {', '.join(ROLES)}")
+    return out
+
+
+def _timeout(value: str) -> float:
+    from optools.admin import timeout_arg
+
+    return timeout_arg(value)
+
+
+def _client(args):
+    from logcentric.meta import CoordinatorClient
+    from rpc import privileged
+
+    password = privileged.read_password(
+        args.password_file, "COORDINATOR_PASSWORD", "coordinator"
+    ) or os.environ.get(privileged.PASSWORD_ENV)
+    key = privileged.derive_key(password) if password else None
+    return CoordinatorClient(args.coordinators, timeout_s=args.timeout_s, privileged_key=key)
+
+
+def read_public_key(path: str) -> str:
+    """The Z85 public key in `path`: a zmq certificate (`public-key = "..."`) or the key's
+    40 characters alone. One-line SystemExit when it is neither."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read(KEY_FILE_BYTES_MAX)
+    except (OSError, UnicodeDecodeError) as e:
+        raise SystemExit(
+            f"coordinator users add: cannot read public key file {path}: {e}"
+        ) from None
+    if "public-key" in text:
+        import zmq.auth
+
+        try:
+            public, _secret = zmq.auth.load_certificate(path)
+        except (ValueError, OSError) as e:
+            raise SystemExit(f"coordinator users add: {path}: not a certificate: {e}") from None
+        key = public.decode()
+    else:
+        key = text.strip()
+    if (problem := key_problem(key)) is not None:
+        raise SystemExit(f"coordinator users add: {path}: {problem}")
+    return key
+
+
+def write_credentials(path: str, document: dict) -> None:
+    """Create `path` with mode 0600 (never over an existing file), write and fsync it."""
+    data = (json.dumps(document, indent=2) + "\n").encode()
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        raise SystemExit(f"coordinator users add: {path} exists; give another --out FILE") from None
+    try:
+        os.fchmod(fd, 0o600)  # whatever the umask
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def cmd_add(args) -> int:
+    import zmq
+
+    from rpc.protocols import coordinator_pb2 as pb
+
+    roles = _roles(args.role)
+    args.coordinators = cluster_addresses(args.coordinators, args.cluster)
+    out = None
+    if args.public_key:
+        if args.out:
+            raise UsageError("--out writes a new key pair's credentials: not with --public-key")
+        public = read_public_key(args.public_key)
+    else:
+        public_b, secret_b = zmq.curve_keypair()
+        public = public_b.decode()
+        out = args.out or f"{args.name}.credentials"
+        write_credentials(
+            out,
+            {
+                "format": CREDENTIALS_FORMAT,
+                "name": args.name,
+                "kind": args.kind,
+                "roles": roles,
+                "public_key": public,
+                "secret_key": secret_b.decode(),
+                "coordinators": list(args.coordinators),
+            },
+        )
+    try:
+        with _client(args) as client:
+            request = pb.AddPrincipalRequest(
+                request_id=client.next_request_id(),
+                name=args.name,
+                kind=args.kind,
+                public_key=public,
+                roles=roles,
+            )
+            client.call("AddPrincipal", request, pb.AddPrincipalResponse)
+    except BaseException:
+        if out is not None:  # refused or unknown: the secret of a key never logged goes
+            os.unlink(out)
+        raise
+    if args.json:
+        print_json(
+            {
+                "name": args.name,
+                "kind": args.kind,
+                "roles": roles,
+                "public_key": public,
+                "credentials_file": os.path.abspath(out) if out else None,
+            }
+        )
+        return 0
+    where = f"; credentials in {out} (mode 0600: keep it secret)" if out else ""
+    print(f"added {args.kind} {args.name} ({', '.join(roles)}) key {public}{where}")
+    return 0
+
+
+def principal_fields(p) -> dict:
+    return {
+        "name": p.name,
+        "kind": p.kind,
+        "roles": list(p.roles),
+        "state": p.state,
+        "pending": p.pending,
+        "public_key": p.public_key,
+        "record_id": p.record_id,
+    }
+
+
+def cmd_list(args) -> int:
+    from rpc.protocols import coordinator_pb2 as pb
+
+    args.coordinators = cluster_addresses(args.coordinators, args.cluster)
+    with _client(args) as client:
+        answer = client.call(
+            "ListPrincipals", pb.ListPrincipalsRequest(), pb.ListPrincipalsResponse
+        )
+    if args.json:
+        print_json([principal_fields(p) for p in answer.principals])
+        return 0
+    if not answer.principals:
+        print("no principals (coordinator users add NAME --role R)")
+        return 0
+    for p in answer.principals:
+        state = p.state + (" (changing)" if p.pending else "")
+        print(f"{p.name}\t{p.kind}\t{','.join(p.roles)}\t{state}\t{p.public_key}")
+    return 0
+
+
+def cmd_revoke(args) -> int:
+    from rpc.protocols import coordinator_pb2 as pb
+
+    args.coordinators = cluster_addresses(args.coordinators, args.cluster)
+    with _client(args) as client:
+        request = pb.RevokePrincipalRequest(request_id=client.next_request_id(), name=args.name)
+        client.call("RevokePrincipal", request, pb.RevokePrincipalResponse)
+    if args.json:
+        print_json({"name": args.name, "state": "revoked"})
+    else:
+        print(f"revoked {args.name}: its key is refused from now on")
+    return 0
+
+
+def cmd_set_roles(args) -> int:
+    from rpc.protocols import coordinator_pb2 as pb
+
+    roles = _roles(args.role)
+    args.coordinators = cluster_addresses(args.coordinators, args.cluster)
+    with _client(args) as client:
+        request = pb.SetPrincipalRolesRequest(
+            request_id=client.next_request_id(), name=args.name, roles=roles
+        )
+        client.call("SetPrincipalRoles", request, pb.SetPrincipalRolesResponse)
+    if args.json:
+        print_json({"name": args.name, "roles": roles})
+    else:
+        print(f"{args.name} now has: {', '.join(roles)}")
+    return 0
+
+
+def _common(p: argparse.ArgumentParser, what: str) -> None:
+    add_cluster_arguments(p)
+    p.add_argument(
+        "--timeout-s",
+        type=_timeout,
+        default=DEFAULT_TIMEOUT_S,
+        help="total time for the request (default %(default)s)",
+    )
+    p.add_argument(
+        "--password-file",
+        default=None,
+        help="the cluster's password (also COORDINATOR_PASSWORD or LOGCENTRIC_PASSWORD): "
+        "the admin methods answer only a caller who holds it until roles are enforced",
+    )
+    add_json(p, what)
+
+
+def add_commands(sub) -> None:
+    """`users add|list|set-roles|revoke` on the `coordinator` command's subparsers."""
+    users = sub.add_parser(
+        "users",
+        help="principals (users, servers) with their keys and roles",
+        description=__doc__.splitlines()[0],
+    )
+    cmds = users.add_subparsers(dest="users_command", required=True)
+    p = cmds.add_parser("add", help="add a principal; makes its key pair and credentials file")
+    p.add_argument("name", help="letters, digits and . _ @ : + - (up to 128 bytes)")
+    p.add_argument(
+        "--role",
+        action="append",
+        required=True,
+        help=f"one of {', '.join(ROLES)}; repeat or comma-separate for several",
+    )
+    p.add_argument("--kind", choices=KINDS, default="user", help="default %(default)s")
+    p.add_argument(
+        "--public-key",
+        metavar="FILE",
+        help="log this public key (Z85 text or a zmq certificate) instead of making a pair",
+    )
+    p.add_argument(
+        "--out", metavar="FILE", help="the credentials file (default ./NAME.credentials)"
+    )
+    _common(p, "the principal added and its credentials file")
+    p.set_defaults(func=cmd_add)
+    p = cmds.add_parser("list", help="every principal: kind, roles, state, public key")
+    _common(p, "a list of principals")
+    p.set_defaults(func=cmd_list)
+    p = cmds.add_parser("set-roles", help="replace a principal's roles")
+    p.add_argument("name")
+    p.add_argument("--role", action="append", required=True, help=f"one of {', '.join(ROLES)}")
+    _common(p, "the principal and its roles")
+    p.set_defaults(func=cmd_set_roles)
+    p = cmds.add_parser("revoke", help="revoke a principal: its key is refused from then on")
+    p.add_argument("name")
+    _common(p, "the principal revoked")
+    p.set_defaults(func=cmd_revoke)
