@@ -153,15 +153,18 @@ def test_logstore_group_metrics_and_readiness(tmp_path):
             daemons[leader].kill()
             rest = [i for i in range(3) if i != leader]
 
-            def new_leader() -> int | None:
+            def new_leader() -> list[int]:
+                # A list, never the bare index: wait_for waits for a truthy value, and
+                # replica 0 as the new leader (index 0) was taken for "none yet" until the
+                # wait timed out (seen: 120 s with replica 0 leader all along).
                 for i in rest:
                     f = scrape(f"http://{http[i]}")
                     if value(f, "logcentric_logstore_raft_role", role="leader") == 1:
-                        return i
-                return None
+                        return [i]
+                return []
 
             try:
-                successor = wait_for(new_leader, WAIT_S, "a new logstore leader", 0.2)
+                (successor,) = wait_for(new_leader, WAIT_S, "a new logstore leader", 0.2)
             except AssertionError as e:
                 states = {i: get(f"http://{http[i]}/readyz")[1] for i in rest}
                 roles = {
