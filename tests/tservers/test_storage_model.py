@@ -21,7 +21,7 @@ from rpc.protocols.tserver_pb2 import (
 )
 from tests.tservers.helpers import create, deadline, ipc, open_manager
 from tservers.tablet.blockindex import bloom_name
-from tservers.tablet.bloom import Bloom, key_hash
+from tservers.tablet.bloom import Bloom, hash_array, hash_columns, hash_keys, key_hash
 
 INT_KEY = SchemaPB(
     columns=[
@@ -278,6 +278,31 @@ def test_key_hash_is_stable_across_processes_and_releases():
     assert key_hash(0) == 0xE220A8397B1DCDAF
     assert key_hash(("x", 1)) == key_hash(("x", 1)) != key_hash(("x", 2))
     assert key_hash("a") != key_hash(b"a")
+
+
+def test_vectorized_hash_build_and_probe_equal_the_one_key_functions():
+    """The Arrow-kernel hash, filter build and probe (used by blocks and writes) give the
+    very bits and answers of the per-key functions: the file format is unchanged."""
+    rng = random.Random(7)
+    ints = [rng.randrange(-(2**63), 2**63) for _ in range(3000)] + list(range(-40, 40))
+    assert hash_keys(ints).to_pylist() == [key_hash(k) for k in ints]
+    assert hash_array(pa.array(ints, pa.int64())).to_pylist() == [key_hash(k) for k in ints]
+    small = list(range(-40, 40))
+    want = [key_hash(k) for k in small]
+    assert hash_array(pa.array(small, pa.int32())).to_pylist() == want
+    assert hash_array(pa.array(small, pa.timestamp("us"))).to_pylist() == want
+    strs = ["", "a", "é", "user-17"]
+    assert hash_array(pa.array(strs)).to_pylist() == [key_hash(s) for s in strs]
+    pair = [pa.array(["a", "b"]), pa.array([1, 2], pa.int32())]
+    assert hash_columns(pair).to_pylist() == [key_hash(("a", 1)), key_hash(("b", 2))]
+    for n in (1, 7, 3000):
+        scalar = Bloom.build((key_hash(k) for k in ints[:n]), n)
+        vector = Bloom.build(hash_keys(ints[:n]), n)
+        assert vector.bits == scalar.bits
+        probe = ints[: n + 50] + [rng.randrange(-(2**63), 2**63) for _ in range(2000)]
+        got = vector.may_contain_many(hash_keys(probe)).to_pylist()
+        assert got == [scalar.may_contain(key_hash(k)) for k in probe]
+        assert all(got[:n])
 
 
 def test_a_streamed_scan_is_a_snapshot_through_writes_flushes_and_compactions(tmp_path):

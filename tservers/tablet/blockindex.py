@@ -21,9 +21,10 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from tservers.metafile import fsync_dir
-from tservers.tablet.bloom import Bloom, key_hash
+from tservers.tablet.bloom import Bloom, hash_columns, is_int_type, key_hash
 from tservers.tablet.schema import DELETED_FIELD
 
 log = logging.getLogger(__name__)
@@ -57,6 +58,9 @@ class BlockIndex:
         "_firsts",
         "_offsets",
         "_nk",
+        "_col",
+        "_offsets_arr",
+        "key_type",
     )
 
     def __init__(self, name: str, table: pa.Table, key_names: list[str]) -> None:
@@ -76,6 +80,17 @@ class BlockIndex:
         self.min_key = self._firsts[0] if batches else None
         self.max_key = self._key(len(batches) - 1, batches[-1].num_rows - 1) if batches else None
         self.bloom: Bloom | None = None
+        # A one-column key as a chunked array over the mapped batches (timestamps as
+        # int64), searched with Arrow's binary search (`locate_many`); None for a
+        # composite key (Python bisect per key).
+        self._col = None
+        self._offsets_arr = pa.array(self._offsets, pa.int64())
+        self.key_type = None
+        if self._nk == 1 and batches:
+            t = self._keys[0][0].type
+            if is_int_type(t) or pa.types.is_string(t) or pa.types.is_binary(t):
+                self._col = pa.chunked_array([a[0] for a in self._keys], t)
+                self.key_type = t
 
     @classmethod
     def open(cls, data_dir: Path, name: str, key_names: list[str]) -> BlockIndex:
@@ -98,7 +113,12 @@ class BlockIndex:
         return b
 
     def build_bloom(self) -> Bloom:
-        return Bloom.build((key_hash(k) for k in self.iter_keys()), self.num_rows)
+        """The filter of the block's keys, hashed a batch at a time (vectorized for
+        integer keys)."""
+        if not self._keys:
+            return Bloom.build(pa.array([], pa.uint64()), 0)
+        hashes = pa.concat_arrays([hash_columns(arrays) for arrays in self._keys])
+        return Bloom.build(hashes, self.num_rows)
 
     def iter_keys(self) -> Iterable:
         for arrays in self._keys:
@@ -139,6 +159,46 @@ class BlockIndex:
         if lo < len(self._deleted[j]) and self._key(j, lo) == key:
             return self._offsets[j] + lo
         return None
+
+    def locate_many(self, keys: pa.Array, hashes: pa.Array) -> tuple[list[int], list[int], list]:
+        """The keys of `keys` (an array of `key_type`; `hashes` their `key_hash`) this block
+        holds, vectorized: range, then filter, then a binary search (Arrow's search_sorted)
+        of the rest in the mapped key column. Returns their positions in `keys`, their row
+        numbers and whether each is a tombstone."""
+        if self._col is None or not len(keys):
+            return [], [], []
+        t = self.key_type
+        mask = pc.and_(
+            pc.greater_equal(keys, pa.scalar(self.min_key, t)),
+            pc.less_equal(keys, pa.scalar(self.max_key, t)),
+        )
+        idx = pc.indices_nonzero(mask)
+        if not len(idx):
+            return [], [], []
+        if self.bloom is not None:
+            idx = pc.filter(idx, self.bloom.may_contain_many(pc.take(hashes, idx)))
+            if not len(idx):
+                return [], [], []
+        cand = pc.take(keys, idx)
+        pos = pc.search_sorted(self._col, cand).cast(pa.int64())
+        pos = pc.min_element_wise(pos, self.num_rows - 1)
+        # Take per batch: a take over the chunked column would concatenate it.
+        batch = pc.subtract(pc.search_sorted(self._offsets_arr, pos, side="right"), 1)
+        out_i: list[int] = []
+        out_r: list[int] = []
+        out_d: list = []
+        for j in pc.unique(batch).to_pylist():
+            sel = pc.equal(batch, j)
+            rows = pc.filter(pos, sel)
+            local = pc.subtract(rows, self._offsets[j])
+            at = pc.take(self._keys[j][0], local)
+            hit = pc.equal(at, pc.filter(cand, sel))
+            if not pc.any(hit).as_py():
+                continue
+            out_i.extend(pc.filter(pc.filter(idx, sel), hit).to_pylist())
+            out_r.extend(pc.filter(rows, hit).to_pylist())
+            out_d.extend(pc.take(self._deleted[j], pc.filter(local, hit)).to_pylist())
+        return out_i, out_r, out_d
 
     def deleted(self, row: int) -> bool:
         j = bisect.bisect_right(self._offsets, row) - 1

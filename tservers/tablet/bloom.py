@@ -7,6 +7,12 @@ The filter is an array of 512-bit blocks; a key sets PROBES bits in the one bloc
 32 hash bits pick, so a lookup touches one 64-byte block. About BITS_PER_KEY bits a key
 (~1% false positives).
 
+Vectorized: a column of integer keys is hashed with Arrow kernels (`hash_array`,
+`hash_keys`), a batch of hashes probed against a filter in one pass (`may_contain_many`)
+and a filter built from a hash array with one scatter of its bit positions (`build`).
+The bit layout is the same as the one-key functions (`key_hash`, `may_contain`): a bit p
+is bit p & 7 of byte p >> 3, which is also how Arrow packs a boolean array.
+
 File (`<block>.bloom`, little endian): magic b"LCBF", u16 version, u16 probes, u32 filter
 blocks, u64 keys, u32 crc32 of the bits, then the bits. Derived data: a file that is
 missing, torn, of another version or whose checksum fails is rebuilt from its block.
@@ -17,7 +23,10 @@ from __future__ import annotations
 import hashlib
 import struct
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 MAGIC = b"LCBF"
 VERSION = 1
@@ -28,6 +37,16 @@ BLOCK_BYTES = BLOCK_BITS // 8
 BLOCKS_MAX = 1 << 26  # 4 GiB of filter: far past any block's size
 _HEADER = struct.Struct("<4sHHIQI")
 _MASK64 = (1 << 64) - 1
+_U64 = pa.uint64()
+
+
+def _u(v: int) -> pa.Scalar:
+    return pa.scalar(v, _U64)
+
+
+_GOLDEN, _M1, _M2 = _u(0x9E3779B97F4A7C15), _u(0xBF58476D1CE4E5B9), _u(0x94D049BB133111EB)
+_S30, _S27, _S31, _S32 = _u(30), _u(27), _u(31), _u(32)
+_LOW32 = _u(0xFFFFFFFF)
 
 
 def key_hash(key) -> int:
@@ -57,30 +76,108 @@ def _encode(key) -> bytes:
     raise TypeError(f"cannot hash key of type {type(key).__name__}")
 
 
+def is_int_type(t: pa.DataType) -> bool:
+    """Keys of this Arrow type are Python ints (hashed by splitmix64)."""
+    return pa.types.is_integer(t) or pa.types.is_timestamp(t) or pa.types.is_boolean(t)
+
+
+def _splitmix(z: pa.Array) -> pa.Array:
+    """splitmix64 of every value of a uint64 array (Arrow's unchecked kernels wrap)."""
+    z = pc.add(z, _GOLDEN)
+    z = pc.multiply(pc.bit_wise_xor(z, pc.shift_right(z, _S30)), _M1)
+    z = pc.multiply(pc.bit_wise_xor(z, pc.shift_right(z, _S27)), _M2)
+    return pc.bit_wise_xor(z, pc.shift_right(z, _S31))
+
+
+def _as_u64(a: pa.Array) -> pa.Array:
+    """An integer, timestamp or boolean array as uint64 two's complement (Python's
+    `key & (2**64 - 1)`)."""
+    if pa.types.is_timestamp(a.type):
+        a = a.view(pa.int64())
+    elif not pa.types.is_int64(a.type) and not pa.types.is_uint64(a.type):
+        a = a.cast(pa.int64())
+    return a if pa.types.is_uint64(a.type) else a.view(_U64)
+
+
+def hash_array(a: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """`key_hash` of every value of a one-column key array, as a uint64 array (vectorized
+    for integer, timestamp and boolean keys)."""
+    if isinstance(a, pa.ChunkedArray):
+        a = a.combine_chunks() if a.num_chunks != 1 else a.chunk(0)
+    if is_int_type(a.type):
+        return _splitmix(_as_u64(a))
+    if pa.types.is_timestamp(a.type):
+        a = a.view(pa.int64())
+    return pa.array([key_hash(k) for k in a.to_pylist()], _U64)
+
+
+def hash_columns(arrays: Sequence[pa.Array]) -> pa.Array:
+    """`key_hash` of every key of a key given as its columns (one or more arrays)."""
+    if len(arrays) == 1:
+        return hash_array(arrays[0])
+    lists = [
+        (a.view(pa.int64()) if pa.types.is_timestamp(a.type) else a).to_pylist() for a in arrays
+    ]
+    return pa.array([key_hash(k) for k in zip(*lists, strict=True)], _U64)
+
+
+def hash_keys(keys: Sequence) -> pa.Array:
+    """`key_hash` of Python keys, as a uint64 array (vectorized when they are ints)."""
+    if keys and all(type(k) is int for k in keys):
+        try:
+            return _splitmix(pa.array(keys, pa.int64()).view(_U64))
+        except (OverflowError, pa.ArrowInvalid):
+            pass
+    return pa.array([key_hash(k) for k in keys], _U64)
+
+
+def _probe_bits(hashes: pa.Array, nblocks: int) -> list[pa.Array]:
+    """The PROBES bit positions of every hash, as PROBES int64 arrays (the arithmetic of
+    `may_contain`: every term fits int64, and only the low 9 bits of h2 are used)."""
+    hi = pc.shift_right(hashes, _S32).view(pa.int64())
+    h2 = pc.bit_wise_and(hashes, _LOW32).view(pa.int64())
+    base = pc.multiply(pc.modulo(hi, nblocks), BLOCK_BITS)
+    step = pc.bit_wise_or(pc.shift_right(h2, 17), 1)
+    out = []
+    for _ in range(PROBES):
+        out.append(pc.add(base, pc.bit_wise_and(h2, 511)))
+        h2 = pc.add(h2, step)
+    return out
+
+
 class Bloom:
     """An immutable filter: `may_contain(key_hash(k))` is False only for keys never added."""
 
-    __slots__ = ("bits", "nblocks", "nkeys")
+    __slots__ = ("bits", "nblocks", "nkeys", "_arr")
 
     def __init__(self, bits: bytes, nblocks: int, nkeys: int) -> None:
         assert len(bits) == nblocks * BLOCK_BYTES
         self.bits = bits
         self.nblocks = nblocks
         self.nkeys = nkeys
+        # The bits as an Arrow uint8 array over the same memory (for vectorized probes).
+        self._arr = pa.Array.from_buffers(pa.uint8(), len(bits), [None, pa.py_buffer(bits)])
 
     @classmethod
-    def build(cls, hashes: Iterable[int], nkeys: int) -> Bloom:
+    def build(cls, hashes: pa.Array | Iterable[int], nkeys: int) -> Bloom:
+        """The filter of `hashes` (a uint64 array, or Python ints) sized for `nkeys` keys."""
         nblocks = min(BLOCKS_MAX, max(1, (nkeys * BITS_PER_KEY + BLOCK_BITS - 1) // BLOCK_BITS))
-        bits = bytearray(nblocks * BLOCK_BYTES)
-        for h in hashes:
-            base = ((h >> 32) % nblocks) * BLOCK_BITS
-            h2 = h & 0xFFFFFFFF
-            step = (h2 >> 17) | 1
-            for _ in range(PROBES):
-                p = base + (h2 & 511)
-                bits[p >> 3] |= 1 << (p & 7)
-                h2 += step
-        return cls(bytes(bits), nblocks, nkeys)
+        if not isinstance(hashes, pa.Array):
+            hashes = pa.array(list(hashes), _U64)
+        nbits = nblocks * BLOCK_BITS
+        if len(hashes) == 0:
+            return cls(bytes(nbits // 8), nblocks, nkeys)
+        positions = pa.concat_arrays(_probe_bits(hashes, nblocks))
+        # Written positions are valid, the rest null: the result's validity bitmap has bit
+        # p in byte p >> 3 at bit p & 7 (LSB first), the filter's own layout.
+        mark = pc.scatter(
+            pa.repeat(pa.scalar(True), len(positions)), positions, max_index=nbits - 1
+        )
+        assert mark.offset == 0 and len(mark) == nbits
+        validity = mark.buffers()[0]
+        if validity is None:  # every bit set
+            return cls(b"\xff" * (nbits // 8), nblocks, nkeys)
+        return cls(validity.to_pybytes()[: nbits // 8], nblocks, nkeys)
 
     def may_contain(self, h: int) -> bool:
         bits = self.bits
@@ -93,6 +190,17 @@ class Bloom:
                 return False
             h2 += step
         return True
+
+    def may_contain_many(self, hashes: pa.Array) -> pa.Array:
+        """`may_contain` of every hash of a uint64 array, as a boolean array."""
+        ok = None
+        one = pa.scalar(1, pa.uint8())
+        for p in _probe_bits(hashes, self.nblocks):
+            byte = pc.take(self._arr, pc.shift_right(p, 3))
+            bit = pc.bit_wise_and(pc.shift_right(byte, pc.bit_wise_and(p, 7).cast(pa.uint8())), one)
+            hit = pc.equal(bit, one)
+            ok = hit if ok is None else pc.and_(ok, hit)
+        return ok
 
     @property
     def size_bytes(self) -> int:

@@ -90,7 +90,7 @@ from tservers.crash import crash_point
 from tservers.fs import FsLayout
 from tservers.metafile import fsync_dir
 from tservers.tablet.blockindex import BlockIndex, bloom_name
-from tservers.tablet.bloom import key_hash
+from tservers.tablet.bloom import hash_array, key_hash
 from tservers.tablet.merge import SLAB_ROWS_DEFAULT, merge_slabs, newest_versions
 from tservers.tablet.schema import DELETED_FIELD, Schema, block_name, value_from_pb
 from tservers.tablet.validate import Block, decode_block
@@ -713,32 +713,63 @@ class Tablet:
     @staticmethod
     def _locate_blocks(want: set, blocks: Sequence[BlockIndex]) -> dict:
         """Where the newest version of each key of `want` is in `blocks` (oldest first): key ->
-        None (a tombstone) or ("b", block, row number); keys in no block are left out. Each
-        block is asked only for keys in its range, the filter before its key column; a key is
-        hashed once. Needs no lock: blocks are immutable."""
+        None (a tombstone) or ("b", block, row number); keys in no block are left out. Blocks
+        are asked newest first, each only for the keys still unknown. A one-column key is
+        looked up vectorized (`BlockIndex.locate_many`: the keys hashed once as an Arrow
+        array, range, filter and binary search per block in Arrow kernels); a composite key
+        per key (range, filter, bisect). Needs no lock: blocks are immutable."""
         out: dict = {}
         if not want or not blocks:
             return out
-        left = set(want)
+        left = list(want)
         lo, hi = min(left), max(left)
-        hashes: dict = {}
+        key_type = blocks[-1].key_type
+        keys = hashes = None
+        if key_type is not None:
+            try:
+                keys = pa.array(left, key_type)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError):
+                keys = None  # a key of another type than the blocks': the per-key path
+        if keys is not None:
+            hashes = hash_array(keys)
+            for b in reversed(blocks):
+                if not left:
+                    break
+                if b.min_key is None or b.max_key < lo or b.min_key > hi:
+                    continue
+                if b.key_type != key_type:  # cannot happen (keys never change type)
+                    raise Corruption(f"block {b.name} has key type {b.key_type}")
+                pos, rows, dels = b.locate_many(keys, hashes)
+                if not pos:
+                    continue
+                for i, r, d in zip(pos, rows, dels, strict=True):
+                    out[left[i]] = None if d else ("b", b, r)
+                found = set(pos)
+                remain = [i for i in range(len(left)) if i not in found]
+                left = [left[i] for i in remain]
+                ix = pa.array(remain, pa.int64())
+                keys = keys.take(ix)
+                hashes = hashes.take(ix)
+            return out
+        left_set = set(left)
+        hashes_d: dict = {}
         for b in reversed(blocks):
-            if not left:
+            if not left_set:
                 break
             if b.min_key is None or b.max_key < lo or b.min_key > hi:
                 continue
             found = []
-            for k in left:
+            for k in left_set:
                 if k < b.min_key or k > b.max_key:
                     continue
-                h = hashes.get(k)
+                h = hashes_d.get(k)
                 if h is None:
-                    h = hashes[k] = key_hash(k)
+                    h = hashes_d[k] = key_hash(k)
                 i = b.find(k, h)
                 if i is not None:
                     found.append(k)
                     out[k] = None if b.deleted(i) else ("b", b, i)
-            left.difference_update(found)
+            left_set.difference_update(found)
         return out
 
     def _locate_locked(self, want: set) -> dict:
