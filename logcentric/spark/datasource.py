@@ -1,9 +1,11 @@
 """The "logcentric" Spark 4 Python data source: read and write cluster tables.
 
 Read: `schema()` asks the coordinator for the table's schema; `partitions()` makes one input
-partition per tablet; each task opens a client and streams its tablet's Arrow batches through
-`Table.scan_tablet` (projection = the `columns` option; predicates = the `predicates` option;
-Spark's own filters are evaluated by Spark). Batches go to Spark as Arrow, never row by row.
+partition per tablet the `predicates` option can match (all of them unless the predicates
+pin the hash key: the client's tablet pruning); each task opens a client and streams its
+tablet's Arrow batches through `Table.scan_tablet` (projection = the `columns` option;
+predicates = the `predicates` option; Spark's own filters are evaluated by Spark: no
+pushFilters, design/spark.md). Batches go to Spark as Arrow, never row by row.
 
 Write (`DataSourceArrowWriter`): each task opens one client and one session, applies its
 Arrow batches with the `operation` option (insert | upsert | delete), flushes, and fails with
@@ -151,10 +153,13 @@ class TableReader(DataSourceReader):
         self.predicates = predicates
 
     def partitions(self) -> Sequence[InputPartition]:
+        """One partition per tablet the "predicates" option can match: when they pin every
+        hash-key column (`=`, `in`, a narrow integer range), only the tablets of those keys'
+        buckets (`Table.scan_tablets`, the client's pruning), else every tablet."""
         with _open_client(self.options) as client:
             t = client.table(self.options.table)
             self._check_same_table(t)
-            tablets = sorted(t.tablets(), key=lambda info: info.hash_bucket)
+            tablets = sorted(t.scan_tablets(self.predicates), key=lambda info: info.hash_bucket)
         return [TabletPartition(str(info.tablet_id), i) for i, info in enumerate(tablets)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

@@ -199,7 +199,7 @@ def test_scan_predicates_reach_the_tablet_servers(cluster, all_types):
     )
     reader = source.reader(source.schema())
     partitions = reader.partitions()
-    assert len(partitions) == 3
+    assert len(partitions) == 2  # the buckets of 17, 18, 19 and 9999 (of 3): tablet pruning
     rows = [r for p in partitions for b in reader.read(p) for r in b.to_pylist()]
     assert sorted(rows, key=lambda r: r["id"]) == [
         {"s": "s17-é", "id": 17},
