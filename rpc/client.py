@@ -124,6 +124,12 @@ _HANDSHAKE_EVENTS = (
 )
 _MONITOR_EVENTS = zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECTED | _HANDSHAKE_EVENTS
 _MECHANISM_MISMATCH = 0x11000002  # ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH
+# A handshake that fails without detail (the peer closed the connection while greeting) is
+# what a server that does not hold the expected key does, every time; a server going down
+# mid-handshake does it once. So it counts as a failure only this many times in a row
+# (without a handshake that succeeded in between): a CURVE client, and a plaintext one.
+_NO_DETAIL_FAILURES_CURVE = 2
+_NO_DETAIL_FAILURES_PLAIN = 3
 
 
 def _handshake_failure(event: int, value: int, address: str, server_key: str) -> str:
@@ -210,7 +216,15 @@ class _Dealer:
     """A DEALER socket to one server address with a monitor of its connection; a CURVE
     client of the server holding `server_key` unless that is empty."""
 
-    __slots__ = ("address", "server_key", "socket", "monitor", "connected", "handshake_error")
+    __slots__ = (
+        "address",
+        "server_key",
+        "socket",
+        "monitor",
+        "connected",
+        "handshake_error",
+        "_no_detail_failures",
+    )
 
     def __init__(
         self,
@@ -236,6 +250,7 @@ class _Dealer:
         # does not hold `server_key`, CURVE on one side only. Calls that could not be sent
         # fail with it at once (HandshakeFailed) instead of waiting for their deadline.
         self.handshake_error = ""
+        self._no_detail_failures = 0
 
     def drain_monitor(self) -> bool:
         """Apply pending connection events; True if the connection dropped."""
@@ -253,10 +268,25 @@ class _Dealer:
                 dropped = True
             elif kind == zmq.EVENT_HANDSHAKE_SUCCEEDED:
                 self.handshake_error = ""
+                self._no_detail_failures = 0
             elif kind & _HANDSHAKE_EVENTS:
                 self.connected = False
+                value = int(event["value"])
+                if kind == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
+                    self._no_detail_failures += 1
+                    limit = (
+                        _NO_DETAIL_FAILURES_CURVE if self.server_key else _NO_DETAIL_FAILURES_PLAIN
+                    )
+                    if self._no_detail_failures < limit:
+                        continue  # maybe a server going down: zmq reconnects as before
+                elif (
+                    kind == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+                    and not self.server_key
+                    and value != _MECHANISM_MISMATCH
+                ):
+                    continue  # plaintext: only a server that requires CURVE is news
                 self.handshake_error = _handshake_failure(
-                    kind, int(event["value"]), self.address, self.server_key
+                    kind, value, self.address, self.server_key
                 )
 
     def close(self) -> None:

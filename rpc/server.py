@@ -618,7 +618,10 @@ class RpcServer:
             # The key the CURVE handshake proved (ZAP's User-Id, on every frame it delivers),
             # checked at every call: an answer that changed since the connection was admitted
             # (a revoked key) holds from the next call on.
-            peer_key = rest[0].get("User-Id")
+            try:
+                peer_key = rest[0].get("User-Id")
+            except zmq.ZMQError:  # no User-Id: not admitted by ZAP (cannot happen with CURVE)
+                peer_key = ""
             principal = self._authorize(peer_key)
             if principal is None:
                 raise self._reject(

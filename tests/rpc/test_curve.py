@@ -433,3 +433,21 @@ def test_relay_sees_no_plaintext(secure):
     visible = [m for m in markers if m in seen]
     assert len(seen) > 1000
     assert visible == ([] if secure else markers)
+
+
+def test_failed_bind_of_a_curve_server_stops_its_zap_handler():
+    def zap_threads() -> int:
+        return sum(type(t).__name__ == "AuthenticationThread" for t in threading.enumerate())
+
+    pair = KeyPair.generate()
+    with RpcServer(UUID, curve=ServerCurve(pair, {}.get)) as first:
+        running = zap_threads()
+        assert running >= 1
+        second = RpcServer("other", first.address, curve=ServerCurve(pair, {}.get))
+        with pytest.raises(OSError, match="cannot bind"):
+            second.start()
+        started = time.monotonic()
+        second.close()  # zmq's Context.term() would wait forever for a socket left open
+        assert time.monotonic() - started < 5
+        assert zap_threads() == running
+    assert zap_threads() == running - 1
