@@ -13,6 +13,11 @@ the I/O thread when a connection drops; calls already written to it fail with UN
 until the deadline. Non-idempotent calls are never resent by this layer.
 
 `RpcClient` is a handle on one address (with its own Transport unless given a shared one).
+
+CURVE (design/security.md §2): a Transport with a `ClientCurve` connects as a CURVE client,
+to a server that must prove it holds the public key of the UUID a call names; a handshake
+that fails (key refused, wrong server key, CURVE on one side only) fails the waiting calls
+at once with HandshakeFailed, saying why. Without one it talks plaintext, as before.
 """
 
 from __future__ import annotations

@@ -16,6 +16,11 @@ Metrics (design/operability.md): per method, answers by status and a latency his
 answers calls (the I/O thread and each worker): every shard has one writer, so a call pays
 no lock, one clock read and a few list increments. `collect_metrics()` adds the shards up
 into prometheus-client metric families when a daemon's `/metrics` is scraped.
+
+CURVE (design/security.md §2, `curve=ServerCurve(...)`): the ROUTER is a CURVE server behind
+zmq.auth's ZAP handler, which admits the keys the authorizer knows; every call is checked
+again with the key the handshake proved (ZAP's User-Id on the header frame), so a revoked
+key's next call is refused on a connection that is already open. Plaintext without it.
 """
 
 from __future__ import annotations
