@@ -524,8 +524,8 @@ class Table:
         that can match no row still reads one tablet, so that the tablet server checks the
         predicates and the scan fails or succeeds as an unpruned one would."""
         preds = _predicate_pbs(predicates)
-        tablets = self.tablets()
-        with self._lock:
+        with self._lock:  # one consistent view: a refresh replaces all of these together
+            tablets = list(self._tablets)
             key_fields = [self.arrow_schema.field(k) for k in self.key_columns]
             by_bucket = dict(self._by_bucket)
         if not tablets or not key_fields:
