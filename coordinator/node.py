@@ -20,6 +20,7 @@ import threading
 import uuid as uuidlib
 from dataclasses import dataclass, field
 
+from coordinator import authz
 from coordinator.catalog import Catalog
 from coordinator.console import Console, ConsoleSource
 from coordinator.crashpoints import CrashPoints
@@ -36,10 +37,10 @@ from coordinator.replication import ReplicationConfig, ReplicationManager
 from logstore import logstore_pb2 as lspb
 from logstore.api import LogStore
 from logstore.service import LogStoreService
-from rpc import privileged
+from rpc import keys, privileged
 from rpc.addresses import parse_host_port
 from rpc.dirlock import lock_server_dir
-from rpc.errors import BadRequest, Unavailable
+from rpc.errors import BadRequest, Unauthenticated, Unavailable
 from rpc.observe import HttpEndpoint
 from rpc.protocols import coordinator_pb2 as pb
 from rpc.server import CallContext, RpcServer
@@ -47,6 +48,8 @@ from rpc.server import CallContext, RpcServer
 logger = logging.getLogger(__name__)
 
 UUID_FILE = "coordinator-uuid"
+KEYS_DIR = "keys"
+KEY_NAME = "coordinator"
 LOGSTORE_DIR = "logstore"
 RPC_WORKERS = 16
 RPC_QUEUE_MAX = 1024
@@ -69,6 +72,12 @@ class NodeConfig:
     replication: ReplicationConfig = field(default_factory=ReplicationConfig)
     # The web console, /metrics, /healthz, /readyz (coordinator/console.py): HOST:PORT, "" off.
     http: str = ""
+    # CURVE on the rpc service (design/security.md): the node's key pair in <data_dir>/keys,
+    # callers admitted by the principals table, every call checked against the role table
+    # (coordinator/authz.py). Off: plaintext, as before. `admin_keys`: public keys admitted
+    # as admins besides the table's (the bootstrap admin until it is logged; not logged).
+    curve: bool = False
+    admin_keys: tuple[str, ...] = ()
 
 
 def load_or_create_uuid(data_dir: str, node_id: str) -> str:
@@ -114,6 +123,36 @@ def open_store(config: NodeConfig, uuid: str) -> LogStore:
     )
 
 
+class PermissionDenied(Unauthenticated):
+    """A known key whose roles may not call the method. The wire has no PERMISSION_DENIED
+    status yet (rpc/rpc.proto): it travels as UNAUTHENTICATED, with a message that begins
+    "permission denied" and names the role needed."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"permission denied: {reason}")
+
+
+class _Guarded:
+    """Registers handlers on an RpcServer with CURVE behind the role table
+    (coordinator/authz.py): a call whose key's roles (ctx.principal, the authorizer's
+    answer at this very call) may not call the method is refused before the handler runs,
+    naming the role it needs. Roles replace the interim password guard there: no method is
+    registered privileged (design/security.md section 1)."""
+
+    def __init__(self, server: RpcServer) -> None:
+        self.server = server
+
+    def register(self, method: str, request_type, handler, **kw) -> None:
+        def guarded(request, ctx: CallContext):
+            reason = authz.authorize(method, ctx.principal or ())
+            if reason is not None:
+                raise PermissionDenied(reason)
+            return handler(request, ctx)
+
+        kw.pop("privileged", None)
+        self.server.register(method, request_type, guarded, **kw)
+
+
 class CoordinatorNode:
     """Owns every component; a context manager. `address` is the client RPC address."""
 
@@ -141,6 +180,12 @@ class CoordinatorNode:
         self.engine: Engine | None = None
         self.locations: LocationCache | None = None
         self.replication: ReplicationManager | None = None
+        self.public_key = ""
+        curve = None
+        if config.curve:
+            pair = keys.load_or_create_keypair(os.path.join(config.data_dir, KEYS_DIR), KEY_NAME)
+            self.public_key = pair.public
+            curve = keys.ServerCurve(pair, self._roles_of_key)
         self.server = RpcServer(
             self.uuid,
             config.bind,
@@ -148,6 +193,7 @@ class CoordinatorNode:
             workers=RPC_WORKERS,
             queue_max=RPC_QUEUE_MAX,
             privileged_key=self.privileged_key,
+            curve=curve,
         )
         self._register()
         self._closed = threading.Event()
@@ -268,7 +314,7 @@ class CoordinatorNode:
         is held briefly by pure code (apply, decide), never across I/O; the lease check is
         lock-free. Mutating calls run on the worker pool (they wait for appends and tablet
         servers)."""
-        s = self.server
+        s = _Guarded(self.server) if self.config.curve else self.server
         mutate = {
             "CreateTable": (pb.CreateTableRequest, "create_table"),
             "DropTable": (pb.DropTableRequest, "drop_table"),
@@ -363,6 +409,13 @@ class CoordinatorNode:
         s.register(
             "Coordinator.RemoveNode", pb.RemoveNodeRequest, self._remove_node, privileged=True
         )
+
+    def _roles_of_key(self, public_key: str) -> tuple[str, ...] | None:
+        """The CURVE authorizer: the roles in force for a caller's key (the principals
+        table, coordinator/ops/principals.py, or a bootstrap admin key); None refuses it."""
+        if public_key in self.config.admin_keys:
+            return (authz.ADMIN,)
+        return principals.roles_of_key(self.catalog, public_key)
 
     def _tablet_locations(self, request: pb.GetTabletLocationsRequest, ctx: CallContext):
         """From the cache of serialized answers (coordinator/locations.py), leader only."""
