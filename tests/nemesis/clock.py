@@ -22,6 +22,7 @@ Sampling can miss a short overlap; it never invents one.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import random
@@ -218,6 +219,16 @@ class ServingMonitor(Workload):
                     found.append((a, b, min(a.end, b.end) - b.start))
         return found
 
+    def handovers(self) -> list[tuple[Serving, Serving, float]]:
+        """Consecutive proved intervals of different nodes and the real time between the
+        end of one and the start of the next (negative: both served; a lower bound of the
+        true gap's accuracy is about two samples)."""
+        out = []
+        for a, b in itertools.pairwise(self.intervals()):
+            if a.node != b.node:
+                out.append((a, b, b.start - a.end))
+        return out
+
     def current_overlap(self) -> tuple[Serving, Serving] | None:
         """An overlap still in progress or just proved: (older epoch, newer epoch)."""
         for a, b, _ in reversed(self.overlaps()):
@@ -241,9 +252,10 @@ class ServingMonitor(Workload):
         samples = self.samples()
         answered = sum(1 for s in samples if s.serving is not None)
         epochs = sorted({(v.node, v.epoch) for v in self.intervals()}, key=lambda x: x[1])
+        gaps = ", ".join(f"{g * 1000:.0f}" for _, _, g in self.handovers())
         return (
             f"serving monitor: {len(samples)} samples ({answered} answered), "
-            f"serving (node, epoch): {epochs}"
+            f"serving (node, epoch): {epochs}; handover gaps (ms): {gaps}"
         )
 
 

@@ -20,7 +20,13 @@ from pathlib import Path
 import pytest
 
 from coordinator.leases import LeaseConfig
-from coordinator.leases.testclock import DIR_ENV, RATE_ENV, SkewedClock, clock_from_env
+from coordinator.leases.testclock import (
+    DIR_ENV,
+    NO_DRIFT_MARGIN_ENV,
+    RATE_ENV,
+    SkewedClock,
+    clock_from_env,
+)
 from tests.nemesis.clock import (
     ClockFault,
     ServingMonitor,
@@ -40,6 +46,16 @@ SLOW, FAST = 0.98, 1.02  # within the default margin (rho 0.02, bound 0.0526)
 # Far outside: the isolated leader's clock at a twentieth (its renewal, whose failure deposes
 # it, comes 4 s of real time after the last one), the others at twice real time.
 BROKEN_SLOW, BROKEN_FAST = 0.05, 2.0
+# At the edge of the margin (rho 0.05 < 0.0526, the margin being a tenth of the lease as
+# `coordinator start` sets it): the real lease is safe by a few ms. Without its margin the
+# slow leader serves up to a tenth of the lease past the moment a fast follower may take
+# over, less the follower's sighting delay (up to its poll, a tenth of the lease too) and its
+# takeover append: with the 1 s lease that is about nothing (10 takeovers showed no overlap),
+# so the test runs its coordinators with a 3 s lease (0.3 s margin and poll).
+EDGE_SLOW, EDGE_FAST = 0.95, 1.05
+EDGE_LEASE_S = 3.0
+NO_MARGIN_TAKEOVERS = 6
+NO_MARGIN_REPLAYS = 4  # of the broken build, until an overlap shows
 
 
 def test_drift_bound_of_the_default_lease() -> None:
@@ -168,3 +184,53 @@ def test_outside_the_margin_two_leaders_serve_at_once(cluster: NemesisCluster) -
     probes = [e for e in result.events if e.workload == "probe"]
     assert len(probes) == 1 and probes[0].outcome != "OK", probes
     print(f"probe at {probe.sent_to}: {probes[0].outcome} {probes[0].error}")
+
+
+@pytest.mark.integration
+@pytest.mark.nemesis
+def test_without_its_drift_margin_the_lease_lets_two_leaders_serve(
+    cluster: NemesisCluster,
+) -> None:
+    """A broken server build: coordinators whose lease keeps no drift margin
+    (LOGCENTRIC_TEST_UNSAFE_NO_DRIFT_MARGIN=1). A drift within the margin of the real
+    build (leader 0.95, followers 1.05) and the same seeded takeovers: the broken build
+    shows two coordinators serving at once (the schedule replayed until it does, at most
+    NO_MARGIN_REPLAYS times); the real one never does."""
+    lease = LeaseConfig(lease_timeout_s=EDGE_LEASE_S, renew_interval_s=EDGE_LEASE_S / 5,
+                        drift_margin_s=EDGE_LEASE_S / 10)  # fmt: skip
+    assert within_margin(lease, EDGE_SLOW, EDGE_FAST)
+    coordinators = [n.name for n in cluster.spec.coordinators]
+    hold_s = EDGE_LEASE_S / EDGE_FAST + 1.2  # the fast followers' watch, then the takeover
+    offsets = [1.5 + (hold_s + 1.0) * i for i in range(NO_MARGIN_TAKEOVERS)]
+    schedule = Schedule(27, offsets[-1] + hold_s + 1.5, tuple(_takeovers(offsets, hold_s)))
+    results: dict[str, list[tuple[RunResult, ServingMonitor]]] = {}
+    default_lease_s = cluster.spec.lease_timeout_s
+    try:
+        cluster.spec.lease_timeout_s = EDGE_LEASE_S
+        for switch in ("1", ""):
+            tag = f"clk-margin-{'off' if switch else 'on'}"
+            cluster.restart_with_env(coordinators, {NO_DRIFT_MARGIN_ENV: switch} if switch else {})
+            # The broken build's window opens only in some takeovers (the deposed leader's
+            # renewal must hang, not fail at once, and the follower see its last append
+            # early): the schedule is replayed until an overlap shows, a bounded number of
+            # times. The real build gets one replay; its safety does not depend on luck.
+            for _ in range(NO_MARGIN_REPLAYS if switch else 1):
+                fault = ClockFault(cluster, slow=EDGE_SLOW, fast=EDGE_FAST)
+                monitor = ServingMonitor(cluster, tag)
+                result = run(cluster, schedule, [fault], [monitor], tag)
+                results.setdefault(switch, []).append((result, monitor))
+                _report(result, monitor)
+                assert not result.errors, result.errors
+                assert len(result.injected) == NO_MARGIN_TAKEOVERS
+                assert len({v.epoch for v in monitor.intervals()}) > NO_MARGIN_TAKEOVERS // 2
+                if result.anomalies:
+                    break
+    finally:
+        cluster.spec.lease_timeout_s = default_lease_s
+        cluster.restart_with_env(coordinators, {})
+    broken, _ = results["1"][-1]
+    assert len(broken.anomalies) == 1, broken.summary()
+    assert broken.anomalies[0].startswith("two coordinators serving"), broken.summary()
+    print(f"broken build caught in replay {len(results['1'])} of at most {NO_MARGIN_REPLAYS}")
+    ((real, _),) = results[""]
+    assert real.ok, real.summary()
