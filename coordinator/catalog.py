@@ -166,6 +166,9 @@ class Catalog:
     # Each tablet server's HTTP address (its own page, /metrics), as its heartbeats say.
     http_addresses: dict[str, str] = field(default_factory=dict)
     tablet_reports: dict[str, TabletReportInfo] = field(default_factory=dict)
+    # Each tablet server's file system as its last heartbeat said (pb.DiskReport); a server
+    # whose report says full (free at or below its reserve) gets no new replica.
+    disks: dict[str, pb.DiskReport] = field(default_factory=dict)
     # (server uuid, tablet id) -> CAS config index of replicas to delete (coordinator/replication)
     strays: dict[tuple[str, str], int] = field(default_factory=dict)
     # tablet id -> uuids of the servers that report their replica of it FAILED (the policy
@@ -189,9 +192,15 @@ class Catalog:
         return frozenset(u for u, (retired, _) in self.retirements.items() if retired)
 
     def placeable_servers(self) -> list[ServerInfo]:
-        """Live servers that may get new replicas: not retired."""
+        """Live servers that may get new replicas: not retired, and not full (free space at
+        or below the reserve, as its last heartbeat said: unlogged, the leader's view)."""
         retired = self.retired_servers()
-        return [s for s in self.live_servers() if s.uuid not in retired]
+        full = self.full_servers()
+        return [s for s in self.live_servers() if s.uuid not in retired and s.uuid not in full]
+
+    def full_servers(self) -> frozenset[str]:
+        """Servers whose last heartbeat said their file system is at or below the reserve."""
+        return frozenset(u for u, d in self.disks.items() if d.full)
 
     def current_replicas(self, tablet_id: str) -> tuple[str, ...]:
         """The tablet's replicas: the committed config its leader (or, until a leader

@@ -323,6 +323,8 @@ class Engine:
             self.catalog.heartbeats[request.server_uuid] = now
             if request.http_address:
                 self.catalog.http_addresses[request.server_uuid] = request.http_address[:256]
+            if request.HasField("disk"):
+                self.catalog.disks[request.server_uuid] = request.disk
             for report in request.tablets:
                 if report.tablet_id in self.catalog.tablets:
                     self._take_report(request.server_uuid, report, now)
@@ -461,6 +463,15 @@ class Engine:
                     last_heartbeat_age_s=(now - seen) if seen is not None else -1.0,
                     retired=uuid in retired,
                 )
+                disk = self.catalog.disks.get(uuid)
+                if disk is not None:
+                    row = response.servers[-1]
+                    row.fs_total_bytes = disk.total_bytes
+                    row.fs_free_bytes = disk.free_bytes
+                    row.fs_used_bytes = disk.used_bytes
+                    row.fs_reserved_bytes = disk.reserved_bytes
+                    row.fs_full = disk.full
+                    row.fs_root_bytes = disk.root_bytes
             return response
 
     # ------------------------------------------------------------ any node

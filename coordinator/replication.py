@@ -140,9 +140,11 @@ def plan(
     move: Move | None = None,
     retiring: frozenset[str] = frozenset(),
     failed: frozenset[str] = frozenset(),
+    full: frozenset[str] = frozenset(),
 ) -> Action | None:
     """At most one config change that brings the tablet closer to health (pure). `failed`:
-    the servers whose replica of this tablet is FAILED."""
+    the servers whose replica of this tablet is FAILED; `full`: servers at their reserved
+    free space (never a new replica's target; their replicas stay)."""
 
     def bad(uuid: str) -> bool:
         return (
@@ -177,7 +179,9 @@ def plan(
         if any(not bad(u) for u in non_voters):
             return None  # the leader is copying / promoting a new replica
         candidates = [
-            u for u in live if u not in members and u not in retiring and u != view.leader_uuid
+            u
+            for u in live
+            if u not in members and u not in retiring and u not in full and u != view.leader_uuid
         ]
         if move is not None and move.to_uuid:
             candidates = [move.to_uuid] if move.to_uuid in candidates else []
@@ -638,7 +642,9 @@ class ReplicationManager:
                 view = self._leader_view(view, fetched)
                 if view is None:
                     continue
-            action = plan(view, live, load, move, retiring, failed)
+            with self.catalog.lock:
+                full = self.catalog.full_servers()
+            action = plan(view, live, load, move, retiring, failed, full)
             if action is None:
                 continue
             if self._execute(action):

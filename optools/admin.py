@@ -149,6 +149,21 @@ class ServerCheck:
     error: str = ""
     under_replicated_tablets: int = 0
     unavailable_tablets: int = 0
+    # Its file system as its last heartbeat said (all 0: not reported); full: free at or
+    # below the reserve, so it refuses new tablets and writes.
+    fs_total_bytes: int = 0
+    fs_free_bytes: int = 0
+    fs_used_bytes: int = 0
+    fs_reserved_bytes: int = 0
+    fs_full: bool = False
+    fs_root_bytes: int = 0
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
 
 
 @dataclass
@@ -261,6 +276,12 @@ def check_cluster(addresses: list[str], timeout_s: float) -> ClusterCheck:
                     round(s.last_heartbeat_age_s, 1),
                     answered=not isinstance(report, str),
                     error=report if isinstance(report, str) else "",
+                    fs_total_bytes=s.fs_total_bytes,
+                    fs_free_bytes=s.fs_free_bytes,
+                    fs_used_bytes=s.fs_used_bytes,
+                    fs_reserved_bytes=s.fs_reserved_bytes,
+                    fs_full=s.fs_full,
+                    fs_root_bytes=s.fs_root_bytes,
                 )
             )
         for summary in meta.list_tables():
@@ -432,6 +453,13 @@ def summarize_problems(result: ClusterCheck) -> None:
         effect = f": tablets left {', '.join(effects)}" if effects else ""
         address = f" ({s.address})" if s.address else ""
         result.problem(f"tablet server {s.uuid}{address} {what}{heard}{effect}{hint}")
+    for s in result.servers:
+        if s.fs_full:
+            result.problem(
+                f"tablet server {s.uuid} ({s.address}) is full: {s.fs_free_bytes} bytes free, "
+                f"at or below its reserve of {s.fs_reserved_bytes}: it refuses new tablets and "
+                "writes; free space (drop tables) or add tablet servers"
+            )
     for (uuid, address, problem), tablets in replica_problems.items():
         result.problem(
             f"tablet server {uuid} ({address}): {len(tablets)} replica(s) {problem}: "
@@ -473,6 +501,13 @@ def cmd_status(args) -> int:
                 f"  leaves {s.under_replicated_tablets} tablet(s) under-replicated, "
                 f"{s.unavailable_tablets} unavailable"
             )
+        if s.fs_total_bytes:
+            line += (
+                f"  disk {_size(s.fs_free_bytes)} free of {_size(s.fs_total_bytes)}"
+                f" (reserve {_size(s.fs_reserved_bytes)}, its files {_size(s.fs_root_bytes)})"
+            )
+            if s.fs_full:
+                line += " FULL"
         if not s.answered and s.state == "LIVE":
             line += "  (did not answer)"
         print(line + ("  (retired)" if s.retired else ""))
@@ -741,6 +776,12 @@ def server_fields(s: cpb.ServerSummary) -> dict:
         "replicas": s.replicas,
         "retired": s.retired,
         "last_heartbeat_age_s": s.last_heartbeat_age_s,
+        "fs_total_bytes": s.fs_total_bytes,
+        "fs_free_bytes": s.fs_free_bytes,
+        "fs_used_bytes": s.fs_used_bytes,
+        "fs_reserved_bytes": s.fs_reserved_bytes,
+        "fs_full": s.fs_full,
+        "fs_root_bytes": s.fs_root_bytes,
     }
 
 

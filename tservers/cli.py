@@ -97,6 +97,17 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _bytes_arg(text: str) -> int:
+    """A byte count: a whole number, 0 or above."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number of bytes: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or above, got {value}")
+    return value
+
+
 def _rate_mb(text: str) -> float:
     """A throttle in MB/s: 0 (unthrottled) or above, finite."""
     try:
@@ -173,6 +184,8 @@ def _cmd_start(args) -> int:
         workers=args.workers,
         coordinators=coordinators,
         copy_rate_limit_bytes_s=int(args.copy_rate_mb * 1_000_000),
+        fs_reserved_bytes=args.fs_reserved_bytes,
+        compaction_rate_bytes_s=int(args.compaction_rate_mb * 1_000_000),
         copy_session_idle_s=args.copy_session_idle_s,
         wal_retain_entries_max=args.wal_retain_entries,
         wal_retain_bytes_max=args.wal_retain_mb << 20,
@@ -887,6 +900,22 @@ def build_parser() -> argparse.ArgumentParser:
         type=_rate_mb,
         default=0.0,
         help="throttle each tablet copy onto this server to MB/s (0: unthrottled)",
+    )
+    s.add_argument(
+        "--fs-reserved-bytes",
+        type=_bytes_arg,
+        default=None,
+        help="free space to keep on the fs root's file system: at or below it new tablets, "
+        "copies onto this server and writes (not deletes) are refused with NO_SPACE and the "
+        "coordinator places new replicas elsewhere (default: 1%% of the file system or "
+        "1 GiB, whichever is smaller; 0: none)",
+    )
+    s.add_argument(
+        "--compaction-rate-mb",
+        type=_rate_mb,
+        default=32.0,
+        help="bytes per second budget of background compactions in MB/s "
+        "(default %(default)s; 0: unthrottled)",
     )
     s.add_argument(
         "--copy-session-idle-s",

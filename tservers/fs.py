@@ -17,11 +17,14 @@ beside the server. The kernel drops the lock when its holder dies, kill -9 inclu
 from __future__ import annotations
 
 import os
+import threading
 import time
 import uuid as uuidlib
+from dataclasses import dataclass
 from pathlib import Path
 
 from rpc.dirlock import DirLock, DirLocked, DirLockError, lock_dir
+from rpc.errors import NoSpace
 from rpc.protocols.tserver_pb2 import ConsensusMetaPB, InstancePB, SuperblockPB
 from tservers import metafile
 from tservers.metafile import MetaFileCorrupt
@@ -160,3 +163,125 @@ def move_dir(src: Path, dst: Path) -> None:
     metafile.fsync_dir(dst.parent)
     if src.parent != dst.parent:
         metafile.fsync_dir(src.parent)
+
+
+# ---------------------------------------------------------------- disk as a resource
+# Kudu's fs_data_dirs_reserved_bytes: free space a tablet server keeps on its root's file
+# system. At or below it, new tablets (CreateTablet), tablet copies onto the server and
+# writes are refused with NO_SPACE; reads, deletes, flushes and compactions go on (they
+# free space or need the headroom the reserve keeps). Default: 1% of the file system or
+# 1 GiB, whichever is smaller.
+RESERVED_FRACTION_DEFAULT = 0.01
+RESERVED_BYTES_CAP_DEFAULT = 1 << 30
+# statvfs is cheap, but a write path asks on every call: the answer is reused this long.
+DISK_CHECK_INTERVAL_S = 0.1
+# Bytes under the root (its own files) are summed by a walk at most this often.
+ROOT_BYTES_INTERVAL_S = 10.0
+
+
+def default_reserved_bytes(total_bytes: int) -> int:
+    return min(int(total_bytes * RESERVED_FRACTION_DEFAULT), RESERVED_BYTES_CAP_DEFAULT)
+
+
+def tree_bytes(root: Path) -> int:
+    """Bytes allocated under `root` (st_blocks), files vanishing meanwhile skipped."""
+    total = 0
+    stack = [str(root)]
+    while stack:
+        d = stack.pop()
+        try:
+            with os.scandir(d) as it:
+                for e in it:
+                    try:
+                        if e.is_dir(follow_symlinks=False):
+                            stack.append(e.path)
+                        else:
+                            total += e.stat(follow_symlinks=False).st_blocks * 512
+                    except OSError:
+                        continue
+        except OSError:
+            continue
+    return total
+
+
+@dataclass(frozen=True, slots=True)
+class DiskState:
+    total_bytes: int
+    free_bytes: int  # available to an unprivileged writer (f_bavail)
+    reserved_bytes: int
+
+    @property
+    def used_bytes(self) -> int:
+        return max(0, self.total_bytes - self.free_bytes)
+
+    @property
+    def full(self) -> bool:
+        return self.free_bytes <= self.reserved_bytes
+
+
+class DiskSpace:
+    """The free space of a server's root file system against its reserve.
+
+    `reserved_bytes` None: the default (`default_reserved_bytes`); 0: no reserve (only a
+    file system with no byte left is full). `require(what)` raises NoSpace when full."""
+
+    def __init__(self, root: Path, server_uuid: str, reserved_bytes: int | None = None) -> None:
+        if reserved_bytes is not None and reserved_bytes < 0:
+            raise ValueError(f"reserved bytes must be >= 0, got {reserved_bytes}")
+        self.root = Path(root)
+        self.server_uuid = server_uuid
+        self._reserved = reserved_bytes
+        self._lock = threading.Lock()
+        self._state: DiskState | None = None
+        self._at = 0.0
+        self._root_bytes = 0
+        self._root_at = float("-inf")
+        self.refusals = 0  # calls refused with NO_SPACE (metrics)
+
+    def set_reserved_bytes(self, reserved_bytes: int | None) -> None:
+        """Change the reserve (None: the default); the next check reads the file system."""
+        if reserved_bytes is not None and reserved_bytes < 0:
+            raise ValueError(f"reserved bytes must be >= 0, got {reserved_bytes}")
+        with self._lock:
+            self._reserved = reserved_bytes
+            self._state = None
+
+    def state(self, *, fresh: bool = False) -> DiskState:
+        now = time.monotonic()
+        with self._lock:
+            if not fresh and self._state is not None and now - self._at < DISK_CHECK_INTERVAL_S:
+                return self._state
+        st = os.statvfs(self.root)
+        total = st.f_blocks * st.f_frsize
+        free = st.f_bavail * st.f_frsize
+        reserved = self._reserved if self._reserved is not None else default_reserved_bytes(total)
+        state = DiskState(total, free, reserved)
+        with self._lock:
+            self._state, self._at = state, now
+        return state
+
+    def root_bytes(self) -> int:
+        """Bytes under the root, summed again when the last sum is older than
+        ROOT_BYTES_INTERVAL_S (the heartbeat's thread pays for the walk)."""
+        now = time.monotonic()
+        if now - self._root_at >= ROOT_BYTES_INTERVAL_S:
+            self._root_bytes = tree_bytes(self.root)
+            self._root_at = now
+        return self._root_bytes
+
+    def require(self, what: str) -> None:
+        """Raise NoSpace naming the server, the free bytes and the reserve when full."""
+        st = self.state()
+        if not st.full:
+            return
+        st = self.state(fresh=True)  # space may have been freed since the cached answer
+        if not st.full:
+            return
+        with self._lock:
+            self.refusals += 1
+        raise NoSpace(
+            f"tablet server {self.server_uuid}: {what} refused: {st.free_bytes} bytes free on "
+            f"the file system of {self.root}, at or below its reserve of {st.reserved_bytes} "
+            "bytes (--fs-reserved-bytes); reads, deletes and compactions go on: free space "
+            "(drop tables, delete data) or add tablet servers"
+        )

@@ -59,9 +59,11 @@ class Heartbeater:
         *,
         interval_s: float = HEARTBEAT_INTERVAL_S_DEFAULT,
         http_address: Callable[[], str] = lambda: "",
+        disk: Callable[[], cpb.DiskReport | None] = lambda: None,
     ) -> None:
         assert coordinators, "no coordinator to heartbeat to"
         self._http_address = http_address
+        self._disk = disk
         self.server_uuid = server_uuid
         self._address = address
         self._reports = reports
@@ -98,6 +100,13 @@ class Heartbeater:
             http_address=self._http_address(),
             tablets=[to_coordinator_report(r, self.server_uuid) for r in self._reports()],
         )
+        try:
+            disk = self._disk()
+        except OSError as e:  # statvfs failed: the heartbeat goes without it
+            log.warning("heartbeat: cannot read the file system's space: %s", e)
+            disk = None
+        if disk is not None:
+            request.disk.CopyFrom(disk)
         for address in self.coordinators:
             if self._stop.is_set():
                 return
@@ -145,3 +154,16 @@ class Heartbeater:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def disk_report(space) -> cpb.DiskReport:
+    """A tservers.fs.DiskSpace as the coordinator reads it."""
+    st = space.state()
+    return cpb.DiskReport(
+        total_bytes=st.total_bytes,
+        free_bytes=st.free_bytes,
+        used_bytes=st.used_bytes,
+        reserved_bytes=st.reserved_bytes,
+        full=st.full,
+        root_bytes=space.root_bytes(),
+    )

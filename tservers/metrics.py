@@ -146,6 +146,7 @@ class TServerObserver:
         out.append(_counter("logcentric_tserver_wal_syncs", "WAL segment fdatasyncs", a.syncs))
         out.append(_counter("logcentric_tserver_wal_entries", "WAL entries written", a.entries))
         out.extend(self._copy_metrics())
+        out.extend(self._storage_metrics())
         hb = server.heartbeater
         out.append(
             _gauge(
@@ -159,6 +160,42 @@ class TServerObserver:
                 "logcentric_tserver_heartbeat_rounds",
                 "Heartbeat rounds sent to the coordinator nodes",
                 hb.beats if hb is not None else 0,
+            )
+        )
+        return out
+
+    def _storage_metrics(self) -> list[Metric]:
+        """Background compactions and the reserved free space (design/storage.md)."""
+        c = self.server.manager.compaction
+        out = [
+            _counter("logcentric_tserver_compactions", "Background compactions run", c.compactions),
+            _counter(
+                "logcentric_tserver_compaction_bytes_written",
+                "Bytes of data blocks written by background compactions",
+                c.bytes_written,
+            ),
+            _counter(
+                "logcentric_tserver_compaction_throttled_seconds",
+                "Time background compactions waited for the rate limit's budget",
+                c.throttled_s,
+            ),
+        ]
+        disk = self.server.disk
+        try:
+            st = disk.state()
+        except OSError:
+            return out
+        out.append(
+            _gauge("logcentric_tserver_fs_free_bytes", "Free bytes (f_bavail)", st.free_bytes)
+        )
+        out.append(
+            _gauge("logcentric_tserver_fs_reserved_bytes", "Reserved free bytes", st.reserved_bytes)
+        )
+        out.append(
+            _counter(
+                "logcentric_tserver_no_space_refusals",
+                "Calls refused with NO_SPACE (free space at or below the reserve)",
+                disk.refusals,
             )
         )
         return out

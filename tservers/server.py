@@ -12,13 +12,14 @@ from rpc import privileged
 from rpc.errors import IllegalState
 from rpc.privileged import is_loopback
 from rpc.server import RpcServer
-from tservers.fs import FsLayout, lock_root
-from tservers.heartbeat import HEARTBEAT_INTERVAL_S_DEFAULT, Heartbeater
+from tservers.fs import DiskSpace, FsLayout, lock_root
+from tservers.heartbeat import HEARTBEAT_INTERVAL_S_DEFAULT, Heartbeater, disk_report
 from tservers.metrics import TServerObserver
 from tservers.quarantine import BYTES_MAX_DEFAULT, RETENTION_S_DEFAULT
 from tservers.quarantine import Policy as QuarantinePolicy
 from tservers.raft_driver import RETAIN_BYTES_MAX_DEFAULT, RETAIN_ENTRIES_MAX_DEFAULT, DriverOptions
 from tservers.service import TServerService
+from tservers.tablet.compaction import RATE_BYTES_S_DEFAULT, CompactionOptions
 from tservers.tablet.manager import TabletManager
 from tservers.tablet.tablet import TabletOptions
 from tservers.tablet_copy import SESSION_IDLE_S
@@ -60,6 +61,11 @@ class TServerConfig:
     # StartTabletCopy) answer only calls signed with it (rpc/privileged.py). None: open to
     # anyone who reaches the port, allowed only on a loopback address (a development server).
     password: str | None = None
+    # Free space kept on the fs root's file system (tservers/fs.py): at or below it, new
+    # tablets, copies onto this server and writes are refused (NO_SPACE). None: 1% of the
+    # file system or 1 GiB, whichever is smaller; 0: none.
+    fs_reserved_bytes: int | None = None
+    compaction_rate_bytes_s: int = RATE_BYTES_S_DEFAULT  # background compactions; 0: no limit
 
 
 class TabletServer:
@@ -84,6 +90,7 @@ class TabletServer:
         except BaseException:
             self._fs_lock.release()
             raise
+        self.disk = DiskSpace(config.fs_root, self.fs.uuid, config.fs_reserved_bytes)
         self.manager = TabletManager(
             self.fs,
             WalOptions(segment_size_bytes_max=config.segment_size_bytes_max, sync=config.wal_sync),
@@ -105,6 +112,11 @@ class TabletServer:
             startup_profile=Path(profile)
             if (profile := os.environ.get(STARTUP_PROFILE_ENV))
             else None,
+            disk=self.disk,
+            compaction=CompactionOptions(
+                rate_bytes_s=config.compaction_rate_bytes_s,
+                blocks_min=config.compaction_blocks_min,
+            ),
         )
         self.rpc: RpcServer | None = None
         self.service: TServerService | None = None
@@ -161,6 +173,7 @@ class TabletServer:
                 self.config.coordinators,
                 interval_s=self.config.heartbeat_interval_s,
                 http_address=lambda: self.observer.http.address if self.observer.http else "",
+                disk=lambda: disk_report(self.disk),
             ).start()
         self.observer.start(self.config.http_bind)
         if wait_open:

@@ -26,6 +26,7 @@ from coordinator.catalog import (
     TabletInfo,
 )
 from coordinator.ops.common import (
+    DOWN_NAMED_MAX,
     CompletionContext,
     call_replica,
     check_factor_placeable,
@@ -34,7 +35,7 @@ from coordinator.ops.common import (
     check_schema,
     header,
 )
-from rpc.errors import AlreadyExists, BadRequest
+from rpc.errors import AlreadyExists, BadRequest, NoSpace
 from rpc.protocols import coordinator_pb2 as pb
 
 KIND = "create_table"
@@ -74,6 +75,21 @@ def decide(catalog: Catalog, request: pb.CreateTableRequest, op_id: int) -> pb.L
         raise BadRequest(f"replication_factor must be 1..{REPLICATION_FACTOR_MAX}, got {rf}")
     given = "replication factor" if request.replication_factor else "the default replication factor"
     check_factor_placeable(catalog, rf, given)
+    if len(live) < rf:
+        # Live and not retired are enough, but some are full: their file systems are at
+        # or below their reserved free space (their heartbeats said so). Refused rather
+        # than filling a disk; not retried by clients (space comes back only when freed).
+        full = catalog.full_servers()
+        shown = []
+        for uuid in sorted(full)[:DOWN_NAMED_MAX]:
+            d = catalog.disks[uuid]
+            shown.append(f"{uuid} ({d.free_bytes} bytes free, reserve {d.reserved_bytes})")
+        more = ", ..." if len(full) > DOWN_NAMED_MAX else ""
+        raise NoSpace(
+            f"{given} {rf} above the {len(live)} live tablet servers with free space above "
+            f"their reserve: {len(full)} full: {', '.join(shown)}{more}; free space (drop "
+            "tables), add tablet servers, or give a lower factor"
+        )
 
     schema = pb.Schema(version=1)
     for i, column in enumerate(request.schema.columns, start=1):

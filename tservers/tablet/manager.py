@@ -58,12 +58,13 @@ from rpc.protocols.tserver_pb2 import (
 from tservers.consensus.types import OpId, ReplicaStatus
 from tservers.consensus_wire import WireError, config_from_pb
 from tservers.crash import crash_point, pause_point
-from tservers.fs import FsLayout
+from tservers.fs import DiskSpace, FsLayout
 from tservers.metafile import MetaFileCorrupt, fsync_dir
 from tservers.quarantine import Policy as QuarantinePolicy
 from tservers.quarantine import QuarantineReaper
 from tservers.raft_driver import DriverOptions, RaftDriver
 from tservers.tablet import schema as schemamod
+from tservers.tablet.compaction import CompactionOptions, CompactionScheduler
 from tservers.tablet.replica_files import (  # noqa: F401 (names the manager re-exports)
     TABLET_ID_RE,
     TabletDataState,
@@ -140,6 +141,8 @@ class TabletManager:
         quarantine_policy: QuarantinePolicy | None = None,
         startup_threads: int = STARTUP_THREADS_DEFAULT,
         startup_profile: Path | None = None,
+        disk: DiskSpace | None = None,
+        compaction: CompactionOptions | None = None,
     ) -> None:
         assert 1 <= startup_threads <= 64, startup_threads
         self.fs = fs
@@ -164,6 +167,12 @@ class TabletManager:
         self._listed: list[str] = []
         self._opened = threading.Event()  # every tablet listed at start-up is open (or failed)
         self.startup_s = 0.0  # how long opening every tablet took (set once opened)
+        # The reserved free space (tservers/fs.py): None, no check (in-process tests).
+        self.disk = disk
+        self.compaction = CompactionScheduler(
+            self.running_tablets,
+            compaction or CompactionOptions(blocks_min=self.tablet_opts.compaction_blocks_min),
+        )
 
     # ================================================================ startup
     def open(self, *, wait: bool = True) -> None:
@@ -195,6 +204,7 @@ class TabletManager:
                 target=self._maintenance_loop, name="tablet-maintenance", daemon=True
             )
             self._maint.start()
+            self.compaction.start()
         self._startup_thread = threading.Thread(
             target=self._startup_all, args=(self._listed,), name="tablet-startup", daemon=True
         )
@@ -358,6 +368,8 @@ class TabletManager:
     def create_tablet(self, req: CreateTabletRequest) -> Tablet:
         check_tablet_id(req.tablet_id)
         tablet_id = req.tablet_id
+        if self.disk is not None:
+            self.disk.require(f"new tablet {tablet_id}")
         schema_pb = schemamod.validate_new(req.schema)
         config = RaftConfigPB()
         config.CopyFrom(req.config)
@@ -551,6 +563,8 @@ class TabletManager:
         refused: that entry may be committed, and a leader of an older term cannot have it
         (a copy would leave this replica with a log that lacks it, and voting)."""
         check_tablet_id(tablet_id)
+        if self.disk is not None:
+            self.disk.require(f"tablet copy of {tablet_id} onto this server")
         with self._lock:
             r = self.replicas.get(tablet_id)
             if r is not None and r.starting:
@@ -729,14 +743,18 @@ class TabletManager:
         while not self._stop.wait(0.2):
             self.run_maintenance_once()
 
-    def run_maintenance_once(self) -> None:
+    def running_tablets(self) -> list[Tablet]:
         with self._lock:
-            tablets = [
+            return [
                 r.tablet
                 for r in self.replicas.values()
                 if r.tablet is not None and r.status is TabletStatus.RUNNING
             ]
-        for t in tablets:
+
+    def run_maintenance_once(self, *, compact: bool = False) -> None:
+        """Flush the tablets that need it; with `compact`, also one compaction round here
+        (the background CompactionScheduler runs them otherwise, under its rate limit)."""
+        for t in self.running_tablets():
             if self._stop.is_set():
                 return
             try:
@@ -746,10 +764,11 @@ class TabletManager:
                     or wal_segments > self.tablet_opts.wal_segments_flush
                 ):
                     t.flush()
-                if len(t.blocks) >= self.tablet_opts.compaction_blocks_min:
-                    t.compact(tiered=True)
             except Exception as e:  # the tablet keeps serving from memstore and WAL
                 log.exception("tablet %s: maintenance failed: %s", t.tablet_id, e)
+        if compact:
+            for t in self.compaction.candidates():
+                self.compaction.compact(t)
 
     def close(self, timeout_s: float = 30.0) -> None:
         deadline = time.monotonic() + timeout_s
@@ -760,6 +779,7 @@ class TabletManager:
         self.quarantine.close(max(0.1, min(10.0, deadline - time.monotonic())))
         if self._maint is not None:
             self._maint.join(max(0.1, deadline - time.monotonic()))
+        self.compaction.close(max(0.1, deadline - time.monotonic()))
         with self._lock:
             tablets = [r.tablet for r in self.replicas.values() if r.tablet is not None]
         for t in tablets:
