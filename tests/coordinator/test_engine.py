@@ -430,6 +430,10 @@ def request_of(kind: str):
         return pb.SetReplicationRequest(request_id=rid, name="t", replication_factor=2)
     if kind == "retire_server":
         return pb.RetireServerRequest(request_id=rid, server_uuid="s2")
+    if kind == "principal":
+        return pb.AddPrincipalRequest(
+            request_id=rid, name="alice", public_key=ALICE_KEY, roles=["writer"]
+        )
     raise AssertionError(kind)
 
 
@@ -461,6 +465,15 @@ def check_outcome(cluster: Cluster, node: Node, kind: str, committed: bool, resu
         assert result.table_id == cat.table_by_name("t").table_id
     elif kind == "retire_server":
         assert cat.retired_servers() == {"s2"}
+    elif kind == "principal":
+        p = cat.principals["alice"]
+        assert (p.state, p.roles, p.in_force_active, result.name) == (
+            "active",
+            ("writer",),
+            True,
+            "alice",
+        )
+        assert cat.principal_keys == {ALICE_KEY: "alice"}
     assert not cat.pending
     # Never done twice: one operation record chain for the armed request.
     bodies = [getattr(r, kind) for r in cluster.records(kind)]
@@ -474,6 +487,7 @@ def check_outcome(cluster: Cluster, node: Node, kind: str, committed: bool, resu
 
 
 POINTS = sorted(ALL_POINTS) + ["create_table.after_create_tablet:5"]
+ALICE_KEY = "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7"  # a CURVE public key, Z85
 
 
 @pytest.mark.parametrize("point", POINTS)
@@ -516,4 +530,10 @@ def test_crash_point_names():
         "create_table.before_done",
         "create_table.after_done",
     )
-    assert len(ALL_POINTS) == 3 * 6 + 5 * 2
+    assert points_of("principal") == (  # two phases, no tablet-server call
+        "principal.before_commit_point",
+        "principal.after_commit_point",
+        "principal.before_done",
+        "principal.after_done",
+    )
+    assert len(ALL_POINTS) == 3 * 6 + 5 * 2 + 4
