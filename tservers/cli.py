@@ -186,6 +186,7 @@ def _cmd_start(args) -> int:
         copy_rate_limit_bytes_s=int(args.copy_rate_mb * 1_000_000),
         fs_reserved_bytes=args.fs_reserved_bytes,
         compaction_rate_bytes_s=int(args.compaction_rate_mb * 1_000_000),
+        compaction_run_bytes_max=args.compaction_budget_mb << 20,
         copy_session_idle_s=args.copy_session_idle_s,
         wal_retain_entries_max=args.wal_retain_entries,
         wal_retain_bytes_max=args.wal_retain_mb << 20,
@@ -916,6 +917,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=32.0,
         help="bytes per second budget of background compactions in MB/s "
         "(default %(default)s; 0: unthrottled)",
+    )
+    s.add_argument(
+        "--compaction-budget-mb",
+        type=_positive_int,
+        default=128,
+        help="a compaction merges at most this many MiB of blocks at once (its memory); "
+        "larger runs are left as they are (default %(default)s)",
     )
     s.add_argument(
         "--copy-session-idle-s",

@@ -19,7 +19,11 @@ from tservers.quarantine import BYTES_MAX_DEFAULT, RETENTION_S_DEFAULT
 from tservers.quarantine import Policy as QuarantinePolicy
 from tservers.raft_driver import RETAIN_BYTES_MAX_DEFAULT, RETAIN_ENTRIES_MAX_DEFAULT, DriverOptions
 from tservers.service import TServerService
-from tservers.tablet.compaction import RATE_BYTES_S_DEFAULT, CompactionOptions
+from tservers.tablet.compaction import (
+    RATE_BYTES_S_DEFAULT,
+    RUN_BYTES_MAX_DEFAULT,
+    CompactionOptions,
+)
 from tservers.tablet.manager import TabletManager
 from tservers.tablet.tablet import TabletOptions
 from tservers.tablet_copy import SESSION_IDLE_S
@@ -66,6 +70,7 @@ class TServerConfig:
     # file system or 1 GiB, whichever is smaller; 0: none.
     fs_reserved_bytes: int | None = None
     compaction_rate_bytes_s: int = RATE_BYTES_S_DEFAULT  # background compactions; 0: no limit
+    compaction_run_bytes_max: int = RUN_BYTES_MAX_DEFAULT  # bytes of blocks merged at once
 
 
 class TabletServer:
@@ -116,6 +121,7 @@ class TabletServer:
             compaction=CompactionOptions(
                 rate_bytes_s=config.compaction_rate_bytes_s,
                 blocks_min=config.compaction_blocks_min,
+                run_bytes_max=config.compaction_run_bytes_max,
             ),
         )
         self.rpc: RpcServer | None = None

@@ -6,6 +6,15 @@ round, the RUNNING tablet with the most data blocks among those holding at least
 which merges only the newest run of blocks of one size class: `compaction_run`). Flushes
 stay on the manager's maintenance thread, so a throttled compaction never delays a flush.
 
+Memory: one compaction at a time per server, and a run is merged only when it holds at most
+`run_blocks_max` blocks (K) and `run_bytes_max` bytes of block files (B): the tablet merges
+a run whole in memory (`Tablet.compact`), so this bounds the merge's heap. A tablet whose
+run is over either bound is left as it is (counted in `deferred`, logged once) until its
+run changes: smaller classes go on merging, and the blocks of the class over the bound
+stay apart (Kudu's compaction budget does the same: `tablet_compaction_budget_mb`). The
+run is read just before `compact` (which reads it again under the tablet's flush lock): a
+flush in between may add one block to it.
+
 Rate limit: a budget of `rate_bytes_s` bytes written per second over all tablets. A
 compaction that wrote X bytes and started at t lets the next one start at t + X / rate at
 the earliest; over any stretch of time, compactions write at most rate x time bytes plus
@@ -28,7 +37,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tservers.tablet.tablet import Tablet, TabletStatus
+from tservers.tablet.tablet import Tablet, TabletStatus, compaction_run
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +45,8 @@ log = logging.getLogger(__name__)
 # flushes produce (a flush of 200k rows of ~50 bytes each every few seconds at most).
 RATE_BYTES_S_DEFAULT = 32_000_000
 ROUND_INTERVAL_S_DEFAULT = 0.2
+RUN_BLOCKS_MAX_DEFAULT = 16
+RUN_BYTES_MAX_DEFAULT = 128 << 20  # Kudu's tablet_compaction_budget_mb default
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +54,8 @@ class CompactionOptions:
     rate_bytes_s: int = RATE_BYTES_S_DEFAULT  # 0: unthrottled
     round_interval_s: float = ROUND_INTERVAL_S_DEFAULT
     blocks_min: int = 4  # a tablet with fewer data blocks is not looked at
+    run_blocks_max: int = RUN_BLOCKS_MAX_DEFAULT  # K: blocks merged at once, at most
+    run_bytes_max: int = RUN_BYTES_MAX_DEFAULT  # B: bytes of block files merged at once
 
 
 def _block_bytes(data_dir: Path, names: Sequence[str]) -> int:
@@ -78,6 +91,8 @@ class CompactionScheduler:
         self.bytes_read = 0
         self.throttled_s = 0.0  # time spent waiting for the budget
         self.failures = 0
+        self.deferred = 0  # runs left alone for being over K blocks or B bytes
+        self._over: dict[str, tuple[str, ...]] = {}  # tablet id -> the run over a bound
 
     # ------------------------------------------------------------ thread
     def start(self) -> CompactionScheduler:
@@ -135,9 +150,38 @@ class CompactionScheduler:
                 ran += 1
         return ran
 
+    def planned_run(self, t: Tablet) -> list[str]:
+        """The blocks `t.compact(tiered=True)` would merge now ([] when none)."""
+        blocks = list(t.blocks)
+        start = compaction_run(
+            [b.num_rows for b in blocks], t.opts.compaction_blocks_min, t.opts.flush_rows_threshold
+        )
+        return [] if start is None else [b.name for b in blocks[start:]]
+
     def compact(self, t: Tablet) -> bool:
-        """One tiered compaction of `t`, counted and charged to the budget."""
+        """One tiered compaction of `t` if its run is within K blocks and B bytes, counted
+        and charged to the budget."""
         data_dir = t.fs.data_dir(t.tablet_id)
+        run = self.planned_run(t)
+        if not run:
+            return False
+        run_bytes = _block_bytes(data_dir, run)
+        if len(run) > self.opts.run_blocks_max or run_bytes > self.opts.run_bytes_max:
+            if self._over.get(t.tablet_id) != tuple(run):
+                self._over[t.tablet_id] = tuple(run)
+                with self._lock:
+                    self.deferred += 1
+                log.info(
+                    "tablet %s: compaction of %d blocks (%d bytes) left alone: over the "
+                    "bound of %d blocks and %d bytes merged at once",
+                    t.tablet_id,
+                    len(run),
+                    run_bytes,
+                    self.opts.run_blocks_max,
+                    self.opts.run_bytes_max,
+                )
+            return False
+        self._over.pop(t.tablet_id, None)
         before = [b.name for b in t.blocks]
         sizes = {n: _block_bytes(data_dir, [n]) for n in before}
         started = self._clock()
