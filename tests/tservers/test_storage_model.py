@@ -22,6 +22,7 @@ from rpc.protocols.tserver_pb2 import (
 from tests.tservers.helpers import create, deadline, ipc, open_manager
 from tservers.tablet.blockindex import bloom_name
 from tservers.tablet.bloom import Bloom, hash_array, hash_columns, hash_keys, key_hash
+from tservers.tablet.stats import stats_name
 
 INT_KEY = SchemaPB(
     columns=[
@@ -250,11 +251,13 @@ def test_orphan_filters_are_removed_and_compaction_removes_old_ones(tmp_path):
     data_dir = m.fs.data_dir("t1")
     assert t.compact()
     (only,) = [b.name for b in t.blocks]
-    assert sorted(p.name for p in data_dir.iterdir()) == [only, bloom_name(only)]
+    files = [only, bloom_name(only), stats_name(only)]
+    assert sorted(p.name for p in data_dir.iterdir()) == files
     m.close()
     (data_dir / "block-000000099.arrow.bloom").write_bytes(b"stray")
+    (data_dir / "block-000000099.arrow.stats").write_bytes(b"stray")
     m = open_manager(root)
-    assert sorted(p.name for p in data_dir.iterdir()) == [only, bloom_name(only)]
+    assert sorted(p.name for p in data_dir.iterdir()) == files
     assert len(scan(m.tablet("t1"))) == 30
     m.close()
 

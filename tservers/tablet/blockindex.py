@@ -24,8 +24,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tservers.metafile import fsync_dir
+from tservers.tablet import stats as block_stats
 from tservers.tablet.bloom import Bloom, hash_columns, is_int_type, key_hash
 from tservers.tablet.schema import DELETED_FIELD
+from tservers.tablet.stats import stats_name
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +63,10 @@ class BlockIndex:
         "_col",
         "_offsets_arr",
         "key_type",
+        "batches",
+        "chunk_stats",
+        "column_names",
+        "_lasts",
     )
 
     def __init__(self, name: str, table: pa.Table, key_names: list[str]) -> None:
@@ -69,6 +75,9 @@ class BlockIndex:
         self.num_rows = table.num_rows
         self._nk = len(key_names)
         batches = [b for b in table.to_batches() if b.num_rows]
+        self.batches = batches
+        self.column_names = frozenset(table.column_names)
+        self.chunk_stats: list[dict] = []  # per batch: stats.compute's
         self._keys = [[_key_array(b.column(k)) for k in key_names] for b in batches]
         self._deleted = [b.column(DELETED_FIELD) for b in batches]
         self._offsets = []
@@ -77,8 +86,9 @@ class BlockIndex:
             self._offsets.append(start)
             start += b.num_rows
         self._firsts = [self._key(j, 0) for j in range(len(batches))]
+        self._lasts = [self._key(j, b.num_rows - 1) for j, b in enumerate(batches)]
         self.min_key = self._firsts[0] if batches else None
-        self.max_key = self._key(len(batches) - 1, batches[-1].num_rows - 1) if batches else None
+        self.max_key = self._lasts[-1] if batches else None
         self.bloom: Bloom | None = None
         # A one-column key as a chunked array over the mapped batches (timestamps as
         # int64), searched with Arrow's binary search (`locate_many`); None for a
@@ -110,7 +120,32 @@ class BlockIndex:
             bloom = b.build_bloom()
             write_file(path, bloom.to_bytes())
         b.bloom = bloom
+        spath = data_dir / stats_name(name)
+        rows = [x.num_rows for x in b.batches]
+        chunks = None
+        try:
+            chunks = block_stats.from_bytes(spath.read_bytes(), rows)
+        except FileNotFoundError:
+            pass
+        if chunks is None:
+            if spath.exists():
+                log.warning("block %s: stats file unreadable or stale; rebuilding it", name)
+            chunks = block_stats.compute(b.batches)
+            write_file(spath, block_stats.to_bytes(chunks))
+        b.chunk_stats = chunks
         return b
+
+    def chunk_first(self, j: int):
+        return self._firsts[j]
+
+    def chunk_last(self, j: int):
+        return self._lasts[j]
+
+    def chunks_table(self, keep: list[int] | None) -> pa.Table:
+        """The block's rows of the chunks `keep` (None: all), still sorted by key."""
+        if keep is None:
+            return self.table
+        return pa.Table.from_batches([self.batches[j] for j in keep], schema=self.table.schema)
 
     def build_bloom(self) -> Bloom:
         """The filter of the block's keys, hashed a batch at a time (vectorized for

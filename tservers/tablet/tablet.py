@@ -93,6 +93,9 @@ from tservers.tablet.blockindex import BlockIndex, bloom_name
 from tservers.tablet.bloom import hash_array, key_hash
 from tservers.tablet.merge import SLAB_ROWS_DEFAULT, merge_slabs, newest_versions
 from tservers.tablet.schema import DELETED_FIELD, Schema, block_name, value_from_pb
+from tservers.tablet.stats import checks as stats_checks
+from tservers.tablet.stats import prune as stats_prune
+from tservers.tablet.stats import stats_name
 from tservers.tablet.validate import Block, decode_block
 from tservers.wal.log import Appender, TabletLog, WalOptions
 
@@ -128,6 +131,8 @@ class TabletOptions:
     # workload of updates to few keys (a small memstore) cannot grow the WAL without bound.
     wal_segments_flush: int = 8
     apply_timeout_s: float = 30.0
+    # Rows of a data block's Arrow record batches: the unit scans skip by min/max (stats.py).
+    block_chunk_rows: int = 64 * 1024
 
 
 @dataclass(slots=True)
@@ -325,6 +330,11 @@ class Tablet:
         self.soft_term = 0
         self.writes = 0
         self.rows_written = 0
+        # Scans that merge blocks: chunks and blocks read and skipped by key range or
+        # min/max (stats.prune); tests and metrics read them.
+        self.scan_chunks_total = 0
+        self.scan_chunks_skipped = 0
+        self.scan_blocks_skipped = 0
 
     # ================================================================ bootstrap
     def bootstrap(self) -> list[LogEntryPB]:
@@ -337,6 +347,7 @@ class Tablet:
         # their filters, temporary files. A listed block's filter stays (rebuilt if absent).
         listed = set(self.sb.blocks)
         listed.update(bloom_name(n) for n in self.sb.blocks)
+        listed.update(stats_name(n) for n in self.sb.blocks)
         for p in data_dir.iterdir() if data_dir.is_dir() else ():
             if p.name not in listed:
                 log.info("tablet %s: removing orphan data file %s", self.tablet_id, p.name)
@@ -1105,6 +1116,7 @@ class Tablet:
             for old in run:
                 (data_dir / old.name).unlink(missing_ok=True)
                 (data_dir / bloom_name(old.name)).unlink(missing_ok=True)
+                (data_dir / stats_name(old.name)).unlink(missing_ok=True)
             fsync_dir(data_dir)
             log.info(
                 "tablet %s: compacted %d of %d blocks into %s (%d rows)",
@@ -1123,7 +1135,7 @@ class Tablet:
         tmp = data_dir / (name + ".tmp")
         with pa.OSFile(str(tmp), "wb") as sink:
             with pa.ipc.new_file(sink, table.schema) as writer:
-                writer.write_table(table, max_chunksize=64 * 1024)
+                writer.write_table(table, max_chunksize=max(1, self.opts.block_chunk_rows))
         fd = os.open(tmp, os.O_RDONLY)
         try:
             os.fsync(fd)
@@ -1187,6 +1199,8 @@ class Tablet:
         upper: list[ValuePB],
         limit: int,
         slab_rows: int = SLAB_ROWS_DEFAULT,
+        *,
+        prune: bool = True,
     ) -> tuple[pa.Schema, Iterator[pa.Table]]:
         """The result's schema and its rows, in key order, as non-empty pieces made as they
         are asked for. Everything is checked (BadRequest) before this returns.
@@ -1200,8 +1214,10 @@ class Tablet:
         Predicates that pin every key column (`==`, or IN on a one-column key; at most
         POINT_KEYS_MAX keys) make it point reads: only those keys are looked up, the memstore
         under the lock, then the blocks, reading only the rows found. Otherwise blocks whose
-        key range misses the bounds are skipped and the rest merged in bounded slabs
-        (`merge.merge_slabs`), each filtered and projected as it is made."""
+        key range misses the bounds are skipped, then chunks and blocks by key range and
+        per-column min/max against the predicates (`stats.prune`; not with `prune=False`),
+        and the rest merged in bounded slabs (`merge.merge_slabs`), each filtered and
+        projected as it is made."""
         with self.lock:
             self._check_running_locked()
             schema = self.schema
@@ -1238,6 +1254,17 @@ class Tablet:
             return out_schema, iter([finish(table)] if table.num_rows else [])
         lo, hi = self._key_bounds(schema, lower, upper)
         blocks = [b for b in blocks if b.overlaps(lo, hi)]
+        if prune and blocks:
+            pr = stats_prune(blocks, stats_checks(schema, predicates), lo, hi)
+            with self.lock:
+                self.scan_chunks_total += pr.chunks_total
+                self.scan_chunks_skipped += pr.chunks_skipped
+                self.scan_blocks_skipped += pr.blocks_skipped
+            block_tables = [
+                b.chunks_table(k) for b, k in zip(blocks, pr.keep, strict=True) if k != []
+            ]
+        else:
+            block_tables = [b.table for b in blocks]
         mem_parts = [
             self._memtable(x, with_deleted=True, schema=schema) if isinstance(x, dict) else x
             for x in layers
@@ -1245,10 +1272,10 @@ class Tablet:
         ]
         # The memstore's newest versions, sorted (tombstones kept: they hide block rows).
         mem = self._merge([], mem_parts, schema=schema, keep_deleted=True) if mem_parts else None
-        sources = [b.table for b in blocks]
+        sources = block_tables
+        nblocks = len(sources)
         if mem is not None and mem.num_rows:
             sources.append(mem)
-        nblocks = len(blocks)
 
         def adapt(i: int, t: pa.Table) -> pa.Table:
             return self._adapt(t, schema) if i < nblocks else t
