@@ -1,14 +1,23 @@
-"""Tablet storage at size: point reads, inserts with existence checks, server RSS (issue 25).
+"""Tablet storage at size against Parquet (issue 25): point reads, scans, inserts with
+existence checks, the tablet server's RSS and restart time.
 
-One tablet server process (durable WAL, flushes every --flush-rows rows), one tablet per
-size, replication 1, written through the tablet server rpc. For a baseline size (10k rows)
-and for --rows N, in the same run: load the rows in batches of 10,000 INSERTs of keys in a
-random order over the whole key space (so every batch is checked against every block:
-range, bloom filter, binary search where they say maybe), then point reads (`id == k`) of
-random loaded keys, and the server's RSS after each load (VmRSS; the bytes a row added
-between the two sizes is the per-row cost).
+For a baseline size (10k rows) and each --rows N, in the same run and each in a fresh
+tablet server process (durable WAL, flushes every --flush-rows rows, background
+compaction), one tablet, replication 1, written through the tablet server rpc: load the rows
+in batches of 10,000 INSERTs of keys in a random order over the whole key space (so every
+batch is checked against every block: range, bloom filter, binary search where they say
+maybe), then
+- point reads (`id == k`, 10% misses), p50 and p99;
+- a full scan through the client (rows/s), a 1% key range (`id >= a AND id < b`) and a
+  selective predicate on a column that follows the load order (`t >= last batch`, the
+  newest 10,000 rows), each timed against the full scan;
+- the server's peak RSS (VmHWM, reset before each phase) while loading and while scanning;
+- the restart time: SIGTERM, start on the same root, until a point read answers.
+Beside it, pyarrow reads the same rows from a Parquet file (sorted by key, row groups of
+64k rows, in the page cache) in the same run: full read, point read, 1% range and the
+selective predicate, through `pq.read_table(filters=...)`.
 
-    .venv/bin/python bench/storage.py [--rows 100000] [--reads 200]
+    .venv/bin/python bench/storage.py [--rows 1000000 [3000000 ...]] [--reads 200]
 
 With --open-rows N it measures instead what an open tablet of N flushed rows costs in
 memory: one process writes and flushes them (in-process tablet manager), a fresh one
@@ -29,6 +38,7 @@ import time
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -42,26 +52,31 @@ COLS = [
     column("id", "int64", key=True),
     column("v", "int64", nullable=True),
     column("s", "string", nullable=True),
+    column("t", "int64", nullable=True),
 ]
 
 
-def rows(ids: list[int]) -> pa.Table:
+def rows(ids: list[int], batch: int = 0) -> pa.Table:
     return pa.table(
         {
             "id": pa.array(ids, pa.int64()),
             "v": pa.array([i * 3 for i in ids], pa.int64()),
             "s": [f"row-{i:012d}" for i in ids],
+            "t": pa.array([batch] * len(ids), pa.int64()),
         }
     )
 
 
-def start_server(root: Path, out_file: Path, flush_rows: int) -> tuple[subprocess.Popen, str]:
-    subprocess.run(
-        [sys.executable, "-m", "tservers.cli", "fs", "format", "--fs-root", str(root)],
-        check=True,
-        capture_output=True,
-        cwd=ROOT,
-    )
+def start_server(
+    root: Path, out_file: Path, flush_rows: int, *, fmt: bool = True
+) -> tuple[subprocess.Popen, str]:
+    if fmt:
+        subprocess.run(
+            [sys.executable, "-m", "tservers.cli", "fs", "format", "--fs-root", str(root)],
+            check=True,
+            capture_output=True,
+            cwd=ROOT,
+        )
     out = open(out_file, "w")  # noqa: SIM115 (the server's stdout for its life)
     proc = subprocess.Popen(
         [
@@ -105,18 +120,41 @@ def pct(xs: list[float], p: float) -> float:
     return xs[min(len(xs) - 1, int(p * len(xs)))]
 
 
-def measure(client: TabletServerClient, pid: int, tid: str, n: int, reads: int) -> dict:
+def reset_peak(pid: int) -> None:
+    """Reset the process's VmHWM to its current RSS (Linux clear_refs 5)."""
+    try:
+        Path(f"/proc/{pid}/clear_refs").write_text("5")
+    except OSError:
+        pass
+
+
+def timed(fn, repeat: int = 1) -> tuple[float, object]:
+    """The best wall time of `repeat` runs of fn() and its last result."""
+    best, out = float("inf"), None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        out = fn()
+        best = min(best, time.perf_counter() - t0)
+    return best, out
+
+
+def measure(client: TabletServerClient, proc, tid: str, n: int, reads: int) -> dict:
+    pid = proc.pid
     client.create_tablet(tid, COLS)
     version = client.schema(tid).version
     rng = random.Random(n)
     ids = list(range(0, 2 * n, 2))  # odd keys are never written: misses
     rng.shuffle(ids)
+    reset_peak(pid)
     t0 = time.perf_counter()
+    nbatches = 0
     for start in range(0, n, BATCH_ROWS):
         req = WriteRequest(tablet_id=tid, schema_version=version, ops=[OpType.INSERT])
-        payload = ipc_bytes(rows(ids[start : start + BATCH_ROWS]))
+        payload = ipc_bytes(rows(ids[start : start + BATCH_ROWS], nbatches))
         client._call("Write", req, WriteResponse, sidecars=[payload])
+        nbatches += 1
     load_s = time.perf_counter() - t0
+    load_peak = rss_bytes(pid)["VmHWM"]
     # A key that exists: refused (the existence check through the blocks).
     dup = WriteRequest(tablet_id=tid, schema_version=version, ops=[OpType.INSERT])
     try:
@@ -126,20 +164,98 @@ def measure(client: TabletServerClient, pid: int, tid: str, n: int, reads: int) 
         if "already exists" not in str(e):
             raise
     time.sleep(1.5)  # the maintenance thread's flush of the last rows, if due
+    after_load = rss_bytes(pid)
+    probes = [
+        rng.choice(ids) if rng.random() < 0.9 else rng.randrange(n) * 2 + 1 for _ in range(reads)
+    ]
     lat = []
-    for _ in range(reads):
-        k = rng.choice(ids) if rng.random() < 0.9 else rng.randrange(n) * 2 + 1
+    for k in probes:
         t1 = time.perf_counter()
         got = client.scan_table(tid, predicates=[("id", "==", k)])
         lat.append(time.perf_counter() - t1)
         if got.num_rows != (1 if k % 2 == 0 else 0):
             raise SystemExit(f"point read of {k} returned {got.num_rows} rows")
+    reset_peak(pid)
+    full_s, full = timed(lambda: client.scan_table(tid), 2)
+    if full.num_rows != n:
+        raise SystemExit(f"full scan returned {full.num_rows} rows, not {n}")
+    a = rng.randrange(0, 2 * n - 2 * n // 100)
+    b = a + 2 * n // 100  # 1% of the key space: n / 100 keys
+    rng_preds = [("id", ">=", a), ("id", "<", b)]
+    range_s, got = timed(lambda: client.scan_table(tid, predicates=rng_preds), 3)
+    if got.num_rows != (b - a) // 2:
+        raise SystemExit(f"range scan returned {got.num_rows} rows")
+    last = nbatches - 1
+    sel_preds = [("t", ">=", last)]
+    sel_s, got = timed(lambda: client.scan_table(tid, predicates=sel_preds), 3)
+    if got.num_rows != n - last * BATCH_ROWS:
+        raise SystemExit(f"predicate scan returned {got.num_rows} rows")
+    scan_peak = rss_bytes(pid)["VmHWM"]
+    # Parquet: the same rows sorted by key, row groups of 64k rows, read back by pyarrow.
+    pq_path = Path(tempfile.mkdtemp(prefix="storage-pq-")) / "rows.parquet"
+    try:
+        order = sorted(range(n), key=ids.__getitem__)
+        table = pa.concat_tables(
+            rows(ids[s : s + BATCH_ROWS], s // BATCH_ROWS) for s in range(0, n, BATCH_ROWS)
+        )
+        table = table.take(pa.array(order))
+        pq.write_table(table, pq_path, row_group_size=64 * 1024)
+        del table
+        pq_full_s, got = timed(lambda: pq.read_table(pq_path), 2)
+        assert got.num_rows == n
+        pq_lat = []
+        for k in probes[: max(20, reads // 4)]:
+            t1 = time.perf_counter()
+            pq.read_table(pq_path, filters=[("id", "==", k)])
+            pq_lat.append(time.perf_counter() - t1)
+        pq_range_s, _ = timed(
+            lambda: pq.read_table(pq_path, filters=[("id", ">=", a), ("id", "<", b)]), 3
+        )
+        pq_sel_s, _ = timed(lambda: pq.read_table(pq_path, filters=[("t", ">=", last)]), 3)
+    finally:
+        shutil.rmtree(pq_path.parent, ignore_errors=True)
     return {
         "insert": n / load_s,
         "p50": pct(lat, 0.5) * 1000,
         "p99": pct(lat, 0.99) * 1000,
-        **rss_bytes(pid),
+        "full_rps": n / full_s,
+        "range_s": range_s,
+        "sel_s": sel_s,
+        "full_s": full_s,
+        "load_peak": load_peak,
+        "scan_peak": scan_peak,
+        "pq_full_rps": n / pq_full_s,
+        "pq_full_s": pq_full_s,
+        "pq_p50": pct(pq_lat, 0.5) * 1000,
+        "pq_p99": pct(pq_lat, 0.99) * 1000,
+        "pq_range_s": pq_range_s,
+        "pq_sel_s": pq_sel_s,
+        "probe": ids[0],
+        **after_load,
     }
+
+
+def restart(proc, root: Path, out: Path, flush_rows: int, tid: str, key: int) -> tuple:
+    """Stop the server (SIGTERM), start it on the same root; seconds until it serves and
+    until a point read of `key` answers (bounded)."""
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(120)
+    t0 = time.perf_counter()
+    proc, address = start_server(root, out, flush_rows, fmt=False)
+    serving = time.perf_counter() - t0
+    client = TabletServerClient(address, timeout_s=30)
+    deadline = time.monotonic() + 300
+    while True:
+        try:
+            if client.scan_table(tid, predicates=[("id", "==", key)]).num_rows == 1:
+                break
+        except Exception:  # the tablet bootstrapping: UNAVAILABLE, NOT_LEADER
+            if time.monotonic() > deadline:
+                raise
+        time.sleep(0.05)
+    answered = time.perf_counter() - t0
+    client.close()
+    return proc, serving, answered
 
 
 _WRITE_CODE = """
@@ -226,7 +342,7 @@ def open_cost(n: int) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rows", type=int, default=50_000)
+    ap.add_argument("--rows", type=int, nargs="+", default=[50_000])
     ap.add_argument("--reads", type=int, default=200)
     ap.add_argument("--flush-rows", type=int, default=50_000)
     ap.add_argument("--open-rows", type=int, default=0, help="measure an open tablet's heap")
@@ -234,44 +350,66 @@ def main() -> int:
     if args.open_rows:
         open_cost(args.open_rows)
         return 0
-    tmp = Path(tempfile.mkdtemp(prefix="storage-bench-"))
     results = {}
-    try:
-        proc, address = start_server(tmp / "root", tmp / "server.out", args.flush_rows)
+    for n in (BASE_ROWS, *args.rows):
+        tmp = Path(tempfile.mkdtemp(prefix="storage-bench-"))
         try:
-            client = TabletServerClient(address, timeout_s=120)
-            rss0 = rss_bytes(proc.pid)["VmRSS"]
-            for n in (BASE_ROWS, args.rows):
-                results[n] = measure(client, proc.pid, f"bench{n}", n, args.reads)
-            client.close()
+            root, out = tmp / "root", tmp / "server.out"
+            proc, address = start_server(root, out, args.flush_rows)
+            try:
+                idle = rss_bytes(proc.pid)["VmRSS"]
+                client = TabletServerClient(address, timeout_s=300)
+                r = measure(client, proc, f"bench{n}", n, args.reads)
+                client.close()
+                proc, r["serving_s"], r["restart_s"] = restart(
+                    proc, root, out, args.flush_rows, f"bench{n}", r["probe"]
+                )
+                r["idle"] = idle
+                results[n] = r
+            finally:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(120)
         finally:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(60)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    print(
-        f"one tablet, 3 columns, durable WAL, flush every {args.flush_rows:,} rows, "
-        f"{args.reads} point reads (10% misses) per size; idle server RSS {rss0 / 2**20:.0f} MiB"
-    )
-    print(
-        f"{'rows':>10} {'p50 ms':>8} {'p99 ms':>8} {'insert rows/s':>14} {'RSS MiB':>8} "
-        f"{'anon MiB':>9} {'file MiB':>9} {'peak MiB':>9}"
-    )
+            shutil.rmtree(tmp, ignore_errors=True)
+        print(f"done {n:,} rows", file=sys.stderr, flush=True)
     mib = 2**20
+    print(
+        f"one tablet, 4 columns (id int64 key, v int64, s string, t int64 = load batch), "
+        f"durable WAL, flush every {args.flush_rows:,} rows, a fresh server per size; "
+        f"{args.reads} point reads (10% misses); Parquet: the same rows sorted by key, "
+        f"row groups of 64k, pyarrow {pa.__version__}"
+    )
+    print(
+        f"{'rows':>10} {'p50 ms':>7} {'p99 ms':>7} {'pq p50':>7} {'pq p99':>7} "
+        f"{'scan rows/s':>12} {'pq rows/s':>11} {'ratio':>6} {'1% rng':>7} {'pq 1%':>7} "
+        f"{'pred':>7} {'pq pred':>7} {'insert/s':>9} {'load pk':>8} {'scan pk':>8} "
+        f"{'RSS':>6} {'restart':>8}"
+    )
     for n, r in results.items():
         print(
-            f"{n:>10,} {r['p50']:>8.2f} {r['p99']:>8.2f} {r['insert']:>14,.0f} "
-            f"{r['VmRSS'] / mib:>8.0f} {r['RssAnon'] / mib:>9.0f} {r['RssFile'] / mib:>9.0f} "
-            f"{r['VmHWM'] / mib:>9.0f}"
+            f"{n:>10,} {r['p50']:>7.2f} {r['p99']:>7.2f} {r['pq_p50']:>7.2f} "
+            f"{r['pq_p99']:>7.2f} {r['full_rps']:>12,.0f} {r['pq_full_rps']:>11,.0f} "
+            f"{r['full_rps'] / r['pq_full_rps']:>6.2f} "
+            f"{r['range_s'] / r['full_s']:>7.3f} {r['pq_range_s'] / r['pq_full_s']:>7.3f} "
+            f"{r['sel_s'] / r['full_s']:>7.3f} {r['pq_sel_s'] / r['pq_full_s']:>7.3f} "
+            f"{r['insert']:>9,.0f} {r['load_peak'] / mib:>8.0f} {r['scan_peak'] / mib:>8.0f} "
+            f"{r['VmRSS'] / mib:>6.0f} {r['restart_s']:>8.2f}"
         )
-    base, big = results[BASE_ROWS], results[args.rows]
-    per_row = (big["VmRSS"] - base["VmRSS"]) / max(1, args.rows)
-    anon_row = (big["RssAnon"] - base["RssAnon"]) / max(1, args.rows)
     print(
-        f"p50 at {args.rows:,} / p50 at {BASE_ROWS:,}: {big['p50'] / base['p50']:.2f}   "
-        f"RSS added per row of the second tablet: {per_row:.0f} bytes "
-        f"({anon_row:.0f} of heap)"
+        "p50/p99/pq: point read ms (tablet server through the client / pyarrow Parquet); "
+        "scan rows/s: full scan through the client, ratio = against the Parquet read; "
+        "1% rng, pred: range and selective-predicate scan time / full scan time (pq: the "
+        "same for Parquet); load pk / scan pk: the server's peak RSS MiB while loading / "
+        "scanning; RSS: after the load; restart: s from SIGTERM'd server to a point read "
+        "answered after start"
     )
+    for n, r in results.items():
+        print(
+            f"{n:>10,}: full scan {r['full_s']:.2f} s, 1% range {r['range_s'] * 1000:.0f} ms, "
+            f"predicate {r['sel_s'] * 1000:.0f} ms; Parquet full {r['pq_full_s']:.2f} s, "
+            f"1% {r['pq_range_s'] * 1000:.0f} ms, predicate {r['pq_sel_s'] * 1000:.0f} ms; "
+            f"serving after {r['serving_s']:.2f} s; idle RSS {r['idle'] / mib:.0f} MiB"
+        )
     return 0
 
 
