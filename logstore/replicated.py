@@ -57,7 +57,7 @@ from logstore.api import (
     READ_LIMIT_MAX,
     Entry,
 )
-from logstore.auth import HmacAuthenticator, InvalidFrame
+from logstore.auth import FrameCipher, InvalidFrame
 from logstore.journal import DurableJournal
 from logstore.snapshot import BackgroundSerializer, SnapshotHooks
 from logstore.state import AppendOutcome, LogState, check_append_request, outcome_id
@@ -143,7 +143,7 @@ class _WireCodec:
     releases and retakes the GIL. On a logstore tick thread messages go out as the raw
     pickle instead; receiving accepts both forms: a pysyncobj pickle (protocol 2) starts
     with 0x80, a zlib stream never does (its first byte's low nibble is 8). Other SyncObjs
-    in the process (their own tick threads) keep compressing. Frames are authenticated
+    in the process (their own tick threads) keep compressing. Frames are decrypted and authenticated
     before this runs. Wire change: a replica older than this cannot read these frames."""
 
     def __init__(self, real) -> None:
@@ -180,12 +180,12 @@ _WIRE = _install_wire_codec()
 # --- Bounds of Raft frames (design/logstore.md, "Frame bounds") ------------------------------
 #
 # pysyncobj's connection buffers a frame of whatever length its 4-byte header announces
-# before it checks the frame's HMAC: one unauthenticated connection announcing 1 GiB took a
+# before it authenticates the frame: one unauthenticated connection announcing 1 GiB took a
 # leader from 78 MB to 1.9 GB and cost it its leadership. logstore's connections
 # (_BoundedConnection) check the announced length before buffering, against:
 #
 # - FRAME_BYTES_UNTRUSTED_MAX until the peer has proven that it holds the password AND this
-#   connection's random key (a frame carrying our key passed its HMAC): the frames of
+#   connection's random key (a frame carrying our key passed authentication): the frames of
 #   pysyncobj's handshake (a 32-byte key, a node address) are far smaller;
 # - FRAME_BYTES_MAX afterwards: the largest frame a replica ever sends, derived below from
 #   the limits on an append. Senders check every frame against it (_BoundedConnection.send).
@@ -206,12 +206,13 @@ COMMAND_BYTES_MAX = (
     + APPEND_INT_PICKLE_BYTES_MAX * (1 + INVALIDATES_MAX)
     + APPEND_PICKLE_OVERHEAD_BYTES
 )
-# Frames go out as a protocol-4 pickle (bytes as bytes), neither compressed nor encrypted: a
-# command travels at its own size plus this much per entry (bytes header, index, term,
-# tuple) and once per frame (the message dict, the connection key, pickle framing, the
-# HMAC timestamp and tag). The largest frame is one entry or forwarded command of
-# COMMAND_BYTES_MAX; AppendEntries with several entries and snapshot chunks are smaller
-# (ReplicaConfig.check bounds their settings by COMMAND_BYTES_MAX).
+# Frames go out as a protocol-4 pickle (bytes as bytes), not compressed, encrypted (AEAD,
+# logstore/auth.py): a command travels at its own size plus this much per entry (bytes
+# header, index, term, tuple) and once per frame (the message dict, the connection key,
+# pickle framing, the AEAD's FRAME_OVERHEAD_BYTES: header, timestamp and tag). The largest
+# frame is one entry or forwarded command of COMMAND_BYTES_MAX; AppendEntries with several
+# entries and snapshot chunks are smaller (ReplicaConfig.check bounds their settings by
+# COMMAND_BYTES_MAX).
 ENTRY_WIRE_OVERHEAD_BYTES = 64
 FRAME_ENVELOPE_BYTES_MAX = 64 << 10
 FRAME_BYTES_MAX = COMMAND_BYTES_MAX + ENTRY_WIRE_OVERHEAD_BYTES + FRAME_ENVELOPE_BYTES_MAX
@@ -262,8 +263,8 @@ class _BoundedConnection(TcpConnection):
     as soon as its header is in, and the connection is dropped on a length out of bounds;
     no more is read while a whole frame is buffered, so a connection holds at most one
     frame plus one read. pysyncobj itself drops the connection on the first frame whose
-    HMAC, timestamp, pickle or connection key is bad; this class logs it. Sending: the
-    raw pickle (protocol 4), checked against FRAME_BYTES_MAX.
+    AEAD tag, timestamp, pickle or connection key is bad; this class logs it. Sending: the
+    raw pickle (protocol 4), encrypted, checked against FRAME_BYTES_MAX.
 
     Runs on the tick thread only, as pysyncobj's connection does."""
 
@@ -342,7 +343,7 @@ class _BoundedConnection(TcpConnection):
             if keyed:
                 self._ls_trusted = True
         elif self.state == CONNECTION_STATE.DISCONNECTED:
-            # pysyncobj dropped it: bad HMAC, old timestamp, wrong key or no pickle.
+            # pysyncobj dropped it: bad AEAD tag, old timestamp, wrong key or no pickle.
             self._ls_drop("a frame failed authentication or decoding")
         return message
 
@@ -547,7 +548,7 @@ class _RaftNode(SyncObj):
         state: LogState,
         lock: threading.Lock,
         journal: DurableJournal,
-        authenticator: HmacAuthenticator | None,
+        authenticator: FrameCipher | None,
         batch_max: int = 1024,
         batch_bytes_max: int = 512 << 10,
         pending_max: int = 20_000,
@@ -1206,7 +1207,7 @@ class ReplicatedLogStore:
             dynamicMembershipChange=True,
             useFork=False,
         )
-        auth = HmacAuthenticator(password) if password else None
+        auth = FrameCipher(password) if password else None
         self._node = _RaftNode(
             self_address,
             peers,
@@ -1526,18 +1527,18 @@ PROBE_ATTEMPT_S = 1.0
 PROBE_PAUSE_S = 0.2
 
 
-def _probe(address: str, timeout_s: float, auth: HmacAuthenticator | None = None) -> None:
+def _probe(address: str, timeout_s: float, auth: FrameCipher | None = None) -> None:
     """Connect to a replica's Raft address, again until `timeout_s` has passed (a replica
     started a moment ago binds its port during its first second or so); raise IllegalState
     if nothing accepted by then (refused, unreachable or silent).
 
     With `auth`, also open pysyncobj's handshake as a replica does: send a random key in a
-    frame tagged with the group's password and wait for the answer, which a replica of the
-    group tags with the same password. A replica with another password, or anything but a
+    frame encrypted under the group's password and wait for the answer, which a replica of
+    the group encrypts under the same password. A replica with another password, or anything but a
     replica (a client rpc port given for the Raft one), hangs up or answers otherwise: it
     could never join, and adding it would raise the majority the group needs without adding
-    a vote (a one-node group lost its leader so). Only the answer's tag is checked: nothing
-    received here is unpickled."""
+    a vote (a one-node group lost its leader so). The answer is only decrypted (which
+    authenticates it): nothing received here is unpickled."""
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise BadRequest(f"not a HOST:PORT Raft address: {address!r}")
@@ -1565,7 +1566,7 @@ HANDSHAKE_S = 3.0  # how long a replica may take to answer the handshake's first
 _FRAME_LEN = _FRAME_HEAD
 
 
-def _handshake(conn: socket.socket, auth: HmacAuthenticator, address: str, timeout_s: float):
+def _handshake(conn: socket.socket, auth: FrameCipher, address: str, timeout_s: float):
     key = os.urandom(32)
     frame = auth.encrypt_at_time(zlib.compress(_pso_pickle.dumps(key), 3), int(time.monotonic()))
     conn.settimeout(timeout_s)

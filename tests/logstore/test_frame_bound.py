@@ -1,6 +1,6 @@
 """Raft frames between logstore replicas are bounded before they are buffered (issue 27).
 
-pysyncobj buffered a frame of any announced length before checking its HMAC: one
+pysyncobj buffered a frame of any announced length before authenticating it: one
 unauthenticated connection announcing 1 GiB took a leader from 78 MB to 1.9 GB RSS and cost
 it its leadership. Now a frame's length is checked against FRAME_BYTES_UNTRUSTED_MAX until
 the peer proved it holds the password and the connection's key, against FRAME_BYTES_MAX
@@ -23,7 +23,7 @@ import pysyncobj.pickle as pso_pickle
 import pytest
 
 from logstore.api import ENTRY_BYTES_MAX, INVALIDATES_MAX, LOG_NAME_BYTES_MAX
-from logstore.auth import HmacAuthenticator
+from logstore.auth import FrameCipher
 from logstore.remote import RemoteLogStore
 from logstore.replicated import (
     APPEND_INT_PICKLE_BYTES_MAX,
@@ -60,7 +60,7 @@ def _worst_append(k: int = 0) -> tuple:
 def _frame(message, key: bytes = b"k" * 32) -> bytes:
     """A frame as a replica sends it (logstore.replicated._BoundedConnection.send)."""
     data = pickle.dumps((key, message), WIRE_PICKLE_PROTOCOL)
-    return HmacAuthenticator(PASSWORD).encrypt_at_time(data, int(time.monotonic()))
+    return FrameCipher(PASSWORD).encrypt_at_time(data, int(time.monotonic()))
 
 
 def test_the_worst_append_fits_a_command_and_a_frame():
@@ -222,7 +222,7 @@ def test_a_huge_unauthenticated_frame_is_dropped_before_it_is_buffered(tmp_path)
                 assert _hung_up(leader, struct.pack("i", length) + bytes(64)), length
             junk = os.urandom(200)
             assert _hung_up(leader, struct.pack("i", len(junk)) + junk)
-            signed_by_another = HmacAuthenticator("another password").encrypt_at_time(
+            signed_by_another = FrameCipher("another password").encrypt_at_time(
                 pickle.dumps(os.urandom(32), 2), int(time.monotonic())
             )
             assert _hung_up(leader, struct.pack("i", len(signed_by_another)) + signed_by_another)

@@ -1,10 +1,13 @@
-"""Password rules of a replica and the HMAC authentication of Raft frames (no sockets)."""
+"""Password rules of a replica and the AEAD encryption of Raft frames (no sockets)."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
-from logstore.auth import HmacAuthenticator, InvalidFrame
+from logstore import auth
+from logstore.auth import FrameCipher, InvalidFrame
 from logstore.replicated import ReplicatedLogStore
 from rpc.errors import IllegalState
 
@@ -45,44 +48,82 @@ def test_a_store_without_a_password_takes_no_member(tmp_path):
 
 
 def test_frames_round_trip_and_carry_their_timestamp():
-    a = HmacAuthenticator("secret")
+    a = FrameCipher("secret")
     token = a.encrypt_at_time(b"payload", 1234)
     assert a.extract_timestamp(token) == 1234
     assert a.decrypt(token) == b"payload"
+    # Another replica of the group (same password, its own sending key) reads it too.
+    assert FrameCipher("secret").decrypt(token) == b"payload"
+    assert len(token) == len(b"payload") + auth.FRAME_OVERHEAD_BYTES
+
+
+def test_frames_are_encrypted_under_a_fresh_nonce():
+    a = FrameCipher("secret")
+    data = b"known plaintext of a record " * 4
+    tokens = [a.encrypt_at_time(data, 5) for _ in range(100)]
+    assert len(set(tokens)) == 100
+    nonces = {t[1 + auth.KEY_ID_BYTES : auth.HEADER_BYTES] for t in tokens}
+    assert len(nonces) == 100
+    for t in tokens:
+        assert b"known plaintext" not in t
+        assert a.decrypt(t) == data
 
 
 def test_tampered_or_foreign_frames_are_rejected():
-    a = HmacAuthenticator("secret")
+    a = FrameCipher("secret")
     token = bytearray(a.encrypt_at_time(b"payload", 7))
-    for pos in (0, 9, len(token) - 1):
+    for pos in (0, 1, 17, 29, 35, len(token) - 1):  # version, key id, nonce, body, tag
         bad = bytearray(token)
         bad[pos] ^= 1
         with pytest.raises(InvalidFrame):
-            a.decrypt(bytes(bad))
+            FrameCipher("secret").decrypt(bytes(bad))
         with pytest.raises(InvalidFrame):
             a.extract_timestamp(bytes(bad))
     with pytest.raises(InvalidFrame):
-        HmacAuthenticator("other").decrypt(bytes(token))
+        FrameCipher("other").decrypt(bytes(token))
+    with pytest.raises(InvalidFrame):
+        a.decrypt(bytes(token[:-1]))
     with pytest.raises(InvalidFrame):
         a.decrypt(b"short")
     with pytest.raises(ValueError):
-        HmacAuthenticator("")
+        FrameCipher("")
 
 
-@pytest.mark.parametrize("size", [0, 2000, 2039, 2040, 4000, 100_000])
-def test_large_frames_are_tagged_like_one_shot_hmac(size):
-    """Frames of 2 KiB and more are hashed in pieces (the tick thread keeps the GIL); the
-    tag is still HMAC-SHA256 of the whole frame, and any flipped byte is caught."""
-    import hashlib
-    import hmac
+def test_the_sending_key_changes_after_its_frame_budget(monkeypatch):
+    monkeypatch.setattr(auth, "KEY_FRAMES_MAX", 4)
+    a, b = FrameCipher("secret"), FrameCipher("secret")
+    tokens = [a.encrypt_at_time(b"x%d" % i, i) for i in range(12)]
+    key_ids = [t[1 : 1 + auth.KEY_ID_BYTES] for t in tokens]
+    assert len(set(key_ids)) == 4  # frames 1-3, 4-7, 8-11, 12
+    assert [b.decrypt(t) for t in tokens] == [b"x%d" % i for i in range(12)]
 
-    a = HmacAuthenticator("secret")
+
+def test_forged_key_ids_do_not_evict_the_group_keys(monkeypatch):
+    monkeypatch.setattr(auth, "RECEIVE_KEYS_MAX", 3)
+    sender, receiver = FrameCipher("secret"), FrameCipher("secret")
+    token = sender.encrypt_at_time(b"payload", 1)
+    assert receiver.decrypt(token) == b"payload"
+    key_id = token[1 : 1 + auth.KEY_ID_BYTES]
+    for _ in range(10):
+        forged = bytearray(token)
+        forged[1 : 1 + auth.KEY_ID_BYTES] = os.urandom(auth.KEY_ID_BYTES)
+        with pytest.raises(InvalidFrame):
+            receiver.decrypt(bytes(forged))
+    assert list(receiver._receive) == [key_id]
+    senders = [FrameCipher("secret") for _ in range(5)]
+    for s in senders:
+        assert receiver.decrypt(s.encrypt_at_time(b"y", 2)) == b"y"
+    assert len(receiver._receive) == 3  # bounded: the oldest went first
+
+
+@pytest.mark.parametrize("size", [0, 1, 4000, 100_000, 2_200_000])
+def test_frames_of_every_size_round_trip_and_catch_any_flip(size):
+    a = FrameCipher("secret")
     payload = bytes(i % 251 for i in range(size))
     token = a.encrypt_at_time(payload, 99)
-    assert token[-32:] == hmac.digest(a._key, token[:-32], hashlib.sha256)
-    assert a.decrypt(token) == payload
-    for pos in {0, len(token) // 2, len(token) - 33}:
+    assert FrameCipher("secret").decrypt(token) == payload
+    for pos in {0, len(token) // 2, len(token) - 17, len(token) - 1}:
         bad = bytearray(token)
         bad[pos] ^= 0x40
         with pytest.raises(InvalidFrame):
-            HmacAuthenticator("secret").decrypt(bytes(bad))
+            FrameCipher("secret").decrypt(bytes(bad))
