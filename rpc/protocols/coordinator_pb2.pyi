@@ -530,18 +530,20 @@ class TabletReport(_message.Message):
     def __init__(self, tablet_id: _Optional[str] = ..., data_state: _Optional[str] = ..., role: _Optional[str] = ..., term: _Optional[int] = ..., config_index: _Optional[int] = ..., config_uuids: _Optional[_Iterable[str]] = ..., leader_uuid: _Optional[str] = ..., last_op_index: _Optional[int] = ..., schema_version: _Optional[int] = ..., config_member_types: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
-    __slots__ = ("server_uuid", "address", "tablets", "http_address", "disk")
+    __slots__ = ("server_uuid", "address", "tablets", "http_address", "disk", "principals_version")
     SERVER_UUID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     TABLETS_FIELD_NUMBER: _ClassVar[int]
     HTTP_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     DISK_FIELD_NUMBER: _ClassVar[int]
+    PRINCIPALS_VERSION_FIELD_NUMBER: _ClassVar[int]
     server_uuid: str
     address: str
     tablets: _containers.RepeatedCompositeFieldContainer[TabletReport]
     http_address: str
     disk: DiskReport
-    def __init__(self, server_uuid: _Optional[str] = ..., address: _Optional[str] = ..., tablets: _Optional[_Iterable[_Union[TabletReport, _Mapping]]] = ..., http_address: _Optional[str] = ..., disk: _Optional[_Union[DiskReport, _Mapping]] = ...) -> None: ...
+    principals_version: int
+    def __init__(self, server_uuid: _Optional[str] = ..., address: _Optional[str] = ..., tablets: _Optional[_Iterable[_Union[TabletReport, _Mapping]]] = ..., http_address: _Optional[str] = ..., disk: _Optional[_Union[DiskReport, _Mapping]] = ..., principals_version: _Optional[int] = ...) -> None: ...
 
 class DiskReport(_message.Message):
     __slots__ = ("total_bytes", "free_bytes", "used_bytes", "reserved_bytes", "full", "root_bytes")
@@ -560,12 +562,36 @@ class DiskReport(_message.Message):
     def __init__(self, total_bytes: _Optional[int] = ..., free_bytes: _Optional[int] = ..., used_bytes: _Optional[int] = ..., reserved_bytes: _Optional[int] = ..., full: _Optional[bool] = ..., root_bytes: _Optional[int] = ...) -> None: ...
 
 class HeartbeatResponse(_message.Message):
-    __slots__ = ("is_leader", "needs_enlist")
+    __slots__ = ("is_leader", "needs_enlist", "principals")
     IS_LEADER_FIELD_NUMBER: _ClassVar[int]
     NEEDS_ENLIST_FIELD_NUMBER: _ClassVar[int]
+    PRINCIPALS_FIELD_NUMBER: _ClassVar[int]
     is_leader: bool
     needs_enlist: bool
-    def __init__(self, is_leader: _Optional[bool] = ..., needs_enlist: _Optional[bool] = ...) -> None: ...
+    principals: PrincipalsTable
+    def __init__(self, is_leader: _Optional[bool] = ..., needs_enlist: _Optional[bool] = ..., principals: _Optional[_Union[PrincipalsTable, _Mapping]] = ...) -> None: ...
+
+class PrincipalsTable(_message.Message):
+    __slots__ = ("version", "entries")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    entries: _containers.RepeatedCompositeFieldContainer[PrincipalEntry]
+    def __init__(self, version: _Optional[int] = ..., entries: _Optional[_Iterable[_Union[PrincipalEntry, _Mapping]]] = ...) -> None: ...
+
+class PrincipalEntry(_message.Message):
+    __slots__ = ("name", "kind", "public_key", "roles", "state")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    PUBLIC_KEY_FIELD_NUMBER: _ClassVar[int]
+    ROLES_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    kind: str
+    public_key: str
+    roles: _containers.RepeatedScalarFieldContainer[str]
+    state: str
+    def __init__(self, name: _Optional[str] = ..., kind: _Optional[str] = ..., public_key: _Optional[str] = ..., roles: _Optional[_Iterable[str]] = ..., state: _Optional[str] = ...) -> None: ...
 
 class GetLeaderRequest(_message.Message):
     __slots__ = ()
