@@ -133,6 +133,10 @@ def checks(schema: Schema, predicates: Sequence[PredicatePB]) -> list[Check]:
             and len(vals) != 1
         ):
             continue
+        if any(v != v for v in vals):  # NaN: no order to check against; not pruned
+            continue
+        if p.op == PredicateOp.IN:
+            vals = tuple(sorted(set(vals)))
         out.append(Check(block_name(c.id), p.op, vals, c.is_key))
     return out
 
@@ -154,8 +158,9 @@ def _misses(ck: Check, cols: dict, present: bool) -> bool:
     if op == PredicateOp.IS_NOT_NULL:
         return False
     try:
-        if op == PredicateOp.IN:
-            return all(v < lo or v > hi for v in ck.values)
+        if op == PredicateOp.IN:  # values sorted: the first one >= lo must be <= hi
+            i = bisect.bisect_left(ck.values, lo)
+            return i == len(ck.values) or ck.values[i] > hi
         v = ck.values[0]
         if op == PredicateOp.EQ:
             return v < lo or v > hi
