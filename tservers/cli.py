@@ -5,6 +5,7 @@ tserver start --fs-root DIR --bind HOST:PORT [--coordinators H:P,... | --cluster
 tserver status --address HOST:PORT     a live server: uuid, tablets, WAL and write counters
 tserver fs format --fs-root DIR        (refuses a non-empty directory)
 tserver fs uuid --fs-root DIR
+tserver show-key --fs-root DIR [--json]   the server's CURVE public key (for its admission)
 tserver wal dump (--fs-root DIR --tablet ID | --segment FILE)
 tserver cmeta dump --fs-root DIR --tablet ID
 tserver cmeta rewrite --fs-root DIR --tablet ID [--term N] [--voted-for UUID|--clear-vote]
@@ -241,6 +242,19 @@ def _cmd_fs_uuid(args) -> int:
         print_json({"fs_root": args.fs_root, "uuid": uuid})
     else:
         print(uuid)
+    return 0
+
+
+def _cmd_show_key(args) -> int:
+    try:
+        fs = FsLayout(Path(args.fs_root), FsLayout.read_instance(Path(args.fs_root)).uuid)
+        key = fs.public_key()
+    except FsError as e:
+        raise CliError(str(e)) from e
+    if args.json:
+        print_json({"fs_root": args.fs_root, "uuid": fs.uuid, "public_key": key})
+    else:
+        print(key)
     return 0
 
 
@@ -979,6 +993,15 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--fs-root", required=True)
     add_json(f, "the fs root and its uuid")
     f.set_defaults(func=_cmd_fs_uuid)
+
+    k = sub.add_parser(
+        "show-key",
+        help="print the server's CURVE public key (keys/tserver.key), for an admin to admit "
+        "it: coordinator users add UUID --kind tserver --role server --public-key FILE",
+    )
+    k.add_argument("--fs-root", required=True)
+    add_json(k, "the fs root, its uuid and its public key")
+    k.set_defaults(func=_cmd_show_key)
 
     wal = sub.add_parser("wal", help="WAL tools").add_subparsers(dest="wal_cmd", required=True)
     w = wal.add_parser("dump", help="print header, entries and footer of WAL segments")

@@ -8,6 +8,9 @@ data/<tablet_id>/block-<n>.arrow immutable data blocks
 quarantine/<tablet_id>.<n>/     what a deletion moved aside (mtime: the time of the deletion),
                                 removed after a retention period (tservers/quarantine.py)
 lock                            flock held by the process that owns the root (pid inside)
+keys/tserver.key{,_secret}      the server's CURVE key pair (design/security.md section 2):
+                                made by `fs format` (an older root gets it at its first
+                                start), the secret 0600 in a 0700 directory, never replaced
 
 A running tablet server holds an exclusive flock on `lock` (`lock_root`); tools that change
 a stopped server's files (`tserver copy-from-remote`) take the same lock and so refuse to run
@@ -23,6 +26,7 @@ import uuid as uuidlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from rpc import keys
 from rpc.dirlock import DirLock, DirLocked, DirLockError, lock_dir
 from rpc.errors import NoSpace
 from rpc.protocols.tserver_pb2 import ConsensusMetaPB, InstancePB, SuperblockPB
@@ -30,6 +34,8 @@ from tservers import metafile
 from tservers.metafile import MetaFileCorrupt
 
 SUBDIRS = ("tablet-meta", "consensus-meta", "wals", "data", "quarantine")
+KEYS_DIR = "keys"  # made by rpc.keys.create_keypair (mode 0700), not with SUBDIRS
+KEY_NAME = "tserver"
 
 
 class FsError(Exception):
@@ -79,7 +85,9 @@ class FsLayout:
         metafile.fsync_dir(root)
         inst = InstancePB(uuid=uuid or uuidlib.uuid4().hex, format_time_ms=int(time.time() * 1000))
         metafile.write_meta(root / "instance", metafile.MAGIC_INSTANCE, inst)
-        return FsLayout(root, inst.uuid)
+        fs = FsLayout(root, inst.uuid)
+        keys.create_keypair(fs.keys_dir, KEY_NAME)
+        return fs
 
     @staticmethod
     def read_instance(root: Path) -> InstancePB:
@@ -102,6 +110,37 @@ class FsLayout:
         for sub in SUBDIRS:
             (root / sub).mkdir(exist_ok=True)
         return FsLayout(root, inst.uuid)
+
+    # ------------------------------------------------------------ keys
+    @property
+    def keys_dir(self) -> Path:
+        return self.root / KEYS_DIR
+
+    def has_keys(self) -> bool:
+        return keys.secret_path(self.keys_dir, KEY_NAME).exists()
+
+    def load_keys(self) -> tuple[keys.KeyPair, bool]:
+        """The server's CURVE key pair and whether it was made just now (a root formatted
+        before keys existed gets one at its first start). Raises FsError for a key file
+        that is unreadable, mismatched or readable by others (rpc.keys.load_keypair)."""
+        created = not self.has_keys() and not keys.public_path(self.keys_dir, KEY_NAME).exists()
+        try:
+            return keys.load_or_create_keypair(self.keys_dir, KEY_NAME), created
+        except keys.KeyFileError as e:
+            raise FsError(str(e)) from e
+
+    def public_key(self) -> str:
+        """The server's public key (z85) from keys/tserver.key (FsError when missing)."""
+        path = keys.public_path(self.keys_dir, KEY_NAME)
+        if not path.exists():
+            raise FsError(
+                f"{self.root} has no key pair yet ({path}): `tserver start` makes it for a "
+                "root formatted before keys existed"
+            )
+        try:
+            return keys.load_public_key(path)
+        except keys.KeyFileError as e:
+            raise FsError(str(e)) from e
 
     # ------------------------------------------------------------ paths
     def superblock_path(self, tablet_id: str) -> Path:

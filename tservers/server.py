@@ -95,6 +95,21 @@ class TabletServer:
         except BaseException:
             self._fs_lock.release()
             raise
+        try:
+            self.keypair, created = self.fs.load_keys()
+        except BaseException:
+            self._fs_lock.release()
+            raise
+        if created:
+            log.warning(
+                "made a key pair for tablet server %s in %s (its fs root predates keys): "
+                "public key %s; an admin admits it with `coordinator users add %s --kind "
+                "tserver --role server --public-key ...`",
+                self.fs.uuid,
+                self.fs.keys_dir,
+                self.keypair.public,
+                self.fs.uuid,
+            )
         self.disk = DiskSpace(config.fs_root, self.fs.uuid, config.fs_reserved_bytes)
         self.manager = TabletManager(
             self.fs,
