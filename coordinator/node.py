@@ -32,15 +32,16 @@ from coordinator.leases.testclock import clock_from_env
 from coordinator.locations import LocationCache
 from coordinator.metrics import CoordinatorObserver
 from coordinator.ops import principals
+from coordinator.principal_push import CatalogServerKeys, PrincipalsPush, check_server_key
 from coordinator.replay.replayer import Replayer
 from coordinator.replication import ReplicationConfig, ReplicationManager
 from logstore import logstore_pb2 as lspb
 from logstore.api import LogStore
 from logstore.service import LogStoreService
-from rpc import keys, privileged
+from rpc import errors, keys, privileged
 from rpc.addresses import parse_host_port
 from rpc.dirlock import lock_server_dir
-from rpc.errors import BadRequest, Unauthenticated, Unavailable
+from rpc.errors import BadRequest, Unavailable
 from rpc.observe import HttpEndpoint
 from rpc.protocols import coordinator_pb2 as pb
 from rpc.server import CallContext, RpcServer
@@ -123,13 +124,8 @@ def open_store(config: NodeConfig, uuid: str) -> LogStore:
     )
 
 
-class PermissionDenied(Unauthenticated):
-    """A known key whose roles may not call the method. The wire has no PERMISSION_DENIED
-    status yet (rpc/rpc.proto): it travels as UNAUTHENTICATED, with a message that begins
-    "permission denied" and names the role needed."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(f"permission denied: {reason}")
+def _denied(reason: str) -> errors.PermissionDenied:
+    return errors.PermissionDenied(f"permission denied: {reason}")
 
 
 class _Guarded:
@@ -146,7 +142,7 @@ class _Guarded:
         def guarded(request, ctx: CallContext):
             reason = authz.authorize(method, ctx.principal or ())
             if reason is not None:
-                raise PermissionDenied(reason)
+                raise _denied(reason)
             return handler(request, ctx)
 
         kw.pop("privileged", None)
@@ -176,16 +172,31 @@ class CoordinatorNode:
         # The cluster's password signs the privileged calls this node makes (DeleteTablet,
         # ChangeConfig) and guards its own (AddNode, RemoveNode): rpc/privileged.py.
         self.privileged_key = privileged.derive_key(config.password) if config.password else None
-        self.gateway = RpcTabletServerGateway(self.uuid, privileged_key=self.privileged_key)
+        self.keypair: keys.KeyPair | None = None
+        self.tserver_curve: CatalogServerKeys | None = None
+        if config.curve:
+            try:
+                self.keypair = keys.load_or_create_keypair(
+                    os.path.join(config.data_dir, KEYS_DIR), KEY_NAME
+                )
+            except BaseException:
+                self._dir_lock.release()
+                raise
+            # Calls to tablet servers: CURVE, each server's key from the principals table.
+            self.tserver_curve = CatalogServerKeys(self.keypair, self.catalog)
+        self.gateway = RpcTabletServerGateway(
+            self.uuid, privileged_key=self.privileged_key, curve=self.tserver_curve
+        )
         self.engine: Engine | None = None
         self.locations: LocationCache | None = None
         self.replication: ReplicationManager | None = None
         self.public_key = ""
+        # With CURVE: the principals table pushed to tablet servers in heartbeat answers.
+        self.principals_push = PrincipalsPush(self.catalog) if config.curve else None
         curve = None
-        if config.curve:
-            pair = keys.load_or_create_keypair(os.path.join(config.data_dir, KEYS_DIR), KEY_NAME)
-            self.public_key = pair.public
-            curve = keys.ServerCurve(pair, self._roles_of_key)
+        if self.keypair is not None:
+            self.public_key = self.keypair.public
+            curve = keys.ServerCurve(self.keypair, self._roles_of_key)
         self.server = RpcServer(
             self.uuid,
             config.bind,
@@ -230,6 +241,7 @@ class CoordinatorNode:
                 self.engine.serving,
                 config.replication,
                 privileged_key=self.privileged_key,
+                curve=self.tserver_curve,
             )
             self.replayer.start()
             self.engine.start()
@@ -319,7 +331,6 @@ class CoordinatorNode:
             "CreateTable": (pb.CreateTableRequest, "create_table"),
             "DropTable": (pb.DropTableRequest, "drop_table"),
             "AlterTable": (pb.AlterTableRequest, "alter_table"),
-            "EnlistServer": (pb.EnlistServerRequest, "enlist_server"),
             "RemoveServer": (pb.RemoveServerRequest, "remove_server"),
             "SetReplication": (pb.SetReplicationRequest, "set_replication"),
         }
@@ -353,12 +364,8 @@ class CoordinatorNode:
             lambda req, ctx: self._engine().list_servers(),
             inline=True,
         )
-        s.register(
-            "Coordinator.Heartbeat",
-            pb.HeartbeatRequest,
-            lambda req, ctx: self._engine().heartbeat(req),
-            inline=True,
-        )
+        s.register("Coordinator.Heartbeat", pb.HeartbeatRequest, self._heartbeat, inline=True)
+        s.register("Coordinator.EnlistServer", pb.EnlistServerRequest, self._enlist_server)
         s.register(
             "Coordinator.GetLeader",
             pb.GetLeaderRequest,
@@ -416,6 +423,22 @@ class CoordinatorNode:
         if public_key in self.config.admin_keys:
             return (authz.ADMIN,)
         return principals.roles_of_key(self.catalog, public_key)
+
+    def _heartbeat(self, request: pb.HeartbeatRequest, ctx: CallContext):
+        """Every node records it; with CURVE the key must be the one admitted for the UUID
+        it names, and a leader's answer carries the principals table when the server holds
+        another version (design/security.md section 4)."""
+        if self.principals_push is not None:
+            check_server_key(self.catalog, request.server_uuid, ctx.peer_key)
+        response = self._engine().heartbeat(request)
+        if self.principals_push is not None and response.is_leader:
+            self.principals_push.answer(response, request.principals_version)
+        return response
+
+    def _enlist_server(self, request: pb.EnlistServerRequest, ctx: CallContext):
+        if self.principals_push is not None:
+            check_server_key(self.catalog, request.server_uuid, ctx.peer_key)
+        return self._execute("enlist_server", request)
 
     def _tablet_locations(self, request: pb.GetTabletLocationsRequest, ctx: CallContext):
         """From the cache of serialized answers (coordinator/locations.py), leader only."""

@@ -21,8 +21,10 @@ from rpc.errors import (
     InvalidName,
     InvalidTerm,
     LeaderHintValue,
+    NoSpace,
     NotFound,
     NotLeader,
+    PermissionDenied,
     RpcError,
     SchemaVersionMismatch,
     TabletDeleted,
@@ -30,6 +32,7 @@ from rpc.errors import (
     TabletNotFound,
     Throttled,
     TimedOut,
+    Unauthenticated,
     Unavailable,
 )
 
@@ -49,8 +52,10 @@ __all__ = [
     "InvalidTerm",
     "LeaderHintValue",
     "LogcentricError",
+    "NoSpace",
     "NotFound",
     "NotLeader",
+    "PermissionDenied",
     "RpcError",
     "SchemaVersionMismatch",
     "TabletDeleted",
@@ -58,5 +63,6 @@ __all__ = [
     "TabletNotFound",
     "Throttled",
     "TimedOut",
+    "Unauthenticated",
     "Unavailable",
 ]

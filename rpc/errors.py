@@ -155,6 +155,13 @@ class NoSpace(RpcError):
     status = StatusCode.NO_SPACE
 
 
+class PermissionDenied(RpcError):
+    """An authenticated caller whose roles may not call the method; the message names the
+    role it needs. Not retried."""
+
+    status = StatusCode.PERMISSION_DENIED
+
+
 ERROR_CLASSES: dict[int, type[RpcError]] = {
     cls.status: cls
     for cls in (
@@ -180,6 +187,7 @@ ERROR_CLASSES: dict[int, type[RpcError]] = {
         SchemaVersionMismatch,
         Unauthenticated,
         NoSpace,
+        PermissionDenied,
     )
 }
 

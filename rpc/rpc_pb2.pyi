@@ -32,6 +32,7 @@ class StatusCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     SCHEMA_VERSION_MISMATCH: _ClassVar[StatusCode]
     UNAUTHENTICATED: _ClassVar[StatusCode]
     NO_SPACE: _ClassVar[StatusCode]
+    PERMISSION_DENIED: _ClassVar[StatusCode]
 OK: StatusCode
 NOT_LEADER: StatusCode
 INVALID_NAME: StatusCode
@@ -55,6 +56,7 @@ TABLET_FAILED: StatusCode
 SCHEMA_VERSION_MISMATCH: StatusCode
 UNAUTHENTICATED: StatusCode
 NO_SPACE: StatusCode
+PERMISSION_DENIED: StatusCode
 
 class LeaderHint(_message.Message):
     __slots__ = ("uuid", "address", "epoch")

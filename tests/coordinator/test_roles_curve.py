@@ -10,7 +10,7 @@ from coordproc import wait_for
 from coordinator.node import CoordinatorNode, NodeConfig
 from rpc.addresses import free_port
 from rpc.client import RpcClient
-from rpc.errors import RpcError, Unauthenticated
+from rpc.errors import PermissionDenied, RpcError, Unauthenticated
 from rpc.keys import ClientCurve, KeyPair
 from rpc.protocols import coordinator_pb2 as pb
 
@@ -84,7 +84,7 @@ def test_roles_are_enforced_per_call_and_revocation_holds_at_the_next_call(tmp_p
                 ),
             }
             for method, (request, response_type, role) in refusals.items():
-                with pytest.raises(Unauthenticated) as err:
+                with pytest.raises(PermissionDenied) as err:
                     call(r, node, method, request, response_type)
                 assert err.value.message == (
                     f"permission denied: Coordinator.{method} needs the {role} role; "
