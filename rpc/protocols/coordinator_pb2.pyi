@@ -310,18 +310,20 @@ class TableSummary(_message.Message):
     def __init__(self, table_id: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[str] = ...) -> None: ...
 
 class ReplicaLocation(_message.Message):
-    __slots__ = ("server_uuid", "address", "is_leader", "server_state", "member_type")
+    __slots__ = ("server_uuid", "address", "is_leader", "server_state", "member_type", "public_key")
     SERVER_UUID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     IS_LEADER_FIELD_NUMBER: _ClassVar[int]
     SERVER_STATE_FIELD_NUMBER: _ClassVar[int]
     MEMBER_TYPE_FIELD_NUMBER: _ClassVar[int]
+    PUBLIC_KEY_FIELD_NUMBER: _ClassVar[int]
     server_uuid: str
     address: str
     is_leader: bool
     server_state: str
     member_type: str
-    def __init__(self, server_uuid: _Optional[str] = ..., address: _Optional[str] = ..., is_leader: _Optional[bool] = ..., server_state: _Optional[str] = ..., member_type: _Optional[str] = ...) -> None: ...
+    public_key: str
+    def __init__(self, server_uuid: _Optional[str] = ..., address: _Optional[str] = ..., is_leader: _Optional[bool] = ..., server_state: _Optional[str] = ..., member_type: _Optional[str] = ..., public_key: _Optional[str] = ...) -> None: ...
 
 class TabletLocation(_message.Message):
     __slots__ = ("tablet_id", "partition", "replicas", "config_index", "replication_factor")
@@ -614,7 +616,7 @@ class StatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class StatusResponse(_message.Message):
-    __slots__ = ("uuid", "address", "role", "applied_id", "epoch", "leader_uuid", "leader_address", "tables", "tablets", "servers", "pending_ops", "raft_address", "log_members", "http_address")
+    __slots__ = ("uuid", "address", "role", "applied_id", "epoch", "leader_uuid", "leader_address", "tables", "tablets", "servers", "pending_ops", "raft_address", "log_members", "http_address", "public_key")
     UUID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
@@ -629,6 +631,7 @@ class StatusResponse(_message.Message):
     RAFT_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     LOG_MEMBERS_FIELD_NUMBER: _ClassVar[int]
     HTTP_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    PUBLIC_KEY_FIELD_NUMBER: _ClassVar[int]
     uuid: str
     address: str
     role: str
@@ -643,7 +646,8 @@ class StatusResponse(_message.Message):
     raft_address: str
     log_members: _containers.RepeatedScalarFieldContainer[str]
     http_address: str
-    def __init__(self, uuid: _Optional[str] = ..., address: _Optional[str] = ..., role: _Optional[str] = ..., applied_id: _Optional[int] = ..., epoch: _Optional[int] = ..., leader_uuid: _Optional[str] = ..., leader_address: _Optional[str] = ..., tables: _Optional[int] = ..., tablets: _Optional[int] = ..., servers: _Optional[int] = ..., pending_ops: _Optional[int] = ..., raft_address: _Optional[str] = ..., log_members: _Optional[_Iterable[str]] = ..., http_address: _Optional[str] = ...) -> None: ...
+    public_key: str
+    def __init__(self, uuid: _Optional[str] = ..., address: _Optional[str] = ..., role: _Optional[str] = ..., applied_id: _Optional[int] = ..., epoch: _Optional[int] = ..., leader_uuid: _Optional[str] = ..., leader_address: _Optional[str] = ..., tables: _Optional[int] = ..., tablets: _Optional[int] = ..., servers: _Optional[int] = ..., pending_ops: _Optional[int] = ..., raft_address: _Optional[str] = ..., log_members: _Optional[_Iterable[str]] = ..., http_address: _Optional[str] = ..., public_key: _Optional[str] = ...) -> None: ...
 
 class AddNodeRequest(_message.Message):
     __slots__ = ("raft_address",)
