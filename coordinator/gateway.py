@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from coordinator.catalog import ServerInfo
 from rpc.client import RpcClient, Transport
 from rpc.errors import AlreadyExists, CasFailed, IllegalState, TabletDeleted, TabletNotFound
+from rpc.keys import ClientCurve
 from rpc.protocols import coordinator_pb2 as pb
 from rpc.protocols import tserver_pb2 as ts
 
@@ -44,11 +45,19 @@ def partition_to_tserver(partition: pb.Partition) -> ts.PartitionPB:
 class RpcTabletServerGateway:
     """One RpcClient per tablet-server address over one shared transport."""
 
-    def __init__(self, caller_uuid: str, *, privileged_key: bytes | None = None) -> None:
+    def __init__(
+        self,
+        caller_uuid: str,
+        *,
+        privileged_key: bytes | None = None,
+        curve: ClientCurve | None = None,
+    ) -> None:
+        """`curve`: calls as a CURVE client, to tablet servers proving the key the
+        ClientCurve gives for their UUID (a CURVE node's: its principals table)."""
         self.caller_uuid = caller_uuid
         # Signs every call (DeleteTablet is privileged: rpc/privileged.py).
         self._privileged_key = privileged_key
-        self._transport = Transport()
+        self._transport = Transport(curve=curve)
         self._clients: dict[str, RpcClient] = {}
         self._lock = threading.Lock()
 

@@ -408,9 +408,12 @@ class ReplicationManager:
         config: ReplicationConfig | None = None,
         *,
         privileged_key: bytes | None = None,
+        curve=None,
     ) -> None:
+        """`curve` (rpc.keys.ClientCurve): calls to tablet servers as a CURVE client."""
         self.catalog = catalog
         self.caller_uuid = caller_uuid
+        self._curve = curve
         # Signs every call (ChangeConfig and DeleteTablet are privileged: rpc/privileged.py).
         self._privileged_key = privileged_key
         self.serving = serving
@@ -437,7 +440,7 @@ class ReplicationManager:
     # ------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
-        self._transport = Transport(name="replication")
+        self._transport = Transport(name="replication", curve=self._curve)
         self._thread = threading.Thread(target=self._run, name="replication", daemon=True)
         self._thread.start()
 

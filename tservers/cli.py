@@ -2,6 +2,7 @@
 
 tserver start --fs-root DIR --bind HOST:PORT [--coordinators H:P,... | --cluster NAME]
               [--no-wal-sync] [--quarantine-retention-s S] [--quarantine-bytes-max B]
+              [--curve --coordinator-keys KEY|FILE,... [--leader-silence-s S]]
 tserver status --address HOST:PORT     a live server: uuid, tablets, WAL and write counters
 tserver fs format --fs-root DIR        (refuses a non-empty directory)
 tserver fs uuid --fs-root DIR
@@ -28,7 +29,11 @@ fs uuid, cmeta dump) take `--json`: one JSON document (shapes in design/client.m
 
 `start` enlists with the coordinators given by --coordinators, or by --cluster NAME from the
 clusters file (rpc/clusters.py); with neither it runs alone (no heartbeats), as a server
-started for a test or a tool does.
+started for a test or a tool does. `--curve` (design/security.md section 4): CURVE on every
+connection, callers admitted and authorized by the principals table the coordinator leader
+pushes; `--coordinator-keys` gives the coordinator nodes' public keys, one per address in the
+order of --coordinators (each 40 z85 characters or a key file, e.g. a node's
+keys/coordinator.key).
 """
 
 from __future__ import annotations
@@ -165,6 +170,24 @@ def _lock_fs(root: str, holder: str, refusal: str):
         raise CliError(str(e)) from e
 
 
+def _coordinator_keys(text: str) -> tuple[str, ...]:
+    """--coordinator-keys: KEY|FILE,... (z85 has no comma)."""
+    from rpc import keys
+
+    out = []
+    for item in (t.strip() for t in text.split(",")):
+        if not item:
+            continue
+        if keys.is_z85_key(item):
+            out.append(item)
+            continue
+        try:
+            out.append(keys.load_public_key(item))
+        except keys.KeyFileError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    return tuple(out)
+
+
 def _cmd_start(args) -> int:
     # Ctrl-C and SIGTERM stop the server cleanly, even while it is still starting.
     daemon = DaemonStop("tserver")
@@ -195,6 +218,9 @@ def _cmd_start(args) -> int:
         quarantine_bytes_max=args.quarantine_bytes_max,
         http_bind=args.http,
         password=read_password(args.password_file, PASSWORD_ENV, "tserver"),
+        curve=args.curve,
+        coordinator_keys=args.coordinator_keys if args.curve else (),
+        leader_silence_s=args.leader_silence_s,
     )
     try:
         # The server holds the fs root's lock until it closes (or the process dies):
@@ -973,6 +999,31 @@ def build_parser() -> argparse.ArgumentParser:
         default=qmod.BYTES_MAX_DEFAULT,
         help="and, oldest first, while quarantine/ holds more than this many bytes (a K, M, "
         "G or T suffix: powers of 1024) (default %(default)d, 10 GiB)",
+    )
+    s.add_argument(
+        "--curve",
+        action="store_true",
+        help="CURVE on every connection (encrypted, authenticated): callers admitted and "
+        "authorized by the principals table the coordinator leader pushes in heartbeat "
+        "answers; heartbeats as a CURVE client with this server's key (show-key). Needs "
+        "--coordinator-keys. Off: plaintext (design/security.md)",
+    )
+    s.add_argument(
+        "--coordinator-keys",
+        type=_coordinator_keys,
+        default=(),
+        metavar="KEY|FILE,...",
+        help="the coordinator nodes' public keys, one per address in the order of "
+        "--coordinators (or of the cluster's addresses): 40 z85 characters, or a key file "
+        "(a node's <data-dir>/keys/coordinator.key)",
+    )
+    s.add_argument(
+        "--leader-silence-s",
+        type=_positive_float,
+        default=30.0,
+        help="with --curve: after this long without hearing a coordinator leader, refuse "
+        "every call but the cluster's own (the principals table may be stale) "
+        "(default %(default)s)",
     )
     s.add_argument("--log-level", type=_log_level, default="info")
     s.add_argument(

@@ -6,6 +6,11 @@ them (so a node that becomes leader already knows who is alive); only the leader
 the leader answers `needs_enlist` (it does not know this server, or marked it down), the
 heartbeater sends it EnlistServer.
 
+With CURVE (`curve`, `coordinator_keys`) the heartbeats go as a CURVE client with the server's
+key pair, to coordinator nodes that must prove they hold the key given for their address;
+a leader's answer may carry the principals table (design/security.md section 4), handed to
+`principals` (tservers/principals.py) with every leader's answer.
+
 This module speaks the coordinator's protocol (its generated messages and method names),
 never its code: the import runs from tservers to a generated protocol module only.
 """
@@ -18,10 +23,12 @@ from collections.abc import Callable, Sequence
 
 from rpc import errors
 from rpc.client import RpcClient, Transport
+from rpc.keys import ClientCurve
 from rpc.protocols import coordinator_pb2 as cpb
 from rpc.protocols.tserver_pb2 import DataState, MemberType, TabletReportPB
 
 HEARTBEAT_INTERVAL_S_DEFAULT = 0.5
+_PERMISSION_DENIED = 23  # rpc.proto's StatusCode.PERMISSION_DENIED (where the wire has it)
 CALL_TIMEOUT_S = 1.0
 
 log = logging.getLogger(__name__)
@@ -60,8 +67,18 @@ class Heartbeater:
         interval_s: float = HEARTBEAT_INTERVAL_S_DEFAULT,
         http_address: Callable[[], str] = lambda: "",
         disk: Callable[[], cpb.DiskReport | None] = lambda: None,
+        curve: ClientCurve | None = None,
+        coordinator_keys: Sequence[str] = (),
+        principals=None,
     ) -> None:
+        """`curve`: heartbeat as a CURVE client; `coordinator_keys[i]` is the public key of
+        the node at `coordinators[i]`. `principals` (tservers.principals.PrincipalCache):
+        told of every leader's answer, with the table when one carries it."""
         assert coordinators, "no coordinator to heartbeat to"
+        assert curve is None or len(coordinator_keys) == len(coordinators), (
+            "one public key per coordinator address"
+        )
+        self._principals = principals
         self._http_address = http_address
         self._disk = disk
         self.server_uuid = server_uuid
@@ -69,11 +86,14 @@ class Heartbeater:
         self._reports = reports
         self.coordinators = list(coordinators)
         self.interval_s = interval_s
-        self._transport = Transport(name="heartbeat")
+        self._transport = Transport(name="heartbeat", curve=curve)
+        keys = dict(zip(self.coordinators, coordinator_keys, strict=True)) if curve else {}
         self._clients = {
-            a: RpcClient(a, server_uuid, transport=self._transport) for a in self.coordinators
+            a: RpcClient(a, server_uuid, transport=self._transport, server_key=keys.get(a, ""))
+            for a in self.coordinators
         }
         self._uuids: dict[str, str] = {}
+        self._refusals: dict[str, str] = {}  # address -> the last refusal logged
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tserver-heartbeat", daemon=True)
         self.beats = 0
@@ -100,6 +120,8 @@ class Heartbeater:
             http_address=self._http_address(),
             tablets=[to_coordinator_report(r, self.server_uuid) for r in self._reports()],
         )
+        if self._principals is not None:
+            request.principals_version = self._principals.version
         try:
             disk = self._disk()
         except OSError as e:  # statvfs failed: the heartbeat goes without it
@@ -113,10 +135,22 @@ class Heartbeater:
             try:
                 answer = self._call(address, "Heartbeat", request, cpb.HeartbeatResponse)
             except errors.RpcError as err:
-                log.debug("heartbeat to %s failed: %s", address, err)
+                if isinstance(err, errors.Unauthenticated) or err.status == _PERMISSION_DENIED:
+                    # Not admitted (yet), or a key mismatch: said once per change of reason.
+                    if self._refusals.get(address) != err.message:
+                        self._refusals[address] = err.message
+                        log.warning("heartbeat to %s refused: %s", address, err.message)
+                else:
+                    log.debug("heartbeat to %s failed: %s", address, err)
                 continue
+            self._refusals.pop(address, None)
             if answer.is_leader:
                 self.enlisted = not answer.needs_enlist
+                if self._principals is not None:
+                    table = answer.principals if answer.HasField("principals") else None
+                    self._principals.heard_leader(table)
+                    if table is not None:
+                        request.principals_version = table.version
             if answer.is_leader and answer.needs_enlist:
                 enlist = cpb.EnlistServerRequest(
                     server_uuid=self.server_uuid, address=request.address

@@ -8,13 +8,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from rpc import privileged
+from rpc import keys, privileged
 from rpc.errors import IllegalState
 from rpc.privileged import is_loopback
 from rpc.server import RpcServer
 from tservers.fs import DiskSpace, FsLayout, lock_root
 from tservers.heartbeat import HEARTBEAT_INTERVAL_S_DEFAULT, Heartbeater, disk_report
 from tservers.metrics import TServerObserver
+from tservers.principals import Guarded, PrincipalCache
 from tservers.quarantine import BYTES_MAX_DEFAULT, RETENTION_S_DEFAULT
 from tservers.quarantine import Policy as QuarantinePolicy
 from tservers.raft_driver import RETAIN_BYTES_MAX_DEFAULT, RETAIN_ENTRIES_MAX_DEFAULT, DriverOptions
@@ -71,6 +72,17 @@ class TServerConfig:
     fs_reserved_bytes: int | None = None
     compaction_rate_bytes_s: int = RATE_BYTES_S_DEFAULT  # background compactions; 0: no limit
     compaction_run_bytes_max: int = RUN_BYTES_MAX_DEFAULT  # bytes of blocks merged at once
+    # CURVE (design/security.md sections 2 and 4): the rpc server encrypts and authenticates
+    # every connection with the server's key pair (keys/ of the fs root) and admits callers
+    # by the principals table the coordinator leader pushes in heartbeat answers; heartbeats
+    # go as a CURVE client. Off: plaintext, as before.
+    curve: bool = False
+    # The coordinator nodes' public keys (z85), one per address of `coordinators`, in order:
+    # the heartbeats' server keys, and admitted as the server role (the coordinator's calls).
+    coordinator_keys: tuple[str, ...] = ()
+    # With CURVE: after this long without an answer from a coordinator leader the server
+    # refuses calls of every principal but the cluster's own (its table may be stale).
+    leader_silence_s: float = 30.0
 
 
 class TabletServer:
@@ -78,8 +90,14 @@ class TabletServer:
 
     def __init__(self, config: TServerConfig) -> None:
         self.config = config
+        if config.curve and len(config.coordinator_keys) != len(config.coordinators):
+            raise IllegalState(
+                f"a CURVE tablet server needs one coordinator public key per coordinator "
+                f"address: {len(config.coordinators)} addresses, "
+                f"{len(config.coordinator_keys)} keys (--coordinator-keys)"
+            )
         self.privileged_key = privileged.derive_key(config.password) if config.password else None
-        if self.privileged_key is None:
+        if self.privileged_key is None and not config.curve:
             if not is_loopback(config.bind):
                 raise IllegalState(
                     f"a tablet server on {config.bind} needs the cluster's password "
@@ -139,6 +157,15 @@ class TabletServer:
                 run_bytes_max=config.compaction_run_bytes_max,
             ),
         )
+        # With CURVE: the principals table the coordinator leader pushes (section 4).
+        self.principals: PrincipalCache | None = None
+        if config.curve:
+            self.principals = PrincipalCache(
+                self.fs.uuid,
+                self.keypair.public,
+                config.coordinator_keys,
+                leader_silence_s=config.leader_silence_s,
+            )
         self.rpc: RpcServer | None = None
         self.service: TServerService | None = None
         self.heartbeater: Heartbeater | None = None
@@ -168,12 +195,25 @@ class TabletServer:
             message_bytes_max=self.config.message_bytes_max,
             metrics=self.config.metrics,
             privileged_key=self.privileged_key,
+            curve=keys.ServerCurve(self.keypair, self.principals.authorize_key)
+            if self.principals is not None
+            else None,
         )
         self.service = TServerService(self.manager, lambda: self.address)
-        self.service.register(self.rpc)
+        self.service.register(
+            Guarded(self.rpc, self.principals) if self.principals is not None else self.rpc
+        )
         self.rpc.start()
         self.manager.driver.set_address(self.rpc.address)
-        if self.privileged_key is None:
+        if self.principals is not None:
+            log.info(
+                "tablet server %s: CURVE on %s, key %s; callers admitted by the principals "
+                "table the coordinator leader pushes",
+                self.fs.uuid,
+                self.rpc.address,
+                self.keypair.public,
+            )
+        elif self.privileged_key is None:
             log.warning(
                 "INSECURE: no cluster password; DeleteTablet, ChangeConfig and StartTabletCopy "
                 "are open to anyone who reaches %s (development only)",
@@ -195,6 +235,9 @@ class TabletServer:
                 interval_s=self.config.heartbeat_interval_s,
                 http_address=lambda: self.observer.http.address if self.observer.http else "",
                 disk=lambda: disk_report(self.disk),
+                curve=keys.ClientCurve(self.keypair) if self.config.curve else None,
+                coordinator_keys=self.config.coordinator_keys,
+                principals=self.principals,
             ).start()
         self.observer.start(self.config.http_bind)
         if wait_open:
