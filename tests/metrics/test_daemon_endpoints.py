@@ -54,6 +54,12 @@ class Daemon:
     def text(self) -> str:
         return self.out.read_text(errors="replace")
 
+    def running(self) -> bool:
+        """True while the process runs; fails at once once it exited (no wait runs out)."""
+        code = self.proc.poll()
+        assert code is None, f"{self.out.name}: exited with status {code}"
+        return True
+
 
 @contextlib.contextmanager
 def outputs_on_failure(daemons: list[Daemon]):
@@ -98,7 +104,12 @@ def test_logstore_group_metrics_and_readiness(tmp_path):
                     )
                 )  # fmt: skip
             for i in range(3):
-                wait_for(lambda i=i: ready(http[i]), WAIT_S, f"/readyz of replica {i}", 0.2)
+                wait_for(
+                    lambda i=i: daemons[i].running() and ready(http[i]),
+                    WAIT_S,
+                    f"/readyz of replica {i}",
+                    0.2,
+                )
             fams = [scrape(f"http://{h}") for h in http]
             for f in fams:
                 for name in (
@@ -158,6 +169,7 @@ def test_logstore_group_metrics_and_readiness(tmp_path):
                 # replica 0 as the new leader (index 0) was taken for "none yet" until the
                 # wait timed out (seen: 120 s with replica 0 leader all along).
                 for i in rest:
+                    daemons[i].running()
                     f = scrape(f"http://{http[i]}")
                     if value(f, "logcentric_logstore_raft_role", role="leader") == 1:
                         return [i]
@@ -181,7 +193,12 @@ def test_logstore_group_metrics_and_readiness(tmp_path):
                 value(scrape(f"http://{http[successor]}"), "logcentric_logstore_raft_term") > term
             )
             for i in rest:
-                wait_for(lambda i=i: ready(http[i]), WAIT_S, f"replica {i} ready again", 0.2)
+                wait_for(
+                    lambda i=i: daemons[i].running() and ready(http[i]),
+                    WAIT_S,
+                    f"replica {i} ready again",
+                    0.2,
+                )
 
             lone = next(i for i in rest if i != successor)
             daemons[successor].kill()
@@ -234,7 +251,12 @@ def test_tserver_not_enlisted_is_not_ready(tmp_path):
             # The CLI's own line, printed once the HTTP endpoint serves; the RPC server's log
             # line "... serving on ..." comes before the endpoint is up (this test waited for
             # that one and was refused now and then).
-            wait_for(lambda: f"http=http://{http}" in d.text(), WAIT_S, "the tserver serves", 0.1)
+            wait_for(
+                lambda: d.running() and f"http=http://{http}" in d.text(),
+                WAIT_S,
+                "the tserver serves",
+                0.1,
+            )
             status, body = get_json(f"http://{http}/readyz")
             assert status == 503
             assert body["ready"] is False
@@ -264,20 +286,21 @@ def test_json_log_file_rotates(tmp_path):
         ],
         tmp_path / "out",
     )  # fmt: skip
-    try:
-        wait_for(lambda: ready(http), WAIT_S, "the replica is ready", 0.2)
-        # Each request is one DEBUG line: enough of them fill the file several times.
-        for _ in range(200):
-            assert get(f"http://{http}/healthz")[0] == 200
-        wait_for(lambda: Path(f"{log}.2").exists(), WAIT_S, "two rotated files", 0.1)
-        assert not Path(f"{log}.3").exists()  # only the backups asked for are kept
-        for path in (log, Path(f"{log}.1"), Path(f"{log}.2")):
-            assert path.stat().st_size <= 4096 + 1024  # one line may pass the limit
-            lines = [json.loads(line) for line in path.read_text().splitlines() if line]
-            assert lines, path
-            for line in lines:
-                assert {"ts", "level", "logger", "msg", "thread"} <= set(line)
-                assert line["ts"].endswith("Z")
-        assert "Traceback" not in d.text()
-    finally:
-        d.kill()
+    with outputs_on_failure([d]):
+        try:
+            wait_for(lambda: d.running() and ready(http), WAIT_S, "the replica is ready", 0.2)
+            # Each request is one DEBUG line: enough of them fill the file several times.
+            for _ in range(200):
+                assert get(f"http://{http}/healthz")[0] == 200
+            wait_for(lambda: Path(f"{log}.2").exists(), WAIT_S, "two rotated files", 0.1)
+            assert not Path(f"{log}.3").exists()  # only the backups asked for are kept
+            for path in (log, Path(f"{log}.1"), Path(f"{log}.2")):
+                assert path.stat().st_size <= 4096 + 1024  # one line may pass the limit
+                lines = [json.loads(line) for line in path.read_text().splitlines() if line]
+                assert lines, path
+                for line in lines:
+                    assert {"ts", "level", "logger", "msg", "thread"} <= set(line)
+                    assert line["ts"].endswith("Z")
+            assert "Traceback" not in d.text()
+        finally:
+            d.kill()
