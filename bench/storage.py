@@ -28,6 +28,7 @@ open added, per row. The same script runs against older code (a worktree) for "b
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import shutil
 import signal
@@ -128,6 +129,24 @@ def reset_peak(pid: int) -> None:
         pass
 
 
+def cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def quiesce(pid: int, limit_s: float = 300.0) -> float:
+    """Wait (bounded) until the server is idle: under 5% of a core over 2 s (the flush of
+    the last rows and background compactions finished). Returns the seconds waited."""
+    t0 = time.monotonic()
+    time.sleep(1.5)  # the maintenance thread's flush of the last rows, if due
+    while time.monotonic() - t0 < limit_s:
+        c0 = cpu_s(pid)
+        time.sleep(2.0)
+        if cpu_s(pid) - c0 < 0.1:
+            break
+    return time.monotonic() - t0
+
+
 def timed(fn, repeat: int = 1) -> tuple[float, object]:
     """The best wall time of `repeat` runs of fn() and its last result."""
     best, out = float("inf"), None
@@ -163,7 +182,7 @@ def measure(client: TabletServerClient, proc, tid: str, n: int, reads: int) -> d
     except Exception as e:  # the AlreadyExists error class of the client
         if "already exists" not in str(e):
             raise
-    time.sleep(1.5)  # the maintenance thread's flush of the last rows, if due
+    quiet_s = quiesce(pid)  # the last flush and the background compactions done
     after_load = rss_bytes(pid)
     probes = [
         rng.choice(ids) if rng.random() < 0.9 else rng.randrange(n) * 2 + 1 for _ in range(reads)
@@ -231,6 +250,7 @@ def measure(client: TabletServerClient, proc, tid: str, n: int, reads: int) -> d
         "pq_range_s": pq_range_s,
         "pq_sel_s": pq_sel_s,
         "probe": ids[0],
+        "quiet_s": quiet_s,
         **after_load,
     }
 
@@ -408,7 +428,8 @@ def main() -> int:
             f"{n:>10,}: full scan {r['full_s']:.2f} s, 1% range {r['range_s'] * 1000:.0f} ms, "
             f"predicate {r['sel_s'] * 1000:.0f} ms; Parquet full {r['pq_full_s']:.2f} s, "
             f"1% {r['pq_range_s'] * 1000:.0f} ms, predicate {r['pq_sel_s'] * 1000:.0f} ms; "
-            f"serving after {r['serving_s']:.2f} s; idle RSS {r['idle'] / mib:.0f} MiB"
+            f"serving after {r['serving_s']:.2f} s; idle RSS {r['idle'] / mib:.0f} MiB; "
+            f"{r['quiet_s']:.0f} s to quiesce after the load"
         )
     return 0
 

@@ -20,6 +20,7 @@ from rpc.protocols.tserver_pb2 import (
     ValuePB,
 )
 from tests.tservers.helpers import create, deadline, ipc, open_manager
+from tservers.tablet import tablet as tablet_mod
 from tservers.tablet.blockindex import bloom_name
 from tservers.tablet.bloom import Bloom, hash_array, hash_columns, hash_keys, key_hash
 from tservers.tablet.stats import stats_name
@@ -155,8 +156,16 @@ def check(t, shape: Shape, model: dict, rng: random.Random, universe: list) -> N
     assert list(shape.rows(r)) == sorted(model)[:5]
 
 
-@pytest.mark.parametrize(("schema", "seed"), [(INT_KEY, 1), (INT_KEY, 2), (PAIR_KEY, 3)])
-def test_random_writes_flushes_compactions_against_a_model(tmp_path, schema, seed):
+@pytest.mark.parametrize(
+    ("schema", "seed", "vector_min"),
+    [(INT_KEY, 1, 1), (INT_KEY, 2, 64), (INT_KEY, 4, 1), (PAIR_KEY, 3, 64)],
+)
+def test_random_writes_flushes_compactions_against_a_model(
+    tmp_path, monkeypatch, schema, seed, vector_min
+):
+    # vector_min 1: every block lookup of an int key through the Arrow kernels
+    # (BlockIndex.locate_many); 64 (the default): writes of up to 40 keys one by one.
+    monkeypatch.setattr(tablet_mod, "VECTOR_KEYS_MIN", vector_min)
     rng = random.Random(seed)
     shape = Shape(schema)
     universe = [shape.key(i) for i in range(600)]

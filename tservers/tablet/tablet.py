@@ -110,6 +110,8 @@ SHUTDOWN_DRAIN_S = 5.0
 SCHEMA_CATCH_UP_S = 30.0
 # A scan whose predicates pin at most this many whole keys is served as point reads.
 POINT_KEYS_MAX = 1000
+# Keys looked up in blocks with Arrow kernels (vectorized) from this many on, else one by one.
+VECTOR_KEYS_MIN = 64
 
 
 class TabletStatus(enum.Enum):
@@ -725,10 +727,11 @@ class Tablet:
     def _locate_blocks(want: set, blocks: Sequence[BlockIndex]) -> dict:
         """Where the newest version of each key of `want` is in `blocks` (oldest first): key ->
         None (a tombstone) or ("b", block, row number); keys in no block are left out. Blocks
-        are asked newest first, each only for the keys still unknown. A one-column key is
-        looked up vectorized (`BlockIndex.locate_many`: the keys hashed once as an Arrow
-        array, range, filter and binary search per block in Arrow kernels); a composite key
-        per key (range, filter, bisect). Needs no lock: blocks are immutable."""
+        are asked newest first, each only for the keys still unknown. From VECTOR_KEYS_MIN
+        keys of a one-column key on, vectorized (`BlockIndex.locate_many`: the keys hashed
+        once as an Arrow array, range, filter and binary search per block in Arrow
+        kernels); fewer keys or a composite key one by one (range, filter, bisect). Needs
+        no lock: blocks are immutable."""
         out: dict = {}
         if not want or not blocks:
             return out
@@ -736,7 +739,9 @@ class Tablet:
         lo, hi = min(left), max(left)
         key_type = blocks[-1].key_type
         keys = hashes = None
-        if key_type is not None:
+        # A few keys (a point read, a small write) cost less one by one than the fixed
+        # cost of the Arrow kernels per block.
+        if key_type is not None and len(left) >= VECTOR_KEYS_MIN:
             try:
                 keys = pa.array(left, key_type)
             except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError):
