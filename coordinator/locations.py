@@ -9,9 +9,13 @@ each tablet's report, and the server of each replica. An entry keeps those objec
 can be freed and its identity reused) and a lookup compares them with `is` under the catalog
 lock: a few dict reads instead of building and serializing the message.
 
-The answer itself is always built by Engine.get_tablet_locations; `_sources` names what it
-reads. Whoever makes that method read more of the catalog adds it there too (the tests
-compare cached and fresh answers after every kind of change).
+The answer itself is built by Engine.get_tablet_locations, and then each replica is given
+the CURVE public key of the active tablet-server principal named by its UUID (`server_key`:
+design/security.md section 2; empty for a server not admitted with a key), so a client
+connects to a replica only if it proves it holds the key admitted for that UUID. `_sources`
+names what the answer reads, the principal of each replica included. Whoever makes the
+builder read more of the catalog adds it there too (the tests compare cached and fresh
+answers after every kind of change).
 """
 
 from __future__ import annotations
@@ -25,8 +29,19 @@ from rpc.server import Serialized
 
 ENTRIES_MAX = 4096
 
-# (tablet id, tablet, report, ((replica uuid, server), ...)); report and servers may be None
-_TabletSources = tuple[str, object, object, tuple[tuple[str, object], ...]]
+# (tablet id, tablet, report, ((replica uuid, server, principal), ...)); report, servers and
+# principals may be None
+_TabletSources = tuple[str, object, object, tuple[tuple[str, object, object], ...]]
+TSERVER_KIND = "tserver"
+
+
+def server_key(catalog: Catalog, server_uuid: str) -> str:
+    """The public key of the active tablet-server principal named `server_uuid`, or ""
+    (caller holds the catalog lock)."""
+    p = catalog.principals.get(server_uuid)
+    if p is None or p.kind != TSERVER_KIND or not p.in_force_active:
+        return ""
+    return p.public_key
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +76,9 @@ class LocationCache:
                 return entry.body
             # Built and recorded under one hold of the (reentrant) lock: they agree.
             response = self._build(request)
+            for tablet in response.tablets:
+                for replica in tablet.replicas:
+                    replica.public_key = server_key(catalog, replica.server_uuid)
             table = catalog.tables[response.table_id]
             body = Serialized(response.SerializeToString())
             if len(self._entries) >= ENTRIES_MAX:
@@ -75,11 +93,12 @@ class LocationCache:
         if catalog.tables.get(table_id) is not entry.table:
             return False
         tablets, reports, servers = catalog.tablets, catalog.tablet_reports, catalog.servers
+        principals = catalog.principals
         for tablet_id, tablet, report, replicas in entry.tablets:
             if tablets.get(tablet_id) is not tablet or reports.get(tablet_id) is not report:
                 return False
-            for uuid, server in replicas:
-                if servers.get(uuid) is not server:
+            for uuid, server, principal in replicas:
+                if servers.get(uuid) is not server or principals.get(uuid) is not principal:
                     return False
         return True
 
@@ -92,7 +111,7 @@ class LocationCache:
                 catalog.tablets.get(tablet_id),
                 catalog.tablet_reports.get(tablet_id),
                 tuple(
-                    (uuid, catalog.servers.get(uuid))
+                    (uuid, catalog.servers.get(uuid), catalog.principals.get(uuid))
                     for uuid in catalog.current_replicas(tablet_id)
                 ),
             )

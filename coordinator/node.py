@@ -38,7 +38,7 @@ from coordinator.replication import ReplicationConfig, ReplicationManager
 from logstore import logstore_pb2 as lspb
 from logstore.api import LogStore
 from logstore.service import LogStoreService
-from rpc import errors, keys, privileged
+from rpc import credentials, errors, keys, privileged
 from rpc.addresses import parse_host_port
 from rpc.dirlock import lock_server_dir
 from rpc.errors import BadRequest, Unavailable
@@ -51,6 +51,9 @@ logger = logging.getLogger(__name__)
 UUID_FILE = "coordinator-uuid"
 KEYS_DIR = "keys"
 KEY_NAME = "coordinator"
+ADMIN_NAME = "admin"
+ADMIN_CREDENTIALS_FILE = "admin.credentials"
+BOOTSTRAP_POLL_S = 0.2
 LOGSTORE_DIR = "logstore"
 RPC_WORKERS = 16
 RPC_QUEUE_MAX = 1024
@@ -79,6 +82,12 @@ class NodeConfig:
     # as admins besides the table's (the bootstrap admin until it is logged; not logged).
     curve: bool = False
     admin_keys: tuple[str, ...] = ()
+    # The bootstrap admin, logged once at the cluster's first start (no principal in the
+    # log yet) by whichever CURVE node first leads: this public key as the `admin` user, or
+    # with "" a key pair the node makes, its credentials written to
+    # <data_dir>/admin.credentials (0600). Give every node the same key, or none.
+    bootstrap_admin_key: str = ""
+    bootstrap_admin: bool = True
 
 
 def load_or_create_uuid(data_dir: str, node_id: str) -> str:
@@ -249,6 +258,13 @@ class CoordinatorNode:
             self.lease.start()
             self.observer.start()
             self.http = self._start_http() if config.http else None
+            self.bootstrap_result: str = ""  # the admin logged by this node, once done
+            self._bootstrap: threading.Thread | None = None
+            if config.curve and config.bootstrap_admin:
+                self._bootstrap = threading.Thread(
+                    target=self._bootstrap_admin, name=f"bootstrap-{config.node_id}", daemon=True
+                )
+                self._bootstrap.start()
         except BaseException:
             self.close()
             raise
@@ -289,6 +305,9 @@ class CoordinatorNode:
         lease = getattr(self, "lease", None)
         if lease is not None:
             lease.close()
+        bootstrap = getattr(self, "_bootstrap", None)
+        if bootstrap is not None and bootstrap is not threading.current_thread():
+            bootstrap.join(BOOTSTRAP_POLL_S * 50)  # an execute in flight ends with the engine
         if self.replication is not None:
             self.replication.close()
         if self.engine is not None:
@@ -417,6 +436,77 @@ class CoordinatorNode:
             "Coordinator.RemoveNode", pb.RemoveNodeRequest, self._remove_node, privileged=True
         )
 
+    # ------------------------------------------------------------ bootstrap admin
+
+    @property
+    def admin_credentials_path(self) -> str:
+        return os.path.join(self.config.data_dir, ADMIN_CREDENTIALS_FILE)
+
+    def _bootstrap_admin(self) -> None:
+        """Log the first admin at the cluster's first start (design/security.md section 5):
+        when this node leads and serves and the log holds no principal at all. The request
+        id is this node's own and fixed, so a retry (after a lost answer or a failover)
+        gets the first answer; a node that sees any principal (another node bootstrapped,
+        or this one did before a restart) stops. Ends with the node."""
+        attempt = 0
+        while not self._closed.wait(BOOTSTRAP_POLL_S):
+            with self.catalog.lock:
+                if self.catalog.principals:
+                    return
+            engine = self.engine
+            if engine is None or not engine.serving():
+                continue
+            attempt += 1
+            try:
+                key, where = self._bootstrap_key()
+                request = pb.AddPrincipalRequest(
+                    request_id=pb.RequestId(client_id=f"bootstrap-admin-{self.uuid}", seq=1),
+                    name=ADMIN_NAME,
+                    kind="user",
+                    public_key=key,
+                    roles=[authz.ADMIN],
+                )
+                engine.execute(principals.KIND, request)
+            except (keys.KeyFileError, OSError, credentials.CredentialsError) as e:
+                logger.error("bootstrap admin: cannot make or read its credentials: %s", e)
+                return
+            except errors.RpcError as e:
+                level = logging.INFO if isinstance(e, errors.NotLeader) else logging.WARNING
+                logger.log(level, "bootstrap admin: attempt %d: %s", attempt, e)
+                continue
+            self.bootstrap_result = where
+            logger.warning(
+                "bootstrap admin %r logged with key %s%s",
+                ADMIN_NAME,
+                key,
+                f"; its credentials are in {where} (mode 0600: keep it secret, move it to "
+                "the operator)"
+                if where
+                else "",
+            )
+            return
+
+    def _bootstrap_key(self) -> tuple[str, str]:
+        """The admin's public key, and the credentials file made for it ("" for a key
+        given). A file made by an earlier attempt is used again (its key may be logged)."""
+        if self.config.bootstrap_admin_key:
+            return self.config.bootstrap_admin_key, ""
+        path = self.admin_credentials_path
+        if not os.path.exists(path):
+            assert self.keypair is not None
+            doc = credentials.document(
+                ADMIN_NAME,
+                "user",
+                [authz.ADMIN],
+                keys.KeyPair.generate(),
+                [(self.address, self.keypair.public)],
+            )
+            try:
+                credentials.write(path, doc)
+            except FileExistsError:
+                pass
+        return credentials.load(path).keypair.public, path
+
     def _roles_of_key(self, public_key: str) -> tuple[str, ...] | None:
         """The CURVE authorizer: the roles in force for a caller's key (the principals
         table, coordinator/ops/principals.py, or a bootstrap admin key); None refuses it."""
@@ -475,6 +565,7 @@ class CoordinatorNode:
             response.raft_address = self.config.raft_address
             response.log_members.extend(store_status().get("members", ()))
         response.http_address = self.http_address
+        response.public_key = self.public_key
         return response
 
     # ------------------------------------------------------------ group membership

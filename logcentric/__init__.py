@@ -40,7 +40,9 @@ from logcentric.errors import (
     LogcentricError,
     NotFound,
     NotLeader,
+    PermissionDenied,
     TimedOut,
+    Unauthenticated,
     Unavailable,
 )
 
@@ -72,12 +74,37 @@ def connect(
     *,
     cluster: str | None = None,
     timeout_s: float = 30.0,
+    credentials: str | None = None,
 ) -> Client:
     """A `Client` of a cluster, named by its coordinator addresses ("h1:p1,h2:p2" or a list),
     by `cluster` (a name in the clusters file), or, with neither, by `LOGCENTRIC_COORDINATORS`,
-    `LOGCENTRIC_CLUSTER` or the clusters file's default (`logcentric.clusters`). Raises
-    `BadRequest` when nothing names a cluster, `NotFound` for an unknown name."""
-    return Client(list(clusters.resolve(coordinators, cluster)), timeout_s=timeout_s)
+    `LOGCENTRIC_CLUSTER` or the clusters file's default (`logcentric.clusters`), or else by
+    the coordinators of the credentials file. Raises `BadRequest` when nothing names a
+    cluster, `NotFound` for an unknown name.
+
+    `credentials`: a credentials file (design/client.md "Credentials"): CURVE, as its
+    principal, to coordinators holding the keys it lists. Else `LOGCENTRIC_CREDENTIALS`, else
+    the named cluster's `credentials` entry in the clusters file; none: plaintext. A file
+    its group or others may read is refused (`BadRequest`)."""
+    from rpc import credentials as creds
+
+    found = creds.resolve(credentials, coordinators=coordinators, cluster=cluster)
+    if found is not None and not coordinators and not cluster and not _names_cluster():
+        return Client(list(found.addresses), timeout_s=timeout_s, credentials=found)
+    return Client(
+        list(clusters.resolve(coordinators, cluster)), timeout_s=timeout_s, credentials=found
+    )
+
+
+def _names_cluster() -> bool:
+    """Whether the environment or the clusters file's default names a cluster."""
+    import os
+
+    if os.environ.get(clusters.COORDINATORS_ENV, "").strip():
+        return True
+    if os.environ.get(clusters.CLUSTER_ENV, "").strip():
+        return True
+    return bool(clusters.load()["default"])
 
 
 __all__ = [
@@ -90,12 +117,14 @@ __all__ = [
     "LogcentricError",
     "NotFound",
     "NotLeader",
+    "PermissionDenied",
     "ReplicaInfo",
     "RowError",
     "Session",
     "Table",
     "TabletInfo",
     "TimedOut",
+    "Unauthenticated",
     "Unavailable",
     "__version__",
     "binary",

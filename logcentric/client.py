@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import random
 import threading
 import time
@@ -46,6 +47,8 @@ from logcentric.meta import CoordinatorClient, SilenceWatch, attempt_patience_s
 from logcentric.partition import bucket_of_rows, buckets_of_predicates
 from logcentric.tablets import TabletServerClient, predicate
 from rpc import errors
+from rpc.credentials import Credentials
+from rpc.credentials import load as load_credentials
 from rpc.protocols import coordinator_pb2 as cpb
 from rpc.protocols.tserver_pb2 import OpType, PredicateOp
 
@@ -130,6 +133,7 @@ class ReplicaInfo:
     address: str
     is_leader: bool
     server_state: str
+    public_key: str = ""  # CURVE: the server's admitted key (the coordinator's locations)
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,9 +165,23 @@ def arrow_schema_of(schema: cpb.Schema) -> pa.Schema:
 class Client:
     """A connection to a cluster. Thread-safe; a context manager."""
 
-    def __init__(self, coordinators: Sequence[str] | str, *, timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        coordinators: Sequence[str] | str = (),
+        *,
+        timeout_s: float = 30.0,
+        credentials: Credentials | str | os.PathLike | None = None,
+    ) -> None:
+        """`credentials` (a file's path, or rpc.credentials.Credentials): CURVE to the
+        coordinators with the keys the file lists, and to each tablet server with the key
+        the coordinator's locations give for its UUID (a replica without one, i.e. a
+        tablet server not admitted with a key, is reached plaintext). Without coordinator
+        addresses, the file's are used. None: plaintext everywhere."""
         if isinstance(coordinators, str):
             coordinators = [a.strip() for a in coordinators.split(",") if a.strip()]
+        if credentials is not None and not isinstance(credentials, Credentials):
+            credentials = load_credentials(credentials)
+        self.credentials = credentials
         if not timeout_s > 0:
             raise errors.BadRequest(f"timeout_s must be above 0, got {timeout_s!r}")
         self.client_id = f"client-{uuidlib.uuid4().hex}"
@@ -171,10 +189,15 @@ class Client:
         # Gives up calls to silent (hung) servers, coordinators and tablet servers alike.
         self._watch = SilenceWatch("client-silence-watch")
         self.meta = CoordinatorClient(
-            coordinators, client_id=self.client_id, timeout_s=timeout_s, watch=self._watch
+            coordinators,
+            client_id=self.client_id,
+            timeout_s=timeout_s,
+            watch=self._watch,
+            credentials=credentials,
         )
         self._lock = threading.Lock()
-        self._tservers: dict[tuple[str, str], TabletServerClient] = {}  # (uuid, address)
+        # (uuid, address, key): a key of its own is another identity, never the same client
+        self._tservers: dict[tuple[str, str, str], TabletServerClient] = {}
         self._closed = False
         self._tables: dict[str, Table] = {}
 
@@ -255,7 +278,8 @@ class Client:
         again comes back at its address under a new UUID, and locations list both for a while
         (the old one DOWN): neither may replace the other's client, which another thread may
         be using. The least recently used client is closed beyond TSERVER_CLIENTS_MAX."""
-        key = (replica.server_uuid, replica.address)
+        curve = self.credentials is not None and bool(replica.public_key)
+        key = (replica.server_uuid, replica.address, replica.public_key if curve else "")
         with self._lock:
             if self._closed:
                 raise errors.IllegalState("the client is closed")
@@ -267,6 +291,8 @@ class Client:
                     caller_uuid=self.client_id,
                     timeout_s=self.timeout_s,
                     watch=self._watch,
+                    keypair=self.credentials.keypair if curve else None,
+                    server_key=replica.public_key if curve else "",
                 )
             self._tservers[key] = ts  # most recently used last
             while len(self._tservers) > TSERVER_CLIENTS_MAX:
@@ -317,7 +343,7 @@ class Table:
                 hash_bucket=t.partition.hash_bucket,
                 num_buckets=t.partition.num_buckets,
                 replicas=tuple(
-                    ReplicaInfo(r.server_uuid, r.address, r.is_leader, r.server_state)
+                    ReplicaInfo(r.server_uuid, r.address, r.is_leader, r.server_state, r.public_key)
                     for r in t.replicas
                 ),
             )

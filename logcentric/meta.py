@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from rpc.client import RETRY_ATTEMPTS_MAX, RETRY_BACKOFF_INITIAL_S, RETRY_BACKOFF_MAX_S, RpcClient
 from rpc.client import RETRYABLE as RPC_RETRYABLE
+from rpc.credentials import Credentials
 from rpc.errors import (
     BadRequest,
     IllegalState,
@@ -253,14 +254,21 @@ class CoordinatorClient:
         call_timeout_s: float = 10.0,
         watch: SilenceWatch | None = None,
         privileged_key: bytes | None = None,
+        credentials: Credentials | None = None,
     ) -> None:
         """`watch`: the SilenceWatch of the owner's calls (the Client's), or one of its own.
         `privileged_key` (an operator tool's, from the cluster's password): every call is
-        signed with it, as membership changes need (rpc/privileged.py)."""
+        signed with it, as membership changes need (rpc/privileged.py). `credentials`
+        (rpc/credentials.py): every call goes with CURVE, as that principal, to a node that
+        proves it holds the key the file lists for its address; an address the file has no
+        key for is never called (nor followed as a leader hint). None: plaintext."""
         if isinstance(addresses, str):
             addresses = [a.strip() for a in addresses.split(",") if a.strip()]
+        if not addresses and credentials is not None:
+            addresses = list(credentials.addresses)
         if not addresses:
             raise ValueError("at least one coordinator address is needed")
+        self.credentials = credentials
         self.addresses = list(addresses)
         self.client_id = client_id or f"client-{uuidlib.uuid4().hex}"
         self.timeout_s = timeout_s
@@ -436,7 +444,12 @@ class CoordinatorClient:
                 last = e
                 hinted = e.leader_hint.address
                 with self._lock:
-                    if hinted and hinted != address and not self._is_suspect(hinted):
+                    if (
+                        hinted
+                        and hinted != address
+                        and not self._is_suspect(hinted)
+                        and self._may_call(hinted)
+                    ):
                         self._leader = hinted
                         if hinted not in self.addresses:
                             self.addresses.append(hinted)
@@ -472,6 +485,13 @@ class CoordinatorClient:
             # are down): say that, not that no leader answered.
             raise TimedOut(
                 f"Coordinator.{method}: the leader could not do it before the deadline: {last}"
+            )
+        hinted = getattr(getattr(last, "leader_hint", None), "address", "")
+        if isinstance(last, NotLeader) and hinted and not self._may_call(hinted):
+            raise TimedOut(
+                f"Coordinator.{method}: the leader is at {hinted}, which the credentials file "
+                f"({self.credentials.path}) lists no public key for: add that node "
+                "(its `coordinator show-key`) to the file's coordinators"
             )
         raise TimedOut(f"Coordinator.{method}: no leader answered in time (last error: {last})")
 
@@ -518,7 +538,14 @@ class CoordinatorClient:
             if client is None:
                 # A transport of its own per node: closing it (a silent node: SilenceWatch)
                 # ends the calls to that node alone.
-                client = RpcClient(address, self.client_id, privileged_key=self._privileged_key)
+                creds = self.credentials
+                client = RpcClient(
+                    address,
+                    self.client_id,
+                    privileged_key=self._privileged_key,
+                    curve=creds.client_curve() if creds is not None else None,
+                    server_key=creds.server_key(address) if creds is not None else "",
+                )
                 self._clients[address] = client
             uuid = self._uuids.get(address)
         if uuid is None:
@@ -532,6 +559,12 @@ class CoordinatorClient:
             with self._lock:
                 self._uuids[address] = uuid
         return client, uuid
+
+    def _may_call(self, address: str) -> bool:
+        """With credentials, only nodes whose key the file lists (a hint naming another
+        node is not followed: its key is unknown, so it could be anyone)."""
+        creds = self.credentials
+        return creds is None or bool(creds.coordinator_keys().get(address))
 
     def _detach(self, address: str, client: RpcClient) -> bool:
         """A silent node's rpc client is dropped (SilenceWatch closes it): the next call

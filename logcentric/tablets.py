@@ -32,6 +32,7 @@ import pyarrow as pa
 from logcentric.meta import SilenceWatch
 from rpc.client import RpcClient
 from rpc.errors import TimedOut
+from rpc.keys import ClientCurve, KeyPair
 from rpc.protocols.tserver_pb2 import (
     AlterSchemaRequest,
     AlterSchemaResponse,
@@ -173,11 +174,19 @@ class TabletServerClient:
         caller_uuid: str = "",
         timeout_s: float = 30.0,
         watch: SilenceWatch | None = None,
+        keypair: KeyPair | None = None,
+        server_key: str = "",
     ) -> None:
-        """`watch` is needed by calls with a patience (the owner's, which closes it)."""
+        """`watch` is needed by calls with a patience (the owner's, which closes it).
+        `keypair` and `server_key` (both or neither): CURVE as the principal of that key
+        pair, to a server that proves it holds `server_key` (the key the coordinator's
+        locations give for `server_uuid`); without them, plaintext."""
+        assert (keypair is None) == (not server_key), "CURVE needs a key pair and a server key"
         self.address = address
         self._caller_uuid = caller_uuid or f"client-{uuidlib.uuid4().hex}"
-        self._rpc = RpcClient(address, caller_uuid=self._caller_uuid)
+        self._keypair = keypair
+        self.server_key = server_key
+        self._rpc = self._new_rpc()
         self.timeout_s = timeout_s
         self.server_uuid = server_uuid or self._rpc.ping(timeout_s=timeout_s).uuid
         self._schemas: dict[str, TabletSchema] = {}
@@ -406,13 +415,23 @@ class TabletServerClient:
         batches = list(self.scan(tablet_id, **kwargs))
         return pa.Table.from_batches(batches) if batches else pa.table({})
 
+    def _new_rpc(self) -> RpcClient:
+        if self._keypair is None:
+            return RpcClient(self.address, caller_uuid=self._caller_uuid)
+        return RpcClient(
+            self.address,
+            caller_uuid=self._caller_uuid,
+            curve=ClientCurve(self._keypair),
+            server_key=self.server_key,
+        )
+
     def _detach(self, rpc: RpcClient) -> bool:
         """The server fell silent (SilenceWatch): later calls go through a new rpc client
         (a new connection); the watch closes this one, ending the calls in flight on it."""
         with self._lock:
             if self._closed or self._rpc is not rpc:
                 return False
-            self._rpc = RpcClient(self.address, caller_uuid=self._caller_uuid)
+            self._rpc = self._new_rpc()
             return True
 
     def close(self) -> None:

@@ -90,6 +90,7 @@ class NodeCheck:
     error: str = ""
     raft_address: str = ""  # its replica of the coordinator log (embedded logstore)
     log_members: list[str] = field(default_factory=list)  # the log's replicas, as it knows them
+    public_key: str = ""  # its CURVE key (empty: a plaintext node)
 
 
 @dataclass
@@ -229,10 +230,13 @@ def check_log_members(result: ClusterCheck) -> None:
             )
 
 
-def check_cluster(addresses: list[str], timeout_s: float) -> ClusterCheck:
+def check_cluster(addresses: list[str], timeout_s: float, credentials=None) -> ClusterCheck:
     result = ClusterCheck()
     with CoordinatorClient(
-        addresses, timeout_s=timeout_s, call_timeout_s=min(timeout_s, 3.0)
+        addresses,
+        timeout_s=timeout_s,
+        call_timeout_s=min(timeout_s, 3.0),
+        credentials=credentials,
     ) as meta:
         for address in addresses:
             try:
@@ -251,6 +255,7 @@ def check_cluster(addresses: list[str], timeout_s: float) -> ClusterCheck:
                     st.pending_ops,
                     raft_address=st.raft_address,
                     log_members=sorted(st.log_members),
+                    public_key=st.public_key,
                 )
             )
             if st.role == "LEADER":
@@ -263,7 +268,18 @@ def check_cluster(addresses: list[str], timeout_s: float) -> ClusterCheck:
         if result.pending_ops:
             result.problem(f"{result.pending_ops} operation(s) started and not finished")
         servers = meta.list_servers()
-        reports = _tablet_reports(servers, timeout_s)
+        tables = [
+            (summary, meta.describe_table(summary.name), meta.get_tablet_locations(summary.name))
+            for summary in meta.list_tables()
+        ]
+        server_keys = {  # CURVE: each server's admitted key, as the locations give it
+            r.server_uuid: r.public_key
+            for _s, _d, locations in tables
+            for t in locations.tablets
+            for r in t.replicas
+            if r.public_key
+        }
+        reports = _tablet_reports(servers, timeout_s, credentials, server_keys)
         for s in servers:
             report = reports.get(s.uuid)
             result.servers.append(
@@ -284,20 +300,29 @@ def check_cluster(addresses: list[str], timeout_s: float) -> ClusterCheck:
                     fs_root_bytes=s.fs_root_bytes,
                 )
             )
-        for summary in meta.list_tables():
-            described = meta.describe_table(summary.name)
-            locations = meta.get_tablet_locations(summary.name)
+        for summary, described, locations in tables:
             result.tables.append(check_table(summary, described, locations, reports))
     summarize_problems(result)
     return result
 
 
-def _tablet_reports(servers, timeout_s: float) -> dict[str, ListTabletsResponse | str]:
-    """ListTablets of every tablet server, or why it could not be asked."""
+def _tablet_reports(
+    servers, timeout_s: float, credentials=None, server_keys=None
+) -> dict[str, ListTabletsResponse | str]:
+    """ListTablets of every tablet server, or why it could not be asked. With credentials,
+    CURVE to each server whose admitted key the locations gave (`server_keys`)."""
     out: dict[str, ListTabletsResponse | str] = {}
+    server_keys = server_keys or {}
     for s in servers:
+        key = server_keys.get(s.uuid, "") if credentials is not None else ""
         try:
-            with TabletServerClient(s.address, s.uuid, timeout_s=min(timeout_s, 3.0)) as ts:
+            with TabletServerClient(
+                s.address,
+                s.uuid,
+                timeout_s=min(timeout_s, 3.0),
+                keypair=credentials.keypair if key else None,
+                server_key=key,
+            ) as ts:
                 out[s.uuid] = ts.list_tablets()
         except errors.RpcError as err:
             out[s.uuid] = f"unreachable: {err}"
@@ -475,7 +500,7 @@ def status_json(result: ClusterCheck) -> dict:
 
 
 def cmd_status(args) -> int:
-    result = check_cluster(args.coordinators, args.timeout_s)
+    result = check_cluster(args.coordinators, args.timeout_s, credentials_of(args))
     if args.json:
         print(json.dumps(status_json(result), indent=2))
         return 0 if result.healthy else 1
@@ -552,7 +577,9 @@ def parse_columns(text: str) -> list[Column]:
 
 
 def cmd_tables(args) -> int:
-    with Client(args.coordinators, timeout_s=args.timeout_s) as client:
+    with Client(
+        args.coordinators, timeout_s=args.timeout_s, credentials=credentials_of(args)
+    ) as client:
         tables = client.meta.list_tables()
     if args.json:  # one object, also when there is no table
         listed = [{"name": t.name, "id": t.table_id, "state": t.state} for t in tables]
@@ -565,7 +592,9 @@ def cmd_tables(args) -> int:
 
 def cmd_create_table(args) -> int:
     columns = parse_columns(args.columns)
-    with Client(args.coordinators, timeout_s=args.timeout_s) as client:
+    with Client(
+        args.coordinators, timeout_s=args.timeout_s, credentials=credentials_of(args)
+    ) as client:
         table_id = client.create_table(
             args.name, columns, num_tablets=args.tablets, replication_factor=args.replication
         )
@@ -587,14 +616,18 @@ def warn_even_factor(factor: int) -> None:
 
 
 def cmd_drop_table(args) -> int:
-    with Client(args.coordinators, timeout_s=args.timeout_s) as client:
+    with Client(
+        args.coordinators, timeout_s=args.timeout_s, credentials=credentials_of(args)
+    ) as client:
         table_id = client.drop_table(args.name)
     _result(args, f"dropped table {args.name} ({table_id})", name=args.name, table_id=table_id)
     return 0
 
 
 def cmd_describe(args) -> int:
-    with Client(args.coordinators, timeout_s=args.timeout_s) as client:
+    with Client(
+        args.coordinators, timeout_s=args.timeout_s, credentials=credentials_of(args)
+    ) as client:
         d = client.describe_table(args.name)
         locations = client.tablet_locations(args.name)
     columns = [
@@ -668,7 +701,12 @@ def cmd_membership(args) -> int:
         getattr(args, "password_file", None), "COORDINATOR_PASSWORD", "coordinator"
     ) or os.environ.get(privileged.PASSWORD_ENV)
     key = privileged.derive_key(password) if password else None
-    with CoordinatorClient(args.coordinators, timeout_s=args.timeout_s, privileged_key=key) as meta:
+    with CoordinatorClient(
+        args.coordinators,
+        timeout_s=args.timeout_s,
+        privileged_key=key,
+        credentials=credentials_of(args),
+    ) as meta:
         method, request = (
             ("AddNode", cpb.AddNodeRequest(raft_address=args.raft))
             if args.command == "add-node"
@@ -733,7 +771,9 @@ def cmd_move_replica(args) -> int:
     request = cpb.MoveReplicaRequest(
         tablet_id=args.tablet, from_uuid=args.from_uuid, to_uuid=args.to_uuid or ""
     )
-    with CoordinatorClient(args.coordinators, timeout_s=args.timeout_s) as meta:
+    with CoordinatorClient(
+        args.coordinators, timeout_s=args.timeout_s, credentials=credentials_of(args)
+    ) as meta:
         meta.call("MoveReplica", request, cpb.MoveReplicaResponse)
         moving = f"moving the replica of {args.tablet} off {args.from_uuid}"
         fields = dict(tablet_id=args.tablet, from_uuid=args.from_uuid, to_uuid=request.to_uuid)
@@ -788,7 +828,9 @@ def server_fields(s: cpb.ServerSummary) -> dict:
 def cmd_retire_tserver(args) -> int:
     """Retire a server (logged: it gets no new replica, on every leader, until removed or
     cancelled) and wait until every replica has moved off it."""
-    with CoordinatorClient(args.coordinators, timeout_s=args.timeout_s) as meta:
+    with CoordinatorClient(
+        args.coordinators, timeout_s=args.timeout_s, credentials=credentials_of(args)
+    ) as meta:
         if args.cancel:
             before = _server(meta, args.uuid)
             meta.retire_server(args.uuid, cancel=True)
@@ -839,7 +881,9 @@ def cmd_retire_tserver(args) -> int:
 
 def cmd_remove_tserver(args) -> int:
     """Forget a tablet server that is DOWN (the last step of decommissioning)."""
-    with CoordinatorClient(args.coordinators, timeout_s=args.timeout_s) as meta:
+    with CoordinatorClient(
+        args.coordinators, timeout_s=args.timeout_s, credentials=credentials_of(args)
+    ) as meta:
         server = _server(meta, args.uuid)
         try:
             meta.remove_server(args.uuid)
@@ -873,7 +917,9 @@ def cmd_remove_tserver(args) -> int:
 
 
 def cmd_set_replication(args) -> int:
-    with CoordinatorClient(args.coordinators, timeout_s=args.timeout_s) as meta:
+    with CoordinatorClient(
+        args.coordinators, timeout_s=args.timeout_s, credentials=credentials_of(args)
+    ) as meta:
         request = cpb.SetReplicationRequest(
             request_id=meta.next_request_id(), name=args.table, replication_factor=args.factor
         )
@@ -920,7 +966,9 @@ def not_running_tablets(st: cpb.ReplicationStatusResponse) -> int:
 
 
 def cmd_replication(args) -> int:
-    with CoordinatorClient(args.coordinators, timeout_s=args.timeout_s) as meta:
+    with CoordinatorClient(
+        args.coordinators, timeout_s=args.timeout_s, credentials=credentials_of(args)
+    ) as meta:
         st = replication_status(meta)
     not_running = not_running_tablets(st)
     if args.json:
@@ -951,8 +999,37 @@ def cmd_replication(args) -> int:
     return 0 if st.under_replicated == 0 and st.unknown == 0 else 1
 
 
+def add_credentials_argument(p: argparse.ArgumentParser) -> None:
+    from rpc.credentials import CREDENTIALS_ENV
+
+    if any(a.dest == "credentials" for a in p._actions):
+        return
+    p.add_argument(
+        "--credentials",
+        metavar="FILE",
+        default=None,
+        help=f"a credentials file: CURVE as its principal (else ${CREDENTIALS_ENV}, else the "
+        "cluster's entry in the clusters file; none: plaintext)",
+    )
+
+
+def credentials_of(args):
+    """The credentials the command runs with (rpc/credentials.py), or None: --credentials,
+    $LOGCENTRIC_CREDENTIALS, or the named cluster's clusters-file entry. Loaded once."""
+    from rpc import credentials
+
+    if not hasattr(args, "_credentials"):
+        args._credentials = credentials.resolve(
+            getattr(args, "credentials", None),
+            coordinators=getattr(args, "named_coordinators", None),
+            cluster=getattr(args, "cluster", None),
+        )
+    return args._credentials
+
+
 def _common(p: argparse.ArgumentParser) -> None:
-    """--coordinators, --timeout-s and --json."""
+    """--coordinators, --timeout-s, --credentials and --json."""
+    add_credentials_argument(p)
     p.add_argument(
         "--coordinators",
         required=True,

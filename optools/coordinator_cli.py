@@ -3,6 +3,8 @@
     coordinator start --id c1 --data-dir DIR --bind 127.0.0.1:7100 \\
         --raft 127.0.0.1:7200 --peers 127.0.0.1:7201,127.0.0.1:7202 --password-file PW
     coordinator start --id dev --data-dir DIR --raft 127.0.0.1:7200 --insecure-dev
+    coordinator start ... --curve [--admin-public-key FILE]   (CURVE, roles: security.md)
+    coordinator show-key --data-dir DIR       (the node's CURVE public key; made if missing)
     coordinator status --coordinators 127.0.0.1:7100,127.0.0.1:7101   (a ksck; admin.py)
     coordinator status --cluster local        (a name from the clusters file)
     coordinator tables|create-table|drop-table|describe|servers ...
@@ -14,7 +16,18 @@
 
 Every command that talks to a cluster names it the same way: `--coordinators HOST:PORT,...`,
 else `--cluster NAME`, else $LOGCENTRIC_COORDINATORS, $LOGCENTRIC_CLUSTER, the clusters
-file's default (logcentric/clusters.py). Nothing naming one is bad usage (exit status 2).
+file's default (logcentric/clusters.py), else the coordinators of the credentials file.
+Nothing naming one is bad usage (exit status 2). Every such command takes `--credentials
+FILE` (else $LOGCENTRIC_CREDENTIALS, else the cluster's `credentials` entry in the clusters
+file): CURVE to the coordinators with the keys the file lists, as its principal.
+
+`start --curve` runs the node with CURVE (design/security.md sections 2, 3, 5): its key pair
+in <data-dir>/keys (`show-key` prints the public key, making the pair first if the node has
+never run), callers admitted by the principals of the coordinator log and checked against
+the role table. At the cluster's first start the first node to lead logs the bootstrap
+admin: the key of `--admin-public-key FILE` (give it to every node), or, without it, a key
+pair it makes, whose credentials file it writes to <data-dir>/admin.credentials (0600) and
+names in its log.
 
 The cluster password protects the Raft traffic of the embedded logstore (pysyncobj pickles
 its messages: it never runs unauthenticated between hosts). Without one, only a single-node
@@ -142,6 +155,14 @@ def cmd_start(args) -> int:
     except AssertionError:
         print("coordinator: --lease-timeout-s must be positive", file=sys.stderr)
         return 2
+    admin_key = ""
+    if args.admin_public_key:
+        if not args.curve:
+            print("coordinator: --admin-public-key needs --curve", file=sys.stderr)
+            return 2
+        from optools.users_cli import read_public_key
+
+        admin_key = read_public_key(args.admin_public_key, "coordinator start")
     config = NodeConfig(
         node_id=args.id,
         data_dir=args.data_dir,
@@ -154,6 +175,8 @@ def cmd_start(args) -> int:
         lease=lease,
         engine=EngineConfig(tserver_timeout_s=args.tserver_timeout_s),
         http=args.http,
+        curve=args.curve,
+        bootstrap_admin_key=admin_key,
     )
     try:
         node = CoordinatorNode(config)
@@ -162,9 +185,47 @@ def cmd_start(args) -> int:
         return 1
     with node:
         console = f" http={node.http.url}" if node.http is not None else ""
-        print(f"coordinator {args.id} uuid={node.uuid} rpc={node.address}{console}", flush=True)
+        key = f" curve-key={node.public_key}" if node.public_key else " plaintext"
+        print(
+            f"coordinator {args.id} uuid={node.uuid} rpc={node.address}{console}{key}",
+            flush=True,
+        )
+        if args.curve and not admin_key:
+            print(
+                "coordinator: no --admin-public-key: at the cluster's first start the first "
+                f"node to lead writes the admin's credentials to {node.admin_credentials_path}",
+                flush=True,
+            )
         daemon.wait()
     return daemon.exit_status()
+
+
+def cmd_show_key(args) -> int:
+    """The node's CURVE public key, from <data-dir>/keys (made first if missing, as the
+    node's first start with --curve would: so keys can be gathered before a first start)."""
+    from coordinator.node import KEY_NAME, KEYS_DIR
+    from rpc import keys
+
+    directory = os.path.join(args.data_dir, KEYS_DIR)
+    made = not keys.public_path(directory, KEY_NAME).exists()
+    try:
+        pair = keys.load_or_create_keypair(directory, KEY_NAME)
+    except keys.KeyFileError as e:
+        print(f"coordinator show-key: {e}", file=sys.stderr)
+        return 1
+    admin = os.path.join(args.data_dir, "admin.credentials")
+    if args.json:
+        print_json(
+            {
+                "public_key": pair.public,
+                "key_file": str(keys.public_path(directory, KEY_NAME)),
+                "made": made,
+                "admin_credentials": admin if os.path.exists(admin) else None,
+            }
+        )
+    else:
+        print(pair.public)
+    return 0
 
 
 def cmd_clusters(args) -> int:
@@ -196,8 +257,11 @@ def cmd_clusters(args) -> int:
 
 def cmd_servers(args) -> int:
     from logcentric.meta import CoordinatorClient
+    from optools.admin import credentials_of
 
-    with CoordinatorClient(args.coordinators, timeout_s=args.timeout_s) as client:
+    with CoordinatorClient(
+        args.coordinators, timeout_s=args.timeout_s, credentials=credentials_of(args)
+    ) as client:
         servers = client.list_servers()
         if args.json:
             from optools.admin import server_fields
@@ -252,6 +316,21 @@ def build_parser() -> argparse.ArgumentParser:
     start.add_argument(
         "--logstore", default="", help="external logstore RPC addresses instead of embedding one"
     )
+    start.add_argument(
+        "--curve",
+        action="store_true",
+        help="CURVE on the client RPC service: its key pair in <data-dir>/keys, callers "
+        "admitted by the principals of the log and checked against the role table "
+        "(default off: plaintext)",
+    )
+    start.add_argument(
+        "--admin-public-key",
+        metavar="FILE",
+        default="",
+        help="with --curve: the bootstrap admin's public key (Z85 text or a zmq "
+        "certificate), logged as user 'admin' at the cluster's first start; without it the "
+        "first node to lead makes one and writes <data-dir>/admin.credentials",
+    )
     start.add_argument("--lease-timeout-s", type=float, default=1.0)
     start.add_argument("--tserver-timeout-s", type=admin.timeout_arg, default=5.0)
     logsetup.add_arguments(start)
@@ -275,6 +354,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("log", help="decode and inspect the coordinator log")
     logtool.add_arguments(p)
     p.set_defaults(func=_cmd_log)
+    p = sub.add_parser("show-key", help="a node's CURVE public key (made if missing)")
+    p.add_argument("--data-dir", required=True, help="the node's data directory")
+    add_json(p, "the key, its file, and the bootstrap admin's credentials file if any")
+    p.set_defaults(func=cmd_show_key)
     p = sub.add_parser("clusters", help="list the clusters file's named clusters")
     add_json(p, "the file, its default and its clusters")
     p.set_defaults(func=cmd_clusters)
@@ -288,7 +371,7 @@ def _name_cluster_by_flags(name: str, command: argparse.ArgumentParser) -> None:
     required) also takes --cluster NAME, and without either finds the cluster through the
     environment or the clusters file (`_resolve_cluster`). local-cluster's --coordinators is
     a count and log's source is --coordinators/--address: both are left as they are."""
-    if name in ("local-cluster", "log", "clusters", "start"):
+    if name in ("local-cluster", "log", "clusters", "start", "show-key"):
         return
     action = next((a for a in command._actions if a.dest == "coordinators"), None)
     if action is None:
@@ -306,6 +389,9 @@ def _name_cluster_by_flags(name: str, command: argparse.ArgumentParser) -> None:
             default=None,
             help="a cluster named in the clusters file (`coordinator clusters` lists them)",
         )
+    from optools.admin import add_credentials_argument
+
+    add_credentials_argument(command)
     command.set_defaults(names_cluster=True)
 
 
@@ -319,10 +405,26 @@ def _cmd_log(args) -> int:
     return logtool.run(args)
 
 
+def _names_cluster(args) -> bool:
+    """Whether --cluster, the environment or the clusters file's default names a cluster."""
+    from rpc import clusters
+
+    if args.cluster or os.environ.get(clusters.COORDINATORS_ENV, "").strip():
+        return True
+    return bool(os.environ.get(clusters.CLUSTER_ENV, "").strip() or clusters.load()["default"])
+
+
 def _resolve_cluster(func):
     def run(args) -> int:
         if getattr(args, "names_cluster", False):
-            args.coordinators = cluster_addresses(args.coordinators, args.cluster)
+            from optools.admin import credentials_of
+
+            args.named_coordinators = args.coordinators
+            creds = credentials_of(args)
+            if creds is not None and not args.coordinators and not _names_cluster(args):
+                args.coordinators = list(creds.addresses)  # the file's own coordinators
+            else:
+                args.coordinators = cluster_addresses(args.coordinators, args.cluster)
         return func(args)
 
     return run

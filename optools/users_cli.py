@@ -6,26 +6,30 @@
     coordinator users revoke NAME
 
 `add` without --public-key makes a CURVE key pair (zmq.curve_keypair) and writes the
-credentials file (default ./NAME.credentials, mode 0600, never over an existing file): the
-key pair, the name and roles, and the cluster's coordinator addresses. The file is written
-before the principal is logged and removed again when the cluster refuses it, so a logged
-key always has its secret saved. With --public-key (the key's Z85 text, or a zmq
-certificate file) only the public key is logged and no file is written.
+credentials file (rpc/credentials.py; default ./NAME.credentials, mode 0600, never over an
+existing file): the key pair, the name and roles, and the cluster's coordinators with their
+public keys (from the caller's own credentials file, else from each node's Status). The
+file is written before the principal is logged and removed again when the cluster refuses
+it, so a logged key always has its secret saved. With --public-key (the key's Z85 text, or
+a zmq certificate file) only the public key is logged and no file is written.
 
-The methods are the admin role's; until CURVE and roles are enforced they are guarded by the
-cluster's password (rpc/privileged.py): --password-file, else $COORDINATOR_PASSWORD or
-$LOGCENTRIC_PASSWORD. Every change carries a request id, so the client's own retries
-(a new leader, a lost answer) get the first answer instead of a second change.
+The methods are the admin role's. On a CURVE cluster the caller's credentials file
+(--credentials, $LOGCENTRIC_CREDENTIALS, or the cluster's clusters-file entry) must be an
+admin's; on a plaintext cluster they are guarded by the cluster's password
+(rpc/privileged.py): --password-file, else $COORDINATOR_PASSWORD or $LOGCENTRIC_PASSWORD.
+Every change carries a request id, so the client's own retries (a new leader, a lost
+answer) get the first answer instead of a second change.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 
 from coordinator.ops.principals import KINDS, ROLES, key_problem
+from optools.admin import credentials_of
 from rpc.console import UsageError, add_cluster_arguments, add_json, cluster_addresses, print_json
+from rpc.errors import RpcError
 
 DEFAULT_TIMEOUT_S = 10.0
 CREDENTIALS_FORMAT = "logcentric-credentials/1"
@@ -59,79 +63,100 @@ def _client(args):
         args.password_file, "COORDINATOR_PASSWORD", "coordinator"
     ) or os.environ.get(privileged.PASSWORD_ENV)
     key = privileged.derive_key(password) if password else None
-    return CoordinatorClient(args.coordinators, timeout_s=args.timeout_s, privileged_key=key)
+    return CoordinatorClient(
+        args.coordinators,
+        timeout_s=args.timeout_s,
+        privileged_key=key,
+        credentials=credentials_of(args),
+    )
 
 
-def read_public_key(path: str) -> str:
+def _addresses(args) -> list[str]:
+    """The coordinators: named by the flags, the environment or the clusters file, else
+    those of the caller's credentials file."""
+    args.named_coordinators = args.coordinators
+    creds = credentials_of(args)
+    if creds is not None and not args.coordinators and not args.cluster:
+        try:
+            return cluster_addresses(None, None)
+        except UsageError:
+            return list(creds.addresses)
+    return cluster_addresses(args.coordinators, args.cluster)
+
+
+def _coordinator_entries(args, client) -> list[tuple[str, str]]:
+    """(address, public key) of every coordinator, for a new credentials file: the caller's
+    credentials file's keys where it has them, else each node's own Status answer (over a
+    channel the caller already trusts: CURVE with a key it holds, or plaintext)."""
+    creds = credentials_of(args)
+    known = creds.coordinator_keys() if creds is not None else {}
+    out = []
+    for address in args.coordinators:
+        key = known.get(address, "")
+        if not key and creds is None:
+            try:
+                key = client.status(address, timeout_s=min(args.timeout_s, 3.0)).public_key
+            except RpcError:
+                key = ""
+        out.append((address, key))
+    return out
+
+
+def read_public_key(path: str, who: str = "coordinator users add") -> str:
     """The Z85 public key in `path`: a zmq certificate (`public-key = "..."`) or the key's
     40 characters alone. One-line SystemExit when it is neither."""
     try:
         with open(path, encoding="utf-8") as f:
             text = f.read(KEY_FILE_BYTES_MAX)
     except (OSError, UnicodeDecodeError) as e:
-        raise SystemExit(
-            f"coordinator users add: cannot read public key file {path}: {e}"
-        ) from None
+        raise SystemExit(f"{who}: cannot read public key file {path}: {e}") from None
     if "public-key" in text:
         import zmq.auth
 
         try:
             public, _secret = zmq.auth.load_certificate(path)
         except (ValueError, OSError) as e:
-            raise SystemExit(f"coordinator users add: {path}: not a certificate: {e}") from None
+            raise SystemExit(f"{who}: {path}: not a certificate: {e}") from None
         key = public.decode()
     else:
         key = text.strip()
     if (problem := key_problem(key)) is not None:
-        raise SystemExit(f"coordinator users add: {path}: {problem}")
+        raise SystemExit(f"{who}: {path}: {problem}")
     return key
 
 
 def write_credentials(path: str, document: dict) -> None:
     """Create `path` with mode 0600 (never over an existing file), write and fsync it."""
-    data = (json.dumps(document, indent=2) + "\n").encode()
+    from rpc import credentials
+
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        credentials.write(path, document)
     except FileExistsError:
         raise SystemExit(f"coordinator users add: {path} exists; give another --out FILE") from None
-    try:
-        os.fchmod(fd, 0o600)  # whatever the umask
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def cmd_add(args) -> int:
-    import zmq
-
+    from rpc import credentials
+    from rpc.keys import KeyPair
     from rpc.protocols import coordinator_pb2 as pb
 
     roles = _roles(args.role)
-    args.coordinators = cluster_addresses(args.coordinators, args.cluster)
+    args.coordinators = _addresses(args)
     out = None
     if args.public_key:
         if args.out:
             raise UsageError("--out writes a new key pair's credentials: not with --public-key")
         public = read_public_key(args.public_key)
-    else:
-        public_b, secret_b = zmq.curve_keypair()
-        public = public_b.decode()
-        out = args.out or f"{args.name}.credentials"
-        write_credentials(
-            out,
-            {
-                "format": CREDENTIALS_FORMAT,
-                "name": args.name,
-                "kind": args.kind,
-                "roles": roles,
-                "public_key": public,
-                "secret_key": secret_b.decode(),
-                "coordinators": list(args.coordinators),
-            },
-        )
+    keypair = None if args.public_key else KeyPair.generate()
     try:
         with _client(args) as client:
+            if keypair is not None:
+                public = keypair.public
+                out = args.out or f"{args.name}.credentials"
+                document = credentials.document(
+                    args.name, args.kind, roles, keypair, _coordinator_entries(args, client)
+                )
+                write_credentials(out, document)
             request = pb.AddPrincipalRequest(
                 request_id=client.next_request_id(),
                 name=args.name,
@@ -141,8 +166,8 @@ def cmd_add(args) -> int:
             )
             client.call("AddPrincipal", request, pb.AddPrincipalResponse)
     except BaseException:
-        if out is not None:  # refused or unknown: the secret of a key never logged goes
-            os.unlink(out)
+        if out is not None and os.path.exists(out):  # refused or unknown: the secret of a
+            os.unlink(out)  # key never logged goes
         raise
     if args.json:
         print_json(
@@ -175,7 +200,7 @@ def principal_fields(p) -> dict:
 def cmd_list(args) -> int:
     from rpc.protocols import coordinator_pb2 as pb
 
-    args.coordinators = cluster_addresses(args.coordinators, args.cluster)
+    args.coordinators = _addresses(args)
     with _client(args) as client:
         answer = client.call(
             "ListPrincipals", pb.ListPrincipalsRequest(), pb.ListPrincipalsResponse
@@ -195,7 +220,7 @@ def cmd_list(args) -> int:
 def cmd_revoke(args) -> int:
     from rpc.protocols import coordinator_pb2 as pb
 
-    args.coordinators = cluster_addresses(args.coordinators, args.cluster)
+    args.coordinators = _addresses(args)
     with _client(args) as client:
         request = pb.RevokePrincipalRequest(request_id=client.next_request_id(), name=args.name)
         client.call("RevokePrincipal", request, pb.RevokePrincipalResponse)
@@ -210,7 +235,7 @@ def cmd_set_roles(args) -> int:
     from rpc.protocols import coordinator_pb2 as pb
 
     roles = _roles(args.role)
-    args.coordinators = cluster_addresses(args.coordinators, args.cluster)
+    args.coordinators = _addresses(args)
     with _client(args) as client:
         request = pb.SetPrincipalRolesRequest(
             request_id=client.next_request_id(), name=args.name, roles=roles
@@ -224,7 +249,10 @@ def cmd_set_roles(args) -> int:
 
 
 def _common(p: argparse.ArgumentParser, what: str) -> None:
+    from optools.admin import add_credentials_argument
+
     add_cluster_arguments(p)
+    add_credentials_argument(p)
     p.add_argument(
         "--timeout-s",
         type=_timeout,

@@ -19,8 +19,12 @@ The clusters file (like Kudu's kudurc) is TOML, at `$LOGCENTRIC_CONFIG`, else
     default = "local"
     [clusters.local]
     coordinators = ["127.0.0.1:7100", "127.0.0.1:7101", "127.0.0.1:7102"]
+    credentials = "/home/me/.config/logcentric/local-admin.credentials"   # optional
 
 `coordinator local-cluster up` registers its cluster there (as `local` unless `--name`).
+A cluster's optional `credentials` is the credentials file (rpc/credentials.py) used when
+the cluster is named (by --cluster, $LOGCENTRIC_CLUSTER or the default) and neither
+--credentials nor $LOGCENTRIC_CREDENTIALS gives one.
 """
 
 from __future__ import annotations
@@ -75,13 +79,14 @@ def parse_addresses(value: str | list[str] | tuple[str, ...], *, what: str) -> t
 
 
 def load(path: Path | None = None) -> dict:
-    """The clusters file as {"default": str | None, "clusters": {name: (addresses...)}}."""
+    """The clusters file as {"default": str | None, "clusters": {name: (addresses...)},
+    "credentials": {name: path}} (a cluster without a credentials entry is not in the last)."""
     path = path or config_path()
     try:
         with open(path, "rb") as f:
             raw = f.read(CONFIG_BYTES_MAX + 1)
     except FileNotFoundError:
-        return {"default": None, "clusters": {}}
+        return {"default": None, "clusters": {}, "credentials": {}}
     except OSError as e:
         raise BadRequest(f"cannot read the clusters file {path}: {e.strerror}") from None
     if len(raw) > CONFIG_BYTES_MAX:
@@ -91,6 +96,7 @@ def load(path: Path | None = None) -> dict:
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
         raise BadRequest(f"the clusters file {path} is not valid TOML: {e}") from None
     clusters = {}
+    credentials = {}
     table = doc.get("clusters", {})
     if not isinstance(table, dict):
         raise BadRequest(f"the clusters file {path}: [clusters] must be a table")
@@ -99,10 +105,14 @@ def load(path: Path | None = None) -> dict:
         if not isinstance(entry, dict) or "coordinators" not in entry:
             raise BadRequest(f'{where}: needs coordinators = ["HOST:PORT", ...]')
         clusters[name] = parse_addresses(entry["coordinators"], what=where)
+        if "credentials" in entry:
+            if not isinstance(entry["credentials"], str) or not entry["credentials"].strip():
+                raise BadRequest(f"{where}: credentials must be a file's path")
+            credentials[name] = entry["credentials"].strip()
     default = doc.get("default")
     if default is not None and not isinstance(default, str):
         raise BadRequest(f"the clusters file {path}: default must be a cluster name")
-    return {"default": default, "clusters": clusters}
+    return {"default": default, "clusters": clusters, "credentials": credentials}
 
 
 def _dump(doc: dict) -> str:
@@ -112,20 +122,31 @@ def _dump(doc: dict) -> str:
     for name in sorted(doc["clusters"]):
         addresses = ", ".join(json.dumps(a) for a in doc["clusters"][name])
         lines += ["", f"[clusters.{json.dumps(name)}]", f"coordinators = [{addresses}]"]
+        if doc.get("credentials", {}).get(name):
+            lines.append(f"credentials = {json.dumps(doc['credentials'][name])}")
     return "\n".join(lines) + "\n"
 
 
 def register(
-    name: str, coordinators, *, make_default: bool = False, path: Path | None = None
+    name: str,
+    coordinators,
+    *,
+    make_default: bool = False,
+    path: Path | None = None,
+    credentials: str = "",
 ) -> Path:
     """Add or replace a named cluster in the clusters file (written atomically); returns the
-    file's path. The first cluster registered becomes the default."""
+    file's path. The first cluster registered becomes the default. `credentials`: the
+    credentials file to use with it (none: the entry has none)."""
     if not NAME_RE.match(name):
         raise BadRequest(f"cluster name {name!r}: letters, digits, '_', '.', '-' (at most 64)")
     addresses = parse_addresses(coordinators, what=f"cluster {name!r}")
     path = path or config_path()
     doc = load(path)
     doc["clusters"][name] = addresses
+    doc["credentials"].pop(name, None)
+    if credentials:
+        doc["credentials"][name] = str(Path(credentials).expanduser().resolve())
     if len(doc["clusters"]) > CLUSTERS_MAX:
         raise BadRequest(f"the clusters file {path} holds {CLUSTERS_MAX} clusters at most")
     if make_default or not doc.get("default"):
@@ -156,6 +177,7 @@ def unregister(name: str, *, path: Path | None = None) -> bool:
     if name not in doc["clusters"]:
         return False
     del doc["clusters"][name]
+    doc["credentials"].pop(name, None)
     if doc.get("default") == name:
         doc["default"] = None
     _write(path, doc)
@@ -192,6 +214,21 @@ def resolve(coordinators=None, cluster: str | None = None) -> tuple[str, ...]:
         "no cluster named: give --coordinators HOST:PORT,... or --cluster NAME, or set "
         f"{COORDINATORS_ENV} (no default cluster in {config_path()})"
     )
+
+
+def credentials_of(coordinators=None, cluster: str | None = None) -> str:
+    """The `credentials` entry of the cluster that `resolve(coordinators, cluster)` names by
+    name ("" when addresses name it, or the cluster has no entry)."""
+    if coordinators:
+        return ""
+    name = cluster
+    if not name:
+        if os.environ.get(COORDINATORS_ENV, "").strip():
+            return ""
+        name = os.environ.get(CLUSTER_ENV, "").strip()
+    doc = load()
+    name = name or doc["default"]
+    return doc["credentials"].get(name, "") if name else ""
 
 
 def _named(name: str, source: str) -> tuple[str, ...]:

@@ -15,7 +15,9 @@ operation to use when a job may be retried (Spark task retries, a rerun after a 
 
 Options: coordinators or cluster (else LOGCENTRIC_COORDINATORS / LOGCENTRIC_CLUSTER / the
 clusters file's default, as `logcentric.connect`), table (required), operation, columns,
-predicates, flush_rows_max, timeout_s; see logcentric/spark/mapping.py and design/spark.md.
+predicates, flush_rows_max, timeout_s, credentials (a credentials file: CURVE as its
+principal; else LOGCENTRIC_CREDENTIALS or the cluster's clusters-file entry; the executors
+read it at the same path); see logcentric/spark/mapping.py and design/spark.md.
 A cluster name is resolved once, on the driver: the readers and writers that travel to the
 executors carry the addresses, so executors on other hosts need no clusters file.
 """
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -45,17 +48,34 @@ logger = logging.getLogger(__name__)
 
 
 def _resolve_cluster(options: SourceOptions) -> SourceOptions:
-    """The options with the coordinators' addresses filled in (`logcentric.clusters`)."""
+    """The options with the coordinators' addresses filled in (`logcentric.clusters`) and
+    the credentials file found and checked (rpc/credentials.py: the option, else
+    LOGCENTRIC_CREDENTIALS, else the cluster's clusters-file entry)."""
     from logcentric import clusters
     from logcentric.errors import LogcentricError
+    from rpc import credentials
 
+    coordinators, cluster = options.coordinators or None, options.cluster or None
     try:
-        addresses = clusters.resolve(options.coordinators or None, options.cluster or None)
+        entry = "" if options.credentials else clusters.credentials_of(coordinators, cluster)
+        path = credentials.find_path(options.credentials or None, entry)
+        found = credentials.load(path) if path else None
     except LogcentricError as err:
-        raise OptionError(
-            f'option "coordinators" (HOST:PORT,...) or option "cluster" (NAME): {err.message}'
-        ) from None
-    return dataclasses.replace(options, coordinators=tuple(addresses), cluster="")
+        raise OptionError(f'option "credentials": {err.message}') from None
+    try:
+        addresses = clusters.resolve(coordinators, cluster)
+    except LogcentricError as err:
+        if found is None or coordinators or cluster:
+            raise OptionError(
+                f'option "coordinators" (HOST:PORT,...) or option "cluster" (NAME): {err.message}'
+            ) from None
+        addresses = found.addresses  # the credentials file's own coordinators
+    return dataclasses.replace(
+        options,
+        coordinators=tuple(addresses),
+        cluster="",
+        credentials=os.path.abspath(path) if path else "",
+    )
 
 
 def _open_client(options: SourceOptions):  # -> logcentric.client.Client
@@ -64,7 +84,11 @@ def _open_client(options: SourceOptions):  # -> logcentric.client.Client
     from logcentric.client import Client
 
     assert options.coordinators, "the cluster is resolved when the source is defined"
-    return Client(list(options.coordinators), timeout_s=options.timeout_s)
+    return Client(
+        list(options.coordinators),
+        timeout_s=options.timeout_s,
+        credentials=options.credentials or None,
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -65,6 +65,10 @@ class SourceOptions:
     flush_rows_max: int
     timeout_s: float
     cluster: str = ""  # a name of the clusters file ("" when coordinators are given)
+    # A credentials file (rpc/credentials.py): resolved on the driver (the option, else
+    # LOGCENTRIC_CREDENTIALS, else the cluster's clusters-file entry) and checked there;
+    # the workers load it from the same path. "": plaintext.
+    credentials: str = ""
 
 
 OPTIONS_KNOWN = (
@@ -76,6 +80,7 @@ OPTIONS_KNOWN = (
     "predicates",
     "flush_rows_max",
     "timeout_s",
+    "credentials",
 )
 
 
@@ -126,7 +131,15 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
     if not 0 < timeout_s <= 3600:
         raise OptionError('option "timeout_s" must be in (0, 3600]')
     return SourceOptions(
-        coordinators, table, operation, columns, predicates, flush_rows_max, timeout_s, cluster
+        coordinators,
+        table,
+        operation,
+        columns,
+        predicates,
+        flush_rows_max,
+        timeout_s,
+        cluster,
+        opts.get("credentials", "").strip(),
     )
 
 
