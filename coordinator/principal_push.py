@@ -16,17 +16,16 @@ import hashlib
 import threading
 
 from coordinator.catalog import Catalog
-from rpc.errors import Unauthenticated
+from rpc.errors import PermissionDenied
 from rpc.keys import ClientCurve, KeyPair
 from rpc.protocols import coordinator_pb2 as pb
 
 TSERVER_KIND = "tserver"
 
 
-class KeyMismatch(Unauthenticated):
-    """A tablet server's key that is not the key admitted for the UUID its request names.
-    Travels as UNAUTHENTICATED (the wire has no PERMISSION_DENIED yet), the message saying
-    "permission denied" like the role table's refusals."""
+class KeyMismatch(PermissionDenied):
+    """A tablet server's key that is not the key admitted for the UUID its request names
+    (PERMISSION_DENIED, the message saying so like the role table's refusals)."""
 
     def __init__(self, reason: str) -> None:
         super().__init__(f"permission denied: {reason}")

@@ -28,7 +28,6 @@ from rpc.protocols import coordinator_pb2 as cpb
 from rpc.protocols.tserver_pb2 import DataState, MemberType, TabletReportPB
 
 HEARTBEAT_INTERVAL_S_DEFAULT = 0.5
-_PERMISSION_DENIED = 23  # rpc.proto's StatusCode.PERMISSION_DENIED (where the wire has it)
 CALL_TIMEOUT_S = 1.0
 
 log = logging.getLogger(__name__)
@@ -135,7 +134,7 @@ class Heartbeater:
             try:
                 answer = self._call(address, "Heartbeat", request, cpb.HeartbeatResponse)
             except errors.RpcError as err:
-                if isinstance(err, errors.Unauthenticated) or err.status == _PERMISSION_DENIED:
+                if isinstance(err, (errors.Unauthenticated, errors.PermissionDenied)):
                     # Not admitted (yet), or a key mismatch: said once per change of reason.
                     if self._refusals.get(address) != err.message:
                         self._refusals[address] = err.message

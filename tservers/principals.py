@@ -24,7 +24,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from rpc import authz
-from rpc.errors import RpcError, Unauthenticated, Unavailable
+from rpc.errors import PermissionDenied, Unavailable
+from rpc.keys import ClientCurve, KeyPair
 from rpc.protocols import coordinator_pb2 as cpb
 from rpc.server import CallContext, RpcServer
 
@@ -45,17 +46,9 @@ class Principal:
     roles: tuple[str, ...]
 
 
-def _denied(reason: str) -> RpcError:
+def _denied(reason: str) -> PermissionDenied:
     """A refusal for a known key whose roles may not call the method."""
-    cls = _permission_denied_class()
-    return cls(f"permission denied: {reason}")
-
-
-def _permission_denied_class() -> type[RpcError]:
-    # The wire's PERMISSION_DENIED status where rpc/errors.py has it, UNAUTHENTICATED before.
-    from rpc import errors
-
-    return getattr(errors, "PermissionDenied", Unauthenticated)
+    return PermissionDenied(f"permission denied: {reason}")
 
 
 class PrincipalCache:
@@ -167,3 +160,17 @@ class Guarded:
 
         kw.pop("privileged", None)
         self.server.register(method, request_type, guarded, **kw)
+
+
+class TableServerKeys(ClientCurve):
+    """A tablet server's CURVE client settings for its calls to other tablet servers (tablet
+    Raft, tablet copy): a call to server U connects only to a server proving it holds the
+    key of the active tablet-server principal named U in the pushed table (none known:
+    NoServerKey, nothing sent), so a key is never taken for another server's."""
+
+    def __init__(self, keypair: KeyPair, cache: PrincipalCache) -> None:
+        super().__init__(keypair)
+        self._cache = cache
+
+    def server_key(self, uuid: str) -> str:
+        return self._cache.server_key(uuid) if uuid else ""

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 
 from rpc import errors
 from rpc.client import Poster, RpcClient, Transport
+from rpc.keys import ClientCurve
 from rpc.protocols.tserver_pb2 import (
     ConsensusMessagePB,
     ConsensusMetaPB,
@@ -127,6 +128,9 @@ class DriverOptions:
     # Signs StartTabletCopy to peers (a privileged method: rpc/privileged.py); None when the
     # cluster runs without a password.
     privileged_key: bytes | None = None
+    # CURVE to peers (rpc.keys.ClientCurve; a tablet server's: the key of each peer UUID in
+    # its principals table, tservers/principals.py); None: plaintext.
+    curve: ClientCurve | None = None
 
 
 def check_durable_state(
@@ -320,19 +324,31 @@ class _PeerOut:
     """The driver's way to one peer server: one-way batches on a socket of its own, posted
     from the driver thread (no hand-off). Closing it drops what zmq still queues."""
 
-    __slots__ = ("driver", "uuid", "address", "poster")
+    __slots__ = ("driver", "uuid", "address", "poster", "key")
 
     def __init__(self, driver: RaftDriver, uuid: str, address: str) -> None:
         self.driver = driver
         self.uuid = uuid
         self.address = address
         self.poster: Poster | None = None
+        self.key = ""  # with CURVE: the peer's key the poster's socket was made for
 
     def post(self, pbs: list[tuple[ConsensusMessagePB, int]], address: str) -> None:
         opts = self.driver.options
         if address and address != self.address:
             self.reset()
             self.address = address
+        curve = opts.curve
+        if curve is not None:
+            # The peer's key as the principals table has it now (a peer re-admitted with a
+            # new key gets a new socket); none known yet: dropped, Raft resends.
+            key = curve.server_key(self.uuid)
+            if not key:
+                log.debug("no key known for peer %s yet: consensus messages dropped", self.uuid)
+                return
+            if key != self.key:
+                self.reset()
+                self.key = key
         if self.poster is None:
             assert self.driver.transport is not None
             self.poster = Poster(
@@ -340,6 +356,7 @@ class _PeerOut:
                 self.address,
                 self.driver.uuid,
                 queue_max=opts.peer_queue_batches_max,
+                recipient_uuid=self.uuid,  # with CURVE: the key of this peer's UUID
             )
         i, n = 0, len(pbs)
         while i < n:
@@ -456,7 +473,7 @@ class RaftDriver:
 
     # ------------------------------------------------------------ lifecycle
     def start(self) -> RaftDriver:
-        self.transport = Transport(name="raft")
+        self.transport = Transport(name="raft", curve=self.options.curve)
         self._thread = threading.Thread(target=self._run, name="raft-driver", daemon=True)
         self._thread.start()
         self._applier = threading.Thread(target=self._apply_loop, name="raft-apply", daemon=True)

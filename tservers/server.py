@@ -15,7 +15,7 @@ from rpc.server import RpcServer
 from tservers.fs import DiskSpace, FsLayout, lock_root
 from tservers.heartbeat import HEARTBEAT_INTERVAL_S_DEFAULT, Heartbeater, disk_report
 from tservers.metrics import TServerObserver
-from tservers.principals import Guarded, PrincipalCache
+from tservers.principals import Guarded, PrincipalCache, TableServerKeys
 from tservers.quarantine import BYTES_MAX_DEFAULT, RETENTION_S_DEFAULT
 from tservers.quarantine import Policy as QuarantinePolicy
 from tservers.raft_driver import RETAIN_BYTES_MAX_DEFAULT, RETAIN_ENTRIES_MAX_DEFAULT, DriverOptions
@@ -128,6 +128,18 @@ class TabletServer:
                 self.keypair.public,
                 self.fs.uuid,
             )
+        # With CURVE: the principals table the coordinator leader pushes (section 4), and
+        # the keys of peer tablet servers by UUID from it (tablet Raft, tablet copy).
+        self.principals: PrincipalCache | None = None
+        self.peer_curve: TableServerKeys | None = None
+        if config.curve:
+            self.principals = PrincipalCache(
+                self.fs.uuid,
+                self.keypair.public,
+                config.coordinator_keys,
+                leader_silence_s=config.leader_silence_s,
+            )
+            self.peer_curve = TableServerKeys(self.keypair, self.principals)
         self.disk = DiskSpace(config.fs_root, self.fs.uuid, config.fs_reserved_bytes)
         self.manager = TabletManager(
             self.fs,
@@ -142,6 +154,7 @@ class TabletServer:
                 retain_entries_max=config.wal_retain_entries_max,
                 retain_bytes_max=config.wal_retain_bytes_max,
                 privileged_key=self.privileged_key,
+                curve=self.peer_curve,
             ),
             quarantine_policy=QuarantinePolicy(
                 retention_s=config.quarantine_retention_s,
@@ -157,15 +170,6 @@ class TabletServer:
                 run_bytes_max=config.compaction_run_bytes_max,
             ),
         )
-        # With CURVE: the principals table the coordinator leader pushes (section 4).
-        self.principals: PrincipalCache | None = None
-        if config.curve:
-            self.principals = PrincipalCache(
-                self.fs.uuid,
-                self.keypair.public,
-                config.coordinator_keys,
-                leader_silence_s=config.leader_silence_s,
-            )
         self.rpc: RpcServer | None = None
         self.service: TServerService | None = None
         self.heartbeater: Heartbeater | None = None
@@ -186,6 +190,8 @@ class TabletServer:
         every tablet is open (the CLI then prints its "serving on" line)."""
         started = time.monotonic()
         self.manager.list_tablets()  # before the port answers: no call finds a tablet missing
+        assert self.manager.copy_jobs is not None
+        self.manager.copy_jobs.curve = self.peer_curve  # copies onto this server: CURVE
         self.rpc = RpcServer(
             self.fs.uuid,
             self.config.bind,

@@ -46,6 +46,7 @@ import crc32c
 
 from rpc import errors
 from rpc.client import RETRYABLE, RpcClient
+from rpc.keys import ClientCurve
 from rpc.protocols.tserver_pb2 import (
     BeginCopySessionRequest,
     BeginCopySessionResponse,
@@ -454,19 +455,25 @@ def merge_cmeta(
 
 
 def copy_tablet(
-    target: CopyTarget, job: _Job, *, caller_uuid: str, rate_limit_bytes_s: int = 0
+    target: CopyTarget,
+    job: _Job,
+    *,
+    caller_uuid: str,
+    rate_limit_bytes_s: int = 0,
+    curve: ClientCurve | None = None,
 ) -> int:
     """Copy `job.req.tablet_id` from `job.req.source_*` onto `target`, step by step.
 
     The source session is opened first (an unknown tablet or a dead source changes nothing
     here); then steps 1-6. Progress, cancel and throttle go through `job`. Returns the bytes
     copied; raises on any failure, leaving the replica COPYING (the caller cleans up, or a
-    restart deletes it)."""
+    restart deletes it). `curve`: the source is called as a CURVE client (its key by
+    `job.req.source_uuid`)."""
     req = job.req
     tid = req.tablet_id
     fs = target.fs
     started = time.monotonic()
-    with RpcClient(req.source_address, caller_uuid) as rc:
+    with RpcClient(req.source_address, caller_uuid, curve=curve) as rc:
         begin = rc.call(
             req.source_uuid,
             "TServer.BeginCopySession",
@@ -1061,6 +1068,7 @@ class CopyJobs:
     def __init__(self, manager, rate_limit_bytes_s: int = 0) -> None:
         self.manager = manager
         self.rate_limit_bytes_s = rate_limit_bytes_s  # per job; 0: unthrottled
+        self.curve: ClientCurve | None = None  # set by a CURVE tablet server before it serves
         self._q: queue.Queue = queue.Queue(maxsize=JOBS_QUEUE_MAX)
         self._running: set[str] = set()
         self._jobs: dict[str, _Job] = {}  # queued and running, by tablet
@@ -1155,6 +1163,7 @@ class CopyJobs:
             job,
             caller_uuid=self.manager.fs.uuid,
             rate_limit_bytes_s=self.rate_limit_bytes_s,
+            curve=self.curve,
         )
 
     def close(self, timeout_s: float = 5.0) -> None:

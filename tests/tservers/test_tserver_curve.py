@@ -302,3 +302,109 @@ def test_a_server_without_a_leader_refuses_users_until_it_hears_one(tmp_path):
             server.close()
         admin.close()
         node.close()
+
+
+def _ipc(table) -> bytes:
+    import pyarrow as pa
+
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def test_tablet_raft_and_tablet_copy_between_curve_servers(tmp_path):
+    """Three CURVE tablet servers host a 3-replica tablet: its Raft messages, the
+    coordinator's calls and a tablet copy (a replica moved to a fourth server) all run
+    between admitted keys, each peer's key the one its UUID names in the pushed table."""
+    import pyarrow as pa
+
+    admin_pair, writer_pair = KeyPair.generate(), KeyPair.generate()
+    roots = [FsLayout.format(tmp_path / f"ts{i}") for i in range(4)]
+    node = CoordinatorNode(
+        node_config(tmp_path, admin_pair, "127.0.0.1:0", f"127.0.0.1:{free_port()}")
+    )
+    admin = Admin(node, admin_pair)
+    servers: list[TabletServer] = []
+    try:
+        wait_for(admin.leads, WAIT_S, "the coordinator node leads")
+        for fs in roots:
+            admin.add(fs.uuid, fs.public_key(), "tserver", "server")
+        admin.add("will", writer_pair.public, "user", "writer")
+        servers = [tserver(fs.root, node) for fs in roots[:3]]
+        wait_for(
+            lambda: all(fs.uuid in node.catalog.servers for fs in roots[:3]),
+            WAIT_S,
+            "three servers enlisted",
+        )
+        request = pb.CreateTableRequest(
+            request_id=admin.rid(),
+            name="t3",
+            schema=pb.Schema(columns=[pb.ColumnSchema(name="k", type=pb.INT64, is_key=True)]),
+            num_tablets=1,
+            replication_factor=3,
+        )
+        admin.call("CreateTable", request, pb.CreateTableResponse, timeout_s=30)
+        by_uuid = {s.uuid: s for s in servers}
+
+        def leader():
+            for s in servers:
+                replica = s.manager.replicas.get(tablet_id())
+                if replica is not None and s.service is not None:
+                    for r in s.manager.reports(starting=False):
+                        if r.tablet_id == tablet_id() and r.role == "LEADER":
+                            return s
+            return None
+
+        def tablet_id() -> str:
+            loc = admin.call("GetTabletLocations", pb.GetTabletLocationsRequest(name="t3"),
+                             pb.GetTabletLocationsResponse)  # fmt: skip
+            return loc.tablets[0].tablet_id
+
+        tid = tablet_id()
+        lead = wait_for(leader, WAIT_S, "a leader elected over CURVE links")
+        rows = pa.table({"k": pa.array(range(100), pa.int64())})
+        with user_client(lead, writer_pair, "will") as will:
+
+            def written() -> bool:
+                try:
+                    write = ts.WriteRequest(tablet_id=tid, schema_version=1, ops=[ts.OpType.INSERT])
+                    will.call(lead.uuid, "TServer.Write", write, ts.WriteResponse, timeout_s=10,
+                              sidecars=[_ipc(rows)])  # fmt: skip
+                    return True
+                except (HandshakeFailed, Unavailable):
+                    return False
+
+            wait_for(written, WAIT_S, "a write by the writer, replicated by Raft over CURVE")
+
+        def applied_everywhere(ss) -> bool:
+            indexes = set()
+            for s in ss:
+                reports = [r for r in s.manager.reports(starting=False) if r.tablet_id == tid]
+                if not reports:
+                    return False
+                indexes.add(reports[0].applied_index)
+            return len(indexes) == 1 and indexes.pop() >= 2
+
+        wait_for(lambda: applied_everywhere(servers), WAIT_S, "every replica applied the write")
+
+        # A tablet copy over CURVE: a follower's replica moved to a fourth server.
+        servers.append(tserver(roots[3].root, node))
+        wait_for(lambda: roots[3].uuid in node.catalog.servers, WAIT_S, "the fourth enlisted")
+        follower = next(s for s in servers[:3] if s is not leader())
+        admin.call("MoveReplica",
+                   pb.MoveReplicaRequest(tablet_id=tid, from_uuid=follower.uuid,
+                                         to_uuid=roots[3].uuid),
+                   pb.MoveReplicaResponse, timeout_s=30)  # fmt: skip
+        fourth = servers[3]
+        wait_for(
+            lambda: applied_everywhere([leader() or by_uuid[lead.uuid], fourth]),
+            WAIT_S,
+            "the moved replica copied and caught up",
+        )
+        assert fourth.manager.copy_jobs.done >= 1
+    finally:
+        for s in servers:
+            s.close()
+        admin.close()
+        node.close()
