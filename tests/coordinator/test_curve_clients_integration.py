@@ -20,7 +20,7 @@ from coordproc import CoordinatorGroup, Proc, wait_for
 
 import logcentric
 from logcentric import Column
-from rpc import credentials
+from rpc import clusters, credentials
 from rpc.addresses import free_port
 from rpc.errors import PermissionDenied, RpcError, Unauthenticated
 from rpc.keys import KeyPair
@@ -163,6 +163,29 @@ def test_users_add_writes_the_coordinators_keys_and_a_reader_may_read_but_not_dd
     )  # fmt: skip
     assert not (root / "mallory.credentials").exists()  # a refused add keeps no secret
     assert cli("tables", "--coordinators", addresses, "--json", creds=reader_path).returncode == 0
+
+    # A clusters-file entry names the credentials: `--cluster NAME` alone uses the reader's.
+    config = root / "clusters.toml"
+    clusters.register("secure", group.rpc, credentials=str(reader_path), path=config)
+    env = {clusters.CONFIG_ENV: str(config)}
+    assert cli("tables", "--cluster", "secure", "--json", env=env).returncode == 0
+    refused(
+        cli("drop-table", "nope", "--cluster", "secure", "--timeout-s", TIMEOUT_S, env=env),
+        "DropTable needs the admin role; the caller has reader",
+    )
+
+    # The Spark data source's option "credentials", resolved on the driver.
+    pytest.importorskip("pyspark")
+    from logcentric.spark import datasource, mapping
+
+    options = datasource._resolve_cluster(
+        mapping.parse_options(
+            {"coordinators": addresses, "table": "t", "credentials": str(reader_path)}
+        )
+    )
+    assert options.credentials == str(reader_path)
+    with datasource._open_client(options) as client:
+        assert client.credentials.name == "reader" and client.list_tables() == []
 
 
 def test_no_credentials_unknown_key_wrong_server_key_and_loose_file_fail_clearly(cluster):
