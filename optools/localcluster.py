@@ -11,6 +11,14 @@ line to connect; `down --wipe` removes that registration while it still names th
 Ctrl-C during `up` stops every process that run started, then ends with one line and exit
 status 130. `up --json` and `status --json` print one JSON document (design/client.md).
 
+`up --secure` (a new cluster; design/security.md section 5) makes every coordinator node's
+key pair before its first start and the admin's credentials (`<dir>/admin.credentials`,
+0600, naming every coordinator with its key), starts the nodes with `--curve
+--admin-public-key`, formats the tablet servers (each makes its key pair), admits each one
+(a `tserver` principal named by its UUID with its key, the `server` role) as the admin, and
+starts them with `--curve --coordinator-keys`; the cluster is registered with the admin's
+credentials. `cluster.json` remembers that the cluster is secure: a later `up` is too.
+
 This is the embedded default for the main job, the Spark tests and anyone trying the system.
 """
 
@@ -64,6 +72,15 @@ class ClusterSpec:
     tservers: list[NodeSpec] = field(default_factory=list)
     lease_timeout_s: float = 1.5
     registered_as: str = ""  # its name in the clusters file, once `up` registered it
+    secure: bool = False  # CURVE everywhere, the admin's credentials in the folder
+
+    @property
+    def admin_credentials(self) -> Path:
+        return Path(self.root) / "admin.credentials"
+
+    @property
+    def admin_public_key_file(self) -> Path:
+        return Path(self.root) / "admin.key"
 
     @property
     def coordinator_addresses(self) -> list[str]:
@@ -91,6 +108,7 @@ class ClusterSpec:
             tservers=[NodeSpec(**n) for n in raw["tservers"]],
             lease_timeout_s=raw.get("lease_timeout_s", 1.5),
             registered_as=raw.get("registered_as", ""),
+            secure=bool(raw.get("secure", False)),
         )
 
 
@@ -118,11 +136,17 @@ class LocalCluster:
 
     @staticmethod
     def create(
-        root: Path, coordinators: int | None, tservers: int | None, lease_timeout_s: float
+        root: Path,
+        coordinators: int | None,
+        tservers: int | None,
+        lease_timeout_s: float,
+        *,
+        secure: bool = False,
     ) -> LocalCluster:
         """The cluster in `root`, or a new one there. A count left None is the existing
         cluster's own (NEW_COORDINATORS / NEW_TSERVERS for a new one); other counts than
-        an existing cluster's are refused."""
+        an existing cluster's are refused. `secure` makes a new cluster a CURVE one (an
+        existing one keeps what it is; a plaintext one is not made secure in place)."""
         root = root.resolve()
         if root.exists() and not root.is_dir():
             raise errors.BadRequest(f"{root} is not a directory")
@@ -134,6 +158,10 @@ class LocalCluster:
                 raise errors.BadRequest(
                     f"{root} holds a cluster of {len(existing.coordinators)} coordinator(s) and "
                     f"{len(existing.tservers)} tablet server(s); use the same numbers or --wipe"
+                )
+            if secure and not existing.secure:
+                raise errors.BadRequest(
+                    f"{root} holds a plaintext cluster: --secure makes a new one (add --wipe)"
                 )
             for node in [*existing.coordinators, *existing.tservers]:
                 if not node.http:  # a folder made before daemons served HTTP
@@ -167,6 +195,9 @@ class LocalCluster:
             )
         spec.password_file.write_text(secrets.token_hex(24) + "\n")
         spec.password_file.chmod(0o600)
+        if secure:
+            spec.secure = True
+            _make_secure(spec)
         spec.save()
         return LocalCluster(spec)
 
@@ -208,6 +239,8 @@ class LocalCluster:
             args += ["--peers", peers]
         if node.http:
             args += ["--http", node.http]
+        if self.spec.secure:
+            args += ["--curve", "--admin-public-key", str(self.spec.admin_public_key_file)]
         return args
 
     def start_coordinator(self, i: int) -> None:
@@ -240,14 +273,80 @@ class LocalCluster:
         ]  # fmt: skip
         if node.http:
             args += ["--http", node.http]
+        if self.spec.secure:
+            keys = ",".join(_coordinator_key(n) for n in self.spec.coordinators)
+            args += ["--curve", "--coordinator-keys", keys]
         self._spawn(node, args)
 
     def up(self, timeout_s: float = READY_TIMEOUT_S_DEFAULT, progress=None) -> None:
+        deadline = time.monotonic() + timeout_s
         for i in range(len(self.spec.coordinators)):
             self.start_coordinator(i)
         for i in range(len(self.spec.tservers)):
             self.start_tserver(i)
-        self.wait_ready(timeout_s, progress)
+        if self.spec.secure:
+            self.admit_tservers(deadline - time.monotonic())
+        self.wait_ready(max(1.0, deadline - time.monotonic()), progress)
+
+    # -- a secure cluster ----------------------------------------------------------------
+
+    def credentials(self):
+        """The admin's credentials (a secure cluster), else None."""
+        if not self.spec.secure:
+            return None
+        from rpc import credentials
+
+        return credentials.load(self.spec.admin_credentials)
+
+    def admit_tservers(self, timeout_s: float) -> None:
+        """Log a `tserver` principal (its UUID, its key, the server role) for every tablet
+        server of the folder, as the admin; one already admitted with that key is left as
+        it is. Retried (same request id: exactly once) until the bootstrap admin is logged
+        and a leader serves, within `timeout_s`."""
+        from rpc.protocols import coordinator_pb2 as pb
+        from tservers.fs import FsLayout
+
+        deadline = time.monotonic() + timeout_s
+        with self.client(timeout_s=5.0) as client:
+            for node in self.spec.tservers:
+                fs = FsLayout(Path(node.data), FsLayout.read_instance(Path(node.data)).uuid)
+                key = fs.public_key()
+                request = pb.AddPrincipalRequest(
+                    request_id=client.next_request_id(),
+                    name=fs.uuid,
+                    kind="tserver",
+                    public_key=key,
+                    roles=["server"],
+                )
+                while True:
+                    self._check_running()
+                    try:
+                        client.call("AddPrincipal", request, pb.AddPrincipalResponse, 5.0)
+                        break
+                    except errors.AlreadyExists as err:
+                        if self._admitted(client, fs.uuid, key):
+                            break
+                        raise errors.IllegalState(
+                            f"cannot admit {node.name} ({fs.uuid}): {err.message}"
+                        ) from None
+                    except errors.RpcError as err:
+                        if time.monotonic() >= deadline:
+                            raise errors.TimedOut(
+                                f"could not admit {node.name} ({fs.uuid}) within "
+                                f"{timeout_s:.0f}s: {err} (logs in {self.log_dir})"
+                            ) from None
+                        time.sleep(0.2)
+
+    @staticmethod
+    def _admitted(client, name: str, key: str) -> bool:
+        from rpc.protocols import coordinator_pb2 as pb
+
+        listed = client.call("ListPrincipals", pb.ListPrincipalsRequest(),
+                             pb.ListPrincipalsResponse, 5.0)  # fmt: skip
+        return any(
+            p.name == name and p.public_key == key and p.state == "active"
+            for p in listed.principals
+        )
 
     def is_up(self, node: NodeSpec) -> bool:
         return _alive(node.pid, node.data)
@@ -305,7 +404,9 @@ class LocalCluster:
     def client(self, timeout_s: float = 10.0):
         from logcentric.meta import CoordinatorClient
 
-        return CoordinatorClient(self.spec.coordinator_addresses, timeout_s=timeout_s)
+        return CoordinatorClient(
+            self.spec.coordinator_addresses, timeout_s=timeout_s, credentials=self.credentials()
+        )
 
     def leader(self, client) -> NodeSpec | None:
         for node in self.spec.coordinators:
@@ -336,7 +437,7 @@ class LocalCluster:
                     if self.is_up(n) and not self._answers(client, n)
                 ]
                 for n in self.spec.tservers:
-                    if n.rpc in expected and n.rpc not in serving and _pings(n.rpc):
+                    if n.rpc in expected and n.rpc not in serving and self._pings(n):
                         serving.add(n.rpc)
                 silent += [n.name for n in self.spec.tservers if n.rpc in expected - serving]
                 live: set[str] = set()
@@ -446,6 +547,24 @@ class LocalCluster:
             )
         return lines, st["healthy"]
 
+    def _pings(self, node: NodeSpec) -> bool:
+        """Whether the tablet server answers rpc.Ping (it serves: past its start-up checks;
+        a secure one: as the admin, once its table from the leader admits the admin)."""
+        if not self.spec.secure:
+            return _pings(node.rpc)
+        from rpc.client import RpcClient
+        from tservers.fs import FsLayout
+
+        try:
+            creds = self.credentials()
+            key = FsLayout(Path(node.data), "").public_key()
+            with RpcClient(node.rpc, "local-cluster", curve=creds.client_curve(),
+                           server_key=key) as rc:  # fmt: skip
+                rc.ping(timeout_s=1.0)
+            return True
+        except errors.RpcError:
+            return False
+
 
 def _pings(address: str) -> bool:
     """Whether a server answers rpc.Ping at `address` (it serves: past its start-up checks)."""
@@ -457,6 +576,34 @@ def _pings(address: str) -> bool:
         return True
     except errors.RpcError:
         return False
+
+
+def _coordinator_key(node: NodeSpec) -> str:
+    """A coordinator node's public key, from its data dir (made by `_make_secure`)."""
+    from coordinator.node import KEY_NAME, KEYS_DIR
+    from rpc import keys
+
+    return keys.load_public_key(keys.public_path(Path(node.data) / KEYS_DIR, KEY_NAME))
+
+
+def _make_secure(spec: ClusterSpec) -> None:
+    """A new secure cluster's keys: every coordinator node's pair in its data dir (as its
+    first start with --curve would make it), and the admin's pair: its public key for the
+    nodes' --admin-public-key, its credentials file (0600) naming every node with its key."""
+    from coordinator.node import KEY_NAME, KEYS_DIR
+    from rpc import credentials, keys
+
+    nodes = []
+    for node in spec.coordinators:
+        Path(node.data).mkdir(parents=True, exist_ok=True)
+        pair = keys.load_or_create_keypair(Path(node.data) / KEYS_DIR, KEY_NAME)
+        nodes.append((node.rpc, pair.public))
+    admin = keys.KeyPair.generate()
+    spec.admin_public_key_file.write_text(admin.public + "\n")
+    credentials.write(
+        spec.admin_credentials,
+        credentials.document("admin", "user", ["admin"], admin, nodes),
+    )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -484,6 +631,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="register the cluster under this name in the clusters file (default local)",
     )
     up.add_argument("--no-register", action="store_true", help="do not write the clusters file")
+    up.add_argument(
+        "--secure",
+        action="store_true",
+        help="a new cluster with CURVE everywhere: key pairs for every process, the admin's "
+        "credentials in DIR/admin.credentials, tablet servers admitted (design/security.md)",
+    )
     add_json(up, "addresses, folder and registration, once up")
     down = sub.add_parser("down", help="stop every process (data is kept)")
     down.add_argument("--dir", type=Path, required=True)
@@ -503,7 +656,9 @@ def run(args) -> int:
     if args.lc_command == "up":
         if args.wipe:
             _wipe(root)
-        cluster = LocalCluster.create(root, args.coordinators, args.tservers, args.lease_timeout_s)
+        cluster = LocalCluster.create(
+            root, args.coordinators, args.tservers, args.lease_timeout_s, secure=args.secure
+        )
         return _up(cluster, args)
     spec = ClusterSpec.load(root)
     if spec is None:
@@ -547,7 +702,8 @@ def _up(cluster: LocalCluster, args) -> int:
     if not args.no_register:
         from logcentric import clusters
 
-        path = clusters.register(args.name, cluster.spec.coordinator_addresses)
+        creds = str(cluster.spec.admin_credentials) if cluster.spec.secure else ""
+        path = clusters.register(args.name, cluster.spec.coordinator_addresses, credentials=creds)
         cluster.spec.registered_as = args.name
         cluster.spec.save()
     if args.json:
@@ -559,12 +715,16 @@ def _up(cluster: LocalCluster, args) -> int:
                 "cluster": None if path is None else args.name,
                 "clusters_file": None if path is None else str(path),
                 "elapsed_s": round(elapsed_s, 3),
+                "secure": cluster.spec.secure,
+                "credentials": str(cluster.spec.admin_credentials) if cluster.spec.secure else None,
             }
         )
         return 0
     print(f"cluster up in {elapsed_s:.1f}s; data and logs in {cluster.root}")
     print(f"coordinators: {','.join(cluster.spec.coordinator_addresses)}")
     print(f"tservers: {','.join(n.rpc for n in cluster.spec.tservers)}")
+    if cluster.spec.secure:
+        print(f"secure (CURVE): admin credentials in {cluster.spec.admin_credentials}")
     consoles = [f"http://{n.http}/" for n in cluster.spec.coordinators if n.http]
     if consoles:
         print(f"web consoles: {'  '.join(consoles)}")
