@@ -200,7 +200,7 @@ def test_without_its_drift_margin_the_lease_lets_two_leaders_serve(
                         drift_margin_s=EDGE_LEASE_S / 10)  # fmt: skip
     assert within_margin(lease, EDGE_SLOW, EDGE_FAST)
     coordinators = [n.name for n in cluster.spec.coordinators]
-    hold_s = EDGE_LEASE_S / EDGE_FAST + 1.2  # the fast followers' watch, then the takeover
+    hold_s = EDGE_LEASE_S / EDGE_FAST + 0.9  # the fast followers' watch, then the takeover
     offsets = [1.5 + (hold_s + 1.0) * i for i in range(NO_MARGIN_TAKEOVERS)]
     schedule = Schedule(27, offsets[-1] + hold_s + 1.5, tuple(_takeovers(offsets, hold_s)))
     results: dict[str, list[tuple[RunResult, ServingMonitor]]] = {}
