@@ -13,6 +13,7 @@ import pytest
 import zmq
 
 from rpc import keys
+from rpc.keys import KeyPair
 from tests.support.cli import run_cli
 from tservers.fs import KEY_NAME, FsError, FsLayout
 from tservers.server import TabletServer, TServerConfig
@@ -98,3 +99,22 @@ def test_show_key_cli(tmp_path):
     missing = run_cli("tservers.cli", "show-key", "--fs-root", str(tmp_path / "nothing"))
     assert missing.returncode == 1 and "not formatted" in missing.stderr
     assert "Traceback" not in missing.stderr
+
+
+@pytest.mark.integration
+def test_start_curve_flags_are_checked(tmp_path):
+    root = tmp_path / "root"
+    FsLayout.format(root)
+    key = KeyPair.generate().public
+    mismatch = run_cli(
+        "tservers.cli", "start", "--fs-root", str(root), "--curve",
+        "--coordinators", "127.0.0.1:1,127.0.0.1:2", "--coordinator-keys", key,
+    )  # fmt: skip
+    assert mismatch.returncode == 1, mismatch.stderr
+    assert "one coordinator public key per coordinator address" in mismatch.stderr
+    assert "Traceback" not in mismatch.stderr
+    bad = run_cli(
+        "tservers.cli", "start", "--fs-root", str(root), "--curve",
+        "--coordinators", "127.0.0.1:1", "--coordinator-keys", str(tmp_path / "nothing.key"),
+    )  # fmt: skip
+    assert bad.returncode == 2 and "cannot read public key file" in bad.stderr
