@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 
 from tservers.metafile import fsync_dir
 from tservers.tablet import stats as block_stats
-from tservers.tablet.bloom import Bloom, hash_columns, is_int_type, key_hash
+from tservers.tablet.bloom import Bloom, hash_columns, i64, is_int_type, key_hash
 from tservers.tablet.schema import DELETED_FIELD
 from tservers.tablet.stats import stats_name
 
@@ -216,16 +216,18 @@ class BlockIndex:
                 return [], [], []
         cand = pc.take(keys, idx)
         pos = pc.search_sorted(self._col, cand).cast(pa.int64())
-        pos = pc.min_element_wise(pos, self.num_rows - 1)
-        # Take per batch: a take over the chunked column would concatenate it.
-        batch = pc.subtract(pc.search_sorted(self._offsets_arr, pos, side="right"), 1)
+        pos = pc.min_element_wise(pos, i64(self.num_rows - 1))
+        # Take per batch: a take over the chunked column would concatenate it. (Scalars
+        # typed: a bare int costs a failed numpy import per call in pyarrow.)
+        batch = pc.search_sorted(self._offsets_arr, pos, side="right").cast(pa.int64())
+        batch = pc.subtract(batch, i64(1))
         out_i: list[int] = []
         out_r: list[int] = []
         out_d: list = []
         for j in pc.unique(batch).to_pylist():
-            sel = pc.equal(batch, j)
+            sel = pc.equal(batch, i64(j))
             rows = pc.filter(pos, sel)
-            local = pc.subtract(rows, self._offsets[j])
+            local = pc.subtract(rows, i64(self._offsets[j]))
             at = pc.take(self._keys[j][0], local)
             hit = pc.equal(at, pc.filter(cand, sel))
             if not pc.any(hit).as_py():

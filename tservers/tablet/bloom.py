@@ -49,6 +49,14 @@ _S30, _S27, _S31, _S32 = _u(30), _u(27), _u(31), _u(32)
 _LOW32 = _u(0xFFFFFFFF)
 
 
+def i64(v: int) -> pa.Scalar:
+    return pa.scalar(v, pa.int64())
+
+
+_I1, _I3, _I7, _I17, _I511 = i64(1), i64(3), i64(7), i64(17), i64(511)
+_BLOCK_BITS = i64(BLOCK_BITS)
+
+
 def key_hash(key) -> int:
     """A 64-bit hash of a key, the same in every process and release."""
     if isinstance(key, int):  # int64, int32, timestamp (µs), bool
@@ -136,11 +144,13 @@ def _probe_bits(hashes: pa.Array, nblocks: int) -> list[pa.Array]:
     `may_contain`: every term fits int64, and only the low 9 bits of h2 are used)."""
     hi = pc.shift_right(hashes, _S32).view(pa.int64())
     h2 = pc.bit_wise_and(hashes, _LOW32).view(pa.int64())
-    base = pc.multiply(pc.modulo(hi, nblocks), BLOCK_BITS)
-    step = pc.bit_wise_or(pc.shift_right(h2, 17), 1)
+    # Typed scalars throughout: a bare Python int makes pyarrow try to import numpy at
+    # every call (~0.5 ms when numpy is not installed, as here).
+    base = pc.multiply(pc.modulo(hi, i64(nblocks)), _BLOCK_BITS)
+    step = pc.bit_wise_or(pc.shift_right(h2, _I17), _I1)
     out = []
     for _ in range(PROBES):
-        out.append(pc.add(base, pc.bit_wise_and(h2, 511)))
+        out.append(pc.add(base, pc.bit_wise_and(h2, _I511)))
         h2 = pc.add(h2, step)
     return out
 
@@ -171,7 +181,7 @@ class Bloom:
         # Written positions are valid, the rest null: the result's validity bitmap has bit
         # p in byte p >> 3 at bit p & 7 (LSB first), the filter's own layout.
         mark = pc.scatter(
-            pa.repeat(pa.scalar(True), len(positions)), positions, max_index=nbits - 1
+            pa.repeat(pa.scalar(True, pa.bool_()), len(positions)), positions, max_index=nbits - 1
         )
         assert mark.offset == 0 and len(mark) == nbits
         validity = mark.buffers()[0]
@@ -196,8 +206,10 @@ class Bloom:
         ok = None
         one = pa.scalar(1, pa.uint8())
         for p in _probe_bits(hashes, self.nblocks):
-            byte = pc.take(self._arr, pc.shift_right(p, 3))
-            bit = pc.bit_wise_and(pc.shift_right(byte, pc.bit_wise_and(p, 7).cast(pa.uint8())), one)
+            byte = pc.take(self._arr, pc.shift_right(p, _I3))
+            bit = pc.bit_wise_and(
+                pc.shift_right(byte, pc.bit_wise_and(p, _I7).cast(pa.uint8())), one
+            )
             hit = pc.equal(bit, one)
             ok = hit if ok is None else pc.and_(ok, hit)
         return ok

@@ -36,7 +36,7 @@ def newest_versions(parts: list[pa.Table], key_names: list[str]) -> pa.Table:
         last = neq if last is None else pc.or_(last, neq)
     if pc.all(last).as_py():
         return t
-    return t.filter(pa.concat_arrays([last.combine_chunks(), pa.array([True])]))
+    return t.filter(pa.concat_arrays([last.combine_chunks(), pa.array([True], pa.bool_())]))
 
 
 class SortedSource:

@@ -1098,7 +1098,9 @@ class Tablet:
             run = blocks[start:]
             if start == 0:
                 merged = self._merge([b.table for b in run], None)
-                merged = merged.append_column(DELETED_FIELD, pa.repeat(False, merged.num_rows))
+                merged = merged.append_column(
+                    DELETED_FIELD, pa.repeat(pa.scalar(False, pa.bool_()), merged.num_rows)
+                )
             else:  # older blocks may hold versions the run's tombstones hide
                 merged = self._merge([b.table for b in run], None, keep_deleted=True)
             name = f"block-{block_id:09d}.arrow"
