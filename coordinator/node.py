@@ -85,7 +85,8 @@ class NodeConfig:
     # The bootstrap admin, logged once at the cluster's first start (no principal in the
     # log yet) by whichever CURVE node first leads: this public key as the `admin` user, or
     # with "" a key pair the node makes, its credentials written to
-    # <data_dir>/admin.credentials (0600). Give every node the same key, or none.
+    # <data_dir>/admin.credentials (0600). Give every node the same key, or none. Not with
+    # `admin_keys` (admins that are not logged: tests embedding a node).
     bootstrap_admin_key: str = ""
     bootstrap_admin: bool = True
 
@@ -260,7 +261,7 @@ class CoordinatorNode:
             self.http = self._start_http() if config.http else None
             self.bootstrap_result: str = ""  # the admin logged by this node, once done
             self._bootstrap: threading.Thread | None = None
-            if config.curve and config.bootstrap_admin:
+            if config.curve and config.bootstrap_admin and not config.admin_keys:
                 self._bootstrap = threading.Thread(
                     target=self._bootstrap_admin, name=f"bootstrap-{config.node_id}", daemon=True
                 )
