@@ -120,6 +120,12 @@ def test_writer_writes_and_scans_reader_scans_only_over_curve(tmp_path):
         with logcentric.connect(credentials=writer, timeout_s=30) as client:
             assert client.table("events").to_arrow().num_rows == 100  # nothing written
 
+        # `coordinator status` asks the tablet server itself over CURVE (the locations' key).
+        status = json.loads(
+            run(*coordinator_cli, "status", "--json", "--credentials", str(admin_creds)).stdout
+        )
+        assert [(s["uuid"], s["answered"]) for s in status["servers"]] == [(ts_id["uuid"], True)]
+
         # A client that has the right server key but no admitted key pair gets nothing.
         replica = replicas[0]
         with TabletServerClient(
