@@ -65,7 +65,11 @@ def cluster(tmp_path_factory):
 
 def test_up_json_names_the_cluster_and_registers_it(cluster):
     up = cluster.up
-    assert set(up) == {"root", "coordinators", "tservers", "cluster", "clusters_file", "elapsed_s"}
+    assert set(up) == {
+        "root", "coordinators", "tservers", "cluster", "clusters_file", "elapsed_s", "secure",
+        "credentials",
+    }  # fmt: skip
+    assert up["secure"] is False and up["credentials"] is None
     assert up["root"] == str(cluster.root.resolve())
     assert len(up["coordinators"]) == 3 and len(up["tservers"]) == 1
     assert up["cluster"] == "local" and up["clusters_file"] == str(cluster.config)
