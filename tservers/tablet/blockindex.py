@@ -3,13 +3,14 @@
 A block is an Arrow IPC file sorted by key with unique keys (`tablet.py`). Opened here it
 is mapped, not read: its pages belong to the page cache, and a lookup touches only the pages
 of the key column its binary search visits and of the row it returns. What stays on the heap
-per block is its filter (`bloom.py`, ~1.25 bytes a key), its first and last key and the first
-key of each record batch (64k rows): nothing per row.
+per block is its filter (`bloom.py`, ~1.25 bytes a key), its first and last key, the first
+and last key of each record batch (64k rows) and each batch's column min/max (`stats.py`):
+nothing per row. Many keys at once are looked up with Arrow kernels (`locate_many`).
 
 The filter lives beside the block in `<block>.bloom`. A block without one (written before
 filters existed, copied by tablet copy, which copies only block files, or a crash between the
 two writes) or with one that fails its checks gets it rebuilt from the key column at open and
-written back (derived data, atomically replaced).
+written back (derived data, atomically replaced); the stats file `<block>.stats` likewise.
 """
 
 from __future__ import annotations
