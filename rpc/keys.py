@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import stat
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,13 +62,27 @@ class KeyPair:
         return cls(public.decode("ascii"), secret.decode("ascii"))
 
 
-def is_z85_key(text: str) -> bool:
-    if not isinstance(text, str) or len(text) != KEY_CHARS:
-        return False
+def key_problem(text: str) -> str | None:
+    """Why `text` is not a CURVE key in z85 text, or None. Decoded, not just looked at: 40
+    characters of the z85 alphabet may still overflow a 32-bit group ("#" * 40) or give
+    the all-zero key (no key at all)."""
+    if not isinstance(text, str):
+        return f"a key is text, got {type(text).__name__}"
+    if len(text) != KEY_CHARS:
+        return f"a key is {KEY_CHARS} characters of z85 text, got {len(text)}"
     try:
-        return len(zmq.utils.z85.decode(text.encode("ascii"))) == 32
-    except (ValueError, UnicodeEncodeError, KeyError):
-        return False
+        raw = zmq.utils.z85.decode(text.encode("ascii"))
+    except (ValueError, UnicodeEncodeError, KeyError, struct.error, OverflowError):
+        return "not z85 text that decodes to a 32-byte key"
+    if len(raw) != 32 or zmq.utils.z85.encode(raw).decode("ascii") != text:
+        return "not z85 text that decodes to a 32-byte key"
+    if raw == bytes(32):
+        return "the all-zero key is not a CURVE key"
+    return None
+
+
+def is_z85_key(text: str) -> bool:
+    return key_problem(text) is None
 
 
 def public_path(directory: str | os.PathLike, name: str) -> Path:

@@ -30,6 +30,7 @@ import re
 
 from coordinator.catalog import SUPERSEDED_REQUESTS_MAX, Catalog, OpResult, PendingOp, PrincipalInfo
 from coordinator.ops.common import CompletionContext, check_request_id, header
+from rpc import keys
 from rpc.errors import AlreadyExists, AlreadyInProgress, BadRequest, IllegalState, NotFound
 from rpc.protocols import coordinator_pb2 as pb
 
@@ -59,7 +60,9 @@ def key_problem(key: str) -> str | None:
     bad = sorted(set(key) - _Z85)
     if bad:
         return f"the public key has characters outside Z85: {''.join(bad)!r}"
-    return None
+    # Decoded, not just looked at: "#" * 40 overflows, "0" * 40 is the all-zero key.
+    problem = keys.key_problem(key)
+    return None if problem is None else f"the public key is unusable: {problem}"
 
 
 def check_principal_name(name: str) -> None:
