@@ -103,25 +103,25 @@ def _positive_float(text: str) -> float:
     return value
 
 
-def _bytes_arg(text: str) -> int:
-    """A byte count: a whole number, 0 or above."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number of bytes: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or above, got {value}")
-    return value
+# A throttle below this many MB/s (1 kB/s) is refused: 1e-300 rounded to 0 bytes/s, which
+# means unthrottled; above RATE_MB_MAX it would not fit the byte counters.
+RATE_MB_MIN = 0.001
+RATE_MB_MAX = 1_000_000.0
 
 
 def _rate_mb(text: str) -> float:
-    """A throttle in MB/s: 0 (unthrottled) or above, finite."""
+    """A throttle in MB/s: 0 (unthrottled), or RATE_MB_MIN to RATE_MB_MAX."""
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be 0 (unthrottled) or above, got {value}")
+    if value == 0:
+        return 0.0
+    if not RATE_MB_MIN <= value <= RATE_MB_MAX:
+        raise argparse.ArgumentTypeError(
+            f"must be 0 (unthrottled) or above, from {RATE_MB_MIN:g} to {RATE_MB_MAX:g} "
+            f"MB/s, got {value:g}"
+        )
     return value
 
 
@@ -137,6 +137,7 @@ def _seconds(text: str) -> float:
 
 
 _BYTE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+BYTES_MAX = (1 << 63) - 1  # the wire's uint64 fields, and every file system, fit below it
 
 
 def _byte_count(text: str) -> int:
@@ -148,7 +149,10 @@ def _byte_count(text: str) -> int:
         raise argparse.ArgumentTypeError(
             f"not a size in bytes: {text!r} (a whole number, optionally with K, M, G or T)"
         )
-    return int(digits) * _BYTE_UNITS[unit]
+    value = int(digits) * _BYTE_UNITS[unit]
+    if value > BYTES_MAX:
+        raise argparse.ArgumentTypeError(f"{text!r} is above the largest size, {BYTES_MAX}")
+    return value
 
 
 def _log_level(text: str) -> int:
@@ -238,6 +242,7 @@ def _cmd_start(args) -> int:
         server.close()
         text = e.message if isinstance(e, RpcError) else str(e)
         raise CliError(f"cannot start: {text}") from e
+    _warn_reserve_too_large(server)
     http = f" http={server.observer.url}" if server.observer.url else ""
     print(f"tserver {server.uuid} serving on {server.address}{http}", flush=True)
     while not stop.wait(1.0):
@@ -246,6 +251,20 @@ def _cmd_start(args) -> int:
     server.close()
     # A daemon's end: 130 and one line for Ctrl-C, 0 for SIGTERM.
     return daemon.exit_status()
+
+
+def _warn_reserve_too_large(server) -> None:
+    """A reserve at or above the file system's size keeps the server FULL for ever (every
+    new tablet, copy and write refused): say so at start, on stderr and in the log."""
+    st = server.disk.state(fresh=True)
+    if st.reserved_bytes >= st.total_bytes:
+        text = (
+            f"--fs-reserved-bytes {st.reserved_bytes} is not below the size of the file "
+            f"system of {server.disk.root} ({st.total_bytes} bytes): this server is full "
+            "for ever (new tablets, tablet copies and writes refused with NO_SPACE)"
+        )
+        logging.getLogger(__name__).warning("%s", text)
+        print(f"tserver: warning: {text}", file=sys.stderr, flush=True)
 
 
 def _cmd_fs_format(args) -> int:
@@ -944,9 +963,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument(
         "--fs-reserved-bytes",
-        type=_bytes_arg,
+        type=_byte_count,
         default=None,
-        help="free space to keep on the fs root's file system: at or below it new tablets, "
+        help="free space to keep on the fs root's file system (a K, M, G or T suffix: "
+        "powers of 1024): at or below it new tablets, "
         "copies onto this server and writes (not deletes) are refused with NO_SPACE and the "
         "coordinator places new replicas elsewhere (default: 1%% of the file system or "
         "1 GiB, whichever is smaller; 0: none)",

@@ -212,6 +212,7 @@ def move_dir(src: Path, dst: Path) -> None:
 # 1 GiB, whichever is smaller.
 RESERVED_FRACTION_DEFAULT = 0.01
 RESERVED_BYTES_CAP_DEFAULT = 1 << 30
+RESERVED_BYTES_MAX = (1 << 63) - 1  # the heartbeat's DiskReport has uint64 fields
 # statvfs is cheap, but a write path asks on every call: the answer is reused this long.
 DISK_CHECK_INTERVAL_S = 0.1
 # Bytes under the root (its own files) are summed by a walk at most this often.
@@ -265,8 +266,10 @@ class DiskSpace:
     file system with no byte left is full). `require(what)` raises NoSpace when full."""
 
     def __init__(self, root: Path, server_uuid: str, reserved_bytes: int | None = None) -> None:
-        if reserved_bytes is not None and reserved_bytes < 0:
-            raise ValueError(f"reserved bytes must be >= 0, got {reserved_bytes}")
+        if reserved_bytes is not None and not 0 <= reserved_bytes <= RESERVED_BYTES_MAX:
+            raise ValueError(
+                f"reserved bytes must be from 0 to {RESERVED_BYTES_MAX}, got {reserved_bytes}"
+            )
         self.root = Path(root)
         self.server_uuid = server_uuid
         self._reserved = reserved_bytes
@@ -279,8 +282,10 @@ class DiskSpace:
 
     def set_reserved_bytes(self, reserved_bytes: int | None) -> None:
         """Change the reserve (None: the default); the next check reads the file system."""
-        if reserved_bytes is not None and reserved_bytes < 0:
-            raise ValueError(f"reserved bytes must be >= 0, got {reserved_bytes}")
+        if reserved_bytes is not None and not 0 <= reserved_bytes <= RESERVED_BYTES_MAX:
+            raise ValueError(
+                f"reserved bytes must be from 0 to {RESERVED_BYTES_MAX}, got {reserved_bytes}"
+            )
         with self._lock:
             self._reserved = reserved_bytes
             self._state = None
