@@ -28,8 +28,12 @@ import os
 
 from coordinator.ops.principals import KINDS, ROLES, key_problem
 from optools.admin import credentials_of
+from rpc import errors as rpc_errors
 from rpc.console import UsageError, add_cluster_arguments, add_json, cluster_addresses, print_json
 from rpc.errors import RpcError
+
+# Answers after which the AddPrincipal may or may not have been logged.
+_OUTCOME_UNKNOWN = (rpc_errors.TimedOut, rpc_errors.Unavailable, rpc_errors.Cancelled)
 
 DEFAULT_TIMEOUT_S = 10.0
 CREDENTIALS_FORMAT = "logcentric-credentials/1"
@@ -152,11 +156,12 @@ def cmd_add(args) -> int:
         with _client(args) as client:
             if keypair is not None:
                 public = keypair.public
-                out = args.out or f"{args.name}.credentials"
+                target = args.out or f"{args.name}.credentials"
                 document = credentials.document(
                     args.name, args.kind, roles, keypair, _coordinator_entries(args, client)
                 )
-                write_credentials(out, document)
+                write_credentials(target, document)  # refuses an existing file: never ours
+                out = target
             request = pb.AddPrincipalRequest(
                 request_id=client.next_request_id(),
                 name=args.name,
@@ -165,9 +170,16 @@ def cmd_add(args) -> int:
                 roles=roles,
             )
             client.call("AddPrincipal", request, pb.AddPrincipalResponse)
-    except BaseException:
-        if out is not None and os.path.exists(out):  # refused or unknown: the secret of a
-            os.unlink(out)  # key never logged goes
+    except RpcError as err:
+        if out is None:
+            raise
+        if isinstance(err, _OUTCOME_UNKNOWN):
+            # The key may be logged already: its secret is kept, and the user told so.
+            raise type(err)(
+                f"{err.message}; the outcome is unknown: the credentials stay in {out} "
+                f"(`coordinator users list` shows whether {args.name} was added)"
+            ) from None
+        os.unlink(out)  # refused: the secret of a key never logged goes
         raise
     if args.json:
         print_json(

@@ -122,6 +122,17 @@ def test_users_add_list_revoke_and_restart(tmp_path):
         refused(cli(group, "users", "add", "alice", "--role", "reader", "--out",
                     str(tmp_path / "a2")), 1, "ALREADY_EXISTS")  # fmt: skip
         assert not (tmp_path / "a2").exists()  # the secret of a key never logged is gone
+        # A file that exists is refused and left as it was: alice's own credentials, or any
+        # file named by --out (the refusal used to unlink it).
+        before = creds.read_bytes()
+        refused(cli(group, "users", "add", "carol", "--role", "reader", "--out", str(creds)),
+                1, "exists")  # fmt: skip
+        assert creds.read_bytes() == before
+        precious = tmp_path / "important.txt"
+        precious.write_text("precious\n")
+        refused(cli(group, "users", "add", "dave", "--role", "reader", "--out", str(precious)),
+                1, "exists")  # fmt: skip
+        assert precious.read_text() == "precious\n"
         refused(cli(group, "users", "list", password=False), 1, "UNAUTHENTICATED")
         refused(cli(group, "users", "revoke", "root"), 1, "without an active admin")
         assert set(listed(group)) == {"alice", "root"}
