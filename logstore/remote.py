@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 import uuid as uuidlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from logstore import logstore_pb2 as pb
 from logstore.api import READ_LIMIT_MAX, Entry, LogConditionFailed
@@ -28,6 +28,7 @@ from rpc.errors import (
     TimedOut,
     Unavailable,
 )
+from rpc.keys import ClientCurve
 
 logger = logging.getLogger(__name__)
 
@@ -47,9 +48,13 @@ class RemoteLogStore:
         caller_uuid: str = "",
         connect_timeout_s: float = 5.0,
         privileged_key: bytes | None = None,
+        curve: ClientCurve | None = None,
+        server_keys: Mapping[str, str] | None = None,
     ) -> None:
         """`privileged_key` (from the group's password) signs every call, as membership
-        changes need (rpc/privileged.py)."""
+        changes need (rpc/privileged.py). `curve` (a caller's key pair): CURVE to each
+        address with its key in `server_keys` (address -> z85; none for an address: the
+        call is refused unsent, NoServerKey)."""
         if isinstance(addresses, str):
             addresses = [a for a in addresses.split(",") if a]
         if not addresses:
@@ -62,6 +67,8 @@ class RemoteLogStore:
         self._current = 0
         self._connect_timeout_s = connect_timeout_s
         self._privileged_key = privileged_key
+        self._curve = curve
+        self._server_keys = dict(server_keys or {})
         self._closed = False
 
     # --- LogStore protocol ----------------------------------------------------------------
@@ -186,7 +193,11 @@ class RemoteLogStore:
             client = self._clients.get(address)
             if client is None:
                 client = RpcClient(
-                    address, caller_uuid=self._caller, privileged_key=self._privileged_key
+                    address,
+                    caller_uuid=self._caller,
+                    privileged_key=self._privileged_key,
+                    curve=ClientCurve(self._curve.keypair) if self._curve else None,
+                    server_key=self._server_keys.get(address, "") if self._curve else "",
                 )
                 self._clients[address] = client
             uuid = self._uuids.get(address)

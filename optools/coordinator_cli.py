@@ -353,6 +353,7 @@ def build_parser() -> argparse.ArgumentParser:
     localcluster.add_arguments(p)
     p = sub.add_parser("log", help="decode and inspect the coordinator log")
     logtool.add_arguments(p)
+    admin.add_credentials_argument(p)  # live reads: CURVE as an admin
     p.set_defaults(func=_cmd_log)
     p = sub.add_parser("show-key", help="a node's CURVE public key (made if missing)")
     p.add_argument("--data-dir", required=True, help="the node's data directory")
@@ -399,9 +400,17 @@ def _cmd_log(args) -> int:
     """`coordinator log`: offline from --data-dir, else live from the cluster named by
     --coordinators (alias --address), --cluster, the environment or the clusters file."""
     from optools import logtool
+    from optools.admin import credentials_of
 
-    if args.data_dir is None and args.address is None:
-        args.address = ",".join(cluster_addresses(None, args.cluster))
+    if args.data_dir is None:
+        args.named_coordinators = args.address
+        args.credentials_obj = credentials_of(args)
+        if args.address is None:
+            creds = args.credentials_obj
+            if creds is not None and not _names_cluster(args):
+                args.address = ",".join(creds.addresses)
+            else:
+                args.address = ",".join(cluster_addresses(None, args.cluster))
     return logtool.run(args)
 
 

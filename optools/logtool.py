@@ -396,7 +396,9 @@ class _Source:
             addresses = _split(args.address)
             if not addresses:
                 raise UsageError("--address needs at least one HOST:PORT")
-            self.remote = RemoteReader(addresses, args.timeout_s)
+            self.remote = RemoteReader(
+                addresses, args.timeout_s, credentials=getattr(args, "credentials_obj", None)
+            )
             try:
                 for w in self.remote.check_service():
                     sys.stderr.write(f"coordinator log: warning: {w}\n")

@@ -352,12 +352,38 @@ def load_data_dir(path: str, log: str) -> LogImage:
 class RemoteReader:
     """Live entries of one log from coordinator nodes or `logstore serve` replicas."""
 
-    def __init__(self, addresses: list[str], timeout_s: float) -> None:
-        from logstore.remote import RemoteLogStore
+    def __init__(self, addresses: list[str], timeout_s: float, credentials=None) -> None:
+        """`credentials` (rpc/credentials.py): CURVE to each address with the key the file
+        lists for it, as that principal (the admin role reads the log)."""
 
         self.addresses = addresses
         self.timeout_s = timeout_s
-        self._store = RemoteLogStore(addresses, connect_timeout_s=timeout_s)
+        self._credentials = credentials
+        self._store = self._open(addresses)
+
+    def _open(self, addresses: list[str]):
+        from logstore.remote import RemoteLogStore
+
+        creds = self._credentials
+        return RemoteLogStore(
+            addresses,
+            connect_timeout_s=self.timeout_s,
+            curve=creds.client_curve() if creds is not None else None,
+            server_keys=creds.coordinator_keys() if creds is not None else None,
+        )
+
+    def _rpc(self, address: str):
+        from rpc.client import RpcClient
+
+        creds = self._credentials
+        if creds is None:
+            return RpcClient(address, caller_uuid="coordinator-log-tool")
+        return RpcClient(
+            address,
+            caller_uuid="coordinator-log-tool",
+            curve=creds.client_curve(),
+            server_key=creds.server_key(address),
+        )
 
     def check_service(self) -> list[str]:
         """Ping every address (at most PING_TIMEOUT_S each) and return a warning for each
@@ -365,15 +391,13 @@ class RemoteReader:
         no log (`logstore serve` replicas and coordinator nodes, which serve their log
         read-only, do). The addresses that answered are read first; the others stay as
         fallbacks (a node may come back while --follow runs)."""
-        from logstore.remote import RemoteLogStore
-        from rpc.client import RpcClient
         from rpc.errors import TimedOut, Unavailable
 
         live: list[str] = []
         warnings: list[str] = []
         for address in self.addresses:
             try:
-                with RpcClient(address, caller_uuid="coordinator-log-tool") as client:
+                with self._rpc(address) as client:
                     answer = client.ping(timeout_s=min(self.timeout_s, PING_TIMEOUT_S))
             except (Unavailable, TimedOut) as err:
                 warnings.append(f"{address} did not answer ({err})")
@@ -389,7 +413,7 @@ class RemoteReader:
         if warnings:
             self._store.close()
             ordered = live + [a for a in self.addresses if a not in live]
-            self._store = RemoteLogStore(ordered, connect_timeout_s=self.timeout_s)
+            self._store = self._open(ordered)
             warnings.append(f"reading from {', '.join(live)}")
         return warnings
 

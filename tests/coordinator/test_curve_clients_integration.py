@@ -75,6 +75,10 @@ def write_creds(path, name: str, keypair: KeyPair, coordinators) -> str:
     return str(path)
 
 
+def admin_key_of(path) -> str:
+    return credentials.load(path).keypair.public
+
+
 def table_names(creds_path: str, addresses) -> list[str]:
     with logcentric.connect(addresses, credentials=creds_path, timeout_s=20) as client:
         return client.list_tables()
@@ -126,6 +130,11 @@ def test_users_add_writes_the_coordinators_keys_and_a_reader_may_read_but_not_dd
     assert sorted(n["public_key"] for n in status["nodes"]) == sorted(keys)
     listed = ok_json(cli("users", "list", "--coordinators", addresses, "--json", creds=admin_creds))
     assert [(p["name"], p["roles"]) for p in listed] == [("admin", ["admin"])]
+    # The bootstrap admin is a record of the log: `coordinator log` reads it live, over CURVE.
+    log = cli("log", "--coordinators", addresses, "--json", "--timeout-s", TIMEOUT_S,
+              creds=admin_creds)  # fmt: skip
+    assert log.returncode == 0, log.stderr
+    assert "principal" in log.stdout and admin_key_of(admin_creds) in log.stdout
 
     reader_path = root / "reader.credentials"
     added = ok_json(
@@ -162,6 +171,11 @@ def test_users_add_writes_the_coordinators_keys_and_a_reader_may_read_but_not_dd
         "permission denied",
     )  # fmt: skip
     assert not (root / "mallory.credentials").exists()  # a refused add keeps no secret
+    refused(
+        cli("log", "--coordinators", addresses, "--timeout-s", TIMEOUT_S, creds=reader_path),
+        "LogStore",
+        "admin",
+    )  # the log is the admin's to read
     assert cli("tables", "--coordinators", addresses, "--json", creds=reader_path).returncode == 0
 
     # A clusters-file entry names the credentials: `--cluster NAME` alone uses the reader's.
