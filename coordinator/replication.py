@@ -87,6 +87,14 @@ REPEAT_LOG_S = 60.0
 LOGGED_MAX = 10_000
 SETTLED_MAX = 100_000
 RECENT_ACTIONS_MAX = 200
+# A requested move is given up (cancelled, logged at WARNING, listed in the console's
+# recent changes) when its target refused or failed the copy: its replica of the tablet is
+# FAILED or COPY_FAILED (a tablet server reports COPY_FAILED for a while after a copy onto
+# it failed and was cleaned up, e.g. NO_SPACE: the announced size does not fit above its
+# reserve), or it is full; or when its target was added this many times (added, removed
+# again as bad, added ...) without the move finishing.
+MOVE_ADDS_MAX = 3
+FAILED_ROLES = frozenset({"FAILED", "COPY_FAILED"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,7 +189,11 @@ def plan(
         candidates = [
             u
             for u in live
-            if u not in members and u not in retiring and u not in full and u != view.leader_uuid
+            if u not in members
+            and u not in retiring
+            and u not in full
+            and u not in failed  # its copy of this tablet just failed (or its replica did)
+            and u != view.leader_uuid
         ]
         if move is not None and move.to_uuid:
             candidates = [move.to_uuid] if move.to_uuid in candidates else []
@@ -372,7 +384,7 @@ def note_report(catalog: Catalog, server_uuid: str, report: pb.TabletReport) -> 
     elif key in catalog.strays or len(catalog.strays) < STRAYS_MAX:
         catalog.strays[key] = cas
     failed = catalog.failed_replicas.get(report.tablet_id)
-    if report.role == "FAILED":
+    if report.role in FAILED_ROLES:
         if failed is None and len(catalog.failed_replicas) < STRAYS_MAX:
             failed = catalog.failed_replicas[report.tablet_id] = set()
         if failed is not None:
@@ -420,6 +432,11 @@ class ReplicationManager:
         self.config = config or ReplicationConfig()
         self._lock = threading.Lock()
         self._moves: dict[tuple[str, str], Move] = {}  # (tablet_id, from_uuid) -> move
+        self._move_adds: dict[tuple[str, str], int] = {}  # ADDs sent for a pending move
+        self.moves_cancelled = 0
+        # tablet -> the non-voter target of a cancelled move: bad for the policy (removed)
+        # until it is no longer a member.
+        self._abandoned: dict[str, str] = {}
         self.counters = _Counters()
         # The last config changes sent, (wall-clock time, action, outcome), for the web console.
         self.recent_actions: collections.deque[tuple[float, Action, str]] = collections.deque(
@@ -459,6 +476,8 @@ class ReplicationManager:
             if serving != self._was_serving:
                 with self._lock:  # requests of an earlier term are not ours to drive
                     self._moves.clear()
+                    self._move_adds.clear()
+                    self._abandoned.clear()
                     self._settled.clear()
                     self.counters = _Counters()
                 with self.catalog.lock:  # noted before this node served: not trusted
@@ -492,6 +511,12 @@ class ReplicationManager:
                     raise BadRequest(f"target {request.to_uuid} is retired")
                 if request.to_uuid == request.from_uuid:
                     raise BadRequest("a move needs two different servers")
+                if request.to_uuid in self.catalog.failed_replicas.get(request.tablet_id, ()):
+                    raise BadRequest(
+                        f"target {request.to_uuid} refused or failed a copy of tablet "
+                        f"{request.tablet_id} (NO_SPACE or an error; see its log): the move "
+                        "is cancelled; free space there or choose another target"
+                    )
                 table = self.catalog.tables.get(self.catalog.tablets[request.tablet_id].table_id)
                 factor = table.replication_factor if table is not None else len(replicas)
                 target_added = request.to_uuid in replicas and len(replicas) > factor
@@ -519,6 +544,7 @@ class ReplicationManager:
             if len(self._moves) >= MOVES_MAX and key not in self._moves:
                 raise BadRequest(f"more than {MOVES_MAX} moves pending")
             self._moves[key] = Move(request.tablet_id, request.from_uuid, request.to_uuid)
+            self._move_adds.pop(key, None)
         return pb.MoveReplicaResponse()
 
     def hosted_replicas(self, uuid: str) -> pb.RetireServerResponse:
@@ -606,6 +632,9 @@ class ReplicationManager:
             # Finished moves are forgotten.
             for key in [k for k in self._moves if k[1] not in replicas.get(k[0], ())]:
                 del self._moves[key]
+                self._move_adds.pop(key, None)
+            for t in [t for t, u in self._abandoned.items() if u not in replicas.get(t, ())]:
+                del self._abandoned[t]
             moves = dict(self._moves)
         return views, live, retired, load, moves, failed
 
@@ -647,10 +676,21 @@ class ReplicationManager:
                     continue
             with self.catalog.lock:
                 full = self.catalog.full_servers()
+            if move is not None and self._give_up(move, view, failed, full):
+                move = None
+            with self._lock:
+                abandoned = self._abandoned.get(tablet_id)
+            if abandoned:
+                failed = failed | {abandoned}
             action = plan(view, live, load, move, retiring, failed, full)
             if action is None:
                 continue
             if self._execute(action):
+                if move is not None and action.kind == ADD:
+                    with self._lock:
+                        key = (move.tablet_id, move.from_uuid)
+                        if key in self._moves:
+                            self._move_adds[key] = self._move_adds.get(key, 0) + 1
                 sent += 1
                 delta = 1 if action.kind == ADD else -1
                 load[action.peer_uuid] = load.get(action.peer_uuid, 0) + delta
@@ -659,6 +699,46 @@ class ReplicationManager:
         return sent
 
     # ------------------------------------------------------------ replicas never created
+
+    def _give_up(
+        self, move: Move, view: TabletView, failed: frozenset[str], full: frozenset[str]
+    ) -> bool:
+        """Cancel `move` when its target refused or failed the copy, or was added
+        MOVE_ADDS_MAX times; True when cancelled (the target, if still a non-voter member,
+        is then removed by the policy as a non-voter on a bad server)."""
+        key = (move.tablet_id, move.from_uuid)
+        with self._lock:
+            adds = self._move_adds.get(key, 0)
+        members = {m.uuid: m.voter for m in view.members}
+        target = move.to_uuid
+        why = ""
+        if target and target in failed:
+            why = f"its target {target} refused or failed the tablet copy (NO_SPACE or error)"
+        elif target and target in full and not members.get(target, False):
+            why = f"its target {target} is at or below its reserved free space"
+        elif adds >= MOVE_ADDS_MAX and not (target and members.get(target, False)):
+            why = f"its target was added {adds} times and never caught up"
+        if not why:
+            return False
+        with self._lock:
+            if self._moves.get(key) != move:
+                return False
+            del self._moves[key]
+            self._move_adds.pop(key, None)
+            self.moves_cancelled += 1
+            if target in members and not members[target] and len(self._abandoned) < MOVES_MAX:
+                self._abandoned[move.tablet_id] = target
+        text = f"move of tablet {move.tablet_id} off {move.from_uuid} cancelled: {why}"
+        logger.warning("%s", text)
+        self.counters.last_error[move.tablet_id] = text
+        self.recent_actions.append(
+            (
+                time.time(),
+                Action("MOVE", move.tablet_id, view.leader_uuid, target, view.config_index, why),
+                "cancelled",
+            )
+        )
+        return True
 
     def create_missing(self) -> int:
         """Create the replicas that a CreateTable skipped and that never came to exist

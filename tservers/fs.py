@@ -313,19 +313,33 @@ class DiskSpace:
             self._root_at = now
         return self._root_bytes
 
-    def require(self, what: str) -> None:
-        """Raise NoSpace naming the server, the free bytes and the reserve when full."""
+    def require(self, what: str, need_bytes: int = 0) -> None:
+        """Raise NoSpace naming the server, the free bytes and the reserve when full, or
+        when `need_bytes` (what the caller is about to write, e.g. a tablet copy's announced
+        size) would take the free space below the reserve."""
+
+        def refused(st: DiskState) -> bool:
+            return st.full or st.free_bytes - need_bytes < st.reserved_bytes
+
         st = self.state()
-        if not st.full:
+        if not refused(st):
             return
         st = self.state(fresh=True)  # space may have been freed since the cached answer
-        if not st.full:
+        if not refused(st):
             return
         with self._lock:
             self.refusals += 1
+        where = f"{st.free_bytes} bytes free on the file system of {self.root}"
+        if st.full:
+            why = f"{where}, at or below its reserve of {st.reserved_bytes} bytes "
+        else:
+            why = (
+                f"it needs {need_bytes} bytes, {where}: that would leave less than its "
+                f"reserve of {st.reserved_bytes} bytes "
+            )
         raise NoSpace(
-            f"tablet server {self.server_uuid}: {what} refused: {st.free_bytes} bytes free on "
-            f"the file system of {self.root}, at or below its reserve of {st.reserved_bytes} "
-            "bytes (--fs-reserved-bytes); reads, deletes and compactions go on: free space "
-            "(drop tables, delete data) or add tablet servers"
+            f"tablet server {self.server_uuid}: {what} refused: {why}"
+            "(--fs-reserved-bytes); reads, deletes and compactions go on: free space (drop "
+            "tables: at or below the reserve, the quarantine/ of dropped replicas is reaped "
+            "oldest first) or add tablet servers"
         )

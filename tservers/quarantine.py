@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 RETENTION_S_DEFAULT = 86_400.0  # one day: time to look at what a deletion set aside
 BYTES_MAX_DEFAULT = 10 << 30  # 10 GiB of quarantine per server, oldest removed first
 SCAN_INTERVAL_S = 60.0  # besides the pass after every deletion
+LOW_SPACE_INTERVAL_S = 1.0  # between passes while the server is at or below its reserve
 ENTRIES_MAX = 100_000  # per scan: far above TABLETS_MAX deletions kept for a day
 REMOVING_SUFFIX = ".removing"
 # Tablet ids are 1-64 of [A-Za-z0-9_-] (tablet/manager.py: TABLET_ID_RE): no dots.
@@ -72,6 +73,7 @@ class Reason(enum.Enum):
     UNFINISHED = "unfinished removal"
     EXPIRED = "older than the retention"
     OVER_CAP = "over the byte cap"
+    LOW_SPACE = "the server is at or below its reserved free space"
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +87,7 @@ def plan(
     policy: Policy,
     now_s: float,
     busy_tablets: frozenset[str] = frozenset(),
+    space_deficit_bytes: int = 0,
 ) -> list[Removal]:
     """The entries to remove, in the order to remove them: unfinished removals first, then
     the others oldest first. An entry is removed when its age reached the retention (any
@@ -116,6 +119,19 @@ def plan(
                 break
             out.append(Removal(e, Reason.OVER_CAP))
             total_bytes -= e.size_bytes
+    # At or below the server's reserve (`space_deficit_bytes` > 0: the bytes it takes to get
+    # above it), whatever the retention: oldest first, until that much is freed. Dropping
+    # a table then frees space on a full server (its replicas come here first).
+    deficit = space_deficit_bytes - sum(r.entry.size_bytes for r in out)
+    if deficit > 0:
+        planned = {r.entry.name for r in out}
+        for e in candidates:  # oldest first
+            if deficit <= 0:
+                break
+            if e.name in planned:
+                continue
+            out.append(Removal(e, Reason.LOW_SPACE))
+            deficit -= e.size_bytes
     out.sort(key=lambda r: (not r.entry.removing, r.entry.mtime_s, r.entry.name))
     assert len({r.entry.name for r in out}) == len(out), "an entry planned twice"
     return out
@@ -222,6 +238,21 @@ class QuarantineReaper:
         self.removed_entries = 0
         self.removed_bytes = 0
         self.failures = 0
+        # () -> (free bytes, reserved bytes) of the file system (tservers.fs.DiskSpace):
+        # at or below the reserve a pass also removes entries oldest first (LOW_SPACE),
+        # and passes come every LOW_SPACE_INTERVAL_S. None: no such rule.
+        self.space: Callable[[], tuple[int, int]] | None = None
+
+    def space_deficit(self) -> int:
+        """Bytes to free to get above the reserve (0: above it, or no `space`)."""
+        if self.space is None:
+            return 0
+        try:
+            free, reserved = self.space()
+        except OSError as e:
+            log.warning("quarantine: cannot read the free space: %s", e)
+            return 0
+        return reserved - free + 1 if free <= reserved else 0
 
     def start(self) -> QuarantineReaper:
         assert self._thread is None, "started twice"
@@ -264,7 +295,7 @@ class QuarantineReaper:
             # fills a directory the scan did not see (a new <tablet_id>.<n>).
             busy = self.busy_tablets()
             now_s = time.time() if now_s is None else now_s
-            removals = plan(entries, self.policy, now_s, busy)
+            removals = plan(entries, self.policy, now_s, busy, self.space_deficit())
             done = []
             for r, err in remove_planned(self.root, removals, self._stop.is_set):
                 e = r.entry
@@ -303,7 +334,8 @@ class QuarantineReaper:
                 self.run_once()
             except Exception:  # a bug here must not end the reclaiming for good
                 log.exception("quarantine: pass failed")
-            self._wake.wait(self.interval_s)
+            low = self.space_deficit() > 0
+            self._wake.wait(min(self.interval_s, LOW_SPACE_INTERVAL_S) if low else self.interval_s)
 
     def close(self, timeout_s: float = 10.0) -> None:
         """Stop after the entry being removed (an rmtree is not interrupted)."""

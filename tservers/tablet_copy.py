@@ -485,6 +485,11 @@ def copy_tablet(
             check_begin_response(begin, tid)
             job.files_total = len(begin.files)
             job.bytes_total = sum(f.size_bytes for f in begin.files)
+            # Refused (NO_SPACE) before anything is written when the announced size does
+            # not fit above the reserve: a copy must not fill the disk.
+            require_space = getattr(target, "require_space", None)
+            if require_space is not None:
+                require_space(tid, job.bytes_total)
             target.prepare(req)
             target.begin_copy(req)  # 1. superblock COPYING, fsynced
             # 2. consensus metadata merged and written before anything is downloaded.
@@ -887,6 +892,9 @@ class _LiveTarget:
         if self.manager.data_state(req.tablet_id) is TabletDataState.READY:
             self.manager.delete_tablet(req.tablet_id)
 
+    def require_space(self, tablet_id: str, size_bytes: int) -> None:
+        self.manager.require_copy_space(tablet_id, size_bytes)
+
     def begin_copy(self, req: StartTabletCopyRequest) -> None:
         self.manager.begin_copy(req.tablet_id, caller_term=req.caller_term)
 
@@ -1146,7 +1154,7 @@ class CopyJobs:
                 job.error = f"{type(e).__name__}: {e}"
                 log.warning("tablet %s: copy from %s failed: %s", req.tablet_id, req.source_uuid, e)
                 try:
-                    self.manager.abort_copy(req.tablet_id)
+                    self.manager.abort_copy(req.tablet_id, job.error)
                 except Exception:
                     log.exception("tablet %s: cleaning up a failed copy failed", req.tablet_id)
             finally:

@@ -105,6 +105,11 @@ class Replica:
     starting: bool = False
 
 
+COPY_FAILED = "COPY_FAILED"  # the reported status of a tombstone whose copy just failed
+COPY_FAILED_REPORT_S = 60.0  # how long after the failure reports say so
+COPY_FAILURES_MAX = 1000
+
+
 def _starting(tablet_id: str) -> Unavailable:
     return Unavailable(
         f"tablet {tablet_id} is starting (being opened at server start-up); retry",
@@ -169,6 +174,13 @@ class TabletManager:
         self.startup_s = 0.0  # how long opening every tablet took (set once opened)
         # The reserved free space (tservers/fs.py): None, no check (in-process tests).
         self.disk = disk
+        self.quarantine.space = self._quarantine_space  # a full server reaps it oldest first
+        # tablet id -> (monotonic time, why) of a tablet copy onto this server that failed
+        # (refused with NO_SPACE before it wrote anything, or cleaned up after an error):
+        # for COPY_FAILED_REPORT_S the tablet's report says COPY_FAILED (with no replica
+        # here, a report of its own), so the coordinator gives up a move onto this server
+        # and does not pick it again for that tablet meanwhile.
+        self._copy_failures: dict[str, tuple[float, str]] = {}
         self.compaction = CompactionScheduler(
             self.running_tablets,
             compaction or CompactionOptions(blocks_min=self.tablet_opts.compaction_blocks_min),
@@ -591,6 +603,7 @@ class TabletManager:
             sb.quarantine_path = ""
             self.fs.write_superblock(sb)
             self.replicas[tablet_id] = Replica(tablet_id, sb, TabletStatus.COPYING)
+            self._copy_failures.pop(tablet_id, None)
         crash_point("copy.after_copying_superblock")
 
     def finish_copy(self, tablet_id: str, remote_sb: SuperblockPB) -> None:
@@ -608,14 +621,43 @@ class TabletManager:
         if replica.status is not TabletStatus.RUNNING:
             raise TabletFailed(f"copied tablet {tablet_id} failed to start: {replica.error}")
 
-    def abort_copy(self, tablet_id: str) -> None:
-        """A failed copy: the COPYING replica deletes itself (last op id kept) and votes on."""
+    def _quarantine_space(self) -> tuple[int, int]:
+        """(free bytes, reserved bytes) for the quarantine's LOW_SPACE rule; (1, 0), never
+        short of space, without a DiskSpace."""
+        if self.disk is None:
+            return 1, 0
+        st = self.disk.state(fresh=True)
+        return st.free_bytes, st.reserved_bytes
+
+    def require_copy_space(self, tablet_id: str, size_bytes: int) -> None:
+        """NoSpace unless `size_bytes` (a copy's announced size) fits above the reserve."""
+        if self.disk is not None:
+            self.disk.require(
+                f"tablet copy of {tablet_id} ({size_bytes} bytes) onto this server",
+                need_bytes=size_bytes,
+            )
+
+    def abort_copy(self, tablet_id: str, reason: str = "") -> None:
+        """A failed copy: the COPYING replica deletes itself (last op id kept) and votes on.
+
+        The partial data goes first (data before metadata): a copy that failed on a full
+        disk (ENOSPC) frees its bytes before the tombstone's few writes, so the cleanup
+        itself needs no space. Partial files are garbage, not a replica: they are deleted,
+        not set aside in quarantine/. A COPYING superblock with no data is what a restart
+        deletes anyway."""
         with self._lock:
             r = self.replicas.get(tablet_id)
+            if len(self._copy_failures) >= COPY_FAILURES_MAX:
+                self._copy_failures.clear()
+            self._copy_failures[tablet_id] = (time.monotonic(), reason or "tablet copy failed")
         if r is None or r.status is not TabletStatus.COPYING or r.sb is None:
             return
         with r.lock:
             try:
+                for d in (self.fs.data_dir(tablet_id), self.fs.wal_dir(tablet_id)):
+                    if d.exists():
+                        shutil.rmtree(d)
+                        fsync_dir(d.parent)
                 sb = self._delete_from_step2(r.sb, r.sb.last_op_id)
             except BaseException as e:
                 # Not COPYING for ever (every copy request would be ALREADY_IN_PROGRESS):
@@ -625,6 +667,7 @@ class TabletManager:
                 raise
             r.sb = sb
             r.status = TabletStatus.TOMBSTONED
+            r.error = f"tablet copy failed: {reason}" if reason else "tablet copy failed"
             self._start_tombstone(sb)
 
     # ================================================================ data path
@@ -687,15 +730,27 @@ class TabletManager:
     def reports(self, *, starting: bool = True) -> list[TabletReportPB]:
         """A report per replica; `starting` False leaves out those not open yet (the
         heartbeat's: the coordinator learns of each replica once it is open)."""
+        now = time.monotonic()
         with self._lock:
             replicas = list(self.replicas.values())
-        out = []
+            failures = {
+                t: why
+                for t, (at, why) in self._copy_failures.items()
+                if now - at < COPY_FAILED_REPORT_S
+            }
+        out = [
+            TabletReportPB(tablet_id=t, status=COPY_FAILED, error=f"tablet copy failed: {why}")
+            for t, why in sorted(failures.items())
+            if t not in {r.tablet_id for r in replicas}
+        ]
         for r in replicas:
             if r.starting:
                 if starting:
                     out.append(TabletReportPB(tablet_id=r.tablet_id, status=r.status.value))
                 continue
             rep = TabletReportPB(tablet_id=r.tablet_id, status=r.status.value, error=r.error)
+            if r.status is TabletStatus.TOMBSTONED and r.tablet_id in failures:
+                rep.status = COPY_FAILED
             sb = r.tablet.sb if r.tablet is not None else r.sb
             if sb is not None:
                 rep.table_id = sb.table_id
