@@ -13,9 +13,10 @@ import json
 import pytest
 
 from coordinator.node import CoordinatorNode
+from coordinator.ops.principals import key_problem
 from rpc import credentials
 from rpc.errors import BadRequest
-from rpc.keys import KeyFileError, KeyPair, is_z85_key, key_problem
+from rpc.keys import KeyFileError, KeyPair, is_z85_key
 from tests.support.procs import free_port, wait_for
 from tests.tservers.test_cli_errors import tserver
 from tests.tservers.test_tserver_curve import Admin, node_config
