@@ -85,7 +85,7 @@ def test_source_killed_mid_copy_then_copied_again(throttled: TServerTrio):
             return "copying again from " + again[0].source_uuid
         return None
 
-    wait_for(tombstone_or_retried, 30, "the replica deleted, or copied again")
+    wait_for(tombstone_or_retried, 90, "the replica deleted, or copied again")
 
     # The source comes back; a leader copies the tablet again, completely.
     q.restart(lead)
