@@ -21,7 +21,7 @@ from coordinator.leases.lease import (
     NotServing,
     Role,
 )
-from coordinator.leases.testclock import drift_margin_from_env
+from coordinator.leases.testclock import drift_margin_from_env, serve_past_lease_from_env
 from logstore.api import LogConditionFailed, LogStore, read_live
 from rpc.errors import LeaderHintValue, NotLeader, RpcError, Unavailable
 from rpc.protocols import coordinator_pb2 as pb
@@ -78,6 +78,7 @@ class LeaseDriver:
         self.log = log
         self.keeper = LeaseKeeper(uuid, address, self.config, seed=seed)
         self.keeper.drift_margin_s = drift_margin_from_env(self.config.drift_margin_s)
+        self.keeper.serve_past_lease = serve_past_lease_from_env()
         self.poll_interval_s = poll_interval_s or min(
             self.config.renew_interval_s / 2, self.config.lease_timeout_s / 10
         )

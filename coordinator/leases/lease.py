@@ -100,6 +100,10 @@ class LeaseKeeper:
         # The margin the lease gives up for clock drift; 0 only in a test-only broken build
         # (coordinator/leases/testclock.py, LOGCENTRIC_TEST_UNSAFE_NO_DRIFT_MARGIN).
         self.drift_margin_s = config.drift_margin_s
+        # True only in a test-only broken build (testclock.py,
+        # LOGCENTRIC_TEST_UNSAFE_SERVE_PAST_LEASE): a leader serves past lease_end, learning
+        # it is deposed only when its next renewal fails (the nemesis `pause` proof).
+        self.serve_past_lease = False
         self._rng = random.Random(seed)
         self.role = Role.FOLLOWER
         self.epoch = 0
@@ -180,7 +184,7 @@ class LeaseKeeper:
             return None
         cfg = self.config
         if self.role is Role.LEADER:
-            if now >= self.lease_end:
+            if now >= self.lease_end and not self.serve_past_lease:
                 self._step_down(now, "lease ran out without a successful append")
                 return None
             assert self.last_append_start is not None
@@ -271,7 +275,7 @@ class LeaseKeeper:
     # ------------------------------------------------------------ queries
 
     def is_serving(self, now: float) -> bool:
-        return self.role is Role.LEADER and now < self.lease_end
+        return self.role is Role.LEADER and (now < self.lease_end or self.serve_past_lease)
 
     @property
     def append_in_flight(self) -> bool:

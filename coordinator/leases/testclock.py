@@ -14,6 +14,9 @@ And one deliberately broken build, for the nemesis tests only (tests/nemesis/tes
 `LOGCENTRIC_TEST_UNSAFE_NO_DRIFT_MARGIN=1` makes the lease driver give up no margin for
 drift (a leader serves for the whole lease_timeout_s on its own clock). Unset (always, in
 a real deployment: no flag or config reaches it) the margin is LeaseConfig's.
+Another, for tests/nemesis/test_pause.py: `LOGCENTRIC_TEST_UNSAFE_SERVE_PAST_LEASE=1` makes a
+leader trust its role and not its clock: it keeps serving past its lease's end (after a
+SIGSTOP longer than the lease, say) until its next renewal append fails.
 Only the lease driver's clock is skewed; timeouts of sockets and waits stay real, as a
 drifting oscillator would leave them in the proportions that matter here (design/nemesis.md).
 """
@@ -32,6 +35,7 @@ logger = logging.getLogger(__name__)
 RATE_ENV = "LOGCENTRIC_TEST_CLOCK_RATE"
 DIR_ENV = "LOGCENTRIC_TEST_CLOCK_DIR"
 NO_DRIFT_MARGIN_ENV = "LOGCENTRIC_TEST_UNSAFE_NO_DRIFT_MARGIN"
+SERVE_PAST_LEASE_ENV = "LOGCENTRIC_TEST_UNSAFE_SERVE_PAST_LEASE"
 RECHECK_S = 0.02
 RATE_MIN = 0.01
 RATE_MAX = 100.0
@@ -83,6 +87,14 @@ def drift_margin_from_env(margin_s: float) -> float:
         logger.warning("BROKEN BUILD (test only): the lease has no drift margin")
         return 0.0
     return margin_s
+
+
+def serve_past_lease_from_env() -> bool:
+    """False, or True in the test-only broken build (see the module docstring)."""
+    if os.environ.get(SERVE_PAST_LEASE_ENV) == "1":
+        logger.warning("BROKEN BUILD (test only): a leader serves past its lease's end")
+        return True
+    return False
 
 
 def _read_rate(path: Path, current: float, missing: float) -> float:
