@@ -31,6 +31,7 @@ from logcentric.client import Client, Column
 from rpc.errors import NoSpace
 from tests.support.cluster import local_cluster
 from tests.support.procs import free_port, wait_for
+from tests.support.tmpfs import fill, free_bytes, tmpfs_mounter
 from tests.tservers.helpers import create, open_manager
 from tests.tservers.procs import TServerProcess
 from tservers.fs import DiskSpace
@@ -41,47 +42,8 @@ MB = 1 << 20
 
 @pytest.fixture
 def tmpfs(tmp_path):
-    mounted: list[Path] = []
-
-    def mount(size: int) -> Path:
-        m = tmp_path / f"fs{len(mounted)}"
-        m.mkdir()
-        r = subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(m)],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
-        if r.returncode != 0:
-            pytest.skip(f"cannot mount a tmpfs here (needs root): {r.stderr.strip()}")
-        mounted.append(m)
-        return m
-
-    try:
+    with tmpfs_mounter(tmp_path) as mount:
         yield mount
-    finally:
-        for m in mounted:
-            subprocess.run(["umount", "-l", str(m)], capture_output=True, timeout=30)
-
-
-def _free(path: Path) -> int:
-    st = os.statvfs(path)
-    return st.f_bavail * st.f_frsize
-
-
-def _fill(path: Path, leave: int) -> Path:
-    """A filler file taking all but `leave` bytes of the file system's free space."""
-    filler = path / "filler"
-    size = _free(path) - leave
-    assert size > 0, (_free(path), leave)
-    with open(filler, "ab") as f:
-        while size > 0:
-            n = min(size, MB)
-            f.write(b"\0" * n)
-            size -= n
-        f.flush()
-        os.fsync(f.fileno())
-    return filler
 
 
 def _write_until_enospc(path: Path) -> int:
@@ -104,11 +66,11 @@ def test_a_copy_failing_with_enospc_cleans_up_without_space(tmpfs):
         data = m.fs.data_dir("t1")
         data.mkdir(parents=True, exist_ok=True)
         assert _write_until_enospc(data / "000001.block") > 8 * MB
-        assert _free(mount) < 64 * 1024  # the disk is full, as in the probe
+        assert free_bytes(mount) < 64 * 1024  # the disk is full, as in the probe
         m.abort_copy("t1")  # failed before: it wrote into quarantine/ first (ENOSPC)
         assert m.replicas["t1"].status.value == "TOMBSTONED"
         assert not data.exists() and not m.fs.wal_dir("t1").exists()  # no partial files
-        assert _free(mount) > 12 * MB  # the partial data is gone, not quarantined
+        assert free_bytes(mount) > 12 * MB  # the partial data is gone, not quarantined
         (rep,) = [r for r in m.reports() if r.tablet_id == "t1"]
         assert rep.status == "COPY_FAILED" and "tablet copy failed" in rep.error
         m.begin_copy("t1")  # and a new copy may start
@@ -122,7 +84,7 @@ def test_the_copy_target_refuses_a_copy_larger_than_its_room(tmpfs):
     m = open_manager(mount / "ts")
     m.disk = DiskSpace(mount / "ts", m.fs.uuid, 4 * MB)
     try:
-        free = _free(mount)
+        free = free_bytes(mount)
         m.require_copy_space("t1", free - 5 * MB)  # fits above the reserve
         with pytest.raises(NoSpace, match=r"needs \d+ bytes.*less than its reserve"):
             m.require_copy_space("t1", free - 3 * MB)
@@ -141,13 +103,13 @@ def test_a_full_server_reaps_its_quarantine_so_a_drop_frees_space(tmpfs):
             create(m, tid)
             with open(m.fs.data_dir(tid) / "blob", "wb") as f:  # the replica's bytes
                 f.write(os.urandom(6 * MB))
-        _fill(mount, 8 * MB - 1 * MB)  # below the reserve
+        fill(mount, 8 * MB - 1 * MB)  # below the reserve
         assert m.disk.state(fresh=True).full
         with pytest.raises(NoSpace, match="quarantine"):  # the hint names what frees space
             m.disk.require("a write")
         m.delete_tablet("t1")  # a drop: the replica goes to quarantine/ (86,400 s)
         m.quarantine.run_once()
-        assert _free(mount) > 8 * MB, "the dropped replica's bytes were not freed"
+        assert free_bytes(mount) > 8 * MB, "the dropped replica's bytes were not freed"
         m.disk.require("a write")  # above the reserve again
         assert [e.name.split(".")[0] for e in _entries(m)] == []
         # Above the reserve the retention holds: a second drop stays in quarantine/.
@@ -223,8 +185,8 @@ def test_a_move_onto_a_server_without_room_is_refused_and_cancelled(tmp_path, tm
                 )
                 assert tablet_bytes > 8 * MB, tablet_bytes
                 # Room for about 2/3 of the tablet above the 4 MiB reserve.
-                _fill(mount, 4 * MB + tablet_bytes * 2 // 3)
-                free_before = _free(mount)
+                fill(mount, 4 * MB + tablet_bytes * 2 // 3)
+                free_before = free_bytes(mount)
                 r = subprocess.run(
                     [sys.executable, "-m", "optools.coordinator_cli", "move-replica", tablet,
                      "--from", source.uuid, "--to", target.uuid, "--coordinators", coordinators],
@@ -246,7 +208,7 @@ def test_a_move_onto_a_server_without_room_is_refused_and_cancelled(tmp_path, tm
                 assert f"move of tablet {tablet} off {source.uuid} cancelled" in logs
                 assert "NO_SPACE" in logs or "refused" in logs
                 # Nothing was written on the target: no partial files, the disk not filled.
-                assert _free(mount) >= free_before - 1 * MB
+                assert free_bytes(mount) >= free_before - 1 * MB
                 assert not (mount / "ts" / "data" / tablet).exists()
                 # The tablet stays whole on its source, and the source stays in its config.
                 wait_for(

@@ -16,7 +16,6 @@ restart that every acknowledged row is there.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -40,6 +39,7 @@ from rpc.protocols.tserver_pb2 import (
 from rpc.server import CallContext
 from tests.support.cluster import local_cluster
 from tests.support.procs import free_port, wait_for
+from tests.support.tmpfs import fill, free_bytes, tmpfs_mounter
 from tests.tservers.procs import TServerProcess
 from tservers.fs import DiskSpace, FsLayout, default_reserved_bytes
 from tservers.service import TServerService
@@ -136,45 +136,8 @@ def test_refusals_past_the_reserve_in_process(tmp_path):
 @pytest.fixture
 def tmpfs_mounts(tmp_path):
     """Three 64 MiB tmpfs file systems under tmp_path, unmounted at the end."""
-    mounted: list[Path] = []
-    try:
-        for i in range(3):
-            m = tmp_path / f"fs{i}"
-            m.mkdir()
-            r = subprocess.run(
-                ["mount", "-t", "tmpfs", "-o", f"size={TMPFS_SIZE}", "tmpfs", str(m)],
-                capture_output=True,
-                text=True,
-                timeout=30,
-            )
-            if r.returncode != 0:
-                pytest.skip(f"cannot mount a tmpfs here (needs root): {r.stderr.strip()}")
-            mounted.append(m)
-        yield mounted
-    finally:
-        for m in mounted:
-            subprocess.run(["umount", "-l", str(m)], capture_output=True, timeout=30)
-
-
-def _free(path: Path) -> int:
-    st = os.statvfs(path)
-    return st.f_bavail * st.f_frsize
-
-
-def _fill(mount: Path, leave: int) -> Path:
-    """A filler file taking all but `leave` bytes of the file system's free space."""
-    filler = mount / "filler"
-    size = _free(mount) - leave
-    assert size > 0, (_free(mount), leave)
-    with open(filler, "wb") as f:
-        chunk = b"\0" * MB
-        while size > 0:
-            n = min(size, len(chunk))
-            f.write(chunk[:n])
-            size -= n
-        f.flush()
-        os.fsync(f.fileno())
-    return filler
+    with tmpfs_mounter(tmp_path) as mount:
+        yield [mount(TMPFS_SIZE) for _ in range(3)]
 
 
 def _status(coordinators: str, *json_flag: str) -> subprocess.CompletedProcess:
@@ -236,7 +199,7 @@ def test_full_disk_refuses_places_elsewhere_and_loses_nothing(tmp_path, tmpfs_mo
                 _insert(client, t, range(0, 500))
                 acked.update(range(0, 500))
                 # Leave 3 MiB above the reserve, then fill that with rows until refused.
-                filler = _fill(mount, RESERVE + 3 * MB)
+                filler = fill(mount, RESERVE + 3 * MB)
                 refused = None
                 for n in range(1, 40):
                     ids = range(n * 500, n * 500 + 500)
@@ -250,7 +213,7 @@ def test_full_disk_refuses_places_elsewhere_and_loses_nothing(tmp_path, tmpfs_mo
                 text = refused.message
                 assert full_uuid in text and "bytes free" in text, text
                 assert f"reserve of {RESERVE} bytes" in text, text
-                assert _free(mount) > RESERVE // 2  # the reserve held: the disk is not full
+                assert free_bytes(mount) > RESERVE // 2  # the reserve held: the disk is not full
                 http = full.extra_args[full.extra_args.index("--http") + 1]
                 with urllib.request.urlopen(f"http://{http}/metrics", timeout=10) as r:
                     metrics = r.read().decode()
