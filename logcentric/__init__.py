@@ -77,10 +77,11 @@ def connect(
     credentials: str | None = None,
 ) -> Client:
     """A `Client` of a cluster, named by its coordinator addresses ("h1:p1,h2:p2" or a list),
-    by `cluster` (a name in the clusters file), or, with neither, by `LOGCENTRIC_COORDINATORS`,
-    `LOGCENTRIC_CLUSTER` or the clusters file's default (`logcentric.clusters`), or else by
-    the coordinators of the credentials file. Raises `BadRequest` when nothing names a
-    cluster, `NotFound` for an unknown name.
+    by `cluster` (a name in the clusters file), or, with neither, by `LOGCENTRIC_COORDINATORS`
+    or `LOGCENTRIC_CLUSTER`; then by the coordinators of a `credentials` file given here (it
+    was written for its cluster), else by the clusters file's default (`logcentric.clusters`),
+    else by the coordinators of the credentials file found otherwise. Raises `BadRequest`
+    when nothing names a cluster, `NotFound` for an unknown name.
 
     `credentials`: a credentials file (design/client.md "Credentials"): CURVE, as its
     principal, to coordinators holding the keys it lists. Else `LOGCENTRIC_CREDENTIALS`, else
@@ -89,22 +90,28 @@ def connect(
     from rpc import credentials as creds
 
     found = creds.resolve(credentials, coordinators=coordinators, cluster=cluster)
-    if found is not None and not coordinators and not cluster and not _names_cluster():
+    if (
+        found is not None
+        and not coordinators
+        and not cluster
+        and not _names_cluster(default_counts=credentials is None)
+    ):
         return Client(list(found.addresses), timeout_s=timeout_s, credentials=found)
     return Client(
         list(clusters.resolve(coordinators, cluster)), timeout_s=timeout_s, credentials=found
     )
 
 
-def _names_cluster() -> bool:
-    """Whether the environment or the clusters file's default names a cluster."""
+def _names_cluster(*, default_counts: bool = True) -> bool:
+    """Whether the environment (or, if `default_counts`, the clusters file's default) names a
+    cluster."""
     import os
 
     if os.environ.get(clusters.COORDINATORS_ENV, "").strip():
         return True
     if os.environ.get(clusters.CLUSTER_ENV, "").strip():
         return True
-    return bool(clusters.load()["default"])
+    return default_counts and bool(clusters.load()["default"])
 
 
 __all__ = [

@@ -16,6 +16,8 @@ import pytest
 import logcentric
 from logcentric import Column
 from optools.localcluster import ClusterSpec, LocalCluster
+from rpc import clusters
+from rpc.addresses import free_port
 from rpc.client import RpcClient
 from rpc.errors import RpcError
 from tests.support.cli import run_cli
@@ -23,7 +25,7 @@ from tests.support.cli import run_cli
 pytestmark = pytest.mark.integration
 
 
-def test_local_cluster_up_secure(tmp_path):
+def test_local_cluster_up_secure(tmp_path, monkeypatch):
     root = tmp_path / "cluster"
     try:
         out = run_cli(
@@ -41,6 +43,12 @@ def test_local_cluster_up_secure(tmp_path):
         assert spec is not None and spec.secure
         status = LocalCluster(spec).status()
         assert status["healthy"], status
+        # The clusters file's default names another cluster: the credentials file given to
+        # connect() still names its own (it was written for it).
+        config = tmp_path / "clusters.toml"
+        monkeypatch.setenv("LOGCENTRIC_CONFIG", str(config))
+        clusters.register("elsewhere", [f"127.0.0.1:{free_port()}"], path=config)
+        assert clusters.load(config)["default"] == "elsewhere"
         with logcentric.connect(credentials=creds, timeout_s=30) as client:
             uuids = {s.uuid for s in client.meta.list_servers() if s.state == "LIVE"}
             assert len(uuids) == 2
