@@ -6,6 +6,7 @@ stats files are derived data rebuilt when missing or bad."""
 
 from __future__ import annotations
 
+import json
 import random
 
 import pyarrow as pa
@@ -316,4 +317,34 @@ def test_stats_files_are_rebuilt_when_missing_or_bad(tmp_path):
     got, _ = scan(t, [("v", PredicateOp.EQ, [1])])
     assert sorted(got) == list(range(50, 100))
     assert t.scan_blocks_skipped - before == 2
+    m.close()
+
+
+def test_a_stats_file_whose_values_were_changed_is_rebuilt(tmp_path):
+    """A stats file that is valid JSON of the right shape but whose numbers changed (a bit
+    flip in a digit, an edit) fails its checksum and is rebuilt: before the checksum, a max
+    lowered to the min made `v == 1` skip the chunk that holds those rows (rows lost)."""
+    root = tmp_path / "root"
+    m = manager(root, chunk_rows=10)
+    t = create(m, "t1", SCHEMA)
+    write(t, OpType.INSERT, {k: (k % 3, "s", 0.5) for k in range(30)})  # v in 0..2 per chunk
+    assert t.flush()
+    name = t.blocks[0].name
+    data_dir = m.fs.data_dir("t1")
+    good = (data_dir / stats_name(name)).read_bytes()
+    m.close()
+    doc = json.loads(good)
+    for chunk in doc["chunks"]:
+        for col in chunk["cols"].values():
+            if col[0] == 0 and col[1] == 2:  # the v column: [0, 2, 0] -> [0, 0, 0]
+                col[1] = 0
+    edited = json.dumps(doc, separators=(",", ":")).encode()
+    assert edited != good
+    (data_dir / stats_name(name)).write_bytes(edited)
+    m = manager(root, chunk_rows=10)
+    t = m.tablet("t1")
+    t.wait_leader_ready(deadline(30))
+    got, _ = scan(t, [("v", PredicateOp.EQ, [1])])
+    assert sorted(got) == [k for k in range(30) if k % 3 == 1]
+    assert (data_dir / stats_name(name)).read_bytes() == good
     m.close()

@@ -7,12 +7,13 @@ smallest and largest value and the null count. A scan's predicates (`==`, `<`, `
 whose values cannot satisfy every predicate is not read, nor a block none of whose chunks
 can (`prune`).
 
-File (`<block>.stats`): JSON {"format": "lcst", "version": 1, "rows": N, "chunks": [{"rows":
-n, "cols": {"c<id>": [min, max, nulls]}}]}; timestamps as int64 microseconds; a column left
-out is unknown (binary, a string longer than STRING_MAX bytes, a double column holding NaN),
-[null, null, n] means all null. Derived data, like the bloom filter: a file that is missing,
-unreadable, of another version or of another shape than its block is rebuilt from the block
-at open and written back.
+File (`<block>.stats`): JSON {"format": "lcst", "version": 2, "rows": N, "crc32": C,
+"chunks": [{"rows": n, "cols": {"c<id>": [min, max, nulls]}}]} (C: CRC32 of the chunks' JSON
+with sorted keys; a file whose values changed fails it and is rebuilt); timestamps as int64
+microseconds; a column left out is unknown (binary, a string longer than STRING_MAX bytes,
+a double column holding NaN), [null, null, n] means all null. Derived data, like the bloom
+filter: a file that is missing, unreadable, of another version or of another shape than its
+block is rebuilt from the block at open and written back.
 
 Why a skipped chunk cannot change the answer: a key's versions are in several blocks, the
 newest wins. A predicate on key columns holds for all versions of a key or for none, so a
@@ -30,6 +31,7 @@ from __future__ import annotations
 import bisect
 import json
 import math
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -40,7 +42,7 @@ from rpc.protocols.tserver_pb2 import PredicateOp, PredicatePB
 from tservers.tablet.schema import DELETED_FIELD, Schema, block_name, value_from_pb
 
 FORMAT = "lcst"
-VERSION = 1
+VERSION = 2  # 2: crc32 of the chunks (version 1 files are rebuilt)
 STATS_SUFFIX = ".stats"
 STRING_MAX = 256
 
@@ -87,9 +89,15 @@ def compute(batches: Sequence[pa.RecordBatch]) -> list[dict]:
     return out
 
 
+def _crc(chunks: list[dict]) -> int:
+    """CRC32 of the chunks' canonical JSON (a JSON round trip gives the same text back)."""
+    return zlib.crc32(json.dumps(chunks, separators=(",", ":"), sort_keys=True).encode())
+
+
 def to_bytes(chunks: list[dict]) -> bytes:
     rows = sum(c["rows"] for c in chunks)
-    doc = {"format": FORMAT, "version": VERSION, "rows": rows, "chunks": chunks}
+    doc = {"format": FORMAT, "version": VERSION, "rows": rows, "crc32": _crc(chunks)}
+    doc["chunks"] = chunks
     return json.dumps(doc, separators=(",", ":")).encode()
 
 
@@ -102,6 +110,8 @@ def from_bytes(data: bytes, batch_rows: list[int]) -> list[dict] | None:
             return None
         chunks = doc["chunks"]
         if [c["rows"] for c in chunks] != batch_rows or doc["rows"] != sum(batch_rows):
+            return None
+        if doc["crc32"] != _crc(chunks):  # a changed value would prune rows away silently
             return None
         for c in chunks:
             for v in c["cols"].values():
