@@ -115,6 +115,9 @@ class TServerService:
         self._unsafe_reads = os.environ.get(UNSAFE_READS_ENV, "")  # test-only
         self._scanners: dict[str, _Scanner] = {}
         self._scanners_lock = threading.Lock()
+        # Expires idle scanners while any is open, so an abandoned one does not keep its
+        # snapshot (and the blocks a compaction unlinked) until the next Scan call.
+        self._reaper: threading.Thread | None = None
         # Rows this server wrote (as leader) and sent in scan answers, for the metrics.
         self._counts_lock = threading.Lock()
         self.rows_written = 0
@@ -370,8 +373,24 @@ class TServerService:
                     raise Throttled(f"{SCANNERS_MAX} scanners open", retry_after_ms=500)
                 sid = req.scanner_id or secrets.token_hex(8)
                 self._scanners[sid] = sc
+                if self._reaper is None:
+                    self._reaper = threading.Thread(
+                        target=self._reap, name="tserver-scanner-reaper", daemon=True
+                    )
+                    self._reaper.start()
             resp.scanner_id = sid
         return Reply(resp, sidecars)
+
+    def _reap(self) -> None:
+        """While scanners are open: expire the idle ones every quarter TTL (5 s at most);
+        ends when none is left (the next scanner starts another)."""
+        while True:
+            time.sleep(min(SCANNER_IDLE_S / 4, 5.0))
+            self._expire(time.monotonic())
+            with self._scanners_lock:
+                if not self._scanners:
+                    self._reaper = None
+                    return
 
     def _expire(self, now: float) -> None:
         with self._scanners_lock:

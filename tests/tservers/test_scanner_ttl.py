@@ -17,6 +17,7 @@ import pytest
 from rpc import errors
 from rpc.protocols.tserver_pb2 import OpType, ScanRequest, WriteRequest
 from rpc.server import CallContext
+from tests.support.procs import wait_for
 from tests.tservers.helpers import SIX, create, deadline, ipc, open_manager, six_rows
 from tservers import service as service_mod
 from tservers.service import TServerService
@@ -72,5 +73,30 @@ def test_an_idle_scanner_expires_and_releases_its_unlinked_blocks(tmp_path, monk
             scan(ScanRequest(scanner_id=first.scanner_id))
         gc.collect()
         assert mapped_deleted(old) == []
+    finally:
+        m.close()
+
+
+def test_an_abandoned_scanner_expires_without_another_scan(tmp_path, monkeypatch):
+    """No Scan call follows: the service's reaper still expires the idle scanner (it used to
+    be expired only by a later Scan call, so on a server that got no more scans its snapshot
+    held the blocks a compaction had unlinked), and the reaper ends when none is left."""
+    monkeypatch.setattr(service_mod, "SCANNER_IDLE_S", 0.4)
+    m = open_manager(tmp_path / "root")
+    try:
+        t = create(m, "t1", SIX)
+        assert t.wait_leader_ready(deadline(30))
+        service = TServerService(m, lambda: "127.0.0.1:1")
+        payload = memoryview(ipc(six_rows(range(1000))))
+        req = WriteRequest(tablet_id="t1", schema_version=1, ops=[OpType.INSERT])
+        service.write(req, CallContext("TServer.Write", "", time.monotonic() + 30, [payload]))
+        assert t.flush()
+        ctx = CallContext("TServer.Scan", "", time.monotonic() + 30, [])
+        first = service.scan(ScanRequest(tablet_id="t1", batch_rows_max=10), ctx).body
+        assert first.has_more and first.scanner_id
+        wait_for(lambda: not service._scanners, 30, "the abandoned scanner expired")
+        wait_for(lambda: service._reaper is None, 30, "the reaper ended")
+        with pytest.raises(errors.NotFound, match="expired"):
+            service.scan(ScanRequest(scanner_id=first.scanner_id), ctx)
     finally:
         m.close()
