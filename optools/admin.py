@@ -1027,6 +1027,27 @@ def credentials_of(args):
     return args._credentials
 
 
+def coordinators_for(args, named, cluster: str | None) -> list[str]:
+    """The coordinators a command talks to: `named` (--coordinators) or `cluster`
+    (--cluster); else $LOGCENTRIC_COORDINATORS or $LOGCENTRIC_CLUSTER; else those of a
+    credentials file given with --credentials (it was written for its cluster); else the
+    clusters file's default; else those of the credentials file found otherwise
+    ($LOGCENTRIC_CREDENTIALS). The same order as `logcentric.connect`."""
+    from rpc import clusters
+    from rpc.console import cluster_addresses
+
+    args.named_coordinators = named
+    creds = credentials_of(args)
+    if named or cluster or creds is None:
+        return cluster_addresses(named, cluster)
+    env = (os.environ.get(v, "").strip() for v in (clusters.COORDINATORS_ENV, clusters.CLUSTER_ENV))
+    if any(env):
+        return cluster_addresses(None, None)
+    if getattr(args, "credentials", None) or not clusters.load()["default"]:
+        return list(creds.addresses)
+    return cluster_addresses(None, None)
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     """--coordinators, --timeout-s, --credentials and --json."""
     add_credentials_argument(p)

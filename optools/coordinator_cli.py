@@ -52,7 +52,6 @@ from rpc.console import (
     add_cluster_arguments,
     add_json,
     add_version,
-    cluster_addresses,
     interruptible,
     print_json,
 )
@@ -400,40 +399,23 @@ def _cmd_log(args) -> int:
     """`coordinator log`: offline from --data-dir, else live from the cluster named by
     --coordinators (alias --address), --cluster, the environment or the clusters file."""
     from optools import logtool
-    from optools.admin import credentials_of
+    from optools.admin import coordinators_for, credentials_of
 
     if args.data_dir is None:
-        args.named_coordinators = args.address
-        args.credentials_obj = credentials_of(args)
+        named = args.address
         if args.address is None:
-            creds = args.credentials_obj
-            if creds is not None and not _names_cluster(args):
-                args.address = ",".join(creds.addresses)
-            else:
-                args.address = ",".join(cluster_addresses(None, args.cluster))
+            args.address = ",".join(coordinators_for(args, None, args.cluster))
+        args.named_coordinators = named
+        args.credentials_obj = credentials_of(args)
     return logtool.run(args)
-
-
-def _names_cluster(args) -> bool:
-    """Whether --cluster, the environment or the clusters file's default names a cluster."""
-    from rpc import clusters
-
-    if args.cluster or os.environ.get(clusters.COORDINATORS_ENV, "").strip():
-        return True
-    return bool(os.environ.get(clusters.CLUSTER_ENV, "").strip() or clusters.load()["default"])
 
 
 def _resolve_cluster(func):
     def run(args) -> int:
         if getattr(args, "names_cluster", False):
-            from optools.admin import credentials_of
+            from optools.admin import coordinators_for
 
-            args.named_coordinators = args.coordinators
-            creds = credentials_of(args)
-            if creds is not None and not args.coordinators and not _names_cluster(args):
-                args.coordinators = list(creds.addresses)  # the file's own coordinators
-            else:
-                args.coordinators = cluster_addresses(args.coordinators, args.cluster)
+            args.coordinators = coordinators_for(args, args.coordinators, args.cluster)
         return func(args)
 
     return run

@@ -27,9 +27,9 @@ import argparse
 import os
 
 from coordinator.ops.principals import KINDS, ROLES, key_problem
-from optools.admin import credentials_of
+from optools.admin import coordinators_for, credentials_of
 from rpc import errors as rpc_errors
-from rpc.console import UsageError, add_cluster_arguments, add_json, cluster_addresses, print_json
+from rpc.console import UsageError, add_cluster_arguments, add_json, print_json
 from rpc.errors import RpcError
 
 # Answers after which the AddPrincipal may or may not have been logged.
@@ -76,16 +76,8 @@ def _client(args):
 
 
 def _addresses(args) -> list[str]:
-    """The coordinators: named by the flags, the environment or the clusters file, else
-    those of the caller's credentials file."""
-    args.named_coordinators = args.coordinators
-    creds = credentials_of(args)
-    if creds is not None and not args.coordinators and not args.cluster:
-        try:
-            return cluster_addresses(None, None)
-        except UsageError:
-            return list(creds.addresses)
-    return cluster_addresses(args.coordinators, args.cluster)
+    """The coordinators (`optools.admin.coordinators_for`)."""
+    return coordinators_for(args, args.coordinators, args.cluster)
 
 
 def _coordinator_entries(args, client) -> list[tuple[str, str]]:

@@ -19,7 +19,7 @@ from coordproc import Proc, wait_for
 import logcentric
 from logcentric import Column
 from logcentric.tablets import TabletServerClient
-from rpc import credentials
+from rpc import clusters, credentials
 from rpc.addresses import free_port
 from rpc.errors import PermissionDenied, RpcError, Unauthenticated
 from rpc.keys import KeyPair
@@ -42,7 +42,12 @@ def run(module: str, *args: str) -> subprocess.CompletedProcess:
     return out
 
 
-def test_writer_writes_and_scans_reader_scans_only_over_curve(tmp_path):
+def test_writer_writes_and_scans_reader_scans_only_over_curve(tmp_path, monkeypatch):
+    # The clusters file's default names another cluster: the tools and the client given a
+    # credentials file still talk to the coordinators it names (it was written for them).
+    config = tmp_path / "clusters.toml"
+    monkeypatch.setenv("LOGCENTRIC_CONFIG", str(config))
+    clusters.register("elsewhere", [f"127.0.0.1:{free_port()}"], path=config)
     coord_dir = tmp_path / "c0"
     rpc, raft = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
     node_key = json.loads(
