@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import socket
 
@@ -12,20 +13,38 @@ from rpc.errors import BadRequest
 # no outgoing connection can take one between the choice and the bind.
 SERVER_PORTS = range(20000, 32000)
 FREE_PORT_ATTEMPTS_MAX = 200
+# LO-HI (inclusive): where free_port picks instead, so that several test workers (or local
+# clusters) on one machine never pick the same port between the choice and the bind.
+PORT_RANGE_ENV = "LOGCENTRIC_PORT_RANGE"
+
+
+def server_ports() -> range:
+    """SERVER_PORTS, or the range $LOGCENTRIC_PORT_RANGE gives (LO-HI, 1024 <= LO <= HI)."""
+    value = os.environ.get(PORT_RANGE_ENV, "").strip()
+    if not value:
+        return SERVER_PORTS
+    try:
+        lo, hi = (int(x) for x in value.split("-"))
+    except ValueError:
+        raise BadRequest(f"{PORT_RANGE_ENV}={value!r}: give LO-HI, e.g. 20000-25999") from None
+    if not 1024 <= lo <= hi <= 65535:
+        raise BadRequest(f"{PORT_RANGE_ENV}={value!r}: need 1024 <= LO <= HI <= 65535")
+    return range(lo, hi + 1)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port on `host` that was free a moment ago (for local clusters and tests)."""
     rng = random.SystemRandom()
+    ports = server_ports()
     for _ in range(FREE_PORT_ATTEMPTS_MAX):
-        port = rng.choice(SERVER_PORTS)
+        port = rng.choice(ports)
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             try:
                 s.bind((host, port))
             except OSError:
                 continue
             return port
-    raise OSError(f"no free port in {SERVER_PORTS} on {host}")
+    raise OSError(f"no free port in {ports} on {host}")
 
 
 PORT_MAX = 65535

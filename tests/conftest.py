@@ -16,6 +16,19 @@ os.environ["LOGCENTRIC_CONFIG"] = os.path.join(_CONFIG_DIR, "clusters.toml")
 os.environ.pop("LOGCENTRIC_COORDINATORS", None)
 os.environ.pop("LOGCENTRIC_CLUSTER", None)
 
+# Under pytest-xdist (./dev test), each worker picks ports from its own slice of the server
+# port range, so two workers starting clusters at once never choose the same free port
+# between the choice and the bind ("Address already in use"). Processes the tests start
+# inherit it.
+_worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+if _worker.startswith("gw") and _worker[2:].isdigit():
+    from rpc.addresses import PORT_RANGE_ENV, SERVER_PORTS
+
+    _count = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    _size = len(SERVER_PORTS) // _count
+    _lo = SERVER_PORTS.start + int(_worker[2:]) % _count * _size
+    os.environ[PORT_RANGE_ENV] = f"{_lo}-{_lo + _size - 1}"
+
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
