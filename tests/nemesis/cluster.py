@@ -306,6 +306,10 @@ class NemesisCluster(LocalCluster):
         self.close()
 
     def close(self) -> None:
+        if self._lock is None:
+            # Never entered, or closed already: the machine's namespaces may be another
+            # cluster's now (one that holds the lock), and cleaning them would kill it.
+            return
         try:
             for node in [*self.spec.tservers, *self.spec.coordinators]:
                 with contextlib.suppress(ProcessLookupError):
