@@ -30,13 +30,13 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import zmq
 
+from rpc import keys
 from rpc.addresses import parse_host_port
 from rpc.errors import BadRequest, Unauthenticated
 from rpc.keys import ClientCurve, KeyPair, is_z85_key
@@ -138,16 +138,11 @@ def load(path: str | os.PathLike) -> Credentials:
     except OSError as e:
         raise CredentialsError(f"cannot read credentials file {path}: {e.strerror}") from None
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise CredentialsError(f"credentials file {path} is not a regular file")
-        mode = stat.S_IMODE(st.st_mode)
-        if mode & 0o077:
-            raise CredentialsError(
-                f"credentials file {path} has mode {mode:04o}: its group or others may read "
-                f"its secret key; refusing to use it (fix: chmod 600 {path}, and have the "
-                "principal's key replaced if others may have read it)"
-            )
+        problem = keys.private_file_problem(
+            os.fstat(fd), path, "credentials file", "have the principal's key replaced"
+        )
+        if problem:
+            raise CredentialsError(problem)
         raw = os.read(fd, FILE_BYTES_MAX + 1)
     finally:
         os.close(fd)

@@ -163,15 +163,24 @@ def check_private(path: str | os.PathLike) -> None:
         st = os.stat(path)
     except FileNotFoundError:
         raise KeyFileError(f"no secret key file {path}") from None
+    problem = private_file_problem(st, path, "secret key file", "make a new key pair")
+    if problem:
+        raise KeyFileError(problem)
+
+
+def private_file_problem(st: os.stat_result, path, what: str, renew: str) -> str | None:
+    """Why a file holding a secret (its stat result `st`) may not be used, or None: not a
+    regular file, or readable or writable by its group or others."""
     if not stat.S_ISREG(st.st_mode):
-        raise KeyFileError(f"{path} is not a regular file")
+        return f"{what} {path} is not a regular file"
     mode = stat.S_IMODE(st.st_mode)
     if mode & 0o077:
-        raise KeyFileError(
-            f"secret key file {path} has mode {mode:04o}: its group or others may read it; "
-            f"refusing to use it (fix: chmod 600 {path}, and make a new key pair if others "
-            "may have read it)"
+        return (
+            f"{what} {path} has mode {mode:04o}: its group or others may read its secret; "
+            f"refusing to use it (fix: chmod 600 {path}, and {renew} if others may have "
+            "read it)"
         )
+    return None
 
 
 def load_keypair(directory: str | os.PathLike, name: str) -> KeyPair:
