@@ -15,6 +15,7 @@ from rpc.client import RpcClient
 from rpc.rpc_pb2 import PingResponse
 from rpc.server import CallContext, RpcServer
 from tests.metrics.support import value
+from tests.support.procs import wait_for
 
 UUID = "metrics-test-server"
 RPC_FAMILIES = {
@@ -119,9 +120,16 @@ def test_throttled_and_refusals_counted():
                 with pytest.raises(errors.Throttled):
                     f.result()
                 throttled += 1
-            fams = scrape_server(srv)
+            # Admitted calls reach the worker thread asynchronously: wait (bounded) until the
+            # one worker has taken the first call, then one runs and one waits.
+            fams = wait_for(
+                lambda: (f := scrape_server(srv))
+                and value(f, "logcentric_rpc_queue_depth_calls") == 1
+                and f,
+                timeout_s=30,
+                what="the worker takes the first call",
+            )
             assert value(fams, "logcentric_rpc_inflight_calls") == 2
-            assert value(fams, "logcentric_rpc_queue_depth_calls") == 1  # one runs, one waits
         finally:
             release.set()
         for f in futures[:2]:
