@@ -123,6 +123,27 @@ def _alive(pid: int, marker: str) -> bool:
     return marker in cmdline
 
 
+def _exited(pid: int, marker: str) -> bool:
+    """Whether every thread of `pid` has exited (gone, or only zombies left): its files,
+    sockets included, are closed then. A pid now running another program (its cmdline
+    does not name our data dir) counts as exited."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return True
+    if cmdline and marker.encode() not in cmdline:
+        return True
+    for task in tasks:
+        try:
+            stat = Path(f"/proc/{pid}/task/{task}/stat").read_text()
+        except OSError:
+            continue
+        if stat[stat.rfind(")") + 2 : stat.rfind(")") + 3] not in ("Z", "X"):
+            return False
+    return True
+
+
 class LocalCluster:
     """Start, stop, kill and inspect the processes of one cluster folder."""
 
@@ -367,14 +388,19 @@ class LocalCluster:
             self._wait_gone(node, STOP_TIMEOUT_S)
 
     def _wait_gone(self, node: NodeSpec, timeout_s: float) -> bool:
+        """Wait until the process has exited with all its threads, so its sockets are
+        closed and its ports free. Its cmdline reads empty earlier, as soon as its main
+        thread dropped its memory, while other threads may still hold the sockets: a
+        restart on the same port then failed with 'Address already in use'."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             try:
-                os.waitpid(node.pid, os.WNOHANG)  # reap it if it is our child
-            except ChildProcessError:
-                pass
-            if not self.is_up(node):
-                return True
+                # Reaps only once the whole thread group has exited (our child).
+                if os.waitpid(node.pid, os.WNOHANG)[0] == node.pid:
+                    return True
+            except ChildProcessError:  # not our child (or reaped already)
+                if _exited(node.pid, node.data):
+                    return True
             time.sleep(0.05)
         return False
 
