@@ -154,6 +154,9 @@ def cmd_start(args) -> int:
     except AssertionError:
         print("coordinator: --lease-timeout-s must be positive", file=sys.stderr)
         return 2
+    if args.insecure and args.curve:
+        print("coordinator: --insecure and --curve exclude each other", file=sys.stderr)
+        return 2
     admin_key = ""
     if args.admin_public_key:
         if not args.curve:
@@ -314,6 +317,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     start.add_argument(
         "--logstore", default="", help="external logstore RPC addresses instead of embedding one"
+    )
+    start.add_argument(
+        "--insecure",
+        action="store_true",
+        help="plaintext, unauthenticated client RPC, said explicitly (today's default; the "
+        "default turns to CURVE: design/security.md)",
     )
     start.add_argument(
         "--curve",

@@ -203,6 +203,8 @@ def _cmd_start(args) -> int:
     if args.cluster:
         coordinators = tuple(cluster_addresses(None, args.cluster))
     logsetup.configure_from_args(args, args.log_level)
+    if args.insecure and args.curve:
+        raise CliError("--insecure and --curve exclude each other")
     cfg = TServerConfig(
         fs_root=Path(args.fs_root),
         bind=args.bind,
@@ -1019,6 +1021,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=qmod.BYTES_MAX_DEFAULT,
         help="and, oldest first, while quarantine/ holds more than this many bytes (a K, M, "
         "G or T suffix: powers of 1024) (default %(default)d, 10 GiB)",
+    )
+    s.add_argument(
+        "--insecure",
+        action="store_true",
+        help="plaintext, unauthenticated connections, said explicitly (today's default; "
+        "the default turns to CURVE: design/security.md)",
     )
     s.add_argument(
         "--curve",
