@@ -11,13 +11,15 @@ line to connect; `down --wipe` removes that registration while it still names th
 Ctrl-C during `up` stops every process that run started, then ends with one line and exit
 status 130. `up --json` and `status --json` print one JSON document (design/client.md).
 
-`up --secure` (a new cluster; design/security.md section 5) makes every coordinator node's
-key pair before its first start and the admin's credentials (`<dir>/admin.credentials`,
+A new cluster is secure (CURVE; design/security.md section 5): `up` makes every coordinator
+node's key pair before its first start and the admin's credentials (`<dir>/admin.credentials`,
 0600, naming every coordinator with its key), starts the nodes with `--curve
 --admin-public-key`, formats the tablet servers (each makes its key pair), admits each one
 (a `tserver` principal named by its UUID with its key, the `server` role) as the admin, and
 starts them with `--curve --coordinator-keys`; the cluster is registered with the admin's
-credentials. `cluster.json` remembers that the cluster is secure: a later `up` is too.
+credentials. `up --insecure` makes a plaintext cluster instead (every daemon started with its
+`--insecure`) and says so loudly on stderr, as every later `up` of that folder does.
+`cluster.json` records `secure`: an existing folder keeps what it is.
 
 This is the embedded default for the main job, the Spark tests and anyone trying the system.
 """
@@ -53,6 +55,11 @@ READY_TIMEOUT_S_DEFAULT = 120.0
 NEW_COORDINATORS = 3  # `local-cluster up` of a new cluster without counts
 NEW_TSERVERS = 3
 STOP_TIMEOUT_S = 15.0
+INSECURE_WARNING = (
+    "WARNING: INSECURE cluster in {root}: plaintext, no authentication; anyone who can "
+    "reach one of its ports can read, write or drop tables (a new cluster without "
+    "--insecure is secure)"
+)
 
 
 @dataclass
@@ -72,7 +79,9 @@ class ClusterSpec:
     tservers: list[NodeSpec] = field(default_factory=list)
     lease_timeout_s: float = 1.5
     registered_as: str = ""  # its name in the clusters file, once `up` registered it
-    secure: bool = False  # CURVE everywhere, the admin's credentials in the folder
+    # CURVE everywhere, the admin's credentials in the folder. A cluster.json written before
+    # this field existed is a plaintext cluster's (`load`).
+    secure: bool = True
 
     @property
     def admin_credentials(self) -> Path:
@@ -162,12 +171,13 @@ class LocalCluster:
         tservers: int | None,
         lease_timeout_s: float,
         *,
-        secure: bool = False,
+        secure: bool = True,
     ) -> LocalCluster:
         """The cluster in `root`, or a new one there. A count left None is the existing
         cluster's own (NEW_COORDINATORS / NEW_TSERVERS for a new one); other counts than
-        an existing cluster's are refused. `secure` makes a new cluster a CURVE one (an
-        existing one keeps what it is; a plaintext one is not made secure in place)."""
+        an existing cluster's are refused. A new cluster is a CURVE one unless `secure` is
+        False (plaintext); an existing one keeps what it is, whatever `secure` says (the
+        command line refuses a flag that contradicts the folder: `check_mode`)."""
         root = root.resolve()
         if root.exists() and not root.is_dir():
             raise errors.BadRequest(f"{root} is not a directory")
@@ -180,10 +190,6 @@ class LocalCluster:
                     f"{root} holds a cluster of {len(existing.coordinators)} coordinator(s) and "
                     f"{len(existing.tservers)} tablet server(s); use the same numbers or --wipe"
                 )
-            if secure and not existing.secure:
-                raise errors.BadRequest(
-                    f"{root} holds a plaintext cluster: --secure makes a new one (add --wipe)"
-                )
             for node in [*existing.coordinators, *existing.tservers]:
                 if not node.http:  # a folder made before daemons served HTTP
                     node.http = f"127.0.0.1:{free_port()}"
@@ -194,7 +200,7 @@ class LocalCluster:
         if coordinators < 1 or tservers < 0:
             raise errors.BadRequest("need at least one coordinator and no negative tservers")
         root.mkdir(parents=True, exist_ok=True)
-        spec = ClusterSpec(root=str(root), lease_timeout_s=lease_timeout_s)
+        spec = ClusterSpec(root=str(root), lease_timeout_s=lease_timeout_s, secure=secure)
         for i in range(coordinators):
             spec.coordinators.append(
                 NodeSpec(
@@ -217,7 +223,6 @@ class LocalCluster:
         spec.password_file.write_text(secrets.token_hex(24) + "\n")
         spec.password_file.chmod(0o600)
         if secure:
-            spec.secure = True
             _make_secure(spec)
         spec.save()
         return LocalCluster(spec)
@@ -262,6 +267,8 @@ class LocalCluster:
             args += ["--http", node.http]
         if self.spec.secure:
             args += ["--curve", "--admin-public-key", str(self.spec.admin_public_key_file)]
+        else:
+            args += ["--insecure"]  # plaintext, said explicitly (the daemons' default turns)
         return args
 
     def start_coordinator(self, i: int) -> None:
@@ -297,6 +304,8 @@ class LocalCluster:
         if self.spec.secure:
             keys = ",".join(_coordinator_key(n) for n in self.spec.coordinators)
             args += ["--curve", "--coordinator-keys", keys]
+        else:
+            args += ["--insecure"]
         self._spawn(node, args)
 
     def up(self, timeout_s: float = READY_TIMEOUT_S_DEFAULT, progress=None) -> None:
@@ -657,11 +666,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="register the cluster under this name in the clusters file (default local)",
     )
     up.add_argument("--no-register", action="store_true", help="do not write the clusters file")
-    up.add_argument(
+    mode = up.add_mutually_exclusive_group()
+    mode.add_argument(
         "--secure",
-        action="store_true",
-        help="a new cluster with CURVE everywhere: key pairs for every process, the admin's "
-        "credentials in DIR/admin.credentials, tablet servers admitted (design/security.md)",
+        dest="mode",
+        action="store_const",
+        const="secure",
+        help="a new cluster with CURVE everywhere (the default; accepted for scripts that "
+        "say it): key pairs for every process, the admin's credentials in "
+        "DIR/admin.credentials, tablet servers admitted (design/security.md)",
+    )
+    mode.add_argument(
+        "--insecure",
+        dest="mode",
+        action="store_const",
+        const="insecure",
+        help="a new cluster in plaintext, without authentication: anyone who reaches a port "
+        "can read, write or drop tables (printed as a WARNING at every up)",
     )
     add_json(up, "addresses, folder and registration, once up")
     down = sub.add_parser("down", help="stop every process (data is kept)")
@@ -682,9 +703,16 @@ def run(args) -> int:
     if args.lc_command == "up":
         if args.wipe:
             _wipe(root)
+        check_mode(root, args.mode)
         cluster = LocalCluster.create(
-            root, args.coordinators, args.tservers, args.lease_timeout_s, secure=args.secure
+            root,
+            args.coordinators,
+            args.tservers,
+            args.lease_timeout_s,
+            secure=args.mode != "insecure",
         )
+        if not cluster.spec.secure:
+            print(INSECURE_WARNING.format(root=root), file=sys.stderr, flush=True)
         return _up(cluster, args)
     spec = ClusterSpec.load(root)
     if spec is None:
@@ -706,6 +734,23 @@ def run(args) -> int:
     lines, healthy = cluster.status_lines()
     print("\n".join(lines))
     return 0 if healthy else 1
+
+
+def check_mode(root: Path, mode: str | None) -> None:
+    """Refuse a --secure or --insecure that contradicts the cluster already in `root`: a
+    folder keeps what it is (a key pair is an identity; a plaintext cluster's tablet servers
+    were never admitted), so changing it means a new cluster (--wipe)."""
+    existing = ClusterSpec.load(root)
+    if existing is None or mode is None:
+        return
+    if mode == "secure" and not existing.secure:
+        raise errors.BadRequest(
+            f"{root} holds a plaintext cluster: a secure one is a new cluster (add --wipe)"
+        )
+    if mode == "insecure" and existing.secure:
+        raise errors.BadRequest(
+            f"{root} holds a secure cluster: a plaintext one is a new cluster (add --wipe)"
+        )
 
 
 def _up(cluster: LocalCluster, args) -> int:
