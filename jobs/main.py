@@ -1,7 +1,10 @@
 """The main job (`./dev main`): a local cluster, a Spark pipeline, a failover in the middle.
 
 1. `coordinator local-cluster up`: 3 coordinator nodes (embedded replicated log, cluster
-   password) and 3 tablet servers (durable WALs), each its own process, under --dir.
+   password) and 3 tablet servers (durable WALs), each its own process, under --dir; secure
+   (CURVE on every link, the tablet servers admitted, design/security.md section 5) unless
+   --insecure. Every client of the job (the library, the data source's option
+   `credentials`, `coordinator status`) is the admin of `<dir>/admin.credentials`.
 2. The Spark pipeline (`jobs/pipeline.py`) on `local[*]` (or --master): sample orders made
    by the job, ingested into a table through the "logcentric" data source, read back,
    aggregated in Spark, and written to a second table. In the middle of the ingest the
@@ -22,7 +25,7 @@ import time
 from pathlib import Path
 
 from optools import admin, logtool
-from optools.localcluster import LocalCluster, _wipe
+from optools.localcluster import INSECURE_WARNING, LocalCluster, _wipe
 from rpc import errors
 
 log = logging.getLogger("main-job")
@@ -42,6 +45,11 @@ def main(argv: list[str] | None = None) -> int:
         "--master", default=None, help="Spark master (default: spark.master, else local[*])"
     )
     parser.add_argument("--keep", action="store_true", help="leave the cluster running")
+    parser.add_argument(
+        "--insecure",
+        action="store_true",
+        help="a plaintext cluster without authentication (default: secure, CURVE)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
     if args.rows < 100:
@@ -51,8 +59,17 @@ def main(argv: list[str] | None = None) -> int:
         _wipe(root)
     except errors.BadRequest as err:
         parser.error(f"{err} (choose another --dir)")
-    cluster = LocalCluster.create(root, coordinators=3, tservers=3, lease_timeout_s=1.5)
-    say(f"== local cluster in {root} (process logs in {cluster.log_dir})")
+    cluster = LocalCluster.create(
+        root, coordinators=3, tservers=3, lease_timeout_s=1.5, secure=not args.insecure
+    )
+    mode = (
+        f"secure (CURVE), admin credentials in {cluster.spec.admin_credentials}"
+        if cluster.spec.secure
+        else "INSECURE (plaintext, no authentication)"
+    )
+    say(f"== local cluster in {root}, {mode} (process logs in {cluster.log_dir})")
+    if not cluster.spec.secure:
+        print(INSECURE_WARNING.format(root=root), file=sys.stderr, flush=True)
     started = time.monotonic()
     try:
         cluster.up()
@@ -80,6 +97,7 @@ def run(
     from logcentric.spark.session import build_session
 
     killed: list = []
+    creds = str(cluster.spec.admin_credentials) if cluster.spec.secure else None
 
     def kill_leader() -> None:
         with cluster.client() as meta:
@@ -98,7 +116,12 @@ def run(
     )
     try:
         result = run_pipeline(
-            spark, coordinators, root / "pipeline", rows=rows, on_ingest_midpoint=kill_leader
+            spark,
+            coordinators,
+            root / "pipeline",
+            rows=rows,
+            on_ingest_midpoint=kill_leader,
+            credentials=creds,
         )
     except PipelineError as err:
         say(f"pipeline failed: {err}")
@@ -123,11 +146,14 @@ def run(
     # the cluster check to pass (bounded), then print it once.
     deadline = time.monotonic() + RESTART_CATCH_UP_S
     while time.monotonic() < deadline:
-        if admin.check_cluster(coordinators.split(","), 10.0).healthy:
+        if admin.check_cluster(coordinators.split(","), 10.0, cluster.credentials()).healthy:
             break
         time.sleep(1.0)
     say("== restarted the killed node; coordinator status")
-    healthy = admin.main(["status", "--coordinators", coordinators]) == 0
+    status_args = ["status", "--coordinators", coordinators]
+    if creds:
+        status_args += ["--credentials", creds]
+    healthy = admin.main(status_args) == 0
     return ok and healthy
 
 

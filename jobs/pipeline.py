@@ -1,10 +1,14 @@
 """The data pipeline job: sample orders -> table -> Spark aggregation -> second table.
 
-    python -m jobs.pipeline [--cluster NAME | --coordinators H:P,...] [--master URL] [--rows N]
+    python -m jobs.pipeline [--cluster NAME | --coordinators H:P,...] [--credentials FILE]
+                            [--master URL] [--rows N]
     spark-submit --master spark://HOST:7077 jobs/pipeline.py --cluster NAME
 
 The cluster is named as everywhere else (`logcentric.clusters`: --coordinators, --cluster,
-LOGCENTRIC_COORDINATORS, the clusters file's default), resolved once on the driver. The
+LOGCENTRIC_COORDINATORS, the clusters file's default), resolved once on the driver, and so
+is its credentials file (CURVE as its principal: --credentials, else LOGCENTRIC_CREDENTIALS,
+else the named cluster's `credentials` entry in the clusters file; none: plaintext), given to
+the client library and to the data source as its option `credentials`. The
 Spark master is spark-submit's (or the `spark.master` conf's) unless --master is given;
 with neither, Spark's default local[*].
 
@@ -22,15 +26,16 @@ with neither, Spark's default local[*].
    with the same aggregate computed from the Parquet file alone.
 6. Print a summary: counts in and out, sample rows, and whether every check passed.
 
-`run_pipeline(spark, coordinators, workdir, rows=..., on_ingest_midpoint=callback)` is the
-entry point for other jobs; it returns a PipelineResult and raises PipelineError when a check
-fails.
+`run_pipeline(spark, coordinators, workdir, rows=..., on_ingest_midpoint=callback,
+credentials=path)` is the entry point for other jobs; it returns a PipelineResult and raises
+PipelineError when a check fails.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import shutil
 import sys
 import time
@@ -105,11 +110,18 @@ def generate_orders(spark, path: Path, rows: int):
     return spark.read.parquet(str(path))
 
 
-def create_tables(coordinators: str, orders: str, result: str, num_tablets: int, rf: int) -> None:
+def create_tables(
+    coordinators: str,
+    orders: str,
+    result: str,
+    num_tablets: int,
+    rf: int,
+    credentials: str | None = None,
+) -> None:
     import logcentric
     from logcentric import Column
 
-    with logcentric.connect(coordinators, timeout_s=60.0) as client:
+    with logcentric.connect(coordinators, timeout_s=60.0, credentials=credentials) as client:
         existing = set(client.list_tables())
         for name in (orders, result):
             if name in existing:
@@ -164,20 +176,30 @@ def aggregate(df):
     )
 
 
-def _write(df, coordinators: str, table: str, operation: str) -> None:
+def _options(credentials: str | None) -> dict[str, str]:
+    """The data source's `credentials` option when there is a file ("" would mean none)."""
+    return {"credentials": credentials} if credentials else {}
+
+
+def _write(df, coordinators: str, table: str, operation: str, credentials: str | None) -> None:
     (
         df.write.format(FORMAT)
         .option("coordinators", coordinators)
         .option("table", table)
         .option("operation", operation)
+        .options(**_options(credentials))
         .mode("append")
         .save()
     )
 
 
-def _read(spark, coordinators: str, table: str):
+def _read(spark, coordinators: str, table: str, credentials: str | None):
     return (
-        spark.read.format(FORMAT).option("coordinators", coordinators).option("table", table).load()
+        spark.read.format(FORMAT)
+        .option("coordinators", coordinators)
+        .option("table", table)
+        .options(**_options(credentials))
+        .load()
     )
 
 
@@ -188,6 +210,7 @@ def ingest(
     rows: int,
     slices: int,
     on_midpoint: Callable[[], None] | None,
+    credentials: str | None = None,
 ) -> int:
     """Upsert the source in `slices` write jobs; returns how many slice writes were retried."""
     from pyspark.sql import functions as F
@@ -201,7 +224,7 @@ def ingest(
         part = source.where((F.col("order_id") >= bounds[k]) & (F.col("order_id") < bounds[k + 1]))
         for attempt in range(1, SLICE_ATTEMPTS_MAX + 1):
             try:
-                _write(part, coordinators, table, "upsert")
+                _write(part, coordinators, table, "upsert", credentials)
                 break
             except Exception as err:  # a Spark job failure arrives as a JVM-wrapped exception
                 if attempt == SLICE_ATTEMPTS_MAX:
@@ -232,8 +255,10 @@ def run_pipeline(
     table_prefix: str = "pipeline_",
     num_tablets: int = NUM_TABLETS_DEFAULT,
     replication_factor: int = 1,
+    credentials: str | None = None,
 ) -> PipelineResult:
-    """Run every step; the SparkSession must have the data source registered."""
+    """Run every step; the SparkSession must have the data source registered.
+    `credentials`: a credentials file (CURVE as its principal), None for plaintext."""
     from pyspark.sql import functions as F
 
     if rows < 1 or ingest_slices < 1:
@@ -248,12 +273,14 @@ def run_pipeline(
     seconds["generate"] = time.monotonic() - started
 
     started = time.monotonic()
-    create_tables(coordinators, orders, result, num_tablets, replication_factor)
-    retries = ingest(source, coordinators, orders, rows, ingest_slices, on_ingest_midpoint)
+    create_tables(coordinators, orders, result, num_tablets, replication_factor, credentials)
+    retries = ingest(
+        source, coordinators, orders, rows, ingest_slices, on_ingest_midpoint, credentials
+    )
     seconds["ingest"] = time.monotonic() - started
 
     started = time.monotonic()
-    table_df = _read(spark, coordinators, orders)
+    table_df = _read(spark, coordinators, orders, credentials)
     keys = table_df.select("order_id").cache()
     try:
         ingested = keys.count()
@@ -267,14 +294,14 @@ def run_pipeline(
     computed = aggregate(table_df).cache()
     try:
         groups_computed = computed.count()
-        _write(computed, coordinators, result, "upsert")
+        _write(computed, coordinators, result, "upsert", credentials)
     finally:
         computed.unpersist()
     seconds["aggregate_and_write"] = time.monotonic() - started
 
     started = time.monotonic()
     columns = ["region", "day", "orders", "customers", "revenue_cents", "max_amount"]
-    read_back = _read(spark, coordinators, result).select(*columns)
+    read_back = _read(spark, coordinators, result, credentials).select(*columns)
     expected = aggregate(source).select(*columns)
     groups_read_back = read_back.count()
     matches = (
@@ -326,6 +353,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--coordinators", help="host:port[,host:port...] of the coordinators")
     parser.add_argument("--cluster", help="a cluster name of the clusters file")
     parser.add_argument(
+        "--credentials",
+        metavar="FILE",
+        default=None,
+        help="a credentials file: CURVE as its principal (else $LOGCENTRIC_CREDENTIALS, else "
+        "the cluster's entry in the clusters file; none: plaintext)",
+    )
+    parser.add_argument(
         "--master",
         default=None,
         help="Spark master (default: spark-submit's --master or spark.master, else local[*])",
@@ -349,12 +383,18 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("py4j").setLevel(logging.WARNING)  # its gateway chatter is not the job's
 
     from logcentric import clusters
+    from rpc import credentials
     from rpc.errors import RpcError
 
     try:
         coordinators = ",".join(clusters.resolve(args.coordinators, args.cluster))
+        entry = "" if args.credentials else clusters.credentials_of(args.coordinators, args.cluster)
+        creds = credentials.find_path(args.credentials, entry)
+        if creds:
+            credentials.load(creds)  # checked once here: missing, unreadable, 0644
     except RpcError as err:
         parser.error(str(err))
+    args.credentials = os.path.abspath(creds) if creds else None
     # Executors write the sample Parquet and others read it: a path relative to the driver's
     # directory would name another place in each executor's own working directory.
     workdir = args.workdir.resolve()
@@ -386,6 +426,7 @@ def _run(args: argparse.Namespace, coordinators: str, workdir: Path) -> int:
             table_prefix=args.table_prefix,
             num_tablets=args.num_tablets,
             replication_factor=args.replication_factor,
+            credentials=args.credentials,
         )
     except (PipelineError, RpcError, PySparkException) as err:
         log.debug("pipeline failed", exc_info=True)
