@@ -121,11 +121,28 @@ def _write_file(path: Path, text: str, mode: int) -> None:
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(path: Path) -> None:
+    dir_fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def _make_dirs(directory: Path) -> None:
+    """`directory` and its missing parents, made 0700, each one's entry fsynced in its
+    parent: the files fsynced inside are reachable after a power loss only then."""
+    missing = []
+    d = directory
+    while not d.exists():
+        missing.append(d)
+        d = d.parent
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for made in reversed(missing):
+        _fsync_dir(made.parent)
 
 
 def create_keypair(directory: str | os.PathLike, name: str) -> KeyPair:
@@ -133,7 +150,7 @@ def create_keypair(directory: str | os.PathLike, name: str) -> KeyPair:
     `<name>.key_secret` (0600). Refuses to replace an existing pair: a process's key is
     its identity, and a new one must be admitted again."""
     directory = Path(directory)
-    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    _make_dirs(directory)
     pub, sec = public_path(directory, name), secret_path(directory, name)
     for path in (pub, sec):
         if path.exists():

@@ -16,8 +16,10 @@ import pytest
 
 from logstore import journal as journal_mod
 from logstore.journal import DurableJournal
+from rpc import keys
 from tests.nemesis.lazyfs import SECTOR_BYTES, LazyFS
 from tservers import metafile
+from tservers.fs import FsLayout
 
 pytestmark = [
     pytest.mark.integration,
@@ -305,3 +307,25 @@ def test_logstore_journal_group_commit_torn_past_a_hole(
     assert [e[0] for e in again._entries] == _commands(5)
     assert again.torn_bytes_cut == len(on_disk) - synced_end
     again.close()
+
+
+def test_key_pair_survives_a_power_loss_after_it_is_made(lazy: LazyFS) -> None:
+    """A key pair is the process's identity, admitted by its public key: a power loss just
+    after it was made must not lose it (a restart would make another one, refused). The
+    `keys` directory's own entry is made durable too, not only the files in it."""
+    m = lazy.mount
+    (m / "node").mkdir()
+    fsync_path(m)  # the data dir itself is durable, as after a format
+    pair = keys.create_keypair(m / "node" / "keys", "coordinator")
+    lazy.power_loss()
+    assert keys.load_keypair(m / "node" / "keys", "coordinator") == pair
+
+
+def test_tserver_format_keeps_its_key_pair_through_a_power_loss(lazy: LazyFS) -> None:
+    """`tserver fs format`, then the power goes: the root keeps its instance and its key pair
+    (a formatted root without its pair gets a new key at its next start: another identity)."""
+    fs = FsLayout.format(lazy.mount)  # the mount is the root, as a nemesis node's data dir
+    public = fs.public_key()
+    lazy.power_loss()
+    assert FsLayout.read_instance(lazy.mount).uuid == fs.uuid
+    assert FsLayout(lazy.mount, fs.uuid).public_key() == public
