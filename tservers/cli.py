@@ -2,7 +2,7 @@
 
 tserver start --fs-root DIR --bind HOST:PORT [--coordinators H:P,... | --cluster NAME]
               [--no-wal-sync] [--quarantine-retention-s S] [--quarantine-bytes-max B]
-              [--curve --coordinator-keys KEY|FILE,... [--leader-silence-s S]]
+              [--coordinator-keys KEY|FILE,... [--leader-silence-s S] | --insecure]
 tserver status --address HOST:PORT     a live server: uuid, tablets, WAL and write counters
 tserver fs format --fs-root DIR        (refuses a non-empty directory)
 tserver fs uuid --fs-root DIR
@@ -28,12 +28,15 @@ cleanly first. The listing and status commands (status, tablets, copies, quarant
 fs uuid, cmeta dump) take `--json`: one JSON document (shapes in design/client.md).
 
 `start` enlists with the coordinators given by --coordinators, or by --cluster NAME from the
-clusters file (rpc/clusters.py); with neither it runs alone (no heartbeats), as a server
-started for a test or a tool does. `--curve` (design/security.md section 4): CURVE on every
-connection, callers admitted and authorized by the principals table the coordinator leader
-pushes; `--coordinator-keys` gives the coordinator nodes' public keys, one per address in the
-order of --coordinators (each 40 z85 characters or a key file, e.g. a node's
-keys/coordinator.key).
+clusters file (rpc/clusters.py). It runs CURVE by default (design/security.md section 4):
+every connection encrypted and authenticated, callers admitted and authorized by the
+principals table the coordinator leader pushes. That needs the coordinator nodes' public
+keys: `--coordinator-keys`, one per address in the order of --coordinators (each 40 z85
+characters or a key file, e.g. a node's keys/coordinator.key), or, with --cluster, the keys
+of the credentials file the cluster's clusters-file entry names. Without them, or without
+coordinators at all (a standalone server would admit nobody), it refuses to start, in one
+line. `--insecure` runs it plaintext and unauthenticated, said in a WARNING log line and in
+its start line (a server for a test, or a trusted network); `--curve` says the default.
 """
 
 from __future__ import annotations
@@ -192,6 +195,46 @@ def _coordinator_keys(text: str) -> tuple[str, ...]:
     return tuple(out)
 
 
+# The one line `tserver start` says when it cannot run CURVE (the default) for want of keys.
+NO_KEYS = (
+    "a tablet server runs CURVE by default and needs its coordinators' public keys: give "
+    "--coordinators with --coordinator-keys KEY|FILE,..., or --cluster NAME whose clusters-"
+    "file entry names a credentials file listing each coordinator's key; or run it plaintext "
+    "and unauthenticated with --insecure"
+)
+NO_COORDINATORS = (
+    "a standalone tablet server (no --coordinators or --cluster) cannot run CURVE, the "
+    "default: no coordinator pushes it the principals table, so it would admit nobody; give "
+    "--coordinators with --coordinator-keys KEY|FILE,..., or --cluster NAME whose clusters-"
+    "file entry names a credentials file; or run it plaintext and unauthenticated with "
+    "--insecure"
+)
+
+
+def _start_keys(args, coordinators: tuple[str, ...]) -> tuple[str, ...]:
+    """The coordinators' public keys for a CURVE start, one per address in order:
+    --coordinator-keys, else (with --cluster) those the cluster's credentials file lists for
+    its addresses. CliError (one line naming both ways and --insecure) when neither gives
+    them."""
+    if not coordinators:
+        raise CliError(NO_COORDINATORS)
+    if args.coordinator_keys:
+        return tuple(args.coordinator_keys)
+    if not args.cluster:
+        raise CliError(NO_KEYS)
+    from rpc import clusters, credentials
+
+    path = clusters.credentials_of(None, args.cluster)
+    if not path:
+        raise CliError(f"cluster {args.cluster!r} has no credentials file: {NO_KEYS}")
+    try:
+        creds = credentials.load(Path(path).expanduser())
+        # Unauthenticated when the file lists no key for one of the cluster's addresses.
+        return tuple(creds.server_key(address) for address in coordinators)
+    except RpcError as e:
+        raise CliError(f"{e.message} ({NO_KEYS})") from e
+
+
 def _cmd_start(args) -> int:
     # Ctrl-C and SIGTERM stop the server cleanly, even while it is still starting.
     daemon = DaemonStop("tserver")
@@ -199,12 +242,22 @@ def _cmd_start(args) -> int:
 
     from tservers.server import TabletServer, TServerConfig
 
+    log = logging.getLogger(__name__)
     coordinators = tuple(args.coordinators)
     if args.cluster:
         coordinators = tuple(cluster_addresses(None, args.cluster))
     logsetup.configure_from_args(args, args.log_level)
     if args.insecure and args.curve:
         raise CliError("--insecure and --curve exclude each other")
+    if args.insecure and args.coordinator_keys:
+        raise CliError(
+            "--coordinator-keys are for CURVE (the default); --insecure runs plaintext: "
+            "give one or the other"
+        )
+    # CURVE unless --insecure says otherwise (design/security.md section 4; --curve, once
+    # needed, still says the default explicitly).
+    curve = not args.insecure
+    coordinator_keys = _start_keys(args, coordinators) if curve else ()
     cfg = TServerConfig(
         fs_root=Path(args.fs_root),
         bind=args.bind,
@@ -224,8 +277,8 @@ def _cmd_start(args) -> int:
         quarantine_bytes_max=args.quarantine_bytes_max,
         http_bind=args.http,
         password=read_password(args.password_file, PASSWORD_ENV, "tserver"),
-        curve=args.curve,
-        coordinator_keys=args.coordinator_keys if args.curve else (),
+        curve=curve,
+        coordinator_keys=coordinator_keys,
         leader_silence_s=args.leader_silence_s,
     )
     try:
@@ -244,12 +297,27 @@ def _cmd_start(args) -> int:
         server.close()
         text = e.message if isinstance(e, RpcError) else str(e)
         raise CliError(f"cannot start: {text}") from e
+    if args.insecure:
+        # Loud: whoever reads the log sees how it was started, and what that allows.
+        log.warning(
+            "INSECURE (--insecure): tablet server %s on %s runs plaintext and "
+            "unauthenticated: anyone who reaches the port can write, scan and delete its "
+            "tablets' rows; run it so on a trusted network or for a test only "
+            "(design/security.md)",
+            server.uuid,
+            server.address,
+        )
     _warn_reserve_too_large(server)
     http = f" http={server.observer.url}" if server.observer.url else ""
-    print(f"tserver {server.uuid} serving on {server.address}{http}", flush=True)
+    mode = (
+        f" curve-key={server.keypair.public}"
+        if curve
+        else " INSECURE (plaintext, unauthenticated: --insecure)"
+    )
+    print(f"tserver {server.uuid} serving on {server.address}{http}{mode}", flush=True)
     while not stop.wait(1.0):
         pass
-    logging.getLogger(__name__).info("shutting down")
+    log.info("shutting down")
     server.close()
     # A daemon's end: 130 and one line for Ctrl-C, 0 for SIGTERM.
     return daemon.exit_status()
@@ -949,7 +1017,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=lambda text: address_list_arg(text, empty_ok=True),
         default=(),
         help="coordinator node addresses HOST:PORT,... to enlist and heartbeat with "
-        "(neither this nor --cluster: the server runs alone)",
+        "(neither this nor --cluster: the server runs alone, which needs --insecure)",
     )
     named.add_argument(
         "--cluster",
@@ -1025,16 +1093,19 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--insecure",
         action="store_true",
-        help="plaintext, unauthenticated connections, said explicitly (today's default; "
-        "the default turns to CURVE: design/security.md)",
+        help="run plaintext and unauthenticated: anyone who reaches the port can write, scan "
+        "and delete rows (logged as a WARNING at start; the start line says INSECURE). For a "
+        "trusted network or a test; a server bound beyond 127.0.0.1 still needs "
+        "--password-file",
     )
     s.add_argument(
         "--curve",
         action="store_true",
-        help="CURVE on every connection (encrypted, authenticated): callers admitted and "
-        "authorized by the principals table the coordinator leader pushes in heartbeat "
-        "answers; heartbeats as a CURVE client with this server's key (show-key). Needs "
-        "--coordinator-keys. Off: plaintext (design/security.md)",
+        help="CURVE on every connection (encrypted, authenticated), the default: said "
+        "explicitly. Callers admitted and authorized by the principals table the coordinator "
+        "leader pushes in heartbeat answers; heartbeats as a CURVE client with this server's "
+        "key (show-key). Needs the coordinators' keys: --coordinator-keys, or --cluster NAME "
+        "with a credentials file in its clusters-file entry (design/security.md)",
     )
     s.add_argument(
         "--coordinator-keys",
@@ -1043,13 +1114,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY|FILE,...",
         help="the coordinator nodes' public keys, one per address in the order of "
         "--coordinators (or of the cluster's addresses): 40 z85 characters, or a key file "
-        "(a node's <data-dir>/keys/coordinator.key)",
+        "(a node's <data-dir>/keys/coordinator.key). With --cluster and no keys here: the "
+        "keys of the cluster's credentials file",
     )
     s.add_argument(
         "--leader-silence-s",
         type=_positive_float,
         default=30.0,
-        help="with --curve: after this long without hearing a coordinator leader, refuse "
+        help="with CURVE: after this long without hearing a coordinator leader, refuse "
         "every call but the cluster's own (the principals table may be stale) "
         "(default %(default)s)",
     )

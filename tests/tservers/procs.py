@@ -1,4 +1,10 @@
-"""A tablet server process for integration tests: start, wait until serving, stop or kill."""
+"""A tablet server process for integration tests: start, wait until serving, stop or kill.
+
+`tserver start` runs CURVE by default and refuses to start without its coordinators' keys
+(design/security.md section 4). The servers of these tests run alone or beside a plaintext
+test cluster: they test storage, consensus and the tools, not security, so the harness says
+`--insecure` explicitly unless a test asks for CURVE (`insecure=False`, with
+`--coordinator-keys` among its `extra_args`)."""
 
 from __future__ import annotations
 
@@ -14,11 +20,17 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 class TServerProcess:
-    def __init__(self, root: Path, *, extra_args=(), env=None) -> None:
+    def __init__(self, root: Path, *, extra_args=(), env=None, insecure: bool = True) -> None:
         self.root = root
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.extra_args = list(extra_args)
+        assert not (insecure and {"--curve", "--coordinator-keys"} & set(self.extra_args)), (
+            "CURVE flags with insecure=True: pass insecure=False"
+        )
+        # Said explicitly: plaintext, unauthenticated (these servers test storage and
+        # consensus, not security); the start line then says INSECURE.
+        self.security_args = ["--insecure"] if insecure else []
         self.env = env
         self.proc: subprocess.Popen | None = None
         self.uuid = ""
@@ -41,6 +53,7 @@ class TServerProcess:
                 self.address,
                 "--log-level",
                 "info",
+                *self.security_args,
                 *self.extra_args,
             ],
             cwd=REPO,

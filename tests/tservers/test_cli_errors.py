@@ -94,7 +94,11 @@ def test_start_on_a_port_in_use(root):
         held.bind(("127.0.0.1", 0))
         held.listen()
         address = f"127.0.0.1:{held.getsockname()[1]}"
-        r = tserver("start", "--fs-root", str(root), "--bind", address, "--log-level", "warning")
+        # --insecure: a standalone server (this tests the bind's error, not security).
+        r = tserver(
+            "start", "--fs-root", str(root), "--bind", address, "--log-level", "warning",
+            "--insecure",
+        )  # fmt: skip
     line = one_line_error(r)
     assert line == f"tserver: error: cannot start: cannot bind {address}: Address already in use"
     # The failed start let go of the fs root: a server starts on it now.

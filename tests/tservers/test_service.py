@@ -220,7 +220,9 @@ def test_sigterm_is_a_clean_shutdown_and_unformatted_root_is_refused(server, tmp
     for _, path in seg.list_segments(fs.wal_dir("t1")):
         assert seg.read_segment(path, is_last=False).footer is not None  # closed cleanly
     r = subprocess.run(
-        [sys.executable, "-m", "tservers.cli", "start", "--fs-root", str(tmp_path / "empty")],
+        # --insecure: a standalone server (this tests the fs root's check, not security).
+        [sys.executable, "-m", "tservers.cli", "start", "--fs-root", str(tmp_path / "empty"),
+         "--insecure"],  # fmt: skip
         cwd=REPO,
         capture_output=True,
         text=True,
