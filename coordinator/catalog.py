@@ -121,6 +121,8 @@ class PrincipalInfo:
     in_force_roles: tuple[str, ...] = ()
     in_force_active: bool = False
     requests: tuple[tuple[str, int], ...] = ()  # (client_id, seq) of its records, carried
+    expires_unix_ms: int = 0  # a join token's deadline (the leader's wall clock), else 0
+    join_token: str = ""  # a tablet server admitted by a join token: the token's name
 
 
 @dataclass(frozen=True, slots=True)

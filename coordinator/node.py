@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 import uuid as uuidlib
 from dataclasses import dataclass, field
 
@@ -386,6 +387,8 @@ class CoordinatorNode:
         )
         s.register("Coordinator.Heartbeat", pb.HeartbeatRequest, self._heartbeat, inline=True)
         s.register("Coordinator.EnlistServer", pb.EnlistServerRequest, self._enlist_server)
+        # A tablet server admitting itself with a join token (the `join` role's one method).
+        s.register("Coordinator.JoinServer", pb.JoinServerRequest, self._join_server)
         s.register(
             "Coordinator.GetLeader",
             pb.GetLeaderRequest,
@@ -547,8 +550,35 @@ class CoordinatorNode:
     def _principal_change(self, request, response_type):
         """AddPrincipal, RevokePrincipal, SetPrincipalRoles: one logged operation kind
         (coordinator/ops/principals.py), answered with the principal's name."""
+        if isinstance(request, pb.AddPrincipalRequest) and request.kind == "join-token":
+            # The deadline is counted on this (the leader's) wall clock: decide is pure.
+            request = principals.AddJoinToken(request, now_unix_ms=int(time.time() * 1000))
+            answer = self._engine().execute(principals.KIND, request)
+            return response_type(name=answer.name or request.request.name)
         answer = self._engine().execute(principals.KIND, request)
         return response_type(name=answer.name or request.name)
+
+    def _join_server(self, request: pb.JoinServerRequest, ctx: CallContext):
+        """A tablet server admits itself: the caller's key (the handshake proved it) must be
+        an unused, unexpired join token's; one logged operation admits the server's own key
+        and spends the token (coordinator/ops/principals.py). Expiry: this node's wall clock
+        (time.time) against the deadline the leader that made the token logged."""
+        if not ctx.peer_key:
+            raise BadRequest("join tokens need a coordinator node run with CURVE")
+        op = principals.JoinServer(
+            request_id=request.request_id,
+            server_uuid=request.server_uuid,
+            public_key=request.public_key,
+            token_key=ctx.peer_key,
+            now_unix_ms=int(time.time() * 1000),
+        )
+        answer = self._engine().execute(principals.KIND, op)
+        logger.info(
+            "tablet server %s admitted by a join token, key %s",
+            request.server_uuid,
+            request.public_key,
+        )
+        return pb.JoinServerResponse(name=answer.name or request.server_uuid)
 
     def _list_principals(self, request: pb.ListPrincipalsRequest, ctx: CallContext):
         self._engine().check_serving()

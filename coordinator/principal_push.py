@@ -21,6 +21,7 @@ from rpc.keys import ClientCurve, KeyPair
 from rpc.protocols import coordinator_pb2 as pb
 
 TSERVER_KIND = "tserver"
+JOIN_TOKEN_KIND = "join-token"
 
 
 class KeyMismatch(PermissionDenied):
@@ -38,6 +39,8 @@ def table_of(catalog: Catalog) -> pb.PrincipalsTable:
     with catalog.lock:
         for name in sorted(catalog.principals):
             p = catalog.principals[name]
+            if p.kind == JOIN_TOKEN_KIND:
+                continue  # a token joins through the coordinator only: never a server's caller
             if p.in_force_active:
                 state = "active"
             elif p.state == "revoked":

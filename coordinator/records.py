@@ -294,6 +294,11 @@ def _set_replication(msg: pb.SetReplication, fields: dict[str, Any]) -> list[str
     ]
 
 
+def _utc_ms(unix_ms: int) -> str:
+    when = datetime.datetime.fromtimestamp(unix_ms / 1000, datetime.UTC)
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def _principal(msg: pb.Principal, fields: dict[str, Any]) -> list[str]:
     words = [f"{msg.action} principal={msg.name} kind={msg.kind} key={msg.public_key}"]
     if msg.action != "add" and list(msg.old_roles) != list(msg.roles):
@@ -304,6 +309,12 @@ def _principal(msg: pb.Principal, fields: dict[str, Any]) -> list[str]:
         words.append(f"state={msg.old_state}->{msg.state}")
     else:
         words.append(f"state={msg.state}")
+    if msg.expires_unix_ms:
+        words.append(f"expires={_utc_ms(msg.expires_unix_ms)}")
+    if msg.join_token:
+        words.append(f"join_token={msg.join_token}")
+    if msg.join_token_record_id:
+        words.append(f"spends=#{msg.join_token_record_id}")
     words += _previous(msg.previous_record_id)
     if msg.superseded:
         words.append(f"superseded={','.join(_rid(r) for r in msg.superseded)}")

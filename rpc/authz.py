@@ -7,7 +7,9 @@ Roles: `admin` (DDL, membership, replication admin, principals), `writer` (write
 rows), `reader` (scan rows, read schemas and locations), `server` (the cluster's own
 processes: heartbeats, tablet Raft, tablet copy, the coordinator's calls to tablet servers).
 `admin` implies `writer`, which implies `reader`; `server` is apart: a user's key never
-passes for a server's, nor a server's for a user's.
+passes for a server's, nor a server's for a user's. `join` (a join token's key,
+design/security.md section 5) may call Coordinator.JoinServer alone, implies nothing and is
+implied by nothing.
 
 Every method registered by any service has an entry (tests/coordinator/test_authz.py builds
 each service's real registrations and checks it), so a new method cannot be forgotten: a
@@ -22,13 +24,15 @@ ADMIN = "admin"
 WRITER = "writer"
 READER = "reader"
 SERVER = "server"
-ROLES = (ADMIN, WRITER, READER, SERVER)
+JOIN = "join"
+ROLES = (ADMIN, WRITER, READER, SERVER, JOIN)
 # A role and the roles it implies.
 IMPLIES: dict[str, frozenset[str]] = {
     ADMIN: frozenset({ADMIN, WRITER, READER}),
     WRITER: frozenset({WRITER, READER}),
     READER: frozenset({READER}),
     SERVER: frozenset({SERVER}),
+    JOIN: frozenset({JOIN}),
 }
 
 _ANY = (READER, SERVER)  # every principal: readers (and so writers, admins) and servers
@@ -65,6 +69,8 @@ METHOD_ROLES: dict[str, tuple[str, ...]] = {
     # ---- Coordinator: the tablet servers' own calls
     "Coordinator.Heartbeat": _SERVER,
     "Coordinator.EnlistServer": _SERVER,
+    # ---- Coordinator: a tablet server admitting itself with a join token's key
+    "Coordinator.JoinServer": (JOIN,),
     # ---- LogStore (a coordinator node's read-only log service, or `logstore serve`)
     "LogStore.Read": (ADMIN, SERVER),  # `coordinator log` (admin), RemoteLogStore (server)
     "LogStore.LastId": (ADMIN, SERVER),

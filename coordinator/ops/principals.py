@@ -22,22 +22,47 @@ pending). Adding a name that is revoked replaces it; revoking a revoked principa
 the roles it has logs nothing. Every request carries a request id: a retry gets the first
 answer (the principal's name), also after later records invalidated its record (they carry
 its id, `superseded`).
+
+Join tokens (design/security.md section 5): a `join-token` principal holds the public half of
+a one-use secret, the `join` role alone (which may call only Coordinator.JoinServer) and a
+deadline (`expires_unix_ms`, the leader's wall clock at decide plus the TTL). JoinServer is
+logged by this operation too, as one `join` record: its commit point invalidates the token's
+record (the token is spent, in force at once) and adds the tablet-server principal (in force
+at DONE), so the token admits one server, once. The leader passes its clock in the request
+(`JoinServer.now_unix_ms`), so decide stays pure.
 """
 
 from __future__ import annotations
 
+import datetime
+import hashlib
 import re
+from dataclasses import dataclass
 
 from coordinator.catalog import SUPERSEDED_REQUESTS_MAX, Catalog, OpResult, PendingOp, PrincipalInfo
 from coordinator.ops.common import CompletionContext, check_request_id, header
 from rpc import keys
-from rpc.errors import AlreadyExists, AlreadyInProgress, BadRequest, IllegalState, NotFound
+from rpc.errors import (
+    AlreadyExists,
+    AlreadyInProgress,
+    BadRequest,
+    IllegalState,
+    NotFound,
+    PermissionDenied,
+)
 from rpc.protocols import coordinator_pb2 as pb
 
 KIND = "principal"
 
-KINDS = ("user", "tserver", "coordinator")
-ROLES = ("admin", "writer", "reader", "server")
+KINDS = ("user", "tserver", "coordinator", "join-token")
+ROLES = ("admin", "writer", "reader", "server", "join")
+JOIN_TOKEN_KIND = "join-token"
+JOIN_ROLE = "join"
+TSERVER_KIND = "tserver"
+JOIN_TOKEN_PREFIX = "join-"
+# A token is for the next few servers an admin starts, not a standing credential.
+JOIN_TOKEN_TTL_S_DEFAULT = 3600
+JOIN_TOKEN_TTL_S_MAX = 7 * 24 * 3600
 USER_ROLES = frozenset({"admin", "writer", "reader"})
 ACTIVE = "active"
 REVOKED = "revoked"
@@ -83,11 +108,48 @@ def check_roles(kind: str, roles: list[str]) -> tuple[str, ...]:
     if not roles:
         raise BadRequest(f"a principal needs at least one role: {', '.join(ROLES)}")
     chosen = tuple(r for r in ROLES if r in roles)
+    if kind == JOIN_TOKEN_KIND:
+        if chosen != (JOIN_ROLE,):
+            raise BadRequest("a join-token principal holds the join role alone")
+        return chosen
+    if JOIN_ROLE in chosen:
+        raise BadRequest("the join role is for join tokens alone (coordinator join-token)")
     if kind == "user" and "server" in chosen:
         raise BadRequest("the server role is for tablet servers and coordinator nodes, not users")
     if kind != "user" and chosen != ("server",):
         raise BadRequest(f"a {kind} principal holds the server role alone")
     return chosen
+
+
+def join_token_name(public_key: str) -> str:
+    """A join token's principal name: derived from its public key, so the tool that made
+    the token knows it without an answer and `users revoke` can name it."""
+    return JOIN_TOKEN_PREFIX + hashlib.blake2b(public_key.encode(), digest_size=6).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class AddJoinToken:
+    """AddPrincipal of a join token (kind join-token, `ttl_s`) as the leader decides it:
+    with its wall clock, from which the deadline is counted."""
+
+    request: pb.AddPrincipalRequest
+    now_unix_ms: int
+
+    @property
+    def request_id(self) -> pb.RequestId:
+        return self.request.request_id
+
+
+@dataclass(frozen=True, slots=True)
+class JoinServer:
+    """Coordinator.JoinServer as the leader decides it: the request's fields, the key the
+    caller's CURVE handshake proved (the token's), and the leader's wall clock."""
+
+    request_id: pb.RequestId
+    server_uuid: str
+    public_key: str
+    token_key: str
+    now_unix_ms: int
 
 
 def _existing(catalog: Catalog, name: str) -> PrincipalInfo:
@@ -136,6 +198,8 @@ def _record(op_id: int, request, action: str, p: PrincipalInfo | None) -> pb.Log
         r.previous_record_id = p.record_id
         r.old_roles.extend(p.roles)
         r.old_state = p.state
+        r.expires_unix_ms = p.expires_unix_ms
+        r.join_token = p.join_token
         for client_id, seq in p.requests[-SUPERSEDED_REQUESTS_MAX:]:
             r.superseded.add(client_id=client_id, seq=seq)
     return record
@@ -145,6 +209,10 @@ def decide(catalog: Catalog, request, op_id: int) -> pb.LogRecord | None:
     check_request_id(request.request_id)
     if isinstance(request, pb.AddPrincipalRequest):
         return _decide_add(catalog, request, op_id)
+    if isinstance(request, AddJoinToken):
+        return _decide_add(catalog, request.request, op_id, request.now_unix_ms)
+    if isinstance(request, JoinServer):
+        return _decide_join(catalog, request, op_id)
     if isinstance(request, pb.RevokePrincipalRequest):
         p = _existing(catalog, request.name)
         if p.state == REVOKED:
@@ -169,7 +237,12 @@ def decide(catalog: Catalog, request, op_id: int) -> pb.LogRecord | None:
     raise AssertionError(f"not a principal request: {type(request).__name__}")
 
 
-def _decide_add(catalog: Catalog, request: pb.AddPrincipalRequest, op_id: int) -> pb.LogRecord:
+def _decide_add(
+    catalog: Catalog,
+    request: pb.AddPrincipalRequest,
+    op_id: int,
+    now_unix_ms: int | None = None,
+) -> pb.LogRecord:
     check_principal_name(request.name)
     kind = request.kind or "user"
     if kind not in KINDS:
@@ -177,6 +250,17 @@ def _decide_add(catalog: Catalog, request: pb.AddPrincipalRequest, op_id: int) -
     roles = check_roles(kind, list(request.roles))
     if (problem := key_problem(request.public_key)) is not None:
         raise BadRequest(problem)
+    if kind == JOIN_TOKEN_KIND:
+        if request.name != join_token_name(request.public_key):
+            raise BadRequest(
+                f"a join token is named by its key: {join_token_name(request.public_key)!r}"
+            )
+        if not 0 < request.ttl_s <= JOIN_TOKEN_TTL_S_MAX:
+            raise BadRequest(f"a join token's TTL is 1..{JOIN_TOKEN_TTL_S_MAX} s")
+        if now_unix_ms is None:  # a bare request: the deadline needs the leader's clock
+            raise BadRequest("a join token is made by the coordinator leader (AddJoinToken)")
+    elif request.ttl_s:
+        raise BadRequest("a TTL is for join tokens only")
     old = catalog.principals.get(request.name)
     if old is not None and (old.state != REVOKED or old.pending_op_id):
         raise AlreadyExists(f"a principal named {request.name!r} exists ({old.state})")
@@ -191,6 +275,9 @@ def _decide_add(catalog: Catalog, request: pb.AddPrincipalRequest, op_id: int) -
     r.public_key = request.public_key
     r.roles.extend(roles)
     r.state = ACTIVE
+    if kind == JOIN_TOKEN_KIND:
+        assert now_unix_ms is not None
+        r.expires_unix_ms = now_unix_ms + request.ttl_s * 1000
     if old is not None:  # a revoked principal of that name: replaced
         r.previous_record_id = old.record_id
         for client_id, seq in old.requests[-SUPERSEDED_REQUESTS_MAX:]:
@@ -198,10 +285,76 @@ def _decide_add(catalog: Catalog, request: pb.AddPrincipalRequest, op_id: int) -
     return record
 
 
+def _utc(unix_ms: int) -> str:
+    when = datetime.datetime.fromtimestamp(unix_ms / 1000, datetime.UTC)
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _decide_join(catalog: Catalog, request: JoinServer, op_id: int) -> pb.LogRecord | None:
+    """Admit tablet server `server_uuid` with its own key, spending the caller's token.
+    Refusals log nothing; the token stays as it was."""
+    check_principal_name(request.server_uuid)
+    if (problem := key_problem(request.public_key)) is not None:
+        raise BadRequest(problem)
+    token_name = catalog.principal_keys.get(request.token_key)
+    token = catalog.principals.get(token_name) if token_name is not None else None
+    if token is None or token.kind != JOIN_TOKEN_KIND or not token.in_force_active:
+        raise PermissionDenied(
+            "permission denied: the caller's key is not an unused join token "
+            "(spent, revoked or unknown): make another with `coordinator join-token`"
+        )
+    if request.now_unix_ms >= token.expires_unix_ms:
+        raise PermissionDenied(
+            f"permission denied: join token {token.name} expired at "
+            f"{_utc(token.expires_unix_ms)} (the coordinator leader's wall clock reads "
+            f"{_utc(request.now_unix_ms)}): make another with `coordinator join-token`"
+        )
+    old = catalog.principals.get(request.server_uuid)
+    if old is not None:
+        if old.pending_op_id:
+            raise AlreadyInProgress(
+                f"principal {old.name!r} is being changed (operation {old.pending_op_id})",
+                retry_after_ms=100,
+            )
+        if old.state != REVOKED:
+            if old.kind == TSERVER_KIND and old.public_key == request.public_key:
+                return None  # admitted already: nothing to do, the token stays unspent
+            raise AlreadyExists(
+                f"a principal named {old.name!r} exists ({old.kind}, {old.state}) with another "
+                "key: a join token does not replace it (revoke it first)"
+            )
+    holder = catalog.principal_keys.get(request.public_key)
+    if holder is not None:
+        raise AlreadyExists(f"that public key belongs to principal {holder!r}")
+    # The count stays: the token's principal goes as the server's comes.
+    record = pb.LogRecord()
+    r = record.principal
+    r.header.CopyFrom(header(op_id, request.request_id, pb.STARTED))
+    r.action = "join"
+    r.name = request.server_uuid
+    r.kind = TSERVER_KIND
+    r.public_key = request.public_key
+    r.roles.append("server")
+    r.state = ACTIVE
+    r.join_token = token.name
+    r.join_token_record_id = token.record_id
+    carried = list(old.requests) if old is not None else []
+    carried += [q for q in token.requests if q not in carried]
+    for client_id, seq in carried[-SUPERSEDED_REQUESTS_MAX:]:
+        r.superseded.add(client_id=client_id, seq=seq)
+    if old is not None:  # a revoked principal of that name: replaced
+        r.previous_record_id = old.record_id
+    return record
+
+
 # ---------------------------------------------------------------- apply (every node, log order)
 
 
 def invalidates_at_commit(record: pb.LogRecord) -> tuple[int, ...]:
+    """A join spends its token at the commit point: the token's record dies with it."""
+    r = record.principal
+    if r.action == "join" and r.header.phase == pb.STARTED and r.join_token_record_id:
+        return (r.join_token_record_id,)
     return ()
 
 
@@ -223,6 +376,12 @@ def apply(catalog: Catalog, entry_id: int, record: pb.LogRecord) -> None:
     rid = r.header.request_id
     for s in r.superseded:
         catalog.record_session(s, OpResult(0, KIND, True, principal=r.name))
+    if r.action == "join":
+        token = catalog.principals.get(r.join_token)
+        if token is not None and token.record_id == r.join_token_record_id:
+            del catalog.principals[token.name]  # spent: gone, with its key
+            if catalog.principal_keys.get(token.public_key) == token.name:
+                del catalog.principal_keys[token.public_key]
     old = catalog.principals.get(r.name)
     if old is not None and catalog.principal_keys.get(old.public_key) == r.name:
         del catalog.principal_keys[old.public_key]
@@ -243,6 +402,8 @@ def apply(catalog: Catalog, entry_id: int, record: pb.LogRecord) -> None:
         in_force_roles=roles,
         in_force_active=active,
         requests=tuple(requests[-SUPERSEDED_REQUESTS_MAX:]),
+        expires_unix_ms=r.expires_unix_ms,
+        join_token=r.join_token,
     )
     if r.state != REVOKED:
         catalog.principal_keys[r.public_key] = r.name
@@ -290,6 +451,8 @@ def summaries(catalog: Catalog) -> pb.ListPrincipalsResponse:
                 state=p.state,
                 pending=bool(p.pending_op_id),
                 record_id=p.record_id,
+                expires_unix_ms=p.expires_unix_ms,
+                join_token=p.join_token,
             )
         return out
 

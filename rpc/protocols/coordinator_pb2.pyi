@@ -250,7 +250,7 @@ class SetReplication(_message.Message):
     def __init__(self, header: _Optional[_Union[OpHeader, _Mapping]] = ..., table_id: _Optional[str] = ..., replication_factor: _Optional[int] = ..., old_replication_factor: _Optional[int] = ..., previous_record_id: _Optional[int] = ..., superseded: _Optional[_Iterable[_Union[SupersededRequest, _Mapping]]] = ...) -> None: ...
 
 class Principal(_message.Message):
-    __slots__ = ("header", "action", "name", "kind", "public_key", "roles", "state", "previous_record_id", "old_roles", "old_state", "superseded")
+    __slots__ = ("header", "action", "name", "kind", "public_key", "roles", "state", "previous_record_id", "old_roles", "old_state", "superseded", "expires_unix_ms", "join_token", "join_token_record_id")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     ACTION_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -262,6 +262,9 @@ class Principal(_message.Message):
     OLD_ROLES_FIELD_NUMBER: _ClassVar[int]
     OLD_STATE_FIELD_NUMBER: _ClassVar[int]
     SUPERSEDED_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    JOIN_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    JOIN_TOKEN_RECORD_ID_FIELD_NUMBER: _ClassVar[int]
     header: OpHeader
     action: str
     name: str
@@ -273,7 +276,10 @@ class Principal(_message.Message):
     old_roles: _containers.RepeatedScalarFieldContainer[str]
     old_state: str
     superseded: _containers.RepeatedCompositeFieldContainer[RequestId]
-    def __init__(self, header: _Optional[_Union[OpHeader, _Mapping]] = ..., action: _Optional[str] = ..., name: _Optional[str] = ..., kind: _Optional[str] = ..., public_key: _Optional[str] = ..., roles: _Optional[_Iterable[str]] = ..., state: _Optional[str] = ..., previous_record_id: _Optional[int] = ..., old_roles: _Optional[_Iterable[str]] = ..., old_state: _Optional[str] = ..., superseded: _Optional[_Iterable[_Union[RequestId, _Mapping]]] = ...) -> None: ...
+    expires_unix_ms: int
+    join_token: str
+    join_token_record_id: int
+    def __init__(self, header: _Optional[_Union[OpHeader, _Mapping]] = ..., action: _Optional[str] = ..., name: _Optional[str] = ..., kind: _Optional[str] = ..., public_key: _Optional[str] = ..., roles: _Optional[_Iterable[str]] = ..., state: _Optional[str] = ..., previous_record_id: _Optional[int] = ..., old_roles: _Optional[_Iterable[str]] = ..., old_state: _Optional[str] = ..., superseded: _Optional[_Iterable[_Union[RequestId, _Mapping]]] = ..., expires_unix_ms: _Optional[int] = ..., join_token: _Optional[str] = ..., join_token_record_id: _Optional[int] = ...) -> None: ...
 
 class LogRecord(_message.Message):
     __slots__ = ("lease", "create_table", "drop_table", "alter_table", "enlist_server", "server_down", "remove_server", "set_replication", "retire_server", "principal")
@@ -764,7 +770,7 @@ class UnhealthyTablet(_message.Message):
     def __init__(self, tablet_id: _Optional[str] = ..., table_name: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class PrincipalSummary(_message.Message):
-    __slots__ = ("name", "kind", "public_key", "roles", "state", "pending", "record_id")
+    __slots__ = ("name", "kind", "public_key", "roles", "state", "pending", "record_id", "expires_unix_ms", "join_token")
     NAME_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     PUBLIC_KEY_FIELD_NUMBER: _ClassVar[int]
@@ -772,6 +778,8 @@ class PrincipalSummary(_message.Message):
     STATE_FIELD_NUMBER: _ClassVar[int]
     PENDING_FIELD_NUMBER: _ClassVar[int]
     RECORD_ID_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    JOIN_TOKEN_FIELD_NUMBER: _ClassVar[int]
     name: str
     kind: str
     public_key: str
@@ -779,21 +787,25 @@ class PrincipalSummary(_message.Message):
     state: str
     pending: bool
     record_id: int
-    def __init__(self, name: _Optional[str] = ..., kind: _Optional[str] = ..., public_key: _Optional[str] = ..., roles: _Optional[_Iterable[str]] = ..., state: _Optional[str] = ..., pending: _Optional[bool] = ..., record_id: _Optional[int] = ...) -> None: ...
+    expires_unix_ms: int
+    join_token: str
+    def __init__(self, name: _Optional[str] = ..., kind: _Optional[str] = ..., public_key: _Optional[str] = ..., roles: _Optional[_Iterable[str]] = ..., state: _Optional[str] = ..., pending: _Optional[bool] = ..., record_id: _Optional[int] = ..., expires_unix_ms: _Optional[int] = ..., join_token: _Optional[str] = ...) -> None: ...
 
 class AddPrincipalRequest(_message.Message):
-    __slots__ = ("request_id", "name", "kind", "public_key", "roles")
+    __slots__ = ("request_id", "name", "kind", "public_key", "roles", "ttl_s")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     PUBLIC_KEY_FIELD_NUMBER: _ClassVar[int]
     ROLES_FIELD_NUMBER: _ClassVar[int]
+    TTL_S_FIELD_NUMBER: _ClassVar[int]
     request_id: RequestId
     name: str
     kind: str
     public_key: str
     roles: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, request_id: _Optional[_Union[RequestId, _Mapping]] = ..., name: _Optional[str] = ..., kind: _Optional[str] = ..., public_key: _Optional[str] = ..., roles: _Optional[_Iterable[str]] = ...) -> None: ...
+    ttl_s: int
+    def __init__(self, request_id: _Optional[_Union[RequestId, _Mapping]] = ..., name: _Optional[str] = ..., kind: _Optional[str] = ..., public_key: _Optional[str] = ..., roles: _Optional[_Iterable[str]] = ..., ttl_s: _Optional[int] = ...) -> None: ...
 
 class AddPrincipalResponse(_message.Message):
     __slots__ = ("name",)
@@ -826,6 +838,22 @@ class SetPrincipalRolesRequest(_message.Message):
     def __init__(self, request_id: _Optional[_Union[RequestId, _Mapping]] = ..., name: _Optional[str] = ..., roles: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class SetPrincipalRolesResponse(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class JoinServerRequest(_message.Message):
+    __slots__ = ("request_id", "server_uuid", "public_key")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    SERVER_UUID_FIELD_NUMBER: _ClassVar[int]
+    PUBLIC_KEY_FIELD_NUMBER: _ClassVar[int]
+    request_id: RequestId
+    server_uuid: str
+    public_key: str
+    def __init__(self, request_id: _Optional[_Union[RequestId, _Mapping]] = ..., server_uuid: _Optional[str] = ..., public_key: _Optional[str] = ...) -> None: ...
+
+class JoinServerResponse(_message.Message):
     __slots__ = ("name",)
     NAME_FIELD_NUMBER: _ClassVar[int]
     name: str
