@@ -20,7 +20,7 @@ from tests.nemesis.clock import ServingMonitor
 from tests.nemesis.cluster import NemesisCluster, available
 from tests.nemesis.faults import Schedule
 from tests.nemesis.runner import FAULT_FACTORIES, make_faults, run
-from tests.nemesis.workloads import DdlWorkload, RegisterWorkload, SetWorkload
+from tests.nemesis.workloads import Access, DdlWorkload, RegisterWorkload, SetWorkload
 
 WORKLOADS = ("register", "set", "ddl")
 
@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"nemesis: {why}", file=sys.stderr)
         return 2
     root = args.dir or Path(tempfile.mkdtemp(prefix="nemesis-"))
-    cluster = NemesisCluster.build(root, lazy_disks="power" in kinds)
+    cluster = NemesisCluster.build(root, lazy_disks="power" in kinds, secure=True)
     faults = make_faults(cluster, kinds)
     if replayed is not None:
         schedule = replayed
@@ -62,10 +62,10 @@ def main(argv: list[str] | None = None) -> int:
         print("  " + step.describe())
     if args.print_schedule:
         return 0
-    addresses = cluster.spec.coordinator_addresses
+    access = Access.of(cluster)
     tag = f"s{schedule.seed}"
     workloads = [
-        {"register": RegisterWorkload, "set": SetWorkload, "ddl": DdlWorkload}[n](addresses, tag)
+        {"register": RegisterWorkload, "set": SetWorkload, "ddl": DdlWorkload}[n](access, tag)
         for n in names
     ]
     monitor = ServingMonitor(cluster, tag) if "clock" in kinds else None

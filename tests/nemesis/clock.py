@@ -35,13 +35,12 @@ from pathlib import Path
 import logcentric
 from coordinator.leases import LeaseConfig
 from coordinator.leases.testclock import DIR_ENV
-from logcentric.meta import CoordinatorClient
 from rpc import errors
 from rpc.protocols import coordinator_pb2 as pb
 from tests.nemesis.cluster import NemesisCluster
 from tests.nemesis.faults import LEADER, Step
 from tests.nemesis.net import NetFault, drops_of
-from tests.nemesis.workloads import Event, Recorder, Workload, _retry
+from tests.nemesis.workloads import Access, Event, Recorder, Workload, _retry
 
 logger = logging.getLogger("nemesis.clock")
 
@@ -160,7 +159,7 @@ class ServingMonitor(Workload):
     name = "serving"
 
     def __init__(self, cluster: NemesisCluster, tag: str) -> None:
-        super().__init__(cluster.spec.coordinator_addresses, tag)
+        super().__init__(Access.of(cluster), tag)
         self.nodes = [(n.name, n.rpc) for n in cluster.spec.coordinators]
         self.clients = len(self.nodes)
         self._lock = threading.Lock()
@@ -170,7 +169,7 @@ class ServingMonitor(Workload):
     def worker(self, index: int, rng: random.Random, rec: Recorder, stop: threading.Event) -> None:
         self.t0 = rec.t0
         name, address = self.nodes[index]
-        with CoordinatorClient([address], timeout_s=SAMPLE_TIMEOUT_S) as client:
+        with self.access.meta(SAMPLE_TIMEOUT_S, [address]) as client:
             while not stop.is_set():
                 sent = time.monotonic()
                 try:
@@ -268,7 +267,7 @@ class SplitBrainProbe(Workload):
     clients = 1
 
     def __init__(self, cluster: NemesisCluster, tag: str, monitor: ServingMonitor) -> None:
-        super().__init__(cluster.spec.coordinator_addresses, tag)
+        super().__init__(Access.of(cluster), tag)
         self.monitor = monitor
         self.rpc_of = {n.name: n.rpc for n in cluster.spec.coordinators}
         self.table = f"nemesis_probe_{tag}"
@@ -284,7 +283,7 @@ class SplitBrainProbe(Workload):
         old = pair[0].node
         self.sent_to = old
         column = logcentric.Column("k", "int64", key=True)
-        with CoordinatorClient(self.coordinators, timeout_s=PROBE_TIMEOUT_S) as client:
+        with self.access.meta(PROBE_TIMEOUT_S) as client:
             request = pb.CreateTableRequest(
                 request_id=client.next_request_id(), name=self.table,
                 schema=pb.Schema(columns=[column.to_pb()]), num_tablets=1, replication_factor=1,
@@ -296,7 +295,7 @@ class SplitBrainProbe(Workload):
 
     def check(self, events: list[Event]) -> list[str]:
         mine = [e for e in events if e.workload == self.name]
-        with logcentric.connect(self.coordinators, timeout_s=30.0) as client:
+        with self.access.connect(30.0) as client:
             names = _retry(client.list_tables, "final list of tables")
         out = []
         if any(e.outcome == "OK" for e in mine):

@@ -7,6 +7,14 @@ reach each other only through the bridge, where `net.py` cuts links with iptable
 inside the namespaces. Processes are started as LocalCluster starts them (password file,
 arguments), prefixed with `ip netns exec`.
 
+Secure (`build(..., secure=True)`, as every nemesis test builds it): as `local-cluster up
+--secure` (design/security.md section 5), every coordinator node's key pair is made in its
+data dir before its first start (on its lazyfs mount when the disks are lazy: after the
+mount), the admin's credentials in `<root>/admin.credentials` name each coordinator by its
+namespace address (10.77.0.i:7100, the address every client in the root namespace uses),
+the nodes run with CURVE, and `up` admits the tablet servers as the admin (from the root
+namespace, through the bridge) before waiting for readiness.
+
 Namespaces are global to the machine: one run at a time holds `LOCK_PATH`; `clean_leftovers`
 removes what a crashed run left, and `NemesisCluster.close` always removes what it made.
 Needs root and `ip`; iptables comes from scripts/ensure_nemesis.sh.
@@ -26,6 +34,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from optools.localcluster import ClusterSpec, LocalCluster, NodeSpec
+from optools.localcluster import _make_secure as make_secure_keys
 from rpc.console import deferred_interrupts
 from tests.nemesis.faults import LEADER, TABLET_LEADER_OF
 
@@ -138,13 +147,16 @@ class NemesisCluster(LocalCluster):
         tservers: int = 3,
         lease_timeout_s: float = 1.0,
         lazy_disks: bool = False,
+        *,
+        secure: bool,
     ) -> NemesisCluster:
         """The cluster's spec under `root` (nothing starts before `with`). `lazy_disks`: every
         node's data dir is its own lazyfs mount (tests/nemesis/power.py), for power faults;
-        they are mounted on entering."""
+        they are mounted on entering. `secure` (said by every caller: CURVE, the admin's
+        credentials; see the module docstring): the keys are made on entering."""
         root = root.resolve()
         root.mkdir(parents=True, exist_ok=True)
-        spec = ClusterSpec(root=str(root), lease_timeout_s=lease_timeout_s)
+        spec = ClusterSpec(root=str(root), lease_timeout_s=lease_timeout_s, secure=secure)
         for i in range(coordinators):
             ip = f"{SUBNET}.{i + 1}"
             spec.coordinators.append(
@@ -189,11 +201,17 @@ class NemesisCluster(LocalCluster):
         """The tablet server that leads most tablets of `table` now, as each server reports
         its replicas' roles (the first tablet server when none answers as leader)."""
         from logcentric.tablets import TabletServerClient
+        from tservers.fs import FsLayout
 
+        creds = self.credentials()
         led: dict[str, int] = {}
         for node in self.spec.tservers:
             try:
-                with TabletServerClient(node.rpc, timeout_s=3.0) as ts:
+                curve = {}
+                if creds is not None:  # as the admin, to the key in the server's data dir
+                    key = FsLayout(Path(node.data), "").public_key()
+                    curve = {"keypair": creds.keypair, "server_key": key}
+                with TabletServerClient(node.rpc, timeout_s=3.0, **curve) as ts:
                     reports = ts.list_tablets().tablets
             except Exception:  # noqa: BLE001 - down or cut off: it leads nothing we can use
                 continue
@@ -268,6 +286,11 @@ class NemesisCluster(LocalCluster):
         try:
             if self.lazy_disks:
                 self._mount_disks()
+            # In the data dirs: on the lazyfs mounts, when lazy. Once: a folder used again
+            # (`python -m tests.nemesis --dir`) keeps the admin its log bootstrapped.
+            if self.spec.secure and not self.spec.admin_credentials.exists():
+                make_secure_keys(self.spec)
+                self.spec.save()
             self.network_up()
             self.up(timeout_s=180)
         except BaseException:

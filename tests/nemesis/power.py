@@ -9,9 +9,11 @@ survived. `power_loss_all` does the same to every node at once: the processes fi
 the disks, as when the power of a whole rack goes.
 
 `PowerCluster` is a LocalCluster (optools/localcluster.py: coordinators with their embedded
-logstore, tablet servers) whose nodes live on such mounts. `PowerLogGroup` is a `logstore
-serve` replica group (tests/logstore/procs.py) on such mounts. Both are context managers
-that always stop their processes and unmount.
+logstore, tablet servers) whose nodes live on such mounts; secure (CURVE, the admin's
+credentials in `<root>/admin.credentials`) when built with `secure=True`, as the tests do:
+every node's key pair is then on its mount, where a power loss must not take it.
+`PowerLogGroup` is a `logstore serve` replica group (tests/logstore/procs.py) on such
+mounts. Both are context managers that always stop their processes and unmount.
 """
 
 from __future__ import annotations
@@ -19,9 +21,12 @@ from __future__ import annotations
 import logging
 import os
 import secrets
+import subprocess
+import sys
 from pathlib import Path
 
 from optools.localcluster import ClusterSpec, LocalCluster, NodeSpec
+from optools.localcluster import _make_secure as make_secure_keys
 from rpc.addresses import free_port
 from tests.logstore.procs import ReplicaProcess
 from tests.nemesis.lazyfs import LazyFS
@@ -67,6 +72,7 @@ class PowerCluster(LocalCluster):
         *,
         tserver_args: tuple[str, ...] = (),
         lease_timeout_s: float = 1.5,
+        secure: bool,
     ) -> None:
         root = Path(root).resolve()
         root.mkdir(parents=True, exist_ok=True)
@@ -75,7 +81,7 @@ class PowerCluster(LocalCluster):
         self.tserver_args = list(tserver_args)
         # Extra environment of a node's next start (crash points), by node name.
         self.node_env: dict[str, dict[str, str]] = {}
-        spec = ClusterSpec(root=str(root), lease_timeout_s=lease_timeout_s)
+        spec = ClusterSpec(root=str(root), lease_timeout_s=lease_timeout_s, secure=secure)
         super().__init__(spec)
         try:
             for i in range(coordinators):
@@ -95,11 +101,13 @@ class PowerCluster(LocalCluster):
                         name=name, rpc=f"127.0.0.1:{free_port()}", data=str(self.disks.mount(name))
                     )
                 )
+            spec.password_file.write_text(secrets.token_hex(24) + "\n")
+            spec.password_file.chmod(0o600)
+            if secure:  # the coordinators' pairs on their mounts (fsynced), the admin's
+                make_secure_keys(spec)
         except BaseException:
             self.disks.close()
             raise
-        spec.password_file.write_text(secrets.token_hex(24) + "\n")
-        spec.password_file.chmod(0o600)
         spec.save()
 
     def _spawn(self, node: NodeSpec, args: list[str]) -> None:
@@ -117,6 +125,20 @@ class PowerCluster(LocalCluster):
                     os.environ.pop(k, None)
                 else:
                     os.environ[k] = v
+
+    def admit_all(self, timeout_s: float) -> None:
+        """A secure cluster started node by node (not by `up`): format every tablet server
+        not formatted yet (as `start_tserver` does; one started later is admitted now too)
+        and admit them all as the admin. Needs a coordinator leader."""
+        for node in self.spec.tservers:
+            if not (Path(node.data) / "instance").exists():
+                subprocess.run(
+                    [sys.executable, "-m", "tservers.cli", "fs", "format", "--fs-root", node.data],
+                    check=True,
+                    capture_output=True,
+                )
+        if self.spec.secure:
+            self.admit_tservers(timeout_s)
 
     def nodes(self) -> list[NodeSpec]:
         return [*self.spec.coordinators, *self.spec.tservers]

@@ -38,7 +38,7 @@ from tests.nemesis.clock import (
 from tests.nemesis.cluster import NemesisCluster, available
 from tests.nemesis.faults import LEADER, Schedule, Step
 from tests.nemesis.runner import RunResult, run
-from tests.nemesis.workloads import DdlWorkload, RegisterWorkload
+from tests.nemesis.workloads import Access, DdlWorkload, RegisterWorkload
 
 nemesis = [pytest.mark.integration, pytest.mark.nemesis]
 
@@ -111,7 +111,7 @@ def cluster(tmp_path_factory) -> Iterator[NemesisCluster]:
     if why:
         pytest.skip(why)
     saved = os.environ.get(DIR_ENV)
-    c = NemesisCluster.build(tmp_path_factory.mktemp("nemesis-clock"))
+    c = NemesisCluster.build(tmp_path_factory.mktemp("nemesis-clock"), secure=True)
     enable_clock_files(c)  # before the coordinators start
     try:
         with c:
@@ -145,9 +145,9 @@ def test_within_the_margin_never_two_leaders(cluster: NemesisCluster) -> None:
         *_takeovers([20.0], 4.5),
     ]
     schedule = Schedule(26, 27.0, tuple(steps))
-    addresses = cluster.spec.coordinator_addresses
+    access = Access.of(cluster)
     monitor = ServingMonitor(cluster, "clk-in")
-    workloads = [RegisterWorkload(addresses, "clk_in"), DdlWorkload(addresses, "clk_in"), monitor]
+    workloads = [RegisterWorkload(access, "clk_in"), DdlWorkload(access, "clk_in"), monitor]
     result = run(cluster, schedule, [fault], workloads, "clk-in")
     _report(result, monitor)
     assert result.ok, result.summary()
@@ -169,10 +169,10 @@ def test_outside_the_margin_two_leaders_serve_at_once(cluster: NemesisCluster) -
     assert not within_margin(LeaseConfig(), BROKEN_SLOW, BROKEN_FAST)
     fault = ClockFault(cluster, slow=BROKEN_SLOW, fast=BROKEN_FAST)
     schedule = Schedule(26, 20.0, tuple(_takeovers([2.0, 11.0], 6.0)))
-    addresses = cluster.spec.coordinator_addresses
+    access = Access.of(cluster)
     monitor = ServingMonitor(cluster, "clk-out")
     probe = SplitBrainProbe(cluster, "clk_out", monitor)
-    workloads = [RegisterWorkload(addresses, "clk_out"), monitor, probe]
+    workloads = [RegisterWorkload(access, "clk_out"), monitor, probe]
     result = run(cluster, schedule, [fault], workloads, "clk-out")
     _report(result, monitor)
     assert not result.errors, result.errors

@@ -19,15 +19,20 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-import logcentric
+from logcentric.meta import CoordinatorClient
+from optools.localcluster import _pings
+from rpc import credentials, errors
+from rpc.protocols import coordinator_pb2 as pb
 from tests.nemesis.cluster import RPC_PORT, NemesisCluster, available
 from tests.nemesis.faults import LEADER, TABLET_LEADER_OF, Schedule, Step
 from tests.nemesis.net import NetFault, drops_of
 from tests.nemesis.runner import PauseFault, RunResult, run
-from tests.nemesis.workloads import DdlWorkload, RegisterWorkload, SetWorkload
+from tests.nemesis.workloads import Access, DdlWorkload, RegisterWorkload, SetWorkload
+from tservers.fs import FsLayout
 from tservers.service import UNSAFE_READS_ENV
 
 pytestmark = [pytest.mark.integration, pytest.mark.nemesis]
@@ -44,16 +49,16 @@ def cluster(tmp_path_factory) -> Iterator[NemesisCluster]:
     why = available()
     if why:
         pytest.skip(why)
-    with NemesisCluster.build(tmp_path_factory.mktemp("nemesis")) as c:
+    with NemesisCluster.build(tmp_path_factory.mktemp("nemesis"), secure=True) as c:
         yield c
 
 
 def _workloads(cluster: NemesisCluster, tag: str, **flags) -> list:
-    addresses = cluster.spec.coordinator_addresses
+    access = Access.of(cluster)
     return [
-        RegisterWorkload(addresses, tag, stale_cache=flags.get("stale_cache", False)),
-        SetWorkload(addresses, tag, ack_unsent=flags.get("ack_unsent", False)),
-        DdlWorkload(addresses, tag),
+        RegisterWorkload(access, tag, stale_cache=flags.get("stale_cache", False)),
+        SetWorkload(access, tag, ack_unsent=flags.get("ack_unsent", False)),
+        DdlWorkload(access, tag),
     ]
 
 
@@ -77,17 +82,40 @@ def _report(result: RunResult) -> None:
     print(result.summary())  # shown with -s, and in the report of a failure
 
 
+def test_cluster_runs_secure_in_its_namespaces(cluster: NemesisCluster) -> None:
+    """The nemesis cluster is a CURVE one: the admin's credentials name every coordinator by
+    the namespace address the clients use, every tablet server is admitted (its UUID and the
+    key in its data dir), and a client without keys gets no answer from any node."""
+    creds = credentials.load(cluster.spec.admin_credentials)
+    assert cluster.spec.secure and "admin" in creds.roles
+    assert list(creds.addresses) == cluster.spec.coordinator_addresses
+    assert all(a.startswith("10.77.0.") for a in creds.addresses), creds.addresses
+    assert len(creds.coordinator_keys()) == len(cluster.spec.coordinators)
+    with cluster.client(timeout_s=10.0) as meta:
+        principals = meta.call(
+            "ListPrincipals", pb.ListPrincipalsRequest(), pb.ListPrincipalsResponse, 10.0
+        ).principals
+        live = {s.address for s in meta.list_servers() if s.state == "LIVE"}
+    admitted = {p.name for p in principals if p.kind == "tserver" and p.state == "active"}
+    for node in cluster.spec.tservers:
+        uuid = FsLayout.read_instance(Path(node.data)).uuid
+        assert uuid in admitted, (node.name, uuid, admitted)
+        assert node.rpc in live
+    with CoordinatorClient(cluster.spec.coordinator_addresses, timeout_s=3.0) as plain:
+        for node in cluster.spec.coordinators:
+            with pytest.raises(errors.RpcError):
+                plain.status(node.rpc, timeout_s=2.0)
+    assert not any(_pings(n.rpc) for n in cluster.spec.tservers)
+
+
 def test_harness_catches_a_client_serving_stale_reads(cluster: NemesisCluster) -> None:
     """The broken build: a client that serves reads of a key from its cache once another
     client's write of it was acknowledged. Under partitions, the checker must flag it and
     the run must leave its history, schedule and timeline beside the node logs."""
     fault = NetFault(cluster, modes=("split",))
     schedule = Schedule.make(SEED, 12.0, [fault], cluster.node_names)
-    addresses = cluster.spec.coordinator_addresses
-    result = run(
-        cluster, schedule, [fault], [RegisterWorkload(addresses, "stale", stale_cache=True)],
-        tag="stale",
-    )  # fmt: skip
+    workload = RegisterWorkload(Access.of(cluster), "stale", stale_cache=True)
+    result = run(cluster, schedule, [fault], [workload], tag="stale")
     _report(result)
     assert not result.errors
     assert any("register:" in a and "NOT linearizable" in a for a in result.anomalies), (
@@ -108,7 +136,7 @@ def test_harness_catches_acknowledged_inserts_never_sent(cluster: NemesisCluster
     acknowledged before it is durable, at its extreme): the set checker names them lost."""
     fault = NetFault(cluster, modes=("isolate",))
     schedule = Schedule.make(SEED, 8.0, [fault], cluster.node_names)
-    workload = SetWorkload(cluster.spec.coordinator_addresses, "unsent", ack_unsent=True)
+    workload = SetWorkload(Access.of(cluster), "unsent", ack_unsent=True)
     result = run(cluster, schedule, [fault], [workload], tag="unsent")
     _report(result)
     assert not result.errors
@@ -121,7 +149,7 @@ def test_harness_catches_ddl_retried_without_its_request_id(cluster: NemesisClus
     requests (a retry that lost its request id): the DDL checker flags the second answer."""
     fault = PauseFault(cluster)
     schedule = Schedule.make(SEED, 6.0, [fault], cluster.node_names)
-    workload = DdlWorkload(cluster.spec.coordinator_addresses, "noid", lose_request_ids=True)
+    workload = DdlWorkload(Access.of(cluster), "noid", lose_request_ids=True)
     result = run(cluster, schedule, [fault], [workload], tag="noid")
     _report(result)
     assert not result.errors
@@ -134,12 +162,12 @@ def test_harness_catches_tservers_reading_without_read_index(cluster: NemesisClu
     leader) answers from its own state. Isolating the tablet server that leads the register
     table's tablets must be flagged NOT linearizable; the same seeded schedule against the
     real build must not."""
-    addresses = cluster.spec.coordinator_addresses
+    access = Access.of(cluster)
     tservers = [n.name for n in cluster.spec.tservers]
     results = {}
     for switch in ("", "any"):  # the real build as the cluster runs, then the broken one
         tag = f"reads-{switch or 'safe'}"
-        register = RegisterWorkload(addresses, tag)
+        register = RegisterWorkload(access, tag)
         fault = NetFault(
             cluster, modes=("isolate",), isolate_from=(TABLET_LEADER_OF + register.table_name,)
         )
@@ -174,7 +202,7 @@ def test_partitions_cut_tcp_between_namespaces_and_heal(cluster: NemesisCluster)
         fault.inject(Step(0.0, "partition", "split", (f"{c0}", f"{c1},{c2},{t0}"), 1.0))
         assert not _connects(cluster, c1, c0) and not _connects(cluster, c0, t0)
         assert _connects(cluster, c1, c2) and _connects(cluster, t0, c2)
-        with logcentric.connect(cluster.spec.coordinator_addresses, timeout_s=10) as client:
+        with Access.of(cluster).connect(10.0) as client:
             for node in cluster.spec.coordinators:  # the test process reaches every node
                 client.meta.status(node.rpc, timeout_s=5.0)
         # One way: t0 -> c0 packets are lost (its SYNs), c0 -> t0 still arrive; TCP needs
@@ -196,7 +224,7 @@ def test_partitions_cut_tcp_between_namespaces_and_heal(cluster: NemesisCluster)
 
 
 def test_same_seed_same_schedule(tmp_path) -> None:
-    cluster = NemesisCluster.build(tmp_path)  # its spec only: nothing is started
+    cluster = NemesisCluster.build(tmp_path, secure=True)  # its spec only: nothing is started
     faults = [NetFault(cluster), PauseFault(cluster)]
     a = Schedule.make(7, 120.0, faults, cluster.node_names)
     b = Schedule.make(7, 120.0, faults, cluster.node_names)

@@ -36,7 +36,7 @@ def cluster(tmp_path_factory) -> Iterator[NemesisCluster]:
     why = available()
     if why:
         pytest.skip(why)
-    c = NemesisCluster.build(tmp_path_factory.mktemp("nemesis-pause"))
+    c = NemesisCluster.build(tmp_path_factory.mktemp("nemesis-pause"), secure=True)
     c.extra_env = {SERVE_PAST_LEASE_ENV: "1"}  # the broken build first: no extra restart
     with c:
         yield c

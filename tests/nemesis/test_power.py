@@ -34,6 +34,7 @@ from logstore.remote import RemoteLogStore
 from rpc import errors
 from tests.logstore.helpers import PASSWORD, free_addresses
 from tests.nemesis.power import PowerCluster, PowerLogGroup
+from tests.nemesis.workloads import Access
 
 pytestmark = [
     pytest.mark.integration,
@@ -220,12 +221,12 @@ def cluster_run(
     root: Path, tserver_args: tuple[str, ...], single: bool, coordinators: int = 3
 ) -> list[str]:
     """Upserts and DDL under power losses; returns the acknowledged writes that were lost."""
-    with PowerCluster(root, coordinators, 3, tserver_args=tserver_args) as c:
+    with PowerCluster(root, coordinators, 3, tserver_args=tserver_args, secure=True) as c:
         c.up(timeout_s=180)
         log.info("cluster up")
-        addresses = ",".join(c.spec.coordinator_addresses)
+        access = Access.of(c)  # the admin's credentials: the cluster runs CURVE
         tables = [f"ddl{i}" for i in range(3)]
-        with logcentric.connect(addresses, timeout_s=20.0) as client:
+        with access.connect(20.0) as client:
             client.create_table(TABLE, COLUMNS, num_tablets=2, replication_factor=3)
             for name in tables:
                 client.create_table(name, COLUMNS, num_tablets=1, replication_factor=3)
@@ -257,7 +258,7 @@ def cluster_run(
         c.power_loss_all(torn=True)
         log.info("power loss of every node")
         c.up(timeout_s=180)  # every node starts again, a leader serves, every tserver lives
-        with logcentric.connect(addresses, timeout_s=20.0) as client:
+        with access.connect(20.0) as client:
             lost = [f"table {n} created, then missing" for n in [TABLE, *tables]]
             lost = [line for line, n in zip(lost, [TABLE, *tables], strict=True)
                     if n not in client.list_tables()]  # fmt: skip
@@ -306,15 +307,16 @@ def test_power_loss_during_a_tablet_copy(tmp_path: Path) -> None:
     member loses power for good, so the copy is half of every majority, through a power loss
     of every node: it opens with no FAILED tablet and no acknowledged row is lost."""
     args = ("--flush-rows", "300", "--segment-size-mb", "1")
-    with PowerCluster(tmp_path, 3, 4, tserver_args=args) as c:
+    with PowerCluster(tmp_path, 3, 4, tserver_args=args, secure=True) as c:
         ts = c.spec.tservers
         for i in range(3):
             c.start_coordinator(i)
             c.start_tserver(i)  # tserver-3 joins later: the copy's target
+        c.admit_all(180)  # all four (tserver-3 formatted now, started later)
         c.wait_ready(180)
-        addresses = ",".join(c.spec.coordinator_addresses)
+        access = Access.of(c)
         want = dict.fromkeys([ts[1].rpc, ts[2].rpc, ts[3].rpc], "LIVE")
-        with logcentric.connect(addresses, timeout_s=20.0) as client:
+        with access.connect(20.0) as client:
             client.create_table(TABLE, COLUMNS, num_tablets=1, replication_factor=3)
             table = client.table(TABLE)
 
@@ -349,7 +351,7 @@ def test_power_loss_during_a_tablet_copy(tmp_path: Path) -> None:
         for i in (2, 3):
             c.start_tserver(i)
         c.wait_ready(180)
-        with logcentric.connect(addresses, timeout_s=20.0) as client:
+        with access.connect(20.0) as client:
             found = scan_ids(client)  # needs a leader elected by tserver-2 and the copy
         starts = [
             line

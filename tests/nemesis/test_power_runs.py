@@ -17,7 +17,7 @@ import pytest
 from tests.nemesis.cluster import NemesisCluster, available
 from tests.nemesis.faults import Schedule
 from tests.nemesis.runner import PowerFault, run
-from tests.nemesis.workloads import DdlWorkload, RegisterWorkload, SetWorkload
+from tests.nemesis.workloads import Access, DdlWorkload, RegisterWorkload, SetWorkload
 
 pytestmark = [
     pytest.mark.integration,
@@ -34,7 +34,8 @@ def cluster(tmp_path_factory) -> Iterator[NemesisCluster]:
     why = available()
     if why:
         pytest.skip(why)
-    with NemesisCluster.build(tmp_path_factory.mktemp("nemesis-power"), lazy_disks=True) as c:
+    root = tmp_path_factory.mktemp("nemesis-power")
+    with NemesisCluster.build(root, lazy_disks=True, secure=True) as c:
         yield c
 
 
@@ -42,11 +43,11 @@ def test_power_losses_lose_nothing_and_stay_linearizable(cluster: NemesisCluster
     fault = PowerFault(cluster)
     schedule = Schedule.make(SEED, RUN_S, [fault], cluster.node_names)
     assert len(schedule.steps) >= 3
-    addresses = cluster.spec.coordinator_addresses
+    access = Access.of(cluster)
     workloads = [
-        RegisterWorkload(addresses, "power"),
-        SetWorkload(addresses, "power"),
-        DdlWorkload(addresses, "power"),
+        RegisterWorkload(access, "power"),
+        SetWorkload(access, "power"),
+        DdlWorkload(access, "power"),
     ]
     result = run(cluster, schedule, [fault], workloads, tag="power")
     print(result.summary())

@@ -9,6 +9,10 @@
   no retry answers differently from the first execution (ALREADY_EXISTS for a create this
   client made once, NOT_FOUND for a drop of a table it created).
 
+Every client reaches the cluster through its `Access`: the coordinator addresses and, for a
+secure cluster (the nemesis runs secure: CURVE, design/security.md), the admin's credentials
+file, with which every client, workload and final check connects.
+
 Each client is a thread with its own `logcentric.Client`, recording every operation in a
 shared `Recorder` (invoke and completion on one monotonic clock, outcome OK, FAIL or
 UNKNOWN). An operation that raised is UNKNOWN when it may have taken effect (a write), FAIL
@@ -25,13 +29,20 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
 import logcentric
 from logcentric.partition import bucket_of_key
+from rpc import credentials as creds_mod
 from rpc import errors
 from tests.support.linearizability import Operation, OpKind, Outcome, check_history
+
+if TYPE_CHECKING:
+    from logcentric.meta import CoordinatorClient
+    from optools.localcluster import LocalCluster
 
 logger = logging.getLogger("nemesis.workloads")
 
@@ -41,6 +52,37 @@ FINAL_TIMEOUT_S = 90.0  # the final reads after healing
 VALUE_STRIDE = 1_000_000_000  # client i writes values i * VALUE_STRIDE + seq: all unique
 ANOMALIES_MAX = 50
 ERROR_CHARS_MAX = 300
+
+
+@dataclass(frozen=True, slots=True)
+class Access:
+    """How the harness's clients reach a cluster: its coordinator addresses and the
+    credentials file they connect with (a secure cluster's admin's; None: plaintext)."""
+
+    coordinators: tuple[str, ...]
+    credentials: str | None
+
+    @staticmethod
+    def of(cluster: LocalCluster) -> Access:
+        spec = cluster.spec
+        return Access(
+            tuple(spec.coordinator_addresses),
+            str(spec.admin_credentials) if spec.secure else None,
+        )
+
+    def connect(self, timeout_s: float) -> logcentric.Client:
+        return logcentric.connect(
+            list(self.coordinators), timeout_s=timeout_s, credentials=self.credentials
+        )
+
+    def meta(self, timeout_s: float, addresses: list[str] | None = None) -> CoordinatorClient:
+        """A coordinator client (of `addresses`, default every coordinator)."""
+        from logcentric.meta import CoordinatorClient
+
+        creds = None if self.credentials is None else creds_mod.load(Path(self.credentials))
+        return CoordinatorClient(
+            list(addresses or self.coordinators), timeout_s=timeout_s, credentials=creds
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,12 +171,12 @@ class Workload:
     name = "?"
     clients = 1
 
-    def __init__(self, coordinators: list[str], tag: str) -> None:
-        self.coordinators = coordinators
+    def __init__(self, access: Access, tag: str) -> None:
+        self.access = access
         self.tag = tag
 
     def connect(self) -> logcentric.Client:
-        return logcentric.connect(self.coordinators, timeout_s=CLIENT_TIMEOUT_S)
+        return self.access.connect(CLIENT_TIMEOUT_S)
 
     def setup(self) -> None:
         pass
@@ -147,8 +189,8 @@ class Workload:
         raise NotImplementedError
 
 
-def _create_table(coordinators: list[str], name: str, columns: list, tablets: int) -> None:
-    with logcentric.connect(coordinators, timeout_s=30.0) as client:
+def _create_table(access: Access, name: str, columns: list, tablets: int) -> None:
+    with access.connect(30.0) as client:
 
         def create() -> None:
             try:
@@ -165,10 +207,10 @@ class RegisterWorkload(Workload):
     name = "register"
 
     def __init__(
-        self, coordinators: list[str], tag: str, keys: int = 4, clients: int = 4,
+        self, access: Access, tag: str, keys: int = 4, clients: int = 4,
         stale_cache: bool = False,
     ) -> None:  # fmt: skip
-        super().__init__(coordinators, tag)
+        super().__init__(access, tag)
         self.table_name = f"nemesis_register_{tag}"
         self.keys = keys
         self.clients = clients
@@ -176,7 +218,7 @@ class RegisterWorkload(Workload):
 
     def setup(self) -> None:
         columns = [logcentric.Column("k", "int64", key=True), logcentric.Column("v", "int64")]
-        _create_table(self.coordinators, self.table_name, columns, tablets=2)
+        _create_table(self.access, self.table_name, columns, tablets=2)
 
     def read(self, client: logcentric.Client, key: int) -> int | None:
         table = client.table(self.table_name)
@@ -254,9 +296,9 @@ class RegisterWorkload(Workload):
 class SetWorkload(Workload):
     name = "set"
 
-    def __init__(self, coordinators: list[str], tag: str, clients: int = 2,
+    def __init__(self, access: Access, tag: str, clients: int = 2,
                  ack_unsent: bool = False) -> None:  # fmt: skip
-        super().__init__(coordinators, tag)
+        super().__init__(access, tag)
         self.table_name = f"nemesis_set_{tag}"
         self.clients = clients
         # Test-only breakage: every 10th insert is acknowledged without being sent.
@@ -264,7 +306,7 @@ class SetWorkload(Workload):
 
     def setup(self) -> None:
         columns = [logcentric.Column("k", "int64", key=True), logcentric.Column("c", "string")]
-        _create_table(self.coordinators, self.table_name, columns, tablets=3)
+        _create_table(self.access, self.table_name, columns, tablets=3)
 
     def insert(self, client: logcentric.Client, key: int, name: str) -> None:
         if self.ack_unsent and key % 10 == 0:
@@ -289,7 +331,7 @@ class SetWorkload(Workload):
 
     def check(self, events: list[Event]) -> list[str]:
         mine = [e for e in events if e.workload == self.name]
-        with logcentric.connect(self.coordinators, timeout_s=30.0) as client:
+        with self.access.connect(30.0) as client:
 
             def scan() -> list[int]:
                 client._forget(self.table_name)
@@ -302,9 +344,9 @@ class SetWorkload(Workload):
 class DdlWorkload(Workload):
     name = "ddl"
 
-    def __init__(self, coordinators: list[str], tag: str, clients: int = 1,
+    def __init__(self, access: Access, tag: str, clients: int = 1,
                  lose_request_ids: bool = False) -> None:  # fmt: skip
-        super().__init__(coordinators, tag)
+        super().__init__(access, tag)
         self.prefix = f"nemesis_ddl_{tag}_"
         self.clients = clients
         # Test-only breakage: every acknowledged create is retried as a new request (another
@@ -346,7 +388,7 @@ class DdlWorkload(Workload):
 
     def check(self, events: list[Event]) -> list[str]:
         mine = [e for e in events if e.workload == self.name]
-        with logcentric.connect(self.coordinators, timeout_s=30.0) as client:
+        with self.access.connect(30.0) as client:
             names = _retry(client.list_tables, "final list of tables")
         listed = [n for n in names if n.startswith(self.prefix)]  # type: ignore[union-attr]
         return check_ddl(mine, listed)
