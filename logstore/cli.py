@@ -2,6 +2,8 @@
 
     logstore serve --raft-address H:P --peers H:P,H:P --rpc-bind H:P --data-dir DIR
                    (--password-file FILE | env LOGSTORE_PASSWORD | --insecure-dev)
+                   [--client-keys KEY|FILE,...] [--admin-keys KEY|FILE,...] | --insecure
+    logstore show-key --data-dir DIR [--json]  the replica's CURVE public key (made if missing)
     logstore status --servers H:P,...          role, term, commit/applied index, sizes
     logstore add-member --servers H:P,... RAFT_ADDRESS
     logstore remove-member --servers H:P,... RAFT_ADDRESS
@@ -11,7 +13,26 @@
                    the coordinators' own log (each node serves its replica read-only)
 
 `--servers` lists replicas' RPC addresses; `serve` prints one line
-`logstore serving uuid=U rpc=H:P raft=H:P` on stdout once it accepts calls. The read-only
+`logstore serving uuid=U rpc=H:P raft=H:P curve-key=K clients=N admins=M` on stdout once it
+accepts calls (`... INSECURE (plaintext, unauthenticated: --insecure)` with --insecure).
+
+`serve` runs its zmq API with CURVE by default (design/security.md section 2): its key pair
+is <data-dir>/keys/logstore.key{,_secret}, made at its first start (or by `show-key`) and
+never replaced. It admits only the public keys given (each 40 z85 characters or a key file,
+e.g. a coordinator node's <data-dir>/keys/coordinator.key): `--client-keys` with the
+`server` role (coordinator nodes: append, barrier, read, last-id, status) and `--admin-keys`
+with the `admin` role (operators: status, read, last-id, add-member, remove-member,
+transfer-leadership). `--insecure` runs it plaintext, anyone may call: a WARNING line at
+start and INSECURE in the start line. The replicas' Raft traffic is pysyncobj's own,
+encrypted under the group's password (logstore/auth.py), whatever the API does.
+
+The client commands call with CURVE when they have credentials: `--credentials FILE` (else
+$LOGCENTRIC_CREDENTIALS; with --cluster, also the cluster's clusters-file entry), a
+rpc/credentials.py file whose key pair is the caller's. Each replica's public key comes from
+`--server-keys KEY|FILE,...` (one per --servers address, in order), else from the file's
+entry for that address (its `coordinators` list names HOST:PORT and public_key; a file for a
+logstore group lists the replicas' RPC addresses there). No credentials: plaintext, which a
+CURVE replica does not answer. The read-only
 commands also take the coordinators (`--coordinators`, `--cluster`, else the environment
 and the clusters file, as every tool: rpc/clusters.py) and `--json` (one JSON document;
 shapes in design/client.md). Ctrl-C ends any command with one line and exit status 130.
@@ -39,7 +60,9 @@ from rpc.console import (
     print_json,
     run_command,
 )
-from rpc.errors import RpcError, TimedOut, Unavailable
+from rpc.errors import RpcError, TimedOut, Unauthenticated, Unavailable
+
+logger = logging.getLogger("logstore.cli")
 
 PASSWORD_ENV = "LOGSTORE_PASSWORD"
 PASSWORD_HELP = (
@@ -85,6 +108,53 @@ def _insecure_problem(args, password: str | None) -> str | None:
     return None
 
 
+def _public_keys(text: str) -> tuple[str, ...]:
+    """KEY|FILE,...: each 40 z85 characters, or a file holding a public key (a zmq
+    certificate such as keys/coordinator.key, or the 40 characters alone). z85 has no
+    comma."""
+    from rpc import keys
+
+    out = []
+    for item in _split(text):
+        if keys.is_z85_key(item):
+            out.append(item)
+            continue
+        if len(item) == keys.KEY_CHARS and not os.path.exists(item):
+            raise argparse.ArgumentTypeError(f"{item!r}: {keys.key_problem(item)}")
+        try:
+            out.append(keys.load_public_key(item))
+        except keys.KeyFileError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    return tuple(out)
+
+
+def cmd_show_key(args) -> int:
+    """The replica's CURVE public key, from <data-dir>/keys (made first if missing, as its
+    first start would: so the keys can be gathered before a group first starts)."""
+    from logstore.service import KEY_NAME, keys_dir, load_or_create_keypair
+    from rpc import keys
+
+    directory = keys_dir(args.data_dir)
+    made = not keys.public_path(directory, KEY_NAME).exists()
+    try:
+        pair = load_or_create_keypair(args.data_dir)
+    except keys.KeyFileError as e:
+        print(f"logstore show-key: {e}", file=sys.stderr)
+        return 1
+    if args.json:
+        print_json(
+            {
+                "data_dir": args.data_dir,
+                "public_key": pair.public,
+                "key_file": str(keys.public_path(directory, KEY_NAME)),
+                "made": made,
+            }
+        )
+    else:
+        print(pair.public)
+    return 0
+
+
 def cmd_serve(args) -> int:
     # Ctrl-C and SIGTERM stop the replica cleanly, even while it is still starting.
     daemon = DaemonStop("logstore")
@@ -110,6 +180,21 @@ def cmd_serve(args) -> int:
     if problem := _insecure_problem(args, password):
         print(f"logstore: cannot serve: {problem}", file=sys.stderr)
         return 1
+    if args.insecure and (args.client_keys or args.admin_keys):
+        print(
+            "logstore: cannot serve: --client-keys and --admin-keys are for CURVE (the "
+            "default); --insecure runs plaintext: give one or the other",
+            file=sys.stderr,
+        )
+        return 2
+    if args.insecure:
+        # Loud, and before anything can fail: whoever reads the log sees how it was started.
+        logger.warning(
+            "INSECURE (--insecure): this logstore replica's API on %s runs plaintext and "
+            "unauthenticated: anyone who reaches the port can append to and read its logs; "
+            "run it so on a trusted network or for a test only (design/security.md)",
+            args.rpc_bind,
+        )
     config = ServeConfig(
         raft_address=args.raft_address,
         peers=tuple(_split(args.peers)),
@@ -119,15 +204,25 @@ def cmd_serve(args) -> int:
         allow_insecure_dev=args.insecure_dev,
         replica=replica,
         http_bind=args.http,
+        insecure=args.insecure,
+        client_keys=args.client_keys,
+        admin_keys=args.admin_keys,
     )
     # The tick thread, the rpc I/O thread and the handlers hand the GIL to each other on
     # every append; Python's default 5 ms switch interval would dominate the latency.
     sys.setswitchinterval(args.switch_interval_s)
     with LogStoreServer(config) as server:
         http = f" http={server.http_url}" if server.http_url else ""
+        mode = (
+            " INSECURE (plaintext, unauthenticated: --insecure)"
+            if args.insecure
+            else f" curve-key={server.public_key} clients={len(set(args.client_keys))} "
+            f"admins={len(set(args.admin_keys))}"
+        )
         print(
             f"logstore serving uuid={server.uuid} rpc={server.address} raft={args.raft_address}"
-            + http,
+            + http
+            + mode,
             flush=True,
         )
         while not stop.wait(1.0):
@@ -147,22 +242,74 @@ def _addresses(args) -> list[str]:
     return cluster_addresses(args.coordinators, args.cluster)
 
 
-def _remote(args):
+def _credentials(args):
+    """The caller's credentials (rpc/credentials.py), None for plaintext: --credentials,
+    else $LOGCENTRIC_CREDENTIALS; for the coordinators (no --servers), also the clusters
+    file's entry of the cluster named."""
+    from rpc import credentials
+
+    if getattr(args, "servers", None):
+        path = credentials.find_path(args.credentials)
+        return credentials.load(path) if path else None
+    return credentials.resolve(
+        args.credentials, coordinators=args.coordinators, cluster=args.cluster
+    )
+
+
+def _server_keys(args, addresses: list[str], creds) -> dict[str, str]:
+    """Address -> the public key a CURVE call to it must find: --server-keys (one per
+    --servers address, in order), else the credentials file's entry for the address. An
+    address with neither has no key: a call to it is refused unsent (NoServerKey)."""
+    given = list(getattr(args, "server_keys", None) or ())
+    if given:
+        if creds is None:
+            raise SystemExit(
+                f"logstore {args.command}: --server-keys needs --credentials FILE (the "
+                "caller's key pair)"
+            )
+        if not getattr(args, "servers", None) or len(given) != len(addresses):
+            raise SystemExit(
+                f"logstore {args.command}: --server-keys gives one key per --servers address, "
+                f"in order ({len(given)} keys for {len(addresses)} addresses)"
+            )
+        return dict(zip(addresses, given, strict=True))
+    if creds is None:
+        return {}
+    return {a: k for a, k in creds.coordinator_keys().items() if a in addresses}
+
+
+def _client_options(args, addresses: list[str]) -> dict:
+    """RemoteLogStore's CURVE options for these addresses ({} for plaintext)."""
+    creds = _credentials(args)
+    keys_of = _server_keys(args, addresses, creds)
+    if creds is None:
+        return {}
+    return {"curve": creds.client_curve(), "server_keys": keys_of}
+
+
+def _remote(args, **kw):
     from logstore.remote import RemoteLogStore
 
-    return RemoteLogStore(_addresses(args), connect_timeout_s=args.timeout_s)
+    addresses = _addresses(args)
+    return RemoteLogStore(
+        addresses, connect_timeout_s=args.timeout_s, **_client_options(args, addresses), **kw
+    )
 
 
-def _replica_status(address: str, timeout_s: float) -> dict:
+def _replica_status(address: str, timeout_s: float, options: dict) -> dict:
     """One replica's status as `status --json` lists it (design/client.md)."""
     from logstore.remote import RemoteLogStore
 
     row = {"address": address, "ok": False, "error": ""}
-    with RemoteLogStore([address], connect_timeout_s=timeout_s) as store:
+    with RemoteLogStore([address], connect_timeout_s=timeout_s, **options) as store:
         try:
             s = store.status(timeout_s=timeout_s)
         except (Unavailable, TimedOut) as err:
             row["error"] = f"unreachable ({err})"
+            return row
+        except Unauthenticated as err:  # no key for it, a handshake refused, a key refused
+            hint = "" if options else " (give --credentials FILE: design/security.md)"
+            row["error"] = f"refused: {err.message}{hint}"
             return row
         except RpcError as err:  # it answered: not a replica, or it refused
             row["error"] = f"answered, but not with a replica's status ({err})"
@@ -191,7 +338,8 @@ def _replica_status(address: str, timeout_s: float) -> dict:
 
 def cmd_status(args) -> int:
     addresses = _addresses(args)
-    replicas = [_replica_status(a, args.timeout_s) for a in addresses]
+    options = _client_options(args, addresses)
+    replicas = [_replica_status(a, args.timeout_s, options) for a in addresses]
     failures = sum(1 for r in replicas if not r["ok"])
     leaders = {r["leader"] for r in replicas if r["ok"] and r["leader"]}
     # Like `coordinator status`: exit 1 when anything is unhealthy, with one line saying what.
@@ -234,14 +382,13 @@ def cmd_status(args) -> int:
 def _privileged_remote(args):
     """A client that signs its calls with the group's password (membership changes and
     leadership transfer are privileged: rpc/privileged.py)."""
-    from logstore.remote import RemoteLogStore
     from rpc import privileged
 
     password = privileged.read_password(
         args.password_file, PASSWORD_ENV, "logstore"
     ) or os.environ.get(privileged.PASSWORD_ENV)
     key = privileged.derive_key(password) if password else None
-    return RemoteLogStore(_addresses(args), connect_timeout_s=args.timeout_s, privileged_key=key)
+    return _remote(args, privileged_key=key)
 
 
 def cmd_member(args) -> int:
@@ -338,6 +485,28 @@ def build_parser() -> argparse.ArgumentParser:
         help="allow no password: single-node development store on 127.0.0.1 only",
     )
     s.add_argument(
+        "--client-keys",
+        type=_public_keys,
+        default=(),
+        metavar="KEY|FILE,...",
+        help="CURVE: public keys admitted with the server role (coordinator nodes: their "
+        "<data-dir>/keys/coordinator.key or `coordinator show-key`)",
+    )
+    s.add_argument(
+        "--admin-keys",
+        type=_public_keys,
+        default=(),
+        metavar="KEY|FILE,...",
+        help="CURVE: public keys admitted with the admin role (operators: status, reads, "
+        "membership, leadership)",
+    )
+    s.add_argument(
+        "--insecure",
+        action="store_true",
+        help="the zmq API plaintext and unauthenticated: anyone who reaches it may append "
+        "and read (a WARNING at start; the start line says INSECURE). Default: CURVE",
+    )
+    s.add_argument(
         "--heartbeat-s", type=float, default=0.05, help="leader heartbeat period (default 0.05)"
     )
     s.add_argument(
@@ -363,6 +532,11 @@ def build_parser() -> argparse.ArgumentParser:
     logsetup.add_arguments(s)
     s.set_defaults(func=cmd_serve)
 
+    k = sub.add_parser("show-key", help="print the replica's CURVE public key (made if missing)")
+    k.add_argument("--data-dir", required=True)
+    add_json(k, "the public key, its file and whether it was just made")
+    k.set_defaults(func=cmd_show_key)
+
     def client_parser(name: str, help_text: str, *, read_only: bool = False, json_what=""):
         """A command on replicas: --servers; a read-only one (status, read, last-id) may
         instead name the coordinators, whose nodes serve their log's replicas read-only."""
@@ -378,6 +552,21 @@ def build_parser() -> argparse.ArgumentParser:
             add_cluster_arguments(c)
             add_json(c, json_what)
             c.set_defaults(read_only=True)
+        c.add_argument(
+            "--credentials",
+            metavar="FILE",
+            default=None,
+            help="CURVE as this principal (rpc/credentials.py; else $LOGCENTRIC_CREDENTIALS): "
+            "each replica's key from --server-keys, else the file's entry for its address",
+        )
+        c.add_argument(
+            "--server-keys",
+            type=_public_keys,
+            default=(),
+            metavar="KEY|FILE,...",
+            help="with --credentials: the replicas' public keys, one per --servers address in "
+            "order (`logstore show-key`, or <data-dir>/keys/logstore.key)",
+        )
         c.add_argument("--timeout-s", type=_positive_seconds, default=5.0)
         return c
 

@@ -9,6 +9,15 @@ The server's UUID is created once and kept in `<data_dir>/uuid`, so a replica ke
 name across restarts and a wiped data directory gets a new one (INVALID_NAME for callers
 that still use the old name).
 
+CURVE (design/security.md §2) unless `insecure`: the server's key pair is
+`<data_dir>/keys/logstore.key{,_secret}`, made at its first start and never replaced; it
+admits only the public keys of `client_keys` (the `server` role: coordinator nodes) and
+`admin_keys` (the `admin` role: operators), and checks every call against the role table
+(rpc/authz.py: Append and Barrier need `server`; Read, LastId and Status `server` or
+`admin`; AddMember, RemoveMember, TransferLeadership `admin`, and the group's password as
+before). Replicas reach each other over pysyncobj's own encrypted transport
+(logstore/auth.py), not over this service: no replica key is admitted here.
+
 With `http_bind`, the server also serves rpc.observe's HTTP endpoint: `/metrics` (the rpc
 server's families and the replica's, `replica_metrics`), `/healthz`, and `/readyz` (ready
 when the replica knows a leader and has applied up to the commit index it last saw).
@@ -28,14 +37,16 @@ from logstore import logstore_pb2 as pb
 from logstore.api import LogConditionFailed
 from logstore.journal import write_file_atomically
 from logstore.replicated import ReplicaConfig, ReplicatedLogStore
-from rpc import observe, privileged
-from rpc.errors import BadRequest
+from rpc import authz, keys, observe, privileged
+from rpc.errors import BadRequest, PermissionDenied
 from rpc.server import CallContext, RpcServer
 
 logger = logging.getLogger(__name__)
 
 SERVICE = "logstore"
 UUID_FILE = "uuid"
+KEYS_DIR = "keys"
+KEY_NAME = "logstore"  # <data_dir>/keys/logstore.key and logstore.key_secret
 # Handlers wait on Raft; leave the rpc layer a little time to send the answer.
 DEADLINE_MARGIN_S = 0.05
 
@@ -66,6 +77,30 @@ class ServeConfig:
     replica: ReplicaConfig = ReplicaConfig()
     http_bind: str = ""  # HOST:PORT of /metrics, /healthz, /readyz; "" serves none
     metrics: bool = True  # per-method rpc metrics (False: for benchmarks)
+    # Plaintext, anyone may call (said explicitly: `logstore serve --insecure`). Otherwise
+    # CURVE with the key pair of <data_dir>/keys, admitting only these public keys (z85):
+    insecure: bool = False
+    client_keys: tuple[str, ...] = ()  # the `server` role: coordinator nodes
+    admin_keys: tuple[str, ...] = ()  # the `admin` role: operators
+
+
+def keys_dir(data_dir: str) -> str:
+    return os.path.join(data_dir, KEYS_DIR)
+
+
+def load_or_create_keypair(data_dir: str) -> keys.KeyPair:
+    """The replica's CURVE key pair, made in <data_dir>/keys at its first start."""
+    return keys.load_or_create_keypair(keys_dir(data_dir), KEY_NAME)
+
+
+def roles_by_key(client_keys, admin_keys) -> dict[str, tuple[str, ...]]:
+    """Public key -> the roles it holds here (a key in both lists holds both)."""
+    table: dict[str, set[str]] = {}
+    for key in client_keys:
+        table.setdefault(keys.KeyPair(key).public, set()).add(authz.SERVER)
+    for key in admin_keys:
+        table.setdefault(keys.KeyPair(key).public, set()).add(authz.ADMIN)
+    return {key: tuple(sorted(roles)) for key, roles in table.items()}
 
 
 def _timeout(ctx: CallContext) -> float:
@@ -200,18 +235,26 @@ class LogStoreService:
         self.uuid = uuid
         self.rpc_address = ""
 
-    def register(self, server: RpcServer) -> None:
-        server.register("LogStore.Append", pb.AppendRequest, self.append)
-        server.register("LogStore.Read", pb.ReadRequest, self.read)
-        server.register("LogStore.LastId", pb.LastIdRequest, self.last_id)
-        server.register("LogStore.Barrier", pb.BarrierRequest, self.barrier)
-        server.register("LogStore.Status", pb.StatusRequest, self.status)
-        # Privileged (rpc/privileged.py): membership changes need the group's password.
-        server.register("LogStore.AddMember", pb.MemberRequest, self.add_member, privileged=True)
-        server.register(
-            "LogStore.RemoveMember", pb.MemberRequest, self.remove_member, privileged=True
-        )
-        server.register(
+    def register(self, server: RpcServer, *, check_roles: bool = False) -> None:
+        """`check_roles` (a CURVE server, whose authorizer answers the caller's roles): a
+        call whose roles may not call the method (rpc/authz.py) is refused
+        PERMISSION_DENIED before its handler runs."""
+
+        def register(method: str, request_type, handler, **kw) -> None:
+            if check_roles:
+                handler = _role_checked(method, handler)
+            server.register(method, request_type, handler, **kw)
+
+        register("LogStore.Append", pb.AppendRequest, self.append)
+        register("LogStore.Read", pb.ReadRequest, self.read)
+        register("LogStore.LastId", pb.LastIdRequest, self.last_id)
+        register("LogStore.Barrier", pb.BarrierRequest, self.barrier)
+        register("LogStore.Status", pb.StatusRequest, self.status)
+        # Privileged (rpc/privileged.py): membership changes need the group's password, and
+        # with CURVE the admin role as well.
+        register("LogStore.AddMember", pb.MemberRequest, self.add_member, privileged=True)
+        register("LogStore.RemoveMember", pb.MemberRequest, self.remove_member, privileged=True)
+        register(
             "LogStore.TransferLeadership",
             pb.TransferLeadershipRequest,
             self.transfer_leadership,
@@ -288,12 +331,23 @@ class LogStoreService:
         return pb.TransferLeadershipResponse(leader=leader)
 
 
+def _role_checked(method: str, handler):
+    def checked(request, ctx: CallContext):
+        reason = authz.authorize(method, ctx.principal or ())
+        if reason is not None:
+            raise PermissionDenied(f"permission denied: {reason}")
+        return handler(request, ctx)
+
+    return checked
+
+
 class LogStoreServer:
     """A replica plus its RPC server; a context manager. Create it on the main thread."""
 
     def __init__(self, config: ServeConfig) -> None:
         self.config = config
         self.uuid = load_or_create_uuid(config.data_dir)
+        self.keypair: keys.KeyPair | None = None
         self.store = ReplicatedLogStore(
             config.raft_address,
             list(config.peers),
@@ -303,6 +357,13 @@ class LogStoreServer:
             config=config.replica,
         )
         try:
+            curve = None
+            if not config.insecure:
+                # Made once the replica holds its data dir's lock (no second process makes
+                # one at the same time); a secret its group or others may read stops here.
+                self.keypair = load_or_create_keypair(config.data_dir)
+                roles = roles_by_key(config.client_keys, config.admin_keys)
+                curve = keys.ServerCurve(self.keypair, roles.get)
             self.service = LogStoreService(self.store, self.uuid)
             self.rpc = RpcServer(
                 self.uuid,
@@ -312,8 +373,9 @@ class LogStoreServer:
                 queue_max=config.queue_max,
                 metrics=config.metrics,
                 privileged_key=privileged.derive_key(config.password) if config.password else None,
+                curve=curve,
             )
-            self.service.register(self.rpc)
+            self.service.register(self.rpc, check_roles=curve is not None)
             self.rpc.start()
             self.service.rpc_address = self.rpc.address
             self.metrics_registry = observe.new_registry()
@@ -338,6 +400,11 @@ class LogStoreServer:
     @property
     def address(self) -> str:
         return self.rpc.address
+
+    @property
+    def public_key(self) -> str:
+        """The replica's CURVE public key, "" when it runs plaintext."""
+        return self.keypair.public if self.keypair is not None else ""
 
     @property
     def http_url(self) -> str:

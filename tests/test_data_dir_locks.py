@@ -38,8 +38,9 @@ def _stop(proc: subprocess.Popen, sig: int = signal.SIGTERM) -> None:
 
 def _logstore_argv(d: Path) -> list[str]:
     raft = f"127.0.0.1:{free_port()}"
+    # --insecure: a plaintext API (the test is about the data dir's lock, not keys).
     return ["logstore.cli", "serve", "--raft-address", raft, "--data-dir", str(d),
-            "--insecure-dev"]  # fmt: skip
+            "--insecure-dev", "--insecure"]  # fmt: skip
 
 
 def _coordinator_argv(d: Path) -> list[str]:

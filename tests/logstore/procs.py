@@ -1,4 +1,12 @@
-"""`logstore serve` replicas as real processes for integration tests and the bench."""
+"""`logstore serve` replicas as real processes for integration tests and the bench.
+
+`secure=True`: the replica runs CURVE (the default of `logstore serve`) and admits `caller`,
+one key pair per group made by `make_replicas`, with both roles (`--client-keys` and
+`--admin-keys`), so a test plays a coordinator node and an operator; `remote()` and
+`write_credentials()` call it with that key and each replica's key from its start line.
+`secure=False` passes `--insecure`: plaintext, for the callers from before CURVE (tests about
+something else, the bench).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +17,10 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+
+from logstore.remote import RemoteLogStore
+from rpc import credentials
+from rpc.keys import ClientCurve, KeyPair
 
 from .helpers import PASSWORD, free_addresses
 
@@ -34,6 +46,10 @@ class ReplicaProcess:
     proc: subprocess.Popen | None = None
     uuid: str = ""
     log_path: str = ""
+    secure: bool = False
+    caller: KeyPair | None = None  # secure: admitted with the server and admin roles
+    public_key: str = ""  # secure: the replica's, from its start line
+    start_line: str = ""
 
     def start(self, timeout_s: float = 30.0) -> None:
         assert self.proc is None or self.proc.poll() is not None, "already running"
@@ -50,6 +66,7 @@ class ReplicaProcess:
             self.rpc_address,
             "--data-dir",
             self.data_dir,
+            *self._security_args(),
             *self.extra_args,
         ]
         log = open(self.log_path, "ab")
@@ -59,9 +76,20 @@ class ReplicaProcess:
         if not line.startswith("logstore serving"):
             self.kill()
             raise RuntimeError(f"replica {self.raft_address} did not start: {line!r}")
-        fields = dict(part.split("=", 1) for part in line.split()[2:])
+        self.start_line = line
+        fields = dict(part.split("=", 1) for part in line.split()[2:] if "=" in part)
         self.uuid = fields["uuid"]
         assert fields["rpc"] == self.rpc_address, fields
+        if self.secure:
+            self.public_key = fields["curve-key"]
+        else:
+            assert "INSECURE" in line, line
+
+    def _security_args(self) -> list[str]:
+        if not self.secure:
+            return ["--insecure"]
+        assert self.caller is not None, "a secure replica admits the group's caller key"
+        return ["--client-keys", self.caller.public, "--admin-keys", self.caller.public]
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -111,10 +139,51 @@ def _read_line(proc: subprocess.Popen, timeout_s: float) -> str:
     return buf.decode(errors="replace").strip()
 
 
-def make_replicas(tmp_path, n: int, extra_args: list[str] | None = None) -> list[ReplicaProcess]:
+def make_replicas(
+    tmp_path, n: int, extra_args: list[str] | None = None, *, secure: bool = False
+) -> list[ReplicaProcess]:
     addrs = free_addresses(2 * n)
     raft, rpc = addrs[:n], addrs[n:]
+    caller = KeyPair.generate() if secure else None
     return [
-        ReplicaProcess(raft[i], rpc[i], str(tmp_path / f"replica{i}"), raft, extra_args or [])
+        ReplicaProcess(
+            raft[i],
+            rpc[i],
+            str(tmp_path / f"replica{i}"),
+            raft,
+            extra_args or [],
+            secure=secure,
+            caller=caller,
+        )
         for i in range(n)
     ]
+
+
+def client_options(replicas: list[ReplicaProcess]) -> dict:
+    """RemoteLogStore's keyword arguments to call these (started) replicas: CURVE with the
+    group's caller key and each replica's key when they are secure."""
+    if not replicas[0].secure:
+        return {}
+    caller = replicas[0].caller
+    assert caller is not None and all(r.caller == caller and r.public_key for r in replicas)
+    return {
+        "curve": ClientCurve(caller),
+        "server_keys": {r.rpc_address: r.public_key for r in replicas},
+    }
+
+
+def remote(replicas: list[ReplicaProcess], **kw) -> RemoteLogStore:
+    """A RemoteLogStore to these replicas, in this order (secure ones with CURVE)."""
+    return RemoteLogStore([r.rpc_address for r in replicas], **client_options(replicas), **kw)
+
+
+def write_credentials(path, replicas: list[ReplicaProcess], name: str = "operator") -> str:
+    """A credentials file (0600) of the group's caller key whose entries are the replicas'
+    RPC addresses and keys: what `logstore ... --credentials FILE` reads."""
+    caller = replicas[0].caller
+    assert caller is not None
+    doc = credentials.document(
+        name, "user", ["admin"], caller, [(r.rpc_address, r.public_key) for r in replicas]
+    )
+    credentials.write(path, doc)
+    return str(path)

@@ -99,6 +99,7 @@ def test_logstore_group_metrics_and_readiness(tmp_path):
                             "--data-dir", str(tmp_path / f"r{i}"),
                             "--password-file", str(password),
                             "--http", http[i],
+                            "--insecure",  # plaintext: a test of the metrics
                         ],
                         tmp_path / f"r{i}.out",
                     )
