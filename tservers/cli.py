@@ -3,6 +3,7 @@
 tserver start --fs-root DIR --bind HOST:PORT [--coordinators H:P,... | --cluster NAME]
               [--no-wal-sync] [--quarantine-retention-s S] [--quarantine-bytes-max B]
               [--coordinator-keys KEY|FILE,... [--leader-silence-s S] | --insecure]
+              [--join-token TOKEN]
 tserver status --address HOST:PORT     a live server: uuid, tablets, WAL and write counters
 tserver fs format --fs-root DIR        (refuses a non-empty directory)
 tserver fs uuid --fs-root DIR
@@ -44,6 +45,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import threading
 import time
@@ -280,6 +282,7 @@ def _cmd_start(args) -> int:
         curve=curve,
         coordinator_keys=coordinator_keys,
         leader_silence_s=args.leader_silence_s,
+        join_token=args.join_token,  # a secret: never logged (repr=False in the config)
     )
     try:
         # The server holds the fs root's lock until it closes (or the process dies):
@@ -558,21 +561,11 @@ def _rewrite_cmeta(fs: FsLayout, args) -> int:
 
 def _cmd_tablets(args) -> int:
     if args.address:
-        from rpc.client import RpcClient
         from rpc.protocols.tserver_pb2 import ListTabletsRequest, ListTabletsResponse
 
-        try:
-            with RpcClient(args.address, caller_uuid="tserver-cli") as c:
-                uuid = c.ping().uuid
-                resp = c.call(
-                    uuid,
-                    "TServer.ListTablets",
-                    ListTabletsRequest(),
-                    ListTabletsResponse,
-                    idempotent=True,
-                )
-        except RpcError as e:
-            raise CliError(f"{args.address}: {e}") from e
+        resp = _live_call(
+            args, args.address, "ListTablets", ListTabletsRequest(), ListTabletsResponse
+        )
         reports = list(resp.tablets)
         if args.json:
             print_json(
@@ -645,17 +638,139 @@ def _fs_tablets(fs: FsLayout) -> list[dict]:
     return out
 
 
-def _live_call(address: str, method: str, request, response_type):
+def _public_key_arg(text: str) -> str:
+    """--server-key / --source-key: 40 z85 characters or a key file."""
+    from rpc import keys
+
+    if keys.is_z85_key(text.strip()):
+        return text.strip()
+    try:
+        return keys.load_public_key(text)
+    except keys.KeyFileError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _add_credentials(
+    p: argparse.ArgumentParser, key_flag: str, whose: str, caller: str = "the file's principal"
+) -> None:
+    """--credentials FILE and the server's key flag of a tool that calls a tablet server."""
+    p.add_argument(
+        "--credentials",
+        metavar="FILE",
+        default=None,
+        help="a credentials file (else $LOGCENTRIC_CREDENTIALS): call with CURVE, as a CURVE "
+        f"tablet server (the default) needs, as {caller}; the server's key: {key_flag}, "
+        "else the key the coordinators the file lists admitted for it (asking them needs "
+        "the admin role). Neither: plaintext (a server started with --insecure)",
+    )
+    p.add_argument(
+        key_flag,
+        type=_public_key_arg,
+        default=None,
+        metavar="KEY|FILE",
+        help=f"the public key of {whose} (its `tserver show-key`), instead of asking the "
+        "coordinators: 40 z85 characters or a key file",
+    )
+
+
+def _credentials(args):
+    """The credentials the tool calls with: --credentials, else $LOGCENTRIC_CREDENTIALS;
+    None: plaintext."""
+    from rpc import credentials
+
+    path = credentials.find_path(args.credentials)
+    if not path:
+        return None
+    try:
+        return credentials.load(path)
+    except RpcError as e:
+        raise CliError(e.message) from e
+
+
+def _admitted_key(creds, address: str, uuid: str, key_flag: str) -> tuple[str, str]:
+    """(uuid, public key) of the tablet server at `address` (the one named `uuid`, when
+    given) as the coordinators of `creds` know it: its UUID from ListServers, and the key
+    of the active `tserver` principal of that name (ListPrincipals, the admin role's). So a
+    key is never taken from the server itself, only from coordinators the file vouches
+    for (design/security.md section 2). CliError naming `key_flag` when they cannot say."""
+    from logcentric.meta import CoordinatorClient
+    from rpc.errors import PermissionDenied
+    from rpc.protocols import coordinator_pb2 as pb
+
+    instead = f"give {key_flag} KEY|FILE (the server's `tserver show-key`)"
+    if not creds.coordinator_keys():
+        raise CliError(
+            f"the credentials file {creds.path} lists no coordinator with a key to ask for "
+            f"the key of {address}: {instead}"
+        )
+    try:
+        with CoordinatorClient(creds.addresses, credentials=creds, timeout_s=10.0) as meta:
+            servers = meta.list_servers()
+            if uuid:
+                found = [s for s in servers if s.uuid == uuid]
+            else:  # a wiped server rejoins at its address: the LIVE one first
+                found = sorted(
+                    (s for s in servers if s.address == address), key=lambda s: s.state != "LIVE"
+                )
+            if not found:
+                named = f"no tablet server {uuid}" if uuid else f"no tablet server at {address}"
+                raise CliError(f"the coordinators know {named}: {instead}")
+            uuid = found[0].uuid
+            answer = meta.call(
+                "ListPrincipals", pb.ListPrincipalsRequest(), pb.ListPrincipalsResponse
+            )
+    except PermissionDenied as e:
+        raise CliError(
+            f"asking the coordinators for the key of {address}: {e.message}; {instead}"
+        ) from e
+    except RpcError as e:
+        raise CliError(
+            f"cannot ask the coordinators for the key of {address}: {e.message}; {instead}"
+        ) from e
+    for principal in answer.principals:
+        if principal.name == uuid and principal.kind == "tserver":
+            if principal.state == "active" and not principal.pending:
+                return uuid, principal.public_key
+            break
+    raise CliError(f"tablet server {uuid} at {address} is not admitted (no active principal)")
+
+
+def _live_curve(args, address: str):
+    """The CURVE settings of a call to the tablet server at `address`: (ClientCurve, its
+    key) with credentials, (None, "") without: plaintext."""
+    from rpc.keys import ClientCurve
+
+    creds = _credentials(args)
+    if creds is None:
+        if args.server_key:
+            raise CliError("--server-key needs --credentials FILE (whose key pair calls)")
+        return None, ""
+    key = args.server_key or _admitted_key(creds, address, "", "--server-key")[1]
+    return ClientCurve(creds.keypair), key
+
+
+def _rpc_problem(address: str, e: RpcError, curve) -> str:
+    """An rpc error for the operator; a handshake refused without credentials says why."""
+    from rpc.client import HandshakeFailed
+
+    text = f"{address}: {e}"
+    if curve is None and isinstance(e, HandshakeFailed):
+        text += " (a CURVE tablet server: give --credentials FILE)"
+    return text
+
+
+def _live_call(args, address: str, method: str, request, response_type):
     from rpc.client import RpcClient
 
+    curve, key = _live_curve(args, address)
     try:
-        with RpcClient(address, caller_uuid="tserver-cli") as c:
+        with RpcClient(address, caller_uuid="tserver-cli", curve=curve, server_key=key) as c:
             pong = c.ping()
             if pong.service != "tserver":
                 raise CliError(f"{address} is a {pong.service or 'unknown'} server, not a tserver")
             return c.call(pong.uuid, f"TServer.{method}", request, response_type, idempotent=True)
     except RpcError as e:
-        raise CliError(f"{address}: {e}") from e
+        raise CliError(_rpc_problem(address, e, curve)) from e
 
 
 def _bytes(n: float) -> str:
@@ -667,7 +782,7 @@ def _bytes(n: float) -> str:
 def _cmd_copies(args) -> int:
     from rpc.protocols.tserver_pb2 import StatusRequest, StatusResponse
 
-    st = _live_call(args.address, "Status", StatusRequest(), StatusResponse)
+    st = _live_call(args, args.address, "Status", StatusRequest(), StatusResponse)
     if args.json:
         print_json({"address": args.address, "copies": [_copy_fields(j) for j in st.copies]})
         return 0
@@ -704,7 +819,7 @@ def _cmd_status(args) -> int:
     """A live server's own view: uuid, address, tablets, WAL and write counters, copies."""
     from rpc.protocols.tserver_pb2 import StatusRequest, StatusResponse
 
-    st = _live_call(args.address, "Status", StatusRequest(), StatusResponse)
+    st = _live_call(args, args.address, "Status", StatusRequest(), StatusResponse)
     fields = {
         "uuid": st.uuid,
         "address": st.address,
@@ -732,6 +847,7 @@ def _cmd_copy_cancel(args) -> int:
     from rpc.protocols.tserver_pb2 import CancelTabletCopyRequest, CancelTabletCopyResponse
 
     _live_call(
+        args,
         args.address,
         "CancelTabletCopy",
         CancelTabletCopyRequest(tablet_id=args.tablet),
@@ -812,6 +928,7 @@ class _Progress:
 def _cmd_copy_from_remote(args) -> int:
     from rpc.client import RpcClient
     from rpc.errors import TabletNotFound
+    from rpc.keys import ClientCurve
     from rpc.protocols.tserver_pb2 import StartTabletCopyRequest
     from tservers.tablet_copy import JobState, OfflineTarget, _Job, copy_tablet
     from tservers.wal.segment import WalCorruption
@@ -839,13 +956,31 @@ def _cmd_copy_from_remote(args) -> int:
                 f"tablet {args.tablet} is already READY on this server; --force replaces it "
                 "(the local replica is tombstoned and quarantined first)"
             )
+        # CURVE when a key for the source is given or learnt from the coordinators of the
+        # credentials: the copy runs as this server, with its own key pair from its fs root
+        # (an admitted `tserver` principal: copy sessions need the server role).
+        curve, source_key = None, args.source_key or ""
+        creds = None if source_key else _credentials(args)
+        if creds is not None:
+            _uuid, source_key = _admitted_key(
+                creds, args.source, args.source_uuid or "", "--source-key"
+            )
+        if source_key:
+            try:
+                keypair, _created = fs.load_keys()
+            except FsError as e:
+                raise CliError(str(e)) from e
+            curve = ClientCurve(keypair)
         # Who serves the source address, within the deadline.
         try:
-            with RpcClient(args.source, caller_uuid=fs.uuid) as c:
+            with RpcClient(
+                args.source, caller_uuid=fs.uuid, curve=curve, server_key=source_key
+            ) as c:
                 pong = c.ping(timeout_s=args.timeout)
         except RpcError as e:
+            problem = _rpc_problem(args.source, e, curve).removeprefix(f"{args.source}: ")
             raise CliError(
-                f"source {args.source} unreachable within {args.timeout:g} s: {e.message}"
+                f"source {args.source} unreachable within {args.timeout:g} s: {problem}"
             ) from e
         if pong.service != "tserver":
             raise CliError(f"{args.source} is a {pong.service or 'unknown'} server, not a tserver")
@@ -872,6 +1007,7 @@ def _cmd_copy_from_remote(args) -> int:
                 job,
                 caller_uuid=fs.uuid,
                 rate_limit_bytes_s=int(args.rate_mb * 1_000_000),
+                curve=ClientCurve(keypair, {pong.uuid: source_key}) if curve else None,
             )
             completed = True
         except TabletNotFound as e:
@@ -1118,6 +1254,14 @@ def build_parser() -> argparse.ArgumentParser:
         "keys of the cluster's credentials file",
     )
     s.add_argument(
+        "--join-token",
+        default=os.environ.get("LOGCENTRIC_JOIN_TOKEN", ""),
+        metavar="TOKEN",
+        help="with CURVE: a one-use token from `coordinator join-token` (also "
+        "$LOGCENTRIC_JOIN_TOKEN) that admits this server's key while the coordinators refuse "
+        "it; spent at the first admission (design/security.md section 5)",
+    )
+    s.add_argument(
         "--leader-silence-s",
         type=_positive_float,
         default=30.0,
@@ -1189,14 +1333,17 @@ def build_parser() -> argparse.ArgumentParser:
     cp = sub.add_parser("copies", help="tablet copies onto a live server: progress and rate")
     cp.add_argument("--address", type=address_arg, required=True)
     add_json(cp, "the copies")
+    _add_credentials(cp, "--server-key", "the server at --address")
     cp.set_defaults(func=_cmd_copies)
     st = sub.add_parser("status", help="a live server's uuid, tablets and counters")
     st.add_argument("--address", type=address_arg, required=True)
     add_json(st, "the server's status")
+    _add_credentials(st, "--server-key", "the server at --address")
     st.set_defaults(func=_cmd_status)
     cc = sub.add_parser("copy-cancel", help="cancel a tablet copy onto a live server")
     cc.add_argument("--address", type=address_arg, required=True)
     cc.add_argument("--tablet", required=True)
+    _add_credentials(cc, "--server-key", "the server at --address")
     cc.set_defaults(func=_cmd_copy_cancel)
 
     r = sub.add_parser(
@@ -1229,6 +1376,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--rate-mb", type=_rate_mb, default=0.0, help="throttle to MB/s (0: unthrottled)"
     )
     r.add_argument("--log-level", type=_log_level, default="warning")
+    _add_credentials(
+        r,
+        "--source-key",
+        "the source server",
+        "the stopped server (its key pair in --fs-root: copy sessions need the server role)",
+    )
     r.set_defaults(func=_cmd_copy_from_remote)
 
     qs = sub.add_parser(
@@ -1263,6 +1416,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--fs-root")
     t.add_argument("--address", type=address_arg)
     add_json(t, "the tablets")
+    _add_credentials(t, "--server-key", "the server at --address")
     t.set_defaults(func=_cmd_tablets)
     return p
 
