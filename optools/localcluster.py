@@ -328,6 +328,21 @@ class LocalCluster:
 
         return credentials.load(self.spec.admin_credentials)
 
+    def tserver_client(self, node: NodeSpec, timeout_s: float = 10.0):
+        """A client of the tablet server `node` (by the UUID of its fs root): as the admin,
+        with the server's own key, on a secure cluster; plaintext on a plaintext one."""
+        from logcentric.tablets import TabletServerClient
+        from tservers.fs import FsLayout
+
+        uuid = FsLayout.read_instance(Path(node.data)).uuid
+        creds = self.credentials()
+        if creds is None:
+            return TabletServerClient(node.rpc, uuid, timeout_s=timeout_s)
+        key = FsLayout(Path(node.data), uuid).public_key()
+        return TabletServerClient(
+            node.rpc, uuid, timeout_s=timeout_s, keypair=creds.keypair, server_key=key
+        )
+
     def admit_tservers(self, timeout_s: float) -> None:
         """Log a `tserver` principal (its UUID, its key, the server role) for every tablet
         server of the folder, as the admin; one already admitted with that key is left as

@@ -31,7 +31,9 @@ def cluster(tmp_path_factory):
 
 @pytest.fixture
 def client(cluster):
-    with Client(cluster.spec.coordinator_addresses, timeout_s=60) as c:
+    with Client(
+        cluster.spec.coordinator_addresses, timeout_s=60, credentials=cluster.credentials()
+    ) as c:
         yield c
 
 
@@ -206,7 +208,7 @@ def test_rows_buffered_for_a_table_dropped_meanwhile_fail_at_once(client):
     s = client.new_session(flush_rows_max=10_000, flush_interval_s=3600)
     s.upsert(t, rows(range(500)))
     assert s.pending_rows() == 500
-    with Client(client.meta.addresses, timeout_s=60) as other:
+    with Client(client.meta.addresses, timeout_s=60, credentials=client.credentials) as other:
         other.drop_table("gone_t")
     errors_seen = s.flush()
     assert len(errors_seen) == 500
@@ -315,7 +317,9 @@ def test_a_handle_scans_on_after_another_client_alters_the_table(cluster, client
     with client.new_session() as s:
         s.upsert(client.table("alt_t"), rows(range(10)))
         s.delete(client.table("alt_t"), [])  # empty: nothing to do, as for the others
-    with Client(cluster.spec.coordinator_addresses, timeout_s=60) as other:
+    with Client(
+        cluster.spec.coordinator_addresses, timeout_s=60, credentials=cluster.credentials()
+    ) as other:
         stale = other.table("alt_t")
         assert stale.to_arrow().num_rows == 10
         client.alter_table("alt_t", add_columns=[Column("w", "int32", nullable=True)])
@@ -339,7 +343,9 @@ def test_a_handle_scans_on_after_another_client_alters_the_table(cluster, client
 def test_a_failed_flush_keeps_its_rows_for_the_next(cluster, client, monkeypatch):
     """Runs last in this module: every tablet server is killed, then started again."""
     client.create_table("keep_t", COLUMNS, num_tablets=2)
-    with Client(cluster.spec.coordinator_addresses, timeout_s=3) as short:
+    with Client(
+        cluster.spec.coordinator_addresses, timeout_s=3, credentials=cluster.credentials()
+    ) as short:
         t = short.table("keep_t")
         s = short.new_session()
         for node in cluster.spec.tservers:

@@ -116,7 +116,11 @@ def _node_at(nodes, address: str):
 
 
 def test_a_cached_handle_writes_and_scans_past_a_hung_tablet_leader(cluster, monkeypatch):
-    with Client(cluster.spec.coordinator_addresses, timeout_s=CLIENT_TIMEOUT_S) as client:
+    with Client(
+        cluster.spec.coordinator_addresses,
+        timeout_s=CLIENT_TIMEOUT_S,
+        credentials=cluster.credentials(),
+    ) as client:
         client.create_table("hung_t", COLUMNS, num_tablets=1, replication_factor=3)
         table = client.table("hung_t")
         with client.new_session() as s:
@@ -136,7 +140,9 @@ def test_a_cached_handle_writes_and_scans_past_a_hung_tablet_leader(cluster, mon
         writes = _record_tserver_calls(monkeypatch, "write")
         os.kill(node.pid, signal.SIGSTOP)
         try:
-            with Client(cluster.spec.coordinator_addresses, timeout_s=10) as other:
+            with Client(
+                cluster.spec.coordinator_addresses, timeout_s=10, credentials=cluster.credentials()
+            ) as other:
                 wait_for(
                     lambda: _reported_leader(other, "hung_t") not in (None, old_leader),
                     60,
@@ -173,7 +179,11 @@ def test_a_cached_handle_writes_and_scans_past_a_hung_tablet_leader(cluster, mon
 
 
 def test_a_create_table_goes_on_past_a_hung_coordinator_leader(cluster, monkeypatch):
-    with Client(cluster.spec.coordinator_addresses, timeout_s=CLIENT_TIMEOUT_S) as client:
+    with Client(
+        cluster.spec.coordinator_addresses,
+        timeout_s=CLIENT_TIMEOUT_S,
+        credentials=cluster.credentials(),
+    ) as client:
         with cluster.client() as meta:
             leader = wait_for(lambda: cluster.leader(meta), 60, "a coordinator leader")
         client.list_tables()  # the client learns the leader: its next call goes there

@@ -37,7 +37,8 @@ def test_operator_session(tmp_path):
     )
     try:
         assert cli("local-cluster", "status", "--dir", str(root)).stdout.count(" up ") == 5
-        c = ["--coordinators", coordinators]
+        # A new cluster is secure: every command acts as the admin of its credentials file.
+        c = ["--coordinators", coordinators, "--credentials", str(root / "admin.credentials")]
         cli("create-table", "people", *c, "--columns", "id:int64:key,name:string:nullable",
             "--tablets", "3")  # fmt: skip
         assert "people" in cli("tables", *c).stdout
@@ -61,24 +62,11 @@ def test_operator_session(tmp_path):
         listed = json.loads(cli("servers", *c, "--json").stdout)
         assert sorted(s["address"] for s in listed) == sorted(n.rpc for n in spec_now.tservers)
         assert all(s["state"] == "LIVE" and not s["retired"] for s in listed), listed
-        # Addresses of the wrong kind of server: said so, not an unknown rpc method.
+        # A tablet server's address given as a coordinator's: the admin's file has no key
+        # for it, so nothing is sent, and the error says what to do.
         ts_address = spec_now.tservers[0].rpc
-        wrong = cli("replication", "--coordinators", ts_address, check=1)
-        assert "is a tserver server, not a coordinator node" in wrong.stderr, wrong.stderr
-        wrong = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "tservers.cli",
-                "copies",
-                "--address",
-                coordinators.split(",")[0],
-            ],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert wrong.returncode == 1 and "is a coordinator server, not a tserver" in wrong.stderr
+        wrong = cli("replication", "--coordinators", ts_address, *c[2:], check=1)
+        assert f"has no public key for coordinator {ts_address}" in wrong.stderr, wrong.stderr
         # A reader that goes away (`coordinator status | head -1`): a quiet exit 0.
         for command in (["status", *c], ["tables", *c]):
             proc = subprocess.Popen(
@@ -116,3 +104,26 @@ def test_operator_session(tmp_path):
         cli("local-cluster", "down", "--dir", str(root), check=None)
     down = cli("local-cluster", "status", "--dir", str(root), check=1)
     assert down.stdout.count("DOWN") == 5
+
+
+def test_the_wrong_kind_of_server_is_named(tmp_path):
+    """A tablet server's address given to a coordinator command, and a coordinator's to a
+    tserver command: said so, not an unknown rpc method. Plaintext on purpose: the answer
+    that names the kind of server needs a connection, and with CURVE a client without the
+    server's key never gets one (test_operator_session checks that refusal)."""
+    root = tmp_path / "cluster"
+    up = cli("local-cluster", "up", "--dir", str(root), "--coordinators", "1", "--tservers", "1",
+             "--insecure", "--no-register")  # fmt: skip
+    assert "WARNING: INSECURE cluster" in up.stderr, up.stderr
+    try:
+        spec = ClusterSpec.load(root)
+        wrong = cli("replication", "--coordinators", spec.tservers[0].rpc, check=1)
+        assert "is a tserver server, not a coordinator node" in wrong.stderr, wrong.stderr
+        wrong = subprocess.run(
+            [sys.executable, "-m", "tservers.cli", "copies",
+             "--address", spec.coordinators[0].rpc],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert wrong.returncode == 1 and "is a coordinator server, not a tserver" in wrong.stderr
+    finally:
+        cli("local-cluster", "down", "--dir", str(root), check=None)

@@ -90,7 +90,9 @@ def test_a_long_value_is_cut_in_the_message():
 @pytest.mark.integration
 def test_tablet_server_refusals_name_the_key_columns(tmp_path):
     with local_cluster(tmp_path / "c", coordinators=1, tservers=1) as cluster:
-        with Client(cluster.spec.coordinator_addresses, timeout_s=60) as client:
+        with Client(
+            cluster.spec.coordinator_addresses, timeout_s=60, credentials=cluster.credentials()
+        ) as client:
             v = Column("v", "string", nullable=True)
             client.create_table("one", [Column("id", "int64", key=True), v], num_tablets=1)
             keys = [Column("a", "int64", key=True), Column("b", "string", key=True)]

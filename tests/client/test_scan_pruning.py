@@ -34,7 +34,9 @@ def cluster(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def client(cluster):
-    with Client(cluster.spec.coordinator_addresses, timeout_s=60) as c:
+    with Client(
+        cluster.spec.coordinator_addresses, timeout_s=60, credentials=cluster.credentials()
+    ) as c:
         yield c
 
 

@@ -17,7 +17,6 @@ import time
 import pytest
 
 from logcentric.client import Client, Column
-from logcentric.tablets import TabletServerClient
 from rpc.errors import RpcError
 from rpc.protocols import coordinator_pb2 as cpb
 from tests.support.cluster import local_cluster
@@ -56,20 +55,12 @@ def converged(client: Client, table: str, factor: int, banned: set[str]) -> bool
 def voters_on_servers(client: Client, table: str) -> dict[str, list[str]]:
     """Each tablet's committed voters as the tablet's own leader reports them."""
     out: dict[str, list[str]] = {}
-    servers = {s.uuid: s.address for s in client.list_servers()}
-    from rpc.client import RpcClient
     from rpc.protocols import tserver_pb2 as ts
 
     for t in client.tablet_locations(table).tablets:
         leader = next(r for r in t.replicas if r.is_leader)
-        with RpcClient(servers[leader.server_uuid], "test") as rpc:
-            answer = rpc.call(
-                leader.server_uuid,
-                "TServer.ListTablets",
-                ts.ListTabletsRequest(),
-                ts.ListTabletsResponse,
-                timeout_s=10,
-            )
+        # The client's own client of that server: CURVE with the key the locations give.
+        answer = client.tserver(leader).list_tablets()
         report = next(r for r in answer.tablets if r.tablet_id == t.tablet_id)
         out[t.tablet_id] = sorted(
             p.uuid for p in report.committed_config.peers if p.member_type == ts.MemberType.VOTER
@@ -82,9 +73,11 @@ def affected_on(locations, uuid: str) -> list[str]:
 
 
 def cli(cluster, *args: str, timeout_s: float = 300) -> subprocess.CompletedProcess:
+    """An operator command against the cluster, as its admin (a secure cluster's file)."""
+    creds = ["--credentials", str(cluster.spec.admin_credentials)] if cluster.spec.secure else []
     return subprocess.run(
         [sys.executable, "-m", "optools.coordinator_cli", *args,
-         "--coordinators", ",".join(cluster.spec.coordinator_addresses)],
+         "--coordinators", ",".join(cluster.spec.coordinator_addresses), *creds],
         capture_output=True, text=True, timeout=timeout_s,
     )  # fmt: skip
 
@@ -99,7 +92,9 @@ def write(client: Client, table, ids) -> None:
 
 def test_kill_a_tserver_then_re_replicate_lower_the_factor_and_move(tmp_path):
     with local_cluster(tmp_path / "c", coordinators=3, tservers=4) as cluster:
-        with Client(cluster.spec.coordinator_addresses, timeout_s=60) as client:
+        with Client(
+            cluster.spec.coordinator_addresses, timeout_s=60, credentials=cluster.credentials()
+        ) as client:
             # Default replication factor: 3 with 4 live servers (0 = unset).
             wait_for(lambda: len(client.list_servers()) == 4, 60, "4 tablet servers enlisted")
             client.meta.create_table("dflt", cpb.Schema(columns=[c.to_pb() for c in COLUMNS]), 1, 0)
@@ -260,7 +255,9 @@ def test_re_replication_survives_a_coordinator_failover(tmp_path):
     nothing logged about re-replication, finds the under-replicated tablets from the
     heartbeats it received as a follower and repairs them."""
     with local_cluster(tmp_path / "c", coordinators=3, tservers=4) as cluster:
-        with Client(cluster.spec.coordinator_addresses, timeout_s=60) as client:
+        with Client(
+            cluster.spec.coordinator_addresses, timeout_s=60, credentials=cluster.credentials()
+        ) as client:
             wait_for(lambda: len(client.list_servers()) == 4, 60, "4 tablet servers enlisted")
             schema = cpb.Schema(columns=[c.to_pb() for c in COLUMNS])
             client.meta.create_table("rep", schema, 4, 0)  # default factor: 3
@@ -304,7 +301,7 @@ def test_re_replication_survives_a_coordinator_failover(tmp_path):
             def victim_states() -> dict[str, str]:
                 from rpc.protocols import tserver_pb2 as ts
 
-                with TabletServerClient(victim.rpc, victim_uuid, timeout_s=10) as c:
+                with cluster.tserver_client(victim, timeout_s=10) as c:
                     return {r.tablet_id: ts.DataState.Name(r.data_state)
                             for r in c.list_tablets().tablets}  # fmt: skip
 
@@ -332,7 +329,9 @@ def test_failed_replica_on_a_live_server_is_replaced_then_deleted(tmp_path):
     from tservers.wal import segment as seg
 
     with local_cluster(tmp_path / "c", coordinators=1, tservers=4) as cluster:
-        with Client(cluster.spec.coordinator_addresses, timeout_s=60) as client:
+        with Client(
+            cluster.spec.coordinator_addresses, timeout_s=60, credentials=cluster.credentials()
+        ) as client:
             wait_for(lambda: len(client.list_servers()) == 4, 60, "4 tablet servers enlisted")
             client.create_table("rep", COLUMNS, num_tablets=1, replication_factor=3)
             wait_for(lambda: converged(client, "rep", 3, set()), 60, "a leader reported")
@@ -357,7 +356,7 @@ def test_failed_replica_on_a_live_server_is_replaced_then_deleted(tmp_path):
 
             def victim_report():
                 try:
-                    with TabletServerClient(victim.rpc, victim_uuid, timeout_s=10) as c:
+                    with cluster.tserver_client(victim, timeout_s=10) as c:
                         return next(
                             (
                                 r

@@ -122,7 +122,9 @@ def test_every_daemon_scraped_and_numbers_move(tmp_path):
             "logcentric_logstore_append_latency_seconds_count",
         )
         assert before_written == 0 and before_scanned == 0
-        with Client(cluster.spec.coordinator_addresses, timeout_s=60) as client:
+        with Client(
+            cluster.spec.coordinator_addresses, timeout_s=60, credentials=cluster.credentials()
+        ) as client:
             client.create_table("m", COLUMNS, num_tablets=2, replication_factor=2)
             table = client.table("m")
             rows = [{"id": i, "v": f"r{i}"} for i in range(ROWS)]

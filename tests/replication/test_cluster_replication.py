@@ -20,7 +20,9 @@ def rows(ids):
 
 def test_replicated_table_survives_a_tserver_kill(tmp_path):
     with local_cluster(tmp_path / "c", coordinators=1, tservers=3) as cluster:
-        with Client(cluster.spec.coordinator_addresses, timeout_s=60) as client:
+        with Client(
+            cluster.spec.coordinator_addresses, timeout_s=60, credentials=cluster.credentials()
+        ) as client:
             client.create_table("rep_t", COLUMNS, num_tablets=2, replication_factor=3)
             locations = client.tablet_locations("rep_t")
             assert all(len(t.replicas) == 3 for t in locations.tablets)

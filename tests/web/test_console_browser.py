@@ -63,7 +63,9 @@ def cluster(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def client(cluster):
-    with Client(cluster.spec.coordinator_addresses, timeout_s=60) as client:
+    with Client(
+        cluster.spec.coordinator_addresses, timeout_s=60, credentials=cluster.credentials()
+    ) as client:
         wait_for(lambda: len(client.list_servers()) == 3, WAIT_S, "3 tablet servers enlisted")
         client.create_table("users", COLUMNS, num_tablets=2, replication_factor=3)
         with client.new_session(flush_rows_max=500) as s:
