@@ -551,6 +551,8 @@ class CoordinatorNode:
         """AddPrincipal, RevokePrincipal, SetPrincipalRoles: one logged operation kind
         (coordinator/ops/principals.py), answered with the principal's name."""
         if isinstance(request, pb.AddPrincipalRequest) and request.kind == "join-token":
+            if not self.config.curve:  # JoinServer needs the caller's key: CURVE
+                raise BadRequest("join tokens need coordinator nodes run with --curve")
             # The deadline is counted on this (the leader's) wall clock: decide is pure.
             request = principals.AddJoinToken(request, now_unix_ms=int(time.time() * 1000))
             answer = self._engine().execute(principals.KIND, request)

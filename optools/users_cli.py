@@ -4,6 +4,7 @@
     coordinator users list [--json]
     coordinator users set-roles NAME --role R ...
     coordinator users revoke NAME
+    coordinator join-token [--ttl-s S]
 
 `add` without --public-key makes a CURVE key pair (zmq.curve_keypair) and writes the
 credentials file (rpc/credentials.py; default ./NAME.credentials, mode 0600, never over an
@@ -19,6 +20,12 @@ admin's; on a plaintext cluster they are guarded by the cluster's password
 (rpc/privileged.py): --password-file, else $COORDINATOR_PASSWORD or $LOGCENTRIC_PASSWORD.
 Every change carries a request id, so the client's own retries (a new leader, a lost
 answer) get the first answer instead of a second change.
+
+`join-token` (design/security.md section 5) makes a one-use join token for one new tablet
+server: a fresh random secret, printed as `lcjt1.<z85>` (rpc/join_token.py), whose public
+half only is logged as a `join-token` principal with the `join` role and a deadline the
+coordinator leader counts on its wall clock (--ttl-s). `tserver start --curve --join-token
+TOKEN` (or $LOGCENTRIC_JOIN_TOKEN) admits that server's key with it, once.
 """
 
 from __future__ import annotations
@@ -26,7 +33,14 @@ from __future__ import annotations
 import argparse
 import os
 
-from coordinator.ops.principals import KINDS, ROLES, key_problem
+from coordinator.ops.principals import (
+    JOIN_TOKEN_KIND,
+    JOIN_TOKEN_TTL_S_DEFAULT,
+    JOIN_TOKEN_TTL_S_MAX,
+    KINDS,
+    ROLES,
+    key_problem,
+)
 from optools.admin import coordinators_for, credentials_of
 from rpc import errors as rpc_errors
 from rpc.console import UsageError, add_cluster_arguments, add_json, print_json
@@ -198,7 +212,37 @@ def principal_fields(p) -> dict:
         "pending": p.pending,
         "public_key": p.public_key,
         "record_id": p.record_id,
+        # join tokens: the deadline (the coordinator leader's wall clock, Unix ms) and
+        # whether it has passed by this machine's clock; tablet servers: the token they
+        # joined with (a spent token is no principal any more: it shows here)
+        "expires_unix_ms": p.expires_unix_ms,
+        "expired": bool(p.expires_unix_ms) and p.expires_unix_ms <= _now_ms(),
+        "join_token": p.join_token,
     }
+
+
+def _now_ms() -> int:
+    import time
+
+    return int(time.time() * 1000)
+
+
+def _utc(unix_ms: int) -> str:
+    import datetime
+
+    when = datetime.datetime.fromtimestamp(unix_ms / 1000, datetime.UTC)
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _state_words(p) -> str:
+    state = p.state + (" (changing)" if p.pending else "")
+    if p.kind == JOIN_TOKEN_KIND and p.expires_unix_ms:
+        if p.state == "active" and p.expires_unix_ms <= _now_ms():
+            state = "expired"
+        state += f", unused, expires {_utc(p.expires_unix_ms)}"
+    if p.join_token:
+        state += f", joined with token {p.join_token} (spent)"
+    return state
 
 
 def cmd_list(args) -> int:
@@ -216,8 +260,64 @@ def cmd_list(args) -> int:
         print("no principals (coordinator users add NAME --role R)")
         return 0
     for p in answer.principals:
-        state = p.state + (" (changing)" if p.pending else "")
-        print(f"{p.name}\t{p.kind}\t{','.join(p.roles)}\t{state}\t{p.public_key}")
+        print(f"{p.name}\t{p.kind}\t{','.join(p.roles)}\t{_state_words(p)}\t{p.public_key}")
+    return 0
+
+
+def _ttl(value: str) -> int:
+    try:
+        ttl = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number of seconds: {value!r}") from None
+    if not 0 < ttl <= JOIN_TOKEN_TTL_S_MAX:
+        raise argparse.ArgumentTypeError(f"1..{JOIN_TOKEN_TTL_S_MAX} s, got {ttl}")
+    return ttl
+
+
+def cmd_join_token(args) -> int:
+    """Log a new token's public half; print the token (the secret) once, to stdout only."""
+    from coordinator.ops.principals import join_token_name
+    from rpc import join_token
+    from rpc.protocols import coordinator_pb2 as pb
+
+    text, pair = join_token.make()
+    name = join_token_name(pair.public)
+    args.coordinators = _addresses(args)
+    with _client(args) as client:
+        request = pb.AddPrincipalRequest(
+            request_id=client.next_request_id(),
+            name=name,
+            kind=JOIN_TOKEN_KIND,
+            public_key=pair.public,
+            roles=["join"],
+            ttl_s=args.ttl_s,
+        )
+        client.call("AddPrincipal", request, pb.AddPrincipalResponse)
+        listed = client.call(
+            "ListPrincipals", pb.ListPrincipalsRequest(), pb.ListPrincipalsResponse
+        )
+    expires = next((p.expires_unix_ms for p in listed.principals if p.name == name), 0)
+    if args.json:
+        print_json(
+            {
+                "token": text,
+                "name": name,
+                "public_key": pair.public,
+                "ttl_s": args.ttl_s,
+                "expires_unix_ms": expires,
+            }
+        )
+        return 0
+    print(text)
+    import sys
+
+    print(
+        f"join token {name}: admits one tablet server, once, until "
+        f"{_utc(expires) if expires else f'{args.ttl_s} s from now'} (the coordinator "
+        "leader's clock): `tserver start --curve --join-token TOKEN` or $LOGCENTRIC_JOIN_TOKEN. "
+        f"Keep it secret; `coordinator users revoke {name}` withdraws it.",
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -288,7 +388,12 @@ def add_commands(sub) -> None:
         required=True,
         help=f"one of {', '.join(ROLES)}; repeat or comma-separate for several",
     )
-    p.add_argument("--kind", choices=KINDS, default="user", help="default %(default)s")
+    p.add_argument(
+        "--kind",
+        choices=[k for k in KINDS if k != JOIN_TOKEN_KIND],  # tokens: `coordinator join-token`
+        default="user",
+        help="default %(default)s",
+    )
     p.add_argument(
         "--public-key",
         metavar="FILE",
@@ -311,3 +416,20 @@ def add_commands(sub) -> None:
     p.add_argument("name")
     _common(p, "the principal revoked")
     p.set_defaults(func=cmd_revoke)
+    # `coordinator join-token`: on the coordinator command itself, beside `users`.
+    p = sub.add_parser(
+        "join-token",
+        help="make a one-use token that admits one new tablet server (admin)",
+        description="Log the public half of a fresh one-use join token (kind join-token, "
+        "role join, a deadline) and print the token: give it to `tserver start --curve "
+        "--join-token TOKEN` (or $LOGCENTRIC_JOIN_TOKEN). design/security.md section 5.",
+    )
+    p.add_argument(
+        "--ttl-s",
+        type=_ttl,
+        default=JOIN_TOKEN_TTL_S_DEFAULT,
+        help="seconds until it expires, counted by the coordinator leader's wall clock "
+        f"(default %(default)s, at most {JOIN_TOKEN_TTL_S_MAX})",
+    )
+    _common(p, "the token, its principal's name, public key and deadline")
+    p.set_defaults(func=cmd_join_token)

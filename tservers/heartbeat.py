@@ -11,6 +11,13 @@ key pair, to coordinator nodes that must prove they hold the key given for their
 a leader's answer may carry the principals table (design/security.md section 4), handed to
 `principals` (tservers/principals.py) with every leader's answer.
 
+With a join token (`join_keypair`, design/security.md section 5): while no coordinator node
+answers a heartbeat and some refuse this server's key at the handshake (not admitted), each
+round also calls Coordinator.JoinServer with the token's key pair, naming this server's UUID
+and public key, until a leader admits it; then the token is dropped. The request id is fixed
+per server, so a retry after a lost answer or a failover gets the first answer. The token's
+text and secret are never logged.
+
 This module speaks the coordinator's protocol (its generated messages and method names),
 never its code: the import runs from tservers to a generated protocol module only.
 """
@@ -23,7 +30,7 @@ from collections.abc import Callable, Sequence
 
 from rpc import errors
 from rpc.client import RpcClient, Transport
-from rpc.keys import ClientCurve
+from rpc.keys import ClientCurve, KeyPair
 from rpc.protocols import coordinator_pb2 as cpb
 from rpc.protocols.tserver_pb2 import DataState, MemberType, TabletReportPB
 
@@ -69,10 +76,13 @@ class Heartbeater:
         curve: ClientCurve | None = None,
         coordinator_keys: Sequence[str] = (),
         principals=None,
+        join_keypair: KeyPair | None = None,
     ) -> None:
         """`curve`: heartbeat as a CURVE client; `coordinator_keys[i]` is the public key of
         the node at `coordinators[i]`. `principals` (tservers.principals.PrincipalCache):
-        told of every leader's answer, with the table when one carries it."""
+        told of every leader's answer, with the table when one carries it. `join_keypair`:
+        a join token's key pair (with `curve`), used while this server's key is refused."""
+        assert join_keypair is None or curve is not None, "a join token needs CURVE"
         assert coordinators, "no coordinator to heartbeat to"
         assert curve is None or len(coordinator_keys) == len(coordinators), (
             "one public key per coordinator address"
@@ -92,6 +102,20 @@ class Heartbeater:
             for a in self.coordinators
         }
         self._uuids: dict[str, str] = {}
+        self._public_key = curve.keypair.public if curve is not None else ""
+        self._join_transport: Transport | None = None
+        self._join_clients: dict[str, RpcClient] = {}
+        self._join_uuids: dict[str, str] = {}
+        if join_keypair is not None:
+            self._join_transport = Transport(name="join", curve=ClientCurve(join_keypair))
+            self._join_clients = {
+                a: RpcClient(
+                    a, server_uuid, transport=self._join_transport, server_key=keys.get(a, "")
+                )
+                for a in self.coordinators
+            }
+        self._join_refusals: dict[str, str] = {}
+        self.joined = False  # a JoinServer call admitted this server (this process)
         self._refusals: dict[str, str] = {}  # address -> the last refusal logged
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tserver-heartbeat", daemon=True)
@@ -128,12 +152,16 @@ class Heartbeater:
             disk = None
         if disk is not None:
             request.disk.CopyFrom(disk)
+        answered = 0
+        key_refused = 0
         for address in self.coordinators:
             if self._stop.is_set():
                 return
             try:
                 answer = self._call(address, "Heartbeat", request, cpb.HeartbeatResponse)
             except errors.RpcError as err:
+                if isinstance(err, errors.Unauthenticated):
+                    key_refused += 1
                 if isinstance(err, (errors.Unauthenticated, errors.PermissionDenied)):
                     # Not admitted (yet), or a key mismatch: said once per change of reason.
                     if self._refusals.get(address) != err.message:
@@ -143,6 +171,7 @@ class Heartbeater:
                     log.debug("heartbeat to %s failed: %s", address, err)
                 continue
             self._refusals.pop(address, None)
+            answered += 1
             if answer.is_leader:
                 self.enlisted = not answer.needs_enlist
                 if self._principals is not None:
@@ -161,19 +190,80 @@ class Heartbeater:
                 except errors.RpcError as err:
                     log.warning("enlisting at %s failed: %s", address, err)
         self.beats += 1
+        if self._join_transport is not None:
+            if answered:  # this server's key is admitted: the token is not needed again
+                self._drop_join_token()
+            elif key_refused:
+                self._join()
 
-    def _call(self, address: str, method: str, request, response_type):
-        uuid = self._uuids.get(address)
+    def _join(self) -> None:
+        """One JoinServer attempt per coordinator node, stopping at the first admission."""
+        request = cpb.JoinServerRequest(
+            request_id=cpb.RequestId(client_id=f"join-{self.server_uuid}", seq=1),
+            server_uuid=self.server_uuid,
+            public_key=self._public_key,
+        )
+        for address in self.coordinators:
+            if self._stop.is_set():
+                return
+            try:
+                self._call(
+                    address,
+                    "JoinServer",
+                    request,
+                    cpb.JoinServerResponse,
+                    clients=self._join_clients,
+                    uuids=self._join_uuids,
+                )
+            except errors.NotLeader:
+                continue
+            except errors.RpcError as err:
+                level = logging.DEBUG
+                why = ""
+                if isinstance(err, (errors.Unauthenticated, errors.PermissionDenied)):
+                    level = logging.WARNING
+                if isinstance(err, errors.Unauthenticated):
+                    why = " (the token's key is not admitted: spent, revoked or unknown)"
+                if self._join_refusals.get(address) != err.message:
+                    self._join_refusals[address] = err.message
+                    log.log(
+                        level,
+                        "joining with the join token at %s refused%s: %s",
+                        address,
+                        why,
+                        err.message,
+                    )
+                continue
+            log.warning(
+                "admitted by the coordinator leader at %s with a join token: tablet server %s, "
+                "key %s",
+                address,
+                self.server_uuid,
+                self._public_key,
+            )
+            self.joined = True
+            return
+
+    def _drop_join_token(self) -> None:
+        transport, self._join_transport = self._join_transport, None
+        self._join_clients = {}
+        if transport is not None:
+            transport.close()
+
+    def _call(self, address: str, method: str, request, response_type, *, clients=None, uuids=None):
+        clients = self._clients if clients is None else clients
+        uuids = self._uuids if uuids is None else uuids
+        uuid = uuids.get(address)
         if uuid is None:
-            uuid = self._clients[address].ping(timeout_s=CALL_TIMEOUT_S).uuid
-            self._uuids[address] = uuid
+            uuid = clients[address].ping(timeout_s=CALL_TIMEOUT_S).uuid
+            uuids[address] = uuid
         try:
-            return self._clients[address].call(
+            return clients[address].call(
                 uuid, f"Coordinator.{method}", request, response_type, timeout_s=CALL_TIMEOUT_S
             )
         except (errors.InvalidName, errors.TimedOut, errors.Unavailable):
             # The node may have been replaced at this address: learn its UUID again.
-            self._uuids.pop(address, None)
+            uuids.pop(address, None)
             raise
 
     def close(self, timeout_s: float = 5.0) -> None:
@@ -181,6 +271,7 @@ class Heartbeater:
         if self._thread.is_alive():
             self._thread.join(timeout_s)
         self._transport.close()
+        self._drop_join_token()
 
     def __enter__(self) -> Heartbeater:
         return self.start()

@@ -5,10 +5,10 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from rpc import keys, privileged
+from rpc import join_token, keys, privileged
 from rpc.errors import IllegalState
 from rpc.privileged import is_loopback
 from rpc.server import RpcServer
@@ -83,6 +83,10 @@ class TServerConfig:
     # With CURVE: after this long without an answer from a coordinator leader the server
     # refuses calls of every principal but the cluster's own (its table may be stale).
     leader_silence_s: float = 30.0
+    # With CURVE: a one-use join token (`coordinator join-token`, design/security.md section
+    # 5), used to admit this server's key while the coordinators refuse it. A secret: never
+    # in the repr, never logged.
+    join_token: str = field(default="", repr=False)
 
 
 class TabletServer:
@@ -97,6 +101,14 @@ class TabletServer:
                 f"{len(config.coordinator_keys)} keys (--coordinator-keys)"
             )
         self.privileged_key = privileged.derive_key(config.password) if config.password else None
+        self.join_keypair: keys.KeyPair | None = None
+        if config.join_token:
+            if not config.curve or not config.coordinators:
+                raise IllegalState("a join token needs --curve and --coordinators")
+            try:
+                self.join_keypair = join_token.keypair_of(config.join_token)
+            except join_token.JoinTokenError as e:
+                raise IllegalState(str(e)) from None
         if self.privileged_key is None and not config.curve:
             if not is_loopback(config.bind):
                 raise IllegalState(
@@ -244,6 +256,7 @@ class TabletServer:
                 curve=keys.ClientCurve(self.keypair) if self.config.curve else None,
                 coordinator_keys=self.config.coordinator_keys,
                 principals=self.principals,
+                join_keypair=self.join_keypair,
             ).start()
         self.observer.start(self.config.http_bind)
         if wait_open:

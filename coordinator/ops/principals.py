@@ -306,8 +306,8 @@ def _decide_join(catalog: Catalog, request: JoinServer, op_id: int) -> pb.LogRec
     if request.now_unix_ms >= token.expires_unix_ms:
         raise PermissionDenied(
             f"permission denied: join token {token.name} expired at "
-            f"{_utc(token.expires_unix_ms)} (the coordinator leader's wall clock reads "
-            f"{_utc(request.now_unix_ms)}): make another with `coordinator join-token`"
+            f"{_utc(token.expires_unix_ms)} by the coordinator leader's wall clock: make "
+            "another with `coordinator join-token`"
         )
     old = catalog.principals.get(request.server_uuid)
     if old is not None:

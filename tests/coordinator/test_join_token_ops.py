@@ -180,7 +180,9 @@ def test_expired_token_is_refused_and_nothing_changes():
     deadline = NOW_MS + 60_000
     state, last = logged_state(log.catalog), log.next_id()
     for now in (deadline, deadline + 1, deadline + 86_400_000):
-        with pytest.raises(PermissionDenied, match="expired at .* wall clock reads"):
+        with pytest.raises(
+            PermissionDenied, match="expired at .* by the coordinator leader's wall clock"
+        ):
             join(log, tok.public, "ts-1", key(), now_ms=now)
     assert (logged_state(log.catalog), log.next_id()) == (state, last)
     join(log, tok.public, "ts-1", key(), now_ms=deadline - 1)  # just before: admitted
