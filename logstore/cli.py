@@ -19,7 +19,8 @@ accepts calls (`... INSECURE (plaintext, unauthenticated: --insecure)` with --in
 `serve` runs its zmq API with CURVE by default (design/security.md section 2): its key pair
 is <data-dir>/keys/logstore.key{,_secret}, made at its first start (or by `show-key`) and
 never replaced. It admits only the public keys given (each 40 z85 characters or a key file,
-e.g. a coordinator node's <data-dir>/keys/coordinator.key): `--client-keys` with the
+e.g. a coordinator node's <data-dir>/keys/coordinator.key; a key may begin with "-": write
+`--client-keys=KEY,...`): `--client-keys` with the
 `server` role (coordinator nodes: append, barrier, read, last-id, status) and `--admin-keys`
 with the `admin` role (operators: status, read, last-id, add-member, remove-member,
 transfer-leadership). `--insecure` runs it plaintext, anyone may call: a WARNING line at
@@ -108,7 +109,7 @@ def _insecure_problem(args, password: str | None) -> str | None:
     return None
 
 
-def _public_keys(text: str) -> tuple[str, ...]:
+def public_keys_arg(text: str) -> tuple[str, ...]:
     """KEY|FILE,...: each 40 z85 characters, or a file holding a public key (a zmq
     certificate such as keys/coordinator.key, or the 40 characters alone). z85 has no
     comma."""
@@ -486,7 +487,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument(
         "--client-keys",
-        type=_public_keys,
+        type=public_keys_arg,
         default=(),
         metavar="KEY|FILE,...",
         help="CURVE: public keys admitted with the server role (coordinator nodes: their "
@@ -494,7 +495,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument(
         "--admin-keys",
-        type=_public_keys,
+        type=public_keys_arg,
         default=(),
         metavar="KEY|FILE,...",
         help="CURVE: public keys admitted with the admin role (operators: status, reads, "
@@ -561,7 +562,7 @@ def build_parser() -> argparse.ArgumentParser:
         )
         c.add_argument(
             "--server-keys",
-            type=_public_keys,
+            type=public_keys_arg,
             default=(),
             metavar="KEY|FILE,...",
             help="with --credentials: the replicas' public keys, one per --servers address in "

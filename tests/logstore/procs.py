@@ -49,6 +49,9 @@ class ReplicaProcess:
     secure: bool = False
     caller: KeyPair | None = None  # secure: admitted with the server and admin roles
     public_key: str = ""  # secure: the replica's, from its start line
+    # secure: more keys admitted, besides the caller's (server role / admin role)
+    client_keys: list[str] = field(default_factory=list)
+    admin_keys: list[str] = field(default_factory=list)
     start_line: str = ""
 
     def start(self, timeout_s: float = 30.0) -> None:
@@ -89,7 +92,11 @@ class ReplicaProcess:
         if not self.secure:
             return ["--insecure"]
         assert self.caller is not None, "a secure replica admits the group's caller key"
-        return ["--client-keys", self.caller.public, "--admin-keys", self.caller.public]
+        # FLAG=VALUE: a z85 key may begin with "-".
+        return [
+            "--client-keys=" + ",".join([self.caller.public, *self.client_keys]),
+            "--admin-keys=" + ",".join([self.caller.public, *self.admin_keys]),
+        ]
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
