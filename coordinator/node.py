@@ -72,6 +72,10 @@ class NodeConfig:
     allow_insecure_dev: bool = False
     # External logstore instead (`logstore serve` replicas' RPC addresses).
     logstore_addresses: tuple[str, ...] = ()
+    # Their CURVE public keys, one per address in order: the node calls them with CURVE as
+    # its own key pair (<data_dir>/keys, made if missing; the replicas admit it with
+    # `logstore serve --client-keys`). None: plaintext (a `logstore serve --insecure`).
+    logstore_keys: tuple[str, ...] = ()
     lease: LeaseConfig = field(default_factory=LeaseConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)
     replication: ReplicationConfig = field(default_factory=ReplicationConfig)
@@ -118,10 +122,25 @@ def load_or_create_uuid(data_dir: str, node_id: str) -> str:
 
 
 def open_store(config: NodeConfig, uuid: str) -> LogStore:
+    if config.logstore_keys and len(config.logstore_keys) != len(config.logstore_addresses):
+        raise ValueError(
+            f"{len(config.logstore_keys)} logstore keys for {len(config.logstore_addresses)} "
+            "logstore addresses: give one key per address, in order"
+        )
     if config.logstore_addresses:
         from logstore.remote import RemoteLogStore
 
-        return RemoteLogStore(list(config.logstore_addresses), caller_uuid=uuid)
+        curve, server_keys = None, None
+        if config.logstore_keys:
+            pair = keys.load_or_create_keypair(os.path.join(config.data_dir, KEYS_DIR), KEY_NAME)
+            curve = keys.ClientCurve(pair)
+            server_keys = dict(zip(config.logstore_addresses, config.logstore_keys, strict=True))
+        return RemoteLogStore(
+            list(config.logstore_addresses),
+            caller_uuid=uuid,
+            curve=curve,
+            server_keys=server_keys,
+        )
     from logstore.replicated import ReplicatedLogStore
 
     if not config.raft_address:

@@ -174,6 +174,7 @@ def cmd_start(args) -> int:
         password=password,
         allow_insecure_dev=args.insecure_dev,
         logstore_addresses=tuple(_split(args.logstore)),
+        logstore_keys=tuple(args.logstore_keys),
         lease=lease,
         engine=EngineConfig(tserver_timeout_s=args.tserver_timeout_s),
         http=args.http,
@@ -200,6 +201,12 @@ def cmd_start(args) -> int:
             )
         daemon.wait()
     return daemon.exit_status()
+
+
+def _logstore_keys(text: str) -> tuple[str, ...]:
+    from logstore.cli import public_keys_arg
+
+    return public_keys_arg(text)
 
 
 def cmd_show_key(args) -> int:
@@ -317,6 +324,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     start.add_argument(
         "--logstore", default="", help="external logstore RPC addresses instead of embedding one"
+    )
+    start.add_argument(
+        "--logstore-keys",
+        type=_logstore_keys,
+        default=(),
+        metavar="KEY|FILE,...",
+        help="with --logstore: the replicas' CURVE public keys, one per address in order "
+        "(`logstore show-key`); the node calls them as its own key pair (<data-dir>/keys, "
+        "`coordinator show-key`), which they admit with --client-keys. Without: plaintext",
     )
     start.add_argument(
         "--insecure",
