@@ -1,7 +1,9 @@
 """Coordinator failover time, create-table latency and tablet-location lookups per second.
 
 Three coordinator processes (embedded logstore, durable journal, cluster password) and three
-tablet servers (durable WAL, heartbeating to every coordinator node) on loopback.
+tablet servers (durable WAL, heartbeating to every coordinator node) on loopback, all
+plaintext (`--insecure`): the baseline, this bench is not about security (CURVE's cost is
+bench/rpc.py --curve and bench/tserver.py --curve).
 
 - create-table latency: sequential creates (4 tablets, replication 1), p50 / p99;
 - lookups: GetTabletLocations from 8 client threads (one CoordinatorClient each), a few
@@ -79,7 +81,7 @@ class Group:
                 "--data-dir", str(self.root / f"c{i}"), "--bind", self.rpc[i],
                 "--raft", self.raft[i], "--peers", peers,
                 "--password-file", str(self.root / "password"),
-                "--lease-timeout-s", str(self.lease_timeout_s),
+                "--lease-timeout-s", str(self.lease_timeout_s), "--insecure",
             ],
             self.root / f"c{i}.log",
         )  # fmt: skip
@@ -119,7 +121,7 @@ def start_tserver(
     proc = spawn(
         [
             "-m", "tservers.cli", "start", "--fs-root", str(fs), "--bind", "127.0.0.1:0",
-            "--coordinators", ",".join(coordinators),
+            "--coordinators", ",".join(coordinators), "--insecure",
         ],
         log,
     )  # fmt: skip
@@ -166,6 +168,7 @@ def main() -> int:
     args = ap.parse_args()
     assert args.creates >= 1 and args.lookup_rounds >= 1 and args.kills >= 0
 
+    print("coordinators and tablet servers plaintext (--insecure): the baseline", flush=True)
     with tempfile.TemporaryDirectory(prefix="bench-coordinator-") as tmp:
         root = Path(tmp)
         group = Group(root, args.lease_timeout_s)

@@ -315,7 +315,7 @@ def throughput_rpc(address: str, callers: int, seconds: float) -> float:
 
 
 def run_zmq(name: str, tmp: Path, argv_prefix, extra, args, slow: bool) -> dict:
-    replicas = make_replicas(tmp / f"{name}-zmq", 3, extra)
+    replicas = make_replicas(tmp / f"{name}-zmq", 3, extra, secure=False)
     for r in replicas:
         if argv_prefix:
             r.argv_prefix = argv_prefix
@@ -338,7 +338,7 @@ def run_zmq(name: str, tmp: Path, argv_prefix, extra, args, slow: bool) -> dict:
 
 
 def run_embedded(name: str, tmp: Path, argv_prefix, extra, make_store, args, slow) -> dict:
-    replicas = make_replicas(tmp / f"{name}-emb", 3, extra)
+    replicas = make_replicas(tmp / f"{name}-emb", 3, extra, secure=False)
     for r in replicas:
         if argv_prefix:
             r.argv_prefix = argv_prefix
@@ -548,7 +548,10 @@ def main(argv: list[str] | None = None) -> int:
         ]
     results: dict[str, dict] = {}
     try:
-        print(f"bench/logstore.py on {os.cpu_count()} cores; data in {tmp}")
+        print(
+            f"bench/logstore.py on {os.cpu_count()} cores, replicas plaintext (--insecure); "
+            f"data in {tmp}"
+        )
         for name, prefix, extra, local, slow in variants:
             if "embedded" in modes:
                 results[f"{name} embedded"] = run_embedded(

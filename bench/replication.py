@@ -125,6 +125,7 @@ def start_server(root: Path, out_path: Path) -> tuple[subprocess.Popen, str, str
             address,
             "--log-level",
             "warning",
+            "--insecure",  # the baseline: this bench is not about security
         ],
         stdout=out,
         stderr=subprocess.DEVNULL,
@@ -678,8 +679,9 @@ def main() -> int:
     rf1, rf3 = writes["rf1"], writes["rf3"]
     ratios = sorted(b / a for a, b in zip(rf1, rf3, strict=True))
     print(
-        f"durable WALs, batches of {BATCH_ROWS} rows, 6 columns, {nw} writers, "
-        f"{args.batches} batches each per round; median of {args.rounds} rounds (range)"
+        f"durable WALs, plaintext (--insecure), batches of {BATCH_ROWS} rows, 6 columns, "
+        f"{nw} writers, {args.batches} batches each per round; "
+        f"median of {args.rounds} rounds (range)"
     )
     print(
         f"  replication 1: {statistics.median(rf1):>12,.0f} rows/s "

@@ -59,7 +59,7 @@ def main() -> int:
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="bench-spark-"))
-    cluster = LocalCluster.create(work / "cluster", 1, 1, lease_timeout_s=1.5)
+    cluster = LocalCluster.create(work / "cluster", 1, 1, lease_timeout_s=1.5, secure=False)
     spark = None
     try:
         cluster.up(timeout_s=180)
@@ -139,7 +139,7 @@ def main() -> int:
         shutil.rmtree(work, ignore_errors=True)
 
     rows = args.rows
-    print(f"{rows:,} rows, {args.tablets} tablets, master {args.master}")
+    print(f"{rows:,} rows, {args.tablets} tablets, master {args.master}, plaintext cluster")
     print(f"  read  table (data source): {read_table:7.2f} s  {rows / read_table:>12,.0f} rows/s")
     print(
         f"  read  parquet:             {read_parquet:7.2f} s  {rows / read_parquet:>12,.0f} rows/s"

@@ -93,6 +93,7 @@ def start_server(
             str(flush_rows),
             "--log-level",
             "warning",
+            "--insecure",  # the baseline: this bench is not about security
         ],
         stdout=out,
         stderr=subprocess.DEVNULL,
@@ -103,7 +104,8 @@ def start_server(
         if proc.poll() is not None or time.monotonic() > deadline:
             raise SystemExit("tablet server did not start")
         time.sleep(0.05)
-    return proc, out_file.read_text().split()[-1]
+    words = out_file.read_text().split()  # tserver UUID serving on ADDRESS ... INSECURE (...)
+    return proc, words[words.index("on") + 1]
 
 
 def rss_bytes(pid: int) -> dict[str, int]:
@@ -402,7 +404,8 @@ def main() -> int:
     mib = 2**20
     print(
         f"one tablet, 4 columns (id int64 key, v int64, s string, t int64 = load batch), "
-        f"durable WAL, flush every {args.flush_rows:,} rows, a fresh server per size; "
+        f"durable WAL, plaintext (--insecure), flush every {args.flush_rows:,} rows, "
+        f"a fresh server per size; "
         f"{args.reads} point reads (10% misses); Parquet: the same rows sorted by key, "
         f"row groups of 64k, pyarrow {pa.__version__}"
     )

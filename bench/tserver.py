@@ -6,12 +6,24 @@ scan. Beside them, the same batches are appended to a plain file by the same num
 threads with the same policy (durable before acknowledged: fdatasync after each append, no
 group commit), and the same rows are read back from Parquet with pyarrow.
 
-    .venv/bin/python bench/tserver.py [--batches 100] [--writers 8] [--metrics both]
+    .venv/bin/python bench/tserver.py [--batches 100] [--writers 8] [--metrics both | --curve]
 
-`--metrics on|off|both`: the server keeps its rpc metrics and serves /metrics (on, the
-default; scraped once a second during the run) or keeps none (off); `both` runs the write and
-scan measurements against one server each way, in the same run, and prints the ratio on/off
-(target >= 0.95).
+The server is plaintext unless `--curve` (this bench measures storage and the rpc path; the
+baseline is insecure, said in the output). `--metrics on|off|both`: the server keeps its rpc
+metrics and serves /metrics (on, the default; scraped once a second during the run) or keeps
+none (off); `both` runs the write and scan measurements against one server each way, in the
+same run, and prints the ratio on/off (target >= 0.95).
+
+`--curve`: the same measurements against a plaintext server and a CURVE one (design/security.md
+§7), in the same run, and the ratio CURVE / plaintext (target >= 0.8). The CURVE server is the
+tablet server of `tserver start` (CURVE, its key pair in keys/ of the fs root, callers admitted
+by its principals table and every call checked against the role table); writes, scans and
+point reads go through TabletServerClient with a key pair and the server's public key, as a
+real client's, as a user with the writer role: the bench hands the server a principals table
+holding that user, as a coordinator leader's heartbeat answer does (a standalone server has no
+coordinator). Creating tablets, as the coordinator would, uses the server's own key pair
+(server role). Besides writes and the full scan, point reads (`id == k`) from --writers
+threads, each with its own connection.
 """
 
 from __future__ import annotations
@@ -36,7 +48,9 @@ sys.path.insert(0, str(ROOT))
 from scraper import Scraper  # noqa: E402  (bench/, first on sys.path when run)
 
 from logcentric.tablets import TabletServerClient, column, ipc_bytes  # noqa: E402
-from rpc.protocols.tserver_pb2 import OpType  # noqa: E402
+from rpc import keys  # noqa: E402
+from rpc.protocols.tserver_pb2 import OpType, WriteRequest, WriteResponse  # noqa: E402
+from tservers.fs import KEY_NAME, FsLayout  # noqa: E402
 
 BATCH_ROWS = 1000
 COLS = [
@@ -64,23 +78,36 @@ def batch(start: int) -> pa.Table:
 
 
 # The server as `tserver start` runs it, but with the rpc metrics on or off (no flag for
-# that: it is for this comparison only). Prints "serving on ADDRESS HTTP_URL".
+# that: it is for this comparison only), plaintext or CURVE (standalone: no coordinators; the
+# principals table with the bench's user, argv[4], is handed to the server as a leader's
+# heartbeat answer would, and no leader's silence ends it). Prints "serving on ADDRESS HTTP_URL".
 SERVER = """
 import signal, sys, threading
 from pathlib import Path
+from rpc.protocols.coordinator_pb2 import PrincipalEntry, PrincipalsTable
 from tservers.server import TabletServer, TServerConfig
-root, metrics = sys.argv[1], sys.argv[2] == "on"
+root, metrics, curve = sys.argv[1], sys.argv[2] == "on", sys.argv[3] == "curve"
 stop = threading.Event()
 signal.signal(signal.SIGTERM, lambda *_: stop.set())
 http = "127.0.0.1:0" if metrics else ""
-config = TServerConfig(fs_root=Path(root), metrics=metrics, http_bind=http)
+config = TServerConfig(
+    fs_root=Path(root), metrics=metrics, http_bind=http, curve=curve, leader_silence_s=1e9
+)
 with TabletServer(config) as server:
+    if curve:
+        user = PrincipalEntry(
+            name="bench", kind="user", public_key=sys.argv[4], roles=["writer"], state="active"
+        )
+        server.principals.heard_leader(PrincipalsTable(version=1, entries=[user]))
     print("serving on", server.address, server.observer.url or "-", flush=True)
     stop.wait()
 """
 
 
-def start_server(root: Path, port_file: Path, metrics: str) -> tuple[subprocess.Popen, str, str]:
+def start_server(
+    root: Path, port_file: Path, metrics: str, user_key: str = ""
+) -> tuple[subprocess.Popen, str, str]:
+    """A tablet server on `root`, CURVE admitting `user_key` as a writer if one is given."""
     subprocess.run(
         [sys.executable, "-m", "tservers.cli", "fs", "format", "--fs-root", str(root)],
         check=True,
@@ -89,7 +116,8 @@ def start_server(root: Path, port_file: Path, metrics: str) -> tuple[subprocess.
     )
     out = open(port_file, "w")
     proc = subprocess.Popen(
-        [sys.executable, "-c", SERVER, str(root), metrics],
+        [sys.executable, "-c", SERVER, str(root), metrics, "curve" if user_key else "plain"]
+        + ([user_key] if user_key else []),
         stdout=out,
         stderr=subprocess.DEVNULL,
         cwd=ROOT,
@@ -126,23 +154,60 @@ def run_writers(n_writers: int, batches_per_writer: int, fn) -> float:
     return time.perf_counter() - t0
 
 
-def measure_server(root: Path, args, payloads: list[bytes], metrics: str) -> dict[str, float]:
-    """Writes by 1 and by N writers, then a full scan, against one server."""
-    results: dict[str, float] = {}
-    proc, address, http = start_server(root, root.parent / f"server-{metrics}.out", metrics)
+def server_keys(root: Path) -> dict:
+    """TabletServerClient's CURVE arguments as the server on `root` itself (server role):
+    its own key pair (made at its first start) and its public key."""
+    pair = keys.load_keypair(root / "keys", KEY_NAME)
+    assert pair.public == FsLayout.open(root).public_key()
+    return {"keypair": pair, "server_key": pair.public}
+
+
+def point_reads(address: str, uuid: str, kw: dict, tid: str, n_rows: int, args) -> float:
+    """Point reads (`id == k`, every key present) per second from --writers threads, each
+    with its own client (connection), --reads in all."""
+    per_thread = max(1, args.reads // args.writers)
+    clients = [TabletServerClient(address, uuid, timeout_s=60, **kw) for _ in range(args.writers)]
     try:
-        client = TabletServerClient(address, timeout_s=60)
+
+        def read(k, j):
+            key = ((k * per_thread + j) * 7919) % n_rows
+            got = clients[k].scan_table(tid, predicates=[("id", "==", key)])
+            assert got.num_rows == 1, (key, got.num_rows)
+
+        elapsed = run_writers(args.writers, per_thread, read)
+    finally:
+        for c in clients:
+            c.close()
+    return args.writers * per_thread / elapsed
+
+
+def measure_server(
+    root: Path, args, payloads: list[bytes], metrics: str, curve: bool = False
+) -> dict[str, float]:
+    """Writes by 1 and by N writers, then a full scan (and point reads), against one server."""
+    results: dict[str, float] = {}
+    label = f"{'curve' if curve else 'plain'}-{metrics}"
+    user = keys.KeyPair.generate() if curve else None
+    proc, address, http = start_server(
+        root, root.parent / f"server-{label}.out", metrics, user.public if user else ""
+    )
+    try:
+        # The coordinator's part (create tablets) as the server's own key; the user's, with
+        # the writer role, for writes, scans and point reads.
+        admin = TabletServerClient(address, timeout_s=60, **(server_keys(root) if curve else {}))
+        kw = {"keypair": user, "server_key": admin.server_key} if curve else {}
+        client = TabletServerClient(address, admin.server_uuid, timeout_s=60, **kw)
         tables = {}
         with Scraper(http) as scraper:
             for nw in (1, args.writers):
                 tid = f"bench{nw}"
-                client.create_tablet(tid, COLS)
+                admin.create_tablet(tid, COLS)
                 version = client.schema(tid).version
                 base = 0 if nw == 1 else args.batches
                 clients = [
-                    TabletServerClient(address, client.server_uuid, timeout_s=60) for _ in range(nw)
+                    TabletServerClient(address, client.server_uuid, timeout_s=60, **kw)
+                    for _ in range(nw)
                 ]
-                from rpc.protocols.tserver_pb2 import WriteRequest, WriteResponse
 
                 def write(k, j, tid=tid, version=version, clients=clients, base=base, nw=nw):
                     req = WriteRequest(tablet_id=tid, schema_version=version, ops=[OpType.INSERT])
@@ -166,9 +231,16 @@ def measure_server(root: Path, args, payloads: list[bytes], metrics: str) -> dic
             n = sum(b.num_rows for b in client.scan(tid, batch_rows_max=65536))
             results["scan"] = n / (time.perf_counter() - t0)
             assert n == args.writers * args.batches * BATCH_ROWS, n
+            if args.reads:
+                # The 1-writer tablet holds ids 0 .. batches*BATCH_ROWS-1.
+                n_rows = args.batches * BATCH_ROWS
+                results["point_reads"] = point_reads(
+                    address, client.server_uuid, kw, tables[1], n_rows, args
+                )
         if http:
-            print(f"(metrics {metrics}: /metrics scraped {scraper.scrapes} times)")
+            print(f"({label}: /metrics scraped {scraper.scrapes} times)")
         client.close()
+        admin.close()
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(60)
@@ -185,7 +257,20 @@ def main() -> int:
         default="on",
         help="the server's rpc metrics and /metrics; both: side by side, ratio on/off",
     )
+    ap.add_argument(
+        "--curve",
+        action="store_true",
+        help="a CURVE server beside a plaintext one in the same run, ratio curve/plain",
+    )
+    ap.add_argument(
+        "--reads",
+        type=int,
+        default=2000,
+        help="point reads in all (0: none), from --writers threads",
+    )
     args = ap.parse_args()
+    if args.curve and args.metrics == "both":
+        ap.error("--curve compares with the metrics as --metrics says (on or off), not both")
     modes = ("on", "off") if args.metrics == "both" else (args.metrics,)
     tmp = Path(tempfile.mkdtemp(prefix="tserver-bench-"))
     results: dict = {}
@@ -195,6 +280,10 @@ def main() -> int:
         payloads = [ipc_bytes(batch(i * BATCH_ROWS)) for i in range(total_batches)]
         for mode in modes:
             results[mode] = measure_server(tmp / f"root-{mode}", args, payloads, mode)
+        if args.curve:
+            results["curve"] = measure_server(
+                tmp / "root-curve", args, payloads, modes[0], curve=True
+            )
         results.update(results[modes[0]])
         # Baseline: append the same IPC batches to a plain file, fdatasync before "acknowledging".
         for nw in (1, args.writers):
@@ -227,7 +316,8 @@ def main() -> int:
 
     w = args.writers
     print(
-        f"tablet server (durable WAL), batches of {BATCH_ROWS} rows, 6 columns, "
+        f"tablet server (durable WAL, plaintext: --insecure), batches of {BATCH_ROWS} rows, "
+        f"6 columns ({len(payloads[0]):,} B a batch in Arrow IPC), "
         f"{args.batches} batches per writer"
     )
     print(
@@ -239,6 +329,8 @@ def main() -> int:
         f"fsyncs/acked batch {results[f'syncs_per_batch_{w}']:.2f}"
     )
     print(f"  full scan:         {results['scan']:>12,.0f} rows/s")
+    if args.reads:
+        print(f"  point reads, {w} threads: {results['point_reads']:>7,.0f} reads/s")
     print("baseline (plain file, fdatasync per append; Parquet read with pyarrow)")
     print(f"  write, 1 writer:   {results['plain_write_1']:>12,.0f} rows/s")
     print(f"  write, {w} writers:  {results[f'plain_write_{w}']:>12,.0f} rows/s")
@@ -255,6 +347,17 @@ def main() -> int:
         for key in ("write_1", f"write_{w}", "scan"):
             print(
                 f"  {key:<10} {on[key]:>12,.0f} {off[key]:>12,.0f} rows/s  {on[key] / off[key]:.3f}"
+            )
+    if args.curve:
+        plain, curve = results[modes[0]], results["curve"]
+        print(f"CURVE / plaintext (metrics {modes[0]}; target >= 0.8):")
+        keys_ = ["write_1", f"write_{w}", "scan"] + (["point_reads"] if args.reads else [])
+        for key in keys_:
+            unit = "reads/s" if key == "point_reads" else "rows/s"
+            ratio = curve[key] / plain[key]
+            print(
+                f"  {key:<12} plain {plain[key]:>12,.0f}  curve {curve[key]:>12,.0f} {unit:<7}  "
+                f"{ratio:.2f} {'met' if ratio >= 0.8 else 'NOT met'}"
             )
     target = 100_000
     print(

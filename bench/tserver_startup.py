@@ -84,7 +84,7 @@ def wait_settled(cluster: LocalCluster, tablet_ids: set[str]) -> None:
 
 
 def build(root: Path, n: int) -> tuple[LocalCluster, list[str], set[str]]:
-    cluster = LocalCluster.create(root, 1, 3, lease_timeout_s=1.5)
+    cluster = LocalCluster.create(root, 1, 3, lease_timeout_s=1.5, secure=False)
     cluster.up(timeout_s=180)
     names = [f"t{i:05d}" for i in range(n)]
     coords = ",".join(cluster.spec.coordinator_addresses)
@@ -167,7 +167,7 @@ def print_profile(path: Path, top: int) -> None:
 
 
 def run_one(workdir: Path, n: int, kill: str, profile: Path | None) -> Figures:
-    print(f"N={n}: building the cluster", flush=True)
+    print(f"N={n}: building the cluster (plaintext: --insecure)", flush=True)
     cluster, names, tablet_ids = build(workdir / f"n{n}", n)
     try:
         fig = restart(cluster, names, tablet_ids, kill, profile)
