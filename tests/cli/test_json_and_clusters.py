@@ -341,6 +341,8 @@ def test_every_json_command_is_covered(cluster):
     # (test_curve_clients_integration.py), tserver show-key (tests/tservers/test_tserver_keys.py).
     not_listing |= {("coordinator", "users", w) for w in ("add", "list", "set-roles", "revoke")}
     not_listing |= {("coordinator", "show-key"), ("tserver", "show-key")}
+    # coordinator join-token --json: tests/coordinator/test_join_token_integration.py.
+    not_listing.add(("coordinator", "join-token"))
     with_json = {
         (name, *words)
         for name, tree in parsers().items()
