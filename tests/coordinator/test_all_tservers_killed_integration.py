@@ -71,10 +71,13 @@ class Creator:
         assert not self._thread.is_alive(), "the creator did not stop"
 
 
-def tables_never_placed(addresses: list[str]) -> set[str]:
-    """Names of tables whose CreateTable DONE record skipped every replica of a tablet."""
+def tables_never_placed(addresses: list[str], creds) -> set[str]:
+    """Names of tables whose CreateTable DONE record skipped every replica of a tablet.
+    `creds`: the admin's credentials of a secure cluster (CURVE to each node's log), or None."""
     out: set[str] = set()
-    with RemoteLogStore(addresses) as store:
+    curve = creds.client_curve() if creds is not None else None
+    keys = creds.coordinator_keys() if creds is not None else None
+    with RemoteLogStore(addresses, curve=curve, server_keys=keys) as store:
         for entry in read_live(store, "coordinator"):
             record = decode(entry.data)
             if record.WhichOneof("record") != "create_table":
@@ -87,10 +90,10 @@ def tables_never_placed(addresses: list[str]) -> set[str]:
     return out
 
 
-def readable_and_writable(addresses: list[str], name: str) -> bool:
+def readable_and_writable(addresses: list[str], name: str, creds) -> bool:
     """Rows written to every tablet of the table and read back; False on any error."""
     try:
-        with Client(addresses, timeout_s=20) as client:
+        with Client(addresses, timeout_s=20, credentials=creds) as client:
             table = client.table(name)
             rows = [{"id": i, "v": f"{name}-{i}"} for i in range(ROWS)]
             with client.new_session(flush_rows_max=ROWS) as session:
@@ -107,7 +110,8 @@ def readable_and_writable(addresses: list[str], name: str) -> bool:
 def test_every_acknowledged_table_heals_after_all_tservers_were_killed(tmp_path):
     with local_cluster(tmp_path / "c", coordinators=1, tservers=3) as cluster:
         addresses = cluster.spec.coordinator_addresses
-        with Client(addresses, timeout_s=180) as client:
+        creds = cluster.credentials()
+        with Client(addresses, timeout_s=180, credentials=creds) as client:
             wait_for(
                 lambda: sum(s.state == "LIVE" for s in client.list_servers()) == 3,
                 60,
@@ -132,7 +136,7 @@ def test_every_acknowledged_table_heals_after_all_tservers_were_killed(tmp_path)
                 during.join(200)
                 assert not during.is_alive(), "the create in the window never returned"
                 assert window.acked == ["w1"], (window.acked, window.refused, window.failed)
-                never_placed = tables_never_placed(addresses)
+                never_placed = tables_never_placed(addresses, creds)
                 assert "w1" in never_placed, never_placed
                 for i in range(len(cluster.spec.tservers)):
                     cluster.start_tserver(i)
@@ -145,7 +149,7 @@ def test_every_acknowledged_table_heals_after_all_tservers_were_killed(tmp_path)
             # Every acknowledged table, also those whose tablets existed nowhere.
             for name in acked:
                 wait_for(
-                    lambda name=name: readable_and_writable(addresses, name),
+                    lambda name=name: readable_and_writable(addresses, name, creds),
                     HEAL_TIMEOUT_S,
                     f"table {name} readable and writable",
                 )

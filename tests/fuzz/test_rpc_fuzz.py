@@ -1,13 +1,17 @@
 """Fuzz every rpc method of every service of a real cluster (issue 27, "Proof").
 
-A real cluster (3 coordinator nodes and 3 tablet servers from optools.localcluster, plus one
-`logstore serve` group of 3 replicas) gets requests built from the .proto descriptors with
+A real cluster (3 coordinator nodes and 3 tablet servers from optools.localcluster, secure
+as a local cluster is by default, plus one plaintext `logstore serve` group of 3 replicas)
+gets requests built from the .proto descriptors with
 random and boundary values in every field: ints at 0, -1 and their type's limits, strings
 empty, huge, malformed or the real ids of tables, tablets, servers and logs of the cluster
 (so that calls reach past the first lookup), repeated fields empty and long, nested
 messages recursively (depth-bounded), random Arrow-like sidecars. Each request goes to a
 server of its service, with that server's UUID (sometimes a wrong one), signed with the
-cluster's secret for privileged methods (sometimes not).
+cluster's secret for privileged methods (sometimes not). The cluster's own processes are
+called with CURVE as its admin (the key of every server from the cluster's folder): what is
+fuzzed is what an authenticated caller can send; an unauthenticated one gets no connection
+at all (tests/cli/test_local_cluster_secure.py).
 
 Asserted: every answer is OK or a typed error (never INTERNAL, never no answer), no process
 dies, no tablet becomes FAILED; afterwards the cluster still creates, writes to and reads
@@ -365,12 +369,15 @@ def arrow_bodies() -> list[bytes]:
 class RawCaller:
     """A DEALER socket per address: one request, then its answer or nothing. Raw rather than
     rpc.client, to tell a server's answer (any status) from none at all, and to wait past
-    the call's own deadline for it."""
+    the call's own deadline for it. An address with a key in `server_keys` is called with
+    CURVE as the key pair `keypair` (rpc.keys.KeyPair); any other plaintext."""
 
-    def __init__(self, ctx: zmq.Context) -> None:
+    def __init__(self, ctx: zmq.Context, keypair=None, server_keys=None) -> None:
         self._ctx = ctx
         self._sockets: dict[str, zmq.Socket] = {}
         self._call_id = 0
+        self.keypair = keypair
+        self.server_keys: dict[str, str] = dict(server_keys or {})
 
     def call(
         self,
@@ -384,6 +391,11 @@ class RawCaller:
         if sock is None:
             sock = self._ctx.socket(zmq.DEALER)
             sock.setsockopt(zmq.LINGER, 0)
+            server_key = self.server_keys.get(address)
+            if server_key:
+                sock.curve_publickey = self.keypair.public.encode("ascii")
+                sock.curve_secretkey = self.keypair.secret.encode("ascii")
+                sock.curve_serverkey = server_key.encode("ascii")
             sock.connect(endpoint(address))
             self._sockets[address] = sock
         self._call_id += 1
@@ -445,18 +457,40 @@ def _ping(caller: RawCaller, address: str) -> PingResponse:
     else:
         raise AssertionError(f"{address} does not answer rpc.Ping")
     # The body is the second frame: ping again through rpc.client for the parsed answer.
-    from rpc.client import RpcClient
-
-    with RpcClient(address) as client:
+    with _rpc_client(caller, address) as client:
         return client.ping(timeout_s=10)
 
 
-def _tablet_reports(cluster, key: bytes | None) -> dict[str, list]:
+def _rpc_client(caller: RawCaller, address: str, key: bytes | None = None):
+    """An rpc client of `address`, CURVE as the caller's key pair where it has a key."""
     from rpc.client import RpcClient
+    from rpc.keys import ClientCurve
 
+    server_key = caller.server_keys.get(address, "")
+    if not server_key:
+        return RpcClient(address, privileged_key=key)
+    curve = ClientCurve(caller.keypair)
+    return RpcClient(address, privileged_key=key, curve=curve, server_key=server_key)
+
+
+def _server_keys(cluster) -> dict[str, str]:
+    """Every process's public key by its address, from the cluster's folder ({} for a
+    plaintext cluster)."""
+    from tservers.fs import FsLayout
+
+    creds = cluster.credentials()
+    if creds is None:
+        return {}
+    keys = dict(creds.coordinator_keys())
+    for node in cluster.spec.tservers:
+        keys[node.rpc] = FsLayout(Path(node.data), "").public_key()
+    return keys
+
+
+def _tablet_reports(cluster, caller: RawCaller, key: bytes | None) -> dict[str, list]:
     out = {}
     for node in cluster.spec.tservers:
-        with RpcClient(node.rpc, privileged_key=key) as client:
+        with _rpc_client(caller, node.rpc, key) as client:
             uuid = client.ping(timeout_s=10).uuid
             resp = client.call(
                 uuid,
@@ -491,8 +525,9 @@ def test_every_rpc_method_answers_ok_or_a_typed_error(tmp_path):
     rng = random.Random(seed)
     replicas = make_replicas(tmp_path / "ls", 3)
     ctx = zmq.Context()
-    caller = RawCaller(ctx)
     with local_cluster(tmp_path / "cluster", coordinators=3, tservers=3) as cluster:
+        creds = cluster.credentials()
+        caller = RawCaller(ctx, creds.keypair if creds else None, _server_keys(cluster))
         try:
             for r in replicas:
                 r.start()
@@ -597,7 +632,7 @@ def _run(cluster, replicas, caller: RawCaller, rng: random.Random, seed: int) ->
         leader_node = cluster.leader(meta)
     leader_address = leader_node.rpc if leader_node is not None else ""
 
-    reports_before = _tablet_reports(cluster, key)
+    reports_before = _tablet_reports(cluster, caller, key)
     assert not _failed(reports_before), _failed(reports_before)
 
     gen = Generator(rng, pools, arrow_bodies())
@@ -690,7 +725,7 @@ def _run(cluster, replicas, caller: RawCaller, rng: random.Random, seed: int) ->
                 print(f"      {status}, e.g. {examples[(method, status)]!r}")
 
     dead = [t.address for t in targets if not t.alive()]
-    reports_after = _tablet_reports(cluster, key) if not dead else {}
+    reports_after = _tablet_reports(cluster, caller, key) if not dead else {}
     failed = _failed(reports_after)
 
     # The cluster still works: a new table takes rows and gives them back; the log commits.
@@ -735,7 +770,8 @@ def _still_works(cluster, replicas) -> None:
     import logcentric
     from logstore.remote import RemoteLogStore
 
-    with logcentric.connect(cluster.spec.coordinator_addresses) as client:
+    creds = str(cluster.spec.admin_credentials) if cluster.spec.secure else None
+    with logcentric.connect(cluster.spec.coordinator_addresses, credentials=creds) as client:
         columns = [logcentric.Column("k", "int64", key=True), logcentric.Column("v", "string")]
         client.create_table("fz_after", columns, num_tablets=2, replication_factor=3)
         table = client.table("fz_after")

@@ -37,7 +37,9 @@ def test_render_escapes_everything():
 @pytest.mark.integration
 def test_the_tablet_server_page_and_the_console_link(tmp_path):
     with local_cluster(tmp_path / "c", coordinators=1, tservers=1, lease_timeout_s=1.5) as cl:
-        with logcentric.connect(cl.spec.coordinator_addresses, timeout_s=60) as client:
+        with logcentric.connect(
+            cl.spec.coordinator_addresses, timeout_s=60, credentials=str(cl.spec.admin_credentials)
+        ) as client:
             client.create_table(
                 "paged", [Column("id", "int64", key=True), Column("v", "string")], num_tablets=2
             )

@@ -1,5 +1,8 @@
 """Fixtures for the Spark tests: one small local[2] SparkSession per test module, and a real
-local cluster (`coordinator local-cluster`: real processes) for the integration tests."""
+local cluster (`coordinator local-cluster`: real processes) for the integration tests. The
+cluster is secure (CURVE), as a new local cluster is: the data source is given the admin's
+credentials file with its option "credentials" (`credentials_option`), and clients
+`cluster.credentials()`."""
 
 from __future__ import annotations
 
@@ -35,6 +38,17 @@ def start_cluster(root: Path, coordinators: int, tservers: int) -> Iterator[Loca
 def addresses(cluster: LocalCluster) -> str:
     """The "coordinators" option of the data source for this cluster."""
     return ",".join(cluster.spec.coordinator_addresses)
+
+
+def credentials_path(cluster: LocalCluster) -> str | None:
+    """The admin's credentials file of a secure cluster (None: plaintext)."""
+    return str(cluster.spec.admin_credentials) if cluster.spec.secure else None
+
+
+def credentials_option(cluster: LocalCluster) -> dict[str, str]:
+    """The data source's "credentials" option for this cluster ({} for a plaintext one)."""
+    path = credentials_path(cluster)
+    return {"credentials": path} if path else {}
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ import pytest
 
 from logcentric.client import Client, Column
 from logcentric.spark.datasource import TableDataSource
-from tests.spark.conftest import addresses
+from tests.spark.conftest import addresses, credentials_option
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
@@ -50,6 +50,7 @@ def _options(reader, cluster, table: str):
         reader.format("logcentric")
         .option("coordinators", addresses(cluster))
         .option("table", table)
+        .options(**credentials_option(cluster))
     )
 
 
@@ -77,7 +78,7 @@ def _rows(df) -> list[tuple]:
 
 @pytest.fixture(scope="module")
 def client(cluster):
-    with Client(addresses(cluster), timeout_s=60.0) as c:
+    with Client(addresses(cluster), timeout_s=60.0, credentials=cluster.credentials()) as c:
         yield c
 
 
@@ -192,6 +193,7 @@ def test_scan_predicates_reach_the_tablet_servers(cluster, all_types):
     source = TableDataSource(
         {
             "coordinators": addresses(cluster),
+            **credentials_option(cluster),
             "table": "all_types",
             "predicates": '[["id", "in", [17, 18, 19, 9999]], ["s", "is not null"]]',
             "columns": "s,id",
@@ -285,7 +287,7 @@ def test_read_during_writes(spark, cluster, client):
 
     def writer() -> None:
         try:
-            with Client(addresses(cluster), timeout_s=60.0) as c:
+            with Client(addresses(cluster), timeout_s=60.0, credentials=cluster.credentials()) as c:
                 t = c.table("growing")
                 for n in range(batches):
                     if stop.wait(0.01):  # paced, so that it outlives a few Spark scans

@@ -11,7 +11,13 @@ import pytest
 
 from jobs.pipeline import run_pipeline
 from logcentric.client import Client, Column
-from tests.spark.conftest import CLUSTER_UP_TIMEOUT_S, addresses, start_cluster
+from tests.spark.conftest import (
+    CLUSTER_UP_TIMEOUT_S,
+    addresses,
+    credentials_option,
+    credentials_path,
+    start_cluster,
+)
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
@@ -46,7 +52,7 @@ def kill_leader(cluster) -> str:
 def test_leader_killed_during_an_upsert_job_loses_and_duplicates_nothing(spark, whole_cluster):
     cluster = whole_cluster
     coords = addresses(cluster)
-    with Client(coords, timeout_s=60.0) as client:
+    with Client(coords, timeout_s=60.0, credentials=cluster.credentials()) as client:
         client.create_table(
             "failover",
             [Column("k", "int64", key=True), Column("v", "string"), Column("n", "int64")],
@@ -80,6 +86,7 @@ def test_leader_killed_during_an_upsert_job_loses_and_duplicates_nothing(spark, 
         (
             df.write.format("logcentric")
             .option("coordinators", coords)
+            .options(**credentials_option(cluster))
             .option("table", "failover")
             .option("operation", "upsert")
             .option("flush_rows_max", "2000")
@@ -93,6 +100,7 @@ def test_leader_killed_during_an_upsert_job_loses_and_duplicates_nothing(spark, 
     read = (
         spark.read.format("logcentric")
         .option("coordinators", coords)
+        .options(**credentials_option(cluster))
         .option("table", "failover")
         .load()
     )
@@ -111,6 +119,7 @@ def test_pipeline_with_a_failover_in_the_middle_of_the_ingest(spark, whole_clust
         rows=20_000,
         on_ingest_midpoint=lambda: killed.append(kill_leader(cluster)),
         table_prefix="pipe_",
+        credentials=credentials_path(cluster),
     )
     assert len(killed) == 1
     assert result.ok, result

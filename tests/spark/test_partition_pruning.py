@@ -13,7 +13,7 @@ import pytest
 from logcentric.client import Client, Column
 from logcentric.partition import bucket_of_key
 from logcentric.spark.datasource import TableDataSource
-from tests.spark.conftest import addresses
+from tests.spark.conftest import addresses, credentials_option
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
@@ -24,7 +24,7 @@ COLUMNS = [Column("id", "int64", key=True), Column("v", "string", nullable=True)
 
 @pytest.fixture(scope="module")
 def table(cluster):
-    with Client(addresses(cluster), timeout_s=60.0) as client:
+    with Client(addresses(cluster), timeout_s=60.0, credentials=cluster.credentials()) as client:
         client.create_table("pruned", COLUMNS, num_tablets=TABLETS)
         t = client.table("pruned")
         with client.new_session() as s:
@@ -38,6 +38,7 @@ def _reader(cluster, predicates):
     source = TableDataSource(
         {
             "coordinators": addresses(cluster),
+            **credentials_option(cluster),
             "table": "pruned",
             "predicates": json.dumps(predicates),
         }
@@ -86,6 +87,7 @@ def test_spark_reads_of_pinned_keys_match_spark_filtering(spark, cluster, table)
             df = (
                 spark.read.format("logcentric")
                 .option("coordinators", addresses(cluster))
+                .options(**credentials_option(cluster))
                 .option("table", "pruned")
                 .option("predicates", json.dumps(predicates))
                 .load()

@@ -29,7 +29,7 @@ import pytest
 
 import logcentric
 from logcentric import Column, clusters
-from tests.spark.conftest import addresses, start_cluster
+from tests.spark.conftest import addresses, credentials_path, start_cluster
 from tests.spark.standalone import StandaloneSpark, spark_env
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
@@ -62,7 +62,8 @@ def cluster(tmp_path_factory):
 @pytest.mark.timeout(600)
 def test_format_is_found_by_name_in_a_plain_session_without_register(cluster, tmp_path):
     coordinators = addresses(cluster)
-    with logcentric.connect(coordinators, timeout_s=60.0) as client:
+    creds = credentials_path(cluster) or ""  # the option "credentials" ("": none)
+    with logcentric.connect(coordinators, timeout_s=60.0, credentials=creds or None) as client:
         for name in ("plain_in", "plain_out"):
             client.create_table(
                 name, [Column("id", "int64", key=True), Column("v", "string")], num_tablets=2
@@ -84,6 +85,7 @@ def test_format_is_found_by_name_in_a_plain_session_without_register(cluster, tm
             df = (
                 spark.read.format("logcentric")
                 .option("coordinators", {coordinators!r})
+                .option("credentials", {creds!r})
                 .option("table", "plain_in")
                 .load()
             )
@@ -91,6 +93,7 @@ def test_format_is_found_by_name_in_a_plain_session_without_register(cluster, tm
             (
                 df.where("id < 10").write.format("logcentric")
                 .option("coordinators", {coordinators!r})
+                .option("credentials", {creds!r})
                 .option("table", "plain_out")
                 .mode("append")
                 .save()
@@ -107,7 +110,7 @@ def test_format_is_found_by_name_in_a_plain_session_without_register(cluster, tm
     )
     assert proc.returncode == 0, output(proc)
     assert "COUNT 50" in proc.stdout, output(proc)
-    with logcentric.connect(coordinators, timeout_s=60.0) as client:
+    with logcentric.connect(coordinators, timeout_s=60.0, credentials=creds or None) as client:
         rows = client.table("plain_out").to_arrow().to_pylist()
     assert sorted(r["id"] for r in rows) == list(range(10))
 
@@ -132,9 +135,12 @@ def standalone(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def named_cluster(tmp_path_factory):
-    """A local cluster registered under a name in this run's clusters file."""
+    """A local cluster registered under a name in this run's clusters file, with its
+    admin's credentials file: the job finds both by the name (--cluster)."""
     for c in start_cluster(tmp_path_factory.mktemp("submit-named"), 1, 1):
-        clusters.register("submit-test", c.spec.coordinator_addresses)
+        clusters.register(
+            "submit-test", c.spec.coordinator_addresses, credentials=credentials_path(c) or ""
+        )
         yield c
 
 
