@@ -6,7 +6,8 @@ scan. Beside them, the same batches are appended to a plain file by the same num
 threads with the same policy (durable before acknowledged: fdatasync after each append, no
 group commit), and the same rows are read back from Parquet with pyarrow.
 
-    .venv/bin/python bench/tserver.py [--batches 100] [--writers 8] [--metrics both | --curve]
+    .venv/bin/python bench/tserver.py [--batches 100] [--writers 8]
+        [--metrics both | --curve [--rounds 3]]
 
 The server is plaintext unless `--curve` (this bench measures storage and the rpc path; the
 baseline is insecure, said in the output). `--metrics on|off|both`: the server keeps its rpc
@@ -15,7 +16,9 @@ none (off); `both` runs the write and scan measurements against one server each 
 same run, and prints the ratio on/off (target >= 0.95).
 
 `--curve`: the same measurements against a plaintext server and a CURVE one (design/security.md
-§7), in the same run, and the ratio CURVE / plaintext (target >= 0.8). The CURVE server is the
+§7), in the same run, and the ratio CURVE / plaintext (target >= 0.8): --rounds rounds (3) of
+a fresh server each way, in alternating order, each figure the median (the range beside it;
+the full scan is the median of three scans in each round). The CURVE server is the
 tablet server of `tserver start` (CURVE, its key pair in keys/ of the fs root, callers admitted
 by its principals table and every call checked against the role table); writes, scans and
 point reads go through TabletServerClient with a key pair and the server's public key, as a
@@ -32,6 +35,7 @@ import argparse
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -162,6 +166,14 @@ def server_keys(root: Path) -> dict:
     return {"keypair": pair, "server_key": pair.public}
 
 
+def cpu_s(pid: int) -> float:
+    """CPU seconds used so far by process `pid` and by this one (the server's and the client's
+    work: a cost that a loaded machine stretches less than wall-clock time)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = int(fields[11]) + int(fields[12])  # utime, stime
+    return ticks / os.sysconf("SC_CLK_TCK") + time.process_time()
+
+
 def point_reads(address: str, uuid: str, kw: dict, tid: str, n_rows: int, args) -> float:
     """Point reads (`id == k`, every key present) per second from --writers threads, each
     with its own client (connection), --reads in all."""
@@ -216,9 +228,12 @@ def measure_server(
                     )
 
                 s0 = client.status()
+                c0 = cpu_s(proc.pid)
                 elapsed = run_writers(nw, args.batches, write)
+                c1 = cpu_s(proc.pid)
                 s1 = client.status()
                 rows = nw * args.batches * BATCH_ROWS
+                results[f"cpu_write_{nw}"] = (c1 - c0) / rows * 1e6
                 acked = s1.writes - s0.writes
                 results[f"write_{nw}"] = rows / elapsed
                 results[f"syncs_per_batch_{nw}"] = (s1.wal_syncs - s0.wal_syncs) / max(1, acked)
@@ -227,16 +242,24 @@ def measure_server(
                 tables[nw] = tid
             # Full scan of the N-writer tablet.
             tid = tables[args.writers]
-            t0 = time.perf_counter()
-            n = sum(b.num_rows for b in client.scan(tid, batch_rows_max=65536))
-            results["scan"] = n / (time.perf_counter() - t0)
-            assert n == args.writers * args.batches * BATCH_ROWS, n
+            scans = []
+            c0 = cpu_s(proc.pid)
+            for _ in range(3):  # the median of three
+                t0 = time.perf_counter()
+                n = sum(b.num_rows for b in client.scan(tid, batch_rows_max=65536))
+                scans.append(n / (time.perf_counter() - t0))
+                assert n == args.writers * args.batches * BATCH_ROWS, n
+            results["scan"] = statistics.median(scans)
+            results["cpu_scan"] = (cpu_s(proc.pid) - c0) / (3 * n) * 1e6
             if args.reads:
                 # The 1-writer tablet holds ids 0 .. batches*BATCH_ROWS-1.
                 n_rows = args.batches * BATCH_ROWS
+                c0 = cpu_s(proc.pid)
                 results["point_reads"] = point_reads(
                     address, client.server_uuid, kw, tables[1], n_rows, args
                 )
+                reads = args.writers * max(1, args.reads // args.writers)
+                results["cpu_point_reads"] = (cpu_s(proc.pid) - c0) / reads * 1e6
         if http:
             print(f"({label}: /metrics scraped {scraper.scrapes} times)")
         client.close()
@@ -263,6 +286,9 @@ def main() -> int:
         help="a CURVE server beside a plaintext one in the same run, ratio curve/plain",
     )
     ap.add_argument(
+        "--rounds", type=int, default=3, help="--curve: rounds of a fresh server each way"
+    )
+    ap.add_argument(
         "--reads",
         type=int,
         default=2000,
@@ -278,12 +304,26 @@ def main() -> int:
         total_batches = args.batches * (1 + args.writers)
         # Batches are encoded up front, for the server and the baseline alike.
         payloads = [ipc_bytes(batch(i * BATCH_ROWS)) for i in range(total_batches)]
-        for mode in modes:
-            results[mode] = measure_server(tmp / f"root-{mode}", args, payloads, mode)
         if args.curve:
-            results["curve"] = measure_server(
-                tmp / "root-curve", args, payloads, modes[0], curve=True
-            )
+            # Rounds of a fresh plaintext and a fresh CURVE server each, in alternating order
+            # (the machine is shared: each figure is the median of the rounds).
+            rounds: dict[bool, list[dict[str, float]]] = {False: [], True: []}
+            for r in range(args.rounds):
+                for curve in (False, True) if r % 2 == 0 else (True, False):
+                    root = tmp / f"root-{'curve' if curve else 'plain'}-{r}"
+                    rounds[curve].append(measure_server(root, args, payloads, modes[0], curve))
+                    shutil.rmtree(root, ignore_errors=True)
+            for curve, label in ((False, modes[0]), (True, "curve")):
+                results[label] = {
+                    k: statistics.median(x[k] for x in rounds[curve]) for k in rounds[curve][0]
+                }
+                results[f"{label}_range"] = {
+                    k: (min(x[k] for x in rounds[curve]), max(x[k] for x in rounds[curve]))
+                    for k in rounds[curve][0]
+                }
+        else:
+            for mode in modes:
+                results[mode] = measure_server(tmp / f"root-{mode}", args, payloads, mode)
         results.update(results[modes[0]])
         # Baseline: append the same IPC batches to a plain file, fdatasync before "acknowledging".
         for nw in (1, args.writers):
@@ -350,14 +390,27 @@ def main() -> int:
             )
     if args.curve:
         plain, curve = results[modes[0]], results["curve"]
-        print(f"CURVE / plaintext (metrics {modes[0]}; target >= 0.8):")
+        p_rng, c_rng = results[f"{modes[0]}_range"], results["curve_range"]
+        print(
+            f"CURVE / plaintext (metrics {modes[0]}; target >= 0.8), median of {args.rounds} "
+            f"rounds (range), load average {os.getloadavg()[0]:.1f}:"
+        )
         keys_ = ["write_1", f"write_{w}", "scan"] + (["point_reads"] if args.reads else [])
         for key in keys_:
             unit = "reads/s" if key == "point_reads" else "rows/s"
             ratio = curve[key] / plain[key]
+            spread = [f"({lo:,.0f}-{hi:,.0f})" for lo, hi in (p_rng[key], c_rng[key])]
             print(
-                f"  {key:<12} plain {plain[key]:>12,.0f}  curve {curve[key]:>12,.0f} {unit:<7}  "
-                f"{ratio:.2f} {'met' if ratio >= 0.8 else 'NOT met'}"
+                f"  {key:<12} plain {plain[key]:>10,.0f} {spread[0]:<21} curve "
+                f"{curve[key]:>10,.0f} {spread[1]:<21} {unit:<7} {ratio:.2f} "
+                f"{'met' if ratio >= 0.8 else 'NOT met'}"
+            )
+        print("CPU (server + client processes) per row / per point read, median of the rounds:")
+        for key in keys_:
+            cpu = f"cpu_{key}"
+            print(
+                f"  {key:<12} plain {plain[cpu]:>8.2f} us  curve {curve[cpu]:>8.2f} us  "
+                f"plain/curve {plain[cpu] / curve[cpu]:.2f}"
             )
     target = 100_000
     print(
