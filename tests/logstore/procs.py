@@ -85,12 +85,16 @@ class ReplicaProcess:
         assert fields["rpc"] == self.rpc_address, fields
         if self.secure:
             self.public_key = fields["curve-key"]
-        else:
+        elif self._logstore_serve():
             assert "INSECURE" in line, line
+
+    def _logstore_serve(self) -> bool:
+        """Whether the program is `logstore serve` (a bench's own takes no key flags)."""
+        return "logstore.cli" in self.argv_prefix
 
     def _security_args(self) -> list[str]:
         if not self.secure:
-            return ["--insecure"]
+            return ["--insecure"] if self._logstore_serve() else []
         assert self.caller is not None, "a secure replica admits the group's caller key"
         # FLAG=VALUE: a z85 key may begin with "-".
         return [

@@ -9,7 +9,7 @@ import pytest
 from tests.support.cli import assert_usage_error, run_cli
 
 from .helpers import PASSWORD, leader_of, start_cluster, wait_for
-from .procs import make_replicas
+from .procs import make_replicas, remote, write_credentials
 
 pytestmark = pytest.mark.integration
 
@@ -19,32 +19,37 @@ def _logstore(*args: str, timeout_s: float = 60.0) -> subprocess.CompletedProces
 
 
 def test_status_append_read_transfer(tmp_path):
-    replicas = make_replicas(tmp_path, 3)
+    replicas = make_replicas(tmp_path, 3, secure=True)
     try:
         for r in replicas:
             r.start()
         servers = ",".join(r.rpc_address for r in replicas)
-        out = _logstore("append", "--servers", servers, "--timeout-s", "30", "demo", "hello")
+        creds = write_credentials(tmp_path / "operator.credentials", replicas)
+
+        def ls(*args: str) -> subprocess.CompletedProcess:
+            return _logstore(*args, "--credentials", creds)
+
+        out = ls("append", "--servers", servers, "--timeout-s", "30", "demo", "hello")
         assert out.returncode == 0, out.stderr
         assert out.stdout.strip() == "1"
-        out = _logstore("read", "--servers", servers, "--barrier", "demo")
+        out = ls("read", "--servers", servers, "--barrier", "demo")
         assert out.returncode == 0 and "1\tb'hello'" in out.stdout
-        out = _logstore("status", "--servers", servers)
+        out = ls("status", "--servers", servers)
         assert out.returncode == 0, out.stderr
         assert out.stdout.count("role=") == 3 and "role=leader" in out.stdout
         assert "logs (last id): demo=1" in out.stdout
         assert out.stdout.splitlines()[-1].startswith("OK: 3 replicas answered, leader 127.")
-        out = _logstore("transfer-leadership", "--servers", servers, "--timeout-s", "20")
+        out = ls("transfer-leadership", "--servers", servers, "--timeout-s", "20")
         assert out.returncode == 1 and "UNAUTHENTICATED" in out.stderr, out  # no password
         password = tmp_path / "password"
         password.write_text(PASSWORD + "\n")
-        out = _logstore(
+        out = ls(
             "transfer-leadership", "--servers", servers, "--timeout-s", "20",
             "--password-file", str(password),
         )  # fmt: skip
         assert out.returncode == 0, out.stderr
         assert out.stdout.startswith("leader: 127.0.0.1:")
-        out = _logstore("append", "--servers", servers, "--expected-id", "5", "demo", "x")
+        out = ls("append", "--servers", servers, "--expected-id", "5", "demo", "x")
         assert out.returncode == 1 and "CONDITION_FAILED" in out.stderr
         assert "Traceback" not in out.stderr
     finally:
@@ -57,33 +62,32 @@ def test_a_dead_first_replica_costs_a_share_of_the_deadline_not_all_of_it(tmp_pa
     an append in flight unknown): its appends, never sent there, go to the live ones; the
     CLI with the dead one first in --servers works within its default deadline; `status`
     says UNHEALTHY with exit 1."""
-    from logstore.remote import RemoteLogStore
-
-    replicas = make_replicas(tmp_path, 3)
+    replicas = make_replicas(tmp_path, 3, secure=True)
     try:
         for r in replicas:
             r.start()
-        with RemoteLogStore([r.rpc_address for r in replicas]) as store:
+        creds = write_credentials(tmp_path / "operator.credentials", replicas)
+        with remote(replicas) as store:
             assert store.append("d", b"0", timeout_s=30.0) == 1
             leader = store.status(timeout_s=10.0).leader
         replicas.sort(key=lambda r: r.raft_address == leader)  # a follower first
         servers = ",".join(r.rpc_address for r in replicas)
-        with RemoteLogStore([r.rpc_address for r in replicas]) as store:
+        with remote(replicas) as store:
             assert store.last_id("d", timeout_s=10.0) == 1  # it talks to the follower
             replicas[0].kill()
             for i in range(1, 7):
                 assert store.append("d", str(i).encode(), expected_id=i + 1, timeout_s=10.0) == (
                     i + 1
                 )
-        out = _logstore("append", "--servers", servers, "d", "cli")  # default --timeout-s
-        assert out.returncode == 0, out.stderr
+        out = _logstore("append", "--servers", servers, "--credentials", creds, "d", "cli")
+        assert out.returncode == 0, out.stderr  # within the default --timeout-s
         assert out.stdout.strip() == "8"
-        out = _logstore("read", "--servers", servers, "--barrier", "d")
+        out = _logstore("read", "--servers", servers, "--credentials", creds, "--barrier", "d")
         assert out.returncode == 0, out.stderr
         assert [line.split("\t")[0] for line in out.stdout.splitlines()] == [
             str(i) for i in range(1, 9)
         ]
-        out = _logstore("status", "--servers", servers)
+        out = _logstore("status", "--servers", servers, "--credentials", creds)
         assert out.returncode == 1, out.stdout
         assert "UNHEALTHY: 1 of 3 replicas did not answer" in out.stdout
         assert out.stdout.count("role=") == 2

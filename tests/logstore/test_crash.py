@@ -24,7 +24,7 @@ from logstore.remote import RemoteLogStore
 from rpc.errors import RpcError
 
 from .helpers import wait_for
-from .procs import make_replicas
+from .procs import ReplicaProcess, make_replicas, remote
 
 pytestmark = pytest.mark.integration
 
@@ -34,8 +34,8 @@ COND_WRITERS = 2
 
 
 class Workload:
-    def __init__(self, rpc_addresses: list[str], rnd: int) -> None:
-        self.rpc = rpc_addresses
+    def __init__(self, replicas: list[ReplicaProcess], rnd: int) -> None:
+        self.replicas = replicas
         self.round = rnd
         self.stop = threading.Event()
         self.lock = threading.Lock()
@@ -67,8 +67,9 @@ class Workload:
             self.stop.set()
 
     def _client(self, w: int) -> RemoteLogStore:
-        order = self.rpc[w % len(self.rpc) :] + self.rpc[: w % len(self.rpc)]
-        return RemoteLogStore(order, connect_timeout_s=1.0)
+        n = len(self.replicas)
+        order = self.replicas[w % n :] + self.replicas[: w % n]
+        return remote(order, connect_timeout_s=1.0)
 
     def _record(self, log: str, new_id: int, payload: bytes) -> None:
         with self.lock:
@@ -133,7 +134,7 @@ def _read_all(store: RemoteLogStore, log: str) -> list:
 def _verify(replicas, acked: dict[str, dict[int, bytes]]) -> None:
     views = []
     for r in replicas:
-        with RemoteLogStore([r.rpc_address], connect_timeout_s=5.0) as store:
+        with remote([r], connect_timeout_s=5.0) as store:
             store.barrier(timeout_s=30.0)
             views.append({log: _read_all(store, log) for log in acked})
             for log in acked:
@@ -197,7 +198,7 @@ def _diagnose(replicas, acked, history, seed: int) -> str:
         )
         if r.alive():
             try:
-                with RemoteLogStore([r.rpc_address], connect_timeout_s=2.0) as store:
+                with remote([r], connect_timeout_s=2.0) as store:
                     st = store.status(timeout_s=5.0)
                     out.append(
                         f"    role={st.role} term={st.term} commit={st.commit_index} "
@@ -222,8 +223,7 @@ def test_kill9_every_replica_under_concurrent_appends(tmp_path):
     seed = int(os.environ.get("LOGSTORE_CRASH_SEED", random.randrange(1 << 30)))
     print(f"LOGSTORE_CRASH_SEED={seed}")
     rng = random.Random(seed)
-    replicas = make_replicas(tmp_path, 3, ["--compaction-min-entries", "300"])
-    rpc = [r.rpc_address for r in replicas]
+    replicas = make_replicas(tmp_path, 3, ["--compaction-min-entries", "300"], secure=True)
     acked: dict[str, dict[int, bytes]] = {"kill": {}, "cond": {}}
     history: list[str] = []
     try:
@@ -231,7 +231,7 @@ def test_kill9_every_replica_under_concurrent_appends(tmp_path):
             for r in replicas:
                 r.start()
             _verify(replicas, acked)
-            work = Workload(rpc, rnd)
+            work = Workload(replicas, rnd)
             work.start()
             try:
                 order = rng.sample(range(3), 3)
@@ -256,7 +256,7 @@ def test_kill9_every_replica_under_concurrent_appends(tmp_path):
         for r in replicas:
             r.start()
         _verify(replicas, acked)
-        with RemoteLogStore(rpc) as store:
+        with remote(replicas) as store:
             last = store.last_id("cond")
             assert store.append("cond", b"final", expected_id=last + 1) == last + 1
             with pytest.raises(LogConditionFailed):

@@ -39,7 +39,7 @@ from logstore.state import check_append_request
 from rpc.errors import BadRequest
 
 from .helpers import PASSWORD, wait_for
-from .procs import make_replicas
+from .procs import make_replicas, remote
 
 ID_MAX = (1 << 64) - 1
 # pysyncobj's command: one type byte, then the pickled (method id, args); method 0 is
@@ -194,11 +194,13 @@ def _leader(stores: RemoteLogStore, replicas) -> tuple[str, int]:
 def test_a_huge_unauthenticated_frame_is_dropped_before_it_is_buffered(tmp_path):
     # Election timeouts of seconds: on a loaded machine leadership stays put unless the
     # leader really stops answering.
-    replicas = make_replicas(tmp_path, 3, ["--election-min-s", "3", "--election-max-s", "6"])
+    replicas = make_replicas(
+        tmp_path, 3, ["--election-min-s", "3", "--election-max-s", "6"], secure=True
+    )
     for r in replicas:
         r.start()
     try:
-        with RemoteLogStore([r.rpc_address for r in replicas]) as store:
+        with remote(replicas) as store:
             store.barrier(timeout_s=30)
             assert store.append("before", b"x", timeout_s=30) == 1
             leader, term = _leader(store, replicas)

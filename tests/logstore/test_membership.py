@@ -1,6 +1,7 @@
 """Membership change through `logstore serve` processes: grow 1 -> 3 replicas under load,
 and replace a dead replica. New replicas catch up by snapshot (the journal was compacted
-before they joined)."""
+before they joined). The replicas run CURVE (the default); the test's key holds the server
+and admin roles, and membership changes are signed with the group's password as well."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from rpc import errors, privileged
 from rpc.errors import RpcError
 
 from .helpers import PASSWORD, wait_for
-from .procs import ReplicaProcess, make_replicas
+from .procs import ReplicaProcess, make_replicas, remote
 
 pytestmark = pytest.mark.integration
 
@@ -25,15 +26,15 @@ ADMIN_KEY = privileged.derive_key(PASSWORD)
 class Load:
     """One writer appending unique entries until stopped; remembers what was acknowledged."""
 
-    def __init__(self, rpc: list[str]) -> None:
-        self.rpc = list(rpc)
+    def __init__(self, replicas: list[ReplicaProcess]) -> None:
+        self.replicas = list(replicas)
         self.acked: dict[int, bytes] = {}
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, name="membership-load")
         self.thread.start()
 
     def _run(self) -> None:
-        with RemoteLogStore(self.rpc, connect_timeout_s=1.0) as store:
+        with remote(self.replicas, connect_timeout_s=1.0) as store:
             k = 0
             while not self.stop.is_set():
                 payload = b"load-%d" % k
@@ -59,14 +60,14 @@ def _barrier_ok(store: RemoteLogStore) -> bool:
 
 
 def _status(r: ReplicaProcess):
-    with RemoteLogStore([r.rpc_address], connect_timeout_s=2.0) as s:
+    with remote([r], connect_timeout_s=2.0) as s:
         return s.status(timeout_s=5.0)
 
 
 def _check_same(replicas: list[ReplicaProcess], acked: dict[int, bytes]) -> None:
     views = []
     for r in replicas:
-        with RemoteLogStore([r.rpc_address]) as s:
+        with remote([r]) as s:
             s.barrier(timeout_s=30.0)
             views.append(s.read("m", 1, 100_000, timeout_s=10.0))
     by_id = {e.id: e.data for e in views[0]}
@@ -77,7 +78,7 @@ def _check_same(replicas: list[ReplicaProcess], acked: dict[int, bytes]) -> None
 
 
 def test_grow_one_to_three_under_load(tmp_path):
-    a, b, c = make_replicas(tmp_path, 3, ARGS)
+    a, b, c = make_replicas(tmp_path, 3, ARGS, secure=True)
     a.peers = [a.raft_address]
     b.peers = [a.raft_address]
     c.peers = [a.raft_address, b.raft_address]
@@ -85,15 +86,18 @@ def test_grow_one_to_three_under_load(tmp_path):
     try:
         a.start()
         started.append(a)
-        load = Load([a.rpc_address])
+        load = Load([a])
         wait_for(lambda: len(load.acked) >= 500, 60, "appends on the single replica")
         wait_for(lambda: _status(a).journal_first_index > 1, 60, "a compacted journal")
         b.start()
         started.append(b)
-        with RemoteLogStore([a.rpc_address]) as intruder:  # no password: refused, no change
+        with remote([a]) as intruder:  # the admin role, no password: refused, no change
             with pytest.raises(errors.Unauthenticated):
                 intruder.add_member(b.raft_address, timeout_s=30.0)
-        with RemoteLogStore([a.rpc_address], privileged_key=ADMIN_KEY) as admin:
+        with RemoteLogStore([a.rpc_address], privileged_key=ADMIN_KEY) as plaintext:
+            with pytest.raises(errors.Unauthenticated):  # the password, no key: refused
+                plaintext.add_member(b.raft_address, timeout_s=30.0)
+        with remote([a], privileged_key=ADMIN_KEY) as admin:
             admin.add_member(b.raft_address, timeout_s=30.0)
         wait_for(lambda: _status(b).role == "follower" and _status(b).leader, 60, "b following")
         n = len(load.acked)
@@ -101,7 +105,7 @@ def test_grow_one_to_three_under_load(tmp_path):
         c.start()
         started.append(c)
         # Any replica forwards the change.
-        with RemoteLogStore([b.rpc_address], privileged_key=ADMIN_KEY) as admin:
+        with remote([b], privileged_key=ADMIN_KEY) as admin:
             admin.add_member(c.raft_address, timeout_s=30.0)
         n = len(load.acked)
         wait_for(lambda: len(load.acked) >= n + 300, 60, "appends with three replicas")
@@ -119,7 +123,7 @@ def test_grow_one_to_three_under_load(tmp_path):
         _check_same([a, b, c], acked)
         # The group now survives the loss of the first replica.
         a.kill()
-        with RemoteLogStore([b.rpc_address, c.rpc_address]) as s:
+        with remote([b, c]) as s:
             wait_for(lambda: _barrier_ok(s), 60, "a new leader among b and c")
             new_id = s.append("m", b"after-a-died", timeout_s=30.0)
             assert s.read("m", new_id)[0].data == b"after-a-died"
@@ -129,7 +133,7 @@ def test_grow_one_to_three_under_load(tmp_path):
 
 
 def test_replace_a_dead_replica(tmp_path):
-    replicas = make_replicas(tmp_path, 4, ARGS)
+    replicas = make_replicas(tmp_path, 4, ARGS, secure=True)
     a, b, c, d = replicas
     for r in (a, b, c):
         r.peers = [a.raft_address, b.raft_address, c.raft_address]
@@ -139,12 +143,12 @@ def test_replace_a_dead_replica(tmp_path):
         for r in (a, b, c):
             r.start()
             started.append(r)
-        load = Load([a.rpc_address, b.rpc_address])
+        load = Load([a, b])
         wait_for(lambda: len(load.acked) >= 400, 60, "appends")
         c.kill()
         n = len(load.acked)
         wait_for(lambda: len(load.acked) >= n + 200, 60, "appends with c dead")
-        with RemoteLogStore([a.rpc_address, b.rpc_address], privileged_key=ADMIN_KEY) as admin:
+        with remote([a, b], privileged_key=ADMIN_KEY) as admin:
             admin.remove_member(c.raft_address, timeout_s=30.0)
             # Not started yet: refused, the member list unchanged (a voter that is not
             # there would raise the majority without adding a vote).
@@ -165,7 +169,7 @@ def test_replace_a_dead_replica(tmp_path):
             )
         # With d in, the group survives the loss of a.
         a.kill()
-        with RemoteLogStore([b.rpc_address, d.rpc_address]) as s:
+        with remote([b, d]) as s:
             wait_for(lambda: _barrier_ok(s), 60, "a new leader among b and d")
             s.append("m", b"after-a-died", timeout_s=30.0)
     finally:
