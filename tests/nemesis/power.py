@@ -25,10 +25,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+from logstore.remote import RemoteLogStore
 from optools.localcluster import ClusterSpec, LocalCluster, NodeSpec
 from optools.localcluster import _make_secure as make_secure_keys
 from rpc.addresses import free_port
-from tests.logstore.procs import ReplicaProcess
+from rpc.keys import KeyPair
+from tests.logstore.procs import ReplicaProcess, client_options
 from tests.nemesis.lazyfs import LazyFS
 
 log = logging.getLogger("nemesis.power")
@@ -51,9 +53,21 @@ class Disks:
         return fs.mount
 
     def power_loss(self, name: str, torn: bool = False) -> dict:
+        """Drop what the node's disk holds unsynced. AssertionError when that took a public
+        key the node had (`keys/*.key`: made, so meant to be durable): the node would come
+        back as another identity, which no one admitted."""
+        keys_before = self._public_keys(name)
         answer = self.mounts[name].power_loss(torn=torn)
         log.info("power loss of %s: %s", name, answer)
+        keys_after = self._public_keys(name)
+        assert keys_after == keys_before, (
+            f"the power loss of {name} lost key files: {keys_before} before, {keys_after} after"
+        )
         return answer
+
+    def _public_keys(self, name: str) -> dict[str, str]:
+        keys_dir = self.mounts[name].mount / "keys"
+        return {p.name: p.read_text() for p in sorted(keys_dir.glob("*.key"))}
 
     def close(self) -> None:
         for fs in self.mounts.values():
@@ -186,21 +200,33 @@ class PowerCluster(LocalCluster):
 
 
 class PowerLogGroup:
-    """`logstore serve` replicas, each with its data dir on its own lazyfs mount."""
+    """`logstore serve` replicas, each with its data dir on its own lazyfs mount. Secure
+    (CURVE, `secure=True`, as the tests build it): each replica's key pair is on its mount,
+    the group admits one caller key (both roles) that `remote()` calls with."""
 
     def __init__(
-        self, root: Path, addresses: list[str], extra_args: list[str], env: dict[str, str]
+        self,
+        root: Path,
+        addresses: list[str],
+        extra_args: list[str],
+        env: dict[str, str],
+        *,
+        secure: bool,
     ) -> None:
         """`addresses`: 2n free addresses (n Raft, then n rpc)."""
         n = len(addresses) // 2
         assert 1 <= n <= NODES_MAX and len(addresses) == 2 * n
         self.disks = Disks(Path(root))
         raft, rpc = addresses[:n], addresses[n:]
+        caller = KeyPair.generate() if secure else None
         self.replicas: list[ReplicaProcess] = []
         try:
             for i in range(n):
                 mount = self.disks.mount(f"replica{i}")
-                replica = ReplicaProcess(raft[i], rpc[i], str(mount), raft, list(extra_args))
+                replica = ReplicaProcess(
+                    raft[i], rpc[i], str(mount), raft, list(extra_args),
+                    secure=secure, caller=caller,
+                )  # fmt: skip
                 # `env` execs the replica: the environment of this replica only, same pid.
                 replica.argv_prefix = [
                     "env",
@@ -217,7 +243,20 @@ class PowerLogGroup:
         return [r.rpc_address for r in self.replicas]
 
     def start(self, i: int) -> None:
-        self.replicas[i].start(timeout_s=60.0)
+        """Start replica i; RuntimeError when it does not start, or (secure) comes back with
+        another key than its first start's: its key pair was lost (a power loss after it
+        was made), so no caller would reach it."""
+        replica = self.replicas[i]
+        before = replica.public_key
+        replica.start(timeout_s=60.0)
+        if before and replica.public_key != before:
+            raise RuntimeError(
+                f"replica{i} came back with another key ({replica.public_key}, was {before})"
+            )
+
+    def remote(self) -> RemoteLogStore:
+        """A client of the started group (CURVE with the caller key when secure)."""
+        return RemoteLogStore(self.rpc_addresses, **client_options(self.replicas))
 
     def power_loss(self, i: int, torn: bool = False) -> dict:
         self.replicas[i].kill()

@@ -151,10 +151,11 @@ def lost_appends(acked: dict, found: dict[int, bytes]) -> list[str]:
 def logstore_run(root: Path, env: dict[str, str], args: list[str], single: bool) -> list[str]:
     """Appends under power losses (of one replica, then all); returns what went wrong: a
     replica that cannot start again, acknowledged appends lost."""
-    with PowerLogGroup(root, free_addresses(6), args, {"LOGSTORE_PASSWORD": PASSWORD, **env}) as g:
+    env = {"LOGSTORE_PASSWORD": PASSWORD, **env}
+    with PowerLogGroup(root, free_addresses(6), args, env, secure=True) as g:
         for i in range(3):
             g.start(i)
-        with RemoteLogStore(g.rpc_addresses) as store:
+        with g.remote() as store:
 
             def append(t: int, seq: int) -> dict:
                 data = f"w{t}-{seq}".encode()
