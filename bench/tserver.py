@@ -18,7 +18,8 @@ same run, and prints the ratio on/off (target >= 0.95).
 `--curve`: the same measurements against a plaintext server and a CURVE one (design/security.md
 §7), in the same run, and the ratio CURVE / plaintext (target >= 0.8): --rounds rounds (3) of
 a fresh server each way, in alternating order, each figure the median (the range beside it;
-the full scan is the median of three scans in each round). The CURVE server is the
+the full scan, once the server is idle after the writes, is the median of three scans in
+each round). The CURVE server is the
 tablet server of `tserver start` (CURVE, its key pair in keys/ of the fs root, callers admitted
 by its principals table and every call checked against the role table); writes, scans and
 point reads go through TabletServerClient with a key pair and the server's public key, as a
@@ -166,12 +167,28 @@ def server_keys(root: Path) -> dict:
     return {"keypair": pair, "server_key": pair.public}
 
 
+def server_cpu_s(pid: int) -> float:
+    """CPU seconds used so far by process `pid`."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
 def cpu_s(pid: int) -> float:
     """CPU seconds used so far by process `pid` and by this one (the server's and the client's
     work: a cost that a loaded machine stretches less than wall-clock time)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    ticks = int(fields[11]) + int(fields[12])  # utime, stime
-    return ticks / os.sysconf("SC_CLK_TCK") + time.process_time()
+    return server_cpu_s(pid) + time.process_time()
+
+
+def quiesce(pid: int, limit_s: float = 60.0) -> None:
+    """Wait (bounded) until the server is idle, under 5% of a core over 1 s: the flush of the
+    written rows and background compactions done, so that they are not counted as reads."""
+    deadline = time.monotonic() + limit_s
+    time.sleep(1.0)  # the maintenance thread's flush, if due
+    while time.monotonic() < deadline:
+        c0 = server_cpu_s(pid)
+        time.sleep(1.0)
+        if server_cpu_s(pid) - c0 < 0.05:
+            return
 
 
 def point_reads(address: str, uuid: str, kw: dict, tid: str, n_rows: int, args) -> float:
@@ -242,6 +259,7 @@ def measure_server(
                 tables[nw] = tid
             # Full scan of the N-writer tablet.
             tid = tables[args.writers]
+            quiesce(proc.pid)
             scans = []
             c0 = cpu_s(proc.pid)
             for _ in range(3):  # the median of three
