@@ -219,6 +219,12 @@ class SilenceWatch:
             for group in due.values():
                 self._check(group[0].rpc, group)
 
+    @staticmethod
+    def _answered(due: list[_Watched]) -> None:
+        answered = time.monotonic()
+        for w in due:
+            w.quiet_since = answered
+
     def _check(self, rpc: RpcClient, due: list[_Watched]) -> None:
         """Ping the server of calls that have waited their patience: wait on, or give up."""
         patience_s = min(w.patience_s for w in due)
@@ -226,10 +232,15 @@ class SilenceWatch:
             rpc.ping(timeout_s=patience_s)
         except (TimedOut, Unavailable) as err:
             logger.info("%s: no answer to a ping within %.1fs (%s)", rpc.address, patience_s, err)
+        except RpcError as err:
+            # Refused (a CURVE server started again that does not admit our key yet, say):
+            # that is an answer, not silence; the call gets its own. Raising here would end
+            # this thread, and no later call of the client would be watched.
+            logger.info("%s: ping refused (%s): not silent", rpc.address, err)
+            self._answered(due)
+            return
         else:  # alive (at work): look again a patience later
-            answered = time.monotonic()
-            for w in due:
-                w.quiet_since = answered
+            self._answered(due)
             return
         # The owner first stops using the client (a call made from now on opens another);
         # false if it no longer did (closed, or replaced meanwhile): nothing to give up then.
