@@ -79,7 +79,10 @@ class FsLayout:
                 raise FsError(f"{root} exists and is not a directory")
             if any(root.iterdir()):
                 raise FsError(f"refusing to format {root}: directory is not empty")
+        missing = [d for d in (root, *root.parents) if not d.exists()]
         root.mkdir(parents=True, exist_ok=True)
+        for made in reversed(missing):  # each new directory's entry durable in its parent
+            metafile.fsync_dir(made.parent)
         for sub in SUBDIRS:
             (root / sub).mkdir()
         metafile.fsync_dir(root)

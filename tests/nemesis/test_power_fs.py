@@ -329,3 +329,14 @@ def test_tserver_format_keeps_its_key_pair_through_a_power_loss(lazy: LazyFS) ->
     lazy.power_loss()
     assert FsLayout.read_instance(lazy.mount).uuid == fs.uuid
     assert FsLayout(lazy.mount, fs.uuid).public_key() == public
+
+
+def test_tserver_format_of_a_new_directory_survives_a_power_loss(lazy: LazyFS) -> None:
+    """`tserver fs format --fs-root` of a directory that does not exist yet makes it (and
+    its missing parents): their entries must be durable too, or a power loss takes the
+    whole formatted root."""
+    fs = FsLayout.format(lazy.mount / "disk" / "ts")
+    public = fs.public_key()
+    lazy.power_loss()
+    assert FsLayout.read_instance(lazy.mount / "disk" / "ts").uuid == fs.uuid
+    assert FsLayout(lazy.mount / "disk" / "ts", fs.uuid).public_key() == public
