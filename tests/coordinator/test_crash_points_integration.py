@@ -11,11 +11,11 @@ the right result.
 from __future__ import annotations
 
 import pytest
-from coordproc import CoordinatorGroup, Heartbeater, TServer, wait_for
+from coordproc import CoordinatorGroup, TServer, wait_for
 
 from coordinator.crashpoints import ALL_POINTS, CRASH_EXIT_STATUS, ENV_VAR
-from rpc import privileged
 from rpc.errors import RpcError
+from rpc.keys import KeyPair
 from rpc.protocols import coordinator_pb2 as pb
 
 pytestmark = pytest.mark.integration
@@ -109,7 +109,8 @@ def check(kind: str, client, tservers: list[TServer], done: bool) -> None:
         listed = client.call(
             "ListPrincipals", pb.ListPrincipalsRequest(), pb.ListPrincipalsResponse
         ).principals
-        got = [(p.name, p.state, p.pending, p.public_key) for p in listed]
+        # The bootstrap admin and the tablet servers are principals too.
+        got = [(p.name, p.state, p.pending, p.public_key) for p in listed if p.name == "alice"]
         assert got == ([("alice", "active", False, ALICE_KEY)] if done else [])
 
 
@@ -145,16 +146,30 @@ REQUESTED = (
 )
 
 
-def lead_with_armed_node(group, client, point: str):
-    """Start the group so that the armed node c0 leads: it starts first with the shorter
-    lease timeout. Under heavy load another node can still win the first takeover; then
-    that node is killed and restarted (a bounded number of times) until c0 leads."""
-    armed = group.start(0, env={ENV_VAR: point}, lease_timeout_s=1.0, extra=EXTRA)
+def lead_with_armed_node(group, client, point: str, tservers: list[TServer]):
+    """Start the secure group so that the armed node c0 leads, with the bootstrap admin
+    logged and the tablet servers admitted: c0 starts first with the shorter lease timeout.
+    Under heavy load another node can still win a takeover; then that node is killed and
+    restarted (a bounded number of times) until c0 leads.
+
+    The bootstrap admin and the admissions are principal operations: for a `principal.*`
+    point c0 starts unarmed, and is restarted armed once they are logged. Otherwise the
+    servers are admitted once c0 leads, so that c0 is the node that enlists them."""
+    principal = point.startswith("principal.")
+    armed = group.start(0, env=None if principal else {ENV_VAR: point}, lease_timeout_s=1.0,
+                        extra=EXTRA)  # fmt: skip
     for i in (1, 2):
         group.start(i, lease_timeout_s=FOLLOWER_LEASE_S, extra=EXTRA)
+    if principal:
+        group.admit(tservers)
+        group.procs[0].kill()
+        armed = group.start(0, env={ENV_VAR: point}, lease_timeout_s=1.0, extra=EXTRA)
     for _ in range(LEAD_ATTEMPTS_MAX):
         leader = group.leader_index(client, 60)
         if leader == 0:
+            group.wait_admin()  # every node has applied the admin: none refuses its key
+            if not principal:
+                group.admit(tservers)
             return armed
         group.procs[leader].kill()
         group.start(leader, lease_timeout_s=FOLLOWER_LEASE_S, extra=EXTRA)
@@ -165,22 +180,24 @@ def lead_with_armed_node(group, client, point: str):
 def test_crash_point(tmp_path, point):
     kind = point.split(".")[0]
     committed = not point.endswith("before_commit_point")
-    # Tablet servers first: the group's free ports are picked while theirs are taken.
-    tservers = [TServer(tmp_path, f"ts{i}") for i in range(2)]
+    # CURVE (the default): the client calls as the group's admin, and the tablet servers,
+    # given the group's addresses and keys, heartbeat by themselves once admitted (refused
+    # until then).
     group = CoordinatorGroup(tmp_path, 3)
-    beat = None
-    # Signed with the cluster's password: the principal methods are privileged.
-    key = privileged.derive_key(group.password_file.read_text().strip())
-    client = group.client(timeout_s=60.0, call_timeout_s=5.0, privileged_key=key)
+    tservers = [TServer(tmp_path, f"ts{i}", group) for i in range(2)]
+    client = group.client(timeout_s=60.0, call_timeout_s=5.0)
     try:
-        armed = lead_with_armed_node(group, client, point)
-        beat = Heartbeater(group, tservers)
+        armed = lead_with_armed_node(group, client, point, tservers)
         if kind != "enlist_server":
             wait_for(lambda: len(client.list_servers()) == 2, 60, "tablet servers enlisted")
         if kind in ("drop_table", "alter_table", "set_replication"):
             client.create_table("t", SCHEMA, 4, 1)
         if kind in ("server_down", "remove_server", "retire_server"):
-            client.enlist_server(GHOST, "127.0.0.1:1")  # never heartbeats
+            # Admitted with a key of its own, enlisted with that key; never heartbeats.
+            ghost = KeyPair.generate()
+            group.admit_key(GHOST, ghost.public)
+            with group.server_client(GHOST, ghost, timeout_s=60.0) as as_ghost:
+                as_ghost.enlist_server(GHOST, "127.0.0.1:1")
         if kind == "remove_server":
             wait_for(lambda: servers_state(client)[GHOST] == "DOWN", 60, "ghost marked down")
         rid = client.next_request_id()
@@ -188,7 +205,7 @@ def test_crash_point(tmp_path, point):
             method, request, response_type = request_for(kind, rid)
             with pytest.raises(RpcError):
                 client.call(method, request, response_type, timeout_s=2.0)
-        # enlist_server and server_down are triggered by the heartbeater and the monitor.
+        # enlist_server and server_down are triggered by the heartbeats and the monitor.
         assert armed.p.wait(60) == CRASH_EXIT_STATUS, armed.text()[-2000:]
         new = group.leader_index(client, 60)
         assert new in (1, 2)
@@ -210,8 +227,6 @@ def test_crash_point(tmp_path, point):
             converged(kind, client, tservers, done=True)
     finally:
         client.close()
-        if beat is not None:
-            beat.close()
         for s in tservers:
             s.close()
         group.close()

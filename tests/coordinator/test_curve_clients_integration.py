@@ -61,11 +61,12 @@ def refused(out: subprocess.CompletedProcess, *words: str) -> str:
 
 
 def node_keys(group: CoordinatorGroup) -> list[str]:
-    """Each node's public key, made before its first start (`coordinator show-key`)."""
+    """Each node's public key, made before its first start (the group makes the pairs as
+    `coordinator show-key` would; show-key reads them)."""
     out = []
     for i in range(len(group.rpc)):
         doc = ok_json(cli("show-key", "--data-dir", str(group.root / f"c{i}"), "--json"))
-        assert doc["made"] is True and len(doc["public_key"]) == 40
+        assert doc["made"] is False and doc["public_key"] == group.node_keys[i]
         out.append(doc["public_key"])
     return out
 
@@ -86,17 +87,15 @@ def table_names(creds_path: str, addresses) -> list[str]:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    """Three `coordinator start --curve` processes; the admin's key given to every node."""
+    """Three `coordinator start` processes (CURVE, the default; the group passes --curve
+    and --admin-public-key); the admin's key given to every node."""
     root = tmp_path_factory.mktemp("curve-group")
     group = CoordinatorGroup(root)
     keys = node_keys(group)
-    admin = KeyPair.generate()
-    (root / "admin.key").write_text(admin.public + "\n")
-    admin_creds = write_creds(
-        root / "admin.credentials", "admin", admin, zip(group.rpc, keys, strict=True)
-    )
+    admin = group.credentials.keypair
+    admin_creds = str(group.admin_credentials_file)
     for i in range(3):
-        group.start(i, extra=("--curve", "--admin-public-key", str(root / "admin.key")))
+        group.start(i)
     try:
         group.wait_started()
         for i, p in enumerate(group.procs):  # the start line names the node's key

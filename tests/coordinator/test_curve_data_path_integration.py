@@ -82,7 +82,7 @@ def test_writer_writes_and_scans_reader_scans_only_over_curve(tmp_path, monkeypa
                 "--credentials", str(admin_creds))  # fmt: skip
         tserver = Proc(
             ["-m", "tservers.cli", "start", "--fs-root", str(fs), "--bind", "127.0.0.1:0",
-             "--coordinators", rpc, "--curve", "--coordinator-keys", node_key],
+             "--coordinators", rpc, "--curve", f"--coordinator-keys={node_key}"],
             tmp_path / "ts0.log",
         )  # fmt: skip
 

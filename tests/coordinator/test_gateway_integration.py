@@ -1,13 +1,17 @@
-"""The rpc tablet-server gateway against a real tablet server: every call is idempotent."""
+"""The rpc tablet-server gateway against a real tablet server: every call is idempotent.
+The server runs with CURVE (the default), given a coordinator group's keys (the group is not
+started: its heartbeats go nowhere), and the gateway calls it with node c0's key, as that
+node would."""
 
 from __future__ import annotations
 
 import pytest
-from coordproc import TServer
+from coordproc import CoordinatorGroup, TServer
 
 from coordinator.catalog import ServerInfo, ServerState
 from coordinator.gateway import RpcTabletServerGateway
 from rpc.errors import BadRequest, TimedOut, Unavailable
+from rpc.keys import ClientCurve
 from rpc.protocols import coordinator_pb2 as pb
 from rpc.protocols import tserver_pb2 as ts
 
@@ -25,7 +29,11 @@ SCHEMA = pb.Schema(
 
 @pytest.fixture
 def tserver(tmp_path):
-    server = TServer(tmp_path, "ts")
+    group = CoordinatorGroup(tmp_path, 1)
+    server = TServer(tmp_path, "ts", group)
+    server.coordinator_curve = ClientCurve(
+        group.node_keypair(0), {server.uuid: server.keypair.public}
+    )
     yield server
     server.close()
 
@@ -37,7 +45,7 @@ def test_create_alter_delete_are_idempotent(tserver):
         partition=pb.Partition(hash_bucket=0, num_buckets=2),
         replica_uuids=[tserver.uuid],
     )
-    gw = RpcTabletServerGateway("coordinator-test")
+    gw = RpcTabletServerGateway("coordinator-test", curve=tserver.coordinator_curve)
     try:
         for _ in range(2):
             gw.create_tablet(info, "t7", "table", tablet, SCHEMA, [info], 5.0)
@@ -60,7 +68,7 @@ def test_create_alter_delete_are_idempotent(tserver):
 
 def test_unreachable_server_is_unavailable_or_timed_out(tserver):
     """What call_replica retries and, once the server is marked down, skips."""
-    gw = RpcTabletServerGateway("coordinator-test")
+    gw = RpcTabletServerGateway("coordinator-test", curve=tserver.coordinator_curve)
     tserver.close()
     info = ServerInfo(tserver.uuid, tserver.address, ServerState.LIVE, 1)
     try:
@@ -82,7 +90,7 @@ def test_a_schema_the_server_refuses_is_bad_request(tserver):
     bad = pb.Schema()
     bad.CopyFrom(SCHEMA)
     bad.columns[0].name = "my-id"
-    gw = RpcTabletServerGateway("coordinator-test")
+    gw = RpcTabletServerGateway("coordinator-test", curve=tserver.coordinator_curve)
     try:
         with pytest.raises(BadRequest, match="bad column name"):
             gw.create_tablet(info, "t8", "table", tablet, bad, [info], 5.0)

@@ -82,7 +82,10 @@ def test_a_leader_woken_after_sigstop_never_hints_at_itself(tmp_path):
         for i in range(3):
             group.start(i)
         group.wait_started()
-        with CoordinatorClient(group.rpc, timeout_s=30.0, watch=watch) as client:
+        group.wait_admin()
+        with CoordinatorClient(
+            group.rpc, timeout_s=30.0, watch=watch, credentials=group.credentials
+        ) as client:
             old = group.leader_index(client, 60.0)
             old_address = group.rpc[old]
             old_uuid = client.get_leader(old_address).leader_uuid

@@ -33,8 +33,10 @@ def env(tmp_path):
         for i in range(3):
             group.start(i)
         group.wait_started()
-        # The tablet servers enlist and heartbeat to every node by themselves.
-        servers = [TServer(tmp_path, f"ts{i}", group.rpc) for i in range(2)]
+        group.wait_admin()
+        # The tablet servers enlist and heartbeat to every node by themselves, once admitted.
+        servers = [TServer(tmp_path, f"ts{i}", group) for i in range(2)]
+        group.admit(servers)
         client = group.client(timeout_s=30.0)
         wait_for(lambda: len(client.list_servers()) == 2, 60, "tablet servers enlisted")
         yield group, servers, client

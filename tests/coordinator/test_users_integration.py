@@ -82,7 +82,11 @@ def start_all(group: CoordinatorGroup) -> None:
 
 
 def test_users_add_list_revoke_and_restart(tmp_path):
-    group = CoordinatorGroup(tmp_path, 3)
+    # Plaintext, said explicitly: this test is the password-signed path of `users` on a
+    # plaintext group (section 1's privileged methods; credentials files without keys; the
+    # last admin is the only one, no bootstrap admin). The CURVE path, the default:
+    # test_curve_clients_integration.py.
+    group = CoordinatorGroup(tmp_path, 3, insecure=True)
     try:
         start_all(group)
         creds = tmp_path / "alice.credentials"
