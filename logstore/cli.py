@@ -212,7 +212,14 @@ def cmd_serve(args) -> int:
     # The tick thread, the rpc I/O thread and the handlers hand the GIL to each other on
     # every append; Python's default 5 ms switch interval would dominate the latency.
     sys.setswitchinterval(args.switch_interval_s)
-    with LogStoreServer(config) as server:
+    from rpc.keys import KeyFileError
+
+    try:
+        server = LogStoreServer(config)
+    except KeyFileError as e:  # a secret its group or others may read, a broken pair
+        print(f"logstore: cannot serve: {e}", file=sys.stderr)
+        return 1
+    with server:
         http = f" http={server.http_url}" if server.http_url else ""
         mode = (
             " INSECURE (plaintext, unauthenticated: --insecure)"

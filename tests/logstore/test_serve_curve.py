@@ -155,6 +155,17 @@ def test_a_default_replica_runs_curve_and_answers_only_the_keys_it_was_given(tmp
         r.kill()
 
 
+def test_a_secret_others_may_read_refuses_the_start(tmp_path):
+    data_dir = str(tmp_path / "d")
+    out = _logstore("show-key", "--data-dir", data_dir, "--json")
+    assert out.returncode == 0 and '"made": true' in out.stdout, out
+    os.chmod(os.path.join(data_dir, "keys", "logstore.key_secret"), 0o640)
+    out = _logstore("serve", "--raft-address", f"127.0.0.1:{free_port()}", "--insecure-dev",
+                    "--data-dir", data_dir)  # fmt: skip
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+    assert "cannot serve" in out.stderr and "mode 0640" in out.stderr and "chmod 600" in out.stderr
+
+
 def test_insecure_runs_plaintext_and_says_so(tmp_path):
     (r,) = make_replicas(tmp_path, 1)  # secure=False: --insecure
     r.start()
