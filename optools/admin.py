@@ -91,6 +91,9 @@ class NodeCheck:
     raft_address: str = ""  # its replica of the coordinator log (embedded logstore)
     log_members: list[str] = field(default_factory=list)  # the log's replicas, as it knows them
     public_key: str = ""  # its CURVE key (empty: a plaintext node)
+    # CURVE (it answered Status with a public key); False: INSECURE, plaintext and
+    # unauthenticated (`coordinator start --insecure`); None: it did not answer.
+    secure: bool | None = None
 
 
 @dataclass
@@ -177,6 +180,8 @@ class ClusterCheck:
     pending_ops: int = 0
     log_members: list[str] = field(default_factory=list)  # as the leader knows them
     problems: list[str] = field(default_factory=list)
+    # Every node that answered runs CURVE; False when one is insecure (plaintext).
+    secure: bool = True
 
     def problem(self, text: str) -> None:
         self.healthy = False
@@ -256,8 +261,11 @@ def check_cluster(addresses: list[str], timeout_s: float, credentials=None) -> C
                     raft_address=st.raft_address,
                     log_members=sorted(st.log_members),
                     public_key=st.public_key,
+                    secure=bool(st.public_key),
                 )
             )
+            if not st.public_key:
+                result.secure = False
             if st.role == "LEADER":
                 result.leader = address
                 result.pending_ops = st.pending_ops
@@ -509,6 +517,12 @@ def cmd_status(args) -> int:
         state = f"{n.role} epoch {n.epoch} applied {n.applied_id}" if n.ok else f"DOWN ({n.error})"
         raft = f" (raft {n.raft_address})" if n.raft_address else ""
         print(f"  coordinator {n.address:22} {state}{raft}")
+    for n in result.nodes:
+        if n.secure is False:
+            print(
+                f"  WARNING: coordinator {n.address} is INSECURE: plaintext and unauthenticated "
+                "(started with --insecure); anyone who reaches its port can write or drop tables"
+            )
     if result.log_members:
         print(f"  log members ({len(result.log_members)}): {', '.join(result.log_members)}")
     not_live = sum(1 for s in result.servers if s.state != "LIVE")

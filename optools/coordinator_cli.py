@@ -3,7 +3,8 @@
     coordinator start --id c1 --data-dir DIR --bind 127.0.0.1:7100 \\
         --raft 127.0.0.1:7200 --peers 127.0.0.1:7201,127.0.0.1:7202 --password-file PW
     coordinator start --id dev --data-dir DIR --raft 127.0.0.1:7200 --insecure-dev
-    coordinator start ... --curve [--admin-public-key FILE]   (CURVE, roles: security.md)
+    coordinator start ... [--admin-public-key FILE]   (CURVE, the default; roles: security.md)
+    coordinator start ... --insecure          (plaintext and unauthenticated: said loudly)
     coordinator show-key --data-dir DIR       (the node's CURVE public key; made if missing)
     coordinator status --coordinators 127.0.0.1:7100,127.0.0.1:7101   (a ksck; admin.py)
     coordinator status --cluster local        (a name from the clusters file)
@@ -21,13 +22,16 @@ Nothing naming one is bad usage (exit status 2). Every such command takes `--cre
 FILE` (else $LOGCENTRIC_CREDENTIALS, else the cluster's `credentials` entry in the clusters
 file): CURVE to the coordinators with the keys the file lists, as its principal.
 
-`start --curve` runs the node with CURVE (design/security.md sections 2, 3, 5): its key pair
-in <data-dir>/keys (`show-key` prints the public key, making the pair first if the node has
-never run), callers admitted by the principals of the coordinator log and checked against
-the role table. At the cluster's first start the first node to lead logs the bootstrap
-admin: the key of `--admin-public-key FILE` (give it to every node), or, without it, a key
-pair it makes, whose credentials file it writes to <data-dir>/admin.credentials (0600) and
-names in its log.
+`start` runs the node with CURVE, the default (design/security.md sections 2, 3, 5; `--curve`
+says it explicitly): its key pair in <data-dir>/keys (`show-key` prints the public key,
+making the pair first if the node has never run), callers admitted by the principals of the
+coordinator log and checked against the role table. At the cluster's first start the first
+node to lead logs the bootstrap admin: the key of `--admin-public-key FILE` (give it to every
+node), or, without it, a key pair it makes, whose credentials file it writes to
+<data-dir>/admin.credentials (0600) and names in its log. `start --insecure` runs the client
+RPC service plaintext and unauthenticated (anyone who reaches the port can write or drop
+tables): a WARNING at start, `INSECURE plaintext` in the start line, and `coordinator status`
+names the node as insecure.
 
 The cluster password protects the Raft traffic of the embedded logstore (pysyncobj pickles
 its messages: it never runs unauthenticated between hosts). Without one, only a single-node
@@ -157,10 +161,14 @@ def cmd_start(args) -> int:
     if args.insecure and args.curve:
         print("coordinator: --insecure and --curve exclude each other", file=sys.stderr)
         return 2
+    curve = not args.insecure  # CURVE is the default; --curve says so
     admin_key = ""
     if args.admin_public_key:
-        if not args.curve:
-            print("coordinator: --admin-public-key needs --curve", file=sys.stderr)
+        if not curve:
+            print(
+                "coordinator: --admin-public-key needs CURVE (the default): drop --insecure",
+                file=sys.stderr,
+            )
             return 2
         from optools.users_cli import read_public_key
 
@@ -178,7 +186,7 @@ def cmd_start(args) -> int:
         lease=lease,
         engine=EngineConfig(tserver_timeout_s=args.tserver_timeout_s),
         http=args.http,
-        curve=args.curve,
+        curve=curve,
         bootstrap_admin_key=admin_key,
     )
     try:
@@ -188,12 +196,21 @@ def cmd_start(args) -> int:
         return 1
     with node:
         console = f" http={node.http.url}" if node.http is not None else ""
-        key = f" curve-key={node.public_key}" if node.public_key else " plaintext"
+        key = f" curve-key={node.public_key}" if node.public_key else " INSECURE plaintext"
+        if not curve:
+            logging.getLogger("coordinator").warning(
+                "coordinator %s is INSECURE (--insecure): its client RPC service on %s is "
+                "plaintext and unauthenticated; anyone who reaches that port can read, write "
+                "or drop tables and change the cluster. Start it without --insecure for CURVE "
+                "(design/security.md)",
+                args.id,
+                node.address,
+            )
         print(
             f"coordinator {args.id} uuid={node.uuid} rpc={node.address}{console}{key}",
             flush=True,
         )
-        if args.curve and not admin_key:
+        if curve and not admin_key:
             print(
                 "coordinator: no --admin-public-key: at the cluster's first start the first "
                 f"node to lead writes the admin's credentials to {node.admin_credentials_path}",
@@ -211,7 +228,7 @@ def _logstore_keys(text: str) -> tuple[str, ...]:
 
 def cmd_show_key(args) -> int:
     """The node's CURVE public key, from <data-dir>/keys (made first if missing, as the
-    node's first start with --curve would: so keys can be gathered before a first start)."""
+    node's first start would: so keys can be gathered before a first start)."""
     from coordinator.node import KEY_NAME, KEYS_DIR
     from rpc import keys
 
@@ -337,21 +354,22 @@ def build_parser() -> argparse.ArgumentParser:
     start.add_argument(
         "--insecure",
         action="store_true",
-        help="plaintext, unauthenticated client RPC, said explicitly (today's default; the "
-        "default turns to CURVE: design/security.md)",
+        help="plaintext, unauthenticated client RPC: anyone who reaches the port can write "
+        "or drop tables (a WARNING at start; `coordinator status` shows the node as insecure). "
+        "Default off: CURVE",
     )
     start.add_argument(
         "--curve",
         action="store_true",
-        help="CURVE on the client RPC service: its key pair in <data-dir>/keys, callers "
-        "admitted by the principals of the log and checked against the role table "
-        "(default off: plaintext)",
+        help="CURVE on the client RPC service, the default (this flag says it explicitly): "
+        "its key pair in <data-dir>/keys, callers admitted by the principals of the log and "
+        "checked against the role table",
     )
     start.add_argument(
         "--admin-public-key",
         metavar="FILE",
         default="",
-        help="with --curve: the bootstrap admin's public key (Z85 text or a zmq "
+        help="(CURVE) the bootstrap admin's public key (Z85 text or a zmq "
         "certificate), logged as user 'admin' at the cluster's first start; without it the "
         "first node to lead makes one and writes <data-dir>/admin.credentials",
     )

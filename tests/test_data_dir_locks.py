@@ -64,11 +64,28 @@ def _logstore_leads(out: Path) -> bool:
 
 
 def _coordinator_leads(out: Path) -> bool:
+    """CURVE (the default): asked as the bootstrap admin, whose credentials the node writes
+    to its data dir (`node`, beside `out`) when it first leads; for the node's address now
+    (a restart binds another port) with the node's key."""
+    from logcentric.meta import CoordinatorClient
+    from rpc import credentials, keys
+    from rpc.errors import RpcError
+
     rpc = _rpc_of(out, "coordinator c0 uuid=")
-    return (
-        rpc is not None
-        and run_cli("optools.coordinator_cli", "status", "--coordinators", rpc).returncode == 0
+    d = out.parent / "node"
+    path = d / "admin.credentials"
+    if rpc is None or not path.exists():
+        return False
+    admin = credentials.load(path)
+    node_key = keys.load_public_key(d / "keys" / "coordinator.key")
+    creds = credentials.Credentials(
+        admin.name, admin.kind, admin.roles, admin.keypair, ((rpc, node_key),)
     )
+    try:
+        with CoordinatorClient([rpc], timeout_s=5.0, credentials=creds) as client:
+            return client.status(rpc, timeout_s=2.0).role == "LEADER"
+    except RpcError:
+        return False
 
 
 def _wait_leading(proc: subprocess.Popen, out: Path, leads) -> None:

@@ -9,6 +9,10 @@ replica still running) must agree on everything that belongs to the log: its las
 live records by type and bytes, the invalidated ids, pending operations, epochs and
 undecodable records. Only what the source still holds of the invalidated records differs: a
 data dir's journal holds them, a live read none.
+
+The nodes run with CURVE, the default: both get the same bootstrap admin key (the first
+logs it), the test calls each as that admin, and each silent server is admitted with a key
+of its own and enlisted with it (a node enlists a UUID only from the key admitted for it).
 """
 
 from __future__ import annotations
@@ -16,8 +20,11 @@ from __future__ import annotations
 import pytest
 
 from logcentric.meta import CoordinatorClient
+from rpc import keys
 from rpc.addresses import free_port
+from rpc.credentials import Credentials
 from rpc.errors import RpcError
+from rpc.protocols import coordinator_pb2 as pb
 from tests.coordinator.coordproc import Proc, wait_for
 from tests.logstore.procs import make_replicas
 
@@ -36,10 +43,15 @@ LOG_FIELDS = (
 )
 
 
-def _lead(tmp_path, name: str, store_address: str, enlist: list[str]) -> None:
+def _lead(tmp_path, name: str, store_address: str, enlist: list[str], admin: keys.KeyPair) -> None:
     """Run coordinator `name` on the external log until it leads, enlist servers, let a few
     renewals and server-down records land, stop it."""
     rpc = f"127.0.0.1:{free_port()}"
+    node_key = keys.create_keypair(tmp_path / name / "keys", "coordinator").public
+    admin_key_file = tmp_path / "admin.key"
+    admin_key_file.write_text(admin.public + "\n")
+    nodes = [(rpc, node_key)]
+    creds = Credentials("admin", "user", ("admin",), admin, tuple(nodes))
     proc = Proc(
         [
             "-m", "optools.coordinator_cli", "start",
@@ -49,11 +61,12 @@ def _lead(tmp_path, name: str, store_address: str, enlist: list[str]) -> None:
             "--logstore", store_address,
             "--lease-timeout-s", "1.0",
             "--tserver-timeout-s", "1.0",
+            "--admin-public-key", str(admin_key_file),
         ],
         tmp_path / f"{name}.log",
     )  # fmt: skip
     try:
-        with CoordinatorClient([rpc], timeout_s=10.0) as client:
+        with CoordinatorClient([rpc], timeout_s=10.0, credentials=creds) as client:
 
             def leads() -> bool:
                 if not proc.alive():
@@ -65,7 +78,15 @@ def _lead(tmp_path, name: str, store_address: str, enlist: list[str]) -> None:
 
             wait_for(leads, 90.0, f"{name} leading")
             for i, address in enumerate(enlist):
-                client.enlist_server(f"{name}-ts{i}", address)
+                uuid, pair = f"{name}-ts{i}", keys.KeyPair.generate()
+                request = pb.AddPrincipalRequest(
+                    request_id=client.next_request_id(), name=uuid, kind="tserver",
+                    public_key=pair.public, roles=["server"],
+                )  # fmt: skip
+                client.call("AddPrincipal", request, pb.AddPrincipalResponse)
+                server = Credentials(uuid, "tserver", ("server",), pair, tuple(nodes))
+                with CoordinatorClient([rpc], timeout_s=10.0, credentials=server) as as_server:
+                    as_server.enlist_server(uuid, address)
 
             def all_down() -> bool:
                 servers = client.list_servers()
@@ -82,8 +103,9 @@ def test_live_and_offline_summaries_of_one_log_agree(tmp_path):
     replica.start()
     try:
         silent = [f"127.0.0.1:{free_port()}" for _ in range(2)]  # nothing listens there
-        _lead(tmp_path, "c1", replica.rpc_address, silent[:1])
-        _lead(tmp_path, "c2", replica.rpc_address, silent[1:])
+        admin = keys.KeyPair.generate()
+        _lead(tmp_path, "c1", replica.rpc_address, silent[:1], admin)
+        _lead(tmp_path, "c2", replica.rpc_address, silent[1:], admin)
         # The writers are stopped: the log stays as it is. Read it both ways.
         live_code, live_text = run_tool("--address", replica.rpc_address, "--summary")
         dir_code, dir_text = run_tool("--data-dir", replica.data_dir, "--summary")
