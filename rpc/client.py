@@ -895,12 +895,24 @@ class Transport:
 RETRYABLE = (ConnectionLost, NotConnected, errors.Throttled, errors.Unavailable)
 
 
+# libzmq does not reconnect a connection whose handshake failed for authentication (ZAP
+# refused the key) or protocol (CURVE on one side only): the session ends. A Poster then
+# opens a new socket, at most this often.
+_POSTER_REOPEN_EVENTS = zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+POSTER_REOPEN_INTERVAL_S = 0.5
+
+
 class Poster:
     """One-way messages to one server (RequestHeader.one_way): queued on a DEALER socket of
     its own without blocking; the server runs the handler and answers only a refusal
     (`refusals()` reads those). Only for messages whose loss does not matter (Raft's: it
     resends). Its owner closes it before the transport (else the transport leaves the zmq
     context open rather than wait for it forever).
+
+    A handshake refused (a CURVE server that does not admit the key yet: a peer started
+    again before its principals table came) is not retried by libzmq, so the next `post`
+    after one opens a new socket (at most every POSTER_REOPEN_INTERVAL_S; `reopened` counts
+    them): a peer that admits the key later gets the messages from then on.
 
     For one owning thread (zmq sockets are not thread-safe).
     `post` returns False when the message was not queued: no live connection (IMMEDIATE:
@@ -920,24 +932,54 @@ class Poster:
         """On a CURVE transport the socket is a CURVE client of the key of `recipient_uuid`
         (or of `server_key`), as a call's (Transport.link_key)."""
         assert queue_max >= 1
-        link_key = transport.link_key(address, recipient_uuid, server_key)
+        self._link_key = transport.link_key(address, recipient_uuid, server_key)
         self.address = address
         self.message_bytes_max = transport.message_bytes_max
-        sock = transport._ctx.socket(zmq.DEALER)
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.IMMEDIATE, 1)
-        sock.setsockopt(zmq.SNDHWM, queue_max)
-        sock.setsockopt(zmq.RCVHWM, REFUSALS_QUEUED_MAX)  # beyond, zmq drops them
-        sock.setsockopt(zmq.RECONNECT_IVL, 20)
-        sock.setsockopt(zmq.RECONNECT_IVL_MAX, 500)
-        _set_curve(sock, transport.curve.keypair if transport.curve else None, link_key)
-        sock.connect(endpoint(address))
-        self.socket = sock
+        self._queue_max = queue_max
         self._transport = transport
+        self.socket, self._monitor = self._open()
+        self._refused = False  # a handshake failed since the socket was opened
+        self._opened_at = time.monotonic()
+        self.reopened = 0
         with transport._lock:
             transport._posters.add(self)
         self._header = RequestHeader(caller_uuid=caller_uuid, one_way=True)
         self._ids = itertools.count(1)
+
+    def _open(self) -> tuple[zmq.Socket, zmq.Socket]:
+        transport = self._transport
+        sock = transport._ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.IMMEDIATE, 1)
+        sock.setsockopt(zmq.SNDHWM, self._queue_max)
+        sock.setsockopt(zmq.RCVHWM, REFUSALS_QUEUED_MAX)  # beyond, zmq drops them
+        sock.setsockopt(zmq.RECONNECT_IVL, 20)
+        sock.setsockopt(zmq.RECONNECT_IVL_MAX, 500)
+        _set_curve(sock, transport.curve.keypair if transport.curve else None, self._link_key)
+        monitor = sock.get_monitor_socket(_POSTER_REOPEN_EVENTS)
+        sock.connect(endpoint(self.address))
+        return sock, monitor
+
+    def _close_socket(self) -> None:
+        self.socket.disable_monitor()
+        self._monitor.close(linger=0)
+        self.socket.close(linger=0)
+
+    def _reopen_if_refused(self) -> None:
+        while True:
+            try:
+                zmq.utils.monitor.recv_monitor_message(self._monitor, zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            self._refused = True
+        now = time.monotonic()
+        if not self._refused or now - self._opened_at < POSTER_REOPEN_INTERVAL_S:
+            return
+        self._close_socket()
+        self.socket, self._monitor = self._open()
+        self._refused = False
+        self._opened_at = now
+        self.reopened += 1
 
     def post(self, recipient_uuid: str, method: str, body: bytes, timeout_s: float) -> bool:
         """Queue one message for `method` at `recipient_uuid`; the server drops it unread
@@ -952,6 +994,7 @@ class Poster:
         header.method = method
         header.recipient_uuid = recipient_uuid
         header.timeout_ms = max(1, int(timeout_s * 1000))
+        self._reopen_if_refused()
         try:
             send_frames(self.socket, [header.SerializeToString(), body])
         except zmq.Again:
@@ -977,7 +1020,7 @@ class Poster:
 
     def close(self) -> None:
         """Close the socket; what is still queued is dropped."""
-        self.socket.close(linger=0)
+        self._close_socket()
         with self._transport._lock:
             self._transport._posters.discard(self)
 
