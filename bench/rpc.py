@@ -36,7 +36,6 @@ sys.path.insert(0, str(ROOT))
 
 from scraper import Scraper  # noqa: E402  (bench/, first on sys.path when run)
 
-from rpc.addresses import free_port  # noqa: E402
 from rpc.client import RpcClient  # noqa: E402
 from rpc.keys import ClientCurve, KeyPair  # noqa: E402
 from rpc.rpc_pb2 import PingResponse  # noqa: E402
@@ -64,7 +63,7 @@ with server:
         registry = observe.new_registry()
         registry.register(observe.ScrapeCollector(server.collect_metrics))
         http = observe.HttpEndpoint("127.0.0.1:0", registry, name="bench").start().url
-    print("READY", http, flush=True)
+    print("READY", server.address, http or "-", flush=True)
     threading.Event().wait()
 """
 RAW_SERVER = """
@@ -75,7 +74,7 @@ if len(sys.argv) > 2:  # CURVE (no ZAP handler: any client key)
     s.curve_secretkey = sys.argv[2].encode()
     s.curve_publickey = zmq.curve_public(sys.argv[2].encode())
 s.bind(sys.argv[1])
-print("READY", flush=True)
+print("READY", s.last_endpoint.decode().removeprefix("tcp://"), flush=True)
 while True:
     frames = s.recv_multipart(copy=False)
     s.send_multipart(frames, copy=False)
@@ -83,10 +82,14 @@ while True:
 
 
 def start(cmd: list[str]) -> subprocess.Popen:
+    """A server process bound to a port of its choosing (no race for a free port on a shared
+    machine); it says "READY ADDRESS [HTTP_URL|-]"."""
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=ROOT)
-    line = proc.stdout.readline()
-    assert line.startswith("READY"), line
-    proc.http_url = line.split()[1] if len(line.split()) > 1 else ""  # type: ignore[attr-defined]
+    words = proc.stdout.readline().split()
+    assert words and words[0] == "READY", words
+    proc.address = words[1]  # type: ignore[attr-defined]
+    http = words[2] if len(words) > 2 else "-"
+    proc.http_url = "" if http == "-" else http  # type: ignore[attr-defined]
     return proc
 
 
@@ -296,25 +299,27 @@ CURVE_SIZES = (100, 8192, 1 << 20)
 def measure_curve(args) -> None:
     """CURVE beside plaintext: rpc servers and raw ROUTERs each way, started here."""
     server_pair, client_pair = KeyPair.generate(), KeyPair.generate()
-    ports = {name: free_port() for name in ("rpc", "rpc-curve", "raw", "raw-curve")}
-    addr = {name: f"127.0.0.1:{port}" for name, port in ports.items()}
+    any_port = "127.0.0.1:0"
     procs = [
-        start([sys.executable, "-c", RPC_SERVER, UUID, addr["rpc"], "on"]),
+        start([sys.executable, "-c", RPC_SERVER, UUID, any_port, "on"]),
         start(
             [
                 sys.executable,
                 "-c",
                 RPC_SERVER,
                 UUID,
-                addr["rpc-curve"],
+                any_port,
                 "on",
                 server_pair.secret,
                 client_pair.public,
             ]
         ),
-        start([sys.executable, "-c", RAW_SERVER, f"tcp://{addr['raw']}"]),
-        start([sys.executable, "-c", RAW_SERVER, f"tcp://{addr['raw-curve']}", server_pair.secret]),
+        start([sys.executable, "-c", RAW_SERVER, f"tcp://{any_port}"]),
+        start([sys.executable, "-c", RAW_SERVER, f"tcp://{any_port}", server_pair.secret]),
     ]
+    addr = dict(
+        zip(("rpc", "rpc-curve", "raw", "raw-curve"), (p.address for p in procs), strict=True)
+    )
     curve = ClientCurve(client_pair, {UUID: server_pair.public})
     raw_keys = (client_pair, server_pair.public)
     try:
@@ -384,15 +389,13 @@ def main() -> None:
         measure_curve(args)
         return
     modes = ("on", "off") if args.metrics == "both" else (args.metrics,)
-    raw_port = free_port()
-    procs = [start([sys.executable, "-c", RAW_SERVER, f"tcp://127.0.0.1:{raw_port}"])]
+    procs = [start([sys.executable, "-c", RAW_SERVER, "tcp://127.0.0.1:0"])]
     try:
         servers = {}
         for mode in modes:
-            port = free_port()
-            procs.append(start([sys.executable, "-c", RPC_SERVER, UUID, f"127.0.0.1:{port}", mode]))
-            servers[mode] = (f"127.0.0.1:{port}", procs[-1].http_url)
-        raw_address = f"127.0.0.1:{raw_port}"
+            procs.append(start([sys.executable, "-c", RPC_SERVER, UUID, "127.0.0.1:0", mode]))
+            servers[mode] = (procs[-1].address, procs[-1].http_url)
+        raw_address = procs[0].address
         figures = {}
         for mode in modes:
             address, http = servers[mode]
