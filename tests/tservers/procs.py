@@ -88,3 +88,44 @@ class TServerProcess:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(30)
+
+
+def joined(cluster, root: Path, *, extra_args=(), env=None) -> TServerProcess:
+    """A tablet server process (not started) for `cluster`, a LocalCluster, on the formatted
+    fs root `root`: on a secure cluster admitted first, as the admin (a `tserver` principal
+    named by its UUID with its key, the server role), and run CURVE with the coordinators'
+    keys (the admin's credentials list them); on a plaintext cluster, `--insecure`. Either
+    way it enlists with the cluster's coordinators and holds the cluster's password."""
+    addresses = cluster.spec.coordinator_addresses
+    args = [
+        "--coordinators", ",".join(addresses),
+        "--password-file", str(cluster.spec.password_file),
+    ]  # fmt: skip
+    creds = cluster.credentials()
+    if creds is None:
+        return TServerProcess(root, extra_args=[*args, *extra_args], env=env, insecure=True)
+    admit(cluster, root)
+    keys = ",".join(creds.server_key(address) for address in addresses)
+    return TServerProcess(
+        root, extra_args=[*args, "--coordinator-keys", keys, *extra_args], env=env, insecure=False
+    )
+
+
+def admit(cluster, root: Path) -> str:
+    """Admit the tablet server of the formatted fs root `root` to the secure LocalCluster
+    `cluster`, as its admin: a `tserver` principal named by its UUID with its public key and
+    the server role. Returns the UUID."""
+    from rpc.protocols import coordinator_pb2 as pb
+    from tservers.fs import FsLayout
+
+    fs = FsLayout(root, FsLayout.read_instance(root).uuid)
+    with cluster.client(timeout_s=30.0) as client:
+        request = pb.AddPrincipalRequest(
+            request_id=client.next_request_id(),
+            name=fs.uuid,
+            kind="tserver",
+            public_key=fs.public_key(),
+            roles=["server"],
+        )
+        client.call("AddPrincipal", request, pb.AddPrincipalResponse)
+    return fs.uuid

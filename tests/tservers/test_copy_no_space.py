@@ -33,7 +33,7 @@ from tests.support.cluster import local_cluster
 from tests.support.procs import free_port, wait_for
 from tests.support.tmpfs import fill, free_bytes, tmpfs_mounter
 from tests.tservers.helpers import create, open_manager
-from tests.tservers.procs import TServerProcess
+from tests.tservers.procs import TServerProcess, joined
 from tservers.fs import DiskSpace
 
 REPO = Path(__file__).resolve().parents[2]
@@ -129,10 +129,16 @@ def _entries(m):
 COLUMNS = [Column("id", "int64", key=True), Column("pad", "string")]
 
 
+def _credentials_args(cluster) -> list[str]:
+    """The admin's credentials of a secure cluster, for a coordinator tool."""
+    return ["--credentials", str(cluster.spec.admin_credentials)] if cluster.spec.secure else []
+
+
 def _replication(cluster) -> dict:
     r = subprocess.run(
         [sys.executable, "-m", "optools.coordinator_cli", "replication", "--json",
-         "--coordinators", ",".join(cluster.spec.coordinator_addresses)],
+         "--coordinators", ",".join(cluster.spec.coordinator_addresses),
+         *_credentials_args(cluster)],
         cwd=REPO, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     return json.loads(r.stdout)
@@ -141,6 +147,7 @@ def _replication(cluster) -> dict:
 @pytest.mark.integration
 def test_a_move_onto_a_server_without_room_is_refused_and_cancelled(tmp_path, tmpfs):
     mount = tmpfs(48 * MB)
+    # A secure cluster (the default); the tablet servers are admitted and run CURVE.
     with local_cluster(tmp_path / "cluster", coordinators=1, tservers=0) as cluster:
         coordinators = ",".join(cluster.spec.coordinator_addresses)
         procs: list[TServerProcess] = []
@@ -150,11 +157,10 @@ def test_a_move_onto_a_server_without_room_is_refused_and_cancelled(tmp_path, tm
                 [sys.executable, "-m", "tservers.cli", "fs", "format", "--fs-root", str(root)],
                 cwd=REPO, check=True, capture_output=True, timeout=60,
             )  # fmt: skip
-            p = TServerProcess(
+            p = joined(
+                cluster,
                 root,
                 extra_args=[
-                    "--coordinators", coordinators,
-                    "--password-file", str(cluster.spec.password_file),
                     "--fs-reserved-bytes", str(reserve),
                     "--http", f"127.0.0.1:{free_port()}",
                 ],
@@ -164,7 +170,11 @@ def test_a_move_onto_a_server_without_room_is_refused_and_cancelled(tmp_path, tm
 
         try:
             source = tserver(tmp_path / "a", 0)
-            with Client(cluster.spec.coordinator_addresses, timeout_s=60) as client:
+            with Client(
+                cluster.spec.coordinator_addresses,
+                timeout_s=60,
+                credentials=cluster.credentials(),
+            ) as client:
                 wait_for(lambda: len(client.list_servers()) == 1, 60, "the source enlisted")
                 client.create_table("a", COLUMNS, num_tablets=1, replication_factor=1)
                 t = client.table("a")
@@ -189,7 +199,8 @@ def test_a_move_onto_a_server_without_room_is_refused_and_cancelled(tmp_path, tm
                 free_before = free_bytes(mount)
                 r = subprocess.run(
                     [sys.executable, "-m", "optools.coordinator_cli", "move-replica", tablet,
-                     "--from", source.uuid, "--to", target.uuid, "--coordinators", coordinators],
+                     "--from", source.uuid, "--to", target.uuid, "--coordinators", coordinators,
+                     *_credentials_args(cluster)],
                     cwd=REPO, capture_output=True, text=True, timeout=120,
                 )  # fmt: skip
                 # The command waits for the move, and learns that it was given up.

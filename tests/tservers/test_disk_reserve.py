@@ -40,7 +40,7 @@ from rpc.server import CallContext
 from tests.support.cluster import local_cluster
 from tests.support.procs import free_port, wait_for
 from tests.support.tmpfs import fill, free_bytes, tmpfs_mounter
-from tests.tservers.procs import TServerProcess
+from tests.tservers.procs import TServerProcess, joined
 from tservers.fs import DiskSpace, FsLayout, default_reserved_bytes
 from tservers.service import TServerService
 from tservers.tablet.manager import TabletManager
@@ -140,12 +140,17 @@ def tmpfs_mounts(tmp_path):
         yield [mount(TMPFS_SIZE) for _ in range(3)]
 
 
-def _status(coordinators: str, *json_flag: str) -> subprocess.CompletedProcess:
+def _status(cluster, *json_flag: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "optools.coordinator_cli", "status", "--coordinators",
-         coordinators, *json_flag],
+         ",".join(cluster.spec.coordinator_addresses), *_credentials_args(cluster), *json_flag],
         cwd=REPO, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
+
+
+def _credentials_args(cluster) -> list[str]:
+    """The admin's credentials of a secure cluster, for a coordinator tool."""
+    return ["--credentials", str(cluster.spec.admin_credentials)] if cluster.spec.secure else []
 
 
 def _server(client: Client, uuid: str):
@@ -161,8 +166,8 @@ def _insert(client: Client, t, ids) -> None:
 
 @pytest.mark.integration
 def test_full_disk_refuses_places_elsewhere_and_loses_nothing(tmp_path, tmpfs_mounts):
+    # A secure cluster (the default); the tablet servers are admitted and run CURVE.
     with local_cluster(tmp_path / "cluster", coordinators=1, tservers=0) as cluster:
-        coordinators = ",".join(cluster.spec.coordinator_addresses)
         procs: list[TServerProcess] = []
         try:
             for m in tmpfs_mounts:
@@ -172,11 +177,10 @@ def test_full_disk_refuses_places_elsewhere_and_loses_nothing(tmp_path, tmpfs_mo
                     cwd=REPO, check=True, capture_output=True, timeout=60,
                 )  # fmt: skip
                 procs.append(
-                    TServerProcess(
+                    joined(
+                        cluster,
                         root,
                         extra_args=[
-                            "--coordinators", coordinators,
-                            "--password-file", str(cluster.spec.password_file),
                             "--fs-reserved-bytes", str(RESERVE),
                             "--segment-size-mb", "1",
                             "--http", f"127.0.0.1:{free_port()}",
@@ -184,7 +188,11 @@ def test_full_disk_refuses_places_elsewhere_and_loses_nothing(tmp_path, tmpfs_mo
                     ).start()
                 )  # fmt: skip
             by_uuid = {p.uuid: p for p in procs}
-            with Client(cluster.spec.coordinator_addresses, timeout_s=60) as client:
+            with Client(
+                cluster.spec.coordinator_addresses,
+                timeout_s=60,
+                credentials=cluster.credentials(),
+            ) as client:
                 wait_for(
                     lambda: len([s for s in client.list_servers() if s.state == "LIVE"]) == 3,
                     60,
@@ -241,9 +249,9 @@ def test_full_disk_refuses_places_elsewhere_and_loses_nothing(tmp_path, tmpfs_mo
                     client.create_table("c", COLUMNS, num_tablets=1, replication_factor=3)
                 assert full_uuid in e.value.message and "full" in e.value.message
                 assert "c" not in client.list_tables()
-                st = _status(coordinators)
+                st = _status(cluster)
                 assert "FULL" in st.stdout and f"{full_uuid} " in st.stdout, st.stdout
-                st = _status(coordinators, "--json")
+                st = _status(cluster, "--json")
                 servers = {s["uuid"]: s for s in json.loads(st.stdout)["servers"]}
                 assert servers[full_uuid]["fs_full"] is True
                 assert servers[full_uuid]["fs_reserved_bytes"] == RESERVE
@@ -264,6 +272,10 @@ def test_full_disk_refuses_places_elsewhere_and_loses_nothing(tmp_path, tmpfs_mo
                     try:
                         ids = t.to_arrow(projection=["id"])["id"].to_pylist()
                     except (errors.Unavailable, errors.TimedOut, errors.NotLeader):
+                        return False
+                    except errors.Unauthenticated:
+                        # Restarted, it admits the admin again once its first heartbeat
+                        # answer brings the principals table (security.md section 2).
                         return False
                     assert sorted(ids) == sorted(acked), "rows lost or resurrected"
                     return True
