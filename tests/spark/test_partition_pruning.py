@@ -72,6 +72,7 @@ def test_spark_reads_of_pinned_keys_match_spark_filtering(spark, cluster, table)
     full = (
         spark.read.format("logcentric")
         .option("coordinators", addresses(cluster))
+        .options(**credentials_option(cluster))
         .option("table", "pruned")
         .load()
     )
