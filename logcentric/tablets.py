@@ -21,17 +21,18 @@ routes rows to tablets and tablets to servers; this module talks to one server.
 from __future__ import annotations
 
 import datetime
+import logging
 import threading
 import time
 import uuid as uuidlib
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
 
 from logcentric.meta import SilenceWatch
 from rpc.client import RpcClient
-from rpc.errors import TimedOut
+from rpc.errors import RpcError, TimedOut
 from rpc.keys import ClientCurve, KeyPair
 from rpc.protocols.tserver_pb2 import (
     AlterSchemaRequest,
@@ -83,6 +84,8 @@ OPS = {
 }
 SESSION_ROWS_MAX_DEFAULT = 10_000
 SESSION_BUFFER_ROWS_MAX = 1_000_000
+
+log = logging.getLogger(__name__)
 
 
 def column(name: str, type_: str, *, key: bool = False, nullable: bool = False) -> ColumnSchemaPB:
@@ -161,6 +164,33 @@ class TabletSchema:
     version: int
     arrow: pa.Schema
     pb: SchemaPB
+
+
+class _Continuation:
+    """One call of a scan made in a thread of its own: started at once, its (response,
+    sidecars) or its error taken by `result()`. The thread ends with the call, which its
+    timeout (and patience) bound."""
+
+    def __init__(self, fetch: Callable[..., tuple], *args) -> None:
+        self._fetch = fetch
+        self._args = args
+        self._out: tuple | None = None
+        self._err: Exception | None = None
+        self._thread = threading.Thread(target=self._run, name="tablets-scan-prefetch")
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._out = self._fetch(*self._args)
+        except Exception as err:  # handed to the scan's caller by result()
+            self._err = err
+
+    def result(self) -> tuple:
+        self._thread.join()
+        if self._err is not None:
+            raise self._err
+        assert self._out is not None
+        return self._out
 
 
 class TabletServerClient:
@@ -379,7 +409,11 @@ class TabletServerClient:
         the client's) bounds the first call, which opens the scan; each continuation has
         the client's timeout. `patience_s` (none by default) gives up any of these calls
         when the server falls silent that long (a slow batch of a live server is waited
-        for; each answer is one batch, bounded by the server)."""
+        for; each answer is one batch, bounded by the server).
+
+        The next answer is fetched (in a thread) while this one's batches are yielded, one
+        answer ahead at most; an error of that call is raised after this answer's batches.
+        Closing the generator early waits for that call and closes the server's scanner."""
         preds = [p if isinstance(p, PredicatePB) else predicate(*p) for p in predicates]
         req = ScanRequest(
             tablet_id=tablet_id,
@@ -398,18 +432,51 @@ class TabletServerClient:
             timeout_s=timeout_s,
             patience_s=patience_s,
         )
-        while True:
-            for sc in sidecars:
-                reader = pa.ipc.open_stream(pa.py_buffer(sc))
-                yield from reader
-            if not resp.has_more:
-                return
-            resp, sidecars = self._call(
-                "Scan",
-                ScanRequest(scanner_id=resp.scanner_id),
-                ScanResponse,
-                patience_s=patience_s,
-            )
+        # One answer ahead (Kudu's scanners prefetch): the continuation is asked for before
+        # this answer's batches are yielded, so that the server reads, encodes and encrypts
+        # the next answer while this end decrypts, decodes and hands out this one (CURVE's
+        # cost at both ends overlaps instead of adding up, design/security.md section 7).
+        # Never more than one: the client holds at most two answers of a scan.
+        pending: _Continuation | None = None
+        try:
+            while True:
+                if resp.has_more:
+                    pending = _Continuation(self._scan_continuation, resp.scanner_id, patience_s)
+                for sc in sidecars:
+                    reader = pa.ipc.open_stream(pa.py_buffer(sc))
+                    yield from reader
+                if pending is None:
+                    return
+                # The continuation's error reaches the caller here, after this answer's
+                # batches, where it did when the call was made only now.
+                taken, pending = pending, None
+                resp, sidecars = taken.result()
+        finally:
+            if pending is not None:  # the caller stopped early (closed the generator)
+                self._abandon_scan(pending, patience_s)
+
+    def _scan_continuation(self, scanner_id: str, patience_s: float | None):
+        return self._call(
+            "Scan", ScanRequest(scanner_id=scanner_id), ScanResponse, patience_s=patience_s
+        )
+
+    def _abandon_scan(self, pending: _Continuation, patience_s: float | None) -> None:
+        """Wait for the continuation in flight (the server holds the scanner while it serves
+        it, so a close before its answer would find nothing), then close the scanner if the
+        scan had more, rather than leave its snapshot held until SCANNER_IDLE_S. Failures
+        are logged, not raised: the caller has left, and the server expires what is left."""
+        try:
+            resp, _ = pending.result()
+            if resp.has_more and not self._closed:
+                self._call(
+                    "Scan",
+                    ScanRequest(scanner_id=resp.scanner_id, close=True),
+                    ScanResponse,
+                    idempotent=True,
+                    patience_s=patience_s,
+                )
+        except RpcError as err:
+            log.info("abandoned scan on %s: its scanner is left to expire: %s", self.address, err)
 
     def scan_table(self, tablet_id: str, **kwargs) -> pa.Table:
         batches = list(self.scan(tablet_id, **kwargs))
