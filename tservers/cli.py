@@ -17,6 +17,7 @@ tserver copies --address HOST:PORT          tablet copies onto a server: progres
 tserver copy-cancel --address HOST:PORT --tablet ID
 tserver copy-from-remote --fs-root DIR --tablet ID --source HOST:PORT [--source-uuid UUID]
                          [--force] [--timeout S] [--rate-mb X]
+                         [--credentials FILE] [--source-key KEY|FILE]
                                              copy one tablet onto a STOPPED server
 tserver quarantine list --fs-root DIR [--json]    what deletions set aside: size, age
 tserver quarantine purge --fs-root DIR [--older-than-s N | --bytes-max B | --all]
@@ -27,6 +28,12 @@ Errors an operator can fix (a bad flag, a taken port, an fs root in use) print o
 with one line (`tserver: interrupted`) and exit status 130; `start` stops the server
 cleanly first. The listing and status commands (status, tablets, copies, quarantine list,
 fs uuid, cmeta dump) take `--json`: one JSON document (shapes in design/client.md).
+
+The tools that call a live server (status, tablets --address, copies, copy-cancel,
+copy-from-remote) take `--credentials FILE` (else $LOGCENTRIC_CREDENTIALS): CURVE as the
+file's principal (copy-from-remote: as the stopped server, with its fs root's key pair),
+the server's key from `--server-key` (`--source-key`) or else from the coordinators the file
+lists; without credentials they call plaintext, as a server started with --insecure needs.
 
 `start` enlists with the coordinators given by --coordinators, or by --cluster NAME from the
 clusters file (rpc/clusters.py). It runs CURVE by default (design/security.md section 4):
