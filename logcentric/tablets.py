@@ -25,14 +25,15 @@ import logging
 import threading
 import time
 import uuid as uuidlib
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import pyarrow as pa
 
 from logcentric.meta import SilenceWatch
 from rpc.client import RpcClient
-from rpc.errors import RpcError, TimedOut
+from rpc.errors import RpcError, TimedOut, Unavailable
 from rpc.keys import ClientCurve, KeyPair
 from rpc.protocols.tserver_pb2 import (
     AlterSchemaRequest,
@@ -84,6 +85,11 @@ OPS = {
 }
 SESSION_ROWS_MAX_DEFAULT = 10_000
 SESSION_BUFFER_ROWS_MAX = 1_000_000
+# Threads a client keeps for scans' prefetched continuations: as many scans as this fetch
+# ahead at once, more wait for a thread. Long-lived threads, because the rpc layer gives
+# each calling thread a connection of its own (a thread per call would be a new CURVE
+# connection per answer).
+SCAN_PREFETCH_THREADS_MAX = 8
 
 log = logging.getLogger(__name__)
 
@@ -166,33 +172,6 @@ class TabletSchema:
     pb: SchemaPB
 
 
-class _Continuation:
-    """One call of a scan made in a thread of its own: started at once, its (response,
-    sidecars) or its error taken by `result()`. The thread ends with the call, which its
-    timeout (and patience) bound."""
-
-    def __init__(self, fetch: Callable[..., tuple], *args) -> None:
-        self._fetch = fetch
-        self._args = args
-        self._out: tuple | None = None
-        self._err: Exception | None = None
-        self._thread = threading.Thread(target=self._run, name="tablets-scan-prefetch")
-        self._thread.start()
-
-    def _run(self) -> None:
-        try:
-            self._out = self._fetch(*self._args)
-        except Exception as err:  # handed to the scan's caller by result()
-            self._err = err
-
-    def result(self) -> tuple:
-        self._thread.join()
-        if self._err is not None:
-            raise self._err
-        assert self._out is not None
-        return self._out
-
-
 class TabletServerClient:
     """Calls to one tablet server. Thread-safe."""
 
@@ -223,6 +202,7 @@ class TabletServerClient:
         self._lock = threading.Lock()
         self._watch = watch
         self._closed = False
+        self._prefetch: ThreadPoolExecutor | None = None  # made by the first scan of many answers
 
     def _call(
         self,
@@ -437,11 +417,11 @@ class TabletServerClient:
         # the next answer while this end decrypts, decodes and hands out this one (CURVE's
         # cost at both ends overlaps instead of adding up, design/security.md section 7).
         # Never more than one: the client holds at most two answers of a scan.
-        pending: _Continuation | None = None
+        pending: Future | None = None
         try:
             while True:
                 if resp.has_more:
-                    pending = _Continuation(self._scan_continuation, resp.scanner_id, patience_s)
+                    pending = self._fetch_ahead(resp.scanner_id, patience_s)
                 for sc in sidecars:
                     reader = pa.ipc.open_stream(pa.py_buffer(sc))
                     yield from reader
@@ -455,12 +435,26 @@ class TabletServerClient:
             if pending is not None:  # the caller stopped early (closed the generator)
                 self._abandon_scan(pending, patience_s)
 
-    def _scan_continuation(self, scanner_id: str, patience_s: float | None):
-        return self._call(
-            "Scan", ScanRequest(scanner_id=scanner_id), ScanResponse, patience_s=patience_s
-        )
+    def _fetch_ahead(self, scanner_id: str, patience_s: float | None) -> Future:
+        """The scan's continuation, started on one of the client's prefetch threads."""
+        with self._lock:
+            if self._closed:  # raised where the call would have raised it
+                closed: Future = Future()
+                closed.set_exception(Unavailable(f"the client of {self.address} is closed"))
+                return closed
+            if self._prefetch is None:
+                self._prefetch = ThreadPoolExecutor(
+                    SCAN_PREFETCH_THREADS_MAX, thread_name_prefix="tablets-scan-prefetch"
+                )
+            return self._prefetch.submit(
+                self._call,
+                "Scan",
+                ScanRequest(scanner_id=scanner_id),
+                ScanResponse,
+                patience_s=patience_s,
+            )
 
-    def _abandon_scan(self, pending: _Continuation, patience_s: float | None) -> None:
+    def _abandon_scan(self, pending: Future, patience_s: float | None) -> None:
         """Wait for the continuation in flight (the server holds the scanner while it serves
         it, so a close before its answer would find nothing), then close the scanner if the
         scan had more, rather than leave its snapshot held until SCANNER_IDLE_S. Failures
@@ -505,7 +499,10 @@ class TabletServerClient:
         with self._lock:
             self._closed = True
             rpc = self._rpc
-        rpc.close()
+            prefetch, self._prefetch = self._prefetch, None
+        rpc.close()  # ends the continuations in flight
+        if prefetch is not None:
+            prefetch.shutdown(wait=True)
 
     def __enter__(self) -> TabletServerClient:
         return self

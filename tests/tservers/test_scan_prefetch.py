@@ -93,6 +93,11 @@ def test_a_scan_of_many_answers_returns_every_row_once_in_order_one_answer_ahead
         assert ids == list(range(ROWS))
         assert spy.started == -(-ROWS // ANSWER_ROWS)  # one call an answer, none more
         assert spy.in_flight_max == 1  # never two calls of the scan at once
+        # Again: the continuations go through the same long-lived thread, so the same
+        # connection (the rpc layer gives each calling thread its own; a thread a call would
+        # be a new connection, and a new CURVE handshake, an answer).
+        assert sum(b.num_rows for b in c.scan("t1", batch_rows_max=BATCH_ROWS)) == ROWS
+        assert len(c._rpc._transport._direct) == 2  # this thread's and the prefetch thread's
 
 
 def test_closing_the_generator_after_the_first_batch_leaves_no_scanner_open(server):
