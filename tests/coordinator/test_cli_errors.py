@@ -139,7 +139,9 @@ def _replication(c: list[str]) -> dict:
 
 @pytest.mark.integration
 def test_retire_stop_remove_tserver(cluster: LocalCluster):
-    c = ["--coordinators", ",".join(cluster.spec.coordinator_addresses)]
+    # A secure cluster (the default): every command as its admin.
+    c = ["--coordinators", ",".join(cluster.spec.coordinator_addresses),
+         "--credentials", str(cluster.spec.admin_credentials)]  # fmt: skip
     out = cli("create-table", "kept", *c, "--columns", "id:int64:key", "--tablets", "2",
               "--replication", "2")  # fmt: skip
     assert out.returncode == 0, out.stderr
@@ -261,7 +263,8 @@ def test_retire_tserver_cancelled_while_it_waits(tmp_path):
     retirement again). The drain cannot finish first: the tablet's other voter is stopped,
     so no change of its config can commit while the command waits."""
     with local_cluster(tmp_path / "cluster", coordinators=1, tservers=4) as cluster:
-        c = ["--coordinators", ",".join(cluster.spec.coordinator_addresses)]
+        c = ["--coordinators", ",".join(cluster.spec.coordinator_addresses),
+             "--credentials", str(cluster.spec.admin_credentials)]  # fmt: skip
         out = cli("create-table", "one", *c, "--columns", "id:int64:key", "--tablets", "1",
                   "--replication", "2")  # fmt: skip
         assert out.returncode == 0, out.stderr

@@ -142,7 +142,9 @@ def _cli(*argv: str) -> subprocess.CompletedProcess:
 @pytest.mark.integration
 def test_status_of_a_cluster_losing_tablet_servers(tmp_path):
     with local_cluster(tmp_path / "c", coordinators=1, tservers=3) as cluster:
-        c = ["--coordinators", ",".join(cluster.spec.coordinator_addresses)]
+        # A secure cluster (the default): status and DDL as its admin.
+        c = ["--coordinators", ",".join(cluster.spec.coordinator_addresses),
+             "--credentials", str(cluster.spec.admin_credentials)]  # fmt: skip
         for name, n in (("users", 4), ("events", 2)):
             made = _cli("create-table", name, *c, "--columns", "id:int64:key", "--tablets",
                         str(n), "--replication", "3")  # fmt: skip

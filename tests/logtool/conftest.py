@@ -86,10 +86,12 @@ def served(tmp_path_factory):
         replica.stop()
 
 
-def run_tool(*argv: str) -> tuple[int, str]:
-    """Run the tool in-process; (exit code, stdout)."""
+def run_tool(*argv: str, credentials=None) -> tuple[int, str]:
+    """Run the tool in-process; (exit code, stdout). `credentials` (rpc.credentials): a live
+    read of a CURVE node as that principal (what `coordinator log --credentials` passes)."""
     out = io.StringIO()
     args = logtool.build_parser().parse_args(list(argv))
+    args.credentials_obj = credentials
     code = logtool.run(args, out=out)
     return code, out.getvalue()
 

@@ -22,6 +22,7 @@ import pytest
 from coordinator.records import OP_DECODERS, RECORD_TYPES, RawEntry, decode_entry
 from logcentric.client import Client
 from optools import logtool
+from rpc import credentials
 from rpc.protocols import coordinator_pb2 as pb
 from tests.support.cluster import local_cluster
 
@@ -71,6 +72,7 @@ class History:
     coordinator: str
     data_dir: str
     table_id: str
+    credentials: str  # the admin's: the local cluster is secure (the default)
 
 
 @pytest.fixture(scope="module")
@@ -78,16 +80,17 @@ def history(tmp_path_factory):
     """users created with factor 1, set to 2, then 1, renamed people, set to 2."""
     with local_cluster(tmp_path_factory.mktemp("cluster"), coordinators=1, tservers=2) as c:
         address = c.spec.coordinators[0].rpc
-        at = ["--coordinators", address]
+        creds = str(c.spec.admin_credentials)
+        at = ["--coordinators", address, "--credentials", creds]
         cli("create-table", "users", *at, "--columns", "id:int64:key", "--tablets", "2",
             "--replication", "1")  # fmt: skip
         cli("set-replication", "users", "2", *at, "--wait-s", "120")
         cli("set-replication", "users", "1", *at, "--wait-s", "120")
-        with Client([address], timeout_s=60.0) as client:
+        with Client([address], timeout_s=60.0, credentials=creds) as client:
             client.alter_table("users", new_name="people")
         cli("set-replication", "people", "2", *at, "--wait-s", "120")
         (table_id,) = [t["id"] for t in json.loads(cli("tables", *at, "--json"))["tables"]]
-        yield History(address, c.spec.coordinators[0].data, table_id)
+        yield History(address, c.spec.coordinators[0].data, table_id, creds)
 
 
 def records(text: str) -> list[dict]:
@@ -136,7 +139,10 @@ def test_offline_every_set_replication_record(history):
 
 @pytest.mark.integration
 def test_live_and_follow_name_the_table(history):
-    code, text = run_tool("--address", history.coordinator, "--table", "people", "--json")
+    admin = credentials.load(history.credentials)
+    code, text = run_tool(
+        "--address", history.coordinator, "--table", "people", "--json", credentials=admin
+    )
     assert code == 0
     live = [r for r in records(text) if r["type"] == "set_replication"]
     assert [facts(r) for r in live] == [("live", history.table_id, ("people",), "1->2")]
@@ -147,6 +153,7 @@ def test_live_and_follow_name_the_table(history):
     argv = ["--address", history.coordinator, "--follow", "--json", "--interval-s", "0.1",
             "--type", "set_replication"]  # fmt: skip
     args = logtool.build_parser().parse_args(argv)
+    args.credentials_obj = admin
     codes: list[int] = []
     follower = threading.Thread(
         target=lambda: codes.append(logtool.run(args, out=out, stop=stop)), name="log-follow"
@@ -154,7 +161,7 @@ def test_live_and_follow_name_the_table(history):
     follower.start()
     try:
         cli("set-replication", "people", "1", "--coordinators", history.coordinator,
-            "--wait-s", "0")  # fmt: skip
+            "--credentials", history.credentials, "--wait-s", "0")  # fmt: skip
         deadline = time.monotonic() + 30
         while not any(facts(r)[3] == "2->1" for r in follow_records(out.getvalue())):
             assert time.monotonic() < deadline, out.getvalue()

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from logstore.remote import RemoteLogStore
+from rpc.keys import KeyPair
 from tests.metrics.support import get, get_json, scrape, value
 from tests.support.procs import free_port, wait_for
 
@@ -240,10 +241,12 @@ def test_tserver_not_enlisted_is_not_ready(tmp_path):
     )
     http = f"127.0.0.1:{free_port()}"
     nobody = f"127.0.0.1:{free_port()}"  # no coordinator listens there
+    # CURVE (the default) needs a key for each coordinator: any key, nobody answers.
+    nobody_key = KeyPair.generate().public
     d = Daemon(
         [
             "tservers.cli", "start", "--fs-root", str(root), "--coordinators", nobody,
-            "--http", http,
+            f"--coordinator-keys={nobody_key}", "--http", http,
         ],
         tmp_path / "ts.out",
     )  # fmt: skip
