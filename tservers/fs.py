@@ -11,6 +11,8 @@ lock                            flock held by the process that owns the root (pi
 keys/tserver.key{,_secret}      the server's CURVE key pair (design/security.md section 2):
                                 made by `fs format` (an older root gets it at its first
                                 start), the secret 0600 in a 0700 directory, never replaced
+principals                      the principals table the coordinator leader last pushed
+                                (0600, CRC-checked; tservers/principals.py), read at start
 
 A running tablet server holds an exclusive flock on `lock` (`lock_root`); tools that change
 a stopped server's files (`tserver copy-from-remote`) take the same lock and so refuse to run

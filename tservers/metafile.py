@@ -24,6 +24,7 @@ PAYLOAD_BYTES_MAX = 16 << 20
 MAGIC_INSTANCE = b"TSIN"
 MAGIC_SUPERBLOCK = b"TSSB"
 MAGIC_CMETA = b"TSCM"
+MAGIC_PRINCIPALS = b"TSPT"  # the principals table last pushed (tservers/principals.py)
 
 M = TypeVar("M", bound=Message)
 
@@ -67,11 +68,12 @@ def decode(magic: bytes, data: bytes, msg_type: type[M], where: str = "") -> M:
     return msg
 
 
-def write_atomic(path: Path, data: bytes, *, sync: bool = True) -> None:
+def write_atomic(path: Path, data: bytes, *, sync: bool = True, mode: int = 0o644) -> None:
     """Temp file, fsync, rename, directory fsync."""
     tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
+        os.fchmod(fd, mode)  # a temp file left by a crash may have had another mode
         view = memoryview(data)
         while view:
             n = os.write(fd, view)
@@ -85,11 +87,11 @@ def write_atomic(path: Path, data: bytes, *, sync: bool = True) -> None:
         fsync_dir(path.parent)
 
 
-def write_meta(path: Path, magic: bytes, msg: Message) -> None:
+def write_meta(path: Path, magic: bytes, msg: Message, *, mode: int = 0o644) -> None:
     data = encode(magic, msg)
     # Same property on both paths: what we write must decode to what we meant.
     assert decode(magic, data, type(msg), str(path)) == msg
-    write_atomic(path, data)
+    write_atomic(path, data, mode=mode)
 
 
 def read_meta(path: Path, magic: bytes, msg_type: type[M]) -> M:

@@ -13,6 +13,13 @@ A server that has heard no coordinator leader for `leader_silence_s` refuses the
 every principal without the server role (users) until it hears one again: its table may be
 stale, so a partitioned server cannot serve a revoked key forever. Calls of the cluster's own
 processes (tablet Raft, tablet copy, the coordinator's) go on.
+
+The table is kept on disk (`<fs-root>/principals`, CRC-checked, 0600, replaced atomically at
+each change), and a restarted server starts from it: its users and peers are admitted at
+once rather than after its first heartbeat answer (before, a restarted server refused every
+client and every peer's Raft messages until then). A key revoked while it was down is refused
+from that first answer, and a server that hears no leader refuses users after
+`leader_silence_s` from its start, as any server does: the same bounds as a running server's.
 """
 
 from __future__ import annotations
@@ -22,12 +29,14 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from rpc import authz
 from rpc.errors import PermissionDenied, Unavailable
 from rpc.keys import ClientCurve, KeyPair
 from rpc.protocols import coordinator_pb2 as cpb
 from rpc.server import CallContext, RpcServer
+from tservers import metafile
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +71,11 @@ class PrincipalCache:
         *,
         leader_silence_s: float = LEADER_SILENCE_S_DEFAULT,
         clock: Callable[[], float] = time.monotonic,
+        path: Path | None = None,
     ) -> None:
+        """`path`: where the table is kept across restarts (read here if it exists)."""
         assert leader_silence_s > 0
+        self.path = path
         self.own_uuid = own_uuid
         self.leader_silence_s = leader_silence_s
         self._clock = clock
@@ -79,35 +91,67 @@ class PrincipalCache:
         self._server_keys: dict[str, str] = {}  # tablet server UUID -> its active key
         self.version = 0
         self.updates = 0
-        self._last_leader = clock()  # a fresh start counts as heard (the table is empty)
+        self._last_leader = clock()  # a fresh start counts as heard (the table as kept)
         self.refused_stale = 0
+        if path is not None:
+            self._load(path)
+
+    def _load(self, path: Path) -> None:
+        try:
+            table = metafile.read_meta(path, metafile.MAGIC_PRINCIPALS, cpb.PrincipalsTable)
+        except FileNotFoundError:
+            return
+        except (OSError, metafile.MetaFileCorrupt) as e:
+            # Not fatal: the next heartbeat answer brings the table again.
+            log.warning("principals table %s not used (%s): waiting for the leader's", path, e)
+            return
+        self._install(table)
+        log.info(
+            "principals table version %016x from %s: %d active of %d principals (until the "
+            "coordinator leader's answer)",
+            table.version, path, len(self._by_key), len(table.entries),
+        )  # fmt: skip
+
+    def _install(self, table: cpb.PrincipalsTable) -> bool:
+        """Make `table` the one in force; whether its version differs from the last."""
+        by_key: dict[str, Principal] = {}
+        server_keys: dict[str, str] = {}
+        for e in table.entries:
+            if e.state != ACTIVE or not e.public_key:
+                continue
+            by_key[e.public_key] = Principal(e.name, e.kind, tuple(e.roles))
+            if e.kind == TSERVER_KIND:
+                server_keys[e.name] = e.public_key
+        with self._lock:
+            changed = table.version != self.version
+            self._by_key, self._server_keys = by_key, server_keys
+            self.version = table.version
+        return changed
 
     # -- the heartbeater's side -------------------------------------------------------
 
     def heard_leader(self, table: cpb.PrincipalsTable | None = None) -> None:
         """A coordinator leader answered a heartbeat; `table` if its answer carried one."""
         if table is not None and table.version:
-            by_key: dict[str, Principal] = {}
-            server_keys: dict[str, str] = {}
-            for e in table.entries:
-                if e.state != ACTIVE or not e.public_key:
-                    continue
-                by_key[e.public_key] = Principal(e.name, e.kind, tuple(e.roles))
-                if e.kind == TSERVER_KIND:
-                    server_keys[e.name] = e.public_key
-            with self._lock:
-                changed = table.version != self.version
-                self._by_key, self._server_keys = by_key, server_keys
-                self.version = table.version
-                self.updates += 1
+            changed = self._install(table)
+            self.updates += 1
             if changed:
                 log.info(
                     "principals table version %016x: %d active of %d principals",
                     table.version,
-                    len(by_key),
+                    len(self._by_key),
                     len(table.entries),
                 )
+                self._save(table)
         self._last_leader = self._clock()
+
+    def _save(self, table: cpb.PrincipalsTable) -> None:
+        if self.path is None:
+            return
+        try:
+            metafile.write_meta(self.path, metafile.MAGIC_PRINCIPALS, table, mode=0o600)
+        except OSError as e:  # a full disk, say: the table in memory still holds
+            log.warning("could not keep the principals table in %s: %s", self.path, e)
 
     def silent_s(self) -> float:
         """Seconds since a coordinator leader last answered."""

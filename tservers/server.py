@@ -150,6 +150,7 @@ class TabletServer:
                 self.keypair.public,
                 config.coordinator_keys,
                 leader_silence_s=config.leader_silence_s,
+                path=Path(config.fs_root) / "principals",
             )
             self.peer_curve = TableServerKeys(self.keypair, self.principals)
         self.disk = DiskSpace(config.fs_root, self.fs.uuid, config.fs_reserved_bytes)
