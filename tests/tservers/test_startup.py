@@ -186,9 +186,18 @@ def test_manager_lists_starting_tablets_and_opens_each_on_its_own(tmp_path, monk
 
 
 # ------------------------------------------------------------------ real processes
-def _list(address: str) -> ListTabletsResponse | None:
+def _rpc(cluster: LocalCluster, node) -> RpcClient:
+    """A raw client of the tablet server `node` of the secure (default) `cluster`: CURVE as
+    the admin, with the server's key from its fs root. The restarted server admits the admin
+    once its first heartbeat answer brings the principals table."""
+    creds = cluster.credentials()
+    key = FsLayout(Path(node.data), "").public_key()
+    return RpcClient(node.rpc, "test-startup", curve=creds.client_curve(), server_key=key)
+
+
+def _list(cluster: LocalCluster, node) -> ListTabletsResponse | None:
     try:
-        with RpcClient(address, "test-startup") as rc:
+        with _rpc(cluster, node) as rc:
             uuid = rc.ping(timeout_s=1.0).uuid
             return rc.call(
                 uuid, "TServer.ListTablets", ListTabletsRequest(), ListTabletsResponse,
@@ -216,7 +225,8 @@ def test_restart_serves_tablets_as_they_open(tmp_path, monkeypatch):
     try:
         cluster.up(timeout_s=WAIT_S)
         coords = ",".join(cluster.spec.coordinator_addresses)
-        with logcentric.connect(coords, timeout_s=WAIT_S) as client:
+        admin = str(cluster.spec.admin_credentials)  # a secure cluster, the default
+        with logcentric.connect(coords, timeout_s=WAIT_S, credentials=admin) as client:
             client.create_table(
                 "many",
                 [Column("id", "int64", key=True), Column("v", "string", nullable=True)],
@@ -241,7 +251,7 @@ def test_restart_serves_tablets_as_they_open(tmp_path, monkeypatch):
         log_path = cluster.log_dir / f"{node.name}.log"
 
         # (i) The port answers while no tablet is open.
-        listed = wait_for(lambda: _list(node.rpc), WAIT_S, "the restarted server to answer")
+        listed = wait_for(lambda: _list(cluster, node), WAIT_S, "the restarted server to answer")
         assert {t.tablet_id for t in listed.tablets} == set(tablet_ids)
         assert {t.status for t in listed.tablets} == {"BOOTSTRAPPING"}, listed
         paused = wait_for(lambda: _paused_tablets(log_path), WAIT_S, "a paused tablet")
@@ -249,7 +259,7 @@ def test_restart_serves_tablets_as_they_open(tmp_path, monkeypatch):
         other = next(t for t in tablet_ids if t != target)
 
         # (ii) Retryable, not gone: UNAVAILABLE with a retry hint.
-        with RpcClient(node.rpc, "test-startup") as rc:
+        with _rpc(cluster, node) as rc:
             uuid = rc.ping(timeout_s=5.0).uuid
             with pytest.raises(errors.Unavailable, match="starting") as e:
                 rc.call(
@@ -261,7 +271,7 @@ def test_restart_serves_tablets_as_they_open(tmp_path, monkeypatch):
 
         def client_scan() -> None:
             try:
-                with logcentric.connect(coords, timeout_s=WAIT_S) as c:
+                with logcentric.connect(coords, timeout_s=WAIT_S, credentials=admin) as c:
                     bs = list(c.table("many").scan_tablet(target))
                     result["rows"] = sum(b.num_rows for b in bs)
             except Exception as exc:  # reported by the assertion below
@@ -275,7 +285,7 @@ def test_restart_serves_tablets_as_they_open(tmp_path, monkeypatch):
         th.join(WAIT_S)
         assert not th.is_alive()
         assert result.get("rows") == per_tablet[target], result
-        now = {t.tablet_id: t.status for t in _list(node.rpc).tablets}
+        now = {t.tablet_id: t.status for t in _list(cluster, node).tablets}
         assert now[target] == "RUNNING"
         assert now[other] == "BOOTSTRAPPING"  # the others are still paused
 
@@ -283,13 +293,13 @@ def test_restart_serves_tablets_as_they_open(tmp_path, monkeypatch):
         (pause / POINT).touch()
         wait_for(
             lambda: (
-                {t.status for t in (_list(node.rpc) or ListTabletsResponse()).tablets}
+                {t.status for t in (_list(cluster, node) or ListTabletsResponse()).tablets}
                 == {"RUNNING"}
             ),
             WAIT_S,
             "every tablet to run",
         )
-        with logcentric.connect(coords, timeout_s=WAIT_S) as client:
+        with logcentric.connect(coords, timeout_s=WAIT_S, credentials=admin) as client:
             assert client.table("many").count() == ROWS
     finally:
         (pause / POINT).touch()
