@@ -274,8 +274,8 @@ def test_full_disk_refuses_places_elsewhere_and_loses_nothing(tmp_path, tmpfs_mo
                     except (errors.Unavailable, errors.TimedOut, errors.NotLeader):
                         return False
                     except errors.Unauthenticated:
-                        # Restarted, it admits the admin again once its first heartbeat
-                        # answer brings the principals table (security.md section 2).
+                        # Restarted, it admits the admin again once its principals table is
+                        # back (read from disk or pushed: security.md section 4).
                         return False
                     assert sorted(ids) == sorted(acked), "rows lost or resurrected"
                     return True

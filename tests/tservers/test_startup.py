@@ -188,8 +188,8 @@ def test_manager_lists_starting_tablets_and_opens_each_on_its_own(tmp_path, monk
 # ------------------------------------------------------------------ real processes
 def _rpc(cluster: LocalCluster, node) -> RpcClient:
     """A raw client of the tablet server `node` of the secure (default) `cluster`: CURVE as
-    the admin, with the server's key from its fs root. The restarted server admits the admin
-    once its first heartbeat answer brings the principals table."""
+    the admin, with the server's key from its fs root (the restarted server admits the admin
+    by its principals table: kept on disk, or brought by a heartbeat answer)."""
     creds = cluster.credentials()
     key = FsLayout(Path(node.data), "").public_key()
     return RpcClient(node.rpc, "test-startup", curve=creds.client_curve(), server_key=key)
