@@ -117,6 +117,14 @@ def pid_running(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
+def without_insecure_warning(err: str) -> str:
+    """stderr without the one line an --insecure daemon logs at start (it must be there)."""
+    lines = err.splitlines(keepends=True)
+    warnings = [line for line in lines if "INSECURE (--insecure)" in line]
+    assert len(warnings) == 1, err
+    return "".join(line for line in lines if line not in warnings)
+
+
 def assert_interrupted(proc: subprocess.Popen, err: str, name: str) -> None:
     """One line on stderr, `NAME: interrupted`, exit status 130, nothing left running."""
     assert proc.returncode == 130, (proc.returncode, err)

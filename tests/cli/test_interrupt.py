@@ -21,6 +21,7 @@ from tests.cli.helpers import (
     silent_server,
     spawn,
     wait_for,
+    without_insecure_warning,
 )
 
 pytestmark = pytest.mark.integration
@@ -82,8 +83,9 @@ def test_ctrl_c_stops_a_daemon_cleanly_with_one_line(tmp_path, daemon):
     elif daemon == "tserver":
         root = tmp_path / "t"
         assert run("tserver", "fs", "format", "--fs-root", str(root)).returncode == 0
+        # Standalone (no coordinators): CURVE would admit nobody, so plaintext, said.
         argv = ["start", "--fs-root", str(root), "--log-level", "warning",
-                "--password-file", _password_file(tmp_path)]  # fmt: skip
+                "--password-file", _password_file(tmp_path), "--insecure"]  # fmt: skip
         ready = "tserver "
     else:
         argv = ["serve", "--raft-address", f"127.0.0.1:{free_port()}", "--data-dir",
@@ -97,6 +99,8 @@ def test_ctrl_c_stops_a_daemon_cleanly_with_one_line(tmp_path, daemon):
     finally:
         kill_group(proc)
     assert "Traceback" not in err, err
+    if daemon == "tserver":
+        err = without_insecure_warning(err)
     assert_interrupted(proc, err, daemon)
 
 
@@ -106,15 +110,16 @@ def test_sigterm_still_stops_a_daemon_with_status_0(tmp_path):
 
     root = tmp_path / "t"
     assert run("tserver", "fs", "format", "--fs-root", str(root)).returncode == 0
+    # Standalone (no coordinators): CURVE would admit nobody, so plaintext, said.
     proc = spawn("tserver", "start", "--fs-root", str(root), "--log-level", "warning",
-                 "--password-file", _password_file(tmp_path))  # fmt: skip
+                 "--password-file", _password_file(tmp_path), "--insecure")  # fmt: skip
     try:
         assert proc.stdout.readline().startswith("tserver ")
         os.kill(proc.pid, signal.SIGTERM)
         _out, err = proc.communicate(timeout=120)
     finally:
         kill_group(proc)
-    assert proc.returncode == 0 and err == "", err
+    assert proc.returncode == 0 and without_insecure_warning(err) == "", err
 
 
 def _recorded_pids(root) -> dict[str, int]:
