@@ -242,12 +242,16 @@ def test_kill_a_tserver_then_re_replicate_lower_the_factor_and_move(tmp_path):
                 ),
                 cpb.RemoveServerResponse,
             )
-            wait_for(
-                lambda: cli(cluster, "status").returncode == 0,
-                60,
-                "coordinator status healthy",
-                interval_s=0.5,
-            )
+            last: list = []
+
+            def healthy() -> bool:
+                last[:] = [cli(cluster, "status")]
+                return last[0].returncode == 0
+
+            try:
+                wait_for(healthy, 60, "coordinator status healthy", interval_s=0.5)
+            except AssertionError as err:
+                raise AssertionError(f"{err}\n{last[0].stdout}\n{last[0].stderr}") from None
 
 
 def test_re_replication_survives_a_coordinator_failover(tmp_path):
