@@ -47,6 +47,7 @@ from logcentric.meta import CoordinatorClient, SilenceWatch, attempt_patience_s
 from logcentric.partition import bucket_of_rows, buckets_of_predicates
 from logcentric.tablets import TabletServerClient, predicate
 from rpc import errors
+from rpc.client import HandshakeFailed, KeyRefused
 from rpc.credentials import Credentials
 from rpc.credentials import load as load_credentials
 from rpc.protocols import coordinator_pb2 as cpb
@@ -99,11 +100,16 @@ ROWS_REFUSED_MAX = 100
 VALUE_REPR_CHARS_MAX = 80
 ARROW_REASON_CHARS_MAX = 200
 # ...and with one of these, the destination was wrong or gone: refresh locations, try again.
+# A tablet server that failed the CURVE handshake without refusing this client's key does not
+# hold the key the locations gave for its UUID: another identity at that address now (a wiped
+# server back as a new one), as INVALID_NAME says in plaintext. A refused key (KeyRefused) is
+# this client's own problem: it is raised at once.
 LOCATION_ERRORS = (
     errors.NotLeader,
     errors.TabletNotFound,
     errors.InvalidName,
     errors.TabletDeleted,
+    HandshakeFailed,
 )
 # ...and with one of these, the server did not (or could not say it did) do the call:
 # try the next replica (for a write, its outcome is unknown: see Session._send).
@@ -534,6 +540,8 @@ class Table:
                         # of nullability: callers concatenate them.
                         yield batch if batch.schema.equals(target) else batch.cast(target)
                     return
+                except KeyRefused:
+                    raise
                 except (*LOCATION_ERRORS, *RETRIED_ERRORS) as err:
                     if started:
                         raise  # rows were already handed out: the caller must start over
@@ -1012,8 +1020,12 @@ class Session:
                         ts.schema(
                             tablet_id, refresh=True, timeout_s=timeout_s, patience_s=patience_s
                         )
+                    except KeyRefused:
+                        raise
                     except (*LOCATION_ERRORS, *RETRIED_ERRORS) as fetch_err:
                         last = fetch_err  # nothing was written: the next replica, or round
+                except KeyRefused:
+                    raise
                 except LOCATION_ERRORS as err:
                     last = err
                 except RETRIED_ERRORS as err:

@@ -117,6 +117,16 @@ class HandshakeFailed(errors.Unauthenticated):
     CURVE on one side only): the request was never sent. Not retried: it is configuration."""
 
 
+class KeyRefused(HandshakeFailed):
+    """The server refused this client's own key at the handshake (ZAP): unknown there or
+    revoked. Unlike the other handshake failures (a server that does not hold the key
+    expected for it: maybe another identity at that address now), not a stale location."""
+
+
+def _handshake_error(dealer: _Dealer, text: str) -> HandshakeFailed:
+    return (KeyRefused if dealer.handshake_refused else HandshakeFailed)(text)
+
+
 class NoServerKey(errors.Unauthenticated):
     """A CURVE transport knows no public key for the server: nothing was sent."""
 
@@ -228,6 +238,7 @@ class _Dealer:
         "monitor",
         "connected",
         "handshake_error",
+        "handshake_refused",
         "_no_detail_failures",
     )
 
@@ -255,6 +266,7 @@ class _Dealer:
         # does not hold `server_key`, CURVE on one side only. Calls that could not be sent
         # fail with it at once (HandshakeFailed) instead of waiting for their deadline.
         self.handshake_error = ""
+        self.handshake_refused = False  # the failure was the server's ZAP refusing our key
         self._no_detail_failures = 0
 
     def drain_monitor(self) -> bool:
@@ -273,6 +285,7 @@ class _Dealer:
                 dropped = True
             elif kind == zmq.EVENT_HANDSHAKE_SUCCEEDED:
                 self.handshake_error = ""
+                self.handshake_refused = False
                 self._no_detail_failures = 0
             elif kind & _HANDSHAKE_EVENTS:
                 self.connected = False
@@ -293,6 +306,7 @@ class _Dealer:
                 self.handshake_error = _handshake_failure(
                     kind, value, self.address, self.server_key
                 )
+                self.handshake_refused = kind == zmq.EVENT_HANDSHAKE_FAILED_AUTH
 
     def close(self) -> None:
         self.socket.disable_monitor()
@@ -660,7 +674,7 @@ class Transport:
                 raise errors.Unavailable("the rpc transport closed")
             d.drain_monitor()
             if d.handshake_error:
-                raise HandshakeFailed(f"{method}: {d.handshake_error} (not sent)")
+                raise _handshake_error(d, f"{method}: {d.handshake_error} (not sent)")
             now = time.monotonic()
             if now >= deadline:
                 raise errors.TimedOut(f"{method} to {d.address} timed out (not connected)")
@@ -868,7 +882,7 @@ class Transport:
         if peer.handshake_error and not peer.connected:
             failed = [*peer.backlog, *peer.written.values()]
             for call in failed:
-                call.error = HandshakeFailed(f"{call.header.method}: {peer.handshake_error}")
+                call.error = _handshake_error(peer, f"{call.header.method}: {peer.handshake_error}")
                 call.done.set()
             if failed:
                 log.info("%s: %d call(s) failed", peer.handshake_error, len(failed))

@@ -14,8 +14,9 @@ former self" (seed 000, "Failure of a disk with consensus metadata").
    UUID enlists as a new server at the same address and receives replicas as a fresh server
    (copied, promoted), and no acknowledged row is lost. Plaintext, calls for the old UUID
    reach the new server and are refused; secure, they go with the old key, which the new
-   server does not hold, and none reaches it. The secure run is a strict xfail: the client
-   library does not refresh its locations on that handshake failure (STALE_KEY_BUG).
+   server does not hold, and none reaches it: the client takes that handshake failure for a
+   stale location, as INVALID_NAME in plaintext, and refreshes (rpc.client.KeyRefused, a
+   refusal of the client's own key, is not one).
 """
 
 from __future__ import annotations
@@ -226,22 +227,11 @@ class Load:
             return len(self.acked)
 
 
-# The client library keeps writing to the tablet's cached leader, the wiped server's old
-# UUID at its address: on a secure cluster the call goes with the old UUID's key, which the
-# new server there does not hold, and fails with HandshakeFailed, which the client does not
-# take for a stale location (plaintext: INVALID_NAME, which it does) -- the writes stop.
-STALE_KEY_BUG = (
-    "logcentric.client: a write to a wiped server's old UUID fails with HandshakeFailed "
-    "(the new server does not hold the old key), not a LOCATION_ERROR: locations are never "
-    "refreshed and the writes stop"
-)
-
-
 @pytest.mark.parametrize(
     "secure",
     [
         pytest.param(False, id="plaintext"),
-        pytest.param(True, id="secure", marks=pytest.mark.xfail(strict=True, reason=STALE_KEY_BUG)),
+        pytest.param(True, id="secure"),
     ],
 )
 def test_wiped_tserver_rejoins_as_a_new_server_at_its_address(tmp_path, secure):
