@@ -287,6 +287,11 @@ def check_cluster(addresses: list[str], timeout_s: float, credentials=None) -> C
             for r in t.replicas
             if r.public_key
         }
+        if credentials is not None:
+            # A server that hosts no replica (retired, drained, new, or no table yet) is in
+            # no location: its key comes from its tserver principal. Without it the call went
+            # plaintext to a CURVE server and the server was reported as not answering.
+            server_keys = {**_tserver_keys(meta), **server_keys}
         reports = _tablet_reports(servers, timeout_s, credentials, server_keys)
         for s in servers:
             report = reports.get(s.uuid)
@@ -312,6 +317,22 @@ def check_cluster(addresses: list[str], timeout_s: float, credentials=None) -> C
             result.tables.append(check_table(summary, described, locations, reports))
     summarize_problems(result)
     return result
+
+
+def _tserver_keys(meta: CoordinatorClient) -> dict[str, str]:
+    """Each active tablet-server principal's key by its UUID (ListPrincipals: an admin's
+    call); empty for a caller that may not list principals."""
+    try:
+        listed = meta.call(
+            "ListPrincipals", cpb.ListPrincipalsRequest(), cpb.ListPrincipalsResponse
+        )
+    except errors.PermissionDenied:
+        return {}
+    return {
+        p.name: p.public_key
+        for p in listed.principals
+        if p.kind == "tserver" and p.state == "active" and p.public_key
+    }
 
 
 def _tablet_reports(
