@@ -62,6 +62,7 @@ from rpc.console import (
     run_command,
 )
 from rpc.errors import RpcError, TimedOut, Unauthenticated, Unavailable
+from rpc.keys import glue_key_arguments
 
 logger = logging.getLogger("logstore.cli")
 
@@ -652,7 +653,7 @@ def _timing_problem(args) -> str | None:
 @interruptible("logstore")
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(glue_key_arguments(sys.argv[1:] if argv is None else argv))
     if args.func is cmd_serve and (problem := _timing_problem(args)):
         parser.error(problem)
     level = getattr(logging, str(args.log_level).upper(), logging.WARNING)

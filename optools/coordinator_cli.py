@@ -59,6 +59,7 @@ from rpc.console import (
     interruptible,
     print_json,
 )
+from rpc.keys import KeyFileError, glue_key_arguments
 
 PASSWORD_ENV = "COORDINATOR_PASSWORD"
 
@@ -191,7 +192,7 @@ def cmd_start(args) -> int:
     )
     try:
         node = CoordinatorNode(config)
-    except (RpcError, ValueError, OSError) as e:
+    except (RpcError, ValueError, OSError, KeyFileError) as e:
         print(f"coordinator: cannot start: {e}", file=sys.stderr)
         return 1
     with node:
@@ -466,7 +467,7 @@ def _resolve_cluster(func):
 
 @interruptible("coordinator")
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(glue_key_arguments(sys.argv[1:] if argv is None else argv))
     level = args.log_level or ("INFO" if args.command == "start" else "WARNING")
     if args.command == "start":
         logsetup.configure_from_args(args, level)

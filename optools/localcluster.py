@@ -303,7 +303,7 @@ class LocalCluster:
             args += ["--http", node.http]
         if self.spec.secure:
             keys = ",".join(_coordinator_key(n) for n in self.spec.coordinators)
-            args += ["--curve", "--coordinator-keys", keys]
+            args += ["--curve", f"--coordinator-keys={keys}"]  # a key may begin with "-"
         else:
             args += ["--insecure"]
         self._spawn(node, args)
@@ -349,13 +349,21 @@ class LocalCluster:
         it is. Retried (same request id: exactly once) until the bootstrap admin is logged
         and a leader serves, within `timeout_s`."""
         from rpc.protocols import coordinator_pb2 as pb
-        from tservers.fs import FsLayout
+        from tservers.fs import FsError, FsLayout
 
         deadline = time.monotonic() + timeout_s
         with self.client(timeout_s=5.0) as client:
             for node in self.spec.tservers:
-                fs = FsLayout(Path(node.data), FsLayout.read_instance(Path(node.data)).uuid)
-                key = fs.public_key()
+                try:
+                    fs = FsLayout(Path(node.data), FsLayout.read_instance(Path(node.data)).uuid)
+                    key = fs.public_key()
+                except FsError as e:
+                    # A damaged root: its tablet server fails at its start too. Say that, with
+                    # its log, once it has exited (bounded), rather than this alone.
+                    while time.monotonic() < deadline and self.is_up(node):
+                        time.sleep(0.05)
+                    self._check_running()
+                    raise errors.Unavailable(f"{node.name}: {e}") from None
                 request = pb.AddPrincipalRequest(
                     request_id=client.next_request_id(),
                     name=fs.uuid,

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import stat
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -83,6 +83,30 @@ def key_problem(text: str) -> str | None:
 
 def is_z85_key(text: str) -> bool:
     return key_problem(text) is None
+
+
+def glue_key_arguments(argv: Sequence[str]) -> list[str]:
+    """`argv` with every option followed by a list of public keys glued to it as
+    `--option=KEYS`. A z85 key may begin with '-', which argparse takes for an option
+    ("expected one argument"): one key in 85 does. Only a value of 40-character z85 keys
+    (comma-separated) is glued; no option name is one."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        word = argv[i]
+        nxt = argv[i + 1] if i + 1 < len(argv) else ""
+        if (
+            word.startswith("--")
+            and "=" not in word
+            and nxt.startswith("-")
+            and all(is_z85_key(k) for k in nxt.split(","))
+        ):
+            out.append(f"{word}={nxt}")
+            i += 2
+            continue
+        out.append(word)
+        i += 1
+    return out
 
 
 def public_path(directory: str | os.PathLike, name: str) -> Path:

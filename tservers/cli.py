@@ -73,6 +73,7 @@ from rpc.console import (
     run_command,
 )
 from rpc.errors import RpcError
+from rpc.keys import glue_key_arguments
 from rpc.privileged import PASSWORD_ENV, read_password
 from rpc.protocols.tserver_pb2 import (
     ConsensusMetaPB,
@@ -1430,7 +1431,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 @interruptible("tserver")
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(glue_key_arguments(sys.argv[1:] if argv is None else argv))
     # OSError: an operating error no command foresaw (permissions, a full disk).
     return run_command(args.func, args, "tserver: error", (CliError, OSError), name="tserver")
 

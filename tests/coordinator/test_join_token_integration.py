@@ -89,7 +89,7 @@ def test_join_tokens_admit_one_server_once(tmp_path, monkeypatch):
     def start(name: str, token: str | None = None, env_token: str | None = None) -> Proc:
         args = ["-m", "tservers.cli", "start", "--fs-root", str(tmp_path / name),
                 "--bind", "127.0.0.1:0", "--coordinators", rpc, "--curve",
-                "--coordinator-keys", node_key]  # fmt: skip
+                f"--coordinator-keys={node_key}"]  # fmt: skip
         if token is not None:
             args += ["--join-token", token]
         env = {"LOGCENTRIC_JOIN_TOKEN": env_token or ""}

@@ -16,7 +16,7 @@ from coordinator.node import CoordinatorNode
 from coordinator.ops.principals import key_problem
 from rpc import credentials
 from rpc.errors import BadRequest
-from rpc.keys import KeyFileError, KeyPair, is_z85_key
+from rpc.keys import KeyFileError, KeyPair, glue_key_arguments, is_z85_key
 from tests.support.procs import free_port, wait_for
 from tests.tservers.test_cli_errors import tserver
 from tests.tservers.test_tserver_curve import Admin, node_config
@@ -82,3 +82,38 @@ def test_the_coordinator_refuses_a_principal_with_an_undecodable_key(tmp_path):
     finally:
         admin.close()
         node.close()
+
+
+def _key_starting_with_dash() -> str:
+    while True:  # one key in 85 does
+        key = KeyPair.generate().public
+        if key.startswith("-"):
+            return key
+
+
+def test_key_lists_beginning_with_a_dash_are_glued_to_their_option():
+    key, other = _key_starting_with_dash(), KeyPair.generate().public
+    assert glue_key_arguments(["start", "--coordinator-keys", key, "--curve"]) == [
+        "start", f"--coordinator-keys={key}", "--curve",
+    ]  # fmt: skip
+    both = f"{key},{other}"
+    assert glue_key_arguments(["--client-keys", both]) == [f"--client-keys={both}"]
+    # Anything else stays as it is: options, paths, a key not beginning with '-'.
+    for argv in (["--curve", "--insecure"], ["--coordinator-keys", "-k.key"], ["--x", other]):
+        assert glue_key_arguments(argv) == argv
+
+
+@pytest.mark.integration
+def test_tserver_start_takes_a_key_beginning_with_a_dash(tmp_path):
+    """Before, argparse read such a key as an option: 'expected one argument' (local-cluster
+    up failed so for one tablet server start in 85)."""
+    root = tmp_path / "root"
+    assert tserver("fs", "format", "--fs-root", str(root)).returncode == 0
+    (root / "keys" / "tserver.key_secret").chmod(0o644)  # the start stops after parsing
+    r = tserver(
+        "start", "--fs-root", str(root), "--coordinator-keys", _key_starting_with_dash(),
+        "--coordinators", "127.0.0.1:1",
+    )  # fmt: skip
+    assert r.returncode != 0
+    assert "expected one argument" not in r.stderr, r.stderr
+    assert "chmod 600" in r.stderr, r.stderr
