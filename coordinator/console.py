@@ -69,8 +69,6 @@ LOG_PAGE_MAX = 1000
 RECENT_DONE_MAX = 50
 SERVERS_POLLED_MAX = 64  # tablet servers asked for their copies per page
 TSERVER_CALL_TIMEOUT_S = 1.0
-LEADER_CALL_TIMEOUT_S = 1.0
-LEADER_HTTP_CACHE_S = 10.0
 # A follower whose replay is this many ids behind its log's tail is not ready.
 REPLAY_LAG_IDS_MAX = 100
 COPY_ACTIVE_STATES = frozenset({"QUEUED", "RUNNING"})
@@ -1081,7 +1079,6 @@ class ConsoleSource:
     node: CoordinatorNode
     http_address: Callable[[], str] = lambda: ""
     _transport: Transport | None = None
-    _leader_http: dict[str, tuple[str, float]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def close(self) -> None:
@@ -1093,7 +1090,9 @@ class ConsoleSource:
     def _client(self, address: str) -> RpcClient:
         with self._lock:
             if self._transport is None:
-                self._transport = Transport(name="console")
+                # With CURVE: as the node's key pair, to tablet servers proving the key of
+                # their principal (as the node's own calls to them, coordinator/gateway.py).
+                self._transport = Transport(name="console", curve=self.node.tserver_curve)
             return RpcClient(address, self.node.uuid, transport=self._transport)
 
     def readiness(self) -> tuple[bool, list[str]]:
@@ -1277,32 +1276,12 @@ class ConsoleSource:
         return {"records": tuple(log_views(last, entries)), "log_truncated": truncated}
 
     def _leader_console(self, uuid: str, address: str) -> str:
-        """The leader's console address, asked of the leader (Coordinator.Status), cached."""
+        """The leader's console address, from the Lease record that names it (its holder
+        writes its console there): no call to the leader, which with CURVE would not admit
+        this node's key."""
         if not uuid or not address:
             return ""
-        now = time.monotonic()
-        with self._lock:
-            cached = self._leader_http.get(address)
-        if cached is not None and now - cached[1] < LEADER_HTTP_CACHE_S:
-            return cached[0]
-        try:
-            answer = self._client(address).call(
-                uuid,
-                "Coordinator.Status",
-                pb.StatusRequest(),
-                pb.StatusResponse,
-                timeout_s=LEADER_CALL_TIMEOUT_S,
-                idempotent=True,
-            )
-            value = answer.http_address
-        except RpcError as e:
-            logger.debug("console: leader %s at %s did not say its console: %s", uuid, address, e)
-            value = ""
-        with self._lock:
-            if len(self._leader_http) > 64:
-                self._leader_http.clear()
-            self._leader_http[address] = (value, now)
-        return value
+        return self.node.lease.leader_http_address(uuid)
 
     def _status_of(self, server: ServerRow) -> ts.StatusResponse:
         return self._client(server.address).call(

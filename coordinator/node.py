@@ -279,6 +279,7 @@ class CoordinatorNode:
             self.lease.start()
             self.observer.start()
             self.http = self._start_http() if config.http else None
+            self.lease.set_http_address(self.http_address)  # in its next Lease record
             self.bootstrap_result: str = ""  # the admin logged by this node, once done
             self._bootstrap: threading.Thread | None = None
             if config.curve and config.bootstrap_admin and not config.admin_keys:

@@ -42,6 +42,7 @@ def encode_lease(lease: LeaseValue, written_unix_ms: int = 0) -> bytes:
             epoch=lease.epoch,
             takeover=lease.takeover,
             written_unix_ms=written_unix_ms,
+            holder_http_address=lease.holder_http_address,
         )
     ).SerializeToString()
 
@@ -53,7 +54,13 @@ def decode_lease(data: bytes) -> LeaseValue | None:
     if record.WhichOneof("record") != "lease":
         return None
     lease = record.lease
-    return LeaseValue(lease.holder_uuid, lease.holder_address, lease.epoch, lease.takeover)
+    return LeaseValue(
+        lease.holder_uuid,
+        lease.holder_address,
+        lease.epoch,
+        lease.takeover,
+        lease.holder_http_address,
+    )
 
 
 class LeaseDriver:
@@ -137,6 +144,16 @@ class LeaseDriver:
     def hint(self) -> LeaderHintValue:
         # No lock (see is_serving): each field it reads is replaced atomically.
         return self.keeper.hint(self._clock())
+
+    def set_http_address(self, address: str) -> None:
+        """This node's web console, written in its Lease records from the next one on."""
+        with self._lock:
+            self.keeper.http_address = address
+
+    def leader_http_address(self, leader_uuid: str) -> str:
+        """The web console of `leader_uuid` (a hint), from the last Lease record seen. No
+        lock, as hint: the record it reads is replaced atomically."""
+        return self.keeper.holder_http_address(leader_uuid)
 
     # ------------------------------------------------------------ appends
 

@@ -70,6 +70,7 @@ class LeaseValue:
     holder_address: str
     epoch: int  # id of the takeover record opening the epoch; 0 in that record itself
     takeover: bool
+    holder_http_address: str = ""  # the holder's web console, "" without one
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +97,9 @@ class LeaseKeeper:
     def __init__(self, uuid: str, address: str, config: LeaseConfig, seed: int = 0) -> None:
         self.uuid = uuid
         self.address = address
+        # This node's web console (HOST:PORT), written in its Lease records once set: a
+        # follower's console links to the leader's from the record (coordinator/console.py).
+        self.http_address = ""
         self.config = config
         # The margin the lease gives up for clock drift; 0 only in a test-only broken build
         # (coordinator/leases/testclock.py, LOGCENTRIC_TEST_UNSAFE_NO_DRIFT_MARGIN).
@@ -191,7 +195,13 @@ class LeaseKeeper:
             if now - self.last_append_start < cfg.renew_interval_s:
                 return None
             invalidates = (self._own_renewal_id,) if self._own_renewal_id else ()
-            lease = LeaseValue(self.uuid, self.address, self.epoch, takeover=False)
+            lease = LeaseValue(
+                self.uuid,
+                self.address,
+                self.epoch,
+                takeover=False,
+                holder_http_address=self.http_address,
+            )
             return self._start(AppendKind.RENEW, now, lease, invalidates)
         if self.seen_at is None or self.seen_id is None or now < self.backoff_until:
             return None
@@ -199,7 +209,9 @@ class LeaseKeeper:
             return None
         if self.read_through < self.seen_id or self._full_through != self.seen_id:
             return None  # the driver reads the live lease records as of the tail first
-        lease = LeaseValue(self.uuid, self.address, 0, takeover=True)
+        lease = LeaseValue(
+            self.uuid, self.address, 0, takeover=True, holder_http_address=self.http_address
+        )
         return self._start(AppendKind.TAKEOVER, now, lease, self._takeover_invalidates())
 
     def begin_append(self, now: float) -> int:
@@ -304,6 +316,13 @@ class LeaseKeeper:
             return LeaderHintValue()
         epoch = entry_id if lease.takeover else lease.epoch
         return LeaderHintValue(lease.holder_uuid, lease.holder_address, epoch)
+
+    def holder_http_address(self, holder_uuid: str) -> str:
+        """The web console the last Lease record seen names, if `holder_uuid` wrote it."""
+        last = self._last_lease
+        if last is None or last[1].holder_uuid != holder_uuid:
+            return ""
+        return last[1].holder_http_address
 
     def live_lease_ids(self) -> list[int]:
         return sorted(self._live_leases)

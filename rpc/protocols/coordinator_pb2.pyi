@@ -106,18 +106,20 @@ class SupersededRequest(_message.Message):
     def __init__(self, request_id: _Optional[_Union[RequestId, _Mapping]] = ..., table_id: _Optional[str] = ..., schema_version: _Optional[int] = ...) -> None: ...
 
 class Lease(_message.Message):
-    __slots__ = ("holder_uuid", "holder_address", "epoch", "takeover", "written_unix_ms")
+    __slots__ = ("holder_uuid", "holder_address", "epoch", "takeover", "written_unix_ms", "holder_http_address")
     HOLDER_UUID_FIELD_NUMBER: _ClassVar[int]
     HOLDER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     TAKEOVER_FIELD_NUMBER: _ClassVar[int]
     WRITTEN_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    HOLDER_HTTP_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     holder_uuid: str
     holder_address: str
     epoch: int
     takeover: bool
     written_unix_ms: int
-    def __init__(self, holder_uuid: _Optional[str] = ..., holder_address: _Optional[str] = ..., epoch: _Optional[int] = ..., takeover: _Optional[bool] = ..., written_unix_ms: _Optional[int] = ...) -> None: ...
+    holder_http_address: str
+    def __init__(self, holder_uuid: _Optional[str] = ..., holder_address: _Optional[str] = ..., epoch: _Optional[int] = ..., takeover: _Optional[bool] = ..., written_unix_ms: _Optional[int] = ..., holder_http_address: _Optional[str] = ...) -> None: ...
 
 class CreateTable(_message.Message):
     __slots__ = ("header", "table_id", "name", "schema", "replication_factor", "tablets", "skipped_replicas")

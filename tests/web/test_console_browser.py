@@ -19,8 +19,10 @@ from pathlib import Path
 
 import pytest
 
+from coordinator.node import KEY_NAME, KEYS_DIR
 from logcentric.client import Client, Column
 from optools.localcluster import NodeSpec
+from rpc import keys
 from rpc.protocols import coordinator_pb2 as cpb
 from tests.support.cluster import local_cluster
 from tests.support.procs import wait_for
@@ -200,18 +202,29 @@ def test_a_follower_says_who_leads_and_links_to_the_leader(browser, artifacts, c
 
 
 def _restart_throttled(cluster, node: NodeSpec) -> None:
-    """Restart a tablet server with its incoming tablet copies throttled to COPY_RATE_MB."""
+    """Restart a tablet server with its incoming tablet copies throttled to COPY_RATE_MB,
+    started as LocalCluster.start_tserver starts it (the password, and on a secure cluster
+    CURVE with every coordinator node's key)."""
     cluster.stop(node)
-    cluster._spawn(
-        node,
-        [
-            "tservers.cli", "start",
-            "--fs-root", node.data,
-            "--bind", node.rpc,
-            "--coordinators", ",".join(cluster.spec.coordinator_addresses),
-            "--copy-rate-mb", str(COPY_RATE_MB),
-        ],
-    )  # fmt: skip
+    args = [
+        "tservers.cli", "start",
+        "--fs-root", node.data,
+        "--bind", node.rpc,
+        "--coordinators", ",".join(cluster.spec.coordinator_addresses),
+        "--password-file", str(cluster.spec.password_file),
+        "--copy-rate-mb", str(COPY_RATE_MB),
+    ]  # fmt: skip
+    if node.http:
+        args += ["--http", node.http]
+    if cluster.spec.secure:
+        found = [
+            keys.load_public_key(keys.public_path(Path(c.data) / KEYS_DIR, KEY_NAME))
+            for c in cluster.spec.coordinators
+        ]
+        args += ["--curve", "--coordinator-keys", ",".join(found)]
+    else:
+        args += ["--insecure"]
+    cluster._spawn(node, args)
 
 
 def test_a_tablet_copy_appears_with_its_progress(browser, artifacts, cluster, client, leader):
