@@ -123,9 +123,11 @@ def test_throttled_and_refusals_counted():
             # Admitted calls reach the worker thread asynchronously: wait (bounded) until the
             # one worker has taken the first call, then one runs and one waits.
             fams = wait_for(
-                lambda: (f := scrape_server(srv))
-                and value(f, "logcentric_rpc_queue_depth_calls") == 1
-                and f,
+                lambda: (
+                    (f := scrape_server(srv))
+                    and value(f, "logcentric_rpc_queue_depth_calls") == 1
+                    and f
+                ),
                 timeout_s=30,
                 what="the worker takes the first call",
             )

@@ -221,8 +221,15 @@ def test_sigterm_is_a_clean_shutdown_and_unformatted_root_is_refused(server, tmp
         assert seg.read_segment(path, is_last=False).footer is not None  # closed cleanly
     r = subprocess.run(
         # --insecure: a standalone server (this tests the fs root's check, not security).
-        [sys.executable, "-m", "tservers.cli", "start", "--fs-root", str(tmp_path / "empty"),
-         "--insecure"],  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "tservers.cli",
+            "start",
+            "--fs-root",
+            str(tmp_path / "empty"),
+            "--insecure",
+        ],  # fmt: skip
         cwd=REPO,
         capture_output=True,
         text=True,
