@@ -62,7 +62,7 @@ from rpc.console import (
     run_command,
 )
 from rpc.errors import RpcError, TimedOut, Unauthenticated, Unavailable
-from rpc.keys import glue_key_arguments
+from rpc.keys import glue_key_arguments, public_keys_arg
 
 logger = logging.getLogger("logstore.cli")
 
@@ -108,26 +108,6 @@ def _insecure_problem(args, password: str | None) -> str | None:
             "--insecure-dev for a single-node development store on 127.0.0.1"
         )
     return None
-
-
-def public_keys_arg(text: str) -> tuple[str, ...]:
-    """KEY|FILE,...: each 40 z85 characters, or a file holding a public key (a zmq
-    certificate such as keys/coordinator.key, or the 40 characters alone). z85 has no
-    comma."""
-    from rpc import keys
-
-    out = []
-    for item in _split(text):
-        if keys.is_z85_key(item):
-            out.append(item)
-            continue
-        if len(item) == keys.KEY_CHARS and not os.path.exists(item):
-            raise argparse.ArgumentTypeError(f"{item!r}: {keys.key_problem(item)}")
-        try:
-            out.append(keys.load_public_key(item))
-        except keys.KeyFileError as e:
-            raise argparse.ArgumentTypeError(str(e)) from None
-    return tuple(out)
 
 
 def cmd_show_key(args) -> int:

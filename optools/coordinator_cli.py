@@ -59,7 +59,7 @@ from rpc.console import (
     interruptible,
     print_json,
 )
-from rpc.keys import KeyFileError, glue_key_arguments
+from rpc.keys import KeyFileError, glue_key_arguments, public_keys_arg
 
 PASSWORD_ENV = "COORDINATOR_PASSWORD"
 
@@ -221,12 +221,6 @@ def cmd_start(args) -> int:
     return daemon.exit_status()
 
 
-def _logstore_keys(text: str) -> tuple[str, ...]:
-    from logstore.cli import public_keys_arg
-
-    return public_keys_arg(text)
-
-
 def cmd_show_key(args) -> int:
     """The node's CURVE public key, from <data-dir>/keys (made first if missing, as the
     node's first start would: so keys can be gathered before a first start)."""
@@ -345,7 +339,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     start.add_argument(
         "--logstore-keys",
-        type=_logstore_keys,
+        type=public_keys_arg,
         default=(),
         metavar="KEY|FILE,...",
         help="with --logstore: the replicas' CURVE public keys, one per address in order "

@@ -85,6 +85,38 @@ def is_z85_key(text: str) -> bool:
     return key_problem(text) is None
 
 
+def public_keys_arg(text: str) -> tuple[str, ...]:
+    """An argparse type for KEY|FILE,...: each 40 z85 characters, or a file holding a public
+    key (a zmq certificate such as keys/coordinator.key, or the 40 characters alone). z85
+    has no comma. A bad item is an ArgumentTypeError saying why."""
+    import argparse
+
+    out = []
+    for item in (t.strip() for t in text.split(",")):
+        if not item:
+            continue
+        if is_z85_key(item):
+            out.append(item)
+            continue
+        if len(item) == KEY_CHARS and not os.path.exists(item):
+            raise argparse.ArgumentTypeError(f"{item!r}: {key_problem(item)}")
+        try:
+            out.append(load_public_key(item))
+        except KeyFileError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    return tuple(out)
+
+
+def public_key_arg(text: str) -> str:
+    """An argparse type for one KEY|FILE (public_keys_arg's rule)."""
+    import argparse
+
+    found = public_keys_arg(text)
+    if len(found) != 1:
+        raise argparse.ArgumentTypeError(f"one public key (40 z85 characters or a file): {text!r}")
+    return found[0]
+
+
 def glue_key_arguments(argv: Sequence[str]) -> list[str]:
     """`argv` with every option followed by a list of public keys glued to it as
     `--option=KEYS`. A z85 key may begin with '-', which argparse takes for an option

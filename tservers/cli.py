@@ -73,7 +73,7 @@ from rpc.console import (
     run_command,
 )
 from rpc.errors import RpcError
-from rpc.keys import glue_key_arguments
+from rpc.keys import glue_key_arguments, public_key_arg, public_keys_arg
 from rpc.privileged import PASSWORD_ENV, read_password
 from rpc.protocols.tserver_pb2 import (
     ConsensusMetaPB,
@@ -185,24 +185,6 @@ def _lock_fs(root: str, holder: str, refusal: str):
         raise CliError(f"{refusal}: {e}") from e
     except FsError as e:
         raise CliError(str(e)) from e
-
-
-def _coordinator_keys(text: str) -> tuple[str, ...]:
-    """--coordinator-keys: KEY|FILE,... (z85 has no comma)."""
-    from rpc import keys
-
-    out = []
-    for item in (t.strip() for t in text.split(",")):
-        if not item:
-            continue
-        if keys.is_z85_key(item):
-            out.append(item)
-            continue
-        try:
-            out.append(keys.load_public_key(item))
-        except keys.KeyFileError as e:
-            raise argparse.ArgumentTypeError(str(e)) from None
-    return tuple(out)
 
 
 # The one line `tserver start` says when it cannot run CURVE (the default) for want of keys.
@@ -646,18 +628,6 @@ def _fs_tablets(fs: FsLayout) -> list[dict]:
     return out
 
 
-def _public_key_arg(text: str) -> str:
-    """--server-key / --source-key: 40 z85 characters or a key file."""
-    from rpc import keys
-
-    if keys.is_z85_key(text.strip()):
-        return text.strip()
-    try:
-        return keys.load_public_key(text)
-    except keys.KeyFileError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-
-
 def _add_credentials(
     p: argparse.ArgumentParser, key_flag: str, whose: str, caller: str = "the file's principal"
 ) -> None:
@@ -673,7 +643,7 @@ def _add_credentials(
     )
     p.add_argument(
         key_flag,
-        type=_public_key_arg,
+        type=public_key_arg,
         default=None,
         metavar="KEY|FILE",
         help=f"the public key of {whose} (its `tserver show-key`), instead of asking the "
@@ -1253,7 +1223,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument(
         "--coordinator-keys",
-        type=_coordinator_keys,
+        type=public_keys_arg,
         default=(),
         metavar="KEY|FILE,...",
         help="the coordinator nodes' public keys, one per address in the order of "
