@@ -980,11 +980,9 @@ class Poster:
         self.socket.close(linger=0)
 
     def _reopen_if_refused(self) -> None:
-        while True:
-            try:
-                zmq.utils.monitor.recv_monitor_message(self._monitor, zmq.NOBLOCK)
-            except zmq.Again:
-                break
+        # Per post, on the Raft path: a flag read, not a failing recv (an exception) each time.
+        while self._monitor.get(zmq.EVENTS) & zmq.POLLIN:
+            zmq.utils.monitor.recv_monitor_message(self._monitor, zmq.NOBLOCK)
             self._refused = True
         now = time.monotonic()
         if not self._refused or now - self._opened_at < POSTER_REOPEN_INTERVAL_S:
