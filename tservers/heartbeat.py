@@ -234,7 +234,7 @@ class Heartbeater:
                         err.message,
                     )
                 continue
-            log.warning(
+            log.info(
                 "admitted by the coordinator leader at %s with a join token: tablet server %s, "
                 "key %s",
                 address,
