@@ -162,7 +162,7 @@ class PartitionPB(_message.Message):
     def __init__(self, start_key: _Optional[bytes] = ..., end_key: _Optional[bytes] = ...) -> None: ...
 
 class SuperblockPB(_message.Message):
-    __slots__ = ("tablet_id", "table_id", "table_name", "data_state", "schema", "partition", "blocks", "flushed_index", "last_op_id", "quarantine_path", "next_block_id", "flushed_term")
+    __slots__ = ("tablet_id", "table_id", "table_name", "data_state", "schema", "partition", "blocks", "flushed_index", "last_op_id", "quarantine_path", "next_block_id", "flushed_term", "dedup")
     TABLET_ID_FIELD_NUMBER: _ClassVar[int]
     TABLE_ID_FIELD_NUMBER: _ClassVar[int]
     TABLE_NAME_FIELD_NUMBER: _ClassVar[int]
@@ -175,6 +175,7 @@ class SuperblockPB(_message.Message):
     QUARANTINE_PATH_FIELD_NUMBER: _ClassVar[int]
     NEXT_BLOCK_ID_FIELD_NUMBER: _ClassVar[int]
     FLUSHED_TERM_FIELD_NUMBER: _ClassVar[int]
+    DEDUP_FIELD_NUMBER: _ClassVar[int]
     tablet_id: str
     table_id: str
     table_name: str
@@ -187,7 +188,40 @@ class SuperblockPB(_message.Message):
     quarantine_path: str
     next_block_id: int
     flushed_term: int
-    def __init__(self, tablet_id: _Optional[str] = ..., table_id: _Optional[str] = ..., table_name: _Optional[str] = ..., data_state: _Optional[_Union[DataState, str]] = ..., schema: _Optional[_Union[SchemaPB, _Mapping]] = ..., partition: _Optional[_Union[PartitionPB, _Mapping]] = ..., blocks: _Optional[_Iterable[str]] = ..., flushed_index: _Optional[int] = ..., last_op_id: _Optional[_Union[OpIdPB, _Mapping]] = ..., quarantine_path: _Optional[str] = ..., next_block_id: _Optional[int] = ..., flushed_term: _Optional[int] = ...) -> None: ...
+    dedup: _containers.RepeatedCompositeFieldContainer[DedupClientPB]
+    def __init__(self, tablet_id: _Optional[str] = ..., table_id: _Optional[str] = ..., table_name: _Optional[str] = ..., data_state: _Optional[_Union[DataState, str]] = ..., schema: _Optional[_Union[SchemaPB, _Mapping]] = ..., partition: _Optional[_Union[PartitionPB, _Mapping]] = ..., blocks: _Optional[_Iterable[str]] = ..., flushed_index: _Optional[int] = ..., last_op_id: _Optional[_Union[OpIdPB, _Mapping]] = ..., quarantine_path: _Optional[str] = ..., next_block_id: _Optional[int] = ..., flushed_term: _Optional[int] = ..., dedup: _Optional[_Iterable[_Union[DedupClientPB, _Mapping]]] = ...) -> None: ...
+
+class DedupClientPB(_message.Message):
+    __slots__ = ("client_id", "floor_seq", "last_index", "done")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    FLOOR_SEQ_FIELD_NUMBER: _ClassVar[int]
+    LAST_INDEX_FIELD_NUMBER: _ClassVar[int]
+    DONE_FIELD_NUMBER: _ClassVar[int]
+    client_id: bytes
+    floor_seq: int
+    last_index: int
+    done: _containers.RepeatedCompositeFieldContainer[DedupDonePB]
+    def __init__(self, client_id: _Optional[bytes] = ..., floor_seq: _Optional[int] = ..., last_index: _Optional[int] = ..., done: _Optional[_Iterable[_Union[DedupDonePB, _Mapping]]] = ...) -> None: ...
+
+class DedupDonePB(_message.Message):
+    __slots__ = ("seq", "op_id", "rows")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    OP_ID_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    op_id: OpIdPB
+    rows: int
+    def __init__(self, seq: _Optional[int] = ..., op_id: _Optional[_Union[OpIdPB, _Mapping]] = ..., rows: _Optional[int] = ...) -> None: ...
+
+class RequestIdPB(_message.Message):
+    __slots__ = ("client_id", "seq", "first_incomplete_seq")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    FIRST_INCOMPLETE_SEQ_FIELD_NUMBER: _ClassVar[int]
+    client_id: bytes
+    seq: int
+    first_incomplete_seq: int
+    def __init__(self, client_id: _Optional[bytes] = ..., seq: _Optional[int] = ..., first_incomplete_seq: _Optional[int] = ...) -> None: ...
 
 class RaftPeerPB(_message.Message):
     __slots__ = ("uuid", "address", "member_type", "promote")
@@ -252,12 +286,14 @@ class RowBlockPB(_message.Message):
     def __init__(self, op: _Optional[_Union[OpType, str]] = ..., arrow_ipc: _Optional[bytes] = ...) -> None: ...
 
 class WriteOpPB(_message.Message):
-    __slots__ = ("schema_version", "blocks")
+    __slots__ = ("schema_version", "blocks", "request_id")
     SCHEMA_VERSION_FIELD_NUMBER: _ClassVar[int]
     BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     schema_version: int
     blocks: _containers.RepeatedCompositeFieldContainer[RowBlockPB]
-    def __init__(self, schema_version: _Optional[int] = ..., blocks: _Optional[_Iterable[_Union[RowBlockPB, _Mapping]]] = ...) -> None: ...
+    request_id: RequestIdPB
+    def __init__(self, schema_version: _Optional[int] = ..., blocks: _Optional[_Iterable[_Union[RowBlockPB, _Mapping]]] = ..., request_id: _Optional[_Union[RequestIdPB, _Mapping]] = ...) -> None: ...
 
 class LogEntryPB(_message.Message):
     __slots__ = ("term", "index", "type", "write", "config")
@@ -360,14 +396,16 @@ class AlterSchemaResponse(_message.Message):
     def __init__(self, schema: _Optional[_Union[SchemaPB, _Mapping]] = ...) -> None: ...
 
 class WriteRequest(_message.Message):
-    __slots__ = ("tablet_id", "schema_version", "ops")
+    __slots__ = ("tablet_id", "schema_version", "ops", "request_id")
     TABLET_ID_FIELD_NUMBER: _ClassVar[int]
     SCHEMA_VERSION_FIELD_NUMBER: _ClassVar[int]
     OPS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     tablet_id: str
     schema_version: int
     ops: _containers.RepeatedScalarFieldContainer[OpType]
-    def __init__(self, tablet_id: _Optional[str] = ..., schema_version: _Optional[int] = ..., ops: _Optional[_Iterable[_Union[OpType, str]]] = ...) -> None: ...
+    request_id: RequestIdPB
+    def __init__(self, tablet_id: _Optional[str] = ..., schema_version: _Optional[int] = ..., ops: _Optional[_Iterable[_Union[OpType, str]]] = ..., request_id: _Optional[_Union[RequestIdPB, _Mapping]] = ...) -> None: ...
 
 class WriteResponse(_message.Message):
     __slots__ = ("op_id", "rows")
