@@ -4,12 +4,15 @@ Wire format (design/wire-protocol.md): a request is [RequestHeader, body, *sidec
 answer is [ResponseHeader, body, *sidecars]. One I/O thread owns the ROUTER socket: it reads
 requests, rejects what is malformed, misaddressed, unknown or oversized (BAD_REQUEST or
 INVALID_NAME, counted and logged, never fatal), and hands the rest to a worker pool whose
-queue is bounded (THROTTLED when full). Workers never touch the ROUTER socket: they pass
-answers back through an inproc socket that the I/O thread forwards. Handlers registered
-`inline` run on the I/O thread itself (no hand-off); a handler may return a `Serialized`
-body it keeps ready (e.g. a cached answer), sent without building a message. Methods
-registered `one_way` (inline too) also take one-way messages (RequestHeader.one_way): the
-handler runs and only a refusal is answered (an error status), never a success.
+queue is bounded (THROTTLED when full). Workers never touch the ROUTER socket: they queue
+answers on a deque that the I/O thread forwards, waking it (an eventfd) only when it may be
+asleep. Handlers registered `inline` run on the I/O thread itself (no hand-off); a handler
+may return a `Serialized` body it keeps ready (e.g. a cached answer), sent without building
+a message. Methods registered `deferred` (inline too) may answer later, from any thread
+(`ctx.later()`: e.g. the Raft thread that commits an append), with no thread waiting for it.
+Methods registered `one_way` (inline too) also take one-way messages
+(RequestHeader.one_way): the handler runs and only a refusal is answered (an error status),
+never a success.
 
 Metrics (design/operability.md): per method, answers by status and a latency histogram
 (from receipt on the I/O thread to the answer built), kept in one shard per thread that
@@ -26,6 +29,7 @@ key's next call is refused on a connection that is already open. Plaintext witho
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 import time
@@ -58,8 +62,10 @@ DRAIN_BATCH_MAX = 256
 
 _OK = int(StatusCode.OK)
 _THROTTLED = int(StatusCode.THROTTLED)
+_TIMED_OUT = int(StatusCode.TIMED_OUT)
 _STATUS_CODES = max(StatusCode.values()) + 1
 _NO_ANSWER: list = []  # _invoke's result for a one-way message that succeeded
+_LATER: list = []  # _invoke's result for a deferred call (its Later answers)
 _NOBLOCK = int(zmq.NOBLOCK)
 _STAT_KEYS = (
     "requests",
@@ -149,12 +155,65 @@ class CallContext:
     # proved it, and what the server's authorizer answered for it at this call.
     peer_key: str = ""
     principal: Any = None
+    # Set for methods registered `deferred`: (server, identity, call_id, method); and the
+    # Later that later() made, if any.
+    _call: tuple | None = None
+    _later: Later | None = None
 
     def remaining_s(self) -> float:
         return max(0.0, self.deadline - time.monotonic())
 
     def expired(self) -> bool:
         return time.monotonic() >= self.deadline
+
+    def later(self) -> Later:
+        """The handle of an answer given later (the handler returns it): for methods
+        registered `deferred` only, once per call, from the handler (on the I/O thread)."""
+        assert self._call is not None, f"{self.method} is not registered deferred=True"
+        assert self._later is None, "later() called twice"
+        server, identity, call_id, method = self._call
+        self._later = server._defer(identity, call_id, method, self)
+        return self._later
+
+
+class Later:
+    """A call answered later by `reply` or `fail`, from any thread, at most once (what
+    comes after the first, or after the call's deadline, is dropped: the deadline passed,
+    the caller was answered TIMED_OUT). Made by CallContext.later()."""
+
+    __slots__ = ("_server", "_key", "_identity", "_call_id", "_method", "_ctx")
+
+    def __init__(self, server: RpcServer, key: int, identity, call_id: int, method, ctx) -> None:
+        self._server = server
+        self._key = key
+        self._identity = identity
+        self._call_id = call_id
+        self._method = method
+        self._ctx = ctx
+
+    def reply(self, result: Message | Serialized | Reply) -> bool:
+        """Answer the call (as a handler's return value would); False if it was answered
+        already or its deadline passed."""
+        if self._server._deferred.pop(self._key, None) is None:  # atomic: one claim wins
+            return False
+        server, ctx = self._server, self._ctx
+        status, frames, stat = server._result_frames(self._call_id, ctx, result, None)
+        server._queue_reply((self._identity, frames, self._method, status, ctx.received, stat))
+        return True
+
+    def fail(self, err: errors.RpcError) -> bool:
+        """Answer the call with `err`'s status; False if it was answered already or its
+        deadline passed."""
+        if self._server._deferred.pop(self._key, None) is None:
+            return False
+        server = self._server
+        stat = "bad_request" if isinstance(err, errors.BadRequest) else "errors"
+        log.debug("call %d to %s answered %s", self._call_id, self._ctx.method, err)
+        frames = server._error_frames(self._call_id, err)
+        server._queue_reply(
+            (self._identity, frames, self._method, int(err.status), self._ctx.received, stat)
+        )
+        return True
 
 
 class Serialized(bytes):
@@ -184,6 +243,7 @@ class _Method:
     one_way: bool
     privileged: bool = False
     index: int = 0  # its place in every metrics shard
+    deferred: bool = False
 
 
 class _MethodStats:
@@ -238,22 +298,33 @@ class RpcServer:
         self._zap: ThreadAuthenticator | None = None
         self._ctx = zmq.Context()
         self._router: zmq.Socket | None = None
-        self._reply_pull: zmq.Socket | None = None
-        self._reply_push: zmq.Socket | None = None
-        self._reply_lock = threading.Lock()
-        self._replies: deque[list] = deque()  # answers from workers, for the I/O thread
+        # Answers for the I/O thread to send: a worker's [identity, *frames]; a deferred
+        # call's (identity, frames, method, status, received, stats key); None (a worker
+        # that answered nothing: only counted). deque.append/popleft are atomic, so no
+        # lock. A thread that queues one wakes the I/O thread (eventfd) only if it takes
+        # the token in `_wake_armed`, which the I/O thread puts back before it looks at the
+        # deque and sleeps: one wake-up per batch, none while it is awake anyway.
+        self._replies: deque = deque()
+        self._wake_armed: list[bool] = []
+        self._wake_lock = threading.Lock()  # against close() closing the eventfd
+        self._wake_fd = -1
+        # Deferred calls not answered yet, by key (dict.pop is the atomic claim of the one
+        # that answers: the Later, or the I/O thread when the deadline passes).
+        self._deferred: dict[int, Later] = {}
+        self._deferred_keys = 0
         # Work for the pool; its length is bounded by the in-flight count checked at dispatch.
         self._work: queue.SimpleQueue = queue.SimpleQueue()
         self._pool: list[threading.Thread] = []
         self._io_thread: threading.Thread | None = None
         self._stopping = threading.Event()
-        self._stats_lock = threading.Lock()
-        # Counters of the worker pool (under the lock) and of the I/O thread (its own, no
-        # lock: only that thread writes them); stats() adds them up.
-        self._stats: dict[str, int] = dict.fromkeys(_STAT_KEYS, 0)
+        # Counters of the I/O thread and of each worker: each dict has one writer (no
+        # lock); stats() adds them up.
         self._io_stats: dict[str, int] = dict.fromkeys(_STAT_KEYS, 0)
+        self._worker_stats: list[dict[str, int]] = []
         # The I/O thread's answer header for inline calls, reused (only call_id changes).
         self._io_header = ResponseHeader(status=_OK, server_uuid=uuid)
+        # Calls handed to the pool or deferred and not forwarded yet: only the I/O thread
+        # writes it (up at dispatch, down when it forwards the answer).
         self._inflight = 0
         self._address = ""
         self._refusals = _RefusalLog()
@@ -275,6 +346,7 @@ class RpcServer:
         inline: bool = False,
         one_way: bool = False,
         privileged: bool = False,
+        deferred: bool = False,
     ) -> None:
         """Serve `method`. `anonymous` methods also accept an empty recipient UUID.
 
@@ -284,13 +356,27 @@ class RpcServer:
         `inline` handlers run on the I/O thread, saving two thread hand-offs per call; only
         for handlers that never block (no locks held by slow code, no I/O, no waiting).
         `one_way` methods (inline only) also accept messages that want no answer.
+        `deferred` handlers (inline, never blocking) may answer later from any thread:
+        they return `ctx.later()` and call its `reply` or `fail` (e.g. from the callback of
+        work they started); no thread waits meanwhile. Such calls count against the pool's
+        limit (THROTTLED past `queue_max + workers` calls in progress) and are answered
+        TIMED_OUT once their deadline passes unanswered.
         """
         assert self._io_thread is None, "register methods before start()"
         assert method not in self._methods, f"method {method} registered twice"
         assert inline or not one_way, "one-way methods run inline"
+        assert inline or not deferred, "deferred methods run inline"
+        assert not (deferred and one_way), "a one-way message has no answer to defer"
         assert not (privileged and (anonymous or one_way)), "a privileged call names its server"
         self._methods[method] = _Method(
-            request_type, handler, anonymous, inline, one_way, privileged, len(self._methods)
+            request_type,
+            handler,
+            anonymous,
+            inline,
+            one_way,
+            privileged,
+            len(self._methods),
+            deferred,
         )
 
     @property
@@ -314,10 +400,11 @@ class RpcServer:
             self._shards = [
                 [_MethodStats() for _ in self._methods] for _ in range(self._workers + 1)
             ]
+        self._worker_stats = [dict.fromkeys(_STAT_KEYS, 0) for _ in range(self._workers)]
         self._pool = [
             threading.Thread(
                 target=self._worker_loop,
-                args=(self._shards[i + 1] if self._shards else None,),
+                args=(self._shards[i + 1] if self._shards else None, self._worker_stats[i]),
                 name=f"rpc-{self.service or 'server'}-worker-{i}",
                 daemon=True,
             )
@@ -355,14 +442,7 @@ class RpcServer:
             err.errno = exc.errno
             raise err from None
         self._address = host_port_of(router.getsockopt_string(zmq.LAST_ENDPOINT))
-        inproc = f"inproc://rpc-replies-{id(self)}"
-        self._reply_pull = self._ctx.socket(zmq.PULL)
-        self._reply_pull.setsockopt(zmq.LINGER, 0)
-        self._reply_pull.bind(inproc)
-        self._reply_push = self._ctx.socket(zmq.PUSH)
-        self._reply_push.setsockopt(zmq.LINGER, 0)
-        self._reply_push.setsockopt(zmq.SNDHWM, 1)  # only wake-ups travel here
-        self._reply_push.connect(inproc)
+        self._wake_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
 
     def _start_zap(self) -> None:
         """The ZAP handler of this server's context (zmq.auth's, on a thread of its own): it
@@ -375,18 +455,23 @@ class RpcServer:
 
     def _close_sockets(self) -> None:
         # Closing twice (a failed start(), then close()) is harmless: zmq ignores it.
-        for sock in (self._router, self._reply_pull, self._reply_push):
-            if sock is not None:
-                sock.close(linger=0)
+        if self._router is not None:
+            self._router.close(linger=0)
+        with self._wake_lock:
+            if self._wake_fd >= 0:
+                os.close(self._wake_fd)
+                self._wake_fd = -1
         if self._zap is not None:
             zap, self._zap = self._zap, None
             zap.stop()
 
     def stats(self) -> dict[str, int]:
-        with self._stats_lock:
-            out = {key: n + self._io_stats[key] for key, n in self._stats.items()}
-            out["inflight"] = self._inflight
-            return out
+        out = dict(self._io_stats)
+        for stats in self._worker_stats:
+            for key, n in list(stats.items()):
+                out[key] += n
+        out["inflight"] = self._inflight
+        return out
 
     def method_stats(self) -> dict[str, tuple[dict[str, int], LatencyHistogram]]:
         """Per method called at least once: answers by status name and the latency
@@ -499,15 +584,19 @@ class RpcServer:
     # -- I/O thread --------------------------------------------------------------------
 
     def _io_loop(self) -> None:
-        assert self._router is not None and self._reply_pull is not None
+        assert self._router is not None and self._wake_fd >= 0
         router = self._router
+        wake_fd = self._wake_fd
         poller = zmq.Poller()
         poller.register(router, zmq.POLLIN)
-        poller.register(self._reply_pull, zmq.POLLIN)
+        poller.register(wake_fd, zmq.POLLIN)
+        replies = self._replies
+        armed = self._wake_armed
+        next_expiry = 0.0
         while not self._stopping.is_set():
-            if not self._inflight and not self._replies:
-                # Nothing on the pool, so no answer can come from it until this thread hands
-                # out work (a worker queues its answer before it counts itself done): wait in
+            if not self._inflight:
+                # Nothing on the pool or deferred, so no answer can come until this thread
+                # hands out work (an answer is counted out only when forwarded): wait in
                 # one blocking receive on the ROUTER alone (RCVTIMEO is POLL_INTERVAL_MS),
                 # the cheapest wait zmq has.
                 try:
@@ -523,28 +612,88 @@ class RpcServer:
                     frames.append(frame)
                 self._handle(frames)
                 continue
+            if not armed:
+                armed.append(True)  # before looking at the deque: see _replies
             try:
-                ready = dict(poller.poll(POLL_INTERVAL_MS))
+                ready = poller.poll(0 if replies else POLL_INTERVAL_MS)
             except zmq.ZMQError as exc:  # interrupted system call and the like
                 log.debug("poll interrupted: %s", exc)
                 continue
-            if self._reply_pull in ready or self._replies:
+            readable = False
+            for sock, _event in ready:
+                if sock is router:
+                    readable = True
+                else:
+                    try:
+                        os.eventfd_read(wake_fd)
+                    except BlockingIOError:
+                        pass
+            if replies:
                 self._forward_replies()
-            if router in ready:
+            if readable:
                 self._read_requests()
+            if self._deferred:
+                now = time.monotonic()
+                if now >= next_expiry:
+                    self._expire_deferred(now)
+                    next_expiry = now + POLL_INTERVAL_MS / 1000.0
         # Answers computed after the stop are dropped: their callers see a lost connection.
 
     def _forward_replies(self) -> None:
-        assert self._router is not None and self._reply_pull is not None
-        while True:
+        """Send the queued answers (at most DRAIN_BATCH_MAX: requests get their turn)."""
+        replies = self._replies
+        shard = self._io_shard()
+        io_stats = self._io_stats
+        for _ in range(DRAIN_BATCH_MAX):
             try:
-                self._reply_pull.recv(zmq.NOBLOCK)
-            except zmq.Again:
-                break
-        with self._reply_lock:
-            replies, self._replies = self._replies, deque()
-        for frames in replies:
-            self._send(frames)
+                item = replies.popleft()
+            except IndexError:
+                return
+            self._inflight -= 1
+            if type(item) is list:  # a worker's answer, counted by the worker
+                self._send(item)
+            elif item is not None:  # a deferred call's, counted here
+                identity, frames, method, status, received, stat = item
+                io_stats[stat] += 1
+                if shard is not None:
+                    stats = shard[method.index]
+                    stats.statuses[status] += 1
+                    stats.latency.observe(time.monotonic() - received)
+                self._send([identity, *frames])
+
+    def _queue_reply(self, item) -> None:
+        """Any thread: hand an answer to the I/O thread, waking it if it may sleep."""
+        self._replies.append(item)
+        try:
+            self._wake_armed.pop()
+        except IndexError:
+            return  # the I/O thread is awake, or another answer of this batch woke it
+        with self._wake_lock:
+            if self._wake_fd >= 0:
+                os.eventfd_write(self._wake_fd, 1)
+
+    def _defer(self, identity, call_id: int, method: _Method, ctx: CallContext) -> Later:
+        """I/O thread (CallContext.later()): a call to be answered later."""
+        self._deferred_keys += 1
+        key = self._deferred_keys
+        later = Later(self, key, identity, call_id, method, ctx)
+        self._deferred[key] = later
+        self._inflight += 1
+        return later
+
+    def _expire_deferred(self, now: float) -> None:
+        """Answer TIMED_OUT the deferred calls whose deadline passed (the caller gave up)."""
+        deferred = self._deferred
+        for key, later in list(deferred.items()):
+            if later._ctx.deadline > now or deferred.pop(key, None) is None:
+                continue
+            self._inflight -= 1
+            self._io_stats["timed_out"] += 1
+            shard = self._io_shard()
+            if shard is not None:
+                shard[later._method.index].statuses[_TIMED_OUT] += 1
+            err = errors.TimedOut("deadline passed before the call was answered")
+            self._send([later._identity, *self._error_frames(later._call_id, err)])
 
     def _send(self, frames: list) -> None:
         assert self._router is not None
@@ -666,22 +815,36 @@ class RpcServer:
             peer_key=peer_key,
             principal=principal,
         )
+        if (method.deferred or not method.inline) and (
+            self._inflight >= self._queue_max + self._workers
+        ):
+            io_stats["throttled"] += 1
+            if self._shards:
+                self._shards[0][method.index].statuses[_THROTTLED] += 1
+            err = errors.Throttled(
+                f"{self._inflight} calls in progress; try again", retry_after_ms=10
+            )
+            err.call_id = call_id  # type: ignore[attr-defined]
+            raise err
         if method.inline:
-            answer = self._invoke(call_id, method, rest[1], ctx, True, self._io_shard())
+            if method.deferred:
+                ctx._call = (self, identity, call_id, method)
+            answer = self._invoke(
+                call_id, method, rest[1], ctx, io_stats, self._io_header, self._io_shard()
+            )
+            later = ctx._later
+            if later is not None:
+                if answer is _LATER:
+                    return  # answered by the Later
+                # Answered now after all (an error raised after later()): the Later is void,
+                # unless it answered first.
+                if self._deferred.pop(later._key, None) is None:
+                    return
+                self._inflight -= 1
             if answer is not _NO_ANSWER:
                 self._send([identity, *answer])
             return
-        with self._stats_lock:
-            if self._inflight >= self._queue_max + self._workers:
-                io_stats["throttled"] += 1
-                if self._shards:
-                    self._shards[0][method.index].statuses[_THROTTLED] += 1
-                err = errors.Throttled(
-                    f"{self._inflight} calls in progress; try again", retry_after_ms=10
-                )
-                err.call_id = call_id  # type: ignore[attr-defined]
-                raise err
-            self._inflight += 1
+        self._inflight += 1
         self._work.put((identity, call_id, method, rest[1], ctx))
 
     def _reject(
@@ -713,39 +876,25 @@ class RpcServer:
     def _io_shard(self) -> list[_MethodStats] | None:
         return self._shards[0] if self._shards else None
 
-    def _worker_loop(self, shard: list[_MethodStats] | None) -> None:
+    def _worker_loop(self, shard: list[_MethodStats] | None, stats: dict[str, int]) -> None:
+        # This worker's own answer header, reused (only call_id changes): one writer.
+        header = ResponseHeader(status=_OK, server_uuid=self.uuid)
+        get = self._work.get
+        queue_reply = self._queue_reply
         while True:
-            item = self._work.get()
+            item = get()
             if item is None or self._stopping.is_set():
                 return
-            self._run(shard, *item)
-
-    def _run(
-        self,
-        shard: list[_MethodStats] | None,
-        identity,
-        call_id: int,
-        method: _Method,
-        body_frame,
-        ctx: CallContext,
-    ) -> None:
-        try:
-            frames = self._invoke(call_id, method, body_frame, ctx, False, shard)
-            with self._reply_lock:
-                # One wake-up per batch of answers: the I/O thread forwards all queued.
-                wake = not self._replies
-                self._replies.append([identity, *frames])
-                if wake:
-                    assert self._reply_push is not None
-                    try:
-                        self._reply_push.send(b"", zmq.NOBLOCK)
-                    except zmq.ZMQError as exc:  # closing, or a wake-up already pending
-                        log.debug("wake-up not sent: %s", exc)
-        finally:
-            # Only once the answer is queued: the I/O thread watches the pool's answers
-            # while anything is in flight (see _io_loop).
-            with self._stats_lock:
-                self._inflight -= 1
+            identity, call_id, method, body_frame, ctx = item
+            answer = None
+            try:
+                answer = [
+                    identity,
+                    *self._invoke(call_id, method, body_frame, ctx, stats, header, shard),
+                ]
+            finally:
+                # None (not answered: a BaseException) is counted out all the same.
+                queue_reply(answer)
 
     def _invoke(
         self,
@@ -753,30 +902,37 @@ class RpcServer:
         method: _Method,
         body_frame,
         ctx: CallContext,
-        on_io_thread: bool,
+        stats: dict[str, int],
+        header: ResponseHeader,
         shard: list[_MethodStats] | None,
     ) -> list:
-        """The answer's frames ([] for a one-way message that succeeded); the call is
-        counted in `shard` (the calling thread's own) by its status, with its latency."""
-        status, frames = self._answer(call_id, method, body_frame, ctx, on_io_thread)
-        if shard is not None:
-            stats = shard[method.index]
-            stats.statuses[status] += 1
-            stats.latency.observe(time.monotonic() - ctx.received)
+        """The answer's frames ([] for a one-way message that succeeded, _LATER for a
+        deferred one); the call is counted in `stats` and `shard` (the calling thread's
+        own) by its status, with its latency (a deferred call when it is answered)."""
+        status, frames = self._answer(call_id, method, body_frame, ctx, stats, header)
+        if shard is not None and frames is not _LATER:
+            method_stats = shard[method.index]
+            method_stats.statuses[status] += 1
+            method_stats.latency.observe(time.monotonic() - ctx.received)
         return frames
 
     def _answer(
-        self, call_id: int, method: _Method, body_frame, ctx: CallContext, on_io_thread: bool
+        self,
+        call_id: int,
+        method: _Method,
+        body_frame,
+        ctx: CallContext,
+        stats: dict[str, int],
+        header: ResponseHeader,
     ) -> tuple[int, list]:
-        count = self._count_io if on_io_thread else self._count
         if ctx.expired():
-            count("timed_out")
+            stats["timed_out"] += 1
             return self._error(call_id, errors.TimedOut("deadline passed before the call ran"))
         request = method.request_type()
         try:
             request.ParseFromString(body_frame.buffer)
         except (DecodeError, ValueError) as exc:
-            count("bad_request")
+            stats["bad_request"] += 1
             self._refusals.warning("call %d to %s: malformed body: %s", call_id, ctx.method, exc)
             return self._error(
                 call_id, errors.BadRequest(f"malformed body for {ctx.method}: {exc}")
@@ -784,21 +940,32 @@ class RpcServer:
         try:
             result = method.handler(request, ctx)
         except errors.RpcError as err:
-            count("errors")
+            stats["errors"] += 1
             if isinstance(err, errors.BadRequest):
-                count("bad_request")
+                stats["bad_request"] += 1
             # A one-way caller may not read the refusal: it is logged here too.
             (self._refusals.warning if ctx.one_way else log.debug)(
                 "call %d to %s answered %s", call_id, ctx.method, err
             )
             return self._error(call_id, err)
         except Exception as exc:  # a handler bug: answer INTERNAL, keep serving
-            count("internal")
+            stats["internal"] += 1
             log.exception("call %d to %s failed", call_id, ctx.method)
             return self._error(call_id, errors.Internal(f"{type(exc).__name__}: {exc}"))
         if ctx.one_way:
-            count("ok")
+            stats["ok"] += 1
             return _OK, _NO_ANSWER  # a one-way message is answered only when refused
+        if result is not None and result is ctx._later:
+            return _OK, _LATER
+        status, frames, stat = self._result_frames(call_id, ctx, result, header)
+        stats[stat] += 1
+        return status, frames
+
+    def _result_frames(
+        self, call_id: int, ctx: CallContext, result, header: ResponseHeader | None
+    ) -> tuple[int, list, str]:
+        """(status, frames, stats key) of a handler's result; `header` is the calling
+        thread's own to reuse (None: a new one)."""
         if isinstance(result, Reply):
             body, sidecars = result.body, list(result.sidecars)
         else:
@@ -806,18 +973,16 @@ class RpcServer:
         if isinstance(body, Message):
             body = body.SerializeToString()
         elif not isinstance(body, Serialized):  # a handler bug, like an exception
-            count("internal")
             log.error("call %d to %s: handler returned %s", call_id, ctx.method, type(body))
-            return self._error(
+            status, frames = self._error(
                 call_id, errors.Internal(f"{ctx.method} handler returned {type(body).__name__}")
             )
-        count("ok")
-        if on_io_thread:
-            header = self._io_header
-            header.call_id = call_id
-        else:
+            return status, frames, "internal"
+        if header is None:
             header = ResponseHeader(call_id=call_id, status=_OK, server_uuid=self.uuid)
-        return _OK, [header.SerializeToString(), body, *sidecars]
+        else:
+            header.call_id = call_id
+        return _OK, [header.SerializeToString(), body, *sidecars], "ok"
 
     def _error(self, call_id: int, err: errors.RpcError) -> tuple[int, list]:
         return int(err.status), self._error_frames(call_id, err)
@@ -835,13 +1000,6 @@ class RpcServer:
             header.leader_hint.address = err.leader_hint.address
             header.leader_hint.epoch = err.leader_hint.epoch
         return [header.SerializeToString(), err.body or b""]
-
-    def _count(self, key: str) -> None:
-        with self._stats_lock:
-            self._stats[key] += 1
-
-    def _count_io(self, key: str) -> None:
-        self._io_stats[key] += 1
 
     def _ping(self, _request: PingRequest, _ctx: CallContext) -> PingResponse:
         return PingResponse(uuid=self.uuid, service=self.service, methods=sorted(self._methods))
