@@ -51,7 +51,7 @@ from rpc.client import HandshakeFailed, KeyRefused
 from rpc.credentials import Credentials
 from rpc.credentials import load as load_credentials
 from rpc.protocols import coordinator_pb2 as cpb
-from rpc.protocols.tserver_pb2 import OpType, PredicateOp
+from rpc.protocols.tserver_pb2 import OpType, PredicateOp, RequestIdPB
 
 BACKOFF_INITIAL_S = 0.02
 BACKOFF_MAX_S = 1.0
@@ -733,9 +733,9 @@ def _attempt_timeouts(deadline: float, round_: int, now: float) -> tuple[float, 
 
     The timeout bounds the whole of the call, the transfer and the server's work included:
     what is left before the deadline, so that a large write or the opening of a slow scan
-    is never cut short while the server works on it (a write cut and resent would come back
-    as ALREADY_EXISTS row errors for an insert, and a large batch would then be split row by
-    row); past the deadline (the second round always runs) ATTEMPT_TIMEOUT_MIN_S.
+    is never cut short while the server works on it (a write cut and resent is not applied
+    twice, but its transfer and checks are paid again); past the deadline (the second round
+    always runs) ATTEMPT_TIMEOUT_MIN_S.
 
     The patience bounds only the server's silence (`meta.SilenceWatch`): a hung leader (a
     SIGSTOPped process, its connection up) costs about twice the patience, 1 s in the first
@@ -885,6 +885,10 @@ class Session:
         self._pending: dict[tuple[str, str], _Pending] = {}
         self._oldest: float | None = None
         self._closed = False
+        # Each write this session sends is (client id, seq), the same on every resend of it:
+        # a tablet applies it at most once (design/client.md, "Resends").
+        self._client_id = uuidlib.uuid4().bytes
+        self._seq = 0
 
     def insert(self, table: Table, rows) -> None:
         self._apply(table, OpType.INSERT, rows)
@@ -1002,6 +1006,12 @@ class Session:
             self._write(table, tablet_id, op, rows.slice(half))
 
     def _send(self, table: Table, tablet_id: str, op: int, rows: pa.Table) -> None:
+        # One logical write, one request id for all its resends. A session sends one write
+        # at a time: every earlier one is finished, so the tablet may forget them.
+        self._seq += 1
+        request_id = RequestIdPB(
+            client_id=self._client_id, seq=self._seq, first_incomplete_seq=self._seq
+        )
         last: Exception | None = None
         for round_, deadline in enumerate(_attempts(self.client.timeout_s)):
             tablet = next((t for t in table.tablets() if t.tablet_id == tablet_id), None)
@@ -1011,7 +1021,13 @@ class Session:
                 ts = self.client.tserver(replica)
                 timeout_s, patience_s = _attempt_timeouts(deadline, round_, time.monotonic())
                 try:
-                    ts.write(tablet_id, [(op, rows)], timeout_s=timeout_s, patience_s=patience_s)
+                    ts.write(
+                        tablet_id,
+                        [(op, rows)],
+                        timeout_s=timeout_s,
+                        patience_s=patience_s,
+                        request_id=request_id,
+                    )
                     return
                 except errors.SchemaVersionMismatch as err:  # the schema changed: fetch it again
                     last = err
@@ -1029,8 +1045,9 @@ class Session:
                 except LOCATION_ERRORS as err:
                     last = err
                 except RETRIED_ERRORS as err:
-                    # Unknown outcome: resending is safe for upsert and delete; an insert that
-                    # did land comes back as ALREADY_EXISTS and is reported as a row error.
+                    # Unknown outcome: resent with the same request id, which the tablet applies
+                    # at most once; a resend of a write that did land gets the first answer
+                    # (an insert is not ALREADY_EXISTS, an upsert not applied again).
                     last = err
             try:
                 table.refresh()

@@ -53,6 +53,7 @@ from rpc.protocols.tserver_pb2 import (
     PartitionPB,
     PredicateOp,
     PredicatePB,
+    RequestIdPB,
     ScanRequest,
     ScanResponse,
     SchemaPB,
@@ -343,11 +344,15 @@ class TabletServerClient:
         *,
         timeout_s: float | None = None,
         patience_s: float | None = None,
+        request_id: RequestIdPB | None = None,
     ) -> WriteResponse:
         """One atomic write of row blocks [(OpType, rows)] to a tablet; `timeout_s` (default
         the client's) bounds the whole of it, a schema fetch included; `patience_s` (none by
         default) gives it up earlier when the server falls silent (TIMED_OUT, the outcome
-        unknown), but never cuts a write the server is still working on."""
+        unknown), but never cuts a write the server is still working on. `request_id` (the
+        same on every resend of one write, as `Session` sends it) makes a resend of a write
+        that was applied come back with the first answer instead of being applied again;
+        without one (tools, tests) the write has no dedup."""
         deadline = time.monotonic() + (self.timeout_s if timeout_s is None else timeout_s)
         if schema_version is None:
             schema_version = self.schema(
@@ -356,6 +361,8 @@ class TabletServerClient:
         req = WriteRequest(
             tablet_id=tablet_id, schema_version=schema_version, ops=[op for op, _ in blocks]
         )
+        if request_id is not None:
+            req.request_id.CopyFrom(request_id)
         sidecars = [ipc_bytes(t) for _, t in blocks]
         left = deadline - time.monotonic()
         if left <= 0:

@@ -68,6 +68,7 @@ from tservers.consensus_wire import (
     check_uuid,
     decode_request,
 )
+from tservers.tablet.dedup import RequestId
 from tservers.tablet.manager import TabletManager, check_tablet_id
 
 log = logging.getLogger(__name__)
@@ -233,7 +234,7 @@ class TServerService:
             msgs, addresses = decode_request(req)
         except WireError as e:
             raise BadRequest(f"bad consensus message: {e}; nothing was delivered") from e
-        accepted = self.manager.driver.deliver(msgs, addresses)
+        accepted = self.manager.driver.deliver(msgs, addresses, ctx.caller_uuid)
         return ConsensusResponse(accepted=accepted)
 
     # ------------------------------------------------------------ admin
@@ -302,8 +303,14 @@ class TServerService:
             # Past the reserve only deletions are taken (they let compactions free space);
             # replicated entries a follower receives are never refused (tservers/fs.py).
             self.manager.disk.require(f"write to tablet {req.tablet_id}")
+        rid = None
+        if req.HasField("request_id"):  # a resend of it is never applied twice
+            rid = RequestId.from_pb(req.request_id)
+            problem = rid.problem()
+            if problem:
+                raise BadRequest(problem)
         blocks = [(op, bytes(sc)) for op, sc in zip(req.ops, ctx.sidecars, strict=True)]
-        result = tablet.write(req.schema_version, blocks, ctx.deadline)
+        result = tablet.write(req.schema_version, blocks, ctx.deadline, rid)
         with self._counts_lock:  # metrics (tservers/metrics.py)
             self.rows_written += result.rows
         return WriteResponse(op_id=result.op_id, rows=result.rows)

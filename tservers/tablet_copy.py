@@ -75,6 +75,7 @@ from tservers.consensus_wire import (
 from tservers.crash import crash_point
 from tservers.fs import FsLayout
 from tservers.metafile import MetaFileCorrupt, fsync_dir
+from tservers.tablet.dedup import check_pb as dedup_problem
 
 log = logging.getLogger(__name__)
 
@@ -415,6 +416,11 @@ def check_begin_response(resp: BeginCopySessionResponse, tablet_id: str) -> None
         for name in sb.blocks:
             if ("data", name) not in seen:
                 raise WireError(f"block {name[:129]!r} of the superblock is not in the files")
+        # The write dedup table travels in the superblock (a copied replica must not apply
+        # a resend again); bounded like the one the tablet keeps.
+        problem = dedup_problem(sb.dedup)
+        if problem:
+            raise WireError(f"write dedup table: {problem}")
     except WireError as e:
         raise errors.Corruption(
             f"tablet {tablet_id}: the copy source's BeginCopySession answer is bad: {e}"

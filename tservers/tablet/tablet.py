@@ -28,6 +28,14 @@ the same entries to the same state (in log order). An entry of INSERTs only is a
 blocks without checking its keys again: the leader that proposed it validated them against
 this same log prefix (it accepts writes only once every earlier entry is applied there), so
 its keys are new; any other entry is checked row by row, a difference being corruption.
+
+Exactly-once writes: a write carrying a request id (client id, seq) is recorded in `dedup`
+(tservers/tablet/dedup.py) when its entry is applied; an entry whose id is already there is a
+no-op when applied (on every replica, at replay too) and its writer gets the first entry's
+answer. The leader also answers a resend of an applied write at once (its rows are not checked
+again: an INSERT that landed is not ALREADY_EXISTS) and a resend of a write it has in flight
+with that write's outcome. The table is persisted in the superblock at each flush, as of the
+flushed index.
 """
 
 from __future__ import annotations
@@ -89,8 +97,9 @@ from tservers.consensus_wire import config_to_pb
 from tservers.crash import crash_point
 from tservers.fs import FsLayout
 from tservers.metafile import fsync_dir
-from tservers.tablet.blockindex import BlockIndex, bloom_name
+from tservers.tablet.blockindex import BlockIndex, bloom_name, write_merged_block
 from tservers.tablet.bloom import hash_array, key_hash
+from tservers.tablet.dedup import STALE, DedupTable, Done, RequestId
 from tservers.tablet.merge import SLAB_ROWS_DEFAULT, merge_slabs, newest_versions
 from tservers.tablet.schema import DELETED_FIELD, Schema, block_name, value_from_pb
 from tservers.tablet.stats import checks as stats_checks
@@ -156,17 +165,39 @@ class WriteResult:
 class _Inflight:
     """A write proposed at this replica, waiting for its entry to be applied."""
 
-    __slots__ = ("index", "term", "changes", "inserts", "event", "error")
+    __slots__ = ("index", "term", "changes", "inserts", "rid", "rows", "event", "error", "result")
 
     def __init__(
-        self, index: int, term: int, changes: dict | None, inserts: list | None = None
+        self,
+        index: int,
+        term: int,
+        changes: dict | None,
+        inserts: list | None = None,
+        rid: RequestId | None = None,
+        rows: int = 0,
     ) -> None:
         self.index = index
         self.term = term
         self.changes = changes  # key -> final row; None: the write is `inserts`
         self.inserts = inserts  # [(keys, row block)]: new keys only, applied as row blocks
+        self.rid = rid  # the write's request id (the one in its entry), if any
+        self.rows = rows
         self.event = threading.Event()
         self.error: Exception | None = None
+        # Set when applied: this entry's answer, or the earlier entry's one when the write
+        # had been applied already (a resend).
+        self.result: WriteResult | None = None
+
+
+def _stale(tablet_id: str, rid: RequestId) -> IllegalState:
+    return IllegalState(
+        f"tablet {tablet_id}: write {rid.seq} of client {rid.client_id.hex()} is older than the "
+        f"writes the tablet remembers (the client finished it): its outcome cannot be told"
+    )
+
+
+def _done_result(d: Done) -> WriteResult:
+    return WriteResult(OpIdPB(term=d.term, index=d.index), d.rows)
 
 
 _INSERT = OpType.INSERT
@@ -320,6 +351,10 @@ class Tablet:
         self.pending: dict = {}
         self.inflight = 0  # writes proposed here and not applied yet
         self.waiters: dict[int, _Inflight] = {}  # index -> write proposed here
+        # Writes proposed here and not applied yet, by request id: a resend waits for them.
+        self.waiting_rids: dict[RequestId, _Inflight] = {}
+        # Applied writes by request id (replicated state; persisted as of the flushed index).
+        self.dedup = DedupTable()
         self.barrier = False
         self.switching = False  # an alter is flushing and switching the schema
         self.copy_anchors = 0  # tablet copy sessions reading this replica's files
@@ -363,6 +398,7 @@ class Tablet:
         flushed = self.sb.flushed_index
         self.applied_index = flushed
         self.applied_term = self.sb.flushed_term
+        self.dedup = DedupTable.from_pb(self.sb.dedup)
         # Entries of another schema version are possible on a replica (the leader was
         # altered before or after it); apply_entry handles them.
         above = [e for e in entries if e.index > flushed]
@@ -389,8 +425,14 @@ class Tablet:
 
     # ================================================================ writes
     def write(
-        self, schema_version: int, blocks: list[tuple[int, bytes]], deadline: float
+        self,
+        schema_version: int,
+        blocks: list[tuple[int, bytes]],
+        deadline: float,
+        rid: RequestId | None = None,
     ) -> WriteResult:
+        """Propose a write and wait until it is applied. With a request id `rid`: a write
+        applied already (a resend) is answered as it was, never applied twice."""
         if not blocks:
             raise BadRequest("write has no rows")
         total = sum(len(b) for _, b in blocks)
@@ -413,15 +455,21 @@ class Tablet:
         ops = None
         if inserts is None:
             ops = [self._decode(b) for b in decoded]
-        payload = WriteOpPB(
+        op = WriteOpPB(
             schema_version=schema_version,
             blocks=[RowBlockPB(op=op, arrow_ipc=data) for op, data in blocks],
-        ).SerializeToString()
-        op_id = self._propose_wait(schema_version, payload, decoded, ops, inserts, deadline)
-        with self.lock:
-            self.writes += 1
-            self.rows_written += nrows
-        return WriteResult(op_id, nrows)
+        )
+        if rid is not None:
+            op.request_id.CopyFrom(rid.to_pb())
+        payload = op.SerializeToString()
+        result, new = self._propose_wait(
+            schema_version, payload, decoded, ops, inserts, deadline, rid, nrows
+        )
+        if new:
+            with self.lock:
+                self.writes += 1
+                self.rows_written += nrows
+        return result
 
     def _wait_leadership_locked(self, deadline: float) -> None:
         """Return when this replica leads and has applied an entry of its term (so every
@@ -453,7 +501,11 @@ class Tablet:
         ops: list[_Op] | None,
         inserts: list[tuple[list, pa.Table]] | None,
         deadline: float,
-    ) -> OpIdPB:
+        rid: RequestId | None,
+        nrows: int,
+    ) -> tuple[WriteResult, bool]:
+        """The write's answer, and whether it was applied by this call (False: a resend of
+        a write applied or in flight already)."""
         g = self.group
         assert g is not None, "tablet is not driven by raft"
         with self.lock:
@@ -461,43 +513,86 @@ class Tablet:
                 if not self.cond.wait(max(0.0, deadline - time.monotonic())):
                     raise TimedOut(f"tablet {self.tablet_id}: schema change in progress")
             self._wait_leadership_locked(deadline)
-            if schema_version != self.schema.version:
-                raise BadRequest(
-                    f"schema mismatch: tablet {self.tablet_id} schema changed to "
-                    f"version {self.schema.version}"
+            early: _Inflight | None = None
+            # Every entry of earlier terms is applied now: `dedup` knows whether the write
+            # landed before; one proposed in this term and not applied yet is in
+            # `waiting_rids`. Either way it is not proposed again (its rows not checked
+            # again: an INSERT that landed must not come back ALREADY_EXISTS).
+            if rid is not None:
+                seen = self.dedup.lookup(rid)
+                if seen is STALE:
+                    raise _stale(self.tablet_id, rid)
+                if seen is not None:
+                    return _done_result(seen), False
+                earlier = self.waiting_rids.get(rid)
+                if earlier is not None:
+                    early = earlier  # waited for outside the lock (nothing is proposed)
+            if early is None:
+                inflight = self._propose_locked(
+                    g, schema_version, payload, decoded, ops, inserts, rid, nrows
                 )
-            changes: dict | None = None
-            if inserts is None or not self._all_new(inserts, self.pending):
-                if ops is None:
-                    # Inserts of a key that exists, is pending or repeats: row by row, for
-                    # the error (or a key deleted by a write still pending: allowed).
-                    ops = [self._decode(b) for b in decoded]
-                changes = self._prepare(ops)
-                inserts = None
-            # Only a write whose every block was validated, against this very schema, is
-            # proposed (to the WAL).
-            assert len(ops if changes is not None else inserts) == len(decoded), "unvalidated"
-            assert all(b.schema.version == schema_version for b in decoded), "another schema"
-            res = g.propose(payload)
-            if res.status is not ProposalStatus.OK:
-                raise _proposal_error(self.tablet_id, res, g)
-            inflight = _Inflight(res.index, res.term, changes, inserts)
-            self.waiters[res.index] = inflight
-            self.inflight += 1
-            if changes is not None:
-                for k, v in changes.items():
-                    self.pending[k] = (res.index, v)
-            else:
-                for keys, table in inserts:
-                    # The row lives in the block until applied (`_current_row` reads it).
-                    self.pending.update(zip(keys, itertools.repeat((res.index, table))))
+        if early is not None:
+            return self._await(early, deadline), False
         g.wake()
+        result = self._await(inflight, deadline)
+        return result, result.op_id.index == inflight.index
+
+    def _propose_locked(
+        self,
+        g,
+        schema_version: int,
+        payload: bytes,
+        decoded: list[Block],
+        ops: list[_Op] | None,
+        inserts: list[tuple[list, pa.Table]] | None,
+        rid: RequestId | None,
+        nrows: int,
+    ) -> _Inflight:
+        """Check the write against the state and propose it (caller holds the lock and has
+        waited for leadership)."""
+        if schema_version != self.schema.version:
+            raise BadRequest(
+                f"schema mismatch: tablet {self.tablet_id} schema changed to "
+                f"version {self.schema.version}"
+            )
+        changes: dict | None = None
+        if inserts is None or not self._all_new(inserts, self.pending):
+            if ops is None:
+                # Inserts of a key that exists, is pending or repeats: row by row, for
+                # the error (or a key deleted by a write still pending: allowed).
+                ops = [self._decode(b) for b in decoded]
+            changes = self._prepare(ops)
+            inserts = None
+        # Only a write whose every block was validated, against this very schema, is
+        # proposed (to the WAL).
+        assert len(ops if changes is not None else inserts) == len(decoded), "unvalidated"
+        assert all(b.schema.version == schema_version for b in decoded), "another schema"
+        res = g.propose(payload)
+        if res.status is not ProposalStatus.OK:
+            raise _proposal_error(self.tablet_id, res, g)
+        inflight = _Inflight(res.index, res.term, changes, inserts, rid, nrows)
+        self.waiters[res.index] = inflight
+        if rid is not None:
+            self.waiting_rids[rid] = inflight
+        self.inflight += 1
+        if changes is not None:
+            for k, v in changes.items():
+                self.pending[k] = (res.index, v)
+        else:
+            for keys, table in inserts:
+                # The row lives in the block until applied (`_current_row` reads it).
+                self.pending.update(zip(keys, itertools.repeat((res.index, table))))
+        return inflight
+
+    def _await(self, inflight: _Inflight, deadline: float) -> WriteResult:
+        """The answer of a write proposed here, once its entry is applied."""
         if not inflight.event.wait(max(deadline - time.monotonic(), 0.0)):
             # Still in flight: it may yet commit; the caller must not assume either outcome.
             raise TimedOut(f"write to tablet {self.tablet_id} not committed before the deadline")
         if inflight.error is not None:
             raise inflight.error
-        return OpIdPB(term=res.term, index=res.index)
+        assert inflight.result is not None, "a write answered without a result"
+        return inflight.result
 
     def change_config(
         self, change: ConfigChange, address: str, cas_config_index: int | None, deadline: float
@@ -535,6 +630,8 @@ class Tablet:
             while self.switching and time.monotonic() < limit:
                 self.cond.wait(max(0.0, limit - time.monotonic()))
             w = self.waiters.pop(e.index, None)
+            if w is not None and w.rid is not None and self.waiting_rids.get(w.rid) is w:
+                del self.waiting_rids[w.rid]
             try:
                 if e.entry_type is ConsensusEntryType.WRITE:
                     self._apply_write_locked(e, w)
@@ -559,23 +656,65 @@ class Tablet:
             self.cond.notify_all()
 
     def _apply_write_locked(self, e: Entry, w: _Inflight | None) -> None:
-        if w is not None and w.term == e.term:
-            # Proposed here: validated in log order against this very state.
-            changes = w.changes
-            pending = self.pending
-            for k in changes if changes is not None else _keys_of(w.inserts):
-                p = pending.get(k)
-                if p is not None and p[0] == e.index:
-                    del pending[k]
-            if changes is None:
-                for keys, table in w.inserts:
-                    self._apply_batch(keys, table)
-                return
+        """Apply a WRITE entry, or nothing if its request id was applied already (a resend:
+        decided from the entry and the replicated dedup table only, so the same on every
+        replica and at replay); answer `w` if it proposed this very entry."""
+        mine = w is not None and w.term == e.term
+        op: WriteOpPB | None = None
+        if mine:
+            rid = w.rid  # the one in the entry
         else:
             try:
                 op = WriteOpPB.FromString(e.payload)
             except DecodeError as err:
                 raise Corruption(f"entry {e.index} of tablet {self.tablet_id}: {err}") from err
+            rid = RequestId.from_pb(op.request_id) if op.HasField("request_id") else None
+        if rid is not None:
+            seen = self.dedup.lookup(rid)
+            if seen is not None:
+                log.info(
+                    "tablet %s: entry %d is write %d of client %s again (%s): not applied",
+                    self.tablet_id,
+                    e.index,
+                    rid.seq,
+                    rid.client_id.hex(),
+                    "forgotten" if seen is STALE else f"applied at index {seen.index}",
+                )
+                if mine:
+                    self._unpend_locked(e.index, w)
+                    if seen is STALE:
+                        w.error = _stale(self.tablet_id, rid)
+                    else:
+                        w.result = _done_result(seen)
+                return
+        rows = self._apply_write_rows_locked(e, w if mine else None, op)
+        if rid is not None:
+            self.dedup.record(rid, Done(e.term, e.index, rows))
+        if mine:
+            w.result = WriteResult(OpIdPB(term=e.term, index=e.index), rows)
+
+    def _unpend_locked(self, index: int, w: _Inflight) -> None:
+        """Drop the validation state of the write proposed here at `index`."""
+        pending = self.pending
+        for k in w.changes if w.changes is not None else _keys_of(w.inserts):
+            p = pending.get(k)
+            if p is not None and p[0] == index:
+                del pending[k]
+
+    def _apply_write_rows_locked(self, e: Entry, w: _Inflight | None, op: WriteOpPB | None) -> int:
+        """Apply the rows of a WRITE entry (`w`: proposed here, in this term; else `op` is
+        the decoded entry); returns how many rows it holds."""
+        if w is not None:
+            # Proposed here: validated in log order against this very state.
+            changes = w.changes
+            self._unpend_locked(e.index, w)
+            if changes is None:
+                for keys, table in w.inserts:
+                    self._apply_batch(keys, table)
+                return w.rows
+            rows = w.rows
+        else:
+            assert op is not None
             if op.schema_version > self.schema.version:
                 # The coordinator alters every replica one after the other: the leader may be
                 # ahead of this one for a moment. Wait (bounded) for this replica's alter.
@@ -610,13 +749,15 @@ class Tablet:
                 # follower's bulk load), their keys not indexed until a leader needs them.
                 for keys, table in batches:
                     self._apply_batch(keys, table, index=False)
-                return
+                return sum(b.num_rows for b in decoded)
             ops = [self._decode(b) for b in decoded]
             try:
                 changes = self._prepare(ops, pending={})
             except (AlreadyExists, NotFound) as err:
                 raise Corruption(f"replay of entry {e.index} diverged: {err}") from err
+            rows = sum(b.num_rows for b in decoded)
         self._apply(changes)
+        return rows
 
     def _apply_config_locked(self, e: Entry) -> None:
         assert e.config is not None
@@ -669,6 +810,7 @@ class Tablet:
                 w.error = TabletFailed(f"tablet {self.tablet_id} failed: {reason}")
                 w.event.set()
             self.waiters.clear()
+            self.waiting_rids.clear()
             self.inflight = 0
             self.cond.notify_all()
         log.error("tablet %s: failed: %s", self.tablet_id, reason)
@@ -1025,6 +1167,7 @@ class Tablet:
                 self.frozen_batches = frozen_batches
                 index = self.applied_index
                 index_term = self.applied_term
+                dedup = self.dedup.to_pb()  # as of `index`, persisted with it
                 block_id = self.sb.next_block_id
             try:
                 parts = list(frozen_batches.tables)
@@ -1041,6 +1184,8 @@ class Tablet:
                     sb.blocks.append(name)
                     sb.flushed_index = index
                     sb.flushed_term = index_term
+                    del sb.dedup[:]
+                    sb.dedup.extend(dedup)
                     sb.next_block_id = block_id + 1
                     self.fs.write_superblock(sb)
                     self.sb = sb
@@ -1096,15 +1241,19 @@ class Tablet:
                     return False
                 start = found
             run = blocks[start:]
-            if start == 0:
-                merged = self._merge([b.table for b in run], None)
-                merged = merged.append_column(
-                    DELETED_FIELD, pa.repeat(pa.scalar(False, pa.bool_()), merged.num_rows)
-                )
-            else:  # older blocks may hold versions the run's tombstones hide
-                merged = self._merge([b.table for b in run], None, keep_deleted=True)
             name = f"block-{block_id:09d}.arrow"
-            self._write_block(name, merged)
+            # Merged in bounded slabs and written as they come (blockindex.py); tombstones
+            # dropped only from a run that starts at the oldest block (older blocks may hold
+            # versions the run's tombstones hide).
+            write_merged_block(
+                self.fs.data_dir(self.tablet_id),
+                name,
+                [b.table for b in run],
+                self._key_names(),
+                lambda _i, t: self._adapt(t),
+                drop_deleted=start == 0,
+                chunk_rows=self.opts.block_chunk_rows,
+            )
             loaded = self._open_block(name)  # writes its filter
             crash_point("compact.after_block_write")
             with self.lock:
@@ -1131,7 +1280,7 @@ class Tablet:
                 len(run),
                 len(blocks),
                 name,
-                merged.num_rows,
+                loaded.num_rows,
             )
             return True
 
@@ -1523,6 +1672,7 @@ class Tablet:
                 w.error = TimedOut(f"tablet {self.tablet_id} shut down before the write committed")
                 w.event.set()
             self.waiters.clear()
+            self.waiting_rids.clear()
             self.inflight = 0
             self.cond.notify_all()
         # A flush or compaction in progress finishes first: none may write a superblock after
