@@ -257,6 +257,8 @@ def check_message_pb(pb: ConsensusMessagePB) -> None:
         check_range("last entry index", a.prev_log_index + len(a.entries), 0, INDEX_MAX)
         check_range("leader_commit", a.leader_commit, 0, INDEX_MAX)
         check_range("read_seq", a.read_seq, 0, READ_SEQ_MAX)
+        if a.quiesce and a.entries:
+            raise WireError("a quiesce heartbeat with entries")
         last_term = a.prev_log_term
         for e in a.entries:
             _check_entry_pb(e, pb.term)
@@ -312,6 +314,7 @@ def message_to_pb(msg: Message, sender_address: str) -> ConsensusMessagePB:
                 entries=[entry_to_pb(e) for e in msg.entries],
                 leader_commit=msg.leader_commit,
                 read_seq=msg.read_seq,
+                quiesce=msg.quiesce,
             )
         )
     elif isinstance(msg, AppendResponse):
@@ -372,6 +375,7 @@ def message_from_pb(pb: ConsensusMessagePB) -> Message:
             entries=entries,
             leader_commit=a.leader_commit,
             read_seq=a.read_seq,
+            quiesce=a.quiesce,
         )
     if kind == "append_response":
         a = pb.append_response

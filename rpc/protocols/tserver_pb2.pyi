@@ -562,18 +562,20 @@ class VoteResponsePB(_message.Message):
     def __init__(self, granted: _Optional[bool] = ..., pre_vote: _Optional[bool] = ..., status: _Optional[_Union[ReplicaStatusPB, str]] = ...) -> None: ...
 
 class AppendRequestPB(_message.Message):
-    __slots__ = ("prev_log_index", "prev_log_term", "entries", "leader_commit", "read_seq")
+    __slots__ = ("prev_log_index", "prev_log_term", "entries", "leader_commit", "read_seq", "quiesce")
     PREV_LOG_INDEX_FIELD_NUMBER: _ClassVar[int]
     PREV_LOG_TERM_FIELD_NUMBER: _ClassVar[int]
     ENTRIES_FIELD_NUMBER: _ClassVar[int]
     LEADER_COMMIT_FIELD_NUMBER: _ClassVar[int]
     READ_SEQ_FIELD_NUMBER: _ClassVar[int]
+    QUIESCE_FIELD_NUMBER: _ClassVar[int]
     prev_log_index: int
     prev_log_term: int
     entries: _containers.RepeatedCompositeFieldContainer[LogEntryPB]
     leader_commit: int
     read_seq: int
-    def __init__(self, prev_log_index: _Optional[int] = ..., prev_log_term: _Optional[int] = ..., entries: _Optional[_Iterable[_Union[LogEntryPB, _Mapping]]] = ..., leader_commit: _Optional[int] = ..., read_seq: _Optional[int] = ...) -> None: ...
+    quiesce: bool
+    def __init__(self, prev_log_index: _Optional[int] = ..., prev_log_term: _Optional[int] = ..., entries: _Optional[_Iterable[_Union[LogEntryPB, _Mapping]]] = ..., leader_commit: _Optional[int] = ..., read_seq: _Optional[int] = ..., quiesce: _Optional[bool] = ...) -> None: ...
 
 class AppendResponsePB(_message.Message):
     __slots__ = ("success", "match_index", "reject_index", "hint_index", "read_seq", "status")

@@ -67,6 +67,11 @@ class RaftOptions:
     inflight_bytes_max: int = 64 << 20  # their payload bytes (a peer catching up)
     uncommitted_entries_max: int = 10_000  # proposals beyond this get THROTTLED
     pending_reads_max: int = 10_000
+    # Quiet groups (design/consensus.md): a leader whose peers are all caught up sends one
+    # last heartbeat marked quiesce and stops heartbeating; its followers stop their
+    # election timers. Only for a driver that detects dead peer servers by itself and says
+    # so with `peer_down` (the tablet server's liveness exchange): off by default.
+    quiesce: bool = False
 
     def __post_init__(self) -> None:
         assert self.election_timeout_ticks >= 2
@@ -79,7 +84,16 @@ class RaftOptions:
 class _Progress:
     """The leader's view of one peer (mutable, private)."""
 
-    __slots__ = ("match", "next", "probing", "probe_inflight", "acked", "needs_copy", "heard_tick")
+    __slots__ = (
+        "match",
+        "next",
+        "probing",
+        "probe_inflight",
+        "acked",
+        "needs_copy",
+        "heard_tick",
+        "answered",
+    )
 
     def __init__(self, next_index: int) -> None:
         self.match = 0
@@ -89,6 +103,7 @@ class _Progress:
         self.acked = False  # any success since the last heartbeat
         self.needs_copy = False
         self.heard_tick = -(1 << 30)  # leader tick of the last OK answer
+        self.answered = False  # an OK answer since the last heartbeat round (or wake)
 
 
 class _PendingRead:
@@ -212,6 +227,8 @@ class RaftCore:
         self._read_seq = 0
         self._read_acks: dict[str, int] = {}
         self._pending_reads: list[_PendingRead] = []
+        # Quiet (RaftOptions.quiesce): no tick counts, nothing is due. A restart starts awake.
+        self._quiesced = False
         # Messages dropped as impossible or untrusted (a term jump from a non-voter or too
         # far, a second leader in a term, an answer naming an index never sent); the driver
         # logs them, rate-limited.
@@ -282,6 +299,11 @@ class RaftCore:
     @property
     def config(self) -> RaftConfig:
         return self._config
+
+    @property
+    def quiesced(self) -> bool:
+        """Quiet: ticks count for nothing and nothing is due until an input wakes it."""
+        return self._quiesced
 
     def term_at(self, index: int) -> int | None:
         """The term of the entry at index; None when compacted away or not there."""
@@ -374,6 +396,8 @@ class RaftCore:
         """`ticks` logical clock ticks, one after another (a driver that let the core sleep
         through `ticks_to_next_event` passes them all when it wakes it)."""
         assert ticks >= 1
+        if self._quiesced:
+            return  # no clock runs while quiet (and quiet does not end by a tick)
         for _ in range(ticks):
             self._tick_once()
 
@@ -381,7 +405,7 @@ class RaftCore:
         """How many ticks may pass before one does anything but count (a heartbeat, a quorum
         check, an election, the end of a transfer); at least 1. Messages and proposals are
         events of their own: after one, ask again. A leader with no peers has nothing due."""
-        if self._vote_only:
+        if self._vote_only or self._quiesced:
             return QUIET_TICKS_MAX
         t = self._opts.election_timeout_ticks
         if self._role is Role.LEADER:
@@ -457,6 +481,8 @@ class RaftCore:
         if self._vote_only:
             self._step_vote_only(msg)
             return
+        if self._quiesced and not self._keeps_quiet(msg):
+            self._unquiesce()
         if msg.term > self._term:
             refusal = self._higher_term_refusal(msg)
             if refusal is None and isinstance(msg, TimeoutNow):
@@ -517,6 +543,7 @@ class RaftCore:
         refused = self._refuse_proposal()
         if refused is not None:
             return refused
+        self._unquiesce(heartbeat=False)  # the append below goes to every peer
         e = self._append_as_leader(EntryType.WRITE, payload, None)
         return ProposeResult(ProposalStatus.OK, e.index, e.term)
 
@@ -528,6 +555,9 @@ class RaftCore:
         config index, no pending change, a commit in this term, then the change itself."""
         if self._role is not Role.LEADER:
             return ProposeResult(ProposalStatus.NOT_LEADER, leader_hint=self._leader)
+        # Awake first: its strict check wants peers heard from, and a refused change is
+        # still a sign of activity (the caller retries).
+        self._unquiesce()
         committed_idx = self.committed_config_index()
         if cas_config_index is not None and cas_config_index != committed_idx:
             return ProposeResult(
@@ -585,6 +615,7 @@ class RaftCore:
             return ProposeResult(ProposalStatus.OK, term=self._term)
         if not self._config.is_voter(target):
             return ProposeResult(ProposalStatus.BAD_REQUEST, message=f"{target} is not a voter")
+        self._unquiesce()
         self._transfer_target = target
         self._transfer_elapsed = 0
         self._maybe_timeout_now(target)
@@ -605,6 +636,7 @@ class RaftCore:
         if len(self._pending_reads) >= self._opts.pending_reads_max:
             self._reads_out.append(ReadResult(request_id, ProposalStatus.THROTTLED))
             return
+        self._unquiesce(heartbeat=False)  # the read's own heartbeat round follows
         self._read_seq += 1
         index = self._commit if self._committed_in_term() else None
         self._pending_reads.append(_PendingRead(request_id, self._read_seq, index))
@@ -726,6 +758,7 @@ class RaftCore:
             self._voted_for = None
         self._role = Role.FOLLOWER
         self._leader = leader
+        self._quiesced = False
         self._reset_leader_state()
         self._votes.clear()
         self._election_elapsed = 0
@@ -819,13 +852,91 @@ class RaftCore:
                     self._become_follower(self._term, None)
                     return
         if self._heartbeat_elapsed >= self._opts.heartbeat_interval_ticks:
-            self._heartbeat_elapsed = 0
-            for peer, pr in self._progress.items():
-                if not pr.probing and not pr.acked and pr.match < self.last_index:
-                    pr.next = pr.match + 1  # nothing acknowledged: resend what may be lost
-                pr.acked = False
-                pr.probe_inflight = False
-                self._send_append(peer, heartbeat=True)
+            self._heartbeat_round(quiesce=self._may_quiesce())
+
+    def _heartbeat_round(self, quiesce: bool = False) -> None:
+        self._heartbeat_elapsed = 0
+        for peer, pr in self._progress.items():
+            if not pr.probing and not pr.acked and pr.match < self.last_index:
+                pr.next = pr.match + 1  # nothing acknowledged: resend what may be lost
+            pr.acked = False
+            pr.answered = False
+            pr.probe_inflight = False
+            self._send_append(peer, heartbeat=True, quiesce=quiesce)
+        if quiesce:
+            logger.debug("%s/%s quiet at %d", self.tablet_id, self.uuid, self.last_index)
+            self._quiesced = True
+
+    # ------------------------------------------------------------------ quiet groups
+
+    def _may_quiesce(self) -> bool:
+        """A leader may go quiet when nothing is moving: every entry of its log committed
+        (one of its own term among them) and durable, every peer answered the last
+        heartbeat round holding the whole log, no read, transfer or config change pending,
+        and it stays a voter. The quiesce heartbeat then carries the commit index to all."""
+        if not self._opts.quiesce or not self._progress:
+            return False  # a lone voter has nothing due anyway
+        last = self.last_index
+        if (
+            self._pending_reads
+            or self._transfer_target is not None
+            or self._commit != last
+            or self._durable != last
+            or not self._committed_in_term()
+            or not self._config.is_voter(self.uuid)
+        ):
+            return False
+        return all(
+            pr.answered and pr.match == last and not pr.probing and not pr.needs_copy
+            for pr in self._progress.values()
+        )
+
+    def _keeps_quiet(self, msg: Message) -> bool:
+        """A message that leaves a quiet replica quiet: at the leader, a peer's answer of
+        this term saying it holds the whole log (the answer to the quiesce heartbeat).
+        Everything else wakes it; a follower goes quiet again on its leader's next
+        quiesce heartbeat (see _handle_append)."""
+        return (
+            self._role is Role.LEADER
+            and isinstance(msg, AppendResponse)
+            and msg.term == self._term
+            and msg.success
+            and msg.match_index == self.last_index
+            and msg.status is ReplicaStatus.OK
+        )
+
+    def _unquiesce(self, heartbeat: bool = True) -> None:
+        """Wake: clocks run again from zero (a follower's election timer with a new random
+        timeout; a leader's check-quorum counts peers heard from now on) and a leader
+        heartbeats at once unless the caller sends to every peer itself."""
+        if not self._quiesced:
+            return
+        self._quiesced = False
+        self._election_elapsed = 0
+        if self._role is Role.LEADER:
+            # Answers from before the quiet spell prove nothing about now: check-quorum
+            # and the next quiet both want peers heard from after waking.
+            self._recent_active = set()
+            for pr in self._progress.values():
+                pr.answered = False
+            if heartbeat:
+                self._heartbeat_round()
+        else:
+            self._randomized_timeout = self._new_timeout()
+
+    def peer_down(self, uuid: str) -> None:
+        """The driver declared the server `uuid` dead (not heard from for an election
+        timeout). A quiet replica whose config names it wakes: a follower restarts its
+        election timer (pre-vote as usual), a leader heartbeats and lets check-quorum work."""
+        if self._quiesced and (uuid == self._leader or self._config.member(uuid) is not None):
+            self._unquiesce()
+
+    def wake(self) -> None:
+        """Wake a quiet replica (a leader heartbeats at once): the driver's word that
+        something changed that the core does not see, e.g. the replica is about to stop."""
+        if self._role is Role.LEADER and not self._quiesced:
+            self._heartbeat_round()  # so that quiet followers wake too
+        self._unquiesce()
 
     # ------------------------------------------------------------------ votes
 
@@ -995,7 +1106,7 @@ class RaftCore:
         if self._transfer_target is not None and not self._config.is_voter(self._transfer_target):
             self._transfer_target = None
 
-    def _send_append(self, peer: str, heartbeat: bool = False) -> None:
+    def _send_append(self, peer: str, heartbeat: bool = False, quiesce: bool = False) -> None:
         pr = self._progress[peer]
         if pr.next <= self._snap_index:
             # The peer needs entries this replica no longer has: only a tablet copy helps.
@@ -1049,6 +1160,7 @@ class RaftCore:
                 entries,
                 self._commit,
                 read_seq=self._read_seq,
+                quiesce=quiesce and not entries and prev == self.last_index,
             )
         )
         if pr.probing:
@@ -1109,6 +1221,16 @@ class RaftCore:
         new_commit = min(msg.leader_commit, max(last_new, prev))
         if new_commit > self._commit:
             self._commit = new_commit
+        if (
+            msg.quiesce
+            and self._opts.quiesce
+            and not msg.entries
+            and msg.prev_log_index == self.last_index == self._commit
+        ):
+            # The leader goes quiet with the whole log committed, and ours matches it: no
+            # election timer until another message or the leader's server is declared dead.
+            logger.debug("%s/%s quiet, following %s", self.tablet_id, self.uuid, msg.sender)
+            self._quiesced = True
         self._send(
             AppendResponse(
                 self.tablet_id,
@@ -1161,6 +1283,7 @@ class RaftCore:
             return
         self._recent_active.add(msg.sender)
         pr.heard_tick = self._leader_ticks
+        pr.answered = True
         if self._config.is_voter(msg.sender) and msg.read_seq > self._read_acks.get(msg.sender, 0):
             self._read_acks[msg.sender] = msg.read_seq
         pr.probe_inflight = False

@@ -209,6 +209,10 @@ class AppendRequest:
     entries: tuple[Entry, ...]
     leader_commit: int
     read_seq: int = 0  # echoed back; confirms leadership for read-index
+    # The leader's last heartbeat before it goes quiet (design/consensus.md, "Quiet
+    # groups"): a follower whose log ends at prev_log_index = leader_commit stops its
+    # election timer until any other message or its leader's server is declared dead.
+    quiesce: bool = False
 
 
 @dataclass(frozen=True, slots=True)
