@@ -26,6 +26,7 @@ and only then trims the journal.
 from __future__ import annotations
 
 import logging
+import mmap
 import os
 import struct
 import sys
@@ -249,7 +250,8 @@ def _array_at(r: _Reader, typecode: str, count: int) -> array:
 
 def _restore_log_v2(r: _Reader, buf: bytes, body_at: int, state: LogState) -> None:
     """One log of the version 2 layout, in bulk (C-level loops; no Python loop per entry
-    unless an entry invalidated others)."""
+    unless an entry invalidated others). The ids stay an array (8 bytes an id: no list of
+    int objects), and its order is checked on the array itself."""
     (n,) = r.take("<H")
     name = r.raw(n).decode()
     last_id, count = r.take(_LOG_HEAD)
@@ -257,29 +259,36 @@ def _restore_log_v2(r: _Reader, buf: bytes, body_at: int, state: LogState) -> No
         raise Corruption("snapshot log count exceeds the body")
     ids = _array_at(r, "Q", count)
     lens = _array_at(r, "I", count)
-    inv_counts = _array_at(r, "I", count)
-    inv_total = sum(inv_counts)
+    counts_at = r.off
+    if r.off + 4 * count > len(r.buf):
+        raise Corruption("snapshot body ends early")
+    raw_counts = r.buf[counts_at : counts_at + 4 * count].tobytes()
+    if raw_counts.count(0) == len(raw_counts):  # C speed: the usual case, no invalidation
+        r.off += 4 * count
+        inv_counts = None
+        inv_total = 0
+    else:
+        inv_counts = _array_at(r, "I", count)
+        inv_total = sum(inv_counts)
     if inv_total > len(r.buf):
         raise Corruption("snapshot invalidation count exceeds the body")
     inv_ids = _array_at(r, "Q", inv_total)
-    data_bytes = sum(lens)
     start = r.off
-    if start + data_bytes > len(r.buf):
-        raise Corruption("snapshot body ends early")
-    r.off = start + data_bytes
     invs: list[tuple[int, ...]] | None = None
-    if inv_total:
+    if inv_counts is not None:
         it = iter(inv_ids.tolist())
         invs = [tuple(islice(it, k)) if k else () for k in inv_counts]
-    id_list = ids.tolist()
-    ascending = all(map(lt, id_list, islice(id_list, 1, None)))
-    if not ascending or (id_list and (id_list[0] < 1 or id_list[-1] > last_id)):
+    ascending = all(map(lt, ids, islice(ids, 1, None)))
+    if not ascending or (count and (ids[0] < 1 or ids[-1] > last_id)):
         raise Corruption(f"snapshot log {name!r}: ids out of order or beyond its last id")
     if name in state.last_ids:
         raise Corruption(f"snapshot holds log {name!r} twice")
     # No Entry objects yet: each page is made into them the first time it is used
     # (a reopen of 1M entries built 1M objects before this).
-    live = LiveEntries.from_loaded(id_list, lens, body_at + start, buf, invs)
+    live, data_bytes = LiveEntries.from_loaded(ids, lens, body_at + start, buf, invs)
+    if start + data_bytes > len(r.buf):
+        raise Corruption("snapshot body ends early")
+    r.off = start + data_bytes
     state.install_log(name, last_id, live, data_bytes)
 
 
@@ -290,8 +299,9 @@ def decode_snapshot(buf: bytes) -> tuple[LogState, SnapshotMeta]:
     if magic != SNAPSHOT_MAGIC or version not in SNAPSHOT_VERSIONS_READ:
         raise Corruption(f"snapshot header is not {SNAPSHOT_MAGIC!r} v{SNAPSHOT_VERSIONS_READ}")
     # The body is read in place: entries' data are sliced out of `buf` itself (a loaded
-    # page keeps a reference to it), so no copy of the whole snapshot is made.
-    if type(buf) is not bytes:
+    # page keeps a reference to it), so no copy of the whole snapshot is made. A mapped
+    # file (SnapshotHooks.deserialize) is read in place too.
+    if type(buf) is not bytes and type(buf) is not mmap.mmap:
         buf = bytes(buf)
     body = memoryview(buf)[SNAP_HEADER.size : SNAP_HEADER.size + length]
     if len(body) != length or crc32c.crc32c(body) != crc:
@@ -333,6 +343,23 @@ def _write_fsynced(path: str, parts: list[bytes]) -> int:
     finally:
         os.close(fd)
     return total
+
+
+def _map_or_read(fd: int) -> bytes | mmap.mmap:
+    """The whole file, mapped read-only (the pages come from the page cache: no copy into
+    the process; a reopen of 1M entries read 80 MB in 180-390 ms on the loaded machine,
+    mapped them in ~40 ms), or read when it cannot be mapped (empty, a file system without
+    mmap). A snapshot file is never changed in place (a new one is renamed over it), so
+    the mapping stays valid after that; the loaded pages keep it referenced, and with it
+    the old file's blocks until they are all used or replaced."""
+    try:
+        if os.fstat(fd).st_size > 0:
+            flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+            return mmap.mmap(fd, 0, flags=flags, prot=mmap.PROT_READ)
+    except (OSError, ValueError) as err:
+        logger.warning("snapshot not mapped (%s): read instead", err)
+    with os.fdopen(os.dup(fd), "rb") as f:
+        return f.read()
 
 
 def _let_others_run() -> None:
@@ -505,8 +532,7 @@ class SnapshotHooks:
         fd = os.open(path, os.O_RDONLY)
         try:
             os.fsync(fd)
-            with os.fdopen(os.dup(fd), "rb") as f:
-                blob = f.read()
+            blob = _map_or_read(fd)
         finally:
             os.close(fd)
         fsync_dir(os.path.dirname(os.path.abspath(path)))
