@@ -470,6 +470,7 @@ def bench_compaction(n: int, tmp: Path) -> None:
             f.result(120)
         store.barrier(timeout_s=60.0)
         filled = time.monotonic() - t
+        forks_ms = fork_pauses_ms()
         with _Prober(store) as prober:
             t0 = time.perf_counter()
             time.sleep(2.0)
@@ -496,11 +497,42 @@ def bench_compaction(n: int, tmp: Path) -> None:
             f"{statistics.median(ms):6.2f} ms, p99 {percentile(ms, 0.99):6.2f} ms, "
             f"worst {ms[-1]:7.2f} ms"
         )
+    print(
+        f"  compaction: fork() of this process (RSS {_rss_mb():.0f} MB): "
+        + ", ".join(f"{x:.1f}" for x in forks_ms)
+        + " ms (every thread stops for it: a snapshot written by a forked child would pay it)"
+    )
     t = time.monotonic()
+    cpu = time.process_time()
     with ReplicatedLogStore(addr, [], data, PASSWORD, config=config) as store:
         opened = time.monotonic() - t
+        opened_cpu = time.process_time() - cpu
         assert store.status()["live_entries"] >= n
-    print(f"  compaction: reopen (snapshot of {n} entries + journal tail) {opened * 1000:.0f} ms")
+    print(
+        f"  compaction: reopen (snapshot of {n} entries + journal tail) {opened * 1000:.0f} ms "
+        f"({opened_cpu * 1000:.0f} ms of CPU, all threads; load average "
+        f"{os.getloadavg()[0]:.1f})"
+    )
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def fork_pauses_ms(times: int = 3) -> list[float]:
+    """How long os.fork() of this process takes (the child exits at once, touching
+    nothing): the pause a snapshot written by a forked child (as Redis does) would cost
+    every thread, since fork() copies the page tables with the GIL held."""
+    out = []
+    for _ in range(times):
+        t = time.perf_counter()
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+        out.append((time.perf_counter() - t) * 1000)
+        os.waitpid(pid, 0)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1181,6 +1181,9 @@ class ReplicatedLogStore:
         self._snapshots = SnapshotHooks(
             self._state, self._lock, journal=self._journal, name=self_address
         )
+        # Decoded while the rest starts (the first tick takes it): a reopen of 1M live
+        # entries no longer waits for the key derivation and pysyncobj's start, then the load.
+        self._snapshots.preload(os.path.join(self.data_dir, SNAPSHOT_FILE))
         c = self.config
         conf = SyncObjConf(
             journalFile=self._journal,

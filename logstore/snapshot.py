@@ -362,6 +362,48 @@ def _map_or_read(fd: int) -> bytes | mmap.mmap:
         return f.read()
 
 
+def _file_key(path: str) -> tuple[int, int, int, int]:
+    st = os.stat(path)
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _read_durably(path: str) -> bytes | mmap.mmap:
+    """The snapshot file's bytes (mapped), once the file and its directory are fsynced."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        blob = _map_or_read(fd)
+    finally:
+        os.close(fd)
+    fsync_dir(os.path.dirname(os.path.abspath(path)))
+    return blob
+
+
+class _Preload:
+    """One snapshot file read and decoded on a thread of its own (SnapshotHooks.preload)."""
+
+    __slots__ = ("path", "thread", "key", "blob", "state", "meta", "error")
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.thread: threading.Thread | None = None
+        self.key: tuple[int, int, int, int] | None = None
+        self.blob: bytes | mmap.mmap | None = None
+        self.state: LogState | None = None
+        self.meta: SnapshotMeta | None = None
+        self.error: Exception | None = None
+
+    def run(self) -> None:
+        try:
+            # The file's identity before its bytes: if the leader's snapshot replaces it
+            # meanwhile, the keys differ and deserialize loads the new file itself.
+            self.key = _file_key(self.path)
+            self.blob = _read_durably(self.path)
+            self.state, self.meta = decode_snapshot(self.blob)
+        except Exception as err:  # noqa: BLE001 - handed to deserialize, which reports it
+            self.error = err
+
+
 def _let_others_run() -> None:
     """Between slices of a background encode: give the GIL up long enough for a thread
     waiting for it (the tick thread, a caller) to wake and take it. Without a pause that
@@ -418,6 +460,7 @@ class SnapshotHooks:
         # Orders the writer's rename with the rename of a snapshot received from the leader.
         self._file_lock = threading.Lock()
         self._write: _Write | None = None
+        self._preload: _Preload | None = None
         self.snapshots_written = 0
         self.snapshots_loaded = 0
 
@@ -513,7 +556,11 @@ class SnapshotHooks:
         return self._write is not None
 
     def close(self, timeout_s: float = WRITER_JOIN_S) -> bool:
-        """Wait for a background write to end; False if it is still running."""
+        """Wait for a background write (and a preload never taken) to end; False if a
+        write is still running."""
+        pre, self._preload = self._preload, None
+        if pre is not None and pre.thread is not None:
+            pre.thread.join(timeout_s)
         write = self._write
         if write is None or write.thread is None:
             return True
@@ -523,24 +570,56 @@ class SnapshotHooks:
             return False
         return True
 
+    def preload(self, path: str) -> bool:
+        """Start reading and decoding the snapshot at `path` on a thread of its own, while
+        the replica starts (the password's key derivation, which releases the GIL, and
+        pysyncobj's start, whose tick thread sleeps 0.1 s before its first tick). The first
+        `deserialize` of the same file takes the result; False if there is no file."""
+        if self._preload is not None or not os.path.exists(path):
+            return False
+        pre = _Preload(path)
+        pre.thread = threading.Thread(
+            target=pre.run,
+            name=f"logstore-snapshot-load-{self._name}" if self._name else "logstore-snapshot-load",
+            daemon=True,
+        )
+        self._preload = pre
+        pre.thread.start()
+        return True
+
+    def _take_preload(self, path: str) -> tuple[bytes | mmap.mmap, LogState, SnapshotMeta] | None:
+        """The preloaded snapshot, if it is of the file now at `path` (not one the leader
+        sent since); its Corruption is raised as a load of the file would raise it."""
+        pre, self._preload = self._preload, None
+        if pre is None:
+            return None
+        assert pre.thread is not None
+        pre.thread.join()
+        if pre.path != path or pre.key is None or pre.key != _file_key(path):
+            return None
+        if isinstance(pre.error, Corruption):
+            raise pre.error
+        if pre.error is not None:  # an I/O error: the load reads the file again
+            logger.warning("snapshot preload failed (%s): loading it again", pre.error)
+            return None
+        assert pre.blob is not None and pre.state is not None and pre.meta is not None
+        return pre.blob, pre.state, pre.meta
+
     def deserialize(self, path: str) -> tuple:
         """Load the snapshot into the state; answer (last entry, prev entry, members).
 
         The file may just have arrived from the leader (pysyncobj wrote and renamed it
         without fsync): make it durable before the journal is cleared and the transfer
-        acknowledged."""
-        fd = os.open(path, os.O_RDONLY)
+        acknowledged. At startup the file was usually decoded already (`preload`)."""
         try:
-            os.fsync(fd)
-            blob = _map_or_read(fd)
-        finally:
-            os.close(fd)
-        fsync_dir(os.path.dirname(os.path.abspath(path)))
-        try:
-            state, meta = decode_snapshot(blob)
+            loaded = self._take_preload(path)
+            if loaded is None:
+                blob = _read_durably(path)
+                loaded = (blob, *decode_snapshot(blob))
         except Corruption:
             logger.critical("snapshot %s is corrupt; this replica cannot load it", path)
             raise
+        blob, state, meta = loaded
         if self._journal is not None:
             # Before pysyncobj compares the journal's first entries with the snapshot's (and
             # clears the journal if they differ): drop a prefix the snapshot covers, keep

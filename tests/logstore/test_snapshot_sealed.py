@@ -162,3 +162,86 @@ def test_an_empty_snapshot_file_is_corruption_not_a_mapping_error(tmp_path):
     with pytest.raises(Corruption):
         hooks.deserialize(str(path))
     assert snapshot.SNAPSHOT_VERSION == 2
+
+
+def _write_snapshot(path: str, state: LogState) -> None:
+    with open(path, "wb") as f:
+        f.write(encode_snapshot(state, META))
+
+
+def test_a_preloaded_snapshot_is_loaded_only_if_it_is_still_the_file(tmp_path):
+    """preload decodes the file on its own thread; deserialize takes that result, unless a
+    snapshot from the leader replaced the file meanwhile (then it loads the new one)."""
+    path = str(tmp_path / "snapshot")
+    first = LogState()
+    _fill(first, "a", 5)
+    _write_snapshot(path, first)
+
+    state = LogState()
+    hooks = SnapshotHooks(state, threading.Lock(), name="t")
+    assert hooks.preload(path)
+    hooks.deserialize(path)
+    assert state.read("a") == first.read("a") and hooks.snapshots_loaded == 1
+
+    state2 = LogState()
+    hooks2 = SnapshotHooks(state2, threading.Lock(), name="t2")
+    assert hooks2.preload(path)
+    second = LogState()
+    _fill(second, "b", 3)
+    _write_snapshot(path + ".1.tmp", second)
+    os.replace(path + ".1.tmp", path)  # as pysyncobj installs the leader's snapshot
+    hooks2.deserialize(path)
+    assert state2.read("b") == second.read("b") and state2.read("a") == []
+    assert not hooks2.preload(str(tmp_path / "absent"))
+
+
+def test_a_corrupt_preloaded_snapshot_is_refused_as_a_loaded_one(tmp_path):
+    path = str(tmp_path / "snapshot")
+    state = LogState()
+    _fill(state, "a", 5)
+    blob = bytearray(encode_snapshot(state, META))
+    blob[-1] ^= 0xFF
+    with open(path, "wb") as f:
+        f.write(blob)
+    hooks = SnapshotHooks(LogState(), threading.Lock(), name="t")
+    assert hooks.preload(path)
+    with pytest.raises(Corruption):
+        hooks.deserialize(path)
+
+
+@pytest.mark.integration
+def test_a_reopen_decodes_the_snapshot_while_the_replica_starts(tmp_path, monkeypatch):
+    """The snapshot of a reopened replica is decoded on the preload thread, not on the tick
+    thread after pysyncobj's start, and the replica serves what it held."""
+    from logstore.replicated import ReplicatedLogStore
+
+    from .helpers import FAST, PASSWORD, start_cluster, wait_for
+
+    (store,) = start_cluster(tmp_path, 1)
+    addr = store.self_address
+    try:
+        futures = [store.append_async("k", b"v%d" % i) for i in range(300)]
+        assert [f.result(timeout=60) for f in futures] == list(range(1, 301))
+        store.force_compaction()
+        wait_for(lambda: store.status()["snapshots_written"] >= 1, 60, "a snapshot written")
+        store.append("k", b"tail", timeout_s=30)
+    finally:
+        store.close()
+
+    threads: list[str] = []
+    real = snapshot.decode_snapshot
+
+    def recording(buf):
+        threads.append(threading.current_thread().name)
+        return real(buf)
+
+    monkeypatch.setattr(snapshot, "decode_snapshot", recording)
+    reopened = ReplicatedLogStore(addr, [addr], str(tmp_path / "r0"), PASSWORD, config=FAST)
+    try:
+        reopened.barrier(timeout_s=30)
+        assert threads == [f"logstore-snapshot-load-{addr}"], threads
+        assert reopened.status()["snapshots_loaded"] == 1
+        got = reopened.read("k", limit=1000)
+        assert [e.id for e in got] == list(range(1, 302)) and got[-1].data == b"tail"
+    finally:
+        reopened.close()
