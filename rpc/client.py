@@ -1,9 +1,12 @@
 """The rpc client: DEALER sockets owned by one I/O thread, many calls in flight.
 
 `Transport` owns an I/O thread and one DEALER socket per server address. Any thread may
-call; each call gets a call id, its request is handed to the I/O thread, and the caller waits
-for the answer with that id until its deadline. A synchronous call instead uses a DEALER
-owned by the calling thread and waits on it in one blocking receive (no hand-off). All
+call; each call gets a call id. A call uses a DEALER owned by the calling thread: a
+synchronous one waits on it in one blocking receive, and pipelined calls (`call_async`) are
+sent on it at once and collected from it by the same thread, answers of other calls kept
+until theirs are collected (no hand-off either way). The I/O thread takes what that path
+cannot (no live connection yet, signed calls, past DIRECT_SOCKETS_MAX threads): the request
+is handed to it, and the caller waits for the answer with that id until its deadline. All
 Transports of a process share one zmq context, so one zmq I/O thread carries every
 connection and concurrent calls share its wake-ups. Sockets use ZMQ_IMMEDIATE, so a request is
 only written to a live connection: while a server is down its requests wait (bounded by their
@@ -240,6 +243,7 @@ class _Dealer:
         "handshake_error",
         "handshake_refused",
         "_no_detail_failures",
+        "drops",
     )
 
     def __init__(
@@ -268,6 +272,7 @@ class _Dealer:
         self.handshake_error = ""
         self.handshake_refused = False  # the failure was the server's ZAP refusing our key
         self._no_detail_failures = 0
+        self.drops = 0  # connections dropped so far, as drain_monitor learned them
 
     def drain_monitor(self) -> bool:
         """Apply pending connection events; True if the connection dropped."""
@@ -283,6 +288,7 @@ class _Dealer:
             elif kind == zmq.EVENT_DISCONNECTED:
                 self.connected = False
                 dropped = True
+                self.drops += 1
             elif kind == zmq.EVENT_HANDSHAKE_SUCCEEDED:
                 self.handshake_error = ""
                 self.handshake_refused = False
@@ -338,7 +344,7 @@ class _DirectSocket(_Dealer):
     Only its owner uses it; `lock` is held for the whole of a call so that Transport.close()
     can wait for a call in progress (calls poll in short slices and notice the close)."""
 
-    __slots__ = ("poller", "lock", "headers", "rcvtimeo_ms")
+    __slots__ = ("poller", "lock", "headers", "rcvtimeo_ms", "pending", "answers")
 
     def __init__(
         self,
@@ -356,6 +362,17 @@ class _DirectSocket(_Dealer):
         # (method, recipient, caller) -> a header with those set, reused for every call
         self.headers: dict[tuple[str, str, str], RequestHeader] = {}
         self.rcvtimeo_ms = -1
+        # Pipelined calls sent on this socket and not collected yet (call id -> deadline),
+        # and the answers read for them while another call was waited for.
+        self.pending: dict[int, float] = {}
+        self.answers: dict[int, tuple[ResponseHeader, list]] = {}
+
+    def prune(self, now: float) -> None:
+        """Forget pipelined calls whose deadline passed (never collected: given up)."""
+        for call_id, deadline in list(self.pending.items()):
+            if deadline <= now:
+                del self.pending[call_id]
+                self.answers.pop(call_id, None)
 
     def header(self, method: str, recipient_uuid: str, caller_uuid: str) -> RequestHeader:
         key = (method, recipient_uuid, caller_uuid)
@@ -601,70 +618,6 @@ class Transport:
                 self._direct.remove(direct)
         direct.close()
 
-    def _direct_call(
-        self, d: _DirectSocket, recipient_uuid, caller_uuid, method, body, sidecars, timeout_s
-    ) -> tuple[ResponseHeader, list]:
-        assert timeout_s > 0, "every call needs a deadline"
-        size = len(body) + sum(map(len, sidecars)) if sidecars else len(body)
-        if size > self.message_bytes_max:
-            raise errors.BadRequest(
-                f"request of {size} bytes exceeds the limit of {self.message_bytes_max}"
-            )
-        now = time.monotonic()
-        deadline = now + timeout_s
-        call_id = next(self._call_ids)
-        header = d.header(method, recipient_uuid, caller_uuid)
-        header.call_id = call_id
-        sock = d.socket
-        # Send: only to a live connection (IMMEDIATE); fail fast when nobody is there.
-        header.timeout_ms = max(1, int(timeout_s * 1000))
-        try:
-            send_frames(sock, [header.SerializeToString(), body, *sidecars])
-        except zmq.Again:
-            self._direct_send_slow(d, header, [body, *sidecars], deadline, now)
-        # Receive: the answer with our call id; older ones are late answers to given-up calls.
-        # First one blocking receive on the socket alone (the common, quick answer) ...
-        first = None
-        wait_ms = int(min(deadline - time.monotonic(), DIRECT_FAST_WAIT_S) * 1000)
-        if wait_ms > 0:
-            if wait_ms != d.rcvtimeo_ms:
-                sock.set(_RCVTIMEO, wait_ms)
-                d.rcvtimeo_ms = wait_ms
-            try:
-                first = sock.recv(copy=False)
-            except zmq.Again:
-                pass
-        while True:
-            if first is not None:
-                answer = self._direct_answer(d, call_id, d.recv_reply(first))
-                if answer is not None:
-                    return answer
-                first = None  # a late answer to an earlier call: wait on
-                continue
-            # ... then slices that also watch the connection and the transport's close.
-            now = time.monotonic()
-            if now >= deadline:
-                raise errors.TimedOut(
-                    f"{method} to {d.address} timed out after {timeout_s:.3f}s "
-                    "(waiting for its answer)"
-                )
-            if self._closing.is_set():
-                raise errors.Unavailable("the rpc transport closed")
-            ready = dict(
-                d.poller.poll(max(1, int(min(deadline - now, DIRECT_POLL_SLICE_S) * 1000)))
-            )
-            # The monitor is read only here, off the fast path, so a drop it shows may be
-            # older than this send: the call is given up only if the connection is down
-            # now (an answer can only come back over a live connection); a drop followed
-            # by a reconnect leaves the call to its deadline.
-            if d.monitor in ready and d.drain_monitor() and not d.connected:
-                raise ConnectionLost(f"connection to {d.address} lost")
-            if d.socket in ready:
-                try:
-                    first = sock.recv(_NOBLOCK, copy=False)
-                except zmq.Again:
-                    pass
-
     def _direct_send_slow(self, d: _DirectSocket, header, frames, deadline, start) -> None:
         """Wait for a connection to write the request to (bounded by the connect grace)."""
         connect_deadline = start + self.connect_timeout_s
@@ -692,21 +645,231 @@ class Transport:
             except zmq.Again:
                 pass
 
-    @staticmethod
-    def _direct_answer(d: _DirectSocket, call_id: int, reply: list):
-        """(header, [body, *sidecars]) if `reply` answers `call_id`, None for another call."""
-        answer = ResponseHeader()
+    def _direct_call(
+        self, d: _DirectSocket, recipient_uuid, caller_uuid, method, body, sidecars, timeout_s
+    ) -> tuple[ResponseHeader, list]:
+        assert timeout_s > 0, "every call needs a deadline"
+        size = len(body) + sum(map(len, sidecars)) if sidecars else len(body)
+        if size > self.message_bytes_max:
+            raise errors.BadRequest(
+                f"request of {size} bytes exceeds the limit of {self.message_bytes_max}"
+            )
+        now = time.monotonic()
+        deadline = now + timeout_s
+        call_id = next(self._call_ids)
+        header = d.header(method, recipient_uuid, caller_uuid)
+        header.call_id = call_id
+        drops = d.drops
+        # Send: only to a live connection (IMMEDIATE); fail fast when nobody is there.
+        header.timeout_ms = max(1, int(timeout_s * 1000))
         try:
-            answer.ParseFromString(reply[0])
-        except (DecodeError, ValueError):
-            log.warning("dropped a malformed answer from %s", d.address)
-            return None
-        if answer.call_id != call_id:
-            return None
+            send_frames(d.socket, [header.SerializeToString(), body, *sidecars])
+        except zmq.Again:
+            self._direct_send_slow(d, header, [body, *sidecars], deadline, now)
+        answer, reply = self._direct_receive(d, call_id, deadline, drops, method, timeout_s)
+        return self._direct_result(answer, reply)
+
+    def _direct_receive(
+        self, d: _DirectSocket, call_id: int, deadline: float, drops: int, method, timeout_s
+    ) -> tuple[ResponseHeader, list]:
+        """The answer to `call_id` on `d` (owned by the calling thread, locked), waited for
+        until `deadline`. Answers to pipelined calls still pending on `d` are kept for them;
+        others are late answers to given-up calls, dropped. `drops`: d.drops at the send."""
+        kept = d.answers.pop(call_id, None)
+        if kept is not None:
+            return kept
+        sock = d.socket
+        # First one blocking receive on the socket alone (the common, quick answer) ...
+        first = None
+        wait_ms = int(min(deadline - time.monotonic(), DIRECT_FAST_WAIT_S) * 1000)
+        if wait_ms > 0:
+            if wait_ms != d.rcvtimeo_ms:
+                sock.set(_RCVTIMEO, wait_ms)
+                d.rcvtimeo_ms = wait_ms
+            try:
+                first = sock.recv(copy=False)
+            except zmq.Again:
+                pass
+        while True:
+            if first is not None:
+                reply = d.recv_reply(first)
+                first = None
+                answer = ResponseHeader()
+                try:
+                    answer.ParseFromString(reply[0])
+                except (DecodeError, ValueError):
+                    log.warning("dropped a malformed answer from %s", d.address)
+                    continue
+                if answer.call_id == call_id:
+                    return answer, reply
+                if answer.call_id in d.pending:
+                    d.answers[answer.call_id] = (answer, reply)
+                continue  # another call's answer: wait on
+            # ... then slices that also watch the connection and the transport's close.
+            now = time.monotonic()
+            if now >= deadline:
+                raise errors.TimedOut(
+                    f"{method} to {d.address} timed out after {timeout_s:.3f}s "
+                    "(waiting for its answer)"
+                )
+            if self._closing.is_set():
+                raise errors.Unavailable("the rpc transport closed")
+            ready = dict(
+                d.poller.poll(max(1, int(min(deadline - now, DIRECT_POLL_SLICE_S) * 1000)))
+            )
+            # The monitor is read only here, off the fast path, so a drop it shows may be
+            # older than this send: the call is given up only if the connection is down
+            # now (an answer can only come back over a live connection); a drop followed
+            # by a reconnect leaves the call to its deadline.
+            if d.monitor in ready:
+                d.drain_monitor()
+            if d.drops != drops and not d.connected:
+                raise ConnectionLost(f"connection to {d.address} lost")
+            if d.socket in ready:
+                try:
+                    first = sock.recv(_NOBLOCK, copy=False)
+                except zmq.Again:
+                    pass
+
+    @staticmethod
+    def _direct_result(answer: ResponseHeader, reply: list) -> tuple[ResponseHeader, list]:
+        """(header, [body, *sidecars]); raises RpcError for a non-OK status."""
         body_bytes = reply[1] if len(reply) > 1 else b""
         if answer.status != _OK:
             raise errors.error_from_header(answer, body_bytes)
         return answer, [body_bytes, *reply[2:]]
+
+    def send_call(
+        self,
+        address: str,
+        recipient_uuid: str,
+        caller_uuid: str,
+        method: str,
+        body: bytes,
+        sidecars,
+        timeout_s: float,
+        auth_tag: bytes = b"",
+        server_key: str = "",
+    ) -> _Call | _DirectCall:
+        """Send a pipelined call now on the calling thread's own socket (collected by this
+        thread: `finish_direct`), so that one thread's calls reach the server in order;
+        before its first connection is up (or while zmq's queue for it is full) this waits
+        for it as a synchronous call does, and a failure to send (NotConnected, a failed
+        handshake, the deadline) is raised by the result. Signed calls, and threads past
+        DIRECT_SOCKETS_MAX, go through the I/O thread (`finish_call`)."""
+        if self._closing.is_set():
+            raise errors.Unavailable("the rpc transport is closed")
+        assert timeout_s > 0, "every call needs a deadline"
+        link_key = self.link_key(address, recipient_uuid, server_key)
+        if not auth_tag:
+            direct = self._direct_socket(address, link_key)
+            if direct is not None:
+                return self._direct_send(
+                    direct, recipient_uuid, caller_uuid, method, body, sidecars, timeout_s
+                )
+        return self.start_call(
+            address,
+            recipient_uuid,
+            caller_uuid,
+            method,
+            body,
+            sidecars,
+            timeout_s,
+            auth_tag,
+            link_key,
+        )
+
+    def _direct_send(
+        self, d: _DirectSocket, recipient_uuid, caller_uuid, method, body, sidecars, timeout_s
+    ) -> _DirectCall:
+        """Send on the caller's socket `d` (waiting only for a connection, see send_call)."""
+        size = len(body) + sum(map(len, sidecars)) if sidecars else len(body)
+        if size > self.message_bytes_max:
+            raise errors.BadRequest(
+                f"request of {size} bytes exceeds the limit of {self.message_bytes_max}"
+            )
+        with d.lock:
+            if self._closing.is_set():
+                raise errors.Unavailable("the rpc transport is closed")
+            now = time.monotonic()
+            if len(d.pending) >= INFLIGHT_CALLS_MAX:
+                d.prune(now)
+                if len(d.pending) >= INFLIGHT_CALLS_MAX:
+                    raise errors.Throttled(f"{len(d.pending)} calls already in flight")
+            call_id = next(self._call_ids)
+            header = d.header(method, recipient_uuid, caller_uuid)
+            header.call_id = call_id
+            header.timeout_ms = max(1, int(timeout_s * 1000))
+            deadline = now + timeout_s
+            call = _DirectCall(call_id, d, method, deadline, d.drops, threading.get_ident())
+            try:
+                send_frames(d.socket, [header.SerializeToString(), body, *sidecars])
+            except zmq.Again:
+                try:
+                    self._direct_send_slow(d, header, [body, *sidecars], deadline, now)
+                except HandshakeFailed as err:
+                    # A fresh socket for the next call: libzmq may not retry a refused
+                    # handshake (as call_frames).
+                    self._drop_direct(d)
+                    call.error = err
+                    return call
+                except errors.RpcError as err:
+                    call.error = err
+                    return call
+            d.pending[call_id] = deadline
+        return call
+
+    def finish_direct(self, call: _DirectCall) -> tuple[ResponseHeader, list]:
+        """Wait for a call sent by `_direct_send` (until its deadline), on the thread that
+        sent it; raises RpcError for a non-OK status."""
+        assert call.owner == threading.get_ident(), (
+            "a pipelined call is collected by the thread that made it (its socket's owner)"
+        )
+        if call.error is not None:
+            raise call.error
+        d = call.direct
+        with d.lock:
+            try:
+                if self._closing.is_set():
+                    raise errors.Unavailable("the rpc transport closed")
+                if d.socket.closed:  # dropped after a failed handshake (see _direct_send)
+                    raise ConnectionLost(f"connection to {d.address} lost")
+                answer, reply = self._direct_receive(
+                    d,
+                    call.call_id,
+                    call.deadline,
+                    call.drops,
+                    call.method,
+                    max(0.0, call.deadline - time.monotonic()),
+                )
+            finally:
+                d.pending.pop(call.call_id, None)
+                d.answers.pop(call.call_id, None)
+        return self._direct_result(answer, reply)
+
+    def direct_done(self, call: _DirectCall) -> bool:
+        """True once `call`'s answer is in (read without waiting), or its deadline passed."""
+        assert call.owner == threading.get_ident(), "asked by the thread that made the call"
+        d = call.direct
+        if call.error is not None:
+            return True
+        with d.lock:
+            if call.call_id in d.answers or self._closing.is_set() or d.socket.closed:
+                return True
+            while True:
+                try:
+                    first = d.socket.recv(_NOBLOCK, copy=False)
+                except zmq.Again:
+                    break
+                reply = d.recv_reply(first)
+                answer = ResponseHeader()
+                try:
+                    answer.ParseFromString(reply[0])
+                except (DecodeError, ValueError):
+                    continue
+                if answer.call_id in d.pending:
+                    d.answers[answer.call_id] = (answer, reply)
+            return call.call_id in d.answers or time.monotonic() >= call.deadline
 
     def _wake(self) -> None:
         try:
@@ -1037,17 +1200,34 @@ class Poster:
             self._transport._posters.discard(self)
 
 
+@dataclass(slots=True)
+class _DirectCall:
+    """A pipelined call sent on its caller's own socket; collected by that thread."""
+
+    call_id: int
+    direct: _DirectSocket
+    method: str
+    deadline: float
+    drops: int  # the socket's drop count when it was sent
+    owner: int  # threading.get_ident() of the caller
+    error: errors.RpcError | None = None  # not sent: raised by the result
+
+
 class PendingCall:
     """A call in flight; `result()` waits for it (until the call's own deadline)."""
 
     __slots__ = ("_transport", "_call", "_response_type")
 
-    def __init__(self, transport: Transport, call: _Call, response_type: type) -> None:
+    def __init__(
+        self, transport: Transport, call: _Call | _DirectCall, response_type: type
+    ) -> None:
         self._transport = transport
         self._call = call
         self._response_type = response_type
 
     def done(self) -> bool:
+        if type(self._call) is _DirectCall:
+            return self._transport.direct_done(self._call)
         return self._call.done.is_set()
 
     def result(self):
@@ -1055,12 +1235,18 @@ class PendingCall:
 
     def result_with_sidecars(self):
         """(response, [sidecar memoryviews]) once the answer is in."""
-        _, frames = self._transport.finish_call(self._call)
+        call = self._call
+        if type(call) is _DirectCall:
+            _, frames = self._transport.finish_direct(call)
+            address = call.direct.address
+        else:
+            _, frames = self._transport.finish_call(call)
+            address = call.address
         response = self._response_type()
         try:
             response.ParseFromString(frames[0])
         except (DecodeError, ValueError) as exc:
-            raise errors.Internal(f"malformed answer from {self._call.address}: {exc}") from None
+            raise errors.Internal(f"malformed answer from {address}: {exc}") from None
         return response, frames[1:]
 
 
@@ -1185,7 +1371,8 @@ class RpcClient:
         timeout_s: float = 5.0,
         sidecars=(),
     ) -> PendingCall:
-        """Send now, collect later with `.result()`: many calls in flight from one thread.
+        """Send now, collect later with `.result()`: many calls in flight from one thread
+        (which collects them: the call may be on that thread's own socket).
 
         No retries: a pending call is one attempt."""
         body = request.SerializeToString()
@@ -1194,7 +1381,7 @@ class RpcClient:
             if self.privileged_key
             else b""
         )
-        call = self._transport.start_call(
+        call = self._transport.send_call(
             self.address,
             recipient_uuid,
             self.caller_uuid,

@@ -591,9 +591,14 @@ def test_io_thread_starts_with_the_first_call_through_it(server):
     with Transport() as transport:
         c = RpcClient(server.address, "c", transport=transport)
         assert c.call(SERVER_UUID, "Test.Echo", PingResponse(uuid="s"), PingResponse).uuid == "s"
-        assert transport._thread is None  # synchronous calls use the caller's own socket
+        # Synchronous and pipelined calls use the caller's own socket.
         pending = c.call_async(SERVER_UUID, "Test.Echo", PingResponse(uuid="a"), PingResponse)
         assert pending.result().uuid == "a"
+        assert transport._thread is None
+        # A signed call goes through the I/O thread (Test.Echo does not check the tag).
+        signed = RpcClient(server.address, "c", transport=transport, privileged_key=b"k" * 32)
+        pending = signed.call_async(SERVER_UUID, "Test.Echo", PingResponse(uuid="b"), PingResponse)
+        assert pending.result().uuid == "b"
         assert transport._thread is not None and transport._thread.is_alive()
     assert not transport._thread.is_alive()
 
