@@ -18,7 +18,12 @@ contract of design/consensus.md:
 - output: the messages of a round batched per peer server and posted by the driver itself
   as one-way `TServer.Consensus` messages (no answer, no sender thread): zmq's queue per
   peer is bounded and nothing is queued for a peer that is not connected, so a slow or
-  dead peer never blocks the driver (what does not fit is dropped: Raft resends).
+  dead peer never blocks the driver (what does not fit is dropped: Raft resends);
+- liveness (quiet groups, design/consensus.md): every heartbeat interval an empty
+  `TServer.Consensus` message to each peer server that shares a group with this one, over
+  the same sockets as the Raft messages; a peer not heard from (any consensus message) for
+  an election timeout is declared dead and every quiet group naming it wakes
+  (`RaftCore.peer_down`). Quiet groups have no timer at all.
 """
 
 from __future__ import annotations
@@ -97,6 +102,9 @@ LEARNED_ADDRESSES_MAX = 4096
 PEER_SOCKETS_MAX = 1024
 # The driver wakes at least this often when no group has anything due (peers' refusals).
 IDLE_WAIT_S_MAX = 1.0
+# Liveness: the peers watched are those named by the configs of this server's groups,
+# recomputed from every group this often (a peer a new config names is watched at once).
+LIVENESS_REFRESH_S = 30.0
 
 
 def message_bytes(m: Message) -> int:
@@ -110,7 +118,8 @@ def message_bytes(m: Message) -> int:
 @dataclass(frozen=True, slots=True)
 class DriverOptions:
     tick_interval_s: float = 0.1
-    raft: RaftOptions = field(default_factory=RaftOptions)
+    # Quiet groups on (RaftOptions.quiesce): this driver detects dead peer servers itself.
+    raft: RaftOptions = field(default_factory=lambda: RaftOptions(quiesce=True))
     inbox_messages_max: int = 16_384  # network messages waiting for the driver
     inbox_bytes_max: int = 256 << 20  # their entries' payload bytes (one message at least)
     # Batches waiting for the wire per peer server (zmq's queue); beyond, new ones are
@@ -333,7 +342,7 @@ class _PeerOut:
         self.poster: Poster | None = None
         self.key = ""  # with CURVE: the peer's key the poster's socket was made for
 
-    def post(self, pbs: list[tuple[ConsensusMessagePB, int]], address: str) -> None:
+    def _ready_poster(self, address: str) -> Poster | None:
         opts = self.driver.options
         if address and address != self.address:
             self.reset()
@@ -345,7 +354,7 @@ class _PeerOut:
             key = curve.server_key(self.uuid)
             if not key:
                 log.debug("no key known for peer %s yet: consensus messages dropped", self.uuid)
-                return
+                return None
             if key != self.key:
                 self.reset()
                 self.key = key
@@ -358,6 +367,19 @@ class _PeerOut:
                 queue_max=opts.peer_queue_batches_max,
                 recipient_uuid=self.uuid,  # with CURVE: the key of this peer's UUID
             )
+        return self.poster
+
+    def ping(self) -> None:
+        """The liveness message: an empty batch (the peer notes that it heard this server)."""
+        poster = self._ready_poster("")
+        if poster is not None:
+            poster.post(self.uuid, CONSENSUS_METHOD, b"", self.driver.options.send_timeout_s)
+
+    def post(self, pbs: list[tuple[ConsensusMessagePB, int]], address: str) -> None:
+        opts = self.driver.options
+        if self._ready_poster(address) is None:
+            return
+        assert self.poster is not None
         i, n = 0, len(pbs)
         while i < n:
             batch, size = [], 0
@@ -450,6 +472,18 @@ class RaftDriver:
         self._timer_seq = itertools.count()
         self._refusals_tick = -1
         self.groups_ticked = 0  # groups given ticks by their timer (metrics, tests)
+        # Liveness of peer servers (quiet groups). _heard: peer uuid -> time.monotonic() of
+        # its last consensus message (any thread writes it: deliver() on rpc threads);
+        # the rest is the driver thread's.
+        self._heard: dict[str, float] = {}
+        self._watch: set[str] = set()  # peers named by this server's groups' configs
+        self._watch_refreshed_s = -LIVENESS_REFRESH_S
+        self._down: set[str] = set()  # declared dead (not heard from for an election timeout)
+        # On time.monotonic(), not on the tick clock: that one only runs for due timers, and
+        # quiet groups have none.
+        self._next_ping_s = 0.0
+        self.peers_declared_down = 0  # metrics, tests
+        self.groups_woken_by_liveness = 0
 
     def tick_now(self) -> int:
         """The driver's clock, as of the start of its current or last round (any thread)."""
@@ -593,9 +627,12 @@ class RaftDriver:
             return
         with g.process_lock:
             with g.lock:
+                farewell = [] if g.failed else self._farewell_locked(g)
                 g.closed = True
                 reads = list(g.reads.values())
                 g.reads.clear()
+        if farewell:
+            self._post(("send", farewell))
         for w in reads:
             w.result = ReadResult(0, ProposalStatus.NOT_LEADER)
             w.event.set()
@@ -612,6 +649,7 @@ class RaftDriver:
                 continue
             if from_config:
                 self._config_addressed.add(u)
+                self._watch.add(u)  # (set.add: atomic; the driver thread reads it)
             elif u in self._config_addressed:
                 if self.addresses.get(u) != a:
                     log.debug("peer %s: sender address %s ignored (config's)", u, a)
@@ -633,9 +671,20 @@ class RaftDriver:
         )
 
     # ------------------------------------------------------------ inputs
-    def deliver(self, messages: list[Message], sender_addresses: dict[str, str]) -> int:
+    def deliver(
+        self, messages: list[Message], sender_addresses: dict[str, str], caller: str = ""
+    ) -> int:
         """Queue network messages for the driver; returns how many were accepted (the
-        others are dropped: the inbox is bounded and Raft resends)."""
+        others are dropped: the inbox is bounded and Raft resends). `caller` (the rpc
+        caller's server uuid) and every sender are heard from now (liveness); an empty
+        batch is a liveness message."""
+        now = time.monotonic()
+        if caller:
+            self._heard[caller] = now
+        for m in messages:
+            self._heard[m.sender] = now
+        if not messages:
+            return 0
         self.learn_addresses(sender_addresses, from_config=False)
         opts = self.options
         with self._cond:
@@ -691,9 +740,10 @@ class RaftDriver:
     def _sleep_s(self) -> float:
         """Until the first timer is due (a stale entry only wakes the driver once early)."""
         now = time.monotonic()
-        if not self._timers:
-            return IDLE_WAIT_S_MAX
-        return min(IDLE_WAIT_S_MAX, max(0.0, self._due_s(self._timers[0][0]) - now))
+        wait = min(IDLE_WAIT_S_MAX, self._next_ping_s - now)  # liveness
+        if self._timers:
+            wait = min(wait, self._due_s(self._timers[0][0]) - now)
+        return max(0.0, wait)
 
     def _round(self, events: list) -> None:
         self._advance_clock()
@@ -702,6 +752,8 @@ class RaftDriver:
             kind = ev[0]
             if kind == "msg":
                 self._on_message(ev[1], dirty)
+            elif kind == "send":
+                self._send(ev[1])
             elif kind == "purge":
                 p = self._peers.get(ev[1])
                 if p is not None:
@@ -717,6 +769,8 @@ class RaftDriver:
                 dirty[g.tablet_id] = g
         now = time.monotonic()
         now_tick = self._clock_tick
+        if now >= self._next_ping_s:
+            self._liveness(now, dirty)
         while self._timers and self._timers[0][0] <= now_tick:
             due, _, g = heapq.heappop(self._timers)
             if g.queued_tick != due:
@@ -745,10 +799,94 @@ class RaftDriver:
                 log.exception("tablet %s: raft processing failed", g.tablet_id)
                 self._fail(g, f"raft driver: {type(e).__name__}: {e}")
 
+    # ------------------------------------------------------------ liveness
+    def _liveness(self, now: float, dirty: dict[str, RaftGroup]) -> None:
+        """Every heartbeat interval: ping the watched peers, declare dead those not heard
+        from for an election timeout and wake the quiet groups naming them."""
+        raft = self.options.raft
+        tick_s = self.options.tick_interval_s
+        self._next_ping_s = now + raft.heartbeat_interval_ticks * tick_s
+        if not raft.quiesce:
+            self._next_ping_s = float("inf")
+            return
+        if now - self._watch_refreshed_s >= LIVENESS_REFRESH_S:
+            self._watch_refreshed_s = now
+            with self._groups_lock:
+                groups = list(self._groups.values())
+            watch: set[str] = set()
+            for g in groups:
+                watch.update(g.core.config.uuids)  # a racy read of one attribute: fine here
+            watch.discard(self.uuid)
+            self._watch = watch
+        for uuid in list(self._watch):
+            self._ping(uuid)
+        timeout_s = raft.election_timeout_ticks * tick_s
+        newly_down = []
+        for uuid in list(self._watch):
+            heard = self._heard.get(uuid)
+            if heard is None:
+                self._heard[uuid] = now  # watched from now on: a full timeout of grace
+            elif now - heard <= timeout_s:
+                self._down.discard(uuid)
+            elif uuid not in self._down:
+                self._down.add(uuid)
+                newly_down.append(uuid)
+        if newly_down:
+            self.peers_declared_down += len(newly_down)
+            woken = self._wake_quiet(newly_down, dirty)
+            log.info(
+                "peer servers %s not heard from for %.1f s: %d quiet groups woke",
+                ", ".join(sorted(newly_down)),
+                timeout_s,
+                woken,
+            )
+
+    def _ping(self, uuid: str) -> None:
+        p = self._peers.get(uuid)
+        if p is None:
+            address = self.addresses.get(uuid, "")
+            if not address or (len(self._peers) >= PEER_SOCKETS_MAX and not self._evict_peer()):
+                return
+            p = self._peers[uuid] = _PeerOut(self, uuid, address)
+        p.ping()
+
+    def _wake_quiet(self, uuids: list[str], dirty: dict[str, RaftGroup]) -> int:
+        """Every quiet group naming one of `uuids` wakes; returns how many woke."""
+        with self._groups_lock:
+            groups = list(self._groups.values())
+        woken = 0
+        for g in groups:
+            with g.lock:
+                if g.closed or g.failed or not g.core.quiesced:
+                    continue
+                g.catch_up_locked()
+                for u in uuids:
+                    g.core.peer_down(u)
+                woke = not g.core.quiesced
+            if woke:
+                woken += 1
+                dirty[g.tablet_id] = g
+        self.groups_woken_by_liveness += woken
+        return woken
+
+    def _farewell_locked(self, g: RaftGroup) -> list[Message]:
+        """A leader's replica stops here while this server lives on (deleted, failed): its
+        followers may be quiet and would not notice by liveness. A last heartbeat wakes
+        them; with no more to come they elect a new leader. Caller holds g.lock."""
+        if not self.options.raft.quiesce or g.core.role is not Role.LEADER:
+            return []
+        try:
+            g.core.wake()
+            return [m for m in g.core.ready().messages if isinstance(m, AppendRequest)]
+        except Exception:  # a failed core may be in any state: its followers time out
+            log.exception("tablet %s: no last heartbeat", g.tablet_id)
+            return []
+
     def _schedule(self, g: RaftGroup) -> None:
-        """Put the group's next due tick in the timer heap (driver thread only)."""
+        """Put the group's next due tick in the timer heap (driver thread only). A quiet
+        group gets none: only an input (a message, a proposal, a dead peer) wakes it."""
         with g.lock:
-            if g.closed or g.failed:
+            if g.closed or g.failed or g.core.quiesced:
                 return
             g.due_tick = g.ticked_at + g.core.ticks_to_next_event()
         if g.queued_tick is None or g.due_tick < g.queued_tick:
@@ -932,6 +1070,10 @@ class RaftDriver:
                 log.info("tablet %s: StartTabletCopy to %s: %s", req.tablet_id, peer, e)
 
     def _fail(self, g: RaftGroup, reason: str) -> None:
+        if not g.failed:
+            with g.lock:
+                farewell = self._farewell_locked(g)
+            self._send(farewell)
         g.failed = True
         g.stages.clear()
         g.tablet.fail(reason)
