@@ -28,17 +28,20 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 import uuid as uuidlib
 from dataclasses import dataclass
 
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+from pysyncobj import FAIL_REASON
 
 from logstore import logstore_pb2 as pb
 from logstore.api import LogConditionFailed
 from logstore.journal import write_file_atomically
-from logstore.replicated import ReplicaConfig, ReplicatedLogStore
+from logstore.replicated import _RETRYABLE, _UNKNOWN, ReplicaConfig, ReplicatedLogStore
+from logstore.state import check_append_request, outcome_id
 from rpc import authz, keys, observe, privileged
-from rpc.errors import BadRequest, PermissionDenied
+from rpc.errors import BadRequest, PermissionDenied, RpcError, Unavailable
 from rpc.server import CallContext, RpcServer
 
 logger = logging.getLogger(__name__)
@@ -245,7 +248,8 @@ class LogStoreService:
                 handler = _role_checked(method, handler)
             server.register(method, request_type, handler, **kw)
 
-        register("LogStore.Append", pb.AppendRequest, self.append)
+        # Deferred (rpc/server.py): no worker waits for the commit; the Raft thread answers.
+        register("LogStore.Append", pb.AppendRequest, self.append_later, inline=True, deferred=True)
         register("LogStore.Read", pb.ReadRequest, self.read)
         register("LogStore.LastId", pb.LastIdRequest, self.last_id)
         register("LogStore.Barrier", pb.BarrierRequest, self.barrier)
@@ -268,12 +272,46 @@ class LogStoreService:
                 req.log, req.data, expected, tuple(req.invalidates), timeout_s=_timeout(ctx)
             )
         except LogConditionFailed as err:
-            raise LogConditionFailed(
-                err.message,
-                last_id=err.last_id,
-                body=pb.ConditionFailedDetail(last_id=err.last_id).SerializeToString(),
-            ) from None
+            raise _condition_failed(err) from None
         return pb.AppendResponse(id=new_id)
+
+    def append_later(self, req: pb.AppendRequest, ctx: CallContext):
+        """`append` without a thread waiting: queued for the Raft thread, whose callback
+        answers. What `append` retries (the command surely not in the log: no leader, a
+        full queue) is finished by `append` on the pool; the rest is answered as it does."""
+        store = self.store
+        store._check_open()
+        expected = req.expected_id if req.HasField("expected_id") else None
+        invalidates = tuple(req.invalidates)
+        check_append_request(req.log, req.data, expected, invalidates)
+        later = ctx.later()
+        started = time.monotonic()
+
+        def done(outcome, reason: int) -> None:  # on the Raft thread
+            if reason in _RETRYABLE:
+                later.run(lambda: self.append(req, ctx))
+                return
+            with store._append_latency_lock:
+                store.append_latency.observe(time.monotonic() - started)
+            if reason == FAIL_REASON.SUCCESS:
+                try:
+                    later.reply(pb.AppendResponse(id=outcome_id(outcome)))
+                except LogConditionFailed as err:
+                    later.fail(_condition_failed(err))
+                except RpcError as err:
+                    later.fail(err)
+            elif reason in _UNKNOWN:
+                later.fail(
+                    Unavailable(
+                        "leader changed before the command's outcome was known; "
+                        "read the log to learn whether it was committed"
+                    )
+                )
+            else:
+                later.fail(Unavailable(f"command failed (pysyncobj reason {reason})"))
+
+        store._enqueue_append((req.log, bytes(req.data), expected, invalidates), done)
+        return later
 
     def read(self, req: pb.ReadRequest, ctx: CallContext) -> pb.ReadResponse:
         entries = self.store.read(req.log, max(1, req.from_id), req.limit or 1000)
@@ -329,6 +367,15 @@ class LogStoreService:
     ) -> pb.TransferLeadershipResponse:
         leader = self.store.transfer_leadership(req.raft_address or None, timeout_s=_timeout(ctx))
         return pb.TransferLeadershipResponse(leader=leader)
+
+
+def _condition_failed(err: LogConditionFailed) -> LogConditionFailed:
+    """`err` with the ConditionFailedDetail body its answer carries."""
+    return LogConditionFailed(
+        err.message,
+        last_id=err.last_id,
+        body=pb.ConditionFailedDetail(last_id=err.last_id).SerializeToString(),
+    )
 
 
 def _role_checked(method: str, handler):

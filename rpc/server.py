@@ -198,8 +198,14 @@ class Later:
             return False
         server, ctx = self._server, self._ctx
         status, frames, stat = server._result_frames(self._call_id, ctx, result, None)
-        server._queue_reply((self._identity, frames, self._method, status, ctx.received, stat))
+        server._queue_reply((self._identity, frames, self._method, status, ctx.received, (stat,)))
         return True
+
+    def run(self, fn: Callable[[], Message | Serialized | Reply]) -> None:
+        """Finish the call on the worker pool: a worker calls `fn()` and answers with what
+        it returns or raises, as a pool handler's (for the rare path that must block, e.g.
+        a retry with backoff). Any thread; the call stays counted in flight meanwhile."""
+        self._server._work.put(_LaterWork(self, fn))
 
     def fail(self, err: errors.RpcError) -> bool:
         """Answer the call with `err`'s status; False if it was answered already or its
@@ -207,7 +213,12 @@ class Later:
         if self._server._deferred.pop(self._key, None) is None:
             return False
         server = self._server
-        stat = "bad_request" if isinstance(err, errors.BadRequest) else "errors"
+        if isinstance(err, errors.Internal):
+            stat: tuple[str, ...] = ("internal",)
+        elif isinstance(err, errors.BadRequest):
+            stat = ("errors", "bad_request")
+        else:
+            stat = ("errors",)
         log.debug("call %d to %s answered %s", self._call_id, self._ctx.method, err)
         frames = server._error_frames(self._call_id, err)
         server._queue_reply(
@@ -221,6 +232,14 @@ class Serialized(bytes):
     The handler vouches that these are the bytes of its method's response message."""
 
     __slots__ = ()
+
+
+@dataclass(frozen=True, slots=True)
+class _LaterWork:
+    """A deferred call finished on the pool (Later.run)."""
+
+    later: Later
+    fn: Callable[[], Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,7 +318,7 @@ class RpcServer:
         self._ctx = zmq.Context()
         self._router: zmq.Socket | None = None
         # Answers for the I/O thread to send: a worker's [identity, *frames]; a deferred
-        # call's (identity, frames, method, status, received, stats key); None (a worker
+        # call's (identity, frames, method, status, received, stats keys); None (a worker
         # that answered nothing: only counted). deque.append/popleft are atomic, so no
         # lock. A thread that queues one wakes the I/O thread (eventfd) only if it takes
         # the token in `_wake_armed`, which the I/O thread puts back before it looks at the
@@ -653,8 +672,9 @@ class RpcServer:
             if type(item) is list:  # a worker's answer, counted by the worker
                 self._send(item)
             elif item is not None:  # a deferred call's, counted here
-                identity, frames, method, status, received, stat = item
-                io_stats[stat] += 1
+                identity, frames, method, status, received, stat_keys = item
+                for key in stat_keys:
+                    io_stats[key] += 1
                 if shard is not None:
                     stats = shard[method.index]
                     stats.statuses[status] += 1
@@ -885,6 +905,9 @@ class RpcServer:
             item = get()
             if item is None or self._stopping.is_set():
                 return
+            if type(item) is _LaterWork:
+                self._run_later(item)
+                continue
             identity, call_id, method, body_frame, ctx = item
             answer = None
             try:
@@ -895,6 +918,19 @@ class RpcServer:
             finally:
                 # None (not answered: a BaseException) is counted out all the same.
                 queue_reply(answer)
+
+    @staticmethod
+    def _run_later(work: _LaterWork) -> None:
+        later = work.later
+        try:
+            result = work.fn()
+        except errors.RpcError as err:
+            later.fail(err)
+        except Exception as exc:  # a bug: answer INTERNAL, keep serving
+            log.exception("call %d to %s failed", later._call_id, later._ctx.method)
+            later.fail(errors.Internal(f"{type(exc).__name__}: {exc}"))
+        else:
+            later.reply(result)
 
     def _invoke(
         self,
