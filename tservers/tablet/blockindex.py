@@ -18,7 +18,7 @@ from __future__ import annotations
 import bisect
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import pyarrow as pa
@@ -27,6 +27,7 @@ import pyarrow.compute as pc
 from tservers.metafile import fsync_dir
 from tservers.tablet import stats as block_stats
 from tservers.tablet.bloom import Bloom, hash_columns, i64, is_int_type, key_hash
+from tservers.tablet.merge import compaction_slabs
 from tservers.tablet.schema import DELETED_FIELD
 from tservers.tablet.stats import stats_name
 
@@ -150,11 +151,9 @@ class BlockIndex:
 
     def build_bloom(self) -> Bloom:
         """The filter of the block's keys, hashed a batch at a time (vectorized for
-        integer keys)."""
-        if not self._keys:
-            return Bloom.build(pa.array([], pa.uint64()), 0)
-        hashes = pa.concat_arrays([hash_columns(arrays) for arrays in self._keys])
-        return Bloom.build(hashes, self.num_rows)
+        integer keys) and folded into the filter as they come (`Bloom.build_batches`):
+        never every key's hash or bit positions at once."""
+        return Bloom.build_batches((hash_columns(arrays) for arrays in self._keys), self.num_rows)
 
     def iter_keys(self) -> Iterable:
         for arrays in self._keys:
@@ -253,6 +252,77 @@ class BlockIndex:
     def heap_bytes(self) -> int:
         """What the block costs on the heap beyond its mapped file (the filter)."""
         return self.bloom.size_bytes if self.bloom is not None else 0
+
+
+def write_block(
+    data_dir: Path, name: str, schema: pa.Schema, pieces: Iterable[pa.Table], chunk_rows: int
+) -> int:
+    """Write the key-sorted `pieces` (tables of `schema`) as the block `name`, as they come:
+    record batches of `chunk_rows` rows (the last one shorter), each written once it is
+    whole, so at most one batch and one piece are held; each batch's stats (`stats.py`)
+    are computed as it is written and the stats file written after the block. The block
+    goes to a temporary file, fsynced, renamed and the directory fsynced (a crash leaves
+    either no block or a whole one; an unlisted one is removed at open). Returns the rows
+    written."""
+    chunk_rows = max(1, chunk_rows)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    path = data_dir / name
+    tmp = data_dir / (name + ".tmp")
+    chunks: list[dict] = []
+    rows = 0
+    with pa.OSFile(str(tmp), "wb") as sink:
+        with pa.ipc.new_file(sink, schema) as writer:
+
+            def emit(t: pa.Table) -> None:
+                nonlocal rows
+                (batch,) = t.combine_chunks().to_batches()
+                writer.write_batch(batch)
+                chunks.extend(block_stats.compute([batch]))
+                rows += batch.num_rows
+
+            held: pa.Table | None = None  # rows not written yet: fewer than chunk_rows
+            for piece in pieces:
+                if not piece.num_rows:
+                    continue
+                assert piece.schema == schema, (piece.schema, schema)
+                held = piece if held is None else pa.concat_tables([held, piece])
+                while held.num_rows >= chunk_rows:
+                    emit(held.slice(0, chunk_rows))
+                    held = held.slice(chunk_rows)
+            if held is not None and held.num_rows:
+                emit(held)
+    fd = os.open(tmp, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(data_dir)
+    write_file(data_dir / stats_name(name), block_stats.to_bytes(chunks))
+    return rows
+
+
+def write_merged_block(
+    data_dir: Path,
+    name: str,
+    sources: Sequence[pa.Table],
+    key_names: list[str],
+    adapt: Callable[[int, pa.Table], pa.Table],
+    *,
+    drop_deleted: bool,
+    chunk_rows: int,
+    slab_rows: int | None = None,
+) -> int:
+    """A compaction's output block: `sources` (blocks, oldest first) merged in bounded slabs
+    (`merge.compaction_slabs`) and written as the slabs come (`write_block`); the memory is
+    a slab and a batch, not the run. The block's filter is built when it is opened
+    (`BlockIndex.open`, a batch at a time). Returns the rows written."""
+    assert sources
+    schema = adapt(0, sources[0].slice(0, 0)).schema
+    slabs = compaction_slabs(
+        sources, key_names, adapt, drop_deleted=drop_deleted, slab_rows=slab_rows
+    )
+    return write_block(data_dir, name, schema, slabs, chunk_rows)
 
 
 def write_file(path: Path, data: bytes) -> None:

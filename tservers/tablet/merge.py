@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterator, Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tservers.tablet.schema import DELETED_FIELD
+
 SLAB_ROWS_DEFAULT = 16_384
 
 
@@ -117,3 +119,31 @@ def merge_slabs(
                 parts.append(adapt(i, srcs[i].table.slice(pos[i], stop - pos[i])))
                 pos[i] = stop
         yield parts[0] if len(parts) == 1 else newest_versions(parts, key_names)
+
+
+# A compaction's slab: about this many rows in all, however many blocks it merges (each
+# source gives at most its share, and at least COMPACT_SOURCE_ROWS_MIN rows, per slab).
+COMPACT_SLAB_ROWS = 65_536
+COMPACT_SOURCE_ROWS_MIN = 1024
+
+
+def compaction_slabs(
+    sources: Sequence[pa.Table],
+    key_names: list[str],
+    adapt: Callable[[int, pa.Table], pa.Table],
+    *,
+    drop_deleted: bool,
+    slab_rows: int | None = None,
+) -> Iterator[pa.Table]:
+    """The rows of a compaction of `sources` (data blocks, oldest first), in key order and
+    in bounded slabs (`merge_slabs`): the newest version of every key, tombstones dropped
+    with `drop_deleted` (a run that starts at the oldest block: nothing older is left for
+    them to hide) and kept otherwise. Each slab holds at most `len(sources) x slab_rows`
+    rows (default: COMPACT_SLAB_ROWS shared among the sources)."""
+    if slab_rows is None:
+        slab_rows = max(COMPACT_SOURCE_ROWS_MIN, COMPACT_SLAB_ROWS // max(1, len(sources)))
+    for slab in merge_slabs(sources, key_names, adapt, slab_rows=slab_rows):
+        if drop_deleted:
+            slab = slab.filter(pc.invert(slab.column(DELETED_FIELD)))
+        if slab.num_rows:
+            yield slab

@@ -97,7 +97,7 @@ from tservers.consensus_wire import config_to_pb
 from tservers.crash import crash_point
 from tservers.fs import FsLayout
 from tservers.metafile import fsync_dir
-from tservers.tablet.blockindex import BlockIndex, bloom_name
+from tservers.tablet.blockindex import BlockIndex, bloom_name, write_merged_block
 from tservers.tablet.bloom import hash_array, key_hash
 from tservers.tablet.dedup import STALE, DedupTable, Done, RequestId
 from tservers.tablet.merge import SLAB_ROWS_DEFAULT, merge_slabs, newest_versions
@@ -1241,15 +1241,19 @@ class Tablet:
                     return False
                 start = found
             run = blocks[start:]
-            if start == 0:
-                merged = self._merge([b.table for b in run], None)
-                merged = merged.append_column(
-                    DELETED_FIELD, pa.repeat(pa.scalar(False, pa.bool_()), merged.num_rows)
-                )
-            else:  # older blocks may hold versions the run's tombstones hide
-                merged = self._merge([b.table for b in run], None, keep_deleted=True)
             name = f"block-{block_id:09d}.arrow"
-            self._write_block(name, merged)
+            # Merged in bounded slabs and written as they come (blockindex.py); tombstones
+            # dropped only from a run that starts at the oldest block (older blocks may hold
+            # versions the run's tombstones hide).
+            write_merged_block(
+                self.fs.data_dir(self.tablet_id),
+                name,
+                [b.table for b in run],
+                self._key_names(),
+                lambda _i, t: self._adapt(t),
+                drop_deleted=start == 0,
+                chunk_rows=self.opts.block_chunk_rows,
+            )
             loaded = self._open_block(name)  # writes its filter
             crash_point("compact.after_block_write")
             with self.lock:
@@ -1276,7 +1280,7 @@ class Tablet:
                 len(run),
                 len(blocks),
                 name,
-                merged.num_rows,
+                loaded.num_rows,
             )
             return True
 
