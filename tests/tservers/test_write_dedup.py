@@ -11,15 +11,18 @@ tablet copy (the table travels in the superblock). design/tservers.md, "Exactly-
 from __future__ import annotations
 
 import os
+import threading
 
 import pyarrow as pa
 import pytest
 
 from rpc import errors
-from rpc.protocols.tserver_pb2 import OpType, RequestIdPB, WriteResponse
+from rpc.protocols.tserver_pb2 import LogEntryPB, OpType, RequestIdPB, WriteResponse
 from tests.replication.helpers import TServerTrio
 from tests.support.procs import wait_for
+from tservers.fs import FsLayout
 from tservers.tablet.dedup import STALE, DedupTable, Done, RequestId, check_pb
+from tservers.wal.log import Appender, TabletLog, WalOptions
 
 A = b"a" * 16
 B = b"b" * 16
@@ -161,8 +164,8 @@ def test_resent_upsert_after_an_overwrite_is_not_applied_again(solo: TServerTrio
     first = _send(solo, 0, "d1", OpType.UPSERT, 7, "old", request)
     _send(solo, 0, "d1", OpType.UPSERT, 7, "new")  # another client's overwrite
     again = _send(solo, 0, "d1", OpType.UPSERT, 7, "old", request)  # the resend
-    _same_answer(first, again)
     assert _value(solo, 0, "d1", 7) == "new"
+    _same_answer(first, again)
     # A write without a request id has no dedup: sent twice, applied twice.
     a = _send(solo, 0, "d1", OpType.UPSERT, 7, "plain")
     b = _send(solo, 0, "d1", OpType.UPSERT, 7, "plain")
@@ -190,8 +193,9 @@ def test_resend_after_a_restart_is_not_applied_again(solo: TServerTrio):
     solo.kill9(0)
     solo.restart(0)
     solo.leader("d1")
-    _same_answer(first, _send(solo, 0, "d1", OpType.UPSERT, 9, "old", request))
+    again = _send(solo, 0, "d1", OpType.UPSERT, 9, "old", request)
     assert _value(solo, 0, "d1", 9) == "new"
+    _same_answer(first, again)
 
 
 @pytest.mark.integration
@@ -208,8 +212,39 @@ def test_resend_after_a_flush_and_a_restart_is_not_applied_again(solo: TServerTr
     solo.kill9(0)
     solo.restart(0)
     solo.leader("d1")
-    _same_answer(first, _send(solo, 0, "d1", OpType.UPSERT, 10, "old", request))
+    again = _send(solo, 0, "d1", OpType.UPSERT, 10, "old", request)
     assert _value(solo, 0, "d1", 10) == "new"
+    _same_answer(first, again)
+
+
+@pytest.mark.integration
+def test_a_duplicate_entry_in_the_log_is_not_applied_at_replay(solo: TServerTrio):
+    """Apply time is the rule: a second entry of the same request id in the log (as a resend
+    proposed by another leader while the first was not yet known to it would leave) is a
+    no-op when applied, here at WAL replay. Put in the log offline, after the overwrite."""
+    request = _request_id()
+    _send(solo, 0, "d1", OpType.UPSERT, 14, "old", request)
+    _send(solo, 0, "d1", OpType.UPSERT, 14, "new")
+    solo.kill9(0)
+    fs = FsLayout.open(solo.roots[0])
+    opts = WalOptions()
+    wal, entries = TabletLog.open(fs.wal_dir("d1"), "d1", opts)
+    first = next(e for e in entries if e.write.HasField("request_id"))
+    dup = LogEntryPB()
+    dup.CopyFrom(first)
+    dup.term, dup.index = entries[-1].term, entries[-1].index + 1
+    app = Appender(opts)
+    done = threading.Event()
+    errs: list = []
+    app.append(wal, [dup], lambda err: (errs.append(err), done.set()))
+    assert done.wait(30) and errs == [None]
+    wal.close()
+    app.close()
+    solo.restart(0)
+    solo.leader("d1")
+    wait_for(lambda: solo.report(0, "d1").applied_index > dup.index, 30, "the replay")
+    assert _value(solo, 0, "d1", 14) == "new"
+    assert f"entry {dup.index} is write 1 of client" in solo.procs[0].err_path.read_text()
 
 
 def _rows(ids) -> pa.Table:
@@ -237,8 +272,9 @@ def test_resend_to_a_new_leader_is_not_applied_again(trio: TServerTrio):
     _send(trio, lead, "d2", OpType.UPSERT, 11, "new")
     trio.kill9(lead)
     new = trio.leader("d2", among=[i for i in range(3) if i != lead])
-    _same_answer(first, _send(trio, new, "d2", OpType.UPSERT, 11, "old", request))
+    again = _send(trio, new, "d2", OpType.UPSERT, 11, "old", request)
     assert _value(trio, new, "d2", 11) == "new"
+    _same_answer(first, again)
 
 
 @pytest.mark.integration
@@ -271,5 +307,6 @@ def test_resend_to_a_copied_replica_is_not_applied_again(trio: TServerTrio):
     trio.kill9(lead)
     trio.restart(g)
     assert trio.leader("d3", among=[f, g]) == f
-    _same_answer(first, _send(trio, f, "d3", OpType.UPSERT, 12, "old", request))
+    again = _send(trio, f, "d3", OpType.UPSERT, 12, "old", request)
     assert _value(trio, f, "d3", 12) == "new"
+    _same_answer(first, again)
