@@ -827,6 +827,8 @@ class Transport:
         )
         if call.error is not None:
             raise call.error
+        if call.answer is not None:  # collected before: the same answer again
+            return self._direct_result(*call.answer)
         d = call.direct
         with d.lock:
             try:
@@ -842,16 +844,20 @@ class Transport:
                     call.method,
                     max(0.0, call.deadline - time.monotonic()),
                 )
+            except errors.RpcError as err:
+                call.error = err
+                raise
             finally:
                 d.pending.pop(call.call_id, None)
                 d.answers.pop(call.call_id, None)
+        call.answer = (answer, reply)
         return self._direct_result(answer, reply)
 
     def direct_done(self, call: _DirectCall) -> bool:
         """True once `call`'s answer is in (read without waiting), or its deadline passed."""
         assert call.owner == threading.get_ident(), "asked by the thread that made the call"
         d = call.direct
-        if call.error is not None:
+        if call.error is not None or call.answer is not None:
             return True
         with d.lock:
             if call.call_id in d.answers or self._closing.is_set() or d.socket.closed:
@@ -1210,7 +1216,9 @@ class _DirectCall:
     deadline: float
     drops: int  # the socket's drop count when it was sent
     owner: int  # threading.get_ident() of the caller
-    error: errors.RpcError | None = None  # not sent: raised by the result
+    # Not sent, or failed when collected: raised by the result (again, if asked again).
+    error: errors.RpcError | None = None
+    answer: tuple | None = None  # (ResponseHeader, frames) once collected
 
 
 class PendingCall:
