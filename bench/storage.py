@@ -186,6 +186,8 @@ def measure(client: TabletServerClient, proc, tid: str, n: int, reads: int) -> d
             raise
     quiet_s = quiesce(pid)  # the last flush and the background compactions done
     after_load = rss_bytes(pid)
+    # The peak through the load and the compactions that went on after it (not reset).
+    settle_peak = after_load["VmHWM"]
     probes = [
         rng.choice(ids) if rng.random() < 0.9 else rng.randrange(n) * 2 + 1 for _ in range(reads)
     ]
@@ -201,7 +203,8 @@ def measure(client: TabletServerClient, proc, tid: str, n: int, reads: int) -> d
     if full.num_rows != n:
         raise SystemExit(f"full scan returned {full.num_rows} rows, not {n}")
     del full
-    # The same with the largest batches the server sends (the default is 4,096 rows).
+    # The same with the largest batches the server sends (the default before 42d8335 was
+    # 4,096 rows; 65,536 since).
     big_s, got = timed(lambda: client.scan_table(tid, batch_rows_max=65_536), 2)
     if got.num_rows != n:
         raise SystemExit(f"full scan returned {got.num_rows} rows, not {n}")
@@ -251,6 +254,8 @@ def measure(client: TabletServerClient, proc, tid: str, n: int, reads: int) -> d
         "full_s": full_s,
         "big_rps": n / big_s,
         "load_peak": load_peak,
+        "settle_peak": settle_peak,
+        "load_s": load_s,
         "scan_peak": scan_peak,
         "pq_full_rps": n / pq_full_s,
         "pq_full_s": pq_full_s,
@@ -390,6 +395,7 @@ def main() -> int:
                 client = TabletServerClient(address, timeout_s=300)
                 r = measure(client, proc, f"bench{n}", n, args.reads)
                 client.close()
+                r["disk"] = sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
                 proc, r["serving_s"], r["restart_s"] = restart(
                     proc, root, out, args.flush_rows, f"bench{n}", r["probe"]
                 )
@@ -440,7 +446,9 @@ def main() -> int:
             f"predicate {r['sel_s'] * 1000:.0f} ms; Parquet full {r['pq_full_s']:.2f} s, "
             f"1% {r['pq_range_s'] * 1000:.0f} ms, predicate {r['pq_sel_s'] * 1000:.0f} ms; "
             f"serving after {r['serving_s']:.2f} s; idle RSS {r['idle'] / mib:.0f} MiB; "
-            f"{r['quiet_s']:.0f} s to quiesce after the load"
+            f"{r['quiet_s']:.0f} s to quiesce after the load; load {r['load_s']:.0f} s; "
+            f"peak RSS through load and compactions {r['settle_peak'] / mib:.0f} MiB; "
+            f"disk {r['disk'] / mib:,.0f} MiB"
         )
     return 0
 
