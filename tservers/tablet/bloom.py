@@ -9,7 +9,8 @@ The filter is an array of 512-bit blocks; a key sets PROBES bits in the one bloc
 
 Vectorized: a column of integer keys is hashed with Arrow kernels (`hash_array`,
 `hash_keys`), a batch of hashes probed against a filter in one pass (`may_contain_many`)
-and a filter built from a hash array with one scatter of its bit positions (`build`).
+and a filter built from hash arrays by a scatter of their bit positions, a segment of the
+filter at a time (`build`, `build_batches`: memory bounded by the segment, not the block).
 The bit layout is the same as the one-key functions (`key_hash`, `may_contain`): a bit p
 is bit p & 7 of byte p >> 3, which is also how Arrow packs a boolean array.
 

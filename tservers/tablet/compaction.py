@@ -6,14 +6,19 @@ round, the RUNNING tablet with the most data blocks among those holding at least
 which merges only the newest run of blocks of one size class: `compaction_run`). Flushes
 stay on the manager's maintenance thread, so a throttled compaction never delays a flush.
 
-Memory: one compaction at a time per server, and a run is merged only when it holds at most
-`run_blocks_max` blocks (K) and `run_bytes_max` bytes of block files (B): the tablet merges
-a run whole in memory (`Tablet.compact`), so this bounds the merge's heap. A tablet whose
-run is over either bound is left as it is (counted in `deferred`, logged once) until its
-run changes: smaller classes go on merging, and the blocks of the class over the bound
-stay apart (Kudu's compaction budget does the same: `tablet_compaction_budget_mb`). The
-run is read just before `compact` (which reads it again under the tablet's flush lock): a
-flush in between may add one block to it.
+Memory: one compaction at a time per server, and the tablet merges a run in bounded slabs
+and writes its block as they come (`blockindex.write_merged_block`): the merge holds about
+COMPACT_SLAB_ROWS rows and one output batch whatever the run's size, and the new block's
+filter is built a segment at a time (its hashes, 8 bytes a key, are what grows). A run is
+still merged only when it holds at most `run_blocks_max` blocks (K) and `run_bytes_max`
+bytes of block files (B): K bounds the sources of a slab, B now the disk a compaction
+needs until it unlinks its inputs (the new block is written before the old ones go) and
+how long one compaction runs. A tablet whose run is over either bound is left as it is
+(counted in `deferred`, logged once) until its run changes: smaller classes go on
+merging, and the blocks of the class over the bound stay apart (Kudu's compaction budget
+does the same: `tablet_compaction_budget_mb`). The run is read just before `compact`
+(which reads it again under the tablet's flush lock): a flush in between may add one block
+to it.
 
 Rate limit: a budget of `rate_bytes_s` bytes written per second over all tablets. A
 compaction that wrote X bytes and started at t lets the next one start at t + X / rate at
