@@ -679,10 +679,12 @@ class RaftDriver:
         caller's server uuid) and every sender are heard from now (liveness); an empty
         batch is a liveness message."""
         now = time.monotonic()
-        if caller:
+        watch = self._watch  # only peers of our groups: strangers cannot grow the map
+        if caller in watch:
             self._heard[caller] = now
         for m in messages:
-            self._heard[m.sender] = now
+            if m.sender in watch:
+                self._heard[m.sender] = now
         if not messages:
             return 0
         self.learn_addresses(sender_addresses, from_config=False)

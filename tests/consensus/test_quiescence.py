@@ -27,6 +27,7 @@ from tservers.consensus import (
     VoteRequest,
 )
 from tservers.consensus.raft_core import QUIET_TICKS_MAX
+from tservers.raft_driver import RaftDriver
 
 T = 10
 OPTS = RaftOptions(election_timeout_ticks=T, heartbeat_interval_ticks=2, quiesce=True)
@@ -348,6 +349,16 @@ def test_random_idle_and_busy_periods_keep_logs_and_commits_agreeing():
     assert ents["a"] == ents["b"] == ents["c"]
     assert all(k.commit_index == lk.last_index for k in c.cores.values())
     assert all(k.quiesced for k in c.cores.values())
+
+
+def test_liveness_hears_only_the_peers_of_its_groups():
+    """An empty batch is a liveness message from its rpc caller; only servers named by a
+    config are tracked (a stranger's uuids cannot grow the map)."""
+    d = RaftDriver("me", appender=None)  # never started
+    d.learn_addresses({"p1": "127.0.0.1:1"})
+    assert d.deliver([], {}, "p1") == 0
+    d.deliver([], {}, "stranger")
+    assert set(d._heard) == {"p1"}
 
 
 # ---------------------------------------------------------------- real processes
