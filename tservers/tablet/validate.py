@@ -127,9 +127,12 @@ def _check_fields(stream_schema: pa.Schema, schema: Schema, lenient: bool) -> li
     lenient read). Raises BadRequest naming the column."""
     out: list[int | None] = []
     seen: set[int] = set()
-    for field in stream_schema:
-        name = field.name
-        meta = field.metadata or {}
+    for n, field in enumerate(stream_schema):
+        try:
+            name = field.name
+            meta = field.metadata or {}
+        except UnicodeDecodeError as e:  # Arrow decodes a field's name as UTF-8 on access
+            raise BadRequest(f"column {n}: its name is not valid UTF-8 ({e.reason})") from None
         if _EXTENSION_KEY in meta:
             raise BadRequest(f"column {name!r}: extension types are not accepted")
         t = field.type
