@@ -599,6 +599,15 @@ def main(argv: list[str] | None = None) -> int:
         for name, r in results.items():
             row = f"{name:32} {r['p50']:8.2f} {r['p99']:8.2f}"
             print(row + "".join(f" {r['tput'][c]:14.0f}" for c in args.callers))
+        zmq, emb = results.get("logstore zmq"), results.get("logstore embedded")
+        if zmq and emb:  # issue 28: serve >= 0.5 of embedded appends/s at 64 callers
+            print(
+                "logstore zmq / logstore embedded: "
+                + ", ".join(
+                    f"{c} callers x{zmq['tput'][c] / max(emb['tput'][c], 1e-9):.2f}"
+                    for c in args.callers
+                )
+            )
         for mode in modes:
             ours = results.get(f"logstore {mode}")
             for name, r in results.items():
