@@ -31,6 +31,7 @@ import logcentric
 from logcentric import Column
 from logstore.journal import UNSAFE_NO_FDATASYNC_ENV
 from logstore.remote import RemoteLogStore
+from optools.localcluster import NodeSpec
 from rpc import errors
 from tests.logstore.helpers import PASSWORD, free_addresses
 from tests.nemesis.power import PowerCluster, PowerLogGroup
@@ -247,8 +248,16 @@ def cluster_run(
                 log.info("cluster: %d rows acknowledged before any fault", writers.count())
                 if single:
                     with c.client() as meta:
-                        leader = c.leader(meta)
-                    assert leader is not None
+                        # One pass of c.leader (1 s Status calls) can miss the leader under
+                        # load or mid-election: wait for one, bounded.
+                        found: list[NodeSpec | None] = [None]
+
+                        def leads() -> bool:
+                            found[0] = c.leader(meta)
+                            return found[0] is not None
+
+                        wait_until(leads, "a coordinator leader")
+                        leader = found[0]
                     for node in (leader, c.node("tserver-0")):
                         log.info("power loss of %s: %s", node.name, c.power_loss(node, torn=True))
                         c.restart(node)
