@@ -291,17 +291,19 @@ def test_resend_to_a_copied_replica_is_not_applied_again(trio: TServerTrio):
         "d3", [(OpType.INSERT, _rows(range(1000, 1100)))], schema_version=SCHEMA_VERSION
     )
     wait_for(lambda: trio.report(lead, "d3").flushed_index >= over.op_id.index, 60, "a flush")
-    # g goes down; f is deleted and copied again from the leader.
-    trio.kill9(g)
+    # f is deleted and copied again from the leader: a write wakes the group (a quiet leader
+    # sends nothing) and its append to f, refused TABLET_DELETED, starts the copy.
     trio.client(f).delete_tablet("d3")
+    woke = _send(trio, lead, "d3", OpType.UPSERT, 13, "w")
 
     def copied() -> bool:
         r = trio.report(f, "d3")
-        return r is not None and r.status == "RUNNING" and r.applied_index >= over.op_id.index
+        return r is not None and r.status == "RUNNING" and r.applied_index >= woke.op_id.index
 
     wait_for(copied, 60, "the copied replica")
-    # One more write (the leader and f): g's log is now behind, so with the leader gone
-    # only f can be elected.
+    # g goes down, one more write (the leader and f): g's log is now behind, so with the
+    # leader gone only f can be elected.
+    trio.kill9(g)
     last = _send(trio, lead, "d3", OpType.UPSERT, 13, "x")
     wait_for(lambda: trio.report(f, "d3").applied_index >= last.op_id.index, 30, "f caught up")
     trio.kill9(lead)
