@@ -153,6 +153,19 @@ class LoadedPage:
         ends = list(accumulate(self.lens, initial=self.start))
         return list(map(self.body.__getitem__, map(slice, ends, islice(ends, 1, None))))
 
+    def entries(self, from_id: int, limit: int) -> list[Entry]:
+        """At most `limit` of its entries from id `from_id` on, made from the columns: a
+        read leaves the page as it is (a replay that reads a whole log keeps no dict)."""
+        ids = self.ids
+        a = bisect_left(ids, from_id)
+        b = min(len(ids), a + limit)
+        if a >= b:
+            return []
+        ends = list(accumulate(self.lens[a:b], initial=self.start + sum(self.lens[:a])))
+        datas = map(self.body.__getitem__, map(slice, ends, islice(ends, 1, None)))
+        invs = repeat(()) if self.invs is None else self.invs[a:b]
+        return list(map(Entry, ids[a:b], datas, invs))
+
     def materialize(self) -> dict[int, Entry]:
         invs = repeat(()) if self.invs is None else self.invs
         return dict(zip(self.ids, map(Entry, self.ids, self.datas(), invs), strict=False))
@@ -222,7 +235,9 @@ class LiveEntries(Mapping[int, Entry]):
         if page is None:
             return False
         if type(page) is not dict:
-            return entry_id in self.page(entry_id >> PAGE_ID_BITS)  # type: ignore[operator]
+            ids = page.ids
+            at = bisect_left(ids, entry_id)
+            return at < len(ids) and ids[at] == entry_id
         return entry_id in page
 
     def __iter__(self) -> Iterator[int]:
@@ -462,11 +477,14 @@ class LogState:
         # grow and a restore inserts in id order.
         first_page = from_id >> PAGE_ID_BITS
         out: list[Entry] = []
-        for page_no in list(live.pages):
+        for page_no, page in list(live.pages.items()):
             if page_no < first_page:
                 continue
-            page = live.page(page_no)
-            assert page is not None
+            if type(page) is not dict:
+                out += page.entries(from_id, limit - len(out))
+                if len(out) >= limit:
+                    return out
+                continue
             for i, entry in page.items():
                 if i >= from_id:
                     out.append(entry)

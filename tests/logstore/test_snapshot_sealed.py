@@ -26,7 +26,7 @@ from logstore.snapshot import (
     decode_snapshot,
     encode_snapshot,
 )
-from logstore.state import PAGE_ID_BITS, LogState
+from logstore.state import PAGE_ID_BITS, LoadedPage, LogState
 from rpc.errors import Corruption
 
 PAGE = 1 << PAGE_ID_BITS
@@ -75,8 +75,10 @@ def test_a_sealed_page_read_then_changed_is_encoded_as_it_is_now():
     reference = LogState()
     _fill(reference, "a", 2 * PAGE + 3)
 
-    assert state.read("a", 5, limit=2)[0] == Entry(5, b"a-4", ())
     live = state.logs["a"]
+    assert state.read("a", 5, limit=2)[0] == Entry(5, b"a-4", ())
+    assert type(live.pages[0]) is LoadedPage  # a read makes its entries, not a dict
+    assert live[5] == Entry(5, b"a-4", ())  # a lookup by id makes the dict
     assert type(live.pages[0]) is dict and 0 in live.sealed
     before = state.capture()
     assert before.logs[0].pages[0] is live.sealed[0]  # the columns, not the dict
@@ -105,6 +107,36 @@ def test_sealing_the_tail_page_leaves_a_capture_of_it_unchanged():
     assert encode_snapshot(copy, META) == blob
     again, _ = decode_snapshot(blob)
     assert again.last_id("a") == PAGE - 2 and len(again.logs["a"]) == PAGE - 2
+
+
+def test_reads_of_sealed_pages_leave_them_in_columns():
+    """Every read gives what the same read gives on a state of dict pages (built through
+    restore_log, which never seals), and leaves the pages sealed; sealed pages with holes
+    and with entries that invalidated others included."""
+
+    def build() -> LogState:
+        state = LogState()
+        _fill(state, "a", PAGE - 10)
+        state.apply_append("a", b"inv", None, (3, 5))
+        _fill(state, "a", 20)  # page 0 sealed with its holes
+        state.apply_append("a", b"inv2", None, (PAGE + 3,))
+        _fill(state, "a", 2 * PAGE)  # pages 1 and 2 sealed
+        return state
+
+    state = build()
+    source = build()
+    reference = LogState()
+    reference.restore_log("a", source.last_id("a"), list(source.logs["a"].values()))
+    assert _kinds(state, "a") == ["LoadedPage"] * 3 + ["dict"]
+    assert _kinds(reference, "a") == ["dict"] * 4
+    for from_id in (-5, 0, 1, 2, 3, 4, 6, PAGE - 1, PAGE, PAGE + 3, 2 * PAGE, 3 * PAGE, 10**9):
+        for limit in (1, 2, 7, PAGE, 3 * PAGE):
+            assert state.read("a", from_id, limit) == reference.read("a", from_id, limit)
+    for i in (1, 3, 5, 6, PAGE + 3, PAGE + 4, 2 * PAGE, 3 * PAGE + 7, 10**9, -1):
+        assert (i in state.logs["a"]) == (i in reference.logs["a"]), i
+    assert _kinds(state, "a") == ["LoadedPage"] * 3 + ["dict"]
+    got = state.read("a", PAGE - 12, 4)
+    assert [e.invalidates for e in got if e.data == b"inv"] == [(3, 5)]
 
 
 def _v2_with_ids(ids: list[int], last_id: int) -> bytes:
