@@ -300,14 +300,18 @@ def missing_candidates(
     DONE record skipped them, they are LIVE, and nothing shows the tablet has a group that
     could heal it. () when the tablet is not one the policy may create replicas of:
 
-    - a table not RUNNING, or altered since its creation (schema version above 1: a fresh
-      replica starts at version 1 and would refuse the table's writes; not done here);
+    - a table neither RUNNING nor ALTERING: one being created (its CreateTable is still
+      pending: it makes the replicas itself) or dropped (nothing of it must come back);
+      a table altered since its creation is created at its current schema and version
+      (`_create`), and an ALTER still pending then finds it at that version (CAS_FAILED
+      with the new version is success, coordinator/gateway.py) or, created later, not
+      found (the operation stays pending and its retry alters it);
     - a leader reported: its group works, and a leader copies the tablet to a member of
       its config that lacks it (TABLET_NOT_FOUND -> tablet copy), or the policy replaces it;
     - a placed server removed: the initial config could not be given whole (its address
       is gone), and every replica must start from the same one.
     """
-    if table.state is not TableState.RUNNING or table.schema.version != 1:
+    if table.state not in (TableState.RUNNING, TableState.ALTERING):
         return ()
     if not tablet.skipped or (report is not None and report.leader_uuid):
         return ()
@@ -749,8 +753,10 @@ class ReplicationManager:
         Its DONE record lists the skipped replicas; once such a server is LIVE again, it is
         asked (ListTablets) and, if it has no trace of the tablet, the tablet is created
         there with the placement as its initial config, exactly as the CreateTable would
-        have. Not logged: any leader re-derives it from the DONE record, and a repeat is
-        harmless (asked first; CreateTablet of an existing tablet is ALREADY_EXISTS).
+        have, at the table's schema of the moment (altered since: its current version and
+        column ids, re-read right before the call). Not logged: any leader re-derives it
+        from the DONE record, and a repeat is harmless (asked first; CreateTablet of an
+        existing tablet is ALREADY_EXISTS).
         Bounded: `fetches_per_round_max` servers asked, `creates_per_round_max` creates."""
         with self.catalog.lock:
             servers = dict(self.catalog.servers)
@@ -783,6 +789,11 @@ class ReplicationManager:
             for uuid in missing_replicas(tablet.tablet_id, candidates, hosted):
                 if not self.serving():  # a leader woken past its lease must not create
                     return created
+                with self.catalog.lock:  # the schema as of now: an ALTER may have come
+                    now = self.catalog.tables.get(table.table_id)
+                if now is None or now.state not in (TableState.RUNNING, TableState.ALTERING):
+                    break  # dropped meanwhile
+                table = now
                 if self._create(tablet, table, servers, uuid):
                     created += 1
                     self._settle(tablet.tablet_id, uuid)

@@ -6,7 +6,10 @@ Before the fix, a CreateTable decided while the servers were dead but not yet ma
 completed with every replica skipped (DONE record), so its tablets existed nowhere: no
 leader could be elected and re-replication had no source, TABLET_NOT_FOUND for ever. The
 test checks, from the coordinator's own log, that such a table was acknowledged (so that it
-cannot pass without exercising the case), then that it heals.
+cannot pass without exercising the case), then that it heals. That table is also altered
+while its tablets exist nowhere, and again as the servers come back: before the audit's fix
+the replicas of a table altered since its creation were never created (TABLET_NOT_FOUND for
+good; an alter after the servers were back stayed pending for ever).
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ pytestmark = pytest.mark.integration
 COLUMNS = [Column("id", "int64", key=True), Column("v", "string")]
 ROWS = 40
 HEAL_TIMEOUT_S = 240.0
+X1 = Column("x1", "int64", nullable=True)
+X2 = Column("x2", "int64", nullable=True)
 
 
 class Creator:
@@ -90,6 +95,14 @@ def tables_never_placed(addresses: list[str], creds) -> set[str]:
     return out
 
 
+def alter_or_error(client: Client, name: str, column: Column) -> int | str:
+    """The new schema version, or the error (the test's assertion shows it)."""
+    try:
+        return client.alter_table(name, add_columns=[column])
+    except RpcError as e:
+        return f"{type(e).__name__}: {e}"
+
+
 def readable_and_writable(addresses: list[str], name: str, creds) -> bool:
     """Rows written to every tablet of the table and read back; False on any error."""
     try:
@@ -138,10 +151,22 @@ def test_every_acknowledged_table_heals_after_all_tservers_were_killed(tmp_path)
                 assert window.acked == ["w1"], (window.acked, window.refused, window.failed)
                 never_placed = tables_never_placed(addresses, creds)
                 assert "w1" in never_placed, never_placed
+                # Altered while its tablets exist nowhere (acknowledged: every replica
+                # skipped again): the replicas are then to be created at version 2, not 1.
+                assert client.alter_table("w1", add_columns=[X1]) == 2
                 for i in range(len(cluster.spec.tservers)):
                     cluster.start_tserver(i)
+                # And altered as the servers come back: pending until the replicas exist
+                # (TABLET_NOT_FOUND), unless they are created first; either way version 3.
+                late: list[object] = []
+                alter = threading.Thread(
+                    target=lambda: late.append(alter_or_error(client, "w1", X2)), daemon=True
+                )
+                alter.start()
                 acked_before = len(creator.acked)
                 wait_for(lambda: len(creator.acked) >= acked_before + 2, 180, "creates go on")
+                alter.join(HEAL_TIMEOUT_S)
+                assert late == [3], late
             finally:
                 creator.stop()
             acked = [*creator.acked, *window.acked]
@@ -154,3 +179,6 @@ def test_every_acknowledged_table_heals_after_all_tservers_were_killed(tmp_path)
                     f"table {name} readable and writable",
                 )
             assert set(never_placed) & set(acked)
+            with Client(addresses, timeout_s=20, credentials=creds) as client:
+                names = client.table("w1").to_arrow().column_names
+            assert names == ["id", "v", "x1", "x2"], names

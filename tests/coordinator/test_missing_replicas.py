@@ -5,12 +5,17 @@ after a fresh replay, as a new leader has them), which servers to ask, and when 
 
 from __future__ import annotations
 
+import pytest
+
 from coordinator.catalog import Catalog, TabletReportInfo
-from coordinator.ops import alter_table, create_table, remove_server, server_down
+from coordinator.gateway import schema_to_tserver
+from coordinator.ops import alter_table, create_table, drop_table, remove_server, server_down
 from coordinator.ops.server_down import ServerDownRequest
 from coordinator.replication import missing_candidates, missing_replicas
+from rpc.errors import BadRequest
 from rpc.protocols import coordinator_pb2 as pb
 from tests.coordinator.test_ops import Log, create_req
+from tservers.tablet.schema import validate_new
 
 
 def log_done(log: Log, skipped_servers: set[str], name: str = "t") -> pb.LogRecord:
@@ -120,12 +125,15 @@ def test_a_member_replaced_since_is_not_created():
     assert candidates(log.catalog, t.tablet_id) == (a, b)
 
 
-def test_altered_dropped_or_unplaceable_tables_are_left_alone():
+def test_altered_tables_are_created_at_their_current_schema_dropped_ones_left_alone():
+    """An acknowledged table must always become readable: a table altered since (an ALTER
+    pending or done) still has its never-created replicas created, at its current schema
+    (the catalog's, which `_create` sends); a table being dropped, or gone, has none."""
     log = Log(servers=3)
     done = log_done(log, {"s0", "s1", "s2"})
     tablet_id = done.create_table.tablets[0].tablet_id
-    assert candidates(log.catalog, tablet_id)
-    # Altered since (version 2): a fresh replica would start at version 1.
+    everyone = candidates(log.catalog, tablet_id)
+    assert everyone
     altered = log.run(
         alter_table,
         pb.AlterTableRequest(
@@ -134,9 +142,55 @@ def test_altered_dropped_or_unplaceable_tables_are_left_alone():
             add_columns=[pb.ColumnSchema(name="x", type=pb.INT64, nullable=True)],
         ),
     )
-    assert candidates(log.catalog, tablet_id) == ()  # ALTERING
+    # ALTERING: the operation is pending (its AlterSchema answered TABLET_NOT_FOUND) and
+    # waits for the replicas; the catalog already holds the new schema, version 2.
+    assert log.catalog.tables[log.catalog.tablets[tablet_id].table_id].schema.version == 2
+    assert candidates(log.catalog, tablet_id) == everyone
     log.done(altered)
-    assert candidates(log.catalog, tablet_id) == ()  # RUNNING at version 2
+    assert candidates(log.catalog, tablet_id) == everyone  # RUNNING at version 2
+    fresh = log.replay_fresh()  # a new leader decides the same
+    assert candidates(fresh, tablet_id) == everyone
+    # Dropped: pending (DROPPING) or done (gone), nothing of it is created.
+    log.run(drop_table, pb.DropTableRequest(request_id=log.rid(), name="t"))
+    assert candidates(log.catalog, tablet_id) == ()
+
+
+def test_a_server_takes_a_later_schema_version_as_given():
+    """CreateTablet of an altered table's replica keeps its version and column ids (the
+    other replicas' and the catalog's); a first version is numbered afresh as before."""
+    log = Log(servers=3)
+    log_done(log, {"s0", "s1", "s2"})
+    for request in (
+        pb.AlterTableRequest(
+            request_id=log.rid(),
+            name="t",
+            add_columns=[pb.ColumnSchema(name="x", type=pb.INT64, nullable=True)],
+        ),
+        pb.AlterTableRequest(request_id=log.rid(), name="t", drop_columns=["x"]),
+        pb.AlterTableRequest(
+            request_id=log.rid(),
+            name="t",
+            add_columns=[pb.ColumnSchema(name="x", type=pb.STRING, nullable=True)],
+        ),
+    ):
+        log.done(log.run(alter_table, request))
+    table = next(iter(log.catalog.tables.values()))
+    assert table.schema.version == 4
+    got = validate_new(schema_to_tserver(table.schema))
+    assert got.version == 4 and got.next_column_id == table.schema.next_column_id
+    assert [(c.id, c.name, c.type) for c in got.columns] == [
+        (c.id, c.name, c.type) for c in table.schema.columns
+    ]
+    broken = schema_to_tserver(table.schema)
+    broken.next_column_id = max(c.id for c in broken.columns)  # an id not below it
+    with pytest.raises(BadRequest):
+        validate_new(broken)
+    first = schema_to_tserver(table.schema)
+    first.version = 1
+    assert [c.id for c in validate_new(first).columns] == list(range(len(first.columns)))
+
+
+def test_unplaceable_tables_are_left_alone():
     # A placed server removed: the initial config cannot be given whole.
     log2 = Log(servers=3)
     done2 = log_done(log2, {"s0", "s1", "s2"})

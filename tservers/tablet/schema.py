@@ -95,7 +95,11 @@ class Schema:
 
 
 def validate_new(pb: SchemaPB) -> SchemaPB:
-    """Check a schema given to CreateTablet; assign ids and version 1. Raises BadRequest."""
+    """Check a schema given to CreateTablet; assign ids and version 1. Raises BadRequest.
+
+    A version above 1 is a table altered since its creation whose replica never came to
+    exist, created fresh by the coordinator (issue 27): its version, column ids and next
+    column id are kept as given (checked), so that it matches the other replicas."""
     if not pb.columns:
         raise BadRequest("schema has no columns")
     if len(pb.columns) > COLUMNS_MAX:
@@ -120,10 +124,17 @@ def validate_new(pb: SchemaPB) -> SchemaPB:
                 raise BadRequest(f"key column {c.name!r} cannot be a double")
         else:
             keys_done = True
-        out.columns.add(id=i, name=c.name, type=c.type, nullable=c.nullable, is_key=c.is_key)
+        cid = c.id if pb.version > 1 else i
+        out.columns.add(id=cid, name=c.name, type=c.type, nullable=c.nullable, is_key=c.is_key)
     if not pb.columns[0].is_key:
         raise BadRequest("schema has no primary key column")
     out.next_column_id = len(pb.columns)
+    if pb.version > 1:
+        ids = [c.id for c in pb.columns]
+        if len(set(ids)) != len(ids) or max(ids) >= pb.next_column_id:
+            raise BadRequest("schema version above 1 with column ids not unique or not below next")
+        out.version = pb.version
+        out.next_column_id = pb.next_column_id
     return out
 
 
