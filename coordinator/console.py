@@ -391,6 +391,14 @@ def _e(value: object) -> str:
     return html.escape("" if value is None else str(value), quote=True)
 
 
+def _page_url(address: str) -> str:
+    """The link to a daemon's page from its advertised address: HOST:PORT is HTTP, an
+    `https://HOST:PORT` one HTTPS (rpc.observe.HttpEndpoint.advertised); no other scheme."""
+    if address.startswith("https://"):
+        return address.rstrip("/") + "/"
+    return f"http://{address}/"
+
+
 def _a(href: str, text: object, cls: str = "") -> _Html:
     c = f' class="{_e(cls)}"' if cls else ""
     return _Html(f'<a href="{_e(href)}"{c}>{_e(text)}</a>')
@@ -491,7 +499,7 @@ def _banner(node: NodeView) -> str:
         )
     who = f"{node.leader_uuid} at {node.leader_address}"
     if node.leader_http:
-        link = f" &mdash; {_a('http://' + node.leader_http + '/', 'the leader’s console')}"
+        link = f" &mdash; {_a(_page_url(node.leader_http), 'the leader’s console')}"
     else:
         link = " (its console address is not known)"
     return (
@@ -996,7 +1004,7 @@ def render_tserver(s: Snapshot, uuid: str) -> bytes | None:
     if srv is None:
         return None
     if srv.http_address:
-        own = f"<p>{_a('http://' + srv.http_address + '/', 'the tablet server’s own page')}</p>"
+        own = f"<p>{_a(_page_url(srv.http_address), 'the tablet server’s own page')}</p>"
     else:
         own = (
             '<p class="muted">the tablet server\'s own page: its address is not known here '
@@ -1105,7 +1113,9 @@ class ConsoleSource:
         try:
             last = node.store.last_id(LOG_NAME, timeout_s=1.0)
         except RpcError as e:
-            log_error = str(e)
+            # Only the kind of error: /readyz answers anyone, and an error's text may name
+            # an address or a table (design/security.md section 8). The log says the rest.
+            log_error = type(e).__name__
         error = node.replayer.error
         return decide_ready(
             serving=engine.serving(),
@@ -1115,7 +1125,7 @@ class ConsoleSource:
             applied_id=node.catalog.applied_id,
             log_last_id=last,
             log_error=log_error,
-            replay_error=repr(error) if error is not None else "",
+            replay_error=type(error).__name__ if error is not None else "",
         )
 
     def snapshot(self, want: _Want) -> Snapshot:

@@ -43,7 +43,7 @@ from rpc import credentials, errors, keys, privileged
 from rpc.addresses import parse_host_port
 from rpc.dirlock import lock_server_dir
 from rpc.errors import BadRequest, Unavailable
-from rpc.observe import HttpEndpoint
+from rpc.observe import HttpAccess, HttpEndpoint
 from rpc.protocols import coordinator_pb2 as pb
 from rpc.server import CallContext, RpcServer
 
@@ -81,6 +81,7 @@ class NodeConfig:
     replication: ReplicationConfig = field(default_factory=ReplicationConfig)
     # The web console, /metrics, /healthz, /readyz (coordinator/console.py): HOST:PORT, "" off.
     http: str = ""
+    http_access: HttpAccess = HttpAccess()  # beyond loopback: auth or public (rpc/observe.py)
     # CURVE on the rpc service (design/security.md): the node's key pair in <data_dir>/keys,
     # callers admitted by the principals table, every call checked against the role table
     # (coordinator/authz.py). Off: plaintext, as before. `admin_keys`: public keys admitted
@@ -301,6 +302,7 @@ class CoordinatorNode:
             name="coordinator",
             ready=self._console.readiness,
             pages=[Console(self._console).handle],
+            access=self.config.http_access,
         )
         endpoint.start()
         logger.info("coordinator %s console at %s", self.config.node_id, endpoint.url)
@@ -308,7 +310,8 @@ class CoordinatorNode:
 
     @property
     def http_address(self) -> str:
-        return self.http.address if self.http is not None else ""
+        """The console's address as others link to it (https://... when it serves HTTPS)."""
+        return self.http.advertised if self.http is not None else ""
 
     def _on_role_change(self, role, epoch: int) -> None:
         self.observer.on_role_change(role, epoch)

@@ -62,6 +62,7 @@ from rpc.console import (
     run_command,
 )
 from rpc.errors import RpcError, TimedOut, Unauthenticated, Unavailable
+from rpc.http_access import HttpConfigError, add_http_arguments, http_access_of
 from rpc.keys import glue_key_arguments, public_keys_arg
 
 logger = logging.getLogger("logstore.cli")
@@ -169,6 +170,11 @@ def cmd_serve(args) -> int:
             file=sys.stderr,
         )
         return 2
+    try:
+        http_access = http_access_of(args)  # a public --http needs a mode: checked first
+    except HttpConfigError as e:
+        print(f"logstore: cannot serve: {e}", file=sys.stderr)
+        return 2
     if args.insecure:
         # Loud, and before anything can fail: whoever reads the log sees how it was started.
         logger.warning(
@@ -186,6 +192,7 @@ def cmd_serve(args) -> int:
         allow_insecure_dev=args.insecure_dev,
         replica=replica,
         http_bind=args.http,
+        http_access=http_access,
         insecure=args.insecure,
         client_keys=args.client_keys,
         admin_keys=args.admin_keys,
@@ -512,12 +519,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--compaction-min-entries", type=int, default=20_000)
     s.add_argument("--switch-interval-s", type=float, default=0.0005, help="sys.setswitchinterval")
-    s.add_argument(
-        "--http",
-        type=lambda text: address_arg(text) if text else "",
-        default="",
-        help="HOST:PORT of /metrics, /healthz, /readyz (port 0: any; default: none)",
-    )
+    add_http_arguments(s, "/metrics, /healthz, /readyz")
     logsetup.add_arguments(s)
     s.set_defaults(func=cmd_serve)
 

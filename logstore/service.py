@@ -79,6 +79,7 @@ class ServeConfig:
     queue_max: int = 1024
     replica: ReplicaConfig = ReplicaConfig()
     http_bind: str = ""  # HOST:PORT of /metrics, /healthz, /readyz; "" serves none
+    http_access: observe.HttpAccess = observe.HttpAccess()  # beyond loopback (rpc/observe.py)
     metrics: bool = True  # per-method rpc metrics (False: for benchmarks)
     # Plaintext, anyone may call (said explicitly: `logstore serve --insecure`). Otherwise
     # CURVE with the key pair of <data_dir>/keys, admitting only these public keys (z85):
@@ -224,7 +225,8 @@ class ReplicaReadiness:
         elif leader != s["address"] and leader not in s["connected"]:
             # pysyncobj keeps naming the last leader while it is connected to nobody (it
             # starts no election then): that leader is not known to be alive.
-            why.append(f"no connection to the Raft leader {leader} (term {s['term']})")
+            # (Its address is not said: /readyz answers anyone, design/security.md §8.)
+            why.append(f"no connection to the Raft leader (term {s['term']})")
         if s["applied_index"] < target:
             why.append(f"applied index {s['applied_index']} behind commit index {target}")
         return not why, why
@@ -437,6 +439,7 @@ class LogStoreServer:
                     self.metrics_registry,
                     name="logstore",
                     ready=ReplicaReadiness(self.store),
+                    access=config.http_access,
                 ).start()
         except BaseException:
             if getattr(self, "rpc", None) is not None:

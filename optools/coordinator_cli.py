@@ -59,6 +59,7 @@ from rpc.console import (
     interruptible,
     print_json,
 )
+from rpc.http_access import HttpConfigError, add_http_arguments, http_access_of
 from rpc.keys import KeyFileError, glue_key_arguments, public_keys_arg
 
 PASSWORD_ENV = "COORDINATOR_PASSWORD"
@@ -162,6 +163,11 @@ def cmd_start(args) -> int:
     if args.insecure and args.curve:
         print("coordinator: --insecure and --curve exclude each other", file=sys.stderr)
         return 2
+    try:
+        http_access = http_access_of(args)  # a public --http needs a mode: checked first
+    except HttpConfigError as e:
+        print(f"coordinator: {e}", file=sys.stderr)
+        return 2
     curve = not args.insecure  # CURVE is the default; --curve says so
     admin_key = ""
     if args.admin_public_key:
@@ -187,6 +193,7 @@ def cmd_start(args) -> int:
         lease=lease,
         engine=EngineConfig(tserver_timeout_s=args.tserver_timeout_s),
         http=args.http,
+        http_access=http_access,
         curve=curve,
         bootstrap_admin_key=admin_key,
     )
@@ -313,12 +320,7 @@ def build_parser() -> argparse.ArgumentParser:
     start.add_argument(
         "--bind", type=address_arg, default="127.0.0.1:7100", help="client RPC HOST:PORT"
     )
-    start.add_argument(
-        "--http",
-        type=lambda text: address_arg(text) if text.strip() else "",  # "" (default): off
-        default="",
-        help="web console, /metrics, /healthz, /readyz on HOST:PORT (port 0: any; default off)",
-    )
+    add_http_arguments(start, "web console, /metrics, /healthz, /readyz")
     start.add_argument(
         "--raft", type=_raft_address, default="", help="this node's logstore Raft HOST:PORT"
     )

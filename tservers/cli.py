@@ -73,6 +73,7 @@ from rpc.console import (
     run_command,
 )
 from rpc.errors import RpcError
+from rpc.http_access import HttpConfigError, add_http_arguments, http_access_of
 from rpc.keys import glue_key_arguments, public_key_arg, public_keys_arg
 from rpc.privileged import PASSWORD_ENV, read_password
 from rpc.protocols.tserver_pb2 import (
@@ -250,6 +251,10 @@ def _cmd_start(args) -> int:
     # needed, still says the default explicitly).
     curve = not args.insecure
     coordinator_keys = _start_keys(args, coordinators) if curve else ()
+    try:
+        http_access = http_access_of(args)  # a public --http needs a mode: checked first
+    except HttpConfigError as e:
+        raise CliError(str(e)) from None
     cfg = TServerConfig(
         fs_root=Path(args.fs_root),
         bind=args.bind,
@@ -268,6 +273,7 @@ def _cmd_start(args) -> int:
         quarantine_retention_s=args.quarantine_retention_s,
         quarantine_bytes_max=args.quarantine_bytes_max,
         http_bind=args.http,
+        http_access=http_access,
         password=read_password(args.password_file, PASSWORD_ENV, "tserver"),
         curve=curve,
         coordinator_keys=coordinator_keys,
@@ -1248,12 +1254,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(default %(default)s)",
     )
     s.add_argument("--log-level", type=_log_level, default="info")
-    s.add_argument(
-        "--http",
-        type=lambda text: address_arg(text) if text else "",
-        default="",
-        help="HOST:PORT of /metrics, /healthz, /readyz (port 0: any; default: none)",
-    )
+    add_http_arguments(s, "the server's page, /metrics, /healthz, /readyz")
     logsetup.add_arguments(s)
     s.set_defaults(func=_cmd_start)
 

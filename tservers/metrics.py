@@ -58,7 +58,7 @@ class TServerObserver:
         self.registry.register(observe.ScrapeCollector(self.collect))
         self.http: observe.HttpEndpoint | None = None
 
-    def start(self, http_bind: str) -> TServerObserver:
+    def start(self, http_bind: str, access: observe.HttpAccess | None = None) -> TServerObserver:
         """Serve /metrics, /healthz, /readyz on `http_bind` ("" serves nothing)."""
         if http_bind:
             from tservers.status_page import page_handler
@@ -69,6 +69,7 @@ class TServerObserver:
                 name="tserver",
                 ready=self.readiness,
                 pages=[page_handler(self.server)],
+                access=access,
             ).start()
             log.info("tablet server %s: http on %s", self.server.uuid, self.http.url)
         return self

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from rpc import join_token, keys, privileged
 from rpc.errors import IllegalState
+from rpc.http_access import HttpAccess
 from rpc.privileged import is_loopback
 from rpc.server import RpcServer
 from tservers.fs import DiskSpace, FsLayout, lock_root
@@ -61,6 +62,7 @@ class TServerConfig:
     quarantine_retention_s: float = RETENTION_S_DEFAULT
     quarantine_bytes_max: int = BYTES_MAX_DEFAULT
     http_bind: str = ""  # HOST:PORT of /metrics, /healthz, /readyz (tservers/metrics.py)
+    http_access: HttpAccess = HttpAccess()  # beyond loopback: auth or public (rpc/observe.py)
     metrics: bool = True  # per-method rpc metrics (False: for benchmarks)
     # The cluster's password: privileged methods (DeleteTablet, ChangeConfig,
     # StartTabletCopy) answer only calls signed with it (rpc/privileged.py). None: open to
@@ -252,14 +254,14 @@ class TabletServer:
                 lambda: self.manager.reports(starting=False),
                 self.config.coordinators,
                 interval_s=self.config.heartbeat_interval_s,
-                http_address=lambda: self.observer.http.address if self.observer.http else "",
+                http_address=lambda: self.observer.http.advertised if self.observer.http else "",
                 disk=lambda: disk_report(self.disk),
                 curve=keys.ClientCurve(self.keypair) if self.config.curve else None,
                 coordinator_keys=self.config.coordinator_keys,
                 principals=self.principals,
                 join_keypair=self.join_keypair,
             ).start()
-        self.observer.start(self.config.http_bind)
+        self.observer.start(self.config.http_bind, self.config.http_access)
         if wait_open:
             self.manager.wait_open()
             log.info(
