@@ -247,6 +247,12 @@ class NemesisCluster(LocalCluster):
 
     # -- processes ---------------------------------------------------------------------
 
+    def coordinator_args(self, node: NodeSpec) -> list[str]:
+        # The console listens on the node's namespace address, not a loopback one (the
+        # test's own private bridge): said public, as a daemon beyond loopback must be
+        # (design/security.md section 8).
+        return [*super().coordinator_args(node), "--http-public"]
+
     def _spawn(self, node: NodeSpec, args: list[str]) -> None:
         """LocalCluster._spawn, inside the node's namespace (`ip netns exec` execs the
         command in place: the pid is the node's)."""
