@@ -859,9 +859,20 @@ def _row_dicts(rows) -> list:
 
 
 @dataclass(slots=True)
+class _Piece:
+    """One write to send: an op's rows, and the seq of its request id once it has been sent
+    (kept while its outcome is unknown, so that every resend, in any later flush, is the
+    same write to the tablet)."""
+
+    op: int
+    rows: pa.Table
+    seq: int | None = None
+
+
+@dataclass(slots=True)
 class _Pending:
     table: Table
-    blocks: list[tuple[int, pa.Table]] = field(default_factory=list)
+    pieces: list[_Piece] = field(default_factory=list)
     rows: int = 0
 
 
@@ -889,6 +900,7 @@ class Session:
         # a tablet applies it at most once (design/client.md, "Resends").
         self._client_id = uuidlib.uuid4().bytes
         self._seq = 0
+        self._unresolved: set[int] = set()  # seqs sent whose outcome is not known yet
 
     def insert(self, table: Table, rows) -> None:
         self._apply(table, OpType.INSERT, rows)
@@ -935,7 +947,7 @@ class Session:
         full = []
         for tablet, part in _split_by_tablet(table, data):
             pending = self._pending.setdefault((table.name, tablet.tablet_id), _Pending(table))
-            pending.blocks.append((op, part))
+            pending.pieces.append(_Piece(op, part))
             pending.rows += part.num_rows
             if pending.rows >= self.flush_rows_max:
                 full.append((table.name, tablet.tablet_id))
@@ -958,59 +970,106 @@ class Session:
         return self.errors[before:]
 
     def _flush_one(self, key: tuple[str, str]) -> None:
+        """Send a tablet's pieces in order. A piece refused for a row is split in halves
+        (new pieces, at the front) until the bad rows are isolated. When a send fails (its
+        outcome unknown), that piece, with its request id, and the ones after it go back to
+        the buffer as they are: the next flush or close resends exactly that write first, so
+        nothing that landed is written again (design/client.md, "Resends")."""
         pending = self._pending.pop(key)
         _, tablet_id = key
-        for i, (op, rows) in enumerate(pending.blocks):
-            try:
-                self._write(pending.table, tablet_id, op, rows)
-            except BaseException:
-                # This block and the ones after it are not known to be written: back in the
-                # buffer (ahead of nothing: this thread buffered nothing since), for the
-                # next flush or close to send again. As with any retry, rows of a partly
-                # written block may then come back as ALREADY_EXISTS (inserts).
-                rest = pending.blocks[i:]
-                self._pending[key] = _Pending(pending.table, rest, sum(r.num_rows for _, r in rest))
-                raise
-
-    def _write(
-        self, table: Table, tablet_id: str, op: int, rows: pa.Table, reroutes: int = 0
-    ) -> None:
-        """Write one block; isolate rows that the server refuses by splitting the block."""
+        table, queue = pending.table, pending.pieces
         try:
-            self._send(table, tablet_id, op, rows)
+            while queue:
+                piece = queue[0]
+                split = self._write_piece(table, tablet_id, piece)
+                queue[:1] = split
+        except BaseException:
+            if queue:
+                self._pending[key] = _Pending(table, queue, sum(p.rows.num_rows for p in queue))
+            raise
+
+    def _write_piece(self, table: Table, tablet_id: str, piece: _Piece) -> list[_Piece]:
+        """Send one piece; returns what replaces it at the front of the queue: nothing when
+        it is done (written, or its one row refused and reported), its two halves when the
+        tablet refused a row of it. Raises when its outcome is unknown (piece.seq kept)."""
+        op, rows = piece.op, piece.rows
+        if piece.seq is None:
+            piece.seq = self._next_seq()
+        try:
+            self._send(table, tablet_id, op, rows, piece.seq)
+        except _TabletGone:
+            # The tablet is no more (the table recreated or repartitioned): the rows are
+            # routed again by the current partitioning, as new writes.
+            self._unresolved.discard(piece.seq)
+            self._reroute(table, op, rows, 0)
+            return []
+        except _TableGone as gone:
+            self._unresolved.discard(piece.seq)
+            self._table_gone(op, rows, gone)
+            return []
+        except ROW_ERRORS as err:  # refused whole: nothing of it applied
+            self._unresolved.discard(piece.seq)
+            if rows.num_rows == 1:
+                self._row_refused(table, op, rows, err)
+                return []
+            half = rows.num_rows // 2
+            return [_Piece(op, rows.slice(0, half)), _Piece(op, rows.slice(half))]
+        self._unresolved.discard(piece.seq)
+        self.rows_written += rows.num_rows
+        return []
+
+    def _reroute(self, table: Table, op: int, rows: pa.Table, reroutes: int) -> None:
+        if reroutes >= 2:
+            raise errors.TabletNotFound(
+                f"table {table.name}: tablets keep changing under the writes"
+            ) from None
+        for tablet, part in _split_by_tablet(table, rows):
+            self._write(table, tablet.tablet_id, op, part, reroutes + 1)
+
+    def _table_gone(self, op: int, rows: pa.Table, gone: _TableGone) -> None:
+        # No row of it can be written: one error per row at once, without splitting.
+        err = gone.err
+        self.errors.extend(
+            RowError(OP_NAMES[op], row, err.status_name, err.message) for row in rows.to_pylist()
+        )
+
+    def _row_refused(self, table: Table, op: int, rows: pa.Table, err: errors.RpcError) -> None:
+        row = rows.to_pylist()[0]
+        message = _server_row_problem(table, row, err.message)
+        self.errors.append(RowError(OP_NAMES[op], row, err.status_name, message))
+
+    def _write(self, table: Table, tablet_id: str, op: int, rows: pa.Table, reroutes: int) -> None:
+        """Write rows rerouted to another tablet, isolating rows the tablet refuses by
+        splitting. Each send is a new write (a failure raises: nothing is kept to resend)."""
+        seq = self._next_seq()
+        try:
+            self._send(table, tablet_id, op, rows, seq)
             self.rows_written += rows.num_rows
         except _TabletGone:
-            # The table was recreated or repartitioned under this handle (now refreshed):
-            # route the rows again by the current partitioning.
-            if reroutes >= 2:
-                raise errors.TabletNotFound(
-                    f"table {table.name}: tablets keep changing under the writes"
-                ) from None
-            for tablet, part in _split_by_tablet(table, rows):
-                self._write(table, tablet.tablet_id, op, part, reroutes + 1)
+            self._reroute(table, op, rows, reroutes)
         except _TableGone as gone:
-            # No row of it can be written: one error per row at once, without splitting.
-            err = gone.err
-            self.errors.extend(
-                RowError(OP_NAMES[op], row, err.status_name, err.message)
-                for row in rows.to_pylist()
-            )
+            self._table_gone(op, rows, gone)
         except ROW_ERRORS as err:
             if rows.num_rows == 1:
-                row = rows.to_pylist()[0]
-                message = _server_row_problem(table, row, err.message)
-                self.errors.append(RowError(OP_NAMES[op], row, err.status_name, message))
+                self._row_refused(table, op, rows, err)
                 return
             half = rows.num_rows // 2
-            self._write(table, tablet_id, op, rows.slice(0, half))
-            self._write(table, tablet_id, op, rows.slice(half))
+            self._write(table, tablet_id, op, rows.slice(0, half), reroutes)
+            self._write(table, tablet_id, op, rows.slice(half), reroutes)
+        finally:
+            self._unresolved.discard(seq)
 
-    def _send(self, table: Table, tablet_id: str, op: int, rows: pa.Table) -> None:
-        # One logical write, one request id for all its resends. A session sends one write
-        # at a time: every earlier one is finished, so the tablet may forget them.
+    def _next_seq(self) -> int:
         self._seq += 1
+        self._unresolved.add(self._seq)
+        return self._seq
+
+    def _send(self, table: Table, tablet_id: str, op: int, rows: pa.Table, seq: int) -> None:
+        # One logical write, one request id for all its resends (in this call and in later
+        # flushes). The tablet may forget every seq below the lowest one whose outcome this
+        # session does not know yet.
         request_id = RequestIdPB(
-            client_id=self._client_id, seq=self._seq, first_incomplete_seq=self._seq
+            client_id=self._client_id, seq=seq, first_incomplete_seq=min(self._unresolved)
         )
         last: Exception | None = None
         for round_, deadline in enumerate(_attempts(self.client.timeout_s)):

@@ -92,3 +92,45 @@ def test_resent_insert_that_landed_is_not_a_row_error(cluster, monkeypatch):
         with client.new_session() as s2:
             s2.insert(table, [{"id": 0, "v": "again"}])
         assert [e.status for e in s2.errors] == ["ALREADY_EXISTS"]
+
+
+def test_a_flush_that_gave_up_resends_the_same_write_in_the_next_flush(cluster, monkeypatch):
+    """Every answer of a flush is lost until the session gives up (Unavailable): the write
+    did land, but its outcome is unknown, so the rows stay buffered. Another session then
+    overwrites the row. The next flush must resend the very same write (same request id),
+    which the tablet answers without applying it again; a new id would write 'old' back."""
+    with Client(
+        cluster.spec.coordinator_addresses, timeout_s=3.0, credentials=cluster.credentials()
+    ) as client:
+        client.create_table("resend_f", COLUMNS, num_tablets=1, replication_factor=1)
+        table = client.table("resend_f")
+        real = TabletServerClient.write
+        sent: list = []
+        lose = {"on": True}
+
+        def write(self, *args, **kwargs):
+            sent.append(kwargs.get("request_id"))
+            answer = real(self, *args, **kwargs)
+            if lose["on"]:
+                raise errors.TimedOut("the answer was lost (test)")
+            return answer
+
+        monkeypatch.setattr(TabletServerClient, "write", write)
+        s = client.new_session()
+        s.upsert(table, [{"id": 1, "v": "old"}, {"id": 2, "v": "old"}])
+        with pytest.raises(errors.Unavailable):
+            s.flush()
+        assert s.pending_rows() == 2  # not known to be written: kept
+        first = sent[0]
+        assert first is not None and all(r == first for r in sent)
+        lose["on"] = False
+        with client.new_session() as other:
+            other.upsert(table, [{"id": 1, "v": "new"}])
+        assert other.errors == []
+        sent.clear()
+        s.upsert(table, [{"id": 3, "v": "later"}])
+        s.close()
+        assert s.errors == []
+        assert sent[0] == first  # the unknown write first, with its own id
+        assert sent[1].seq > first.seq and sent[1].first_incomplete_seq == sent[1].seq
+        assert _values(table) == {1: "new", 2: "old", 3: "later"}
