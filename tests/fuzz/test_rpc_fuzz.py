@@ -61,6 +61,7 @@ CALLS_PER_METHOD = int(os.environ.get("FUZZ_CALLS_PER_METHOD", "20"))
 CALL_TIMEOUT_MS = 5_000
 # How long past the call's own deadline we wait for an answer before calling it lost.
 ANSWER_GRACE_S = 25.0
+SEND_TIMEOUT_MS = 10_000
 DEPTH_MAX = 3
 REPEATED_LONG = 40
 HUGE_STRING_CHARS = 300_000
@@ -83,6 +84,7 @@ ON_VICTIMS = {
     "Coordinator.EnlistServer",
     "Coordinator.RemoveNode",
     "Coordinator.AddNode",
+    "Coordinator.JoinServer",  # a real server's uuid with another key: fake uuids only
     "TServer.DeleteTablet",
     "TServer.ChangeConfig",
     "TServer.StartTabletCopy",
@@ -90,6 +92,29 @@ ON_VICTIMS = {
     "LogStore.RemoveMember",
     "LogStore.AddMember",
 }
+
+# Methods only the cluster's own processes may call (rpc/authz.py): called also as a member
+# gone wrong, with a tablet server's key pair from its fs root (the server role, as the
+# coordinator's keys hold it too), or a fresh join token's for JoinServer (the join role).
+# As the admin alone they are refused by the role table before their handlers run.
+SERVER_ROLE = {
+    "TServer.Consensus",
+    "TServer.CreateTablet",
+    "TServer.DeleteTablet",
+    "TServer.ChangeConfig",
+    "TServer.AlterSchema",
+    "TServer.StartTabletCopy",
+    "TServer.BeginCopySession",
+    "TServer.FetchCopyChunk",
+    "TServer.EndCopySession",
+    "Coordinator.Heartbeat",
+    "Coordinator.EnlistServer",
+}
+JOIN_ROLE = {"Coordinator.JoinServer"}
+# As a member, these name the member itself (tablet server 0) most of the time.
+OWN_UUID = {"Coordinator.Heartbeat", "Coordinator.EnlistServer"}
+AS_MEMBER_SHARE = 0.75
+JOIN_ADMIT_WAIT_S = 30.0  # of their calls; the rest as the admin (the role table's refusal)
 
 INT_BOUNDARIES = {
     FieldDescriptor.TYPE_INT32: (0, -1, 1, 2, -(2**31), 2**31 - 1),
@@ -373,6 +398,7 @@ class RawCaller:
     CURVE as the key pair `keypair` (rpc.keys.KeyPair); any other plaintext."""
 
     def __init__(self, ctx: zmq.Context, keypair=None, server_keys=None) -> None:
+        self.ctx = ctx
         self._ctx = ctx
         self._sockets: dict[str, zmq.Socket] = {}
         self._call_id = 0
@@ -391,6 +417,9 @@ class RawCaller:
         if sock is None:
             sock = self._ctx.socket(zmq.DEALER)
             sock.setsockopt(zmq.LINGER, 0)
+            # A DEALER whose CURVE handshake was refused has no pipe: a send would block for
+            # ever (seen with a join token's key not yet known to a follower).
+            sock.setsockopt(zmq.SNDTIMEO, SEND_TIMEOUT_MS)
             server_key = self.server_keys.get(address)
             if server_key:
                 sock.curve_publickey = self.keypair.public.encode("ascii")
@@ -400,7 +429,13 @@ class RawCaller:
             self._sockets[address] = sock
         self._call_id += 1
         header.call_id = self._call_id
-        sock.send_multipart([header.SerializeToString(), body, *sidecars])
+        try:
+            sock.send_multipart([header.SerializeToString(), body, *sidecars])
+        except zmq.Again:
+            # Not even sent: a fresh socket next time (a part of a message may be queued).
+            sock.close(0)
+            del self._sockets[address]
+            return None
         deadline = time.monotonic() + wait_s
         while (remaining := deadline - time.monotonic()) > 0:
             if not sock.poll(int(remaining * 1000) + 1):
@@ -527,19 +562,73 @@ def test_every_rpc_method_answers_ok_or_a_typed_error(tmp_path):
     ctx = zmq.Context()
     with local_cluster(tmp_path / "cluster", coordinators=3, tservers=3) as cluster:
         creds = cluster.credentials()
-        caller = RawCaller(ctx, creds.keypair if creds else None, _server_keys(cluster))
+        keys = _server_keys(cluster)
+        caller = RawCaller(ctx, creds.keypair if creds else None, keys)
+        member = RawCaller(ctx, _tserver_keypair(cluster, 0), keys)
         try:
             for r in replicas:
                 r.start()
-            _run(cluster, replicas, caller, rng, seed)
+            _run(cluster, replicas, caller, member, rng, seed)
         finally:
             caller.close()
+            member.close()
             ctx.term()
             for r in replicas:
                 r.stop()
 
 
-def _run(cluster, replicas, caller: RawCaller, rng: random.Random, seed: int) -> None:
+def _tserver_keypair(cluster, i: int):
+    """Tablet server i's own CURVE key pair, from its fs root (the server role)."""
+    from rpc import keys
+    from tservers.fs import KEY_NAME, FsLayout
+
+    return keys.load_keypair(FsLayout(Path(cluster.spec.tservers[i].data), "").keys_dir, KEY_NAME)
+
+
+def _join_caller(cluster, ctx: zmq.Context, server_keys: dict[str, str], address: str) -> RawCaller:
+    """A caller with a fresh, unused join token's key pair (the join role): one per call,
+    since a JoinServer that passes spends its token. Returned once `address` admits its key
+    (a follower learns of the token from the log a moment after the leader logged it): it
+    answers a Ping at all, PERMISSION_DENIED (the join role may call JoinServer alone)."""
+    from coordinator.ops.principals import join_token_name
+    from rpc import join_token
+
+    _text, pair = join_token.make()
+    with cluster.client(timeout_s=60) as meta:
+        meta.call(
+            "AddPrincipal",
+            cpb.AddPrincipalRequest(
+                request_id=meta.next_request_id(),
+                name=join_token_name(pair.public),
+                kind="join-token",
+                public_key=pair.public,
+                roles=["join"],
+                ttl_s=600,
+            ),
+            cpb.AddPrincipalResponse,
+        )
+    deadline = time.monotonic() + JOIN_ADMIT_WAIT_S
+    while True:
+        joiner = RawCaller(ctx, pair, server_keys)
+        ping = RequestHeader(method="rpc.Ping", timeout_ms=2000)
+        if joiner.call(address, ping, b"", [], 2.0) is not None:
+            return joiner
+        joiner.close()  # a refused handshake is not retried on the same socket
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{address} never admitted a join token's key")
+        time.sleep(0.2)
+
+
+def _role_refusal(answer: ResponseHeader) -> bool:
+    """Refused before the handler ran: the role table, the recipient check, no key."""
+    if answer.status == StatusCode.PERMISSION_DENIED:
+        return " needs " in answer.message and " role" in answer.message
+    return answer.status in (StatusCode.INVALID_NAME, StatusCode.UNAUTHENTICATED)
+
+
+def _run(
+    cluster, replicas, caller: RawCaller, member: RawCaller, rng: random.Random, seed: int
+) -> None:
     from logstore.remote import RemoteLogStore
 
     secret = cluster.spec.password_file.read_text().strip()
@@ -632,6 +721,9 @@ def _run(cluster, replicas, caller: RawCaller, rng: random.Random, seed: int) ->
         leader_node = cluster.leader(meta)
     leader_address = leader_node.rpc if leader_node is not None else ""
 
+    member_address = cluster.spec.tservers[0].rpc
+    member_uuid = next(t.uuid for t in targets if t.address == member_address)
+
     reports_before = _tablet_reports(cluster, caller, key)
     assert not _failed(reports_before), _failed(reports_before)
 
@@ -640,6 +732,8 @@ def _run(cluster, replicas, caller: RawCaller, rng: random.Random, seed: int) ->
     counts: dict[str, int] = {}
     per_method: dict[str, dict[str, int]] = {}
     examples: dict[tuple[str, str], str] = {}
+    member_calls: dict[str, dict[str, int]] = {}  # as a member: answers (mangled apart)
+    reached: dict[str, int] = {}  # as a member, past the role table into the handler
     calls = 0
     started = time.monotonic()
     for method in sorted(methods):
@@ -650,9 +744,19 @@ def _run(cluster, replicas, caller: RawCaller, rng: random.Random, seed: int) ->
                 # Mostly the leader: followers answer NOT_LEADER before looking further.
                 candidates = [t for t in candidates if t.address == leader_address] or candidates
             target = rng.choice(candidates)
-            gen.victims_only = method in ON_VICTIMS
+            as_member = (
+                method in SERVER_ROLE | JOIN_ROLE
+                and target.service != "LogStore"
+                and rng.random() < AS_MEMBER_SHARE
+            )
+            # As a member, its tablet reports name victims' tablets only.
+            gen.victims_only = method in ON_VICTIMS or (as_member and method in OWN_UUID)
             gen.wild = rng.choice((1.0, 0.15, 0.05))
             req = gen.message(cls.DESCRIPTOR, cls)
+            if as_member and method in OWN_UUID and rng.random() < 0.6:
+                # The member's own uuid and address (the coordinator checks the key against
+                # the uuid first): the rest of the handler is what is met.
+                req.server_uuid, req.address = member_uuid, member_address
             sidecars = []
             if method == "TServer.Write" and rng.random() < 0.5:
                 # Half the writes are well formed up to their bodies (a real tablet, its
@@ -691,10 +795,33 @@ def _run(cluster, replicas, caller: RawCaller, rng: random.Random, seed: int) ->
                 header.auth_tag = privileged.tag(
                     target.key, method, recipient, header.caller_uuid, body
                 )
-            answer = caller.call(
-                target.address, header, body, sidecars, CALL_TIMEOUT_MS / 1000 + ANSWER_GRACE_S
-            )
+            via = caller
+            if as_member:
+                via = member
+                if method in JOIN_ROLE:
+                    via = _join_caller(cluster, caller.ctx, caller.server_keys, target.address)
+            try:
+                answer = via.call(
+                    target.address,
+                    header,
+                    body,
+                    sidecars,
+                    CALL_TIMEOUT_MS / 1000 + ANSWER_GRACE_S,
+                )
+            finally:
+                if via is not caller and via is not member:
+                    via.close()
             calls += 1
+            if as_member:
+                seen = member_calls.setdefault(method, {})
+                tag = (
+                    "mangled"
+                    if mangled
+                    else (StatusCode.Name(answer.status) if answer is not None else "NO ANSWER")
+                )
+                seen[tag] = seen.get(tag, 0) + 1
+                if answer is not None and not mangled and not _role_refusal(answer):
+                    reached[method] = reached.get(method, 0) + 1
             if answer is None:
                 what = "no answer (lost connection or hung handler)"
                 if not target.alive():
@@ -724,6 +851,13 @@ def _run(cluster, replicas, caller: RawCaller, rng: random.Random, seed: int) ->
             if status not in ("OK", "INVALID_NAME", "NOT_LEADER"):
                 print(f"      {status}, e.g. {examples[(method, status)]!r}")
 
+    print("as a member (a tablet server's key; JoinServer: a join token's):")
+    for method in sorted(SERVER_ROLE | JOIN_ROLE):
+        print(f"  {method}: {dict(sorted(member_calls.get(method, {}).items()))}")
+    unreached = sorted(m for m in SERVER_ROLE | JOIN_ROLE if m in methods and not reached.get(m))
+    if CALLS_PER_METHOD < 10:  # too few calls to be sure each is met as a member
+        unreached = []
+
     dead = [t.address for t in targets if not t.alive()]
     reports_after = _tablet_reports(cluster, caller, key) if not dead else {}
     failed = _failed(reports_after)
@@ -732,7 +866,7 @@ def _run(cluster, replicas, caller: RawCaller, rng: random.Random, seed: int) ->
     if not dead:
         _still_works(cluster, replicas)
 
-    if findings or dead or failed:
+    if findings or dead or failed or unreached:
         tracebacks = []
         for t in targets:
             text = t.log_path.read_text(errors="replace") if t.log_path.exists() else ""
@@ -741,7 +875,8 @@ def _run(cluster, replicas, caller: RawCaller, rng: random.Random, seed: int) ->
                     f"--- {t.service} {t.address} ({t.log_path}):\n{_tracebacks(text)}"
                 )
         pytest.fail(
-            f"seed {seed}: {len(findings)} finding(s), dead {dead}, failed tablets {failed}\n"
+            f"seed {seed}: {len(findings)} finding(s), dead {dead}, failed tablets {failed}, "
+            f"handlers never reached as a member: {unreached}\n"
             + "\n".join(str(f) for f in findings[:40])
             + "\n"
             + "\n".join(tracebacks)[:20000]
