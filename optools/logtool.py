@@ -41,7 +41,6 @@ from coordinator.records import (
     format_epoch,
     format_view,
     gone_ranges,
-    is_renewal,
     lease_history,
     name_tables,
     normalize_type,
@@ -237,17 +236,73 @@ def _selected(views: Sequence[RecordView], flt: Filter) -> list[RecordView]:
     return out
 
 
+class RenewalHider:
+    """What --follow leaves out without --renewals: lease renewals of the epoch already
+    seen, and the "gone" ranges they leave behind. Each renewal invalidates the one before,
+    so a poll finds the earlier ones gone ("#N gone (invalidated by #N+1)"): a gone range
+    invalidated by a lease record, or of unknown invalidator right before one (its own
+    invalidator gone too), was a lease record, and is hidden with the renewals. Shown
+    always: takeovers, and the first renewal of an epoch after another was seen (a new
+    leader whose takeover was already gone). Pure: views in, views out; it remembers the
+    last epoch and the lease ids of the previous poll (a gone range may be invalidated by
+    one of them)."""
+
+    def __init__(self) -> None:
+        self.epoch = 0  # the last lease epoch shown or hidden
+        self._lease_ids: set[int] = set()  # lease record ids (held or gone) of the last poll
+
+    def select(self, views: Sequence[RecordView]) -> tuple[list[RecordView], int]:
+        """(the views to print, how many were hidden as renewals)."""
+        ordered = sorted(views, key=lambda v: v.id)
+        lease_ids = set(self._lease_ids)
+        lease_ids.update(v.id for v in ordered if v.lease is not None)
+        hidden_gone: set[int] = set()  # ids (view starts) of gone ranges that were leases
+        # Backwards: a lease record invalidates only the lease record before it.
+        for v in reversed(ordered):
+            if v.type != TYPE_GONE:
+                continue
+            by_lease = v.invalidated_by in lease_ids if v.invalidated_by else False
+            before_lease = not v.invalidated_by and (v.id_to + 1) in lease_ids
+            if by_lease or before_lease:
+                hidden_gone.add(v.id)
+                lease_ids.update(range(v.id, v.id_to + 1))
+        shown: list[RecordView] = []
+        hidden = 0
+        for v in ordered:
+            if v.type == TYPE_GONE and v.id in hidden_gone:
+                hidden += 1
+            elif (
+                v.lease is not None
+                and not v.lease.takeover
+                and (v.lease.epoch == self.epoch or not self.epoch)
+            ):
+                hidden += 1
+            else:
+                shown.append(v)
+            if v.lease is not None:
+                self.epoch = max(self.epoch, v.lease.epoch)
+        # Only the newest ids can be what the next poll's first gone range names.
+        top = max((v.id_to or v.id for v in ordered), default=0)
+        self._lease_ids = {i for i in lease_ids if i > top - 64} if top else self._lease_ids
+        return shown, hidden
+
+
 def _print_list(
-    out: TextIO, views: Sequence[RecordView], flt: Filter, args, hide_renewals: bool = False
+    out: TextIO,
+    views: Sequence[RecordView],
+    flt: Filter,
+    args,
+    hider: RenewalHider | None = None,
 ) -> int:
     """Print the selected views one by one (text lines, or JSON lines for --follow); with
-    `hide_renewals`, lease renewals are left out. Returns how many renewals were hidden."""
+    a `hider`, lease renewals (and the gone ranges they leave) are left out. Returns how
+    many were hidden."""
+    selected = _selected(views, flt)
     hidden = 0
-    for v in _selected(views, flt):
-        if hide_renewals and is_renewal(v):
-            hidden += 1
-        else:
-            _emit(out, v, args)
+    if hider is not None:
+        selected, hidden = hider.select(selected)
+    for v in selected:
+        _emit(out, v, args)
     return hidden
 
 
@@ -451,6 +506,7 @@ def _follow(
     args,
     stop,
     notes: RenewalNotes | None,
+    hider: RenewalHider | None = None,
 ) -> None:
     while not stop.wait(args.interval_s):
         try:
@@ -465,7 +521,7 @@ def _follow(
                 raise
             sys.stderr.write(f"coordinator log: {err} (still following)\n")
             continue
-        hidden = _print_list(out, views, flt, args, hide_renewals=notes is not None)
+        hidden = _print_list(out, views, flt, args, hider)
         out.flush()
         if notes is not None:
             notes.hidden(hidden)  # also says what earlier polls hid, once the interval passed
@@ -500,12 +556,13 @@ def run(
             _print_leases(out, image, views, args)
         elif args.follow:
             notes = None if args.renewals else RenewalNotes(out, sys.stderr, args.json)
+            hider = None if args.renewals else RenewalHider()
             try:
-                hidden = _print_list(out, views, flt, args, hide_renewals=notes is not None)
+                hidden = _print_list(out, views, flt, args, hider)
                 out.flush()
                 if notes is not None:
                     notes.hidden(hidden)
-                _follow(out, source, image.last_id, flt, args, stop, notes)
+                _follow(out, source, image.last_id, flt, args, stop, notes, hider)
             finally:
                 if notes is not None:
                     notes.close()  # what it hid since the last note, once, at the end

@@ -1,0 +1,75 @@
+"""`coordinator log --follow` against a real local cluster, as a user runs it: over a window
+of lease renewals, nothing about them is printed without `--renewals` (neither the renewals
+nor the "gone" ranges each leaves behind once the next invalidates it), and with the flag
+they are there."""
+
+from __future__ import annotations
+
+import re
+import threading
+
+import pytest
+
+from tests.cli.helpers import env_with, interrupt, kill_group, run, spawn, wait_for
+
+pytestmark = pytest.mark.integration
+
+RENEWAL_LINES_MIN = 15  # the window: this many renewal lines seen by the --renewals follower
+WINDOW_TIMEOUT_S = 120.0  # renewals come every lease timeout / 5 (0.3 s here)
+RENEWAL = re.compile(r" renewal epoch=| gone ")
+
+
+class _Lines:
+    """A process's stdout lines, read by a thread as they come."""
+
+    def __init__(self, proc) -> None:
+        self.lines: list[str] = []
+        self._thread = threading.Thread(target=self._read, args=(proc,), daemon=True)
+        self._thread.start()
+
+    def _read(self, proc) -> None:
+        for line in proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    def join(self) -> None:
+        self._thread.join(30)
+
+
+def test_follow_hides_renewals_and_their_gone_ranges_unless_asked(tmp_path):
+    env = env_with(tmp_path / "clusters.toml")
+    root = tmp_path / "cluster"
+    up = run("coordinator", "local-cluster", "up", "--dir", str(root), "--coordinators", "1",
+             "--tservers", "0", "--insecure", env=env)  # fmt: skip
+    assert up.returncode == 0, up.stderr
+    quiet = loud = None
+    try:
+        quiet = spawn("coordinator", "log", "--cluster", "local", "--follow", env=env)
+        loud = spawn("coordinator", "log", "--cluster", "local", "--follow", "--renewals",
+                     env=env)  # fmt: skip
+        quiet_out, loud_out = _Lines(quiet), _Lines(loud)
+        # The window: the same renewals pass under both followers.
+        wait_for(
+            lambda: sum(1 for ln in loud_out.lines if RENEWAL.search(ln)) >= RENEWAL_LINES_MIN
+            or quiet.poll() is not None
+            or loud.poll() is not None,
+            WINDOW_TIMEOUT_S,
+            f"{RENEWAL_LINES_MIN} renewal lines from --follow --renewals",
+        )
+        assert quiet.poll() is None and loud.poll() is None
+        _, quiet_err = interrupt(quiet)
+        _, loud_err = interrupt(loud)
+        quiet_out.join()
+        loud_out.join()
+    finally:
+        for proc in (quiet, loud):
+            if proc is not None:
+                kill_group(proc)
+        run("coordinator", "local-cluster", "down", "--dir", str(root), env=env)
+    assert quiet.returncode == 130 and loud.returncode == 130, (quiet_err, loud_err)
+    assert "Traceback" not in quiet_err + loud_err
+    flooded = [ln for ln in quiet_out.lines if RENEWAL.search(ln)]
+    assert not flooded, flooded
+    # What it hid, it says (the count lines), and the epoch's takeover is still shown.
+    assert any("lease renewals hidden" in ln for ln in quiet_out.lines), quiet_out.lines
+    assert any(" takeover epoch=" in ln for ln in quiet_out.lines), quiet_out.lines
+    assert sum(1 for ln in loud_out.lines if RENEWAL.search(ln)) >= RENEWAL_LINES_MIN
