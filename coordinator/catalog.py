@@ -17,8 +17,8 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+from rpc import schema_rules
 from rpc.protocols import coordinator_pb2 as pb
-from tservers import schema_rules
 
 TABLE_NAME_BYTES_MAX = 256
 COLUMN_NAME_BYTES_MAX = 256

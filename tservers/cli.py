@@ -677,7 +677,7 @@ def _admitted_key(creds, address: str, uuid: str, key_flag: str) -> tuple[str, s
     of the active `tserver` principal of that name (ListPrincipals, the admin role's). So a
     key is never taken from the server itself, only from coordinators the file vouches
     for (design/security.md section 2). CliError naming `key_flag` when they cannot say."""
-    from logcentric.meta import CoordinatorClient
+    from rpc.coordinator_client import CoordinatorClient
     from rpc.errors import PermissionDenied
     from rpc.protocols import coordinator_pb2 as pb
 

@@ -28,6 +28,7 @@ from coordinator.catalog import (
     TableInfo,
     TableState,
 )
+from rpc import schema_rules
 from rpc.errors import (
     AlreadyInProgress,
     BadRequest,
@@ -38,8 +39,7 @@ from rpc.errors import (
     Unavailable,
 )
 from rpc.protocols import coordinator_pb2 as pb
-from tservers import schema_rules
-from tservers.schema_rules import column_name_problem
+from rpc.schema_rules import column_name_problem
 
 logger = logging.getLogger(__name__)
 
@@ -294,7 +294,7 @@ def call_replica(
             return False
         except BadRequest as e:
             # Refused for good by a live server (validation shared with the servers,
-            # tservers/schema_rules.py, keeps this from happening; a server of other rules
+            # rpc/schema_rules.py, keeps this from happening; a server of other rules
             # could still): retrying would hold the operation, and with it every new
             # leader's recovery, for ever. Skipped and recorded like a replica on a dead
             # server, loudly: the operator sees it here and in the DONE record.

@@ -2,7 +2,7 @@
 
 A CreateTable is logged (its commit point) before any tablet server sees the schema; one the
 servers then refused would stay pending for ever, and with it every new leader's recovery.
-Both sides check from `tservers.schema_rules`; this holds them to it on random schemas.
+Both sides check from `rpc.schema_rules`; this holds them to it on random schemas.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from rpc.errors import BadRequest
 from rpc.protocols.tserver_pb2 import ColumnSchemaPB, DataType, SchemaPB, ValuePB
-from tservers.schema_rules import COLUMNS_MAX, column_name_problem
+from rpc.schema_rules import COLUMNS_MAX, column_name_problem
 
 ARROW_TYPES: dict[int, pa.DataType] = {
     DataType.INT64: pa.int64(),

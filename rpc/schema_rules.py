@@ -4,8 +4,10 @@ The coordinator logs a CreateTable or AlterTable decision before any tablet serv
 schema; a schema it accepted and a tablet server then refused would leave that operation
 pending for ever (every retry refused), and with it a new leader's recovery. So the
 coordinator checks at least what `tservers.tablet.schema` checks, from these definitions.
-Light on purpose (no pyarrow): the coordinator imports it. Type numbers are the wire's,
-the same in coordinator.proto's ColumnType and tserver.proto's DataType.
+Light on purpose (no pyarrow): the coordinator imports it. It lives in the wire layer, beside
+the protocols whose schemas it rules on, because the coordinator imports no tablet-server
+code (design/architecture.md). Type numbers are the wire's, the same in coordinator.proto's
+ColumnType and tserver.proto's DataType.
 """
 
 from __future__ import annotations
