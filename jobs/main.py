@@ -27,6 +27,7 @@ from pathlib import Path
 from optools import admin, logtool
 from optools.localcluster import INSECURE_WARNING, LocalCluster, _wipe
 from rpc import errors
+from rpc.console import add_version
 
 log = logging.getLogger("main-job")
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for a Ctrl-C
@@ -50,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="a plaintext cluster without authentication (default: secure, CURVE)",
     )
+    add_version(parser, "./dev main")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
     if args.rows < 100:

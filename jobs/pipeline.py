@@ -347,6 +347,8 @@ def summary(result: PipelineResult) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from rpc.console import add_version
+
     parser = argparse.ArgumentParser(
         prog="python -m jobs.pipeline", description=__doc__.split("\n")[0]
     )
@@ -378,6 +380,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--replication-factor", type=int, default=1)
     parser.add_argument("--keep-workdir", action="store_true")
     parser.add_argument("--log-level", default="INFO")
+    add_version(parser, "python -m jobs.pipeline")
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)  # its gateway chatter is not the job's
