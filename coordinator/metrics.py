@@ -8,7 +8,10 @@ lease, the replay, the catalog, re-replication and the embedded log replica's
 Its watcher thread (one per node, named `observer-<node id>`) logs one line at each change
 it sees (design/operability.md, "Logs"):
 - a tablet server goes silent for the node's tablet-server timeout ("seen down"), and its
-  heartbeats come back ("back"); every node sees heartbeats, not only the leader;
+  heartbeats come back ("back"); every node sees heartbeats, not only the leader. One never
+  heard from is silent since this node first knew of it (`server_silence_s`), so a server
+  enlisted or replayed just now has one timeout to send its first heartbeat here: no false
+  "seen down" followed by "back" half a second later at a cluster's start;
 - a peer of the embedded coordinator log loses its Raft connection, and gets it back;
 - the lease changes holder or epoch (with the takeover record's wall-clock time), or no
   holder is known any more;
@@ -42,6 +45,16 @@ PEER_GRACE_S = 10.0
 ROLES = ("LEADER", "RECOVERING", "FOLLOWER")
 REREPLICATION_COUNTERS = ("sent", "refused", "replicas_created", "strays_deleted")
 TIMEOUT_S = 2.0  # store calls made at scrape or watch time
+
+
+def server_silence_s(now: float, last_heartbeat: float | None, known_since: float) -> float:
+    """How long a tablet server has been silent to this node (monotonic seconds): since its
+    last heartbeat here; never heard from, since this node first knew of it (`known_since`:
+    when its watcher first saw it in the catalog). A server admitted and enlisted after the
+    node started, whose enlistment this node replays before its first heartbeat arrives, is
+    not silent for the time before this node knew of it."""
+    assert now >= known_since
+    return now - (last_heartbeat if last_heartbeat is not None else known_since)
 
 
 def wall_clock(unix_s: float | None = None) -> str:
@@ -96,6 +109,9 @@ class CoordinatorObserver:
         self._holder_known = False
         self._servers_down: dict[str, float] = {}  # uuid -> when seen down (monotonic)
         self._servers_seen: set[str] = set()
+        # uuid -> when this watcher first saw it (monotonic): the start of its silence while
+        # it was never heard from. Pruned of servers gone from the catalog and heartbeats.
+        self._servers_known: dict[str, float] = {}
         self._peers: dict[str, tuple[bool, float]] = {}  # raft address -> (connected, since)
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -202,10 +218,14 @@ class CoordinatorObserver:
         with catalog.lock:
             heartbeats = dict(catalog.heartbeats)
             addresses = {uuid: s.address for uuid, s in catalog.servers.items()}
-        for uuid in sorted(set(heartbeats) | set(addresses)):
+        present = set(heartbeats) | set(addresses)
+        for uuid in set(self._servers_known) - present:
+            del self._servers_known[uuid]
+        for uuid in sorted(present):
             last = heartbeats.get(uuid)
             address = addresses.get(uuid, "?")
-            silent_s = now - (last if last is not None else self._started_at)
+            known_since = self._servers_known.setdefault(uuid, now)
+            silent_s = server_silence_s(now, last, known_since)
             if uuid in self._servers_down:
                 if last is not None and silent_s < timeout_s:
                     down_s = now - self._servers_down.pop(uuid)
