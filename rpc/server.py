@@ -46,6 +46,7 @@ from zmq.auth.thread import ThreadAuthenticator
 from rpc import errors, privileged
 from rpc.addresses import bind_endpoint, host_port_of
 from rpc.frames import recv_frames, send_frames
+from rpc.handshakes import HandshakeLog
 from rpc.keys import ServerCurve
 from rpc.observe import LatencyHistogram, histogram_family
 from rpc.rpc_pb2 import PingRequest, PingResponse, RequestHeader, ResponseHeader, StatusCode
@@ -90,21 +91,21 @@ log = logging.getLogger(__name__)
 
 class _ZapKeys:
     """The ZAP handler's credentials provider: a CURVE client key is admitted if the
-    server's authorizer gives it a principal (zmq.auth hands it the key in z85)."""
+    server's authorizer gives it a principal (zmq.auth hands it the key in z85). Refusals
+    are logged by rpc.handshakes: a WARNING only for a key still refused after the
+    admission window."""
 
     def __init__(self, authorizer, server: RpcServer) -> None:
         self._authorizer = authorizer
         self._server = server
+        self._handshakes = HandshakeLog(server.service, server._refusals.warning)
 
     def callback(self, domain: str, key: bytes) -> bool:
         text = key.decode("ascii", "replace")
         if self._server._authorize(text) is not None:
+            self._handshakes.admitted(text)
             return True
-        self._server._refusals.warning(
-            "%s refused a connection at the CURVE handshake: unknown key %s",
-            self._server.service or "rpc server",
-            text,
-        )
+        self._handshakes.refused(text)
         return False
 
 
