@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 
-from rpc import errors
+from rpc import errors, handshakes
 from rpc.client import RpcClient, Transport
 from rpc.keys import ClientCurve, KeyPair
 from rpc.protocols import coordinator_pb2 as cpb
@@ -116,7 +117,11 @@ class Heartbeater:
             }
         self._join_refusals: dict[str, str] = {}
         self.joined = False  # a JoinServer call admitted this server (this process)
-        self._refusals: dict[str, str] = {}  # address -> the last refusal logged
+        # address -> the last refusal logged, and whether at INFO: this server's key refused
+        # in its first handshakes.ADMISSION_WINDOW_S is admission at work (local-cluster up
+        # logs its principal after starting it), a WARNING only if still refused after it.
+        self._refusals: dict[str, tuple[str, bool]] = {}
+        self._started_s = time.monotonic()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tserver-heartbeat", daemon=True)
         self.beats = 0
@@ -164,9 +169,20 @@ class Heartbeater:
                     key_refused += 1
                 if isinstance(err, (errors.Unauthenticated, errors.PermissionDenied)):
                     # Not admitted (yet), or a key mismatch: said once per change of reason.
-                    if self._refusals.get(address) != err.message:
-                        self._refusals[address] = err.message
-                        log.warning("heartbeat to %s refused: %s", address, err.message)
+                    waiting = (
+                        isinstance(err, errors.Unauthenticated)
+                        and time.monotonic() - self._started_s < handshakes.ADMISSION_WINDOW_S
+                    )
+                    said = self._refusals.get(address)
+                    if said is None or said[0] != err.message or (said[1] and not waiting):
+                        self._refusals[address] = (err.message, waiting)
+                        log.log(
+                            logging.INFO if waiting else logging.WARNING,
+                            "heartbeat to %s refused: %s%s",
+                            address,
+                            err.message,
+                            " (expected until this server's key is admitted)" if waiting else "",
+                        )
                 else:
                     log.debug("heartbeat to %s failed: %s", address, err)
                 continue
