@@ -55,6 +55,8 @@ READY_TIMEOUT_S_DEFAULT = 120.0
 NEW_COORDINATORS = 3  # `local-cluster up` of a new cluster without counts
 NEW_TSERVERS = 3
 STOP_TIMEOUT_S = 15.0
+# An interrupted `up`: how long a process it started has to act on SIGTERM before SIGKILL.
+STOP_GRACE_S = 10.0
 INSECURE_WARNING = (
     "WARNING: INSECURE cluster in {root}: plaintext, no authentication; anyone who can "
     "reach one of its ports can read, write or drop tables (a new cluster without "
@@ -250,6 +252,26 @@ class LocalCluster:
         while not self.is_up(node) and popen.poll() is None and time.monotonic() < deadline:
             time.sleep(0.01)
 
+    def _format(self, node: NodeSpec) -> None:
+        """`tserver fs format` of the node's root, as a child tracked like the daemons: a
+        Ctrl-C during it stops it with them (`stop_started`) and nothing is left formatting.
+        Out of our process group: a Ctrl-C meant for `up` must interrupt `up` (which then
+        stops what it started), not kill the format under it first, which `up` would report
+        as a failed format rather than as an interruption."""
+        argv = [sys.executable, "-m", "tservers.cli", "fs", "format", "--fs-root", node.data]
+        with deferred_interrupts():
+            popen = subprocess.Popen(
+                argv,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+            self.started.append(popen)
+        out, err = popen.communicate()
+        if popen.returncode != 0:
+            raise subprocess.CalledProcessError(popen.returncode, argv, out, err)
+
     def coordinator_args(self, node: NodeSpec) -> list[str]:
         peers = ",".join(n.raft for n in self.spec.coordinators if n is not node)
         args = [
@@ -281,15 +303,7 @@ class LocalCluster:
         if self.is_up(node):
             return
         if not (Path(node.data) / "instance").exists():
-            subprocess.run(
-                [sys.executable, "-m", "tservers.cli", "fs", "format", "--fs-root", node.data],
-                check=True,
-                capture_output=True,
-                # Out of our process group: a Ctrl-C meant for `up` must interrupt `up` (which
-                # then stops what it started), not kill the format under it first, which
-                # `up` would report as a failed format rather than as an interruption.
-                start_new_session=True,
-            )
+            self._format(node)
         args = [
             "tservers.cli", "start",
             "--fs-root", node.data,
@@ -440,22 +454,36 @@ class LocalCluster:
         for node in [*self.spec.tservers, *self.spec.coordinators]:
             self.stop(node)
 
-    def stop_started(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
+    def stop_started(
+        self, grace_s: float = STOP_GRACE_S, timeout_s: float = STOP_TIMEOUT_S
+    ) -> list[int]:
         """Stop every process this object started (an interrupted `up`): SIGTERM to all,
-        then SIGKILL to those still running after `timeout_s`. By their Popen, so that one
-        stopped before it exec'd is not missed; each is reaped."""
+        SIGKILL to those still running after `grace_s`, then wait (within `timeout_s`) until
+        each is reaped with all its threads gone. By their Popen, recorded before a Ctrl-C
+        can land (`_spawn`, `_format`), so that one stopped before it exec'd is not missed.
+        Returns the pids that would not go (none, unless a process is stuck in the kernel):
+        the caller says so."""
         alive = [p for p in self.started if p.poll() is None]
         for popen in alive:
             with contextlib.suppress(ProcessLookupError):
-                popen.send_signal(signal.SIGCONT)
+                popen.send_signal(signal.SIGCONT)  # a stopped process cannot act on SIGTERM
                 popen.terminate()
+        grace_end = time.monotonic() + grace_s
+        for popen in alive:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                popen.wait(max(0.0, grace_end - time.monotonic()))
+        for popen in alive:
+            if popen.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    popen.kill()
         deadline = time.monotonic() + timeout_s
+        stuck = []
         for popen in alive:
             try:
                 popen.wait(max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                popen.kill()
-                popen.wait(timeout_s)
+                stuck.append(popen.pid)
+        return stuck
 
     # -- readiness and status ----------------------------------------------------------
 
@@ -624,6 +652,57 @@ class LocalCluster:
             return False
 
 
+def _own_group_descendants() -> list[int]:
+    """Our descendants (children, theirs, ...) that are still in our process group, zombies
+    included. Only descendants: a shell pipeline (`up | tee log`) shares our group too."""
+    me, group = os.getpid(), os.getpgrp()
+    parent_of: dict[int, int] = {}
+    group_of: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()
+        parent_of[int(entry)], group_of[int(entry)] = int(fields[1]), int(fields[2])
+    found = []
+    for pid, pgid in group_of.items():
+        if pid == me or pgid != group:
+            continue
+        seen, up = set(), parent_of.get(pid, 0)
+        while up > 1 and up not in seen and up != me:
+            seen.add(up)
+            up = parent_of.get(up, 0)
+        if up == me:
+            found.append(pid)
+    return found
+
+
+def _sweep_own_group(timeout_s: float) -> list[int]:
+    """SIGKILL any descendant of ours left in our process group, and reap it (ours) or wait
+    until it is gone, within `timeout_s`: after an interrupted `up` nothing is left in the
+    group the terminal signalled. Every child `up` starts has a session of its own, so this
+    finds nothing unless a child was caught between its fork and its setsid. Returns the
+    pids still there at the deadline."""
+    deadline = time.monotonic() + timeout_s
+    killed: set[int] = set()
+    while True:
+        left = _own_group_descendants()
+        for pid in left:
+            if pid not in killed:
+                killed.add(pid)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitpid(pid, os.WNOHANG)  # reaped here if ours
+        left = _own_group_descendants()
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(0.02)
+
+
 def _pings(address: str) -> bool:
     """Whether a server answers rpc.Ping at `address` (it serves: past its start-up checks)."""
     from rpc.client import RpcClient
@@ -787,7 +866,16 @@ def _up(cluster: LocalCluster, args) -> int:
     except KeyboardInterrupt:
         with ignored_interrupts():
             bar.close()
-            cluster.stop_started()
+            stuck = cluster.stop_started()
+            # The command's own group, which the terminal signalled, is left empty too
+            # (not in stop_started: a test process calling that has children of its own).
+            stuck += _sweep_own_group(STOP_TIMEOUT_S)
+        if stuck:  # the one line is run_command's; this says what could not be stopped
+            print(
+                f"coordinator local-cluster: could not stop pids {stuck}",
+                file=sys.stderr,
+                flush=True,
+            )
         raise
     finally:
         bar.close()

@@ -130,6 +130,23 @@ def _recorded_pids(root) -> dict[str, int]:
     return {n["name"]: n["pid"] for n in spec["coordinators"] + spec["tservers"] if n["pid"]}
 
 
+def _group_members(pgid: int) -> list[str]:
+    """The processes of group `pgid` (pid, state, command line), for a failure message."""
+    from pathlib import Path
+
+    found = []
+    for d in Path("/proc").iterdir():
+        try:
+            stat = (d / "stat").read_text()
+            cmdline = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except (OSError, ValueError):
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[2]) == pgid:
+            found.append(f"{d.name} {fields[0]} {cmdline[:200]}")
+    return found
+
+
 def test_ctrl_c_during_local_cluster_up_stops_what_it_started(tmp_path):
     root = tmp_path / "cluster"
     env = env_with(tmp_path / "clusters.toml")
@@ -160,10 +177,58 @@ def test_ctrl_c_during_local_cluster_up_stops_what_it_started(tmp_path):
     assert "cluster up" not in out, "the cluster was up before the interrupt: nothing tested"
     assert "Traceback" not in err, err
     assert proc.returncode == 130 and err.splitlines() == ["coordinator: interrupted"], err
-    assert group_gone(proc.pid)
+    assert group_gone(proc.pid), _group_members(proc.pid)
     recorded = _recorded_pids(root)
     assert set(pids) <= set(recorded)
     left = {name: pid for name, pid in recorded.items() if pid_running(pid)}
     assert not left, f"processes left running: {left}"
     # Not registered: the cluster never came up.
     assert not (tmp_path / "clusters.toml").exists()
+
+
+_SWEEP = r"""
+import json, subprocess, sys, time
+from optools.localcluster import _own_group_descendants, _sweep_own_group
+sleeper = [sys.executable, "-c", "import time; time.sleep(600)"]
+child = subprocess.Popen([sys.executable, "-c",
+    "import subprocess, sys, time; subprocess.Popen(sys.argv[1:]); time.sleep(600)", *sleeper],
+    stdout=subprocess.DEVNULL)
+apart = subprocess.Popen(sleeper, start_new_session=True, stdout=subprocess.DEVNULL)
+deadline = time.monotonic() + 60
+while len(_own_group_descendants()) < 2 and time.monotonic() < deadline:
+    time.sleep(0.02)
+before = sorted(_own_group_descendants())
+left = _sweep_own_group(30.0)
+print(json.dumps({"before": before, "left": left, "child": child.pid, "apart": apart.pid}))
+"""
+
+
+def test_the_sweep_of_an_interrupted_up_empties_its_own_group_and_nothing_else(tmp_path):
+    """What an interrupted `up` does last (`_sweep_own_group`): its descendants still in its
+    process group (a child, and that child's child) are killed and gone; a child in a
+    session of its own is not touched (the daemons are stopped by their pids instead)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _SWEEP],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own group: the sweep must not reach the test's
+    )
+    try:
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        kill_group(proc)
+    found = json.loads(out)
+    try:
+        assert proc.returncode == 0
+        assert len(found["before"]) == 2 and found["child"] in found["before"], found
+        assert found["left"] == [], found
+        assert not any(pid_running(pid) for pid in found["before"]), found
+        assert pid_running(found["apart"]), "a process of another session was stopped"
+    finally:
+        if pid_running(found["apart"]):
+            os.kill(found["apart"], signal.SIGKILL)
