@@ -34,9 +34,11 @@ PipelineError when a check fails.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import shutil
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -54,6 +56,9 @@ SAMPLE_ROWS = 5
 REGIONS = ("north", "south", "east", "west", "central")
 DAYS = 14
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for a Ctrl-C
+SPARK_STOP_S = 20.0  # Ctrl-C: how long SparkSession.stop() may take before the JVM is ended
+JVM_EXIT_S = 10.0  # then how long the JVM has after SIGTERM before SIGKILL
+SPARK_LOG = "spark-driver.log"  # in --workdir: the JVM's own output, when this job starts it
 
 
 class PipelineError(RuntimeError):
@@ -384,6 +389,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)  # its gateway chatter is not the job's
+    # py4j reports a Ctrl-C that lands in a call to the JVM itself, with a traceback, on the
+    # root logger ("KeyboardInterrupt while sending command."): the job says it in one line.
+    logging.getLogger().addFilter(_NotKeyboardInterrupt())
 
     from logcentric import clusters
     from rpc import credentials
@@ -408,18 +416,99 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERRUPTED
 
 
+class _NotKeyboardInterrupt(logging.Filter):
+    """Drops a log record carrying a KeyboardInterrupt (py4j's, see `main`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not isinstance(exc, KeyboardInterrupt)
+
+
+def _start_spark(master: str | None, workdir: Path):
+    """The SparkSession. Started here (not under spark-submit), the driver's JVM writes its
+    own output (Spark's log, its shutdown, Java stack traces of tasks a Ctrl-C cut short)
+    to `workdir/SPARK_LOG` instead of this command's stderr: it is a child that inherits
+    fd 2 at its start, so fd 2 points at that file for the length of the start."""
+    from logcentric.spark.session import build_session, submitted
+
+    if submitted():
+        return _default_sigint(build_session(master, "logcentric-pipeline")), None
+    workdir.mkdir(parents=True, exist_ok=True)
+    log_path = workdir / SPARK_LOG
+    saved = os.dup(2)
+    try:
+        with open(log_path, "ab") as log_file:
+            sys.stderr.flush()
+            os.dup2(log_file.fileno(), 2)
+            try:
+                return _default_sigint(build_session(master, "logcentric-pipeline")), log_path
+            finally:
+                os.dup2(saved, 2)
+    finally:
+        os.close(saved)
+
+
+def _default_sigint(spark):
+    """Ctrl-C back to Python's own KeyboardInterrupt. A SparkContext installs a SIGINT
+    handler that calls the JVM (cancelAllJobs) from inside the signal handler, while the
+    main thread may be in the middle of a call to it: py4j then fails with a traceback
+    ("reentrant call"). Here Ctrl-C only raises; `_stop_spark` cancels what runs."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        with contextlib.suppress(ValueError):
+            if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+                signal.signal(signal.SIGINT, signal.default_int_handler)
+    return spark
+
+
+def _stop_spark(spark) -> None:
+    """Stop the session (None: its start was cut short) within SPARK_STOP_S, then make sure
+    the JVM this process started is gone (SIGTERM, SIGKILL after JVM_EXIT_S) with its
+    Python workers (descendants left in our process group). Ctrl-C is ignored meanwhile:
+    each step has its bound."""
+    import threading
+
+    from pyspark import SparkContext
+
+    from optools.localcluster import _sweep_own_group
+    from rpc.console import ignored_interrupts
+
+    with ignored_interrupts():
+        gateway = SparkContext._gateway
+        proc = getattr(gateway, "proc", None)  # None under spark-submit: not ours to end
+        if spark is not None:
+            stopper = threading.Thread(target=spark.stop, name="spark-stop", daemon=True)
+            stopper.start()
+            stopper.join(SPARK_STOP_S)
+        if gateway is not None and proc is None:
+            return  # spark-submit's JVM
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(JVM_EXIT_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(JVM_EXIT_S)
+        _sweep_own_group(JVM_EXIT_S)
+
+
 def _run(args: argparse.Namespace, coordinators: str, workdir: Path) -> int:
     from pyspark.errors import PySparkException
 
-    from logcentric.spark.session import build_session
     from rpc.errors import RpcError
 
-    spark = build_session(args.master, "logcentric-pipeline")
-    print(
-        f"pipeline: Spark master {spark.sparkContext.master}, coordinators {coordinators}",
-        flush=True,
-    )
+    spark = None
     try:
+        spark, spark_log = _start_spark(args.master, workdir)
+        print(
+            f"pipeline: Spark master {spark.sparkContext.master}, coordinators {coordinators}",
+            flush=True,
+        )
+        if spark_log is not None:
+            print(f"pipeline: Spark's own log in {spark_log}", flush=True)
         result = run_pipeline(
             spark,
             coordinators,
@@ -436,7 +525,7 @@ def _run(args: argparse.Namespace, coordinators: str, workdir: Path) -> int:
         print(f"pipeline failed: {_first_line(err)}", file=sys.stderr)
         return 1
     finally:
-        spark.stop()
+        _stop_spark(spark)
         if not args.keep_workdir:
             shutil.rmtree(workdir / "orders.parquet", ignore_errors=True)
     print(summary(result), flush=True)

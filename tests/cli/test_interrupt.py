@@ -232,3 +232,71 @@ def test_the_sweep_of_an_interrupted_up_empties_its_own_group_and_nothing_else(t
     finally:
         if pid_running(found["apart"]):
             os.kill(found["apart"], signal.SIGKILL)
+
+
+def _descendants(pid: int) -> list[int]:
+    """The processes under `pid` (children, theirs, ...)."""
+    from pathlib import Path
+
+    parent_of = {}
+    for d in Path("/proc").iterdir():
+        try:
+            stat = (d / "stat").read_text()
+        except (OSError, ValueError):
+            continue
+        if d.name.isdigit():
+            parent_of[int(d.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found, frontier = [], [pid]
+    while frontier:
+        p = frontier.pop()
+        kids = [c for c, pp in parent_of.items() if pp == p]
+        found += kids
+        frontier += kids
+    return found
+
+
+@pytest.mark.spark
+def test_ctrl_c_during_the_pipeline_ends_it_and_its_jvm_with_one_line(tmp_path):
+    """`python -m jobs.pipeline` interrupted while Spark works (the sample Parquet being
+    written or read): one line, exit 130, no traceback (py4j's "KeyboardInterrupt while
+    sending command." included), and Spark's JVM and its Python workers gone, within a
+    bound (the session's stop is bounded, then the JVM is ended)."""
+    import subprocess
+    import sys
+
+    from tests.cli.helpers import _WITH_SIGINT
+
+    env = env_with(tmp_path / "clusters.toml")
+    root = tmp_path / "cluster"
+    up = run("coordinator", "local-cluster", "up", "--dir", str(root), "--coordinators", "1",
+             "--tservers", "1", "--insecure", env=env)  # fmt: skip
+    assert up.returncode == 0, up.stderr
+    workdir = tmp_path / "work"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _WITH_SIGINT, sys.executable, "-m", "jobs.pipeline",
+         "--cluster", "local", "--rows", "2000", "--workdir", str(workdir),
+         "--log-level", "WARNING"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+        text=True, start_new_session=True, env=env,
+    )  # fmt: skip
+    under: list[int] = []
+    try:
+        # At work: Spark is writing the sample Parquet (a job runs in the JVM).
+        wait_for(
+            lambda: (workdir / "orders.parquet").exists() or proc.poll() is not None,
+            300,
+            "the pipeline writing its sample Parquet",
+        )
+        assert proc.poll() is None, proc.communicate()
+        under = _descendants(proc.pid)
+        assert under, "no JVM under the pipeline"
+        out, err = interrupt(proc, timeout_s=90)
+    finally:
+        kill_group(proc)
+        run("coordinator", "local-cluster", "down", "--dir", str(root), env=env)
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert proc.returncode == 130 and err.splitlines() == ["pipeline: interrupted"], err
+    assert group_gone(proc.pid), _group_members(proc.pid)
+    left = [pid for pid in under if pid_running(pid)]
+    assert not left, f"Spark's processes left running: {left}"
+    assert "RESULT" not in out
