@@ -26,6 +26,11 @@ with neither, Spark's default local[*].
    with the same aggregate computed from the Parquet file alone.
 6. Print a summary: counts in and out, sample rows, and whether every check passed.
 
+Started from Python (not spark-submit), the driver's JVM writes its own output (Spark's
+log, Java stack traces) to `<workdir>/spark-driver.log`, said at the start. Ctrl-C ends the
+job with one line (`pipeline: interrupted`) and exit status 130: the session's stop is
+bounded, then the JVM it started and its Python workers are ended.
+
 `run_pipeline(spark, coordinators, workdir, rows=..., on_ingest_midpoint=callback,
 credentials=path)` is the entry point for other jobs; it returns a PipelineResult and raises
 PipelineError when a check fails.
