@@ -8,8 +8,10 @@ address is its identity), `down` stops it and keeps the data, and `status` tells
 
 `up` registers the cluster in the clusters file (`local` unless `--name`) and prints the
 line to connect; `down --wipe` removes that registration while it still names this cluster.
-Ctrl-C during `up` stops every process that run started, then ends with one line and exit
-status 130. `up --json` and `status --json` print one JSON document (design/client.md).
+Ctrl-C during `up` stops every process that run started (SIGTERM, SIGKILL after a bounded
+grace, each reaped; the `fs format` runs too), reaps or waits out any descendant left in its
+own process group (a child caught between its fork and its setsid), then ends with one line
+and exit status 130. `up --json` and `status --json` print one JSON document (design/client.md).
 
 A new cluster is secure (CURVE; design/security.md section 5): `up` makes every coordinator
 node's key pair before its first start and the admin's credentials (`<dir>/admin.credentials`,

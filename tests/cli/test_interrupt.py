@@ -194,18 +194,25 @@ child = subprocess.Popen([sys.executable, "-c",
     "import subprocess, sys, time; subprocess.Popen(sys.argv[1:]); time.sleep(600)", *sleeper],
     stdout=subprocess.DEVNULL)
 apart = subprocess.Popen(sleeper, start_new_session=True, stdout=subprocess.DEVNULL)
+# A child that has exited and was never reaped (a zombie in the group), as one interrupted
+# between its fork and its setsid is when its Popen never returned.
+zombie = subprocess.Popen([sys.executable, "-c", "pass"])
 deadline = time.monotonic() + 60
-while len(_own_group_descendants()) < 2 and time.monotonic() < deadline:
+while len(_own_group_descendants()) < 3 and time.monotonic() < deadline:
+    time.sleep(0.02)
+while open(f"/proc/{zombie.pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":
     time.sleep(0.02)
 before = sorted(_own_group_descendants())
 left = _sweep_own_group(30.0)
-print(json.dumps({"before": before, "left": left, "child": child.pid, "apart": apart.pid}))
+print(json.dumps({"before": before, "left": left, "child": child.pid, "apart": apart.pid,
+                  "zombie": zombie.pid}))
 """
 
 
 def test_the_sweep_of_an_interrupted_up_empties_its_own_group_and_nothing_else(tmp_path):
     """What an interrupted `up` does last (`_sweep_own_group`): its descendants still in its
-    process group (a child, and that child's child) are killed and gone; a child in a
+    process group (a child, that child's child, a zombie child never reaped: what a Ctrl-C
+    between fork and setsid leaves) are killed, reaped and gone; a child in a
     session of its own is not touched (the daemons are stopped by their pids instead)."""
     import os
     import signal
@@ -225,7 +232,8 @@ def test_the_sweep_of_an_interrupted_up_empties_its_own_group_and_nothing_else(t
     found = json.loads(out)
     try:
         assert proc.returncode == 0
-        assert len(found["before"]) == 2 and found["child"] in found["before"], found
+        assert len(found["before"]) == 3, found
+        assert {found["child"], found["zombie"]} <= set(found["before"]), found
         assert found["left"] == [], found
         assert not any(pid_running(pid) for pid in found["before"]), found
         assert pid_running(found["apart"]), "a process of another session was stopped"
