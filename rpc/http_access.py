@@ -19,13 +19,12 @@ import logging
 import os
 import socket
 import ssl
-import threading
-import time
 from dataclasses import dataclass
 
 from rpc.addresses import address_arg, parse_host_port
 from rpc.errors import BadRequest
 from rpc.keys import private_file_problem
+from rpc.refusals import RefusalLog
 
 # Paths served without credentials in every mode: load balancers and Kubernetes probes
 # call them. Their bodies name no table, key, principal or address (rpc/observe.py).
@@ -222,43 +221,14 @@ def http_access_of(args: argparse.Namespace) -> HttpAccess:
     return access
 
 
-class RefusalLog:
-    """Warnings of refused requests on `logger`, at most `burst` per `window_s` (a scanner or
-    a wrong password in a dashboard must not fill the log)."""
-
-    def __init__(
-        self,
-        logger: logging.Logger,
-        burst: int = REFUSALS_LOGGED_MAX,
-        window_s: float = REFUSALS_LOG_WINDOW_S,
-    ) -> None:
-        assert burst >= 1 and window_s > 0
-        self._log = logger
-        self._burst = burst
-        self._window_s = window_s
-        self._lock = threading.Lock()
-        self._window_start = -window_s
-        self._logged = 0
-        self._unlogged = 0
-
-    def warning(self, msg: str, *args) -> None:
-        with self._lock:
-            now = time.monotonic()
-            if now - self._window_start >= self._window_s:
-                unlogged, self._unlogged = self._unlogged, 0
-                self._window_start, self._logged = now, 0
-                if unlogged:
-                    self._log.warning(
-                        "%d more refused HTTP requests were not logged (at most %d per %.0f s)",
-                        unlogged,
-                        self._burst,
-                        self._window_s,
-                    )
-            if self._logged >= self._burst:
-                self._unlogged += 1
-                return
-            self._logged += 1
-        self._log.warning(msg, *args)
+def refusal_log(
+    logger: logging.Logger,
+    burst: int = REFUSALS_LOGGED_MAX,
+    window_s: float = REFUSALS_LOG_WINDOW_S,
+) -> RefusalLog:
+    """Warnings of refused HTTP requests on `logger`, at most `burst` per `window_s` (a
+    scanner or a wrong password in a dashboard must not fill the log)."""
+    return RefusalLog(logger, "refused HTTP requests", burst, window_s)
 
 
 def authorized(header: str, users: tuple[tuple[bytes, bytes], ...]) -> bool:

@@ -42,9 +42,9 @@ from rpc.http_access import (
     OPEN_PATHS,
     HttpAccess,
     HttpConfigError,
-    RefusalLog,
     authorized,
     prepare_access,
+    refusal_log,
 )
 
 log = logging.getLogger(__name__)
@@ -184,7 +184,7 @@ class HttpEndpoint:
     ) -> None:
         host, port = parse_host_port(bind)
         self._guard = prepare_access(bind, access or HttpAccess())  # before any bind
-        self._refusals = RefusalLog(log)
+        self._refusals = refusal_log(log)
         self.name = name
         self.registry = registry
         self._ready = ready or (lambda: (True, []))

@@ -49,6 +49,7 @@ from rpc.frames import recv_frames, send_frames
 from rpc.handshakes import HandshakeLog
 from rpc.keys import ServerCurve
 from rpc.observe import LatencyHistogram, histogram_family
+from rpc.refusals import RefusalLog
 from rpc.rpc_pb2 import PingRequest, PingResponse, RequestHeader, ResponseHeader, StatusCode
 
 PING_METHOD = "rpc.Ping"
@@ -109,37 +110,13 @@ class _ZapKeys:
         return False
 
 
-class _RefusalLog:
+def _refusal_log(
+    burst: int = REFUSALS_LOGGED_MAX, window_s: float = REFUSALS_LOG_WINDOW_S
+) -> RefusalLog:
     """Warnings of refused calls, at most `burst` per `window_s`."""
-
-    def __init__(self, burst: int = REFUSALS_LOGGED_MAX, window_s: float = REFUSALS_LOG_WINDOW_S):
-        assert burst >= 1 and window_s > 0
-        self._burst = burst
-        self._window_s = window_s
-        self._lock = threading.Lock()
-        self._window_start = -window_s
-        self._logged = 0
-        self._unlogged = 0
-
-    def warning(self, msg: str, *args) -> None:
-        with self._lock:
-            now = time.monotonic()
-            if now - self._window_start >= self._window_s:
-                unlogged, self._unlogged = self._unlogged, 0
-                self._window_start, self._logged = now, 0
-                if unlogged:
-                    log.warning(
-                        "%d more refused calls were not logged (at most %d per %.0f s; all "
-                        "are counted in the server's stats)",
-                        unlogged,
-                        self._burst,
-                        self._window_s,
-                    )
-            if self._logged >= self._burst:
-                self._unlogged += 1
-                return
-            self._logged += 1
-        log.warning(msg, *args)
+    return RefusalLog(
+        log, "refused calls", burst, window_s, "; all are counted in the server's stats"
+    )
 
 
 @dataclass(slots=True)
@@ -347,7 +324,7 @@ class RpcServer:
         # writes it (up at dispatch, down when it forwards the answer).
         self._inflight = 0
         self._address = ""
-        self._refusals = _RefusalLog()
+        self._refusals = _refusal_log()
         self._metrics = metrics
         # Per-method metrics: shard 0 is the I/O thread's, shard 1 + i worker i's (made at
         # start(), once every method is registered).

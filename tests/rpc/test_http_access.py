@@ -11,11 +11,11 @@ import pytest
 from rpc.http_access import (
     HttpAccess,
     HttpConfigError,
-    RefusalLog,
     authorized,
     is_loopback_host,
     prepare_access,
     read_password_file,
+    refusal_log,
 )
 
 
@@ -100,7 +100,7 @@ def test_basic_credentials():
 
 def test_refusals_are_logged_at_a_rate(caplog):
     logger = logging.getLogger("test.http_access")
-    refusals = RefusalLog(logger, burst=2, window_s=3600.0)
+    refusals = refusal_log(logger, burst=2, window_s=3600.0)
     with caplog.at_level(logging.WARNING, logger="test.http_access"):
         for i in range(5):
             refusals.warning("refused %d", i)

@@ -161,12 +161,13 @@ def test_a_flood_of_refused_calls_is_logged_a_little_and_counted_whole(server, c
 def test_refusals_not_logged_are_summed_up_when_the_next_window_opens(caplog, monkeypatch):
     import logging
 
+    from rpc import refusals as refusals_module
     from rpc import server as rpc_server
 
     now = [100.0]
-    monkeypatch.setattr(rpc_server.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(refusals_module.time, "monotonic", lambda: now[0])
     caplog.set_level(logging.WARNING, logger="rpc.server")
-    refusals = rpc_server._RefusalLog(burst=2, window_s=10.0)
+    refusals = rpc_server._refusal_log(burst=2, window_s=10.0)
     for i in range(5):
         refusals.warning("refused %d", i)
     assert [r.getMessage() for r in caplog.records] == ["refused 0", "refused 1"]
