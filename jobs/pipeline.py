@@ -395,8 +395,11 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)  # its gateway chatter is not the job's
     # py4j reports a Ctrl-C that lands in a call to the JVM itself, with a traceback, on the
-    # root logger ("KeyboardInterrupt while sending command."): the job says it in one line.
-    logging.getLogger().addFilter(_NotKeyboardInterrupt())
+    # root logger ("KeyboardInterrupt while sending command.") and its own (a broken pipe
+    # while it cleans up): the job says it in one line.
+    # A logger's filter sees only records logged on it: the handlers' see the propagated too.
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_NotKeyboardInterrupt())
 
     from logcentric import clusters
     from rpc import credentials
@@ -422,11 +425,19 @@ def main(argv: list[str] | None = None) -> int:
 
 
 class _NotKeyboardInterrupt(logging.Filter):
-    """Drops a log record carrying a KeyboardInterrupt (py4j's, see `main`)."""
+    """Drops a log record whose exception is a KeyboardInterrupt or arose while handling one
+    (py4j's, see `main`: also "Exception occurred while shutting down connection", a broken
+    pipe met while it cleans up after the interrupt)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
-        return not isinstance(exc, KeyboardInterrupt)
+        seen = 0
+        while exc is not None and seen < 16:  # a bounded walk of the chain
+            if isinstance(exc, KeyboardInterrupt):
+                return False
+            exc = exc.__cause__ or exc.__context__
+            seen += 1
+        return True
 
 
 def _start_spark(master: str | None, workdir: Path):
@@ -477,7 +488,7 @@ def _stop_spark(spark) -> None:
 
     from pyspark import SparkContext
 
-    from optools.localcluster import _sweep_own_group
+    from optools.localcluster import _sweep_own_group, group_snapshot
     from rpc.console import ignored_interrupts
 
     with ignored_interrupts():
@@ -489,6 +500,8 @@ def _stop_spark(spark) -> None:
             stopper.join(SPARK_STOP_S)
         if gateway is not None and proc is None:
             return  # spark-submit's JVM
+        # Its Python workers, known before the JVM goes: then they are init's orphans.
+        workers = group_snapshot()
         if proc is not None and proc.poll() is None:
             proc.terminate()
             try:
@@ -497,7 +510,7 @@ def _stop_spark(spark) -> None:
                 proc.kill()
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(JVM_EXIT_S)
-        _sweep_own_group(JVM_EXIT_S)
+        _sweep_own_group(JVM_EXIT_S, workers)
 
 
 def _run(args: argparse.Namespace, coordinators: str, workdir: Path) -> int:

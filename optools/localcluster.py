@@ -682,26 +682,50 @@ def _own_group_descendants() -> list[int]:
     return found
 
 
-def _sweep_own_group(timeout_s: float) -> list[int]:
-    """SIGKILL any descendant of ours left in our process group, and reap it (ours) or wait
-    until it is gone, within `timeout_s`: after an interrupted `up` nothing is left in the
-    group the terminal signalled. Every child `up` starts has a session of its own, so this
-    finds nothing unless a child was caught between its fork and its setsid. Returns the
-    pids still there at the deadline."""
+def _start_time(pid: int) -> int | None:
+    """The start time of `pid` (clock ticks since boot), None once it is gone: a pid that
+    names another process later (reused) has another start time."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat[stat.rfind(")") + 2 :].split()[19])
+
+
+def group_snapshot() -> dict[int, int]:
+    """Our descendants in our process group, with their start times (`_sweep_own_group`
+    waits for exactly these). Taken before a parent of theirs is ended: once it is, they
+    are orphans of init, no longer seen as ours, yet still in the group until reaped."""
+    found = {}
+    for pid in _own_group_descendants():
+        started = _start_time(pid)
+        if started is not None:
+            found[pid] = started
+    return found
+
+
+def _sweep_own_group(timeout_s: float, known: dict[int, int] | None = None) -> list[int]:
+    """SIGKILL any descendant of ours left in our process group (and those of `known`, a
+    `group_snapshot` taken earlier), reap those that are our children, and wait until every
+    one is gone from the process table (an orphan's zombie until init reaps it), within
+    `timeout_s`: after an interrupted command nothing is left in the group the terminal
+    signalled. Returns the pids still there at the deadline."""
     deadline = time.monotonic() + timeout_s
+    known = dict(known or {})
     killed: set[int] = set()
     while True:
-        left = _own_group_descendants()
-        for pid in left:
+        known.update(group_snapshot())
+        present = [pid for pid, started in known.items() if _start_time(pid) == started]
+        for pid in present:
             if pid not in killed:
                 killed.add(pid)
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
             with contextlib.suppress(ChildProcessError, OSError):
                 os.waitpid(pid, os.WNOHANG)  # reaped here if ours
-        left = _own_group_descendants()
-        if not left or time.monotonic() >= deadline:
-            return left
+        present = [pid for pid, started in known.items() if _start_time(pid) == started]
+        if not present or time.monotonic() >= deadline:
+            return present
         time.sleep(0.02)
 
 
@@ -868,10 +892,11 @@ def _up(cluster: LocalCluster, args) -> int:
     except KeyboardInterrupt:
         with ignored_interrupts():
             bar.close()
+            known = group_snapshot()  # before their parents are stopped
             stuck = cluster.stop_started()
             # The command's own group, which the terminal signalled, is left empty too
             # (not in stop_started: a test process calling that has children of its own).
-            stuck += _sweep_own_group(STOP_TIMEOUT_S)
+            stuck += _sweep_own_group(STOP_TIMEOUT_S, known)
         if stuck:  # the one line is run_command's; this says what could not be stopped
             print(
                 f"coordinator local-cluster: could not stop pids {stuck}",
