@@ -49,9 +49,11 @@ def test_follow_hides_renewals_and_their_gone_ranges_unless_asked(tmp_path):
         quiet_out, loud_out = _Lines(quiet), _Lines(loud)
         # The window: the same renewals pass under both followers.
         wait_for(
-            lambda: sum(1 for ln in loud_out.lines if RENEWAL.search(ln)) >= RENEWAL_LINES_MIN
-            or quiet.poll() is not None
-            or loud.poll() is not None,
+            lambda: (
+                sum(1 for ln in loud_out.lines if RENEWAL.search(ln)) >= RENEWAL_LINES_MIN
+                or quiet.poll() is not None
+                or loud.poll() is not None
+            ),
             WINDOW_TIMEOUT_S,
             f"{RENEWAL_LINES_MIN} renewal lines from --follow --renewals",
         )
@@ -73,3 +75,45 @@ def test_follow_hides_renewals_and_their_gone_ranges_unless_asked(tmp_path):
     assert any("lease renewals hidden" in ln for ln in quiet_out.lines), quiet_out.lines
     assert any(" takeover epoch=" in ln for ln in quiet_out.lines), quiet_out.lines
     assert sum(1 for ln in loud_out.lines if RENEWAL.search(ln)) >= RENEWAL_LINES_MIN
+
+
+def _lease(id_: int, epoch: int, takeover: bool, live: bool = True):
+    from coordinator.records import LeaseInfo, RecordView, Status
+
+    return RecordView(
+        id=id_,
+        status=Status.LIVE if live else Status.INVALIDATED,
+        type="lease",
+        size_bytes=48,
+        lease=LeaseInfo("u", "127.0.0.1:1", epoch, takeover),
+    )
+
+
+def _gone(first: int, last: int, by: int):
+    from coordinator.records import TYPE_GONE, RecordView, Status
+
+    return RecordView(id=first, id_to=last, status=Status.INVALIDATED, type=TYPE_GONE,
+                      size_bytes=0, invalidated_by=by)  # fmt: skip
+
+
+def test_a_new_epoch_shows_even_when_its_takeover_is_already_gone():
+    """The polls a follower sees across a leader change: renewals of the known epoch and
+    the gone ranges they leave are hidden; a takeover is shown; and when the takeover was
+    itself gone by the time of the poll, the first renewal of the new epoch is shown."""
+    from optools.logtool import RenewalHider
+
+    hider = RenewalHider()
+    shown, hidden = hider.select([_lease(1, 1, True), _lease(2, 1, False)])
+    assert [v.id for v in shown] == [1] and hidden == 1
+    # Renewals #3, #4 of epoch 1: #2 and #3 gone (each invalidated by the next).
+    shown, hidden = hider.select([_gone(3, 3, 4), _lease(4, 1, False)])
+    assert shown == [] and hidden == 2
+    # A takeover (epoch 2) seen live: shown.
+    shown, hidden = hider.select([_lease(5, 2, True), _lease(6, 2, False)])
+    assert [v.id for v in shown] == [5] and hidden == 1
+    # Epoch 3's takeover #8 already gone (invalidated by its renewal #9): #9 shows the change.
+    shown, hidden = hider.select([_gone(7, 8, 0), _lease(9, 3, False)])
+    assert [v.id for v in shown] == [9] and hidden == 1
+    # A gone range invalidated by something that is not a lease record is shown.
+    shown, hidden = hider.select([_gone(10, 10, 11)])
+    assert [v.id for v in shown] == [10] and hidden == 0
