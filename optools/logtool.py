@@ -242,8 +242,9 @@ class RenewalHider:
     so a poll finds the earlier ones gone ("#N gone (invalidated by #N+1)"): a gone range
     invalidated by a lease record, or of unknown invalidator right before one (its own
     invalidator gone too), was a lease record, and is hidden with the renewals. Shown
-    always: takeovers, and the first renewal of an epoch after another was seen (a new
-    leader whose takeover was already gone). Pure: views in, views out; it remembers the
+    always: takeovers, and the first renewal of an epoch not seen before (a new leader, or
+    the current one when the listing starts, whose takeover was already gone): at least one
+    line per epoch. Pure: views in, views out; it remembers the
     last epoch and the lease ids of the previous poll (a gone range may be invalidated by
     one of them)."""
 
@@ -271,11 +272,7 @@ class RenewalHider:
         for v in ordered:
             if v.type == TYPE_GONE and v.id in hidden_gone:
                 hidden += 1
-            elif (
-                v.lease is not None
-                and not v.lease.takeover
-                and (v.lease.epoch == self.epoch or not self.epoch)
-            ):
+            elif v.lease is not None and not v.lease.takeover and v.lease.epoch == self.epoch:
                 hidden += 1
             else:
                 shown.append(v)
