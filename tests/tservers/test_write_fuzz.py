@@ -1009,6 +1009,17 @@ def random_schema(rng: random.Random) -> SchemaPB:
     cols = [random_column(rng, sane=sane) for _ in range(rng.randrange(0, 5))]
     if sane:
         cols.insert(0, ColumnSchemaPB(name="k", type=rng.choice([1, 2, 5, 6, 7]), is_key=True))
+        if rng.random() < 0.5:  # a new table: ids and next id are assigned
+            return SchemaPB(version=rng.choice([0, 1]), columns=cols)
+        # A table altered since (the coordinator creates a missing replica at its version):
+        # its ids are kept, so they must be unique and below its next id.
+        for i, c in enumerate(cols):
+            c.id = i
+        return SchemaPB(
+            version=rng.choice([2, 9, 2**32 - 1]),
+            next_column_id=len(cols) + rng.randrange(0, 3),
+            columns=cols,
+        )
     return SchemaPB(
         version=rng.choice([0, 9, 2**32 - 1]),
         next_column_id=rng.choice([0, 2**32 - 1]),
