@@ -31,6 +31,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import os
 import queue
 import random
 import threading
@@ -115,11 +116,21 @@ def message_bytes(m: Message) -> int:
     return MESSAGE_OVERHEAD_BYTES
 
 
+QUIET_GROUPS_ENV = "LOGCENTRIC_QUIET_GROUPS"
+
+
+def quiet_groups_on() -> bool:
+    """Whether idle groups go quiet (issue 28, experimental): `LOGCENTRIC_QUIET_GROUPS=1`."""
+    return os.environ.get(QUIET_GROUPS_ENV, "") == "1"
+
+
 @dataclass(frozen=True, slots=True)
 class DriverOptions:
     tick_interval_s: float = 0.1
-    # Quiet groups on (RaftOptions.quiesce): this driver detects dead peer servers itself.
-    raft: RaftOptions = field(default_factory=lambda: RaftOptions(quiesce=True))
+    # Quiet groups (RaftOptions.quiesce; this driver then detects dead peer servers itself)
+    # are off unless LOGCENTRIC_QUIET_GROUPS=1: under load, a leader removed by a retire
+    # was seen leaving its tablet without a leader (design/consensus.md "Quiet groups").
+    raft: RaftOptions = field(default_factory=lambda: RaftOptions(quiesce=quiet_groups_on()))
     inbox_messages_max: int = 16_384  # network messages waiting for the driver
     inbox_bytes_max: int = 256 << 20  # their entries' payload bytes (one message at least)
     # Batches waiting for the wire per peer server (zmq's queue); beyond, new ones are

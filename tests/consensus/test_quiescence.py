@@ -27,7 +27,7 @@ from tservers.consensus import (
     VoteRequest,
 )
 from tservers.consensus.raft_core import QUIET_TICKS_MAX
-from tservers.raft_driver import RaftDriver
+from tservers.raft_driver import QUIET_GROUPS_ENV, RaftDriver
 
 T = 10
 OPTS = RaftOptions(election_timeout_ticks=T, heartbeat_interval_ticks=2, quiesce=True)
@@ -369,11 +369,12 @@ def _log_has(proc, text: str) -> bool:
 
 
 @pytest.mark.integration
-def test_real_servers_go_quiet_and_fail_over_when_the_leaders_server_dies(tmp_path):
+def test_real_servers_go_quiet_and_fail_over_when_the_leaders_server_dies(tmp_path, monkeypatch):
     """Three tablet server processes, one tablet: once idle, its leader and both followers
     go quiet (their debug lines); kill -9 of the leader's server is seen by the survivors'
     liveness exchange, which wakes the quiet group; they elect a leader and take writes.
     A read at a quiet leader wakes it and is served."""
+    monkeypatch.setenv(QUIET_GROUPS_ENV, "1")  # quiet groups are off by default
     trio = TServerTrio(tmp_path, extra_args=["--log-level", "debug"])
     try:
         trio.start_all()
