@@ -41,6 +41,18 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def install_file(tmp: Path, path: Path) -> None:
+    """Make a fully written `tmp` durable under the name `path`: fsync its data, rename it
+    over `path`, fsync the directory (a crash leaves the old file or the new one)."""
+    fd = os.open(tmp, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
 def encode(magic: bytes, msg: Message) -> bytes:
     payload = msg.SerializeToString()
     assert len(magic) == 4 and len(payload) <= PAYLOAD_BYTES_MAX

@@ -24,7 +24,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tservers.metafile import fsync_dir
+from tservers.metafile import fsync_dir, install_file
 from tservers.tablet import stats as block_stats
 from tservers.tablet.bloom import Bloom, hash_columns, i64, is_int_type, key_hash
 from tservers.tablet.merge import compaction_slabs
@@ -291,13 +291,7 @@ def write_block(
                     held = held.slice(chunk_rows)
             if held is not None and held.num_rows:
                 emit(held)
-    fd = os.open(tmp, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    fsync_dir(data_dir)
+    install_file(tmp, path)
     write_file(data_dir / stats_name(name), block_stats.to_bytes(chunks))
     return rows
 

@@ -45,7 +45,6 @@ import enum
 import functools
 import itertools
 import logging
-import os
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -96,7 +95,7 @@ from tservers.consensus.types import EntryType as ConsensusEntryType
 from tservers.consensus_wire import config_to_pb
 from tservers.crash import crash_point
 from tservers.fs import FsLayout
-from tservers.metafile import fsync_dir
+from tservers.metafile import fsync_dir, install_file
 from tservers.tablet.blockindex import BlockIndex, bloom_name, write_merged_block
 from tservers.tablet.bloom import hash_array, key_hash
 from tservers.tablet.dedup import STALE, DedupTable, Done, RequestId
@@ -1292,13 +1291,7 @@ class Tablet:
         with pa.OSFile(str(tmp), "wb") as sink:
             with pa.ipc.new_file(sink, table.schema) as writer:
                 writer.write_table(table, max_chunksize=max(1, self.opts.block_chunk_rows))
-        fd = os.open(tmp, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-        fsync_dir(data_dir)
+        install_file(tmp, path)
 
     # ================================================================ schema
     def alter_schema(self, new_schema_pb, deadline: float) -> None:
