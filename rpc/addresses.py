@@ -6,13 +6,13 @@ import argparse
 import os
 import random
 import socket
+import threading
 
 from rpc.errors import BadRequest
 
 # Ports handed out for servers to bind later lie below the kernel's ephemeral range, so that
 # no outgoing connection can take one between the choice and the bind.
 SERVER_PORTS = range(20000, 32000)
-FREE_PORT_ATTEMPTS_MAX = 200
 # LO-HI (inclusive): where free_port picks instead, so that several test workers (or local
 # clusters) on one machine never pick the same port between the choice and the bind.
 PORT_RANGE_ENV = "LOGCENTRIC_PORT_RANGE"
@@ -32,18 +32,39 @@ def server_ports() -> range:
     return range(lo, hi + 1)
 
 
+# Ports this process handed out, per range: free_port walks its range from a random start and
+# never hands the same port out twice until the whole range is used. Picking at random with
+# only a bind test could return one port twice before anything binds it (a local cluster
+# asks for all its ports first, then starts its daemons): one CI run lost a tablet server to
+# "Address already in use" that way.
+_handed_out: dict[range, tuple[int, set[int]]] = {}
+_handed_out_lock = threading.Lock()
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port on `host` that was free a moment ago (for local clusters and tests)."""
-    rng = random.SystemRandom()
+    """A TCP port on `host` that was free a moment ago (for local clusters and tests), and
+    that this process has not handed out before (until its whole range has been used)."""
     ports = server_ports()
-    for _ in range(FREE_PORT_ATTEMPTS_MAX):
-        port = rng.choice(ports)
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind((host, port))
-            except OSError:
+    with _handed_out_lock:
+        cursor, given = _handed_out.get(ports) or (random.SystemRandom().randrange(len(ports)), set())
+        tried = 0
+        while tried < len(ports):
+            if len(given) >= len(ports):
+                given.clear()  # every port handed out once: the oldest clusters are long gone
+            port = ports[cursor]
+            cursor = (cursor + 1) % len(ports)
+            tried += 1
+            if port in given:
                 continue
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind((host, port))
+                except OSError:
+                    continue
+            given.add(port)
+            _handed_out[ports] = (cursor, given)
             return port
+        _handed_out[ports] = (cursor, given)
     raise OSError(f"no free port in {ports} on {host}")
 
 

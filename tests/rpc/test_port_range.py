@@ -35,3 +35,25 @@ def test_xdist_workers_get_disjoint_slices():
     ports = server_ports()
     size = len(SERVER_PORTS) // count
     assert len(ports) == size and ports.start == SERVER_PORTS.start + int(worker[2:]) * size
+
+
+def test_no_port_is_handed_out_twice_before_the_range_is_used_up(monkeypatch):
+    """A local cluster asks for all its ports before its daemons bind any: free_port must not
+    give one port twice in that window (a random pick with only a bind test did, and a tablet
+    server died of "Address already in use")."""
+    monkeypatch.setenv(PORT_RANGE_ENV, "23100-23149")
+    first = [free_port() for _ in range(50)]
+    assert sorted(first) == list(range(23100, 23150))
+    again = [free_port() for _ in range(10)]  # the range used up: it starts over
+    assert len(set(again)) == 10 and all(23100 <= p <= 23149 for p in again)
+
+
+def test_a_bound_port_is_skipped(monkeypatch):
+    import socket
+
+    monkeypatch.setenv(PORT_RANGE_ENV, "23200-23203")
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 23201))
+        held.listen()
+        got = {free_port() for _ in range(3)}
+    assert got == {23200, 23202, 23203}
