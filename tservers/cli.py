@@ -1172,7 +1172,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--compaction-budget-mb",
         type=_positive_int,
         default=128,
-        help="a compaction merges at most this many MiB of blocks at once (its memory); "
+        help="a compaction merges at most this many MiB of blocks at once (the disk it "
+        "needs before it frees its inputs; its memory is bounded apart from this, it streams); "
         "larger runs are left as they are (default %(default)s)",
     )
     s.add_argument(
