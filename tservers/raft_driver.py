@@ -220,20 +220,40 @@ class RaftGroup:
 
     # ------------------------------------------------------------ rpc threads
     def propose(self, payload: bytes) -> ProposeResult:
-        """Caller holds the tablet lock (so proposals enter the log in validation order)."""
+        """Caller holds the tablet lock (so proposals enter the log in validation order)
+        and wakes the driver after an accepted proposal; a refused one wakes it here if the
+        core changed all the same (see change_config)."""
         with self.lock:
             if self.closed:
                 return ProposeResult(ProposalStatus.UNAVAILABLE, message="replica closed")
             self.catch_up_locked()
-            return self.core.propose(payload)
+            was_quiet = self.core.quiesced
+            res = self.core.propose(payload)
+            wake = res.status is not ProposalStatus.OK and (
+                self.core.has_ready() or (was_quiet and not self.core.quiesced)
+            )
+        if wake:
+            self.driver.wake(self)
+        return res
 
     def change_config(self, change: ConfigChange, cas_config_index: int | None) -> ProposeResult:
-        """Caller holds the tablet lock (like propose)."""
+        """Caller holds the tablet lock (like propose). The driver is woken whenever the
+        core has output, also when the change is refused: a REMOVE of the leader is refused
+        while it transfers leadership, and the transfer (its heartbeats, TimeoutNow) is
+        output of this call; a group that woke needs its timer back. A quiet group has no
+        timer: unwoken, that output stayed in the core until check-quorum made the leader
+        step down on a later call, and the tablet had no leader (design/consensus.md,
+        Quiet groups, "An input on an rpc thread wakes the driver")."""
         with self.lock:
             if self.closed:
                 return ProposeResult(ProposalStatus.UNAVAILABLE, message="replica closed")
             self.catch_up_locked()
-            return self.core.change_config(change, cas_config_index)
+            was_quiet = self.core.quiesced
+            res = self.core.change_config(change, cas_config_index)
+            wake = self.core.has_ready() or (was_quiet and not self.core.quiesced)
+        if wake:
+            self.driver.wake(self)
+        return res
 
     def read_index(self, deadline: float) -> int:
         """Linearizable read point: returns once leadership is confirmed and the tablet has
