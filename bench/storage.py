@@ -35,6 +35,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -118,6 +119,35 @@ def rss_bytes(pid: int) -> dict[str, int]:
     return found
 
 
+class PeakSampler:
+    """The peaks of RssAnon (heap) and RssFile (mapped block pages: page cache, reclaimable)
+    apart, sampled every 0.2 s on a thread (VmHWM has only their peak sum)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.anon = self.file = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                r = rss_bytes(self.pid)
+            except OSError:
+                return
+            self.anon = max(self.anon, r["RssAnon"])
+            self.file = max(self.file, r["RssFile"])
+            self._stop.wait(0.2)
+
+    def __enter__(self) -> PeakSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+
 def pct(xs: list[float], p: float) -> float:
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(p * len(xs)))]
@@ -167,6 +197,7 @@ def measure(client: TabletServerClient, proc, tid: str, n: int, reads: int) -> d
     ids = list(range(0, 2 * n, 2))  # odd keys are never written: misses
     rng.shuffle(ids)
     reset_peak(pid)
+    load_sampler = PeakSampler(pid).__enter__()
     t0 = time.perf_counter()
     nbatches = 0
     for start in range(0, n, BATCH_ROWS):
@@ -185,6 +216,7 @@ def measure(client: TabletServerClient, proc, tid: str, n: int, reads: int) -> d
         if "already exists" not in str(e):
             raise
     quiet_s = quiesce(pid)  # the last flush and the background compactions done
+    load_sampler.__exit__()
     after_load = rss_bytes(pid)
     # The peak through the load and the compactions that went on after it (not reset).
     settle_peak = after_load["VmHWM"]
@@ -199,6 +231,7 @@ def measure(client: TabletServerClient, proc, tid: str, n: int, reads: int) -> d
         if got.num_rows != (1 if k % 2 == 0 else 0):
             raise SystemExit(f"point read of {k} returned {got.num_rows} rows")
     reset_peak(pid)
+    scan_sampler = PeakSampler(pid).__enter__()
     full_s, full = timed(lambda: client.scan_table(tid), 2)
     if full.num_rows != n:
         raise SystemExit(f"full scan returned {full.num_rows} rows, not {n}")
@@ -221,6 +254,7 @@ def measure(client: TabletServerClient, proc, tid: str, n: int, reads: int) -> d
     if got.num_rows != n - last * BATCH_ROWS:
         raise SystemExit(f"predicate scan returned {got.num_rows} rows")
     scan_peak = rss_bytes(pid)["VmHWM"]
+    scan_sampler.__exit__()
     # Parquet: the same rows sorted by key, row groups of 64k rows, read back by pyarrow.
     pq_path = Path(tempfile.mkdtemp(prefix="storage-pq-")) / "rows.parquet"
     try:
@@ -265,6 +299,10 @@ def measure(client: TabletServerClient, proc, tid: str, n: int, reads: int) -> d
         "pq_sel_s": pq_sel_s,
         "probe": ids[0],
         "quiet_s": quiet_s,
+        "load_anon_pk": load_sampler.anon,
+        "load_file_pk": load_sampler.file,
+        "scan_anon_pk": scan_sampler.anon,
+        "scan_file_pk": scan_sampler.file,
         **after_load,
     }
 
@@ -400,6 +438,7 @@ def main() -> int:
                     proc, root, out, args.flush_rows, f"bench{n}", r["probe"]
                 )
                 r["idle"] = idle
+                r["loadavg"] = os.getloadavg()
                 results[n] = r
             finally:
                 proc.send_signal(signal.SIGTERM)
@@ -448,7 +487,12 @@ def main() -> int:
             f"serving after {r['serving_s']:.2f} s; idle RSS {r['idle'] / mib:.0f} MiB; "
             f"{r['quiet_s']:.0f} s to quiesce after the load; load {r['load_s']:.0f} s; "
             f"peak RSS through load and compactions {r['settle_peak'] / mib:.0f} MiB; "
-            f"disk {r['disk'] / mib:,.0f} MiB"
+            f"disk {r['disk'] / mib:,.0f} MiB; sampled peaks (0.2 s) heap/mapped files "
+            f"loading {r['load_anon_pk'] / mib:.0f}/{r['load_file_pk'] / mib:.0f} MiB, "
+            f"scanning {r['scan_anon_pk'] / mib:.0f}/{r['scan_file_pk'] / mib:.0f} MiB; "
+            f"after the load heap {r['RssAnon'] / mib:.0f} MiB, mapped files "
+            f"{r['RssFile'] / mib:.0f} MiB; load average at the end "
+            + "/".join(f"{x:.1f}" for x in r["loadavg"])
         )
     return 0
 
