@@ -154,6 +154,18 @@ def check(t, shape: Shape, model: dict, rng: random.Random, universe: list) -> N
     assert shape.rows(r) == {k: v for k, v in model.items() if lo <= k < hi}
     r = scan(t, limit=5)
     assert list(shape.rows(r)) == sorted(model)[:5]
+    # Projection pushdown: the merge carries only the projected and predicate columns (and
+    # the keys it merges by); a predicate on a column not projected, streamed in slabs.
+    thr = rng.randrange(-20, 20_000)
+    got = pieces(
+        t,
+        slab,
+        projection=["s"],
+        predicates=[PredicatePB(column="v", op=PredicateOp.GE, values=[val(thr)])],
+    )
+    assert all(p.column_names == ["s"] for p in got)
+    want = [model[k][1] for k in sorted(model) if model[k][0] is not None and model[k][0] >= thr]
+    assert [x for p in got for x in p.column("s").to_pylist()] == want
 
 
 @pytest.mark.parametrize(

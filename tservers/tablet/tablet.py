@@ -1421,18 +1421,27 @@ class Tablet:
         ]
         # The memstore's newest versions, sorted (tombstones kept: they hide block rows).
         mem = self._merge([], mem_parts, schema=schema, keep_deleted=True) if mem_parts else None
+        # Projection pushdown: the merge moves only the columns the answer, the predicates
+        # and the merge itself (keys, __deleted) need, not every column of the rows.
+        used = set(selected) | set(self._key_names(schema))
+        used.update(block_name(schema.column(p.column).id) for p in predicates)
+        merge_cols = [c for c in schema.columns if block_name(c.id) in used]
+        if len(merge_cols) == len(schema.columns):
+            merge_cols = None
         sources = block_tables
         nblocks = len(sources)
         if mem is not None and mem.num_rows:
-            sources.append(mem)
+            sources.append(mem if merge_cols is None else self._adapt(mem, schema, merge_cols))
 
         def adapt(i: int, t: pa.Table) -> pa.Table:
-            return self._adapt(t, schema) if i < nblocks else t
+            return self._adapt(t, schema, merge_cols) if i < nblocks else t
 
         def pieces() -> Iterator[pa.Table]:
             left = limit or None
             for slab in merge_slabs(sources, self._key_names(schema), adapt, lo, hi, slab_rows):
-                t = slab.filter(pc.invert(slab.column(DELETED_FIELD)))
+                deleted = slab.column(DELETED_FIELD)
+                # Most slabs hold no tombstone: no filter (a copy of every column) then.
+                t = slab.filter(pc.invert(deleted)) if pc.any(deleted).as_py() else slab
                 if pred is not None and t.num_rows:
                     t = t.filter(pred)
                 if left is not None:
@@ -1573,12 +1582,15 @@ class Tablet:
             out = e if out is None else out & e
         return out
 
-    def _adapt(self, block: pa.Table, schema: Schema | None = None) -> pa.Table:
-        """A block in the current schema's columns (added columns null, dropped ones gone)."""
+    def _adapt(
+        self, block: pa.Table, schema: Schema | None = None, columns: list | None = None
+    ) -> pa.Table:
+        """A block in the current schema's columns (added columns null, dropped ones gone);
+        only `columns` (of the schema, in its order) when given."""
         schema = schema or self.schema
         names = set(block.column_names)
         arrays, fields = [], []
-        for c in schema.columns:
+        for c in schema.columns if columns is None else columns:
             bn = block_name(c.id)
             arrays.append(
                 block.column(bn) if bn in names else pa.nulls(block.num_rows, c.arrow_type)
