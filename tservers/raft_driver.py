@@ -120,16 +120,16 @@ QUIET_GROUPS_ENV = "LOGCENTRIC_QUIET_GROUPS"
 
 
 def quiet_groups_on() -> bool:
-    """Whether idle groups go quiet (issue 28, experimental): `LOGCENTRIC_QUIET_GROUPS=1`."""
-    return os.environ.get(QUIET_GROUPS_ENV, "") == "1"
+    """Whether idle groups go quiet (issue 28): yes unless `LOGCENTRIC_QUIET_GROUPS=0` (the
+    way back to heartbeating every group, should quiet groups misbehave somewhere)."""
+    return os.environ.get(QUIET_GROUPS_ENV, "").strip() != "0"
 
 
 @dataclass(frozen=True, slots=True)
 class DriverOptions:
     tick_interval_s: float = 0.1
-    # Quiet groups (RaftOptions.quiesce; this driver then detects dead peer servers itself)
-    # are off unless LOGCENTRIC_QUIET_GROUPS=1: under load, a leader removed by a retire
-    # was seen leaving its tablet without a leader (design/consensus.md "Quiet groups").
+    # Quiet groups (RaftOptions.quiesce; this driver then detects dead peer servers itself):
+    # on unless LOGCENTRIC_QUIET_GROUPS=0 (design/consensus.md "Quiet groups").
     raft: RaftOptions = field(default_factory=lambda: RaftOptions(quiesce=quiet_groups_on()))
     inbox_messages_max: int = 16_384  # network messages waiting for the driver
     inbox_bytes_max: int = 256 << 20  # their entries' payload bytes (one message at least)

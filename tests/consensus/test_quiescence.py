@@ -27,7 +27,7 @@ from tservers.consensus import (
     VoteRequest,
 )
 from tservers.consensus.raft_core import QUIET_TICKS_MAX
-from tservers.raft_driver import QUIET_GROUPS_ENV, RaftDriver
+from tservers.raft_driver import QUIET_GROUPS_ENV, DriverOptions, RaftDriver
 
 T = 10
 OPTS = RaftOptions(election_timeout_ticks=T, heartbeat_interval_ticks=2, quiesce=True)
@@ -292,6 +292,15 @@ def test_quiet_is_off_by_default():
     assert not any(m.quiesce for m in _sent(c, "a") if isinstance(m, AppendRequest))
 
 
+def test_the_driver_turns_quiet_groups_on_unless_told_not_to(monkeypatch):
+    monkeypatch.delenv(QUIET_GROUPS_ENV, raising=False)
+    assert DriverOptions().raft.quiesce
+    monkeypatch.setenv(QUIET_GROUPS_ENV, "0")
+    assert not DriverOptions().raft.quiesce
+    monkeypatch.setenv(QUIET_GROUPS_ENV, "1")
+    assert DriverOptions().raft.quiesce
+
+
 def test_restart_starts_awake():
     c = _quiet_cluster()
     b = c.cores["b"]
@@ -374,7 +383,7 @@ def test_real_servers_go_quiet_and_fail_over_when_the_leaders_server_dies(tmp_pa
     go quiet (their debug lines); kill -9 of the leader's server is seen by the survivors'
     liveness exchange, which wakes the quiet group; they elect a leader and take writes.
     A read at a quiet leader wakes it and is served."""
-    monkeypatch.setenv(QUIET_GROUPS_ENV, "1")  # quiet groups are off by default
+    monkeypatch.delenv(QUIET_GROUPS_ENV, raising=False)  # on by default
     trio = TServerTrio(tmp_path, extra_args=["--log-level", "debug"])
     try:
         trio.start_all()
