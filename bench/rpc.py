@@ -11,11 +11,16 @@ socket, as the coordinator's lookups), and prints each side by side with the rat
 serves /metrics, scraped once a second during the run) or not (off); `both` measures two
 servers, one each way, in the same run and prints the ratio on/off (target >= 0.95).
 
+`--cpu`: instead, CPU time per pipelined call (100 B, WINDOW in flight) of each thread of
+the client (this process) and of the server (from /proc/PID/task/*/schedstat, nanoseconds),
+for the rpc server's pool and inline handlers and for raw pyzmq: the figure that moves
+least with the machine's load (calls/s do, by 2x on a shared machine).
+
 `--curve`: instead, CURVE beside plaintext in the same run (design/security.md §7): an rpc
 server and a raw ROUTER each way, 100 B, 8 KiB and 1 MiB sidecars, pipelined calls/s and
 MB/s, synchronous calls/s from THREADS threads, and the ratio CURVE/plaintext (target
 >= 0.8).
-Run: ./dev bench rpc [--seconds S] [--threads N] [--metrics both | --curve]
+Run: ./dev bench rpc [--seconds S] [--threads N] [--metrics both | --curve | --cpu]
 """
 
 from __future__ import annotations
@@ -64,6 +69,8 @@ with server:
         registry.register(observe.ScrapeCollector(server.collect_metrics))
         http = observe.HttpEndpoint("127.0.0.1:0", registry, name="bench").start().url
     print("READY", server.address, http or "-", flush=True)
+    # Which native thread is which (for --cpu): the I/O thread, the workers.
+    print("THREADS", " ".join(f"{t.native_id}={t.name}" for t in threading.enumerate()), flush=True)
     threading.Event().wait()
 """
 RAW_SERVER = """
@@ -105,13 +112,16 @@ def bench_rpc(
     window: int,
     method: str = "Test.Echo",
     curve: ClientCurve | None = None,
+    latency: bool = True,
 ) -> tuple[list[float], float]:
+    """(latencies of calls one at a time, for `seconds`; pipelined calls/s, for `seconds`);
+    without `latency` only the pipelined part runs."""
     with RpcClient(address, "bench", curve=curve) as c:
         request = PingResponse(uuid="x")
         for _ in range(50):
             c.call(UUID, method, request, PingResponse, sidecars=[payload])
         lat: list[float] = []
-        end = time.monotonic() + seconds
+        end = time.monotonic() + seconds if latency else 0.0
         while time.monotonic() < end:
             t = time.perf_counter()
             c.call(UUID, method, request, PingResponse, sidecars=[payload])
@@ -143,6 +153,7 @@ def bench_raw(
     seconds: float,
     window: int,
     keys: tuple[KeyPair, str] | None = None,
+    latency: bool = True,
 ) -> tuple[list[float], float]:
     ctx = zmq.Context()
     s = ctx.socket(zmq.DEALER)
@@ -155,7 +166,7 @@ def bench_raw(
             s.send_multipart([header, b"", payload], copy=False)
             s.recv_multipart(copy=False)
         lat: list[float] = []
-        end = time.monotonic() + seconds
+        end = time.monotonic() + seconds if latency else 0.0
         while time.monotonic() < end:
             t = time.perf_counter()
             s.send_multipart([header, b"", payload], copy=False)
@@ -370,6 +381,107 @@ def measure_curve(args) -> None:
             p.wait(10)
 
 
+def thread_cpu_ns(pid: int | str) -> dict[int, int]:
+    """CPU time so far of each thread of process `pid`, by native thread id (ns)."""
+    out = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            out[int(task.name)] = int((task / "schedstat").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass  # the thread ended meanwhile
+    return out
+
+
+def thread_names(pid: int | str) -> dict[int, str]:
+    out = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            out[int(task.name)] = (task / "comm").read_text().strip()
+        except OSError:
+            pass
+    return out
+
+
+def cpu_groups(before: dict, after: dict, names: dict[int, str]) -> dict[str, int]:
+    """CPU ns spent between two thread_cpu_ns readings, added up by thread group: zmq's own
+    threads, the rpc server's I/O thread and workers, the rest ("other")."""
+    groups: dict[str, int] = {}
+    for tid, ns in after.items():
+        name = names.get(tid, "")
+        if name.startswith("ZMQbg"):
+            group = "zmq"
+        elif name.endswith("-io"):
+            group = "io"
+        elif "-worker-" in name:
+            group = "workers"
+        else:
+            group = "other"
+        groups[group] = groups.get(group, 0) + ns - before.get(tid, 0)
+    return groups
+
+
+def measure_cpu(args) -> None:
+    """CPU per pipelined call, 100 B: client and server, by thread, pool / inline / raw."""
+    rpc = subprocess.Popen(
+        [sys.executable, "-c", RPC_SERVER, UUID, "127.0.0.1:0", args.metrics],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    raw = start([sys.executable, "-c", RAW_SERVER, "tcp://127.0.0.1:0"])
+    try:
+        words = rpc.stdout.readline().split()
+        assert words and words[0] == "READY", words
+        rpc_address = words[1]
+        names = thread_names(rpc.pid)  # comm of zmq's threads; the Python ones by name:
+        for item in rpc.stdout.readline().split()[1:]:
+            tid, name = item.split("=", 1)
+            names[int(tid)] = name
+        payload = b"p" * 100
+        print(
+            f"CPU us per call, pipelined 100 B, {args.window} in flight, {args.seconds:.0f} s; "
+            f"load average {Path('/proc/loadavg').read_text().split()[0]}"
+        )
+        print(
+            f"{'':>7} {'calls/s':>8} | {'client':>7} {'(zmq)':>6} | "
+            f"{'server':>7} {'io':>6} {'workers':>7} {'zmq':>6}"
+        )
+        pipelined = partial(bench_rpc, rpc_address, payload, args.seconds, args.window)
+        runs = (
+            ("pool", rpc.pid, partial(pipelined, latency=False)),
+            ("inline", rpc.pid, partial(pipelined, "Test.EchoInline", latency=False)),
+            (
+                "raw",
+                raw.pid,
+                partial(bench_raw, raw.address, payload, args.seconds, args.window, latency=False),
+            ),
+        )
+        for label, pid, run in runs:
+            server_names = names if pid == rpc.pid else thread_names(pid)
+            if pid == raw.pid:  # the raw server's one Python thread does its I/O
+                server_names = {
+                    t: n if n.startswith("ZMQbg") else "raw-io" for t, n in server_names.items()
+                }
+            s0, c0 = thread_cpu_ns(pid), thread_cpu_ns("self")
+            _, tput = run()
+            s1, c1 = thread_cpu_ns(pid), thread_cpu_ns("self")
+            calls = tput * args.seconds + 50  # the pipelined run and 50 warm-up calls
+            server = cpu_groups(s0, s1, server_names)
+            client = cpu_groups(c0, c1, thread_names("self"))
+            us = {k: v / 1e3 / calls for k, v in server.items()}
+            cus = {k: v / 1e3 / calls for k, v in client.items()}
+            print(
+                f"{label:>7} {tput:>8.0f} | {sum(cus.values()):>7.1f} {cus.get('zmq', 0):>6.1f} | "
+                f"{sum(us.values()):>7.1f} {us.get('io', 0):>6.1f} {us.get('workers', 0):>7.1f} "
+                f"{us.get('zmq', 0):>6.1f}",
+                flush=True,
+            )
+    finally:
+        for p in (rpc, raw):
+            p.kill()
+            p.wait(10)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=3.0, help="per measurement")
@@ -384,9 +496,15 @@ def main() -> None:
     parser.add_argument(
         "--curve", action="store_true", help="CURVE beside plaintext (ratios curve/plain)"
     )
+    parser.add_argument(
+        "--cpu", action="store_true", help="CPU per pipelined call, by thread (see above)"
+    )
     args = parser.parse_args()
     if args.curve:
         measure_curve(args)
+        return
+    if args.cpu:
+        measure_cpu(args)
         return
     modes = ("on", "off") if args.metrics == "both" else (args.metrics,)
     procs = [start([sys.executable, "-c", RAW_SERVER, "tcp://127.0.0.1:0"])]

@@ -54,3 +54,29 @@ def recv_frames(sock: zmq.Socket) -> list:
         frame = recv(_NOBLOCK, copy=False)
         frames.append(frame)
     return frames
+
+
+_VARINT_1 = [bytes((n,)) for n in range(0x80)]
+_CALL_ID_TAG = b"\x08"  # field 1 (call_id), varint
+
+
+def varint(n: int) -> bytes:
+    """`n` (>= 0) as a protobuf varint (base 128, least significant group first)."""
+    if n < 0x80:
+        return _VARINT_1[n]
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def ok_header(call_id: int, rest: bytes) -> bytes:
+    """A ResponseHeader's bytes from its call id and `rest`, the serialized header without
+    one (status OK, server_uuid): what protobuf writes, since it writes fields in field
+    number order and call_id is field 1 (omitted when 0, as proto3 omits defaults).
+    Serializing a reused header costs 1.1 us a call, this 0.3."""
+    if not call_id:
+        return rest
+    return _CALL_ID_TAG + varint(call_id) + rest

@@ -29,6 +29,7 @@ key's next call is refused on a connection that is already open. Plaintext witho
 from __future__ import annotations
 
 import logging
+import operator
 import os
 import queue
 import threading
@@ -45,7 +46,7 @@ from zmq.auth.thread import ThreadAuthenticator
 
 from rpc import errors, privileged
 from rpc.addresses import bind_endpoint, host_port_of
-from rpc.frames import recv_frames, send_frames
+from rpc.frames import ZERO_COPY_BYTES_MIN, ok_header, recv_frames, send_frames
 from rpc.handshakes import HandshakeLog
 from rpc.keys import ServerCurve
 from rpc.observe import LatencyHistogram, histogram_family
@@ -88,6 +89,8 @@ REFUSALS_LOGGED_MAX = 20
 REFUSALS_LOG_WINDOW_S = 10.0
 
 log = logging.getLogger(__name__)
+_parse_request_header = RequestHeader.FromString
+_frame_buffer = operator.attrgetter("buffer")  # a received frame's bytes, not copied
 
 
 class _ZapKeys:
@@ -175,7 +178,7 @@ class Later:
         if self._server._deferred.pop(self._key, None) is None:  # atomic: one claim wins
             return False
         server, ctx = self._server, self._ctx
-        status, frames, stat = server._result_frames(self._call_id, ctx, result, None)
+        status, frames, stat = server._result_frames(self._call_id, ctx, result)
         server._queue_reply((self._identity, frames, self._method, status, ctx.received, (stat,)))
         return True
 
@@ -318,8 +321,8 @@ class RpcServer:
         # lock); stats() adds them up.
         self._io_stats: dict[str, int] = dict.fromkeys(_STAT_KEYS, 0)
         self._worker_stats: list[dict[str, int]] = []
-        # The I/O thread's answer header for inline calls, reused (only call_id changes).
-        self._io_header = ResponseHeader(status=_OK, server_uuid=uuid)
+        # An OK answer's header as protobuf serializes it, but for its call id (frames.py).
+        self._ok_header_rest = ResponseHeader(status=_OK, server_uuid=uuid).SerializeToString()
         # Calls handed to the pool or deferred and not forwarded yet: only the I/O thread
         # writes it (up at dispatch, down when it forwards the answer).
         self._inflight = 0
@@ -722,21 +725,25 @@ class RpcServer:
             self._send([frames[0], *self._error_frames(call_id, err)])
 
     def _dispatch(self, frames: list, received: float) -> None:
+        # The hot path of every call: each field of the header is read once (a protobuf
+        # attribute read builds a new object), and the common case (addressed to this
+        # server, known method) is tested first; refusals keep their order and wording.
         io_stats = self._io_stats
         io_stats["requests"] += 1
-        identity, rest = frames[0], frames[1:]
-        if len(rest) < 2:
+        if len(frames) < 3:
             raise self._reject(
-                errors.BadRequest(f"expected [header, body, *sidecars], got {len(rest)} frame(s)")
+                errors.BadRequest(
+                    f"expected [header, body, *sidecars], got {len(frames) - 1} frame(s)"
+                )
             )
-        header = RequestHeader()
+        identity = frames[0]
         try:
-            header.ParseFromString(rest[0].buffer)
+            header = _parse_request_header(frames[1].bytes)  # small: a copy costs least
         except (DecodeError, ValueError) as exc:
             raise self._reject(errors.BadRequest(f"malformed request header: {exc}")) from None
         call_id = header.call_id
         one_way = header.one_way
-        size = sum(map(len, rest))
+        size = sum(map(len, frames)) - len(identity)
         if size > self.message_bytes_max:
             raise self._reject(
                 errors.BadRequest(
@@ -745,24 +752,26 @@ class RpcServer:
                 call_id,
                 one_way,
             )
-        method = self._methods.get(header.method)
-        if not header.recipient_uuid and not (method and method.anonymous):
-            raise self._reject(
-                errors.InvalidName("request names no recipient UUID"), call_id, one_way
-            )
-        if header.recipient_uuid and header.recipient_uuid != self.uuid:
-            raise self._reject(
-                errors.InvalidName(f"this server is {self.uuid}, not {header.recipient_uuid}"),
-                call_id,
-                one_way,
-            )
+        name = header.method
+        recipient = header.recipient_uuid
+        method = self._methods.get(name)
+        if recipient != self.uuid:
+            if not recipient:
+                if not (method and method.anonymous):
+                    raise self._reject(
+                        errors.InvalidName("request names no recipient UUID"), call_id, one_way
+                    )
+            else:
+                raise self._reject(
+                    errors.InvalidName(f"this server is {self.uuid}, not {recipient}"),
+                    call_id,
+                    one_way,
+                )
         if method is None:
-            raise self._reject(
-                errors.BadRequest(f"unknown method {header.method!r}"), call_id, one_way
-            )
+            raise self._reject(errors.BadRequest(f"unknown method {name!r}"), call_id, one_way)
         if one_way and not method.one_way:
             raise self._reject(
-                errors.BadRequest(f"{header.method} takes no one-way messages"), call_id, True
+                errors.BadRequest(f"{name} takes no one-way messages"), call_id, True
             )
         peer_key = ""
         principal = None
@@ -771,7 +780,7 @@ class RpcServer:
             # checked at every call: an answer that changed since the connection was admitted
             # (a revoked key) holds from the next call on.
             try:
-                peer_key = rest[0].get("User-Id")
+                peer_key = frames[1].get("User-Id")
             except zmq.ZMQError:  # no User-Id: not admitted by ZAP (cannot happen with CURVE)
                 peer_key = ""
             principal = self._authorize(peer_key)
@@ -787,15 +796,15 @@ class RpcServer:
         if method.privileged and self._privileged_key is not None:
             if not privileged.verify(
                 self._privileged_key,
-                header.method,
-                header.recipient_uuid,
+                name,
+                recipient,
                 header.caller_uuid,
-                rest[1].buffer,
+                frames[2].buffer,
                 header.auth_tag,
             ):
                 raise self._reject(
                     errors.Unauthenticated(
-                        f"{header.method} is privileged: the request must be signed with the "
+                        f"{name} is privileged: the request must be signed with the "
                         "cluster's secret (--password-file)"
                     ),
                     call_id,
@@ -804,18 +813,17 @@ class RpcServer:
         timeout_ms = header.timeout_ms or CALL_TIMEOUT_MS_DEFAULT
         deadline = received + min(timeout_ms, CALL_TIMEOUT_MS_MAX) / 1000.0
         ctx = CallContext(
-            method=header.method,
-            caller_uuid=header.caller_uuid,
-            deadline=deadline,
-            sidecars=[f.buffer for f in rest[2:]],
-            one_way=one_way,
-            received=received,
-            peer_key=peer_key,
-            principal=principal,
+            name,
+            header.caller_uuid,
+            deadline,
+            list(map(_frame_buffer, frames[3:])) if len(frames) > 3 else [],
+            one_way,
+            received,
+            peer_key,
+            principal,
         )
-        if (method.deferred or not method.inline) and (
-            self._inflight >= self._queue_max + self._workers
-        ):
+        inline = method.inline
+        if (method.deferred or not inline) and (self._inflight >= self._queue_max + self._workers):
             io_stats["throttled"] += 1
             if self._shards:
                 self._shards[0][method.index].statuses[_THROTTLED] += 1
@@ -824,12 +832,10 @@ class RpcServer:
             )
             err.call_id = call_id  # type: ignore[attr-defined]
             raise err
-        if method.inline:
+        if inline:
             if method.deferred:
                 ctx._call = (self, identity, call_id, method)
-            answer = self._invoke(
-                call_id, method, rest[1], ctx, io_stats, self._io_header, self._io_shard()
-            )
+            answer = self._invoke(call_id, method, frames[2], ctx, io_stats, self._io_shard())
             later = ctx._later
             if later is not None:
                 if answer is _LATER:
@@ -840,10 +846,11 @@ class RpcServer:
                     return
                 self._inflight -= 1
             if answer is not _NO_ANSWER:
-                self._send([identity, *answer])
+                answer.insert(0, identity)
+                self._send(answer)
             return
         self._inflight += 1
-        self._work.put((identity, call_id, method, rest[1], ctx))
+        self._work.put((identity, call_id, method, frames[2], ctx))
 
     def _reject(
         self, err: errors.RpcError, call_id: int = 0, one_way: bool = False
@@ -875,8 +882,6 @@ class RpcServer:
         return self._shards[0] if self._shards else None
 
     def _worker_loop(self, shard: list[_MethodStats] | None, stats: dict[str, int]) -> None:
-        # This worker's own answer header, reused (only call_id changes): one writer.
-        header = ResponseHeader(status=_OK, server_uuid=self.uuid)
         get = self._work.get
         queue_reply = self._queue_reply
         while True:
@@ -891,7 +896,7 @@ class RpcServer:
             try:
                 answer = [
                     identity,
-                    *self._invoke(call_id, method, body_frame, ctx, stats, header, shard),
+                    *self._invoke(call_id, method, body_frame, ctx, stats, shard),
                 ]
             finally:
                 # None (not answered: a BaseException) is counted out all the same.
@@ -917,13 +922,12 @@ class RpcServer:
         body_frame,
         ctx: CallContext,
         stats: dict[str, int],
-        header: ResponseHeader,
         shard: list[_MethodStats] | None,
     ) -> list:
         """The answer's frames ([] for a one-way message that succeeded, _LATER for a
         deferred one); the call is counted in `stats` and `shard` (the calling thread's
         own) by its status, with its latency (a deferred call when it is answered)."""
-        status, frames = self._answer(call_id, method, body_frame, ctx, stats, header)
+        status, frames = self._answer(call_id, method, body_frame, ctx, stats)
         if shard is not None and frames is not _LATER:
             method_stats = shard[method.index]
             method_stats.statuses[status] += 1
@@ -937,14 +941,15 @@ class RpcServer:
         body_frame,
         ctx: CallContext,
         stats: dict[str, int],
-        header: ResponseHeader,
     ) -> tuple[int, list]:
-        if ctx.expired():
+        if time.monotonic() >= ctx.deadline:
             stats["timed_out"] += 1
             return self._error(call_id, errors.TimedOut("deadline passed before the call ran"))
-        request = method.request_type()
         try:
-            request.ParseFromString(body_frame.buffer)
+            # A small body is parsed from a copy (cheaper than a memoryview of the frame).
+            request = method.request_type.FromString(
+                body_frame.bytes if len(body_frame) < ZERO_COPY_BYTES_MIN else body_frame.buffer
+            )
         except (DecodeError, ValueError) as exc:
             stats["bad_request"] += 1
             self._refusals.warning("call %d to %s: malformed body: %s", call_id, ctx.method, exc)
@@ -971,19 +976,17 @@ class RpcServer:
             return _OK, _NO_ANSWER  # a one-way message is answered only when refused
         if result is not None and result is ctx._later:
             return _OK, _LATER
-        status, frames, stat = self._result_frames(call_id, ctx, result, header)
+        status, frames, stat = self._result_frames(call_id, ctx, result)
         stats[stat] += 1
         return status, frames
 
-    def _result_frames(
-        self, call_id: int, ctx: CallContext, result, header: ResponseHeader | None
-    ) -> tuple[int, list, str]:
-        """(status, frames, stats key) of a handler's result; `header` is the calling
-        thread's own to reuse (None: a new one)."""
-        if isinstance(result, Reply):
-            body, sidecars = result.body, list(result.sidecars)
+    def _result_frames(self, call_id: int, ctx: CallContext, result) -> tuple[int, list, str]:
+        """(status, frames, stats key) of a handler's result."""
+        kind = type(result)
+        if kind is Reply:
+            body, sidecars = result.body, result.sidecars
         else:
-            body, sidecars = result, []
+            body, sidecars = result, ()
         if isinstance(body, Message):
             body = body.SerializeToString()
         elif not isinstance(body, Serialized):  # a handler bug, like an exception
@@ -992,11 +995,9 @@ class RpcServer:
                 call_id, errors.Internal(f"{ctx.method} handler returned {type(body).__name__}")
             )
             return status, frames, "internal"
-        if header is None:
-            header = ResponseHeader(call_id=call_id, status=_OK, server_uuid=self.uuid)
-        else:
-            header.call_id = call_id
-        return _OK, [header.SerializeToString(), body, *sidecars], "ok"
+        # The OK header, precomputed but for its call id (field 1, first on the wire as
+        # protobuf writes it): rpc/frames.ok_header; tests compare it with protobuf's.
+        return _OK, [ok_header(call_id, self._ok_header_rest), body, *sidecars], "ok"
 
     def _error(self, call_id: int, err: errors.RpcError) -> tuple[int, list]:
         return int(err.status), self._error_frames(call_id, err)
