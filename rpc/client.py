@@ -40,7 +40,7 @@ from google.protobuf.message import DecodeError, Message
 
 from rpc import errors, privileged
 from rpc.addresses import endpoint
-from rpc.frames import recv_frames, send_frames
+from rpc.frames import recv_frames, request_header, send_frames
 from rpc.keys import ClientCurve, KeyPair
 from rpc.rpc_pb2 import PingRequest, PingResponse, RequestHeader, ResponseHeader, StatusCode
 from rpc.server import MESSAGE_BYTES_MAX_DEFAULT, PING_METHOD
@@ -62,6 +62,7 @@ RETRY_BACKOFF_MAX_S = 1.0
 POLL_INTERVAL_MS = 50
 
 _OK = int(StatusCode.OK)
+_parse_response_header = ResponseHeader.FromString
 _NOBLOCK = int(zmq.NOBLOCK)
 _RCVTIMEO = int(zmq.RCVTIMEO)
 
@@ -359,8 +360,9 @@ class _DirectSocket(_Dealer):
         self.poller.register(self.socket, zmq.POLLIN)
         self.poller.register(self.monitor, zmq.POLLIN)
         self.lock = threading.Lock()
-        # (method, recipient, caller) -> a header with those set, reused for every call
-        self.headers: dict[tuple[str, str, str], RequestHeader] = {}
+        # (method, recipient, caller) -> those fields serialized, reused for every call
+        # (frames.request_header adds the call id and the time left)
+        self.headers: dict[tuple[str, str, str], bytes] = {}
         self.rcvtimeo_ms = -1
         # Pipelined calls sent on this socket and not collected yet (call id -> deadline),
         # and the answers read for them while another call was waited for.
@@ -374,7 +376,8 @@ class _DirectSocket(_Dealer):
                 del self.pending[call_id]
                 self.answers.pop(call_id, None)
 
-    def header(self, method: str, recipient_uuid: str, caller_uuid: str) -> RequestHeader:
+    def header(self, method: str, recipient_uuid: str, caller_uuid: str) -> bytes:
+        """The fields of a request header that stay the same from call to call, serialized."""
         key = (method, recipient_uuid, caller_uuid)
         header = self.headers.get(key)
         if header is None:
@@ -382,7 +385,7 @@ class _DirectSocket(_Dealer):
                 self.headers.clear()
             header = self.headers[key] = RequestHeader(
                 method=method, recipient_uuid=recipient_uuid, caller_uuid=caller_uuid
-            )
+            ).SerializeToString()
         return header
 
     def recv_reply(self, first: zmq.Frame) -> list:
@@ -618,10 +621,12 @@ class Transport:
                 self._direct.remove(direct)
         direct.close()
 
-    def _direct_send_slow(self, d: _DirectSocket, header, frames, deadline, start) -> None:
-        """Wait for a connection to write the request to (bounded by the connect grace)."""
+    def _direct_send_slow(
+        self, d: _DirectSocket, call_id: int, method: str, header: bytes, frames, deadline, start
+    ) -> None:
+        """Wait for a connection to write the request to (bounded by the connect grace);
+        `header`: d.header() of the call."""
         connect_deadline = start + self.connect_timeout_s
-        method = header.method
         while True:
             if self._closing.is_set():
                 raise errors.Unavailable("the rpc transport closed")
@@ -638,9 +643,9 @@ class Transport:
             wait_ms = max(1, int(min(deadline - now, DIRECT_POLL_SLICE_S) * 1000))
             zmq.select([d.monitor], [d.socket], [], wait_ms / 1000.0)
             now = time.monotonic()
-            header.timeout_ms = max(1, int((deadline - now) * 1000))
+            timeout_ms = max(1, int((deadline - now) * 1000))
             try:
-                send_frames(d.socket, [header.SerializeToString(), *frames])
+                send_frames(d.socket, [request_header(call_id, header, timeout_ms), *frames])
                 return
             except zmq.Again:
                 pass
@@ -658,14 +663,13 @@ class Transport:
         deadline = now + timeout_s
         call_id = next(self._call_ids)
         header = d.header(method, recipient_uuid, caller_uuid)
-        header.call_id = call_id
         drops = d.drops
         # Send: only to a live connection (IMMEDIATE); fail fast when nobody is there.
-        header.timeout_ms = max(1, int(timeout_s * 1000))
+        timeout_ms = max(1, int(timeout_s * 1000))
         try:
-            send_frames(d.socket, [header.SerializeToString(), body, *sidecars])
+            send_frames(d.socket, [request_header(call_id, header, timeout_ms), body, *sidecars])
         except zmq.Again:
-            self._direct_send_slow(d, header, [body, *sidecars], deadline, now)
+            self._direct_send_slow(d, call_id, method, header, [body, *sidecars], deadline, now)
         answer, reply = self._direct_receive(d, call_id, deadline, drops, method, timeout_s)
         return self._direct_result(answer, reply)
 
@@ -694,9 +698,8 @@ class Transport:
             if first is not None:
                 reply = d.recv_reply(first)
                 first = None
-                answer = ResponseHeader()
                 try:
-                    answer.ParseFromString(reply[0])
+                    answer = _parse_response_header(reply[0])
                 except (DecodeError, ValueError):
                     log.warning("dropped a malformed answer from %s", d.address)
                     continue
@@ -798,15 +801,18 @@ class Transport:
                     raise errors.Throttled(f"{len(d.pending)} calls already in flight")
             call_id = next(self._call_ids)
             header = d.header(method, recipient_uuid, caller_uuid)
-            header.call_id = call_id
-            header.timeout_ms = max(1, int(timeout_s * 1000))
+            timeout_ms = max(1, int(timeout_s * 1000))
             deadline = now + timeout_s
             call = _DirectCall(call_id, d, method, deadline, d.drops, threading.get_ident())
             try:
-                send_frames(d.socket, [header.SerializeToString(), body, *sidecars])
+                send_frames(
+                    d.socket, [request_header(call_id, header, timeout_ms), body, *sidecars]
+                )
             except zmq.Again:
                 try:
-                    self._direct_send_slow(d, header, [body, *sidecars], deadline, now)
+                    self._direct_send_slow(
+                        d, call_id, method, header, [body, *sidecars], deadline, now
+                    )
                 except HandshakeFailed as err:
                     # A fresh socket for the next call: libzmq may not retry a refused
                     # handshake (as call_frames).
@@ -868,9 +874,8 @@ class Transport:
                 except zmq.Again:
                     break
                 reply = d.recv_reply(first)
-                answer = ResponseHeader()
                 try:
-                    answer.ParseFromString(reply[0])
+                    answer = _parse_response_header(reply[0])
                 except (DecodeError, ValueError):
                     continue
                 if answer.call_id in d.pending:

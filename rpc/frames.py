@@ -80,3 +80,14 @@ def ok_header(call_id: int, rest: bytes) -> bytes:
     if not call_id:
         return rest
     return _CALL_ID_TAG + varint(call_id) + rest
+
+
+_TIMEOUT_MS_TAG = b"\x28"  # RequestHeader field 5 (timeout_ms), varint
+
+
+def request_header(call_id: int, fixed: bytes, timeout_ms: int) -> bytes:
+    """A RequestHeader's bytes from its call id, `fixed` (its method, recipient_uuid and
+    caller_uuid serialized: fields 2-4) and its timeout_ms (field 5): byte for byte what
+    protobuf writes (fields in number order, zeros omitted), without building a message."""
+    out = _CALL_ID_TAG + varint(call_id) + fixed if call_id else fixed
+    return out + _TIMEOUT_MS_TAG + varint(timeout_ms) if timeout_ms else out
