@@ -28,6 +28,7 @@ from tservers.metafile import fsync_dir, install_file
 from tservers.tablet import stats as block_stats
 from tservers.tablet.bloom import Bloom, hash_columns, i64, is_int_type, key_hash
 from tservers.tablet.merge import compaction_slabs
+from tservers.tablet.pages import Mapping, batch_span, release
 from tservers.tablet.schema import DELETED_FIELD
 from tservers.tablet.stats import stats_name
 
@@ -69,6 +70,8 @@ class BlockIndex:
         "chunk_stats",
         "column_names",
         "_lasts",
+        "mapping",
+        "spans",
     )
 
     def __init__(self, name: str, table: pa.Table, key_names: list[str]) -> None:
@@ -92,6 +95,10 @@ class BlockIndex:
         self.min_key = self._firsts[0] if batches else None
         self.max_key = self._lasts[-1] if batches else None
         self.bloom: Bloom | None = None
+        # The file's mapping and each batch's address span in it (`pages.PageRelease`);
+        # None for a table not read from a mapped file.
+        self.mapping: Mapping | None = None
+        self.spans: list[tuple[int, int] | None] = []
         # A one-column key as a chunked array over the mapped batches (timestamps as
         # int64), searched with Arrow's binary search (`locate_many`); None for a
         # composite key (Python bisect per key).
@@ -109,7 +116,12 @@ class BlockIndex:
         """Map the block and load its filter (rebuilt and written back if missing or bad)."""
         with pa.memory_map(str(data_dir / name), "r") as src:
             table = pa.ipc.open_file(src).read_all()
+            src.seek(0)
+            whole = src.read_buffer(src.size())  # the mapping itself (no copy): its range
         b = cls(name, table, key_names)
+        if whole is not None and whole.size:
+            b.mapping = Mapping(whole.address, whole.address + whole.size)
+            b.spans = [batch_span(x, b.mapping) for x in b.batches]
         path = data_dir / bloom_name(name)
         bloom = None
         try:
@@ -135,6 +147,11 @@ class BlockIndex:
             chunks = block_stats.compute(b.batches)
             write_file(spath, block_stats.to_bytes(chunks))
         b.chunk_stats = chunks
+        # Building the filter or the stats read the block: its pages leave the process
+        # again (a compaction's output is opened right after it is written).
+        for span in b.spans:
+            if span is not None:
+                release(b.mapping, *span)
         return b
 
     def chunk_first(self, j: int):
@@ -306,6 +323,7 @@ def write_merged_block(
     drop_deleted: bool,
     chunk_rows: int,
     slab_rows: int | None = None,
+    on_slab: Callable[[list[int]], None] | None = None,
 ) -> int:
     """A compaction's output block: `sources` (blocks, oldest first) merged in bounded slabs
     (`merge.compaction_slabs`) and written as the slabs come (`write_block`); the memory is
@@ -314,7 +332,7 @@ def write_merged_block(
     assert sources
     schema = adapt(0, sources[0].slice(0, 0)).schema
     slabs = compaction_slabs(
-        sources, key_names, adapt, drop_deleted=drop_deleted, slab_rows=slab_rows
+        sources, key_names, adapt, drop_deleted=drop_deleted, slab_rows=slab_rows, on_slab=on_slab
     )
     return write_block(data_dir, name, schema, slabs, chunk_rows)
 

@@ -97,10 +97,13 @@ def merge_slabs(
     lower=None,
     upper=None,
     slab_rows: int = SLAB_ROWS_DEFAULT,
+    on_slab: Callable[[list[int]], None] | None = None,
 ) -> Iterator[pa.Table]:
     """Slabs of the newest version of every key of `sources` (oldest first) in [lower,
     upper) (Python keys, None: open), in key order; `adapt(i, rows)` turns a slice of
-    source i into the common schema. Tombstones come out as rows (the caller drops them)."""
+    source i into the common schema. Tombstones come out as rows (the caller drops them).
+    `on_slab(pos)`, when the next slab is asked for, gets every source's position: the rows
+    before it are merged and handed out (`pages.PageRelease`)."""
     slab_rows = max(1, slab_rows)
     srcs = [SortedSource(t, key_names) for t in sources]
     pos = [0 if lower is None else s.search(lower, 0, s.num_rows, right=False) for s in srcs]
@@ -119,6 +122,8 @@ def merge_slabs(
                 parts.append(adapt(i, srcs[i].table.slice(pos[i], stop - pos[i])))
                 pos[i] = stop
         yield parts[0] if len(parts) == 1 else newest_versions(parts, key_names)
+        if on_slab is not None:
+            on_slab(pos)
 
 
 # A compaction's slab: about this many rows in all, however many blocks it merges (each
@@ -134,6 +139,7 @@ def compaction_slabs(
     *,
     drop_deleted: bool,
     slab_rows: int | None = None,
+    on_slab: Callable[[list[int]], None] | None = None,
 ) -> Iterator[pa.Table]:
     """The rows of a compaction of `sources` (data blocks, oldest first), in key order and
     in bounded slabs (`merge_slabs`): the newest version of every key, tombstones dropped
@@ -142,7 +148,7 @@ def compaction_slabs(
     rows (default: COMPACT_SLAB_ROWS shared among the sources)."""
     if slab_rows is None:
         slab_rows = max(COMPACT_SOURCE_ROWS_MIN, COMPACT_SLAB_ROWS // max(1, len(sources)))
-    for slab in merge_slabs(sources, key_names, adapt, slab_rows=slab_rows):
+    for slab in merge_slabs(sources, key_names, adapt, slab_rows=slab_rows, on_slab=on_slab):
         if drop_deleted:
             slab = slab.filter(pc.invert(slab.column(DELETED_FIELD)))
         if slab.num_rows:

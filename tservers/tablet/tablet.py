@@ -100,6 +100,7 @@ from tservers.tablet.blockindex import BlockIndex, bloom_name, write_merged_bloc
 from tservers.tablet.bloom import hash_array, key_hash
 from tservers.tablet.dedup import STALE, DedupTable, Done, RequestId
 from tservers.tablet.merge import SLAB_ROWS_DEFAULT, merge_slabs, newest_versions
+from tservers.tablet.pages import PageRelease
 from tservers.tablet.schema import DELETED_FIELD, Schema, block_name, value_from_pb
 from tservers.tablet.stats import checks as stats_checks
 from tservers.tablet.stats import prune as stats_prune
@@ -1252,6 +1253,7 @@ class Tablet:
                 lambda _i, t: self._adapt(t),
                 drop_deleted=start == 0,
                 chunk_rows=self.opts.block_chunk_rows,
+                on_slab=PageRelease.of([(b, None) for b in run]),
             )
             loaded = self._open_block(name)  # writes its filter
             crash_point("compact.after_block_write")
@@ -1409,10 +1411,10 @@ class Tablet:
                 self.scan_chunks_total += pr.chunks_total
                 self.scan_chunks_skipped += pr.chunks_skipped
                 self.scan_blocks_skipped += pr.blocks_skipped
-            block_tables = [
-                b.chunks_table(k) for b, k in zip(blocks, pr.keep, strict=True) if k != []
-            ]
+            kept = [(b, k) for b, k in zip(blocks, pr.keep, strict=True) if k != []]
+            block_tables = [b.chunks_table(k) for b, k in kept]
         else:
+            kept = [(b, None) for b in blocks]
             block_tables = [b.table for b in blocks]
         mem_parts = [
             self._memtable(x, with_deleted=True, schema=schema) if isinstance(x, dict) else x
@@ -1438,7 +1440,10 @@ class Tablet:
 
         def pieces() -> Iterator[pa.Table]:
             left = limit or None
-            for slab in merge_slabs(sources, self._key_names(schema), adapt, lo, hi, slab_rows):
+            # The pages of block chunks merged and handed out leave the process (pages.py).
+            pages = PageRelease.of([*kept, None])
+            key_names = self._key_names(schema)
+            for slab in merge_slabs(sources, key_names, adapt, lo, hi, slab_rows, pages):
                 deleted = slab.column(DELETED_FIELD)
                 # Most slabs hold no tombstone: no filter (a copy of every column) then.
                 t = slab.filter(pc.invert(deleted)) if pc.any(deleted).as_py() else slab
