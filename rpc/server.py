@@ -74,6 +74,8 @@ _STATUS_CODES = max(StatusCode.values()) + 1
 _NO_ANSWER: list = []  # _invoke's result for a one-way message that succeeded
 _LATER: list = []  # _invoke's result for a deferred call (its Later answers)
 _NOBLOCK = int(zmq.NOBLOCK)
+_EVENTS = int(zmq.EVENTS)
+_POLLIN = int(zmq.POLLIN)
 _STAT_KEYS = (
     "requests",
     "ok",
@@ -725,10 +727,17 @@ class RpcServer:
         self._outbox.clear()
 
     def _read_requests(self) -> None:
-        assert self._router is not None
+        """Read and dispatch the requests queued now (at most READ_BATCH_MAX). Whether one
+        is there is asked first (ZMQ_EVENTS, ~1 us): a receive that finds none raises
+        zmq.Again (~5 us), which a turn of one request (a synchronous call) would pay."""
+        router = self._router
+        assert router is not None
+        events = router.get
         for _ in range(READ_BATCH_MAX):
+            if not events(_EVENTS) & _POLLIN:
+                return
             try:
-                frames = recv_frames(self._router)
+                frames = recv_frames(router)
             except zmq.Again:
                 return
             self._handle(frames)
