@@ -12,9 +12,9 @@ serves /metrics, scraped once a second during the run) or not (off); `both` meas
 servers, one each way, in the same run and prints the ratio on/off (target >= 0.95).
 
 `--cpu`: instead, CPU time per pipelined call (100 B, WINDOW in flight) of the calling
-thread (this process) and of each thread of the server (from /proc/PID/task/*/schedstat, nanoseconds),
-for the rpc server's pool and inline handlers and for raw pyzmq: the figure that moves
-least with the machine's load (calls/s do, by 2x on a shared machine).
+thread (this process) and of each thread of the server (/proc/PID/task/*/schedstat), for
+the rpc server's pool and inline handlers and for raw pyzmq: the figure that moves least
+with the machine's load (calls/s do, by 2x on a shared machine).
 
 `--curve`: instead, CURVE beside plaintext in the same run (design/security.md §7): an rpc
 server and a raw ROUTER each way, 100 B, 8 KiB and 1 MiB sidecars, pipelined calls/s and
