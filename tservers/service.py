@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from rpc.errors import BadRequest, InvalidName, NotFound, Throttled, TimedOut
+from rpc.errors import BadRequest, InvalidName, NotFound, Throttled
 from rpc.protocols.tserver_pb2 import (
     AlterSchemaRequest,
     AlterSchemaResponse,
@@ -79,24 +79,8 @@ SCAN_BATCH_ROWS_DEFAULT = 65_536  # 4,096 halved the full scan rate (design/stor
 SCAN_BATCH_ROWS_MAX = 65_536
 SCAN_RESPONSE_BYTES_MAX = 16 << 20
 SCAN_RESPONSE_BATCHES_MAX = 64
-# Scanners whose next answer is made ahead (in a thread, once an answer is sent) at once;
-# each holds one answer (SCAN_RESPONSE_BYTES_MAX) at most, so these hold SCAN_AHEAD_MAX
-# answers of memory at most. A scan of many answers then makes the next one on the other
-# core while this one is sent and taken apart by the client (design/storage.md).
-SCAN_AHEAD_MAX = 4
+SCAN_RELEASE_BYTES_MIN = 4 << 20  # after an answer this large, freed memory is handed back
 WRITE_BLOCKS_MAX = 64
-
-
-class _Ahead:
-    """A scanner's next answer, made by a thread of its own while the last one travels."""
-
-    __slots__ = ("done", "sidecars", "rows", "error")
-
-    def __init__(self) -> None:
-        self.done = threading.Event()
-        self.sidecars: list = []
-        self.rows = 0
-        self.error: Exception | None = None
 
 
 @dataclass(slots=True)
@@ -108,8 +92,7 @@ class _Scanner:
     last_used: float
     arrow_schema: pa.Schema
     sent: int = 0
-    # The next answer, being made or made (pieces and head are its thread's until done).
-    ahead: _Ahead | None = None
+    last_bytes: int = 0  # of the last answer sent
 
 
 def ipc_batch(batch: pa.RecordBatch) -> memoryview:
@@ -140,7 +123,6 @@ class TServerService:
         # Expires idle scanners while any is open, so an abandoned one does not keep its
         # snapshot (and the blocks a compaction unlinked) until the next Scan call.
         self._reaper: threading.Thread | None = None
-        self._ahead = 0  # scanners whose `ahead` is set (SCAN_AHEAD_MAX), under _scanners_lock
         # Rows this server wrote (as leader) and sent in scan answers, for the metrics.
         self._counts_lock = threading.Lock()
         self.rows_written = 0
@@ -344,12 +326,16 @@ class TServerService:
             # Taken out of the registry while served, so one scanner never serves two calls.
             with self._scanners_lock:
                 sc = self._scanners.pop(req.scanner_id, None)
-                if sc is not None and sc.ahead is not None and req.close:
-                    self._ahead -= 1
             if req.close:
                 return Reply(ScanResponse())
             if sc is None:
                 raise NotFound(f"scanner {req.scanner_id} not found (expired, finished or in use)")
+            if sc.last_bytes >= SCAN_RELEASE_BYTES_MIN:
+                # Arrow's allocator (mimalloc) keeps what the answer before freed once sent
+                # (its batches, the merge's slabs): handed back to the system first, the
+                # heap of a server that scans stays near its idle size (design/storage.md;
+                # 1-2 ms a call, so only after a large answer).
+                pa.default_memory_pool().release_unused()
         else:
             check_tablet_id(req.tablet_id)
             tablet = self.manager.tablet(req.tablet_id)
@@ -371,58 +357,6 @@ class TServerService:
                 req.limit,
             )
             sc = _Scanner(pieces, None, batch_rows, tablet.sb.schema, now, arrow_schema)
-        if sc.ahead is not None:
-            ahead = sc.ahead
-            if not ahead.done.wait(max(0.0, ctx.deadline - time.monotonic())):
-                with self._scanners_lock:  # still being made: the next call may take it
-                    self._scanners[req.scanner_id] = sc
-                raise TimedOut(f"scanner {req.scanner_id}: its next answer is not made yet")
-            sc.ahead = None
-            with self._scanners_lock:
-                self._ahead -= 1
-            if ahead.error is not None:
-                raise ahead.error  # as if made now; the scanner is dropped, as then
-            sidecars, rows = ahead.sidecars, ahead.rows
-        else:
-            sidecars, rows = self._answer(sc)
-        has_more = sc.head is not None
-        sc.sent += rows
-        with self._counts_lock:
-            self.rows_scanned += rows
-        resp = ScanResponse(has_more=has_more, rows=rows, schema=sc.schema_pb)
-        if not sidecars and sc.sent == 0:
-            # An empty result still tells the client its columns.
-            sidecars.append(ipc_batch(pa.RecordBatch.from_pylist([], schema=sc.arrow_schema)))
-        if has_more:
-            sc.last_used = now
-            with self._scanners_lock:
-                if not req.scanner_id and len(self._scanners) >= SCANNERS_MAX:
-                    raise Throttled(f"{SCANNERS_MAX} scanners open", retry_after_ms=500)
-                sid = req.scanner_id or secrets.token_hex(8)
-                if self._ahead < SCAN_AHEAD_MAX:
-                    # Made while this answer travels; the continuation waits for it.
-                    sc.ahead = _Ahead()
-                    self._ahead += 1
-                self._scanners[sid] = sc
-                if self._reaper is None:
-                    self._reaper = threading.Thread(
-                        target=self._reap, name="tserver-scanner-reaper", daemon=True
-                    )
-                    self._reaper.start()
-            if sc.ahead is not None:
-                threading.Thread(
-                    target=self._make_ahead,
-                    args=(sc, sc.ahead),
-                    name="tserver-scan-ahead",
-                    daemon=True,
-                ).start()
-            resp.scanner_id = sid
-        return Reply(resp, sidecars)
-
-    @staticmethod
-    def _answer(sc: _Scanner) -> tuple[list, int]:
-        """The scanner's next answer (Arrow IPC sidecars, rows); then sc.head is the first
-        piece not sent, None when the scan is done."""
         sidecars: list = []
         size = 0
         rows = 0
@@ -441,15 +375,29 @@ class TServerService:
                 rows += b.num_rows
         if sc.head is None:
             sc.head = next(sc.pieces, None)
-        return sidecars, rows
-
-    def _make_ahead(self, sc: _Scanner, ahead: _Ahead) -> None:
-        try:
-            ahead.sidecars, ahead.rows = self._answer(sc)
-        except Exception as err:  # raised to the continuation that takes this answer
-            ahead.error = err
-        finally:
-            ahead.done.set()
+        has_more = sc.head is not None
+        sc.sent += rows
+        sc.last_bytes = size
+        with self._counts_lock:
+            self.rows_scanned += rows
+        resp = ScanResponse(has_more=has_more, rows=rows, schema=sc.schema_pb)
+        if not sidecars and sc.sent == 0:
+            # An empty result still tells the client its columns.
+            sidecars.append(ipc_batch(pa.RecordBatch.from_pylist([], schema=sc.arrow_schema)))
+        if has_more:
+            sc.last_used = now
+            with self._scanners_lock:
+                if not req.scanner_id and len(self._scanners) >= SCANNERS_MAX:
+                    raise Throttled(f"{SCANNERS_MAX} scanners open", retry_after_ms=500)
+                sid = req.scanner_id or secrets.token_hex(8)
+                self._scanners[sid] = sc
+                if self._reaper is None:
+                    self._reaper = threading.Thread(
+                        target=self._reap, name="tserver-scanner-reaper", daemon=True
+                    )
+                    self._reaper.start()
+            resp.scanner_id = sid
+        return Reply(resp, sidecars)
 
     def _reap(self) -> None:
         """While scanners are open: expire the idle ones every quarter TTL (5 s at most);
@@ -466,7 +414,6 @@ class TServerService:
         with self._scanners_lock:
             dead = [k for k, s in self._scanners.items() if now - s.last_used > SCANNER_IDLE_S]
             for k in dead:
-                if self._scanners.pop(k).ahead is not None:
-                    self._ahead -= 1
+                del self._scanners[k]
         if dead:
             log.info("expired %d idle scanners", len(dead))
