@@ -657,10 +657,9 @@ class RpcServer:
         shard = self._io_shard()
         io_stats = self._io_stats
         for _ in range(DRAIN_BATCH_MAX):
-            try:
-                item = replies.popleft()
-            except IndexError:
+            if not replies:  # only this thread takes from it
                 return
+            item = replies.popleft()
             self._inflight -= 1
             if type(item) is list:  # a worker's answer, counted by the worker
                 self._send(item)
@@ -677,10 +676,13 @@ class RpcServer:
     def _queue_reply(self, item) -> None:
         """Any thread: hand an answer to the I/O thread, waking it if it may sleep."""
         self._replies.append(item)
-        try:
-            self._wake_armed.pop()
-        except IndexError:
+        armed = self._wake_armed
+        if not armed:  # the common case under load, tested first: no exception raised
             return  # the I/O thread is awake, or another answer of this batch woke it
+        try:
+            armed.pop()
+        except IndexError:
+            return  # another thread took the token since
         with self._wake_lock:
             if self._wake_fd >= 0:
                 os.eventfd_write(self._wake_fd, 1)
