@@ -25,6 +25,9 @@ and only then trims the journal.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import errno
 import logging
 import mmap
 import os
@@ -60,6 +63,12 @@ RaftEntry = tuple[bytes, int, int]
 # each one (1M entries: ~1,000 pauses).
 ENCODE_SLICE_ENTRIES = 1024
 WRITER_PAUSE_S = 0.0001
+# The writer hands the snapshot file to the disk a chunk at a time as it writes it
+# (sync_file_range), and waits for the chunk before the last: at most two chunks are ever
+# in the device queue. Written whole and then fsynced, an 80 MB snapshot held a concurrent
+# journal fdatasync on the same ext4 file system for up to 95-146 ms (data=ordered: the
+# journal's commit waits for the data of the other files being written back).
+WRITE_CHUNK_BYTES = 1 << 20
 # A writer not finished this long after close() is left behind (it is a daemon thread; the
 # journal is not trimmed, so nothing is lost).
 WRITER_JOIN_S = 30.0
@@ -329,16 +338,89 @@ def decode_snapshot(buf: bytes) -> tuple[LogState, SnapshotMeta]:
     return state, SnapshotMeta(last_entry, prev_entry, tuple(members))
 
 
-def _write_fsynced(path: str, parts: list[bytes]) -> int:
-    """Write the pieces to `path` (created or truncated) and fsync it; the bytes written."""
+_SFR_WAIT_BEFORE = 1
+_SFR_WRITE = 2
+_SFR_WAIT_AFTER = 4
+
+
+def _libc_sync_file_range():
+    """Linux `sync_file_range(2)` (Python 3.11's `os` has none), or None. Called through
+    ctypes.CDLL, which releases the GIL for the call."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        fn = libc.sync_file_range
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_SYNC_FILE_RANGE = _libc_sync_file_range()
+
+
+class _ChunkPusher:
+    """Hands a file being written to the disk a chunk at a time: starts the write-back of
+    each chunk once it is written and waits for the one before it, so at most two chunks
+    of it are ever in flight (what a concurrent fdatasync of another file can be held
+    behind). Where there is no sync_file_range (or it fails as unsupported), fdatasync
+    of each chunk: slower, as bounded. Durability still comes from the fsync at the end."""
+
+    __slots__ = ("fd", "sync_range", "pushed", "prev")
+
+    def __init__(self, fd: int, sync_range=None) -> None:
+        self.fd = fd
+        self.sync_range = _SYNC_FILE_RANGE if sync_range is None else sync_range
+        self.pushed = 0  # bytes from the start already handed to the disk
+        self.prev: tuple[int, int] | None = None
+
+    def _call(self, off: int, n: int, flags: int) -> bool:
+        if self.sync_range is None:
+            return False
+        if self.sync_range(self.fd, off, n, flags) == 0:
+            return True
+        err = ctypes.get_errno()
+        if err in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.ESPIPE):
+            self.sync_range = None  # not here (another kernel, a file system without it)
+            return False
+        raise OSError(err, f"sync_file_range: {os.strerror(err)}")
+
+    def push(self, written: int) -> None:
+        """The file holds `written` bytes: hand the ones not yet handed to the disk."""
+        off, n = self.pushed, written - self.pushed
+        if n <= 0:
+            return
+        if not self._call(off, n, _SFR_WRITE):
+            os.fdatasync(self.fd)
+        elif self.prev is not None:
+            self._call(*self.prev, _SFR_WAIT_BEFORE | _SFR_WRITE | _SFR_WAIT_AFTER)
+        self.prev = (off, n)
+        self.pushed = written
+
+
+def _write_fsynced(
+    path: str, parts: list[bytes], chunk_bytes: int | None = None, sync_range=None
+) -> int:
+    """Write the pieces to `path` (created or truncated) and fsync it; the bytes written.
+    With `chunk_bytes`, in chunks of about that size, each handed to the disk as it is
+    written, at most two in flight (_ChunkPusher)."""
+    assert chunk_bytes is None or chunk_bytes > 0, chunk_bytes
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     total = 0
+    pusher = None if chunk_bytes is None else _ChunkPusher(fd, sync_range)
     try:
         for part in parts:
             view = memoryview(part)
             while view:
-                view = view[os.write(fd, view) :]
-            total += len(part)
+                n = os.write(
+                    fd, view if pusher is None else view[: chunk_bytes - total % chunk_bytes]
+                )
+                view = view[n:]
+                total += n
+                if pusher is not None and total - pusher.pushed >= chunk_bytes:
+                    pusher.push(total)
+        if pusher is not None:
+            pusher.push(total)
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -451,8 +533,11 @@ class SnapshotHooks:
         on_loaded: Callable[[SnapshotMeta], None] | None = None,
         journal: DurableJournal | None = None,
         name: str = "",
+        chunk_bytes: int | None = WRITE_CHUNK_BYTES,
     ) -> None:
         self._state = state
+        # The background writer's chunks (_ChunkPusher); None: written whole, then fsynced.
+        self._chunk_bytes = chunk_bytes
         self._lock = lock
         self._on_loaded = on_loaded
         self._journal = journal
@@ -506,7 +591,7 @@ class SnapshotHooks:
         tmp = path + ".tmp"
         try:
             parts = encode_snapshot_parts(copy, meta, _let_others_run)
-            write.size_bytes = _write_fsynced(tmp, parts)
+            write.size_bytes = _write_fsynced(tmp, parts, self._chunk_bytes)
             del parts
             with self._file_lock:
                 if write.cancelled:
