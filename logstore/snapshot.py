@@ -39,7 +39,7 @@ from array import array
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from itertools import chain, islice, repeat
+from itertools import chain, islice
 from operator import attrgetter, lt
 
 import crc32c
@@ -49,7 +49,14 @@ from pysyncobj.serializer import Serializer
 
 from logstore.api import Entry
 from logstore.journal import DurableJournal, fsync_dir
-from logstore.state import LiveEntries, LoadedPage, LogCopy, LogState, StateCopy
+from logstore.state import (
+    PAGE_ID_BITS,
+    LiveEntries,
+    LoadedPage,
+    LogCopy,
+    LogState,
+    StateCopy,
+)
 from rpc.errors import Corruption
 
 logger = logging.getLogger(__name__)
@@ -69,6 +76,8 @@ WRITER_PAUSE_S = 0.0001
 # journal fdatasync on the same ext4 file system for up to 95-146 ms (data=ordered: the
 # journal's commit waits for the data of the other files being written back).
 WRITE_CHUNK_BYTES = 1 << 20
+# Dict pages whose columns the writer hands to the state per hold of its lock.
+ADOPT_PAGES_PER_LOCK = 256
 # A writer not finished this long after close() is left behind (it is a daemon thread; the
 # journal is not trimmed, so nothing is lost).
 WRITER_JOIN_S = 30.0
@@ -113,9 +122,18 @@ def _le(a: array) -> bytes:
     return a.tobytes()
 
 
-def _log_parts(log: LogCopy, between_pages: Callable[[], None] | None) -> Iterator[bytes]:
+# What a writer is told of each dict page it encoded: (log name, page number, the captured
+# page, its columns).
+Adopt = Callable[[str, int, dict, LoadedPage], None]
+
+
+def _log_parts(
+    log: LogCopy, between_pages: Callable[[], None] | None, adopt: Adopt | None = None
+) -> Iterator[bytes]:
     """One log in the version 2 layout; the work is done a page at a time, in C-level
-    bulk operations (a Python loop per entry cost 7 s for 1M entries on a loaded machine)."""
+    bulk operations (a Python loop per entry cost 7 s for 1M entries on a loaded machine).
+    Each dict page's columns are handed to `adopt` (SnapshotHooks keeps them for the
+    state, so an unchanged page is not encoded entry by entry again)."""
     ids = array("Q")
     lens = array("I")
     inv_counts = array("I")
@@ -129,26 +147,46 @@ def _log_parts(log: LogCopy, between_pages: Callable[[], None] | None) -> Iterat
             end = page.start + page.data_bytes()
             datas.append(page.body[page.start : end])
             if page.invs is None:
-                inv_counts.extend(repeat(0, len(page.ids)))
+                inv_counts.frombytes(bytes(4 * len(page.ids)))  # zeros, in C
             else:
                 inv_counts.extend(map(len, page.invs))
                 inv_ids.extend(chain.from_iterable(page.invs))
         else:
-            ids.extend(page)
             entries = list(page.values())
+            page_ids = array("Q", page)
+            page_lens = array("I")
+            page_datas: list[bytes] = []
+            page_invs: list[tuple[int, ...]] = []
+            any_invalidates = False
             # In slices, each followed by a pause of the writer (see _let_others_run).
             for at in range(0, len(entries), ENCODE_SLICE_ENTRIES):
                 part = entries[at : at + ENCODE_SLICE_ENTRIES]
                 part_datas = list(map(_data_of, part))
-                lens.extend(map(len, part_datas))
-                datas.append(b"".join(part_datas))
+                page_lens.extend(map(len, part_datas))
+                page_datas.append(b"".join(part_datas))
                 invs = list(map(_invalidates_of, part))
+                page_invs += invs
                 counts = array("I", map(len, invs))
                 inv_counts.extend(counts)
                 if any(counts):
                     inv_ids.extend(chain.from_iterable(invs))
+                    any_invalidates = True
                 if between_pages is not None:
                     between_pages()
+            body = b"".join(page_datas)
+            ids.extend(page_ids)
+            lens.extend(page_lens)
+            datas.append(body)
+            if adopt is not None and entries:
+                columns = LoadedPage(
+                    page_ids,
+                    page_lens,
+                    0,
+                    body,
+                    page_invs if any_invalidates else None,
+                    len(body),
+                )
+                adopt(log.name, page_ids[0] >> PAGE_ID_BITS, page, columns)
             continue
         if between_pages is not None:
             between_pages()
@@ -163,14 +201,18 @@ def _log_parts(log: LogCopy, between_pages: Callable[[], None] | None) -> Iterat
 
 
 def encode_snapshot_parts(
-    copy: StateCopy, meta: SnapshotMeta, between_pages: Callable[[], None] | None = None
+    copy: StateCopy,
+    meta: SnapshotMeta,
+    between_pages: Callable[[], None] | None = None,
+    adopt: Adopt | None = None,
 ) -> list[bytes]:
     """The snapshot of `copy` as pieces to write one after the other (header first); never
     joined, so no copy of the whole snapshot is made. `between_pages` runs after each page
-    (the background writer lets the tick thread have the GIL there)."""
+    (the background writer lets the tick thread have the GIL there); `adopt` is told of
+    each dict page's columns (_log_parts)."""
     parts = [_head(meta, len(copy.logs))]
     for log in copy.logs:
-        parts.extend(_log_parts(log, between_pages))
+        parts.extend(_log_parts(log, between_pages, adopt))
     crc = 0
     length = 0
     for part in parts:
@@ -505,7 +547,15 @@ class _Outcome:
 class _Write:
     """One background snapshot write (tick thread starts it, the writer thread ends it)."""
 
-    __slots__ = ("ident", "last_index", "thread", "outcome", "cancelled", "size_bytes")
+    __slots__ = (
+        "ident",
+        "last_index",
+        "thread",
+        "outcome",
+        "cancelled",
+        "size_bytes",
+        "pages_adopted",
+    )
 
     def __init__(self, ident: int, last_index: int) -> None:
         self.ident = ident
@@ -514,6 +564,7 @@ class _Write:
         self.outcome = _Outcome.RUNNING
         self.cancelled = False
         self.size_bytes = 0
+        self.pages_adopted = 0
 
 
 class SnapshotHooks:
@@ -590,7 +641,12 @@ class SnapshotHooks:
         is trimmed by the tick thread only after this (poll_write)."""
         tmp = path + ".tmp"
         try:
-            parts = encode_snapshot_parts(copy, meta, _let_others_run)
+            encoded: list[tuple[str, int, dict, LoadedPage]] = []
+            parts = encode_snapshot_parts(
+                copy, meta, _let_others_run, lambda *page: encoded.append(page)
+            )
+            write.pages_adopted = self._adopt_columns(encoded)
+            encoded.clear()
             write.size_bytes = _write_fsynced(tmp, parts, self._chunk_bytes)
             del parts
             with self._file_lock:
@@ -604,6 +660,18 @@ class SnapshotHooks:
         except Exception:  # noqa: BLE001 - reported to pysyncobj as a failed dump
             logger.exception("snapshot at index %d not written", write.last_index)
             write.outcome = _Outcome.FAILED
+
+    def _adopt_columns(self, encoded: list[tuple[str, int, dict, LoadedPage]]) -> int:
+        """Writer thread: give the state the columns of the dict pages just encoded (the
+        ones still unchanged keep them: LogState.adopt_columns), a few hundred pages per
+        hold of the state's lock. The number of pages that kept them."""
+        kept = 0
+        for at in range(0, len(encoded), ADOPT_PAGES_PER_LOCK):
+            with self._lock:
+                for name, page_no, page, columns in encoded[at : at + ADOPT_PAGES_PER_LOCK]:
+                    kept += self._state.adopt_columns(name, page_no, page, columns)
+            _let_others_run()
+        return kept
 
     def poll_write(self) -> tuple[int, int | None]:
         """Tick thread: (SERIALIZER_STATE, ident) of the background write, as pysyncobj's

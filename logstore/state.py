@@ -127,7 +127,7 @@ class LoadedPage:
     reopen builds these (bulk operations, no Python object per entry) and the state turns
     a page into a dict of Entry the first time something reads or changes it. Immutable."""
 
-    __slots__ = ("ids", "lens", "start", "body", "invs")
+    __slots__ = ("ids", "lens", "start", "body", "invs", "size")
 
     def __init__(
         self,
@@ -136,18 +136,21 @@ class LoadedPage:
         start: int,
         body: bytes,
         invs: Sequence[tuple[int, ...]] | None,
+        size: int | None = None,
     ) -> None:
         self.ids = ids  # ascending
         self.lens = lens  # each entry's data length
         self.start = start  # offset of the first entry's data in body
         self.body = body  # the snapshot's body (shared by every page of the snapshot)
         self.invs = invs  # each entry's invalidated ids; None: none invalidated anything
+        # The datas' total size (the sum of lens: kept, a snapshot writer needs it per page).
+        self.size = sum(lens) if size is None else size
 
     def __len__(self) -> int:
         return len(self.ids)
 
     def data_bytes(self) -> int:
-        return sum(self.lens)
+        return self.size
 
     def datas(self) -> list[bytes]:
         ends = list(accumulate(self.lens, initial=self.start))
@@ -178,12 +181,14 @@ class LoadedPage:
         entries = list(page.values())
         datas = list(map(_data_of, entries))
         invs = list(map(_invalidates_of, entries))
+        body = b"".join(datas)
         return cls(
             array("Q", page),
             array("I", map(len, datas)),
             0,
-            b"".join(datas),
+            body,
             invs if any(map(len, invs)) else None,
+            len(body),
         )
 
 
@@ -287,6 +292,18 @@ class LiveEntries(Mapping[int, Entry]):
             self.pages[page_no] = LoadedPage.sealed(page) if cached is None else cached
             self.shared.discard(page_no)  # a LoadedPage is never changed in place
 
+    def adopt_columns(self, page_no: int, page: dict[int, Entry], columns: LoadedPage) -> bool:
+        """A snapshot writer encoded `page` (a dict page it captured) into `columns`: keep
+        them beside the page, as for a page read since a reopen, if the page is still the
+        one captured (not changed since: its first change drops them), so the next
+        snapshot copies the columns instead of encoding the entries again. Under the
+        state's lock."""
+        if self.pages.get(page_no) is not page or page_no not in self.shared:
+            return False
+        assert len(columns) == len(page), (page_no, len(columns), len(page))
+        self.sealed[page_no] = columns
+        return True
+
     def put(self, entry: Entry) -> None:
         self.writable_page(entry.id >> PAGE_ID_BITS)[entry.id] = entry
         self.count += 1
@@ -348,10 +365,11 @@ class LiveEntries(Mapping[int, Entry]):
         at = start
         for page_no, a, b in cls._page_bounds(ids):
             page_lens = lens[a:b]
+            size = sum(page_lens)
             live.pages[page_no] = LoadedPage(
-                ids[a:b], page_lens, at, body, None if invs is None else invs[a:b]
+                ids[a:b], page_lens, at, body, None if invs is None else invs[a:b], size
             )
-            at += sum(page_lens)
+            at += size
         live.count = len(ids)
         return live, at - start
 
@@ -514,6 +532,14 @@ class LogState:
             else:
                 logs.append(LogCopy(name, self.last_ids[name], live.count, live.share()))
         return StateCopy(tuple(logs), self.live_entries, self.live_bytes)
+
+    def adopt_columns(
+        self, name: str, page_no: int, page: dict[int, Entry], columns: LoadedPage
+    ) -> bool:
+        """LiveEntries.adopt_columns of log `name` (under the lock that orders it with
+        apply); False when the page changed or went since it was captured."""
+        live = self.logs.get(name)
+        return live is not None and live.adopt_columns(page_no, page, columns)
 
     def replace_with(self, other: LogState) -> None:
         self.logs = other.logs
