@@ -176,6 +176,13 @@ class Catalog:
     # tablet id -> uuids of the servers that report their replica of it FAILED (the policy
     # replaces them as it replaces replicas on dead servers)
     failed_replicas: dict[str, set[str]] = field(default_factory=dict)
+    # Tablet servers whose full tablet report this node took since it started, or since it
+    # started or stopped serving (cleared with strays and failed_replicas): the others are
+    # asked for one (their reports are incremental, tservers/heartbeat.py).
+    full_reports: set[str] = field(default_factory=set)
+    # tablet id -> server uuid -> the last report of that replica (pb.TabletReport), to judge
+    # again a replica whose report does not change when its tablet's leader reports.
+    replica_reports: dict[str, dict[str, pb.TabletReport]] = field(default_factory=dict)
     lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
     changed: threading.Condition = field(init=False, repr=False)
 

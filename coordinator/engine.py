@@ -325,18 +325,72 @@ class Engine:
                 self.catalog.http_addresses[request.server_uuid] = request.http_address[:256]
             if request.HasField("disk"):
                 self.catalog.disks[request.server_uuid] = request.disk
+            self._forget_gone(request)
             for report in request.tablets:
-                if report.tablet_id in self.catalog.tablets:
-                    self._take_report(request.server_uuid, report, now)
-                if leader:  # replicas to delete: only a serving leader's catalog is complete
-                    replication.note_report(self.catalog, request.server_uuid, report)
+                self._take_replica_report(request.server_uuid, report, now, leader)
+            if not request.incremental:
+                self.catalog.full_reports.add(request.server_uuid)
+            needs_full = request.server_uuid not in self.catalog.full_reports
             server = self.catalog.servers.get(request.server_uuid)
         needs_enlist = leader and (
             server is None
             or server.state is not ServerState.LIVE
             or server.address != request.address
         )
-        return pb.HeartbeatResponse(is_leader=leader, needs_enlist=needs_enlist)
+        return pb.HeartbeatResponse(
+            is_leader=leader, needs_enlist=needs_enlist, needs_full_report=needs_full
+        )
+
+    def _take_replica_report(
+        self, server_uuid: str, report: pb.TabletReport, now: float, leader: bool
+    ) -> None:
+        """One replica's report (caller holds the lock). Kept per replica: reports are
+        incremental, so a replica whose own report does not change is judged again (stray
+        or not, `replication.note_report`) whenever its tablet's leader reports, e.g. a
+        replica FAILED on a live server once the leader's config leaves it out."""
+        replicas = self.catalog.replica_reports.setdefault(report.tablet_id, {})
+        replicas[server_uuid] = report
+        if report.tablet_id in self.catalog.tablets:
+            self._take_report(server_uuid, report, now)
+        if not leader:  # replicas to delete: only a serving leader's catalog is complete
+            return
+        replication.note_report(self.catalog, server_uuid, report)
+        if report.role == "LEADER" and report.leader_uuid == server_uuid:
+            for other, r in replicas.items():
+                if other != server_uuid:
+                    replication.note_report(self.catalog, other, r)
+
+    def _forget_gone(self, request: pb.HeartbeatRequest) -> None:
+        """What the server's replicas it no longer reports left noted (caller holds the
+        lock): those its incremental report names gone, and with a full report every one
+        it leaves out (their reports; stray or FAILED replicas not there any more)."""
+        uuid = request.server_uuid
+        gone = set(request.vanished_tablet_ids)
+        if not request.incremental:
+            hosted = {r.tablet_id for r in request.tablets}
+            gone |= {
+                t
+                for t, by in self.catalog.replica_reports.items()
+                if uuid in by and t not in hosted
+            }
+            gone |= {t for (u, t) in self.catalog.strays if u == uuid and t not in hosted}
+            gone |= {
+                t
+                for t, us in self.catalog.failed_replicas.items()
+                if uuid in us and t not in hosted
+            }
+        for t in gone:
+            by = self.catalog.replica_reports.get(t)
+            if by is not None:
+                by.pop(uuid, None)
+                if not by:
+                    del self.catalog.replica_reports[t]
+            self.catalog.strays.pop((uuid, t), None)
+            failed = self.catalog.failed_replicas.get(t)
+            if failed is not None:
+                failed.discard(uuid)
+                if not failed:
+                    del self.catalog.failed_replicas[t]
 
     def _take_report(self, server_uuid: str, report: pb.TabletReport, now: float) -> None:
         """Keep, per tablet, what its leader last reported (caller holds the lock). A

@@ -487,6 +487,7 @@ class ReplicationManager:
                 with self.catalog.lock:  # noted before this node served: not trusted
                     self.catalog.strays.clear()
                     self.catalog.failed_replicas.clear()
+                    self.catalog.full_reports.clear()  # so every server reports in full again
                 self._was_serving = serving
             if not serving:
                 continue

@@ -1,10 +1,20 @@
 """Heartbeats from a tablet server to every coordinator node (architecture 4.5).
 
 Every `interval_s` the heartbeater sends each coordinator node a HeartbeatRequest with this
-server's UUID, address and a report of every tablet replica it hosts. Every node receives
-them (so a node that becomes leader already knows who is alive); only the leader acts. When
-the leader answers `needs_enlist` (it does not know this server, or marked it down), the
-heartbeater sends it EnlistServer.
+server's UUID, address and tablet reports. Every node receives them (so a node that becomes
+leader already knows who is alive); only the leader acts. When the leader answers
+`needs_enlist` (it does not know this server, or marked it down), the heartbeater sends it
+EnlistServer.
+
+Tablet reports are incremental (issue 28: a report of every replica every beat cost most of
+an idle server's CPU at 1,000 replicas). Each node gets a full report (every replica) first,
+and again whenever it answers `needs_full_report`; then only the replicas whose report
+differs from the one that node last took, and the ids of those gone since. Which to look at:
+those the Raft driver says may have changed (`changes`: role, term, leader, committed
+config, a replica added, removed or failed), again for `RECHECK_BEATS` beats after (a
+replica's state may settle just after the driver's event), those a node has not taken yet
+(its call failed), and every replica once every `SCAN_INTERVAL_S` (what changes without the
+driver: a copy that failed, a tablet failed by its apply). An idle server builds no report.
 
 With CURVE (`curve`, `coordinator_keys`) the heartbeats go as a CURVE client with the server's
 key pair, to coordinator nodes that must prove they hold the key given for their address;
@@ -27,7 +37,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 from rpc import errors, handshakes
 from rpc.client import RpcClient, Transport
@@ -37,6 +47,10 @@ from rpc.protocols.tserver_pb2 import DataState, MemberType, TabletReportPB
 
 HEARTBEAT_INTERVAL_S_DEFAULT = 0.5
 CALL_TIMEOUT_S = 1.0
+# Incremental reports: a replica the driver named is looked at again this many beats, and
+# every replica is looked at (and what changed sent) this often.
+RECHECK_BEATS = 6
+SCAN_INTERVAL_S = 30.0
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +75,22 @@ def to_coordinator_report(report: TabletReportPB, server_uuid: str) -> cpb.Table
     )
 
 
+class _NodeReports:
+    """What one coordinator node took of this server's tablet reports: tablet id -> the
+    serialized report (heartbeater thread only)."""
+
+    __slots__ = ("taken", "full_due", "pending", "answered")
+
+    def __init__(self) -> None:
+        self.taken: dict[str, bytes] = {}
+        self.full_due = True  # a full report next (first contact, or the node asked)
+        self.pending: set[str] = set()  # sent but not taken (the call failed): again
+        # Its last call was answered. A full report is built only for a node that answers:
+        # one that does not gets heartbeats without reports until it does, and then asks
+        # for a full report (a dead coordinator node must not cost a full report a beat).
+        self.answered = True
+
+
 class Heartbeater:
     """A named thread; stop it with close(). A context manager."""
 
@@ -68,9 +98,10 @@ class Heartbeater:
         self,
         server_uuid: str,
         address: Callable[[], str],
-        reports: Callable[[], Sequence[TabletReportPB]],
+        reports: Callable[[Collection[str] | None], Sequence[TabletReportPB]],
         coordinators: Sequence[str],
         *,
+        changes: Callable[[], set[str]] | None = None,
         interval_s: float = HEARTBEAT_INTERVAL_S_DEFAULT,
         http_address: Callable[[], str] = lambda: "",
         disk: Callable[[], cpb.DiskReport | None] = lambda: None,
@@ -82,7 +113,10 @@ class Heartbeater:
         """`curve`: heartbeat as a CURVE client; `coordinator_keys[i]` is the public key of
         the node at `coordinators[i]`. `principals` (tservers.principals.PrincipalCache):
         told of every leader's answer, with the table when one carries it. `join_keypair`:
-        a join token's key pair (with `curve`), used while this server's key is refused."""
+        a join token's key pair (with `curve`), used while this server's key is refused.
+        `reports(ids)`: the reports of those replicas (all: None); `changes()`: the ids
+        whose report may have changed since the last call (None: every replica is looked
+        at every beat, and only what changed is sent)."""
         assert join_keypair is None or curve is not None, "a join token needs CURVE"
         assert coordinators, "no coordinator to heartbeat to"
         assert curve is None or len(coordinator_keys) == len(coordinators), (
@@ -94,7 +128,12 @@ class Heartbeater:
         self.server_uuid = server_uuid
         self._address = address
         self._reports = reports
+        self._changes = changes
         self.coordinators = list(coordinators)
+        self._nodes = {a: _NodeReports() for a in self.coordinators}
+        self._recheck: dict[str, int] = {}  # tablet id -> beats it is still looked at
+        self._scanned_s = time.monotonic()
+        self.reports_built = 0  # tablet reports built (tests, metrics)
         self.interval_s = interval_s
         self._transport = Transport(name="heartbeat", curve=curve)
         keys = dict(zip(self.coordinators, coordinator_keys, strict=True)) if curve else {}
@@ -141,12 +180,80 @@ class Heartbeater:
                 log.exception("heartbeat round failed")
             self._stop.wait(self.interval_s)
 
+    def _tablet_reports(self) -> tuple[dict[str, bytes] | None, dict[str, bytes], set[str]]:
+        """This beat's reports: (every replica's, when some node needs a full report or a
+        scan is due, else None; those looked at; the ids looked at). Serialized, so that
+        "changed" is a comparison of bytes."""
+        now = time.monotonic()
+        every = self._changes is None or now - self._scanned_s >= SCAN_INTERVAL_S
+        every = every or any(n.full_due and n.answered for n in self._nodes.values())
+        if self._changes is not None:
+            for t in self._changes():
+                self._recheck[t] = RECHECK_BEATS
+        if every:
+            self._scanned_s = now
+            built = self._build(None)
+            look = set(built) | set(self._recheck)
+            for n in self._nodes.values():
+                look |= n.taken.keys()  # those not built any more: gone
+        else:
+            look = set(self._recheck)
+            for n in self._nodes.values():
+                look |= n.pending
+            built = self._build(look) if look else {}
+        for t in list(self._recheck):
+            self._recheck[t] -= 1
+            if self._recheck[t] <= 0:
+                del self._recheck[t]
+        return (built if every else None), built, look
+
+    def _build(self, ids: Collection[str] | None) -> dict[str, bytes]:
+        out = {}
+        for r in self._reports(ids):
+            out[r.tablet_id] = to_coordinator_report(r, self.server_uuid).SerializeToString()
+        self.reports_built += len(out)
+        return out
+
+    def _request_for(
+        self, node: _NodeReports, every: dict[str, bytes] | None, built: dict[str, bytes],
+        look: set[str], base: cpb.HeartbeatRequest,
+    ) -> tuple[cpb.HeartbeatRequest, dict[str, bytes], list[str]]:  # fmt: skip
+        """The request to one node: full, or the changes since what it took; with what it
+        takes if it answers (reports, gone ids)."""
+        request = cpb.HeartbeatRequest()
+        request.CopyFrom(base)
+        if node.full_due and every is not None:
+            send, gone = every, list(node.taken)
+        elif node.full_due:  # not answering: no reports until it does (and asks)
+            request.incremental = True
+            send, gone = {}, []
+        else:
+            request.incremental = True
+            send = {
+                t: b for t in look if (b := built.get(t)) is not None and node.taken.get(t) != b
+            }
+            gone = [t for t in look if t not in built and t in node.taken]
+            request.vanished_tablet_ids.extend(gone)
+        request.tablets.extend(cpb.TabletReport.FromString(b) for b in send.values())
+        return request, send, gone
+
+    def _taken(self, node: _NodeReports, request, send: dict[str, bytes], gone) -> None:
+        if not request.incremental:
+            node.taken = dict(send)
+            node.full_due = False
+        else:
+            node.taken.update(send)
+            for t in gone:
+                node.taken.pop(t, None)
+        node.pending.difference_update(send)
+        node.pending.difference_update(gone)
+
     def beat_once(self) -> None:
+        every, built, look = self._tablet_reports()
         request = cpb.HeartbeatRequest(
             server_uuid=self.server_uuid,
             address=self._address(),
             http_address=self._http_address(),
-            tablets=[to_coordinator_report(r, self.server_uuid) for r in self._reports()],
         )
         if self._principals is not None:
             request.principals_version = self._principals.version
@@ -159,12 +266,19 @@ class Heartbeater:
             request.disk.CopyFrom(disk)
         answered = 0
         key_refused = 0
+        base = request
         for address in self.coordinators:
             if self._stop.is_set():
                 return
+            node = self._nodes[address]
+            request, send, gone = self._request_for(node, every, built, look, base)
             try:
                 answer = self._call(address, "Heartbeat", request, cpb.HeartbeatResponse)
             except errors.RpcError as err:
+                node.answered = False
+                if request.incremental:
+                    node.pending.update(send)
+                    node.pending.update(gone)
                 if isinstance(err, errors.Unauthenticated):
                     key_refused += 1
                 if isinstance(err, (errors.Unauthenticated, errors.PermissionDenied)):
@@ -187,6 +301,10 @@ class Heartbeater:
                     log.debug("heartbeat to %s failed: %s", address, err)
                 continue
             self._refusals.pop(address, None)
+            node.answered = True
+            self._taken(node, request, send, gone)
+            if answer.needs_full_report:
+                node.full_due = True
             answered += 1
             if answer.is_leader:
                 self.enlisted = not answer.needs_enlist
@@ -194,7 +312,7 @@ class Heartbeater:
                     table = answer.principals if answer.HasField("principals") else None
                     self._principals.heard_leader(table)
                     if table is not None:
-                        request.principals_version = table.version
+                        base.principals_version = table.version
             if answer.is_leader and answer.needs_enlist:
                 enlist = cpb.EnlistServerRequest(
                     server_uuid=self.server_uuid, address=request.address

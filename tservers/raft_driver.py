@@ -59,6 +59,7 @@ from tservers.consensus import (
     ConfigChange,
     CopyReason,
     Entry,
+    EntryType,
     HardState,
     Message,
     OpId,
@@ -515,6 +516,12 @@ class RaftDriver:
         self._next_ping_s = 0.0
         self.peers_declared_down = 0  # metrics, tests
         self.groups_woken_by_liveness = 0
+        # Tablets whose heartbeat report may have changed (role, term, leader, committed
+        # config; a replica added, removed or failed) since the heartbeater last took them
+        # (`take_report_changes`): the incremental tablet report (tservers/heartbeat.py).
+        # Any thread; at most one entry per tablet id.
+        self._report_changes: set[str] = set()
+        self._report_changes_lock = threading.Lock()
 
     def tick_now(self) -> int:
         """The driver's clock, as of the start of its current or last round (any thread)."""
@@ -531,6 +538,17 @@ class RaftDriver:
             self._epoch += (real - allowed) * self.options.tick_interval_s
             real = allowed
         self._clock_tick = max(self._clock_tick, real)
+
+    def report_changed(self, tablet_id: str) -> None:
+        """The tablet's heartbeat report may have changed (any thread)."""
+        with self._report_changes_lock:
+            self._report_changes.add(tablet_id)
+
+    def take_report_changes(self) -> set[str]:
+        """The tablets whose report may have changed since the last call (the heartbeater)."""
+        with self._report_changes_lock:
+            out, self._report_changes = self._report_changes, set()
+        return out
 
     def purge_peer(self, uuid: str) -> None:
         """Drop the messages queued for a peer server (any thread; done by the driver)."""
@@ -622,6 +640,7 @@ class RaftDriver:
         tablet.group = g
         with self._groups_lock:
             self._groups[tablet_id] = g
+        self.report_changed(tablet_id)
         self.wake(g)
         return g
 
@@ -647,6 +666,7 @@ class RaftDriver:
         g = RaftGroup(self, _TombstoneSink(fs, tablet_id, cmeta), core)
         with self._groups_lock:
             self._groups[tablet_id] = g
+        self.report_changed(tablet_id)
         return g
 
     def remove_group(self, tablet_id: str) -> None:
@@ -664,6 +684,7 @@ class RaftDriver:
                 g.reads.clear()
         if farewell:
             self._post(("send", farewell))
+        self.report_changed(tablet_id)
         for w in reads:
             w.result = ReadResult(0, ProposalStatus.NOT_LEADER)
             w.event.set()
@@ -989,6 +1010,8 @@ class RaftDriver:
             tablet.on_soft_state(s)
         if rd.hard_state is not None:
             tablet.persist_hard_state(rd.hard_state)  # written and fsynced before any message
+        if rd.soft_state is not None or rd.hard_state is not None:
+            self.report_changed(g.tablet_id)
         stage = _Stage(rd)
         g.stages.append(stage)
         if not rd.entries:
@@ -1040,8 +1063,11 @@ class RaftDriver:
             try:
                 for e in entries:
                     g.tablet.apply_entry(e)
+                    if e.entry_type is EntryType.CONFIG:  # the committed config reported
+                        self.report_changed(g.tablet_id)
             except Exception:  # apply_entry fails the tablet itself; this is a bug
                 log.exception("tablet %s: apply failed", g.tablet_id)
+                self.report_changed(g.tablet_id)
             for r in reads:
                 with g.lock:
                     w = g.reads.pop(r.request_id, None)
@@ -1110,6 +1136,7 @@ class RaftDriver:
         g.failed = True
         g.stages.clear()
         g.tablet.fail(reason)
+        self.report_changed(g.tablet_id)
 
     # ------------------------------------------------------------ output
     def _evict_peer(self) -> bool:

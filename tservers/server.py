@@ -251,8 +251,9 @@ class TabletServer:
             self.heartbeater = Heartbeater(
                 self.fs.uuid,
                 lambda: self.address,
-                lambda: self.manager.reports(starting=False),
+                lambda ids: self.manager.reports(starting=False, tablet_ids=ids),
                 self.config.coordinators,
+                changes=self.manager.driver.take_report_changes,
                 interval_s=self.config.heartbeat_interval_s,
                 http_address=lambda: self.observer.http.advertised if self.observer.http else "",
                 disk=lambda: disk_report(self.disk),

@@ -540,20 +540,24 @@ class TabletReport(_message.Message):
     def __init__(self, tablet_id: _Optional[str] = ..., data_state: _Optional[str] = ..., role: _Optional[str] = ..., term: _Optional[int] = ..., config_index: _Optional[int] = ..., config_uuids: _Optional[_Iterable[str]] = ..., leader_uuid: _Optional[str] = ..., last_op_index: _Optional[int] = ..., schema_version: _Optional[int] = ..., config_member_types: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
-    __slots__ = ("server_uuid", "address", "tablets", "http_address", "disk", "principals_version")
+    __slots__ = ("server_uuid", "address", "tablets", "http_address", "disk", "principals_version", "incremental", "vanished_tablet_ids")
     SERVER_UUID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     TABLETS_FIELD_NUMBER: _ClassVar[int]
     HTTP_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     DISK_FIELD_NUMBER: _ClassVar[int]
     PRINCIPALS_VERSION_FIELD_NUMBER: _ClassVar[int]
+    INCREMENTAL_FIELD_NUMBER: _ClassVar[int]
+    VANISHED_TABLET_IDS_FIELD_NUMBER: _ClassVar[int]
     server_uuid: str
     address: str
     tablets: _containers.RepeatedCompositeFieldContainer[TabletReport]
     http_address: str
     disk: DiskReport
     principals_version: int
-    def __init__(self, server_uuid: _Optional[str] = ..., address: _Optional[str] = ..., tablets: _Optional[_Iterable[_Union[TabletReport, _Mapping]]] = ..., http_address: _Optional[str] = ..., disk: _Optional[_Union[DiskReport, _Mapping]] = ..., principals_version: _Optional[int] = ...) -> None: ...
+    incremental: bool
+    vanished_tablet_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, server_uuid: _Optional[str] = ..., address: _Optional[str] = ..., tablets: _Optional[_Iterable[_Union[TabletReport, _Mapping]]] = ..., http_address: _Optional[str] = ..., disk: _Optional[_Union[DiskReport, _Mapping]] = ..., principals_version: _Optional[int] = ..., incremental: _Optional[bool] = ..., vanished_tablet_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class DiskReport(_message.Message):
     __slots__ = ("total_bytes", "free_bytes", "used_bytes", "reserved_bytes", "full", "root_bytes")
@@ -572,14 +576,16 @@ class DiskReport(_message.Message):
     def __init__(self, total_bytes: _Optional[int] = ..., free_bytes: _Optional[int] = ..., used_bytes: _Optional[int] = ..., reserved_bytes: _Optional[int] = ..., full: _Optional[bool] = ..., root_bytes: _Optional[int] = ...) -> None: ...
 
 class HeartbeatResponse(_message.Message):
-    __slots__ = ("is_leader", "needs_enlist", "principals")
+    __slots__ = ("is_leader", "needs_enlist", "principals", "needs_full_report")
     IS_LEADER_FIELD_NUMBER: _ClassVar[int]
     NEEDS_ENLIST_FIELD_NUMBER: _ClassVar[int]
     PRINCIPALS_FIELD_NUMBER: _ClassVar[int]
+    NEEDS_FULL_REPORT_FIELD_NUMBER: _ClassVar[int]
     is_leader: bool
     needs_enlist: bool
     principals: PrincipalsTable
-    def __init__(self, is_leader: _Optional[bool] = ..., needs_enlist: _Optional[bool] = ..., principals: _Optional[_Union[PrincipalsTable, _Mapping]] = ...) -> None: ...
+    needs_full_report: bool
+    def __init__(self, is_leader: _Optional[bool] = ..., needs_enlist: _Optional[bool] = ..., principals: _Optional[_Union[PrincipalsTable, _Mapping]] = ..., needs_full_report: _Optional[bool] = ...) -> None: ...
 
 class PrincipalsTable(_message.Message):
     __slots__ = ("version", "entries")

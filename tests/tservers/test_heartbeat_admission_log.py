@@ -47,7 +47,7 @@ def test_refusals_in_the_admission_window_are_info_then_one_warning(caplog, monk
         hb = Heartbeater(
             "ts-0",
             lambda: "127.0.0.1:1",
-            lambda: [],
+            lambda _ids: [],
             [node.address],
             curve=ClientCurve(tserver),
             coordinator_keys=[node_key.public],

@@ -31,6 +31,7 @@ import pstats
 import shutil
 import threading
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -727,16 +728,22 @@ class TabletManager:
             t.alter_schema(new, deadline)
             return new
 
-    def reports(self, *, starting: bool = True) -> list[TabletReportPB]:
+    def reports(
+        self, *, starting: bool = True, tablet_ids: Collection[str] | None = None
+    ) -> list[TabletReportPB]:
         """A report per replica; `starting` False leaves out those not open yet (the
-        heartbeat's: the coordinator learns of each replica once it is open)."""
+        heartbeat's: the coordinator learns of each replica once it is open); `tablet_ids`:
+        only those (the heartbeat's incremental report, tservers/heartbeat.py)."""
         now = time.monotonic()
         with self._lock:
-            replicas = list(self.replicas.values())
+            if tablet_ids is None:
+                replicas = list(self.replicas.values())
+            else:
+                replicas = [r for t in tablet_ids if (r := self.replicas.get(t)) is not None]
             failures = {
                 t: why
                 for t, (at, why) in self._copy_failures.items()
-                if now - at < COPY_FAILED_REPORT_S
+                if now - at < COPY_FAILED_REPORT_S and (tablet_ids is None or t in tablet_ids)
             }
         out = [
             TabletReportPB(tablet_id=t, status=COPY_FAILED, error=f"tablet copy failed: {why}")
