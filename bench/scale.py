@@ -8,7 +8,8 @@ in the same run and for N, with their ratio:
   du counts them) divided by the replicas created;
 - idle CPU of a tablet server, % of one core: user + system time from /proc/PID/stat over
   `--idle-window-s` with no client traffic, averaged over the three servers, and the
-  elections started meanwhile (from the servers' logs: there should be none);
+  elections started meanwhile (from the servers' logs: there should be none); the
+  coordinator's idle CPU over the same window, and the machine's load average then;
 - restart to serving every tablet: one tablet server killed with -9 and restarted; seconds
   until every tablet has been seen RUNNING there with a leader somewhere;
 - create-table latency p50/p99: `--samples` more tables created one after another through
@@ -57,6 +58,8 @@ class Figures:
     disk_per_replica_bytes: float = float("nan")
     idle_cpu_pct: float = float("nan")
     idle_elections: float = float("nan")
+    idle_coordinator_cpu_pct: float = float("nan")
+    load_average: str = ""
     restart_all_s: float = float("nan")
     create_p50_ms: float = float("nan")
     create_p99_ms: float = float("nan")
@@ -145,14 +148,17 @@ def run_one(
             # (elections, first flushes) had time to pass.
             time.sleep(settle_s)
             pids = [node.pid for node in cluster.spec.tservers]
+            coord = cluster.spec.coordinators[0].pid
             e0 = elections(cluster)
-            c0, w0 = [cpu_s(p) for p in pids], time.monotonic()
+            c0, k0, w0 = [cpu_s(p) for p in pids], cpu_s(coord), time.monotonic()
             time.sleep(idle_window_s)
-            c1, w1 = [cpu_s(p) for p in pids], time.monotonic()
+            c1, k1, w1 = [cpu_s(p) for p in pids], cpu_s(coord), time.monotonic()
+            fig.load_average = " ".join(Path("/proc/loadavg").read_text().split()[:3])
             fig.idle_elections = elections(cluster) - e0
             fig.idle_cpu_pct = 100 * statistics.mean(
                 (b - a) / (w1 - w0) for a, b in zip(c0, c1, strict=True)
             )
+            fig.idle_coordinator_cpu_pct = 100 * (k1 - k0) / (w1 - w0)
 
             latencies_ms = []
             for i in range(samples):
@@ -210,6 +216,7 @@ def main() -> int:
     for label, attr, scale in (
         ("disk per empty replica (KB)", "disk_per_replica_bytes", 1 / 1000),
         ("idle CPU per tserver (% of a core)", "idle_cpu_pct", 1),
+        ("idle CPU, coordinator (% of a core)", "idle_coordinator_cpu_pct", 1),
         ("elections started while idle", "idle_elections", 1),
         ("restart to all serving (s)", "restart_all_s", 1),
         ("create-table p50 (ms)", "create_p50_ms", 1),
@@ -217,6 +224,9 @@ def main() -> int:
     ):
         b, g = getattr(base, attr) * scale, getattr(big, attr) * scale
         print(f"  {label:<36}{b:>10.2f}{g:>10.2f}{g / b if b else float('nan'):>10.2f}")
+    for fig in (base, big):
+        print(f"  load average (1, 5, 15 min) after the idle window, N={fig.tablets}: "
+              f"{fig.load_average}")  # fmt: skip
     for fig in (base, big):
         for note in fig.notes:
             print(f"  note (N={fig.tablets}): {note}")
