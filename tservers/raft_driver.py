@@ -107,6 +107,10 @@ IDLE_WAIT_S_MAX = 1.0
 # Liveness: the peers watched are those named by the configs of this server's groups,
 # recomputed from every group this often (a peer a new config names is watched at once).
 LIVENESS_REFRESH_S = 30.0
+# A leader replica's last heartbeat (it stops while the server lives on) is sent again at
+# this many liveness rounds after the first: one lost (a full peer queue, a connection being
+# made) would leave quiet followers without a leader; repeats of it are harmless.
+FAREWELL_REPEATS = 3
 
 
 def message_bytes(m: Message) -> int:
@@ -514,6 +518,8 @@ class RaftDriver:
         # On time.monotonic(), not on the tick clock: that one only runs for due timers, and
         # quiet groups have none.
         self._next_ping_s = 0.0
+        # Farewells still to repeat: [repeats left, messages] (driver thread only).
+        self._farewells: list[list] = []
         self.peers_declared_down = 0  # metrics, tests
         self.groups_woken_by_liveness = 0
         # Tablets whose heartbeat report may have changed (role, term, leader, committed
@@ -683,7 +689,7 @@ class RaftDriver:
                 reads = list(g.reads.values())
                 g.reads.clear()
         if farewell:
-            self._post(("send", farewell))
+            self._post(("farewell", farewell))
         self.report_changed(tablet_id)
         for w in reads:
             w.result = ReadResult(0, ProposalStatus.NOT_LEADER)
@@ -806,8 +812,8 @@ class RaftDriver:
             kind = ev[0]
             if kind == "msg":
                 self._on_message(ev[1], dirty)
-            elif kind == "send":
-                self._send(ev[1])
+            elif kind == "farewell":
+                self._send_farewell(ev[1])
             elif kind == "purge":
                 p = self._peers.get(ev[1])
                 if p is not None:
@@ -874,6 +880,10 @@ class RaftDriver:
             self._watch = watch
         for uuid in list(self._watch):
             self._ping(uuid)
+        for f in self._farewells:
+            f[0] -= 1
+            self._send(f[1])
+        self._farewells = [f for f in self._farewells if f[0] > 0]
         timeout_s = raft.election_timeout_ticks * tick_s
         newly_down = []
         for uuid in list(self._watch):
@@ -935,6 +945,14 @@ class RaftDriver:
         except Exception:  # a failed core may be in any state: its followers time out
             log.exception("tablet %s: no last heartbeat", g.tablet_id)
             return []
+
+    def _send_farewell(self, msgs: list[Message]) -> None:
+        """Send a leader replica's last heartbeat now and again at the next
+        FAREWELL_REPEATS liveness rounds (driver thread only)."""
+        if not msgs:
+            return
+        self._send(msgs)
+        self._farewells.append([FAREWELL_REPEATS, msgs])
 
     def _schedule(self, g: RaftGroup) -> None:
         """Put the group's next due tick in the timer heap (driver thread only). A quiet
@@ -1132,7 +1150,7 @@ class RaftDriver:
         if not g.failed:
             with g.lock:
                 farewell = self._farewell_locked(g)
-            self._send(farewell)
+            self._send_farewell(farewell)
         g.failed = True
         g.stages.clear()
         g.tablet.fail(reason)

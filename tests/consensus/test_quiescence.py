@@ -7,6 +7,7 @@ server is dead (`peer_down`). Plain function calls on the pure core."""
 from __future__ import annotations
 
 import random
+import time
 
 import pytest
 
@@ -27,7 +28,7 @@ from tservers.consensus import (
     VoteRequest,
 )
 from tservers.consensus.raft_core import QUIET_TICKS_MAX
-from tservers.raft_driver import QUIET_GROUPS_ENV, DriverOptions, RaftDriver
+from tservers.raft_driver import FAREWELL_REPEATS, QUIET_GROUPS_ENV, DriverOptions, RaftDriver
 
 T = 10
 OPTS = RaftOptions(election_timeout_ticks=T, heartbeat_interval_ticks=2, quiesce=True)
@@ -358,6 +359,20 @@ def test_random_idle_and_busy_periods_keep_logs_and_commits_agreeing():
     assert ents["a"] == ents["b"] == ents["c"]
     assert all(k.commit_index == lk.last_index for k in c.cores.values())
     assert all(k.quiesced for k in c.cores.values())
+
+
+def test_a_leaders_farewell_is_sent_again_at_the_next_liveness_rounds(monkeypatch):
+    """The last heartbeat of a leader replica that stops while its server lives on (deleted,
+    failed) is all that wakes its quiet followers: one lost (a full peer queue) left them
+    without a leader while this server kept answering liveness. It is repeated."""
+    d = RaftDriver("a", appender=None, options=DriverOptions(raft=OPTS))  # never started
+    sent: list = []
+    monkeypatch.setattr(d, "_send", lambda msgs: sent.append(list(msgs)))
+    farewell = [AppendRequest(TID, "a", "b", 3, 5, 3, (), 5)]
+    d._round([("farewell", farewell)])
+    for _ in range(FAREWELL_REPEATS + 3):
+        d._liveness(time.monotonic(), {})
+    assert sent == [farewell] * (1 + FAREWELL_REPEATS)
 
 
 def test_liveness_hears_only_the_peers_of_its_groups():
