@@ -77,6 +77,7 @@ from tservers.tablet.replica_files import (  # noqa: F401 (names the manager re-
 )
 from tservers.tablet.tablet import Tablet, TabletOptions, TabletStatus
 from tservers.tablet_copy import SESSION_IDLE_S, CopyJobs, CopySource
+from tservers.wal import syncfs
 from tservers.wal.log import Appender, WalOptions
 
 log = logging.getLogger(__name__)
@@ -122,6 +123,7 @@ def _starting(tablet_id: str) -> Unavailable:
 class _StartupStats:
     """Where a start-up's time went, summed over the tablets (seconds of thread time)."""
 
+    sync_s: float = 0.0  # the one syncfs of the WALs' file system
     metadata_s: float = 0.0  # superblock and consensus metadata reads
     bootstrap_s: float = 0.0  # data blocks and the WAL (read, replay decode, reopen, sync)
     raft_s: float = 0.0  # the Raft core built and registered
@@ -234,24 +236,53 @@ class TabletManager:
         with self._lock:
             return sum(1 for r in self.replicas.values() if r.starting)
 
+    def _sync_wals(self, stats: _StartupStats) -> bool:
+        """One syncfs of the file system holding the WALs, before any tablet opens: what a
+        crashed process wrote may be only in the page cache, and Raft is about to count on
+        it. It stands for one fdatasync per tablet (tservers/wal/syncfs.py). False (each
+        tablet's WAL open syncs its segment then) without syncfs, or when it fails: it
+        reports a write-back error of any file of the file system, which a per-segment
+        fdatasync then confines to the segments concerned (or to none of them)."""
+        if not self.wal_opts.sync:
+            return False
+        t0 = time.monotonic()
+        try:
+            return syncfs.sync_file_system(self.fs.root / "wals")
+        except OSError as e:
+            log.warning("start-up: %s; syncing each tablet's WAL instead", e)
+            return False
+        finally:
+            stats.sync_s += time.monotonic() - t0
+
     def _startup_all(self, tablet_ids: list[str]) -> None:
         """Open every tablet on a bounded pool; each replaces its placeholder (and serves)
         as soon as it is open. Tablets this replica last voted for itself in (it was the
-        leader, or running for it: its peers wait for it) go first."""
+        leader, or running for it: its peers wait for it) go first.
+
+        Per tablet (issue 28: 10,000 replicas): the consensus metadata is read once (here,
+        for the order, and handed to the opening), the WALs are made durable by one syncfs
+        for all, and no thread waits on a tablet: lone voters (the only voter is this
+        server) are waited for together once every tablet is open."""
         started = time.monotonic()
         stats = _StartupStats()
         stats_lock = threading.Lock()
         profiles: list[cProfile.Profile] = []
         local = threading.local()
         workers = max(1, min(self._startup_threads, len(tablet_ids)))
+        lone: list[Tablet] = []
         try:
+            wal_synced = bool(tablet_ids) and self._sync_wals(stats)
+            t0 = time.monotonic()
             first, rest = [], []
+            cmetas: dict[str, ConsensusMetaPB] = {}
             for tablet_id in tablet_ids:
                 try:
-                    voted_self = self.fs.read_cmeta(tablet_id).voted_for == self.fs.uuid
+                    cm = cmetas[tablet_id] = self.fs.read_cmeta(tablet_id)
+                    voted_self = cm.voted_for == self.fs.uuid
                 except (MetaFileCorrupt, OSError):
-                    voted_self = False
+                    voted_self = False  # read again when the tablet opens, and reported
                 (first if voted_self else rest).append(tablet_id)
+            stats.metadata_s += time.monotonic() - t0
 
             def open_one(tablet_id: str) -> None:
                 if self._stop.is_set():
@@ -266,7 +297,9 @@ class TabletManager:
                 if profile is not None:
                     profile.enable()
                 try:
-                    replica = self._startup_one(tablet_id, mine)
+                    replica = self._startup_one(
+                        tablet_id, mine, cmeta=cmetas.pop(tablet_id, None), wal_synced=wal_synced
+                    )
                 except Exception as e:  # a bug: this tablet stays offline, the others open
                     log.exception("tablet %s: opening it failed", tablet_id)
                     replica = Replica(tablet_id, None, TabletStatus.FAILED, f"start-up: {e}")
@@ -280,8 +313,12 @@ class TabletManager:
                         setattr(stats, f, getattr(stats, f) + getattr(mine, f))
                     stats.opened += 1
                     stats.failed += replica.status is TabletStatus.FAILED
-                if replica.tablet is not None and replica.status is TabletStatus.RUNNING:
-                    self._wait_lone_voter(replica.tablet, time.monotonic() + LONE_VOTER_READY_S)
+                    if (
+                        replica.tablet is not None
+                        and replica.status is TabletStatus.RUNNING
+                        and self._lone_voter(replica.tablet)
+                    ):
+                        lone.append(replica.tablet)
 
             with concurrent.futures.ThreadPoolExecutor(workers, "tablet-open") as pool:
                 for f in [pool.submit(open_one, t) for t in first + rest]:
@@ -289,17 +326,26 @@ class TabletManager:
                         f.result()
                     except Exception:  # a bug opening one tablet: the others go on
                         log.exception("opening a tablet at start-up failed")
+            # Each lone voter elected itself when its core was built; its first entry is
+            # being made durable and applied meanwhile (one group commit for many).
+            deadline = time.monotonic() + LONE_VOTER_READY_S
+            for tablet in lone:
+                if self._stop.is_set():
+                    break
+                self._wait_lone_voter(tablet, deadline)
         finally:
             self.startup_s = time.monotonic() - started
             self._opened.set()
         log.info(
             "start-up: %d of %d tablets opened (%d FAILED) in %.2f s on %d threads; "
-            "thread time: metadata %.2f s, blocks and WAL %.2f s, raft %.2f s, other %.2f s",
+            "syncfs %.2f s; thread time: metadata %.2f s, blocks and WAL %.2f s, raft %.2f s, "
+            "other %.2f s",
             stats.opened,
             len(tablet_ids),
             stats.failed,
             self.startup_s,
             workers,
+            stats.sync_s,
             stats.metadata_s,
             stats.bootstrap_s,
             stats.raft_s,
@@ -314,7 +360,16 @@ class TabletManager:
             # After the roll-forwards above: its first pass is the startup one.
             self.quarantine.start()
 
-    def _startup_one(self, tablet_id: str, stats: _StartupStats | None = None) -> Replica:
+    def _startup_one(
+        self,
+        tablet_id: str,
+        stats: _StartupStats | None = None,
+        *,
+        cmeta: ConsensusMetaPB | None = None,
+        wal_synced: bool = False,
+    ) -> Replica:
+        """Open one listed tablet. `cmeta`: its consensus metadata, already read; `wal_synced`:
+        the WALs' file system was synced since the crash (`_sync_wals`)."""
         stats = stats if stats is not None else _StartupStats()
         t0 = time.monotonic()
         try:
@@ -347,19 +402,27 @@ class TabletManager:
         finally:
             if sb.data_state != DataState.READY:
                 stats.other_s += time.monotonic() - t0
-        return self._start_ready(sb, stats)
+        return self._start_ready(sb, stats, cmeta=cmeta, wal_synced=wal_synced)
 
-    def _start_ready(self, sb: SuperblockPB, stats: _StartupStats | None = None) -> Replica:
+    def _start_ready(
+        self,
+        sb: SuperblockPB,
+        stats: _StartupStats | None = None,
+        *,
+        cmeta: ConsensusMetaPB | None = None,
+        wal_synced: bool = False,
+    ) -> Replica:
         stats = stats if stats is not None else _StartupStats()
         tablet_id = sb.tablet_id
         tablet: Tablet | None = None
         t0 = time.monotonic()
         try:
-            cmeta = self.fs.read_cmeta(tablet_id)
+            if cmeta is None:
+                cmeta = self.fs.read_cmeta(tablet_id)
             t1 = time.monotonic()
             stats.metadata_s += t1 - t0
             tablet = Tablet(self.fs, sb, cmeta, self.appender, self.wal_opts, self.tablet_opts)
-            entries = tablet.bootstrap()
+            entries = tablet.bootstrap(wal_synced=wal_synced)
             with tablet.lock:
                 tablet.status = TabletStatus.RUNNING
             t2 = time.monotonic()
@@ -476,13 +539,17 @@ class TabletManager:
         except (MetaFileCorrupt, OSError, WireError, AssertionError) as e:
             log.warning("tablet %s: tombstone will not vote: %s", sb.tablet_id, e)
 
-    def _wait_lone_voter(self, tablet: Tablet, deadline: float) -> None:
-        """A tablet whose only voter is this server elects itself at once; wait for that
-        and for its first entry to apply, so that it serves as soon as it is reported."""
+    def _lone_voter(self, tablet: Tablet) -> bool:
+        """Whether this server is the tablet's only voter."""
         voters = [
             p.uuid for p in tablet.cmeta.committed_config.peers if p.member_type == MemberType.VOTER
         ]
-        if voters != [self.fs.uuid]:
+        return voters == [self.fs.uuid]
+
+    def _wait_lone_voter(self, tablet: Tablet, deadline: float) -> None:
+        """A tablet whose only voter is this server elects itself at once; wait for that
+        and for its first entry to apply, so that it serves as soon as it is reported."""
+        if not self._lone_voter(tablet):
             return
         if not tablet.wait_leader_ready(deadline):
             log.warning("tablet %s: lone voter not leading yet", tablet.tablet_id)

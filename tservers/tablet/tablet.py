@@ -45,6 +45,7 @@ import enum
 import functools
 import itertools
 import logging
+import os
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -374,25 +375,30 @@ class Tablet:
         self.scan_blocks_skipped = 0
 
     # ================================================================ bootstrap
-    def bootstrap(self) -> list[LogEntryPB]:
+    def bootstrap(self, *, wal_synced: bool = False) -> list[LogEntryPB]:
         """Load blocks and open the WAL; returns the WAL entries above the flushed index.
         They are not applied here: the Raft driver hands them back once it knows they are
         committed (a follower's tail may be truncated by a new leader). Raises on any
-        failure; the manager then leaves the tablet FAILED."""
+        failure; the manager then leaves the tablet FAILED. `wal_synced`: the file system
+        was synced since the crash (start-up: `TabletLog.open`'s `synced`)."""
         data_dir = self.fs.data_dir(self.tablet_id)
         # Blocks of a flush or compaction that crashed before or after its superblock write,
         # their filters, temporary files. A listed block's filter stays (rebuilt if absent).
         listed = set(self.sb.blocks)
         listed.update(bloom_name(n) for n in self.sb.blocks)
         listed.update(stats_name(n) for n in self.sb.blocks)
-        for p in data_dir.iterdir() if data_dir.is_dir() else ():
-            if p.name not in listed:
-                log.info("tablet %s: removing orphan data file %s", self.tablet_id, p.name)
-                p.unlink()
+        try:
+            names = os.listdir(data_dir)
+        except (FileNotFoundError, NotADirectoryError):
+            names = []
+        for name in names:
+            if name not in listed:
+                log.info("tablet %s: removing orphan data file %s", self.tablet_id, name)
+                (data_dir / name).unlink()
         for name in self.sb.blocks:
             self.blocks.append(self._open_block(name))
         wal, entries = TabletLog.open(
-            self.fs.wal_dir(self.tablet_id), self.tablet_id, self.wal_opts
+            self.fs.wal_dir(self.tablet_id), self.tablet_id, self.wal_opts, synced=wal_synced
         )
         self.wal = wal
         flushed = self.sb.flushed_index
@@ -402,7 +408,8 @@ class Tablet:
         # Entries of another schema version are possible on a replica (the leader was
         # altered before or after it); apply_entry handles them.
         above = [e for e in entries if e.index > flushed]
-        log.info(
+        # Debug: at start-up thousands of tablets open at once (the manager logs a summary).
+        log.debug(
             "tablet %s: %d blocks, %d WAL entries above flushed index %d",
             self.tablet_id,
             len(self.blocks),

@@ -8,11 +8,16 @@ Corruption anywhere else raises `WalCorruption` (the tablet then stays offline).
 `Appender` is the one thread per server that writes: callers hand it records already
 encoded (serialization happens in the caller's thread, outside any lock); the thread takes
 everything queued, writes each record to its tablet's current segment, then syncs each
-touched segment once (group commit) and runs the completion callbacks in queue order.
+touched segment once (group commit) and runs the completion callbacks in queue order. A
+group that touched several segments syncs them at once on a few threads: the file system
+commits concurrent syncs together (one journal commit and one cache flush for many), so
+many tablets written at once, as when thousands of replicas elect themselves at start-up,
+do not pay one device flush each in turn (issue 28).
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import os
 import queue
@@ -51,6 +56,8 @@ class WalOptions:
     queue_entries_max: int = 1024
     group_records_max: int = 256
     enqueue_timeout_s: float = 10.0
+    # Segments of one group synced at once (threads of the appender; 1: one after another).
+    sync_threads: int = 8
 
 
 @dataclass(slots=True)
@@ -83,14 +90,18 @@ class _SegmentWriter:
             fsync_dir(path.parent)
 
     @classmethod
-    def reopen(cls, path: Path, contents: seg.SegmentContents, opts: WalOptions) -> _SegmentWriter:
+    def reopen(
+        cls, path: Path, contents: seg.SegmentContents, opts: WalOptions, *, synced: bool = False
+    ) -> _SegmentWriter:
         """Go on writing a segment a crashed process left open, after its last good record.
 
         A torn tail is zeroed (what follows the last good record must be zeros, or the next
         reader would take it for corruption); the file keeps its size, and grows in
         preallocation steps as appends reach its end.
         Then one sync: the dead process's writes may still be only in the page cache, and
-        Raft is about to count on them (vote, acknowledge)."""
+        Raft is about to count on them (vote, acknowledge). `synced`: the caller synced the
+        whole file system after the crash and before this open (`tservers/wal/syncfs.py`,
+        once for every tablet at start-up), so only a zeroed torn tail needs a sync here."""
         w = cls.__new__(cls)
         w.path = path
         w.opts = opts
@@ -102,12 +113,14 @@ class _SegmentWriter:
             w.num_entries = len(contents.entries)
             w.min_index = contents.entries[0].index if contents.entries else 0
             w.max_index = max((e.index for e in contents.entries), default=0)
+            zeroed = False
             if contents.torn_at is not None and contents.torn_end > contents.data_end:
                 zeros = bytes(contents.torn_end - contents.data_end)
                 os.pwrite(w.fd, zeros, contents.data_end)
+                zeroed = True
             # No preallocation here: a segment cut short grows in steps as appends reach
             # its end, like any other (`write`).
-            if opts.sync:
+            if opts.sync and (zeroed or not synced):
                 os.fdatasync(w.fd)
         except BaseException:
             os.close(w.fd)
@@ -197,7 +210,7 @@ class TabletLog:
 
     @classmethod
     def open(
-        cls, wal_dir: Path, tablet_id: str, opts: WalOptions
+        cls, wal_dir: Path, tablet_id: str, opts: WalOptions, *, synced: bool = False
     ) -> tuple[TabletLog, list[LogEntryPB]]:
         """Read the whole log; returns it ready for appends and every entry in index order.
 
@@ -205,7 +218,9 @@ class TabletLog:
         the open segment: appends go on after its last good record (a torn tail is zeroed
         first), so a restart after kill -9 writes no new file, no footer, no truncation;
         its one fdatasync makes what the dead process wrote durable before Raft counts on
-        it. A closed last segment (clean shutdown) gets a new segment after it."""
+        it, unless `synced` says the caller has synced the whole file system since the
+        crash (start-up: one syncfs for every tablet). A closed last segment (clean
+        shutdown) gets a new segment after it."""
         tl = cls(wal_dir, tablet_id, opts)
         found = seg.list_segments(wal_dir)
         entries: list[LogEntryPB] = []
@@ -244,7 +259,7 @@ class TabletLog:
             tl.last_op_id = OpIdPB(term=last.term, index=last.index)
         if reopen is not None:
             sequence, path, contents = reopen
-            tl.writer = _SegmentWriter.reopen(path, contents, opts)
+            tl.writer = _SegmentWriter.reopen(path, contents, opts, synced=synced)
             tl.writer_seq = sequence
         else:
             last_seq = max((s.sequence for s in tl.segments), default=0)
@@ -377,10 +392,14 @@ class Appender:
         self.syncs = 0
         self.records = 0
         self.entries = 0
-        # Metrics, written by the appender thread only (one writer, no lock).
+        # Metrics, written by the appender thread and its sync threads (under the lock).
+        self._metrics_lock = threading.Lock()
         self.sync_latency = LatencyHistogram()
         self.group_records = LatencyHistogram(GROUP_RECORDS_BUCKETS)
         self._closed = False
+        assert 1 <= opts.sync_threads <= 64, opts.sync_threads
+        # Started on the first group that touches several segments.
+        self._sync_pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._thread = threading.Thread(target=self._run, name="wal-appender", daemon=True)
         self._thread.start()
 
@@ -443,18 +462,17 @@ class Appender:
                     results[i] = e
             crash_point("wal.after_append_before_sync")
             self.group_records.observe(len(group))
-            for tl in touched.values():
-                try:
-                    with tl.lock:
-                        started = time.monotonic()
-                        tl.sync_locked()
-                        synced_s = time.monotonic() - started
-                    if self.opts.sync:
-                        self.syncs += 1
-                        self.sync_latency.observe(synced_s)
-                except Exception as e:
-                    log.error("WAL sync failed for tablet %s: %s", tl.tablet_id, e)
-                    tl.failed = e
+            if len(touched) > 1 and self.opts.sync and self.opts.sync_threads > 1:
+                if self._sync_pool is None:
+                    self._sync_pool = concurrent.futures.ThreadPoolExecutor(
+                        self.opts.sync_threads, "wal-sync"
+                    )
+                # Every sync is done (or failed) before any callback runs, as below.
+                for f in [self._sync_pool.submit(self._sync, tl) for tl in touched.values()]:
+                    f.result()
+            else:
+                for tl in touched.values():
+                    self._sync(tl)
             for i, it in enumerate(group):
                 err = results[i] or it.tablet_log.failed
                 self.records += 1
@@ -467,9 +485,26 @@ class Appender:
             if stop:
                 return
 
+    def _sync(self, tl: TabletLog) -> None:
+        """Sync one touched segment; a failure fails its tablet (the caller reports it)."""
+        try:
+            with tl.lock:
+                started = time.monotonic()
+                tl.sync_locked()
+                synced_s = time.monotonic() - started
+            if self.opts.sync:
+                with self._metrics_lock:
+                    self.syncs += 1
+                    self.sync_latency.observe(synced_s)
+        except Exception as e:
+            log.error("WAL sync failed for tablet %s: %s", tl.tablet_id, e)
+            tl.failed = e
+
     def close(self, timeout_s: float = 10.0) -> None:
         if self._closed:
             return
         self._closed = True
         self._q.put(None, timeout=timeout_s)
         self._thread.join(timeout_s)
+        if self._sync_pool is not None:
+            self._sync_pool.shutdown(wait=True)
