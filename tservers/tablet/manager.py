@@ -270,19 +270,30 @@ class TabletManager:
         local = threading.local()
         workers = max(1, min(self._startup_threads, len(tablet_ids)))
         lone: list[Tablet] = []
+        first: list[str] = []
+        rest: list[str] = []
+        cmetas: dict[str, ConsensusMetaPB] = {}
+        wal_synced = False
+
+        def read_cmeta(tablet_id: str) -> ConsensusMetaPB | None:
+            try:
+                return self.fs.read_cmeta(tablet_id)
+            except (MetaFileCorrupt, OSError):
+                return None  # read again when the tablet opens, and reported
+
+        pool = concurrent.futures.ThreadPoolExecutor(workers, "tablet-open")
         try:
-            wal_synced = bool(tablet_ids) and self._sync_wals(stats)
+            # The sync and the metadata reads overlap; no tablet opens before the sync.
+            synced = pool.submit(self._sync_wals, stats) if tablet_ids else None
             t0 = time.monotonic()
-            first, rest = [], []
-            cmetas: dict[str, ConsensusMetaPB] = {}
-            for tablet_id in tablet_ids:
-                try:
-                    cm = cmetas[tablet_id] = self.fs.read_cmeta(tablet_id)
-                    voted_self = cm.voted_for == self.fs.uuid
-                except (MetaFileCorrupt, OSError):
-                    voted_self = False  # read again when the tablet opens, and reported
-                (first if voted_self else rest).append(tablet_id)
+            for tablet_id, cm in zip(tablet_ids, pool.map(read_cmeta, tablet_ids), strict=True):
+                if cm is not None:
+                    cmetas[tablet_id] = cm
+                (first if cm is not None and cm.voted_for == self.fs.uuid else rest).append(
+                    tablet_id
+                )
             stats.metadata_s += time.monotonic() - t0
+            wal_synced = synced is not None and synced.result()
 
             def open_one(tablet_id: str) -> None:
                 if self._stop.is_set():
@@ -320,12 +331,12 @@ class TabletManager:
                     ):
                         lone.append(replica.tablet)
 
-            with concurrent.futures.ThreadPoolExecutor(workers, "tablet-open") as pool:
-                for f in [pool.submit(open_one, t) for t in first + rest]:
-                    try:
-                        f.result()
-                    except Exception:  # a bug opening one tablet: the others go on
-                        log.exception("opening a tablet at start-up failed")
+            for f in [pool.submit(open_one, t) for t in first + rest]:
+                try:
+                    f.result()
+                except Exception:  # a bug opening one tablet: the others go on
+                    log.exception("opening a tablet at start-up failed")
+            pool.shutdown(wait=True)
             # Each lone voter elected itself when its core was built; its first entry is
             # being made durable and applied meanwhile (one group commit for many).
             deadline = time.monotonic() + LONE_VOTER_READY_S
@@ -334,6 +345,7 @@ class TabletManager:
                     break
                 self._wait_lone_voter(tablet, deadline)
         finally:
+            pool.shutdown(wait=True)
             self.startup_s = time.monotonic() - started
             self._opened.set()
         log.info(
