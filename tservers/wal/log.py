@@ -506,5 +506,5 @@ class Appender:
         self._closed = True
         self._q.put(None, timeout=timeout_s)
         self._thread.join(timeout_s)
-        if self._sync_pool is not None:
-            self._sync_pool.shutdown(wait=True)
+        if self._sync_pool is not None:  # idle once the appender thread has ended
+            self._sync_pool.shutdown(wait=not self._thread.is_alive())
