@@ -639,7 +639,10 @@ class RpcServer:
                     except BlockingIOError:
                         pass
             if replies:
+                # Sent at once, a burst of their own: they need not wait for this turn's
+                # requests to be read.
                 self._forward_replies()
+                self._flush()
             if readable:
                 self._read_requests()
             if self._deferred:
