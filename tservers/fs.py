@@ -222,6 +222,10 @@ RESERVED_BYTES_MAX = (1 << 63) - 1  # the heartbeat's DiskReport has uint64 fiel
 DISK_CHECK_INTERVAL_S = 0.1
 # Bytes under the root (its own files) are summed by a walk at most this often.
 ROOT_BYTES_INTERVAL_S = 10.0
+# ... or longer: the walk of a root with thousands of replicas takes long enough that every
+# 10 s it was a tenth of an idle server's CPU; the next walk waits at least this many times
+# what the last one took (at most 1% of a core).
+ROOT_BYTES_WALK_SHARE = 100
 
 
 def default_reserved_bytes(total_bytes: int) -> int:
@@ -282,7 +286,7 @@ class DiskSpace:
         self._state: DiskState | None = None
         self._at = 0.0
         self._root_bytes = 0
-        self._root_at = float("-inf")
+        self._root_next_at = float("-inf")
         self.refusals = 0  # calls refused with NO_SPACE (metrics)
 
     def set_reserved_bytes(self, reserved_bytes: int | None) -> None:
@@ -311,11 +315,13 @@ class DiskSpace:
 
     def root_bytes(self) -> int:
         """Bytes under the root, summed again when the last sum is older than
-        ROOT_BYTES_INTERVAL_S (the heartbeat's thread pays for the walk)."""
+        ROOT_BYTES_INTERVAL_S, or than ROOT_BYTES_WALK_SHARE times the last walk (the
+        heartbeat's thread pays for the walk)."""
         now = time.monotonic()
-        if now - self._root_at >= ROOT_BYTES_INTERVAL_S:
+        if now >= self._root_next_at:
             self._root_bytes = tree_bytes(self.root)
-            self._root_at = now
+            took = time.monotonic() - now
+            self._root_next_at = now + max(ROOT_BYTES_INTERVAL_S, ROOT_BYTES_WALK_SHARE * took)
         return self._root_bytes
 
     def require(self, what: str, need_bytes: int = 0) -> None:

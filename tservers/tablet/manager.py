@@ -89,6 +89,12 @@ LONE_VOTER_READY_S = 10.0
 # decoding takes the GIL; more threads than this only add memory (a crashed tablet's last
 # segment is read whole: up to the segment size each).
 STARTUP_THREADS_DEFAULT = 8
+# Maintenance (flush checks) looks every MAINTENANCE_INTERVAL_S at the tablets written since
+# its last look, and at every tablet every MAINTENANCE_FULL_PASS_S (WAL segments of config
+# entries, a flush that failed): an idle server with thousands of replicas does not look at
+# each one five times a second (issue 28: that loop was 30% of an idle server's samples).
+MAINTENANCE_INTERVAL_S = 0.2
+MAINTENANCE_FULL_PASS_S = 10.0
 STARTUP_RETRY_AFTER_MS = 200  # the retry hint of a call to a tablet still starting
 
 
@@ -167,6 +173,8 @@ class TabletManager:
         self.replicas: dict[str, Replica] = {}
         self._stop = threading.Event()
         self._maint: threading.Thread | None = None
+        self._written: set[Tablet] = set()  # written since maintenance last looked
+        self._written_lock = threading.Lock()
         self._maintenance = maintenance
         self.quarantine = QuarantineReaper(fs.quarantine_root, quarantine_policy)
         self._startup_threads = startup_threads
@@ -434,6 +442,7 @@ class TabletManager:
             t1 = time.monotonic()
             stats.metadata_s += t1 - t0
             tablet = Tablet(self.fs, sb, cmeta, self.appender, self.wal_opts, self.tablet_opts)
+            tablet.on_written = self._note_written
             entries = tablet.bootstrap(wal_synced=wal_synced)
             with tablet.lock:
                 tablet.status = TabletStatus.RUNNING
@@ -880,9 +889,20 @@ class TabletManager:
         return out
 
     # ================================================================ maintenance
+    def _note_written(self, tablet: Tablet) -> None:
+        with self._written_lock:
+            self._written.add(tablet)
+
     def _maintenance_loop(self) -> None:
-        while not self._stop.wait(0.2):
-            self.run_maintenance_once()
+        full_at = time.monotonic() + MAINTENANCE_FULL_PASS_S
+        while not self._stop.wait(MAINTENANCE_INTERVAL_S):
+            if time.monotonic() >= full_at:
+                full_at = time.monotonic() + MAINTENANCE_FULL_PASS_S
+                self.run_maintenance_once()
+                continue
+            with self._written_lock:
+                written, self._written = self._written, set()
+            self._flush_if_needed([t for t in written if t.status is TabletStatus.RUNNING])
 
     def running_tablets(self) -> list[Tablet]:
         with self._lock:
@@ -895,7 +915,15 @@ class TabletManager:
     def run_maintenance_once(self, *, compact: bool = False) -> None:
         """Flush the tablets that need it; with `compact`, also one compaction round here
         (the background CompactionScheduler runs them otherwise, under its rate limit)."""
-        for t in self.running_tablets():
+        with self._written_lock:
+            self._written.clear()  # every tablet is looked at now
+        self._flush_if_needed(self.running_tablets())
+        if compact:
+            for t in self.compaction.candidates():
+                self.compaction.compact(t)
+
+    def _flush_if_needed(self, tablets: list[Tablet]) -> None:
+        for t in tablets:
             if self._stop.is_set():
                 return
             try:
@@ -907,9 +935,6 @@ class TabletManager:
                     t.flush()
             except Exception as e:  # the tablet keeps serving from memstore and WAL
                 log.exception("tablet %s: maintenance failed: %s", t.tablet_id, e)
-        if compact:
-            for t in self.compaction.candidates():
-                self.compaction.compact(t)
 
     def close(self, timeout_s: float = 30.0) -> None:
         deadline = time.monotonic() + timeout_s

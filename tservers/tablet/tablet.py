@@ -48,7 +48,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -356,6 +356,9 @@ class Tablet:
         self.waiting_rids: dict[RequestId, _Inflight] = {}
         # Applied writes by request id (replicated state; persisted as of the flushed index).
         self.dedup = DedupTable()
+        # Called (under the tablet lock) after a write's rows are applied: the manager's
+        # maintenance looks at written tablets only, not every tablet every round.
+        self.on_written: Callable[[Tablet], None] | None = None
         self.barrier = False
         self.switching = False  # an alter is flushing and switching the schema
         self.copy_anchors = 0  # tablet copy sessions reading this replica's files
@@ -695,6 +698,9 @@ class Tablet:
                         w.result = _done_result(seen)
                 return
         rows = self._apply_write_rows_locked(e, w if mine else None, op)
+        on_written = self.on_written
+        if on_written is not None:
+            on_written(self)
         if rid is not None:
             self.dedup.record(rid, Done(e.term, e.index, rows))
         if mine:
