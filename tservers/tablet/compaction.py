@@ -50,6 +50,10 @@ log = logging.getLogger(__name__)
 # flushes produce (a flush of 200k rows of ~50 bytes each every few seconds at most).
 RATE_BYTES_S_DEFAULT = 32_000_000
 ROUND_INTERVAL_S_DEFAULT = 0.2
+# Rounds that ran nothing wait longer each time, up to this (doubling from the interval);
+# a flush (`poke`) or a compaction that ran brings the interval back: an idle server with
+# thousands of replicas does not list them all five times a second (issue 28).
+IDLE_ROUND_INTERVAL_S_MAX = 5.0
 RUN_BLOCKS_MAX_DEFAULT = 16
 RUN_BYTES_MAX_DEFAULT = 128 << 20  # Kudu's tablet_compaction_budget_mb default
 
@@ -88,6 +92,7 @@ class CompactionScheduler:
         self._tablets = tablets
         self._clock = clock
         self._stop = threading.Event()
+        self._poked = threading.Event()  # new blocks (a flush): look again now
         self._thread: threading.Thread | None = None
         self._next_at = 0.0  # the budget: no compaction starts before this
         self._lock = threading.Lock()
@@ -108,18 +113,30 @@ class CompactionScheduler:
 
     def close(self, timeout_s: float = 30.0) -> None:
         self._stop.set()
+        self._poked.set()
         if self._thread is not None:
             self._thread.join(timeout_s)
 
+    def poke(self) -> None:
+        """A tablet has new blocks: the next round starts now, not after an idle wait."""
+        self._poked.set()
+
     def _run(self) -> None:
+        wait = self.opts.round_interval_s
         while not self._stop.is_set():
             try:
                 ran = self.run_once()
             except Exception:  # a bug must not stop compactions for good
                 log.exception("compaction round failed")
                 ran = 0
-            if not ran:
-                self._stop.wait(self.opts.round_interval_s)
+            if ran:
+                wait = self.opts.round_interval_s
+                continue
+            if self._poked.wait(wait):
+                self._poked.clear()
+                wait = self.opts.round_interval_s
+            else:
+                wait = min(max(wait, self.opts.round_interval_s) * 2, IDLE_ROUND_INTERVAL_S_MAX)
 
     # ------------------------------------------------------------ one round
     def candidates(self) -> list[Tablet]:

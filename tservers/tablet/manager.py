@@ -933,6 +933,7 @@ class TabletManager:
                     or wal_segments > self.tablet_opts.wal_segments_flush
                 ):
                     t.flush()
+                    self.compaction.poke()
             except Exception as e:  # the tablet keeps serving from memstore and WAL
                 log.exception("tablet %s: maintenance failed: %s", t.tablet_id, e)
 
