@@ -75,9 +75,20 @@ def child(tablets: int, settle_s: float, window_s: float) -> dict:
 
 def run_child(tree: Path, tablets: int, settle_s: float, window_s: float) -> dict:
     out = subprocess.run(
-        [sys.executable, str(Path(__file__).resolve()), "--child", str(tablets),
-         "--settle-s", str(settle_s), "--window-s", str(window_s)],
-        cwd=tree, capture_output=True, text=True, timeout=READY_TIMEOUT_S + window_s * 4,
+        [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--child",
+            str(tablets),
+            "--settle-s",
+            str(settle_s),
+            "--window-s",
+            str(window_s),
+        ],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        timeout=READY_TIMEOUT_S + window_s * 4,
         env={**os.environ, "PYTHONPATH": str(tree)},
     )
     if out.returncode != 0:

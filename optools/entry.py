@@ -9,9 +9,9 @@ the window left is the interpreter's own start-up (some 30 ms).
 
 from __future__ import annotations
 
+# _signal is the C module: `signal` imports `enum`, itself a window for Ctrl-C.
+import _signal
 import sys
-
-import _signal  # the C module: `signal` imports `enum`, itself a window for Ctrl-C
 
 EXIT_INTERRUPTED = 130  # rpc.console.EXIT_INTERRUPTED, not imported: that is the slow part
 

@@ -46,7 +46,8 @@ def free_port(host: str = "127.0.0.1") -> int:
     that this process has not handed out before (until its whole range has been used)."""
     ports = server_ports()
     with _handed_out_lock:
-        cursor, given = _handed_out.get(ports) or (random.SystemRandom().randrange(len(ports)), set())
+        start = random.SystemRandom().randrange(len(ports))
+        cursor, given = _handed_out.get(ports) or (start, set())
         tried = 0
         while tried < len(ports):
             if len(given) >= len(ports):

@@ -41,8 +41,8 @@ def test_idle_rounds_back_off_up_to_the_maximum(monkeypatch):
         rounds.wait_for(6)
     finally:
         sched.close()
-    gaps = [b - a for a, b in zip(rounds.at, rounds.at[1:])][:5]
-    for gap, least in zip(gaps, [0.01, 0.02, 0.04, 0.08, 0.08]):
+    gaps = [b - a for a, b in zip(rounds.at, rounds.at[1:], strict=False)][:5]
+    for gap, least in zip(gaps, [0.01, 0.02, 0.04, 0.08, 0.08], strict=True):
         assert gap >= least, gaps
 
 
