@@ -133,6 +133,7 @@ class Heartbeater:
         self._nodes = {a: _NodeReports() for a in self.coordinators}
         self._recheck: dict[str, int] = {}  # tablet id -> beats it is still looked at
         self._scanned_s = time.monotonic()
+        self._built_msgs: dict[str, cpb.TabletReport] = {}  # this beat's, by tablet id
         self.reports_built = 0  # tablet reports built (tests, metrics)
         self.interval_s = interval_s
         self._transport = Transport(name="heartbeat", curve=curve)
@@ -208,9 +209,14 @@ class Heartbeater:
         return (built if every else None), built, look
 
     def _build(self, ids: Collection[str] | None) -> dict[str, bytes]:
+        """The reports of `ids` (all: None), serialized; the messages themselves are kept in
+        `_built_msgs` for this beat's requests (not parsed back from the bytes)."""
         out = {}
+        self._built_msgs = {}
         for r in self._reports(ids):
-            out[r.tablet_id] = to_coordinator_report(r, self.server_uuid).SerializeToString()
+            msg = to_coordinator_report(r, self.server_uuid)
+            self._built_msgs[r.tablet_id] = msg
+            out[r.tablet_id] = msg.SerializeToString()
         self.reports_built += len(out)
         return out
 
@@ -234,7 +240,7 @@ class Heartbeater:
             }
             gone = [t for t in look if t not in built and t in node.taken]
             request.vanished_tablet_ids.extend(gone)
-        request.tablets.extend(cpb.TabletReport.FromString(b) for b in send.values())
+        request.tablets.extend(self._built_msgs[t] for t in send)  # built this beat
         return request, send, gone
 
     def _taken(self, node: _NodeReports, request, send: dict[str, bytes], gone) -> None:
