@@ -48,6 +48,12 @@ def _manager(root, **kw) -> TabletManager:
     return m
 
 
+def _write_unnoticed(t) -> None:
+    """Rows past the flush threshold, by a write maintenance is not told of."""
+    t.on_written = None
+    t.write(1, [(OpType.INSERT, ipc(six_rows(range(FLUSH_ROWS + 1))))], deadline())
+
+
 def _wait(cond, what: str) -> None:
     end = time.monotonic() + WAIT_S
     while not cond():
@@ -75,8 +81,7 @@ def test_a_full_pass_looks_at_every_tablet(tmp_path, monkeypatch, looked_at):
     try:
         tablets = [create(m, f"t{i}") for i in range(5)]
         for t in tablets:
-            t.on_written = None  # writes that maintenance is not told of
-            t.write(1, [(OpType.INSERT, ipc(six_rows(range(FLUSH_ROWS + 1))))], deadline())
+            _write_unnoticed(t)
         assert all(len(t.blocks) == 0 for t in tablets)
         m.run_maintenance_once()  # what the loop runs every MAINTENANCE_FULL_PASS_S
         assert all(len(t.blocks) == 1 for t in tablets)
@@ -90,8 +95,7 @@ def test_the_loop_runs_full_passes(tmp_path, monkeypatch, looked_at):
     m = _manager(tmp_path / "root")
     try:
         t = create(m, "t0")
-        t.on_written = None
-        t.write(1, [(OpType.INSERT, ipc(six_rows(range(FLUSH_ROWS + 1))))], deadline())
+        _write_unnoticed(t)
         _wait(lambda: len(t.blocks) >= 1, "flush by a full pass")
     finally:
         m.close()
