@@ -56,6 +56,7 @@ from tservers.consensus import (
     INDEX_MAX,
     TERM_MAX,
     AppendRequest,
+    AppendResponse,
     ConfigChange,
     CopyReason,
     Entry,
@@ -945,6 +946,29 @@ class RaftDriver:
         except Exception:  # a failed core may be in any state: its followers time out
             log.exception("tablet %s: no last heartbeat", g.tablet_id)
             return []
+
+    def announce_deleted(self, tablet_id: str) -> None:
+        """This server's replica of `tablet_id` was just tombstoned. Its leader learns that
+        from a TABLET_DELETED answer to its next append and copies the tablet back; a quiet
+        leader sends none (and this replica may not even know which peer leads, just
+        restarted), so the tombstone answers first: to every other member of its config,
+        in its term, now and at the next liveness rounds (a farewell). The leader copies;
+        a follower wakes and goes quiet again on its leader's next heartbeat; a leader of
+        a later term drops the answer but is awake; copies are idempotent per peer."""
+        g = self.group(tablet_id)
+        if g is None:
+            return
+        with g.lock:
+            term, members = g.core.term, g.core.config.uuids
+        msgs: list[Message] = [
+            AppendResponse(
+                tablet_id, self.uuid, u, term, success=False, status=ReplicaStatus.TABLET_DELETED
+            )
+            for u in members
+            if u != self.uuid
+        ]
+        if msgs:
+            self._post(("farewell", msgs))
 
     def _send_farewell(self, msgs: list[Message]) -> None:
         """Send a leader replica's last heartbeat now and again at the next

@@ -59,6 +59,35 @@ def test_deleted_follower_is_copied_again(quartet: TServerTrio):
     assert q.scan_ids(new, "k1") == list(range(600)) + [10_000]
 
 
+def _log_has(proc, text: str) -> bool:
+    return proc.err_path.exists() and text in proc.err_path.read_text(errors="replace")
+
+
+def test_deleted_follower_of_a_quiet_group_is_copied_again(tmp_path):
+    """The same with the group quiet first (issue 28): a quiet leader sends nothing, so no
+    append of its ever meets the tombstone; the deleted follower must tell its leader. The
+    CI failure this guards against: the leader went quiet before the delete and the copy
+    never came (60 s)."""
+    q = TServerTrio(tmp_path, n=3, extra_args=["--log-level", "debug"])
+    try:
+        q.start_all()
+        q.create_tablet("kq")
+        lead = q.leader("kq")
+        last = q.write(lead, "kq", range(100))
+        p = q.procs
+        f = next(i for i in (0, 1, 2) if i != lead)
+        quiet_at = f"kq/{p[lead].uuid} quiet at {last.op_id.index}"
+        wait_for(lambda: _log_has(p[lead], quiet_at), 30, "a quiet leader")
+        wait_for(lambda: _log_has(p[f], f"kq/{p[f].uuid} quiet, following"), 30, "quiet")
+        q.client(f).delete_tablet("kq")
+        assert q.report(f, "kq").status == "TOMBSTONED"
+        wait_for(lambda: _rows_at(q, f, "kq") >= last.op_id.index, 60, "the copied replica")
+        r = q.report(f, "kq")
+        assert r.data_state == 1 and r.role == "FOLLOWER"  # READY
+    finally:
+        q.stop_all()
+
+
 def test_added_server_without_the_tablet_is_copied_and_promoted(quartet: TServerTrio):
     q = quartet
     q.create_tablet("k2", members=[0, 1, 2])

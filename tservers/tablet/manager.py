@@ -638,6 +638,7 @@ class TabletManager:
             r.status = TabletStatus.TOMBSTONED
             r.error = ""
             self._start_tombstone(sb)
+            self.driver.announce_deleted(tablet_id)  # (a quiet leader would never know)
         log.info("tablet %s: deleted (tombstone at %d.%d)", tablet_id, last.term, last.index)
         return last
 
