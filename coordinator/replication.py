@@ -560,7 +560,8 @@ class ReplicationManager:
             return pb.RetireServerResponse(replicas=self.catalog.replica_counts().get(uuid, 0))
 
     def status(self) -> pb.ReplicationStatusResponse:
-        views, _live, retiring, load, moves, failed = self._snapshot()
+        entries, _live, retiring, load, moves, failed = self._snapshot()
+        views = {t: self._view(t, e) for t, e in entries.items()}
         response = pb.ReplicationStatusResponse()
         with self.catalog.lock:
             live = frozenset(s.uuid for s in self.catalog.live_servers())
@@ -614,61 +615,77 @@ class ReplicationManager:
     # ------------------------------------------------------------ the policy
 
     def _snapshot(self):
-        """Views of every tablet of every RUNNING table (None: no report with a leader)."""
+        """The report with a leader of every tablet of every RUNNING table, with its
+        table's factor (None: no report with a leader), and what a round needs besides.
+        O(tablets) under the catalog lock every round: kept to dict lookups (a view is
+        built only for a tablet that needs a look, `_view`)."""
         with self.catalog.lock:
             live = frozenset(s.uuid for s in self.catalog.live_servers())
             load = self.catalog.replica_counts()
-            views: dict[str, TabletView | None] = {}
+            reports = self.catalog.tablet_reports
+            entries: dict[str, tuple[int, TabletReportInfo] | None] = {}
             for table in self.catalog.tables.values():
                 if table.state is not TableState.RUNNING:
                     continue
+                rf = table.replication_factor
                 for tablet_id in table.tablet_ids:
-                    report = self.catalog.tablet_reports.get(tablet_id)
+                    report = reports.get(tablet_id)
                     if report is None or not report.leader_uuid or not report.config_uuids:
-                        views[tablet_id] = None
-                        continue
-                    views[tablet_id] = view_of(
-                        tablet_id, table.replication_factor, report, report.member_types
-                    )
-            replicas = {t: self.catalog.current_replicas(t) for t in self.catalog.tablets}
+                        entries[tablet_id] = None
+                    else:
+                        entries[tablet_id] = (rf, report)
             failed = {t: frozenset(u) for t, u in self.catalog.failed_replicas.items()}
             retired = self.catalog.retired_servers()
         with self._lock:
+            watched = {k[0] for k in self._moves} | set(self._abandoned)
+        with self.catalog.lock:
+            replicas = {t: self.catalog.current_replicas(t) for t in watched}
+        with self._lock:
             # Finished moves are forgotten.
-            for key in [k for k in self._moves if k[1] not in replicas.get(k[0], ())]:
+            for key in [k for k in self._moves if k[1] not in replicas.get(k[0], (k[1],))]:
                 del self._moves[key]
                 self._move_adds.pop(key, None)
-            for t in [t for t, u in self._abandoned.items() if u not in replicas.get(t, ())]:
+            for t in [t for t, u in self._abandoned.items() if u not in replicas.get(t, (u,))]:
                 del self._abandoned[t]
             moves = dict(self._moves)
-        return views, live, retired, load, moves, failed
+        return entries, live, retired, load, moves, failed
+
+    @staticmethod
+    def _view(tablet_id: str, entry: tuple[int, TabletReportInfo] | None) -> TabletView | None:
+        if entry is None:
+            return None
+        rf, report = entry
+        return view_of(tablet_id, rf, report, report.member_types)
 
     def run_round(self) -> int:
         """One pass over every tablet; returns the number of config changes sent."""
-        views, live, retiring, load, moves, failed_of = self._snapshot()
+        entries, live, retiring, load, moves, failed_of = self._snapshot()
         moves_by_tablet = by_tablet(moves)
         fetched: dict[str, dict[str, ts.TabletReportPB] | None] = {}
         sent = 0
-        for tablet_id, view in sorted(views.items()):
+        for tablet_id, entry in sorted(entries.items()):
             if sent >= self.config.changes_per_round_max or self._stop.is_set():
                 break
-            if view is None:
+            if entry is None:
                 continue
-            if view.leader_uuid not in live:
+            rf, first = entry
+            if first.leader_uuid not in live:
                 continue  # wait for a live leader's report
             move = moves_by_tablet.get(tablet_id)
             failed = failed_of.get(tablet_id, frozenset())
-            uuids = [m.uuid for m in view.members]
+            uuids = first.config_uuids
             if (
                 move is None
                 and not failed
-                and len(uuids) == view.replication_factor
+                and len(uuids) == rf
                 and all(u in live and u not in retiring for u in uuids)
-                and all(m.voter for m in view.members)
+                and "NON_VOTER" not in first.member_types[: len(uuids)]
             ):
                 # Nothing to do whatever the member types are: with as many members as
                 # the factor, all good, a NON_VOTER among them is being promoted anyway.
                 continue
+            view = self._view(tablet_id, entry)
+            assert view is not None
             with self.catalog.lock:
                 report = self.catalog.tablet_reports.get(tablet_id)
             if report is None:
