@@ -32,6 +32,7 @@ from rpc import schema_rules
 from rpc.errors import (
     AlreadyInProgress,
     BadRequest,
+    NoSpace,
     NotFound,
     RpcError,
     TabletDeleted,
@@ -291,6 +292,11 @@ def call_replica(
             # happen on this replica, so retrying would keep the operation, and a new
             # leader's recovery, pending forever. Skip it like a replica on a dead server.
             logger.info("skipping %s on %s: %s", tablet_id, server_uuid, e)
+            return False
+        except NoSpace as e:
+            # Full (its disk at the reserve, or its tablet limit): a retry would find it as
+            # full. Skipped and recorded; the policy places a replica elsewhere.
+            logger.warning("skipping %s on %s: %s", tablet_id, server_uuid, e)
             return False
         except BadRequest as e:
             # Refused for good by a live server (validation shared with the servers,

@@ -23,7 +23,7 @@ from coordinator.ops import decode
 from coordinator.ops.server_down import ServerDownRequest
 from coordinator.replay.replayer import Replayer
 from logstore.memory import MemoryLogStore
-from rpc.errors import BadRequest, NotLeader, TabletDeleted, Unavailable
+from rpc.errors import BadRequest, NoSpace, NotLeader, TabletDeleted, Unavailable
 from rpc.protocols import coordinator_pb2 as pb
 
 LEASE = LeaseConfig(
@@ -52,6 +52,7 @@ class MemoryGateway:
         self.deleted: set[tuple[str, str]] = set()
         self.unreachable: set[str] = set()
         self.refusing: set[str] = set()  # servers answering BAD_REQUEST to everything
+        self.full: set[str] = set()  # servers answering NO_SPACE to creates (at a limit)
         self.calls = 0
 
     def _enter(self, server: ServerInfo) -> None:
@@ -64,6 +65,8 @@ class MemoryGateway:
     def create_tablet(self, server, table_id, table_name, tablet, schema, peers, timeout_s):
         with self.lock:
             self._enter(server)
+            if server.uuid in self.full:
+                raise NoSpace(f"{server.uuid} hosts its limit of tablets")
             key = (server.uuid, tablet.tablet_id)
             assert key not in self.deleted, "tablet ids are never reused"
             self.replicas.setdefault(key, schema.version)
@@ -393,6 +396,24 @@ def test_a_replica_refused_for_good_is_skipped_and_recovery_goes_on(cluster):
     b.engine.execute(  # and it serves requests
         "drop_table", pb.DropTableRequest(request_id=pb.RequestId(client_id="c", seq=9), name="t")
     )
+
+
+def test_a_full_server_is_skipped_at_once(cluster):
+    # A server at its tablet limit (or disk reserve) answers NO_SPACE: asked once, skipped
+    # and recorded, not retried until the operation's deadline (the 10,000-table run: the
+    # limit answered UNAVAILABLE, and every later create waited out its deadline).
+    a = cluster.add("a")
+    cluster.leader()
+    enlist(a.engine)
+    cluster.gateway.full.add("s1")
+    before = cluster.gateway.calls
+    a.engine.execute("create_table", create(seq=1))
+    done = [r for r in cluster.records("create_table") if r.create_table.header.phase == pb.DONE]
+    assert len(done) == 1
+    skipped = list(done[0].create_table.skipped_replicas)
+    assert skipped and all(s.endswith("/s1") for s in skipped), skipped
+    calls = cluster.gateway.calls - before
+    assert calls == len(done[0].create_table.tablets) * 3, calls  # each replica asked once
 
 
 # ---------------------------------------------------------------- crash points
