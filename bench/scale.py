@@ -13,7 +13,9 @@ in the same run and for N, with their ratio:
 - restart to serving every tablet: one tablet server killed with -9 and restarted; seconds
   until every tablet has been seen RUNNING there with a leader somewhere;
 - create-table latency p50/p99: `--samples` more tables created one after another through
-  the client once the cluster holds its tables (`--tables`, by default as many as tablets).
+  the client once the cluster holds its tables (`--tables`, by default as many as tablets);
+- tablet lookups per second at the coordinator (`tablet_locations`, not cached), 4 callers
+  asking 500 times each for tables spread over the catalog.
 
     .venv/bin/python bench/scale.py [--tablets 50] [--tables N] [--baseline 10]
         [--samples 30] [--idle-window-s 10] [--settle-s 5]
@@ -46,6 +48,8 @@ from optools.localcluster import LocalCluster  # noqa: E402
 
 COLUMNS = [Column("id", "int64", key=True), Column("v", "string", nullable=True)]
 CREATE_THREADS = 4
+LOOKUP_THREADS = 4
+LOOKUPS_PER_THREAD = 500
 POLL_S = 0.2
 SETTLE_TIMEOUT_S = 900.0
 RESTART_TIMEOUT_S = 900.0
@@ -63,6 +67,7 @@ class Figures:
     restart_all_s: float = float("nan")
     create_p50_ms: float = float("nan")
     create_p99_ms: float = float("nan")
+    lookups_per_s: float = float("nan")
     notes: list[str] = field(default_factory=list)
 
 
@@ -106,6 +111,23 @@ def wait_serving(cluster: LocalCluster, victims: list[str], tablet_ids: set[str]
         if time.monotonic() > deadline:
             raise SystemExit(f"tablets not serving: {len(seen)}/{len(tablet_ids)}")
         time.sleep(POLL_S)
+
+
+def lookups(client, names: list[str]) -> float:
+    """Tablet-location lookups a second at the coordinator (uncached: the client's
+    `tablet_locations`), LOOKUP_THREADS callers, each asking LOOKUPS_PER_THREAD times for
+    tables spread over the whole catalog."""
+    step = max(1, len(names) // LOOKUPS_PER_THREAD)
+
+    def caller(k: int) -> None:
+        for i in range(LOOKUPS_PER_THREAD):
+            client.tablet_locations(names[(k + i * step) % len(names)])
+
+    t0 = time.monotonic()
+    with concurrent.futures.ThreadPoolExecutor(LOOKUP_THREADS) as pool:
+        for f in [pool.submit(caller, k) for k in range(LOOKUP_THREADS)]:
+            f.result()
+    return LOOKUP_THREADS * LOOKUPS_PER_THREAD / (time.monotonic() - t0)
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -169,6 +191,7 @@ def run_one(
             fig.create_p99_ms = percentile(latencies_ms, 99)
             for i in range(samples):
                 tablet_ids |= {t.tablet_id for t in client.table(f"s{i:04d}").tablets()}
+            fig.lookups_per_s = lookups(client, names)
 
         wait_serving(cluster, victims, tablet_ids, SETTLE_TIMEOUT_S)
         node = cluster.spec.tservers[0]
@@ -221,6 +244,7 @@ def main() -> int:
         ("restart to all serving (s)", "restart_all_s", 1),
         ("create-table p50 (ms)", "create_p50_ms", 1),
         ("create-table p99 (ms)", "create_p99_ms", 1),
+        ("tablet lookups per second", "lookups_per_s", 1),
     ):
         b, g = getattr(base, attr) * scale, getattr(big, attr) * scale
         print(f"  {label:<36}{b:>10.2f}{g:>10.2f}{g / b if b else float('nan'):>10.2f}")
