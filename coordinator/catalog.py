@@ -247,6 +247,10 @@ class Catalog:
         self._recount_all()
 
     def __setattr__(self, name: str, value) -> None:
+        if name == "tables":  # (a change of any table: `tables_generation`)
+            object.__setattr__(self, name, _Watched(value, self._table_changed))
+            self._table_changed(None)
+            return
         if name in ("tablets", "tablet_reports"):
             object.__setattr__(self, name, _Watched(value, self._recount))
             self._recount_all()
@@ -261,6 +265,7 @@ class Catalog:
     def _recount(self, tablet_id: str) -> None:
         if "_counts" not in self.__dict__ or "tablet_reports" not in self.__dict__:
             return  # (being built)
+        self._touch(tablet_id)
         old = self._counted.pop(tablet_id, ())
         new = self.current_replicas(tablet_id) if tablet_id in self.tablets else ()
         if old == new:
@@ -394,3 +399,61 @@ class Catalog:
         for tablet_id in table.tablet_ids:
             self.tablets.pop(tablet_id, None)
             self.tablet_reports.pop(tablet_id, None)
+
+    # ------------------------------------------------------------ what changed (issue 28)
+    # The idle leader's replication round must not look at every tablet twice a second
+    # (coordinator/replication.py): the tablets whose entry in `tablets` or
+    # `tablet_reports` changed since its last look (`take_touched`), a generation number
+    # of `tables` (any change of any table), and the tablets with replicas their
+    # CreateTable skipped (`skipped_tablets`), all kept as those dicts change, by
+    # whatever code.
+
+    def _table_changed(self, _table_id) -> None:
+        self.__dict__["_tables_generation"] = self.__dict__.get("_tables_generation", 0) + 1
+
+    @property
+    def tables_generation(self) -> int:
+        """Changes once any table is added, replaced or removed."""
+        return self.__dict__.get("_tables_generation", 0)
+
+    def _indexes(self) -> dict:
+        d = self.__dict__
+        if "_touched" not in d:  # (made on first use: a dataclass field would be reset)
+            d["_touched"] = set()
+            d["_touched_overflow"] = False
+            d["_skipped"] = set()
+        return d
+
+    def _touch(self, tablet_id: str) -> None:
+        self._indexes()
+        if len(self._touched) < TOUCHED_MAX:
+            self._touched.add(tablet_id)
+        else:
+            self._touched_overflow = True
+        tablet = self.tablets.get(tablet_id)
+        if tablet is not None and tablet.skipped:
+            self._skipped.add(tablet_id)
+        else:
+            self._skipped.discard(tablet_id)
+
+    def take_touched(self) -> set[str] | None:
+        """The tablets whose `tablets` or `tablet_reports` entry changed since the last call
+        (added, replaced or removed); None when more than TOUCHED_MAX did (look at all)."""
+        d = self._indexes()
+        touched, overflow = d["_touched"], d["_touched_overflow"]
+        d["_touched"], d["_touched_overflow"] = set(), False
+        return None if overflow else touched
+
+    def skipped_tablets(self) -> frozenset[str]:
+        """The tablets whose TabletInfo lists skipped replicas, O(those)."""
+        skipped = self._indexes()["_skipped"]
+        gone = {t for t in skipped if not getattr(self.tablets.get(t), "skipped", ())}
+        skipped -= gone  # (removed with a whole `tablets` replaced, not counted there)
+        return frozenset(skipped)
+
+    def skipped_tablets_recounted(self) -> frozenset[str]:
+        """`skipped_tablets` computed afresh from every tablet (tests check one by the other)."""
+        return frozenset(t for t, info in self.tablets.items() if info.skipped)
+
+
+TOUCHED_MAX = 100_000  # tablets listed as changed between two looks; beyond, "all of them"

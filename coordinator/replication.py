@@ -105,6 +105,9 @@ class ReplicationConfig:
     fetches_per_round_max: int = 16
     deletes_per_round_max: int = 16
     creates_per_round_max: int = 16
+    # A round looks at the tablets that changed or needed a look the round before; every
+    # tablet at least this often, and whenever a table or the live or retired servers change.
+    full_pass_s: float = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -453,6 +456,11 @@ class ReplicationManager:
         # (tablet, server) whose skipped replica the server showed it has, or that was
         # created: not asked again in this leader term (forgotten when serving changes).
         self._settled: set[tuple[str, str]] = set()
+        # The round's own bookkeeping (`_look_at`): when it last looked at every tablet, what
+        # it looked at them under, and the tablets to look at again in the next round.
+        self._full_at: float | None = None
+        self._full_key: tuple | None = None
+        self._carried: set[str] = set()
         self._transport: Transport | None = None
         self._clients: dict[str, RpcClient] = {}
         self._stop = threading.Event()
@@ -484,6 +492,7 @@ class ReplicationManager:
                     self._abandoned.clear()
                     self._settled.clear()
                     self.counters = _Counters()
+                    self._full_at = None  # the first round of a term looks at every tablet
                 with self.catalog.lock:  # noted before this node served: not trusted
                     self.catalog.strays.clear()
                     self.catalog.failed_replicas.clear()
@@ -614,21 +623,21 @@ class ReplicationManager:
 
     # ------------------------------------------------------------ the policy
 
-    def _snapshot(self):
-        """The report with a leader of every tablet of every RUNNING table, with its
-        table's factor (None: no report with a leader), and what a round needs besides.
-        O(tablets) under the catalog lock every round: kept to dict lookups (a view is
-        built only for a tablet that needs a look, `_view`)."""
+    def _snapshot(self, only: set[str] | None = None):
+        """The report with a leader of every tablet of every RUNNING table (of those in
+        `only` when given), with its table's factor (None: no report with a leader), and
+        what a round needs besides. O(tablets) under the catalog lock: kept to dict lookups
+        (a view is built only for a tablet that needs a look, `_view`)."""
         with self.catalog.lock:
             live = frozenset(s.uuid for s in self.catalog.live_servers())
             load = self.catalog.replica_counts()
             reports = self.catalog.tablet_reports
             entries: dict[str, tuple[int, TabletReportInfo] | None] = {}
-            for table in self.catalog.tables.values():
+            for table, tablet_ids in self._tablets_of(only):
                 if table.state is not TableState.RUNNING:
                     continue
                 rf = table.replication_factor
-                for tablet_id in table.tablet_ids:
+                for tablet_id in tablet_ids:
                     report = reports.get(tablet_id)
                     if report is None or not report.leader_uuid or not report.config_uuids:
                         entries[tablet_id] = None
@@ -650,6 +659,49 @@ class ReplicationManager:
             moves = dict(self._moves)
         return entries, live, retired, load, moves, failed
 
+    def _tablets_of(self, only: set[str] | None):
+        """(table, its tablet ids) of every table, or of the tablets in `only` (lock held)."""
+        if only is None:
+            return ((table, table.tablet_ids) for table in self.catalog.tables.values())
+        out = []
+        for tablet_id in only:
+            tablet = self.catalog.tablets.get(tablet_id)
+            table = self.catalog.tables.get(tablet.table_id) if tablet is not None else None
+            if table is not None and tablet_id in table.tablet_ids:
+                out.append((table, (tablet_id,)))
+        return out
+
+    def _look_at(self) -> set[str] | None:
+        """The tablets this round looks at; None: every tablet (issue 28: an idle leader
+        looked at each of 10,000 tablets twice a second to find nothing to do).
+
+        Those whose tablet or report changed since the last round, those the last round
+        had to look at closely or did not reach (bounded per round), and those with a move,
+        an abandoned move target or a FAILED replica. Every tablet in the first round of a
+        term, when a table changed (created, altered, factor, dropped), when the live or
+        retired servers changed (a tablet healthy on its unchanged report may no longer
+        be), and at least every `full_pass_s` whatever happened."""
+        now = time.monotonic()
+        with self.catalog.lock:
+            touched = self.catalog.take_touched()
+            key = (
+                self.catalog.tables_generation,
+                frozenset(s.uuid for s in self.catalog.live_servers()),
+                self.catalog.retired_servers(),
+            )
+            failed = set(self.catalog.failed_replicas)
+        if (
+            touched is None
+            or self._full_at is None
+            or key != self._full_key
+            or now - self._full_at >= self.config.full_pass_s
+        ):
+            self._full_at, self._full_key = now, key
+            return None
+        with self._lock:
+            watched = {k[0] for k in self._moves} | set(self._abandoned)
+        return touched | self._carried | watched | failed
+
     @staticmethod
     def _view(tablet_id: str, entry: tuple[int, TabletReportInfo] | None) -> TabletView | None:
         if entry is None:
@@ -658,13 +710,17 @@ class ReplicationManager:
         return view_of(tablet_id, rf, report, report.member_types)
 
     def run_round(self) -> int:
-        """One pass over every tablet; returns the number of config changes sent."""
-        entries, live, retiring, load, moves, failed_of = self._snapshot()
+        """One pass over the tablets that may need a change (`_look_at`); returns the number
+        of config changes sent."""
+        entries, live, retiring, load, moves, failed_of = self._snapshot(self._look_at())
         moves_by_tablet = by_tablet(moves)
         fetched: dict[str, dict[str, ts.TabletReportPB] | None] = {}
         sent = 0
-        for tablet_id, entry in sorted(entries.items()):
+        items = sorted(entries.items())
+        carried: set[str] = set()  # looked at closely, or not reached: again next round
+        for i, (tablet_id, entry) in enumerate(items):
             if sent >= self.config.changes_per_round_max or self._stop.is_set():
+                carried.update(t for t, _ in items[i:])
                 break
             if entry is None:
                 continue
@@ -684,6 +740,7 @@ class ReplicationManager:
                 # Nothing to do whatever the member types are: with as many members as
                 # the factor, all good, a NON_VOTER among them is being promoted anyway.
                 continue
+            carried.add(tablet_id)
             view = self._view(tablet_id, entry)
             assert view is not None
             with self.catalog.lock:
@@ -716,6 +773,7 @@ class ReplicationManager:
                 sent += 1
                 delta = 1 if action.kind == ADD else -1
                 load[action.peer_uuid] = load.get(action.peer_uuid, 0) + delta
+        self._carried = carried
         self.create_missing()
         self.delete_strays()
         return sent
@@ -779,20 +837,21 @@ class ReplicationManager:
         with self.catalog.lock:
             servers = dict(self.catalog.servers)
             work: list[tuple[TabletInfo, TableInfo, tuple[str, ...]]] = []
-            for table in self.catalog.tables.values():
-                for tablet_id in table.tablet_ids:
-                    tablet = self.catalog.tablets.get(tablet_id)
-                    if tablet is None or not tablet.skipped:
-                        continue
-                    candidates = tuple(
-                        u
-                        for u in missing_candidates(
-                            tablet, table, self.catalog.tablet_reports.get(tablet_id), servers
-                        )
-                        if (tablet_id, u) not in self._settled
+            # Only the tablets with skipped replicas (kept by the catalog), not every tablet
+            # of every table each round (issue 28).
+            for table, (tablet_id,) in self._tablets_of(set(self.catalog.skipped_tablets())):
+                tablet = self.catalog.tablets[tablet_id]
+                if not tablet.skipped:
+                    continue
+                candidates = tuple(
+                    u
+                    for u in missing_candidates(
+                        tablet, table, self.catalog.tablet_reports.get(tablet_id), servers
                     )
-                    if candidates:
-                        work.append((tablet, table, candidates))
+                    if (tablet_id, u) not in self._settled
+                )
+                if candidates:
+                    work.append((tablet, table, candidates))
         hosted: dict[str, frozenset[str] | None] = {}
         created = 0
         for tablet, table, candidates in sorted(work, key=lambda w: w[0].tablet_id):
