@@ -21,6 +21,7 @@ from rpc.protocols.tserver_pb2 import (
     AppendRequestPB,
     AppendResponsePB,
     ConsensusMessagePB,
+    ConsensusMetaPB,
     ConsensusRequest,
     LogEntryPB,
     OpType,
@@ -40,6 +41,7 @@ from tservers.consensus.types import (
     AppendResponse,
     Entry,
     EntryType,
+    HardState,
     Member,
     MemberType,
     Message,
@@ -405,3 +407,12 @@ def message_from_pb(pb: ConsensusMessagePB) -> Message:
     if kind == "timeout_now":
         return TimeoutNow(*head)
     raise WireError(f"consensus message of unknown kind {kind!r}")
+
+
+def hard_state_meta(cmeta: ConsensusMetaPB, hs: HardState) -> ConsensusMetaPB:
+    """`cmeta` with the term and vote of `hs` (a copy)."""
+    cm = ConsensusMetaPB()
+    cm.CopyFrom(cmeta)
+    cm.current_term = hs.term
+    cm.voted_for = hs.voted_for or ""
+    return cm

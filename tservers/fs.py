@@ -200,6 +200,13 @@ class FsLayout:
         assert cm.tablet_id
         metafile.write_meta(self.cmeta_path(cm.tablet_id), metafile.MAGIC_CMETA, cm)
 
+    def write_cmetas(self, cms: list[ConsensusMetaPB]) -> None:
+        """Several tablets' consensus metadata made durable together (metafile.write_meta_many)."""
+        assert all(cm.tablet_id for cm in cms)
+        metafile.write_meta_many(
+            [(self.cmeta_path(cm.tablet_id), metafile.MAGIC_CMETA, cm) for cm in cms]
+        )
+
 
 def move_dir(src: Path, dst: Path) -> None:
     """Atomic rename of a directory, with both parents fsynced."""

@@ -93,7 +93,7 @@ from tservers.consensus.types import (
     SoftState,
 )
 from tservers.consensus.types import EntryType as ConsensusEntryType
-from tservers.consensus_wire import config_to_pb
+from tservers.consensus_wire import config_to_pb, hard_state_meta
 from tservers.crash import crash_point
 from tservers.fs import FsLayout
 from tservers.metafile import fsync_dir, install_file
@@ -330,6 +330,11 @@ class Tablet:
         self.tablet_id = sb.tablet_id
         self.sb = sb
         self.cmeta = cmeta
+        # Held from copying `cmeta` to storing its successor: the driver (terms and votes)
+        # and the apply thread (committed configs) both rewrite the file, and neither may
+        # lose the other's change or share its temp file. A leaf lock: nothing else is
+        # taken while it is held.
+        self.cmeta_lock = threading.Lock()
         self.appender = appender
         self.wal_opts = wal_opts
         self.opts = opts
@@ -774,15 +779,16 @@ class Tablet:
 
     def _apply_config_locked(self, e: Entry) -> None:
         assert e.config is not None
-        cm = ConsensusMetaPB()
-        cm.CopyFrom(self.cmeta)
         addresses = dict(self.group.driver.addresses) if self.group else {}
         addresses[self.fs.uuid] = self.group.driver.address if self.group else ""
-        for p in cm.committed_config.peers:
-            addresses.setdefault(p.uuid, p.address)
-        cm.committed_config.CopyFrom(config_to_pb(e.config, e.index, addresses))
-        self.fs.write_cmeta(cm)
-        self.cmeta = cm
+        with self.cmeta_lock:
+            cm = ConsensusMetaPB()
+            cm.CopyFrom(self.cmeta)
+            for p in cm.committed_config.peers:
+                addresses.setdefault(p.uuid, p.address)
+            cm.committed_config.CopyFrom(config_to_pb(e.config, e.index, addresses))
+            self.fs.write_cmeta(cm)
+            self.cmeta = cm
 
     def wait_leader_ready(self, deadline: float) -> bool:
         """Wait until this replica leads and has applied its term's first entry."""
@@ -808,12 +814,10 @@ class Tablet:
             self.cond.notify_all()
 
     def persist_hard_state(self, hs: HardState) -> None:
-        cm = ConsensusMetaPB()
-        cm.CopyFrom(self.cmeta)
-        cm.current_term = hs.term
-        cm.voted_for = hs.voted_for or ""
-        self.fs.write_cmeta(cm)  # fsynced, before any message that depends on it
-        self.cmeta = cm
+        with self.cmeta_lock:
+            cm = hard_state_meta(self.cmeta, hs)
+            self.fs.write_cmeta(cm)  # fsynced, before any message that depends on it
+            self.cmeta = cm
 
     def fail(self, reason: str) -> None:
         with self.lock:
