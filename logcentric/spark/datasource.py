@@ -2,8 +2,9 @@
 
 Read: `schema()` asks the coordinator for the table's schema; `partitions()` makes one input
 partition per tablet the `predicates` option can match (all of them unless the predicates
-pin the hash key: the client's tablet pruning); each task opens a client and streams its
-tablet's Arrow batches through `Table.scan_tablet` (projection = the `columns` option;
+pin the hash key: the client's tablet pruning); each task streams its tablet's Arrow batches
+through `Table.scan_tablet` with its Python worker's client, which Spark's reused workers
+keep between tasks and queries (`_shared_client`; projection = the `columns` option;
 predicates = the `predicates` option; Spark's own filters are evaluated by Spark: no
 pushFilters, design/spark.md). Batches go to Spark as Arrow, never row by row.
 
@@ -27,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -76,6 +78,35 @@ def _resolve_cluster(options: SourceOptions) -> SourceOptions:
         cluster="",
         credentials=os.path.abspath(path) if path else "",
     )
+
+
+# The client of this process's read tasks (`_shared_client`): (pid, key, client).
+_shared: tuple[int, tuple, object] | None = None
+_shared_lock = threading.Lock()
+
+
+def _shared_client(options: SourceOptions):  # -> logcentric.client.Client
+    """One client per Python worker process for the read tasks it runs, kept between tasks
+    and queries: Spark reuses its Python workers (spark.python.worker.reuse, on by
+    default), and a client per task paid a connection, two coordinator calls for the
+    table and a close on every task (design/spark.md, Speed). Made again when the options
+    name other coordinators, another credentials file or a changed one, another timeout,
+    and in a forked child (the parent's client threads do not exist there)."""
+    global _shared
+    path = options.credentials
+    stamp = None
+    if path:
+        st = os.stat(path)
+        stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
+    key = (options.coordinators, path, stamp, options.timeout_s)
+    with _shared_lock:
+        if _shared is not None and _shared[0] == os.getpid() and _shared[1] == key:
+            return _shared[2]
+        old = _shared
+        _shared = (os.getpid(), key, _open_client(options))
+    if old is not None and old[0] == os.getpid():
+        old[2].close()
+    return _shared[2]
 
 
 def _open_client(options: SourceOptions):  # -> logcentric.client.Client
@@ -180,26 +211,37 @@ class TableReader(DataSourceReader):
         """One partition per tablet the "predicates" option can match: when they pin every
         hash-key column (`=`, `in`, a narrow integer range), only the tablets of those keys'
         buckets (`Table.scan_tablets`, the client's pruning), else every tablet."""
-        with _open_client(self.options) as client:
-            t = client.table(self.options.table)
-            self._check_same_table(t)
-            tablets = sorted(t.scan_tablets(self.predicates), key=lambda info: info.hash_bucket)
+        t = _shared_client(self.options).table(self.options.table)
+        t.refresh()  # this query's tablets and locations, whatever an earlier query cached
+        self._check_same_table(t)
+        tablets = sorted(t.scan_tablets(self.predicates), key=lambda info: info.hash_bucket)
         return [TabletPartition(str(info.tablet_id), i) for i, info in enumerate(tablets)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, TabletPartition), partition
+        from logcentric.errors import TabletNotFound
+
         target = mapping.spark_batch_schema(self.read_schema)
-        with _open_client(self.options) as client:
-            t = client.table(self.options.table)
+        # The process's client and its cached table handle: no coordinator call per task
+        # unless the handle is not this query's table (then it is looked up again).
+        t = _shared_client(self.options).table(self.options.table)
+        if str(t.table_id) != self.info.table_id:
+            t.refresh()
             self._check_same_table(t)
-            batches = t.scan_tablet(
-                partition.tablet_id,
-                projection=list(self.read_schema.names),
-                predicates=list(self.predicates),
-            )
+        batches = t.scan_tablet(
+            partition.tablet_id,
+            projection=list(self.read_schema.names),
+            predicates=list(self.predicates),
+        )
+        try:
             for batch in batches:
                 if batch.num_rows:
                     yield mapping.to_spark_batch(batch, target)
+        except TabletNotFound:
+            # The scan refreshed the handle and the tablet was gone: a table dropped and
+            # created again since the handle was cached says so, as the lookup above does.
+            self._check_same_table(t)
+            raise
 
     def _check_same_table(self, t) -> None:
         if str(t.table_id) != self.info.table_id:
