@@ -43,14 +43,18 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def install_file(tmp: Path, path: Path) -> None:
-    """Make a fully written `tmp` durable under the name `path`: fsync its data, rename it
-    over `path`, fsync the directory (a crash leaves the old file or the new one)."""
-    fd = os.open(tmp, os.O_RDONLY)
+def _fsync_path(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def install_file(tmp: Path, path: Path) -> None:
+    """Make a fully written `tmp` durable under the name `path`: fsync its data, rename it
+    over `path`, fsync the directory (a crash leaves the old file or the new one)."""
+    _fsync_path(tmp)
     os.replace(tmp, path)
     fsync_dir(path.parent)
 
@@ -85,7 +89,15 @@ def decode(magic: bytes, data: bytes, msg_type: type[M], where: str = "") -> M:
 def write_atomic(path: Path, data: bytes, *, sync: bool = True, mode: int = 0o644) -> None:
     """Temp file, fsync, rename, directory fsync."""
     tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    _write_file(tmp, data, mode, sync=sync)
+    os.replace(tmp, path)
+    if sync:
+        fsync_dir(path.parent)
+
+
+def _write_file(path: Path, data: bytes, mode: int, *, sync: bool) -> None:
+    """`data` written to `path` (created or truncated), fsynced when `sync`."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
         os.fchmod(fd, mode)  # a temp file left by a crash may have had another mode
         view = memoryview(data)
@@ -96,9 +108,6 @@ def write_atomic(path: Path, data: bytes, *, sync: bool = True, mode: int = 0o64
             os.fsync(fd)
     finally:
         os.close(fd)
-    os.replace(tmp, path)
-    if sync:
-        fsync_dir(path.parent)
 
 
 # Threads syncing the temp files of `write_meta_many` together: the file system commits
@@ -106,14 +115,6 @@ def write_atomic(path: Path, data: bytes, *, sync: bool = True, mode: int = 0o64
 SYNC_THREADS = 8
 _sync_pool: ThreadPoolExecutor | None = None
 _sync_pool_lock = threading.Lock()
-
-
-def _fsync_path(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def write_meta_many(items: list[tuple[Path, bytes, Message]], *, mode: int = 0o644) -> None:
@@ -132,7 +133,7 @@ def write_meta_many(items: list[tuple[Path, bytes, Message]], *, mode: int = 0o6
         data = encode(magic, msg)
         assert decode(magic, data, type(msg), str(path)) == msg
         tmp = path.with_name(path.name + ".tmp")
-        write_atomic_unsynced(tmp, data, mode)
+        _write_file(tmp, data, mode, sync=False)
         tmps.append((tmp, path))
     with _sync_pool_lock:
         if _sync_pool is None:
@@ -144,19 +145,6 @@ def write_meta_many(items: list[tuple[Path, bytes, Message]], *, mode: int = 0o6
         os.replace(tmp, path)
     for d in sorted({path.parent for _, path in tmps}):
         fsync_dir(d)
-
-
-def write_atomic_unsynced(path: Path, data: bytes, mode: int) -> None:
-    """`data` written to `path` (created or truncated), not synced."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        os.fchmod(fd, mode)
-        view = memoryview(data)
-        while view:
-            n = os.write(fd, view)
-            view = view[n:]
-    finally:
-        os.close(fd)
 
 
 def write_meta(path: Path, magic: bytes, msg: Message, *, mode: int = 0o644) -> None:
