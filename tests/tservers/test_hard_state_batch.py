@@ -69,8 +69,12 @@ def test_a_rounds_new_terms_are_persisted_in_one_batch(tmp_path, monkeypatch):
         ]  # fmt: skip
         assert m.driver.deliver(msgs, {"peer-a": "127.0.0.1:2"}) == TABLETS
 
-        def persisted() -> bool:
-            return all(m.fs.read_cmeta(t).current_term == TERM for t in ids)
+        def persisted() -> bool:  # on disk, then in memory (set once the batch is durable)
+            return all(
+                m.fs.read_cmeta(t).current_term == TERM
+                and m.replicas[t].tablet.cmeta.current_term == TERM
+                for t in ids
+            )
 
         wait_for(persisted, 30, "every follower's new term on disk")
         # One round took them all: one batch of every tablet, no write one at a time.
@@ -79,7 +83,6 @@ def test_a_rounds_new_terms_are_persisted_in_one_batch(tmp_path, monkeypatch):
         for t in ids:
             cm = m.fs.read_cmeta(t)
             assert cm.voted_for == "" and len(cm.committed_config.peers) == 3
-            assert m.replicas[t].tablet.cmeta.current_term == TERM
         assert not list((tmp_path / "fs" / "consensus-meta").glob("*.tmp"))
     finally:
         m.close()
