@@ -524,6 +524,8 @@ class RaftDriver:
         self.peers_declared_down = 0  # metrics, tests
         self.groups_woken_by_liveness = 0
         self.hard_state_batches = 0  # rounds whose terms and votes were persisted together
+        self._pinged_s = 0.0  # time.monotonic() of the last liveness pings
+        self.mid_round_pings = 0  # pings sent in the middle of a long round (tests)
         # Tablets whose heartbeat report may have changed (role, term, leader, committed
         # config; a replica added, removed or failed) since the heartbeater last took them
         # (`take_report_changes`): the incremental tablet report (tservers/heartbeat.py).
@@ -853,6 +855,7 @@ class RaftDriver:
                 p.log_refusals()
         deferred: list[tuple[RaftGroup, Ready, bool]] = []
         for g in dirty.values():
+            self._ping_if_due()
             try:
                 with g.lock:
                     g.catch_up_locked()
@@ -909,7 +912,9 @@ class RaftDriver:
             finally:
                 for sink in held:
                     sink.cmeta_lock.release()
+        self._ping_if_due()
         for g, rd, is_leader in deferred:
+            self._ping_if_due()
             try:
                 try:
                     if g.closed or g.failed:
@@ -924,6 +929,24 @@ class RaftDriver:
                 self._fail(g, f"raft driver: {type(e).__name__}: {e}")
 
     # ------------------------------------------------------------ liveness
+    def _ping_all(self, now: float) -> None:
+        for uuid in list(self._watch):
+            self._ping(uuid)
+        self._pinged_s = now
+
+    def _ping_if_due(self) -> None:
+        """Liveness pings in the middle of a long round (driver thread only). A round over
+        thousands of woken groups can outlast the liveness timeout; a busy server whose
+        pings waited for the round's end looked dead to its peers, whose quiet groups then
+        woke and loaded it more (the restart of 3,000 replicas, design/consensus.md)."""
+        raft = self.options.raft
+        if not raft.quiesce:
+            return
+        now = time.monotonic()
+        if now - self._pinged_s >= raft.heartbeat_interval_ticks * self.options.tick_interval_s:
+            self.mid_round_pings += 1
+            self._ping_all(now)
+
     def _liveness(self, now: float, dirty: dict[str, RaftGroup]) -> None:
         """Every heartbeat interval: ping the watched peers, declare dead those not heard
         from for an election timeout and wake the quiet groups naming them."""
@@ -942,8 +965,7 @@ class RaftDriver:
                 watch.update(g.core.config.uuids)  # a racy read of one attribute: fine here
             watch.discard(self.uuid)
             self._watch = watch
-        for uuid in list(self._watch):
-            self._ping(uuid)
+        self._ping_all(now)
         for f in self._farewells:
             f[0] -= 1
             self._send(f[1])
