@@ -12,7 +12,6 @@ threads holding the GIL, 50 a second, during the first window).
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
 import shutil
 import subprocess
 import sys
@@ -23,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from scale import COLUMNS, CREATE_THREADS, SETTLE_TIMEOUT_S, cpu_s, wait_serving  # noqa: E402
+from scale import SETTLE_TIMEOUT_S, cpu_s, create_tables, wait_serving  # noqa: E402
 
 import logcentric  # noqa: E402
 from optools.localcluster import LocalCluster  # noqa: E402
@@ -44,15 +43,7 @@ def main() -> int:
         with logcentric.connect(",".join(cluster.spec.coordinator_addresses), timeout_s=120) as c:
             names = [f"t{i:05d}" for i in range(args.tables)]
             t0 = time.monotonic()
-            with concurrent.futures.ThreadPoolExecutor(CREATE_THREADS) as pool:
-                for f in [
-                    pool.submit(c.create_table, nm, COLUMNS, num_tablets=1, replication_factor=3)
-                    for nm in names
-                ]:
-                    f.result()
-            tablet_ids: set[str] = set()
-            for name in names:
-                tablet_ids |= {t.tablet_id for t in c.table(name).tablets()}
+            tablet_ids = create_tables(c, names)
         print(f"{len(names)} tables created in {time.monotonic() - t0:.1f} s", flush=True)
         victims = [node.rpc for node in cluster.spec.tservers]
         wait_serving(cluster, victims, tablet_ids, SETTLE_TIMEOUT_S)

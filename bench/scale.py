@@ -113,6 +113,20 @@ def wait_serving(cluster: LocalCluster, victims: list[str], tablet_ids: set[str]
         time.sleep(POLL_S)
 
 
+def create_tables(client, names: list[str]) -> set[str]:
+    """One-tablet tables of replication 3, created CREATE_THREADS at a time; their tablet ids."""
+    with concurrent.futures.ThreadPoolExecutor(CREATE_THREADS) as pool:
+        for f in [
+            pool.submit(client.create_table, nm, COLUMNS, num_tablets=1, replication_factor=3)
+            for nm in names
+        ]:
+            f.result()
+    tablet_ids: set[str] = set()
+    for name in names:
+        tablet_ids |= {t.tablet_id for t in client.table(name).tablets()}
+    return tablet_ids
+
+
 def lookups(client, names: list[str]) -> float:
     """Tablet-location lookups a second at the coordinator (uncached: the client's
     `tablet_locations`), LOOKUP_THREADS callers, each asking LOOKUPS_PER_THREAD times for
@@ -149,16 +163,7 @@ def run_one(
         with logcentric.connect(coords, timeout_s=120) as client:
             names = [f"t{i:05d}" for i in range(max(n, tables))]
             t0 = time.monotonic()
-            with concurrent.futures.ThreadPoolExecutor(CREATE_THREADS) as pool:
-                create = client.create_table
-                for f in [
-                    pool.submit(create, nm, COLUMNS, num_tablets=1, replication_factor=3)
-                    for nm in names
-                ]:
-                    f.result()
-            tablet_ids: set[str] = set()
-            for name in names:
-                tablet_ids |= {t.tablet_id for t in client.table(name).tablets()}
+            tablet_ids = create_tables(client, names)
             print(f"  {len(names)} tables created in {time.monotonic() - t0:.1f} s", flush=True)
             victims = [node.rpc for node in cluster.spec.tservers]
             wait_serving(cluster, victims, tablet_ids, SETTLE_TIMEOUT_S)
