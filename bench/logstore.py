@@ -446,6 +446,105 @@ class _Prober:
         """Latencies (s) of the appends that overlapped [start, end]."""
         return [e - s for s, e in list(self.spans) if e >= start and s <= end]
 
+    def worst(self, start: float, end: float) -> tuple[float, float] | None:
+        """(start, end) of the slowest append that overlapped [start, end]."""
+        spans = [(s, e) for s, e in list(self.spans) if e >= start and s <= end]
+        return max(spans, key=lambda se: se[1] - se[0], default=None)
+
+
+class _PhaseTrace:
+    """Where the time goes while a snapshot is written: the named phases of the writer and the tick thread (each call's span, any thread), and
+    the writer's slices (its time between two pauses: how long it keeps the GIL at a
+    stretch). Wraps the functions in place for the compaction bench only; printed beside
+    the worst append of each round, so a stall can be named."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, float, float]] = []
+        self._undo: list = []
+        self._slice_start: float | None = None
+
+    def _wrap(self, owner, attr: str, name: str) -> None:
+        original = getattr(owner, attr)
+        events = self.events
+
+        def traced(*args, **kwargs):
+            t = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                events.append((name, t, time.perf_counter()))
+
+        setattr(owner, attr, traced)
+        self._undo.append((owner, attr, original))
+
+    def __enter__(self) -> _PhaseTrace:
+        from logstore import journal, replicated, snapshot, state
+
+        for owner, attr, name in (
+            (replicated._RaftNode, "_checkCommandsToApply", "tick: propose, send, sync"),
+            (replicated.SyncObj, "_SyncObj__applyLogEntries", "tick: apply"),
+            (replicated.SyncObj, "_SyncObj__tryLogCompaction", "tick: compaction step"),
+            (journal.DurableJournal, "deleteEntriesTo", "tick: journal trim"),
+            (journal.DurableJournal, "sync", "tick: journal sync"),
+            (snapshot.SnapshotHooks, "start_write", "tick: capture"),
+            (snapshot.SnapshotHooks, "poll_write", "tick: poll writer"),
+            (state.LiveEntries, "_seal", "tick: seal page"),
+            (snapshot, "encode_snapshot_parts", "writer: encode"),
+            (snapshot.SnapshotHooks, "_adopt_columns", "writer: adopt columns"),
+            (snapshot, "_write_fsynced", "writer: write + fsync"),
+            (snapshot, "fsync_dir", "fsync dir (writer or tick)"),
+        ):
+            self._wrap(owner, attr, name)
+        pause = snapshot._let_others_run
+        events = self.events
+
+        def traced_pause() -> None:
+            t = time.perf_counter()
+            if self._slice_start is not None:
+                events.append(("writer: slice (holds the GIL)", self._slice_start, t))
+            pause()
+            self._slice_start = time.perf_counter()
+
+        snapshot._let_others_run = traced_pause
+        self._undo.append((snapshot, "_let_others_run", pause))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for owner, attr, original in reversed(self._undo):
+            setattr(owner, attr, original)
+
+    def report(self, start: float, end: float, worst: tuple[float, float] | None) -> None:
+        """The longest span of each phase within [start, end], and the spans longer than
+        1 ms that overlapped the worst append."""
+        self._slice_start = None
+        longest: dict[str, tuple[float, int]] = {}
+        for name, s, e in list(self.events):
+            if e >= start and s <= end:
+                d, k = longest.get(name, (0.0, 0))
+                longest[name] = (max(d, e - s), k + 1)
+        print(
+            "  compaction:   longest: "
+            + "; ".join(
+                f"{name} {d * 1000:.1f} ms (x{k})" for name, (d, k) in sorted(longest.items())
+            )
+        )
+        if worst is not None:
+            ws, we = worst
+            over = sorted(
+                (e - s, name, s - ws)
+                for name, s, e in list(self.events)
+                if e >= ws and s <= we and e - s > 0.001
+            )[::-1][:8]
+            print(
+                f"  compaction:   worst append ({(we - ws) * 1000:.1f} ms, started "
+                f"{(ws - start) * 1000:.0f} ms into the snapshot) overlapped: "
+                + (
+                    "; ".join(f"{n} {d * 1000:.1f} ms at {o * 1000:+.1f}" for d, n, o in over)
+                    or "no span over 1 ms"
+                )
+            )
+        self.events.clear()
+
 
 def _print_appends(name: str, lat: list[float]) -> None:
     ms = sorted(x * 1000 for x in lat)
@@ -482,7 +581,7 @@ def bench_compaction(n: int, tmp: Path, rounds: int = 1) -> None:
         forks_ms = fork_pauses_ms()
         baseline: list[float] = []
         during: list[float] = []
-        with _Prober(store) as prober:
+        with _Prober(store) as prober, _PhaseTrace() as trace:
             for round_no in range(rounds):
                 t0 = time.perf_counter()
                 time.sleep(2.0)
@@ -505,6 +604,7 @@ def bench_compaction(n: int, tmp: Path, rounds: int = 1) -> None:
                 )
                 _print_appends("no snapshot being written", base)
                 _print_appends("during compaction", lat)
+                trace.report(t1, t2 + 0.2, prober.worst(t1, t2))
                 baseline += base
                 during += lat
     if rounds > 1:
