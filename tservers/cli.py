@@ -266,7 +266,7 @@ def _cmd_start(args) -> int:
         copy_rate_limit_bytes_s=int(args.copy_rate_mb * 1_000_000),
         fs_reserved_bytes=args.fs_reserved_bytes,
         compaction_rate_bytes_s=int(args.compaction_rate_mb * 1_000_000),
-        compaction_run_bytes_max=args.compaction_budget_mb << 20,
+        compaction_run_bytes_max=(args.compaction_budget_mb or 0) << 20,
         copy_session_idle_s=args.copy_session_idle_s,
         wal_retain_entries_max=args.wal_retain_entries,
         wal_retain_bytes_max=args.wal_retain_mb << 20,
@@ -1171,10 +1171,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--compaction-budget-mb",
         type=_positive_int,
-        default=128,
+        default=None,
         help="a compaction merges at most this many MiB of blocks at once (the disk it "
         "needs before it frees its inputs; its memory is bounded apart from this, it streams); "
-        "larger runs are left as they are (default %(default)s)",
+        "larger runs are left as they are, so more runs stay apart and each existence check "
+        "reads more blocks (default: no bound, a compaction needs at most the tablet's size)",
     )
     s.add_argument(
         "--copy-session-idle-s",

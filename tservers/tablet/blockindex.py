@@ -18,7 +18,8 @@ from __future__ import annotations
 import bisect
 import logging
 import os
-from collections.abc import Callable, Iterable, Sequence
+import re
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 import pyarrow as pa
@@ -35,6 +36,60 @@ from tservers.tablet.stats import stats_name
 log = logging.getLogger(__name__)
 
 BLOOM_SUFFIX = ".bloom"
+
+# A block of a sorted run (design/storage.md, "Key-disjoint runs"): `block-<id>-r<run>.arrow`,
+# <run> the id of the run's first block. Blocks of one run hold disjoint key ranges and are
+# listed next to each other in key order; any other name (`block-<id>.arrow`: a flush, or a
+# block written before runs existed) is a run of its own.
+RUN_BLOCK_RE = re.compile(r"^block-(\d{9})-r(\d{9})\.arrow$")
+
+
+def block_file_name(block_id: int, run_id: int | None = None) -> str:
+    """A flush's block (`run_id` None: a run of its own) or a block of run `run_id`."""
+    if run_id is None:
+        return f"block-{block_id:09d}.arrow"
+    return f"block-{block_id:09d}-r{run_id:09d}.arrow"
+
+
+def run_of(name: str) -> str:
+    """The run a block belongs to: its run id, or its own name for a run of one."""
+    m = RUN_BLOCK_RE.match(name)
+    return "r" + m.group(2) if m else name
+
+
+def runs_of(blocks: Sequence[BlockIndex]) -> list[list[BlockIndex]]:
+    """`blocks` (oldest first) grouped into their runs, oldest run first (each run's blocks
+    in key order, as listed)."""
+    out: list[list[BlockIndex]] = []
+    last = None
+    for b in blocks:
+        r = run_of(b.name)
+        if out and r == last:
+            out[-1].append(b)
+        else:
+            out.append([b])
+            last = r
+    return out
+
+
+def check_runs(blocks: Sequence[BlockIndex]) -> str | None:
+    """Why the listed `blocks` break the run invariant (a run's blocks adjacent, in key
+    order, key-disjoint), or None. Asserted at open (a listed superblock) and after a
+    compaction writes its run."""
+    seen: set[str] = set()
+    for run in runs_of(blocks):
+        r = run_of(run[0].name)
+        if r in seen:
+            return f"run {r} is not listed in one piece"
+        seen.add(r)
+        prev = None
+        for b in run:
+            if b.min_key is None:
+                continue
+            if prev is not None and not prev.max_key < b.min_key:
+                return f"blocks {prev.name} and {b.name} of run {r} overlap or are out of order"
+            prev = b
+    return None
 
 
 def bloom_name(block_name: str) -> str:
@@ -311,6 +366,78 @@ def write_block(
     install_file(tmp, path)
     write_file(data_dir / stats_name(name), block_stats.to_bytes(chunks))
     return rows
+
+
+def write_run(
+    data_dir: Path,
+    name_of: Callable[[int], str],
+    schema: pa.Schema,
+    pieces: Iterable[pa.Table],
+    chunk_rows: int,
+    block_rows_max: int,
+) -> list[tuple[str, int]]:
+    """Write the key-sorted `pieces` (unique keys across them) as consecutive blocks of at
+    most `block_rows_max` rows each (`write_block`, as they come): block i is named
+    `name_of(i)`, and the blocks hold disjoint, increasing key ranges (a sorted run).
+    Returns (name, rows) per block; none when `pieces` hold no row."""
+    assert block_rows_max > 0, block_rows_max
+    it = iter(pieces)
+    carry: list[pa.Table] = []  # the rest of a piece cut at a block's end
+
+    def next_piece() -> pa.Table | None:
+        if carry:
+            return carry.pop()
+        for p in it:
+            if p.num_rows:
+                return p
+        return None
+
+    out: list[tuple[str, int]] = []
+    first = next_piece()
+    while first is not None:
+
+        def one_block(p: pa.Table) -> Iterator[pa.Table]:
+            room = block_rows_max
+            while p is not None:
+                if p.num_rows > room:
+                    carry.append(p.slice(room))
+                    p = p.slice(0, room)
+                room -= p.num_rows
+                yield p
+                if room == 0:
+                    return
+                p = next_piece()
+
+        name = name_of(len(out))
+        rows = write_block(data_dir, name, schema, one_block(first), chunk_rows)
+        assert 0 < rows <= block_rows_max, (rows, block_rows_max)
+        out.append((name, rows))
+        first = next_piece()
+    return out
+
+
+def write_merged_run(
+    data_dir: Path,
+    name_of: Callable[[int], str],
+    sources: Sequence[pa.Table],
+    key_names: list[str],
+    adapt: Callable[[int, pa.Table], pa.Table],
+    *,
+    drop_deleted: bool,
+    chunk_rows: int,
+    block_rows_max: int,
+    slab_rows: int | None = None,
+    on_slab: Callable[[list[int]], None] | None = None,
+) -> list[tuple[str, int]]:
+    """A compaction's output run: `sources` (oldest first; each a key-sorted table, a block
+    or a run's blocks one after the other) merged in bounded slabs and cut into blocks of at
+    most `block_rows_max` rows (`write_run`). Returns (name, rows) per block written."""
+    assert sources
+    schema = adapt(0, sources[0].slice(0, 0)).schema
+    slabs = compaction_slabs(
+        sources, key_names, adapt, drop_deleted=drop_deleted, slab_rows=slab_rows, on_slab=on_slab
+    )
+    return write_run(data_dir, name_of, schema, slabs, chunk_rows, block_rows_max)
 
 
 def write_merged_block(

@@ -42,6 +42,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from tservers.tablet.blockindex import runs_of
 from tservers.tablet.tablet import Tablet, TabletStatus, compaction_run
 
 log = logging.getLogger(__name__)
@@ -54,17 +55,21 @@ ROUND_INTERVAL_S_DEFAULT = 0.2
 # a flush (`poke`) or a compaction that ran brings the interval back: an idle server with
 # thousands of replicas does not list them all five times a second (issue 28).
 IDLE_ROUND_INTERVAL_S_MAX = 5.0
-RUN_BLOCKS_MAX_DEFAULT = 16
-RUN_BYTES_MAX_DEFAULT = 128 << 20  # Kudu's tablet_compaction_budget_mb default
+RUN_BLOCKS_MAX_DEFAULT = 16  # runs merged at once (the sources of a slab)
+# 0: no bound. A compaction merges the newest runs into one (key-disjoint runs: a key is
+# checked against one block per run, so runs must stay few, and a byte budget would leave
+# the big ones apart: 26 runs at 50M rows under 128 MiB). What it needs in disk until it
+# unlinks its inputs is their size, at most the tablet's.
+RUN_BYTES_MAX_DEFAULT = 0
 
 
 @dataclass(frozen=True, slots=True)
 class CompactionOptions:
     rate_bytes_s: int = RATE_BYTES_S_DEFAULT  # 0: unthrottled
     round_interval_s: float = ROUND_INTERVAL_S_DEFAULT
-    blocks_min: int = 4  # a tablet with fewer data blocks is not looked at
-    run_blocks_max: int = RUN_BLOCKS_MAX_DEFAULT  # K: blocks merged at once, at most
-    run_bytes_max: int = RUN_BYTES_MAX_DEFAULT  # B: bytes of block files merged at once
+    blocks_min: int = 4  # a tablet with fewer runs (of blocks) is not looked at
+    run_blocks_max: int = RUN_BLOCKS_MAX_DEFAULT  # K: runs merged at once, at most
+    run_bytes_max: int = RUN_BYTES_MAX_DEFAULT  # B: bytes of block files merged at once (0: any)
 
 
 def _block_bytes(data_dir: Path, names: Sequence[str]) -> int:
@@ -140,14 +145,14 @@ class CompactionScheduler:
 
     # ------------------------------------------------------------ one round
     def candidates(self) -> list[Tablet]:
-        """RUNNING tablets with at least `blocks_min` blocks, most blocks first."""
-        out = [
-            t
-            for t in self._tablets()
-            if t.status is TabletStatus.RUNNING and len(t.blocks) >= self.opts.blocks_min
-        ]
-        out.sort(key=lambda t: (-len(t.blocks), t.tablet_id))
-        return out
+        """RUNNING tablets with at least `blocks_min` runs of blocks, most runs first."""
+        runs = {}
+        for t in self._tablets():
+            if t.status is TabletStatus.RUNNING and len(t.blocks) >= self.opts.blocks_min:
+                n = len(runs_of(list(t.blocks)))
+                if n >= self.opts.blocks_min:
+                    runs[t] = n
+        return sorted(runs, key=lambda t: (-runs[t], t.tablet_id))
 
     def _wait_budget(self) -> bool:
         """Wait until the budget allows the next compaction; False when stopped meanwhile."""
@@ -172,32 +177,40 @@ class CompactionScheduler:
                 ran += 1
         return ran
 
+    def planned_runs(self, t: Tablet) -> list[list[str]]:
+        """The runs (their blocks) `t.compact(tiered=True)` would merge now ([] when none)."""
+        runs = runs_of(list(t.blocks))
+        start = compaction_run(
+            [sum(b.num_rows for b in r) for r in runs],
+            t.opts.compaction_blocks_min,
+            t.opts.flush_rows_threshold,
+        )
+        return [] if start is None else [[b.name for b in r] for r in runs[start:]]
+
     def planned_run(self, t: Tablet) -> list[str]:
         """The blocks `t.compact(tiered=True)` would merge now ([] when none)."""
-        blocks = list(t.blocks)
-        start = compaction_run(
-            [b.num_rows for b in blocks], t.opts.compaction_blocks_min, t.opts.flush_rows_threshold
-        )
-        return [] if start is None else [b.name for b in blocks[start:]]
+        return [n for r in self.planned_runs(t) for n in r]
 
     def compact(self, t: Tablet) -> bool:
-        """One tiered compaction of `t` if its run is within K blocks and B bytes, counted
-        and charged to the budget."""
+        """One tiered compaction of `t` if it merges at most K runs and B bytes (0: any),
+        counted and charged to the budget."""
         data_dir = t.fs.data_dir(t.tablet_id)
-        run = self.planned_run(t)
-        if not run:
+        runs = self.planned_runs(t)
+        if not runs:
             return False
+        run = [n for r in runs for n in r]
         run_bytes = _block_bytes(data_dir, run)
-        if len(run) > self.opts.run_blocks_max or run_bytes > self.opts.run_bytes_max:
+        over_bytes = self.opts.run_bytes_max and run_bytes > self.opts.run_bytes_max
+        if len(runs) > self.opts.run_blocks_max or over_bytes:
             if self._over.get(t.tablet_id) != tuple(run):
                 self._over[t.tablet_id] = tuple(run)
                 with self._lock:
                     self.deferred += 1
                 log.info(
-                    "tablet %s: compaction of %d blocks (%d bytes) left alone: over the "
-                    "bound of %d blocks and %d bytes merged at once",
+                    "tablet %s: compaction of %d runs (%d bytes) left alone: over the "
+                    "bound of %d runs and %d bytes merged at once",
                     t.tablet_id,
-                    len(run),
+                    len(runs),
                     run_bytes,
                     self.opts.run_blocks_max,
                     self.opts.run_bytes_max,

@@ -97,7 +97,14 @@ from tservers.consensus_wire import config_to_pb, hard_state_meta
 from tservers.crash import crash_point
 from tservers.fs import FsLayout
 from tservers.metafile import fsync_dir, install_file
-from tservers.tablet.blockindex import BlockIndex, bloom_name, write_merged_block
+from tservers.tablet.blockindex import (
+    BlockIndex,
+    block_file_name,
+    bloom_name,
+    check_runs,
+    runs_of,
+    write_merged_run,
+)
 from tservers.tablet.bloom import hash_array, key_hash
 from tservers.tablet.dedup import STALE, DedupTable, Done, RequestId
 from tservers.tablet.merge import SLAB_ROWS_DEFAULT, merge_slabs, newest_versions
@@ -145,6 +152,9 @@ class TabletOptions:
     apply_timeout_s: float = 30.0
     # Rows of a data block's Arrow record batches: the unit scans skip by min/max (stats.py).
     block_chunk_rows: int = 64 * 1024
+    # Rows of a compaction's output block at most: a compaction writes a sorted run of
+    # key-disjoint blocks of this size (design/storage.md, "Key-disjoint runs").
+    run_block_rows: int = 64 * 64 * 1024
 
 
 @dataclass(slots=True)
@@ -220,9 +230,10 @@ def size_class(rows: int, fanout: int, base_rows: int) -> int:
 
 
 def compaction_run(rows: Sequence[int], fanout: int, base_rows: int) -> int | None:
-    """Size-tiered compaction: where the newest run of blocks to merge starts, or None.
+    """Size-tiered compaction: where the newest runs to merge start, or None.
 
-    `rows` are the blocks' row counts, oldest first. From the smallest size class up, the
+    `rows` are the sorted runs' row counts (a run: a flushed block, or the key-disjoint
+    blocks a compaction wrote), oldest first. From the smallest size class up, the
     candidate run is the newest blocks of that class or a smaller one; the first candidate
     holding at least `fanout` blocks of its class is merged. A row is so rewritten about
     log_fanout(tablet rows / base_rows) times in all, where merging every block whenever
@@ -405,6 +416,9 @@ class Tablet:
                 (data_dir / name).unlink()
         for name in self.sb.blocks:
             self.blocks.append(self._open_block(name))
+        bad = check_runs(self.blocks)
+        if bad is not None:
+            raise Corruption(f"tablet {self.tablet_id}: superblock lists {bad}")
         wal, entries = TabletLog.open(
             self.fs.wal_dir(self.tablet_id), self.tablet_id, self.wal_opts, synced=wal_synced
         )
@@ -902,25 +916,36 @@ class Tablet:
         # cost of the Arrow kernels per block.
         if key_type is not None and len(left) >= VECTOR_KEYS_MIN:
             try:
+                left.sort()
                 keys = pa.array(left, key_type)
             except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError):
                 keys = None  # a key of another type than the blocks': the per-key path
         if keys is not None:
+            # `left` sorted: each block's keys are one slice of it (two bisects), so a key
+            # is checked (filter, binary search) only against the one block of each run
+            # whose range holds it, not against every block.
             hashes = hash_array(keys)
-            for b in reversed(blocks):
+            for run in reversed(runs_of(blocks)):
                 if not left:
                     break
-                if b.min_key is None or b.max_key < lo or b.min_key > hi:
+                found: list[int] = []
+                for b in run:  # key-disjoint: at most one holds a key
+                    if b.min_key is None or b.max_key < lo or b.min_key > hi:
+                        continue
+                    if b.key_type != key_type:  # cannot happen (keys never change type)
+                        raise Corruption(f"block {b.name} has key type {b.key_type}")
+                    a = bisect.bisect_left(left, b.min_key)
+                    z = bisect.bisect_right(left, b.max_key, a)
+                    if a >= z:
+                        continue
+                    pos, rows, dels = b.locate_many(keys.slice(a, z - a), hashes.slice(a, z - a))
+                    for i, r, d in zip(pos, rows, dels, strict=True):
+                        out[left[a + i]] = None if d else ("b", b, r)
+                        found.append(a + i)
+                if not found:
                     continue
-                if b.key_type != key_type:  # cannot happen (keys never change type)
-                    raise Corruption(f"block {b.name} has key type {b.key_type}")
-                pos, rows, dels = b.locate_many(keys, hashes)
-                if not pos:
-                    continue
-                for i, r, d in zip(pos, rows, dels, strict=True):
-                    out[left[i]] = None if d else ("b", b, r)
-                found = set(pos)
-                remain = [i for i in range(len(left)) if i not in found]
+                gone = set(found)
+                remain = [i for i in range(len(left)) if i not in gone]
                 left = [left[i] for i in remain]
                 ix = pa.array(remain, pa.int64())
                 keys = keys.take(ix)
@@ -1191,7 +1216,7 @@ class Tablet:
                 if frozen:
                     parts.append(self._memtable(frozen, with_deleted=True))
                 table = self._merge([], parts, keep_deleted=True)
-                name = f"block-{block_id:09d}.arrow"
+                name = block_file_name(block_id)
                 self._write_block(name, table)
                 opened = self._open_block(name)  # writes its filter
                 crash_point("flush.after_block_write")
@@ -1238,41 +1263,72 @@ class Tablet:
             return True
 
     def compact(self, *, tiered: bool = False) -> bool:
-        """Merge blocks into one: every block (tombstones dropped, all older versions are
-        merged), or with `tiered` the newest run `compaction_run` picks (tombstones kept
-        unless the run starts at the oldest block). False when there was nothing to do."""
+        """Merge runs of blocks into one sorted run of key-disjoint blocks (at most
+        `run_block_rows` rows each): every run (tombstones dropped, all older versions are
+        merged), or with `tiered` the newest runs `compaction_run` picks (tombstones kept
+        unless they start at the oldest run). False when there was nothing to do."""
         opts = self.opts
         with self.flush_lock:
             with self.lock:
-                if len(self.blocks) < 2 or self.status is not TabletStatus.RUNNING:
+                if self.status is not TabletStatus.RUNNING:
                     return False
                 if self.copy_anchors:
                     return False  # a copy session reads the current blocks
                 blocks = list(self.blocks)
                 block_id = self.sb.next_block_id
-            start = 0
+            runs = runs_of(blocks)
+            if len(runs) < 2:
+                return False
+            first = 0
             if tiered:
-                rows = [b.num_rows for b in blocks]
-                found = compaction_run(rows, opts.compaction_blocks_min, opts.flush_rows_threshold)
+                found = compaction_run(
+                    [sum(b.num_rows for b in r) for r in runs],
+                    opts.compaction_blocks_min,
+                    opts.flush_rows_threshold,
+                )
                 if found is None:
                     return False
-                start = found
+                first = found
+            merged = runs[first:]
+            start = sum(len(r) for r in runs[:first])  # the first merged block
             run = blocks[start:]
-            name = f"block-{block_id:09d}.arrow"
-            # Merged in bounded slabs and written as they come (blockindex.py); tombstones
-            # dropped only from a run that starts at the oldest block (older blocks may hold
-            # versions the run's tombstones hide).
-            write_merged_block(
+            # Merged in bounded slabs, one source per run (its blocks one after the other:
+            # sorted, disjoint), and written as they come (blockindex.py); tombstones
+            # dropped only from runs that start at the oldest (older blocks may hold
+            # versions the runs' tombstones hide).
+            sources = [
+                r[0].table if len(r) == 1 else pa.concat_tables([b.table for b in r])
+                for r in merged
+            ]
+            release = PageRelease.of([(b, None) for b in run])
+            offsets = [[0] for _ in merged]  # per source: its blocks' first rows
+            for i, r in enumerate(merged):
+                for b in r:
+                    offsets[i].append(offsets[i][-1] + b.num_rows)
+
+            def on_slab(pos: list[int]) -> None:
+                # Positions per source to positions per block (PageRelease is per block).
+                release(
+                    [
+                        min(max(p - o[j], 0), o[j + 1] - o[j])
+                        for p, o in zip(pos, offsets, strict=True)
+                        for j in range(len(o) - 1)
+                    ]
+                )
+
+            written = write_merged_run(
                 self.fs.data_dir(self.tablet_id),
-                name,
-                [b.table for b in run],
+                lambda i: block_file_name(block_id + i, block_id),
+                sources,
                 self._key_names(),
                 lambda _i, t: self._adapt(t),
-                drop_deleted=start == 0,
-                chunk_rows=self.opts.block_chunk_rows,
-                on_slab=PageRelease.of([(b, None) for b in run]),
+                drop_deleted=first == 0,
+                chunk_rows=opts.block_chunk_rows,
+                block_rows_max=max(1, opts.run_block_rows),
+                on_slab=on_slab,
             )
-            loaded = self._open_block(name)  # writes its filter
+            loaded = [self._open_block(name) for name, _ in written]  # writes their filters
+            assert check_runs(loaded) is None, check_runs(loaded)
             crash_point("compact.after_block_write")
             with self.lock:
                 sb = SuperblockPB()
@@ -1280,11 +1336,11 @@ class Tablet:
                 listed = [b.name for b in blocks]
                 assert list(sb.blocks) == listed, "blocks changed under flush_lock"
                 del sb.blocks[start:]
-                sb.blocks.append(name)
-                sb.next_block_id = block_id + 1
+                sb.blocks.extend(b.name for b in loaded)
+                sb.next_block_id = block_id + max(1, len(loaded))
                 self.fs.write_superblock(sb)
                 self.sb = sb
-                self.blocks = blocks[:start] + [loaded]
+                self.blocks = blocks[:start] + loaded
             crash_point("compact.after_superblock")
             data_dir = self.fs.data_dir(self.tablet_id)
             for old in run:
@@ -1293,12 +1349,14 @@ class Tablet:
                 (data_dir / stats_name(old.name)).unlink(missing_ok=True)
             fsync_dir(data_dir)
             log.info(
-                "tablet %s: compacted %d of %d blocks into %s (%d rows)",
+                "tablet %s: compacted %d of %d runs (%d blocks) into %d blocks from %s (%d rows)",
                 self.tablet_id,
+                len(merged),
+                len(runs),
                 len(run),
-                len(blocks),
-                name,
-                loaded.num_rows,
+                len(loaded),
+                block_file_name(block_id, block_id),
+                sum(b.num_rows for b in loaded),
             )
             return True
 
