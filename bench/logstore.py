@@ -25,6 +25,7 @@ worst append below 20 ms during compaction, reopen below 1 s).
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import shutil
 import statistics
@@ -462,6 +463,7 @@ class _PhaseTrace:
         self.events: list[tuple[str, float, float]] = []
         self._undo: list = []
         self._slice_start: float | None = None
+        self._gc_start = 0.0
 
     def _wrap(self, owner, attr: str, name: str) -> None:
         original = getattr(owner, attr)
@@ -507,9 +509,18 @@ class _PhaseTrace:
 
         snapshot._let_others_run = traced_pause
         self._undo.append((snapshot, "_let_others_run", pause))
+        gc.callbacks.append(self._on_gc)
         return self
 
+    def _on_gc(self, phase: str, info: dict) -> None:
+        """The cyclic GC's passes (each holds the GIL: every thread waits)."""
+        if phase == "start":
+            self._gc_start = time.perf_counter()
+        else:
+            self.events.append((f"gc gen {info['generation']}", self._gc_start, time.perf_counter()))
+
     def __exit__(self, *exc) -> None:
+        gc.callbacks.remove(self._on_gc)
         for owner, attr, original in reversed(self._undo):
             setattr(owner, attr, original)
 
