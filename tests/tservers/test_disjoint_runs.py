@@ -23,6 +23,7 @@ from tests.tservers.test_storage_model import (
     write,
 )
 from tservers.fs import FsLayout
+from tservers.tablet import blockindex
 from tservers.tablet import tablet as tablet_mod
 from tservers.tablet.blockindex import BlockIndex, check_runs, run_of, runs_of
 from tservers.tablet.manager import TabletManager
@@ -49,15 +50,26 @@ def open_small(root, *, run_block_rows: int = 17, fanout: int = 3) -> TabletMana
 
 
 @pytest.mark.parametrize(
-    ("schema", "seed", "vector_min"),
-    [(INT_KEY, 11, 1), (INT_KEY, 12, 64), (PAIR_KEY, 13, 64), (INT_KEY, 14, 1)],
+    ("schema", "seed", "vector_min", "py_max"),
+    [
+        (INT_KEY, 11, 1, 512),
+        (INT_KEY, 12, 64, 512),
+        (PAIR_KEY, 13, 64, 512),
+        (INT_KEY, 14, 1, 0),
+    ],
 )
-def test_runs_of_many_blocks_against_a_model(tmp_path, monkeypatch, schema, seed, vector_min):
+def test_runs_of_many_blocks_against_a_model(
+    tmp_path, monkeypatch, schema, seed, vector_min, py_max
+):
     """Random inserts, upserts, updates and deletes (some refused), flushes, tiered and full
     compactions and reopenings; compactions write runs of up to 17 rows a block, so newest
     versions and tombstones sit in runs of many blocks over older runs. Every scan, streamed
     scan, point read, IN read and range equals the model; the runs stay key-disjoint."""
+    # vector_min 1: every block lookup of an int key through `locate_many` (64: writes of
+    # fewer keys one by one); py_max 0: its candidates confirmed with kernels per batch,
+    # 512: one by one in Python.
     monkeypatch.setattr(tablet_mod, "VECTOR_KEYS_MIN", vector_min)
+    monkeypatch.setattr(blockindex, "LOCATE_PY_MAX", py_max)
     rng = random.Random(seed)
     shape = Shape(schema)
     universe = [shape.key(i) for i in range(400)]
