@@ -19,8 +19,14 @@ pysyncobj 0.3.17's FileJournal never fsyncs and has no checksums. This journal r
   replica must be used to rebuild it). Version 1 files (no group marks) read the same.
 - Term, vote and commit index live in a small meta file written to a temp file, fsynced,
   renamed and the directory fsynced; term and vote are stored before any vote is sent.
-- Trimming behind a snapshot and `clear()` rewrite the journal the same atomic way, after
-  fsyncing the directory so the snapshot's rename is durable first.
+- `clear()` rewrites the journal the same atomic way. Trimming behind a snapshot
+  (`deleteEntriesTo`) drops the entries from memory at once and leaves the file work to a
+  thread of its own (`_Trim`): it copies the kept records into a new file while the old
+  one stays the journal, the tick thread then writes each group commit to both files
+  until the new one is renamed into place and the directory fsynced, and the old file is
+  closed (its blocks freed) on that thread too. At every step the file at the journal's
+  name holds every synced record (the old one keeps the covered prefix too, which
+  `align_to_snapshot` drops at the next open).
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from __future__ import annotations
 import logging
 import os
 import struct
+import threading
 import time
 from dataclasses import dataclass
 
@@ -179,6 +186,16 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+def _pwrite_all(fd: int, data: bytes, off: int) -> int:
+    """Write all of `data` at `off`; the offset after it."""
+    view = memoryview(data)
+    while view:
+        n = os.pwrite(fd, view, off)
+        view = view[n:]
+        off += n
+    return off
+
+
 def write_file_atomically(path: str, data: bytes) -> None:
     """temp file, fsync, rename, directory fsync."""
     tmp = path + ".tmp"
@@ -211,6 +228,163 @@ def decode_meta(buf: bytes) -> tuple[int, int, str | None]:
     term, commit, vlen = META_BODY.unpack_from(body, 0)
     voted = body[META_BODY.size : META_BODY.size + vlen].decode() or None
     return term, commit, voted
+
+
+# Bytes copied per read/write by a background trim (_Trim).
+TRIM_COPY_BYTES = 1 << 20
+# How long close() waits for a background trim's last steps.
+TRIM_JOIN_S = 30.0
+
+
+class _Trim:
+    """One trim of the journal file behind a snapshot, done off the tick thread.
+
+    The tick thread has already dropped the covered entries from memory; on disk the old
+    file stays the journal, and the tick thread keeps appending to it, until the new file
+    is durably in place:
+
+    1. copy (this thread): the old file's bytes from the first kept record up to its
+       written end at the start go to `journal.tmp` after a new header (the first record
+       marked as a group commit's first), then fsync. The old file is read through the
+       tick thread's descriptor (pread: the tick thread only writes past that end).
+    2. switch (tick thread, at its next sync, `DurableJournal._advance_trim`): the bytes
+       written to the old file since step 1 are copied too, and from then on every group
+       commit is written to both files and both are fdatasynced before `sync()` returns.
+    3. rename (this thread): fsync the new file (what step 2 copied), rename it over the
+       journal, fsync the directory.
+    4. adopt (tick thread, at its next sync): the new file becomes the journal (offsets
+       moved by `delta`), the old one stops being written; this thread then closes it
+       (the last descriptor of a renamed-over file: its blocks are freed now) and frees
+       the dropped entries.
+
+    A crash at any point leaves at the journal's name either the old file (every synced
+    record, plus the covered prefix) or the new one (every synced record: it is fsynced
+    before the rename, and written and fdatasynced with the old one afterwards)."""
+
+    COPYING = 0
+    COPIED = 1  # step 1 done: the tick thread switches
+    RENAMED = 2  # step 3 done: the tick thread adopts the new file
+    FAILED = 3
+    CANCELLED = 4
+
+    __slots__ = (
+        "path",
+        "directory",
+        "src_fd",
+        "start",
+        "copy_end",
+        "delta",
+        "dropped",
+        "tmp_fd",
+        "state",
+        "switched",
+        "cancelled",
+        "go",
+        "released",
+        "done",
+        "thread",
+        "records",
+    )
+
+    def __init__(
+        self, path: str, directory: str, src_fd: int, start: int, copy_end: int, dropped, records
+    ) -> None:
+        self.path = path
+        self.directory = directory
+        self.src_fd = src_fd
+        self.start = start  # old file offset of the first kept record
+        self.copy_end = copy_end  # old file offset step 1 copies up to
+        self.delta = HEADER_SIZE - start  # new offset = old offset + delta
+        self.dropped = dropped  # the entries dropped from memory (freed here, not on the tick)
+        self.records = records  # kept records at the start (stats)
+        self.tmp_fd: int | None = None
+        self.state = _Trim.COPYING
+        self.switched = False  # set by the tick thread in step 2
+        self.cancelled = False
+        self.go = threading.Event()  # step 2 done (or cancelled)
+        self.released = threading.Event()  # step 4 done: the old file may be closed
+        self.done = threading.Event()  # RENAMED, FAILED or CANCELLED reached
+        self.thread = threading.Thread(target=self._run, name="logstore-journal-trim", daemon=True)
+
+    def _copy(self, dst: int, src_from: int, src_to: int) -> None:
+        """Old file [src_from, src_to) into the new one at the same offsets + delta."""
+        off = src_from
+        while off < src_to:
+            if self.cancelled:
+                return
+            chunk = os.pread(self.src_fd, min(TRIM_COPY_BYTES, src_to - off), off)
+            if not chunk:
+                raise OSError(f"journal ends at {off} before {src_to} while trimming")
+            if off == self.start:
+                # The new file's first record starts a group commit (as _rewrite marks it).
+                chunk = bytearray(chunk)
+                chunk[3] |= GROUP_START >> 24
+            view = memoryview(chunk)
+            at = off + self.delta
+            while view:
+                n = os.pwrite(dst, view, at)
+                view = view[n:]
+                at += n
+            off += len(chunk)
+
+    def _run(self) -> None:
+        tmp = self.path + ".tmp"
+        try:
+            # The snapshot's rename durable before a journal without the prefix can be.
+            fsync_dir(self.directory)
+            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+            self.tmp_fd = fd
+            os.pwrite(fd, HEADER.pack(JOURNAL_MAGIC, FORMAT_VERSION), 0)
+            self._copy(fd, self.start, self.copy_end)
+            os.fsync(fd)
+            if self.cancelled:
+                raise _TrimCancelled
+            self.state = _Trim.COPIED
+            self.go.wait()
+            if self.cancelled:
+                raise _TrimCancelled
+            os.fsync(fd)  # what the switch copied; later writes are fdatasynced by sync()
+            os.replace(tmp, self.path)
+        except _TrimCancelled:
+            self._drop_tmp(tmp)
+            self.state = _Trim.CANCELLED
+            self.done.set()
+            return
+        except Exception:  # noqa: BLE001 - the old file stays the journal
+            logger.exception("journal %s: background trim failed; the old file stays", self.path)
+            self._drop_tmp(tmp)
+            self.state = _Trim.FAILED
+            self.done.set()
+            return
+        try:
+            fsync_dir(self.directory)
+        except OSError:
+            # The new file is at the name now and holds every synced record: it stays the
+            # journal (the tick thread keeps writing the old one only until it adopts it).
+            logger.critical("journal %s: directory fsync after the trim failed", self.path)
+        self.state = _Trim.RENAMED
+        self.done.set()
+        self.released.wait()
+        os.close(self.src_fd)
+        dropped, self.dropped = self.dropped, None
+        while dropped:
+            del dropped[-64:]  # big batch commands: freed a few at a time
+            time.sleep(0)
+
+    def _drop_tmp(self, tmp: str) -> None:
+        """After a cancel or a failure: the new file goes. Once switched, the tick thread
+        still writes to its descriptor and closes it itself (when it sees FAILED)."""
+        if self.tmp_fd is not None and not self.switched:
+            os.close(self.tmp_fd)
+            self.tmp_fd = None
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+
+
+class _TrimCancelled(Exception):
+    pass
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,6 +422,8 @@ class DurableJournal(Journal):
         self._commit_index = 1
         self._commit_saved = 1
         self._closed = False
+        # A trim behind a snapshot whose file work runs on its own thread (_Trim).
+        self._trim: _Trim | None = None
         # Test-only broken build (tests/nemesis/test_power.py): acknowledge before fsync.
         self._unsafe_no_fdatasync = os.environ.get(UNSAFE_NO_FDATASYNC_ENV) == "1"
         if os.path.exists(self._meta_path):
@@ -299,12 +475,14 @@ class DurableJournal(Journal):
         self._entries.append((command, idx, term))
 
     def clear(self):
+        self._settle_trim()
         self._rewrite([])
 
     def deleteEntriesFrom(self, entryFrom):
         """Drop the entries at positions >= entryFrom (a follower's conflicting suffix)."""
         if entryFrom >= len(self._entries):
             return
+        self._settle_trim()
         cut = self._offsets[entryFrom]
         del self._entries[entryFrom:]
         del self._offsets[entryFrom:]
@@ -318,7 +496,51 @@ class DurableJournal(Journal):
 
     def deleteEntriesTo(self, entryTo):
         """Drop the entries at positions < entryTo: they are covered by a snapshot that
-        pysyncobj has just renamed into place; make that rename durable first."""
+        pysyncobj has just renamed into place. In memory now; the file is rewritten by a
+        thread of its own (_Trim), which first fsyncs the directory (the snapshot's rename
+        durable before the trimmed journal can be). The tick thread only moves lists."""
+        if entryTo <= 0:
+            return
+        self._settle_trim()
+        if self._closed:
+            return
+        start = (
+            self._offsets[entryTo]
+            if entryTo < len(self._offsets)
+            else self._end + len(self._pending)
+        )
+        dropped = self._entries[:entryTo]
+        del self._entries[:entryTo]
+        del self._offsets[:entryTo]
+        trim = _Trim(
+            self._path,
+            self._dir,
+            self._fd,
+            start,
+            max(start, self._end),
+            dropped,
+            len(self._entries),
+        )
+        self._trim = trim
+        trim.thread.start()
+
+    def trim_settled(self, timeout_s: float = TRIM_JOIN_S) -> bool:
+        """Drive a background trim to its end from the journal's own thread (as its
+        syncs would) and wait for it; True once none is left. Tests and tools: the
+        replica never waits for a trim."""
+        deadline = time.monotonic() + timeout_s
+        while self._trim is not None:
+            trim = self._trim
+            self._advance_trim()
+            if self._trim is not None and trim.done.wait(0.005):
+                self._settle_trim(max(0.0, deadline - time.monotonic()))
+            if self._trim is not None and time.monotonic() > deadline:
+                return False
+        return True
+
+    def _trim_now(self, entryTo: int) -> None:
+        """deleteEntriesTo in place (at open: align_to_snapshot)."""
+        self._settle_trim()
         fsync_dir(self._dir)
         self._rewrite(self._entries[entryTo:])
 
@@ -349,7 +571,7 @@ class DurableJournal(Journal):
                 pos,
                 last_entry[1],
             )
-            self.deleteEntriesTo(pos)
+            self._trim_now(pos)
         return True
 
     def __getitem__(self, item):
@@ -388,20 +610,26 @@ class DurableJournal(Journal):
     # --- durability ------------------------------------------------------------------------
 
     def sync(self) -> bool:
-        """Group commit: write every buffered record and fdatasync once. True if it synced."""
+        """Group commit: write every buffered record and fdatasync once. True if it synced.
+        While a background trim has switched (_Trim, step 2), the records go to both files
+        and both are fdatasynced."""
+        if self._trim is not None and not self._closed:
+            self._advance_trim()
         if self._closed or (not self._pending and not self._needs_sync):
             return False
         records = 0
+        trim = self._trim
+        mirror = trim.tmp_fd if trim is not None and trim.switched else None
+        mirrored = False
         if self._pending:
             # The first record of this write marks a group commit: one after it proves
             # this one was fdatasynced (see _check_torn_tail).
             self._pending[3] |= GROUP_START >> 24
-            view = memoryview(bytes(self._pending))
-            off = self._end
-            while view:
-                n = os.pwrite(self._fd, view, off)
-                view = view[n:]
-                off += n
+            data = bytes(self._pending)
+            off = _pwrite_all(self._fd, data, self._end)
+            if mirror is not None:
+                _pwrite_all(mirror, data, self._end + trim.delta)
+                mirrored = True
             records = self._pending_records()
             self._records_written += records
             self._end = off
@@ -409,6 +637,8 @@ class DurableJournal(Journal):
         started = time.monotonic()
         if not self._unsafe_no_fdatasync:
             os.fdatasync(self._fd)
+            if mirrored:
+                os.fdatasync(mirror)
         self.sync_latency.observe(time.monotonic() - started)
         self.group_commit_records.observe(records)
         self._needs_sync = False
@@ -436,6 +666,7 @@ class DurableJournal(Journal):
         if self._closed:
             return
         try:
+            self._settle_trim(TRIM_JOIN_S)
             self.sync()
             if self._commit_index != self._commit_saved:
                 self._save_meta()
@@ -444,6 +675,59 @@ class DurableJournal(Journal):
             os.close(self._fd)
 
     # --- internals -------------------------------------------------------------------------
+
+    def _advance_trim(self) -> None:
+        """Tick thread, at every sync: move a background trim on (its steps 2 and 4)."""
+        trim = self._trim
+        assert trim is not None
+        state = trim.state
+        if state == _Trim.COPIED and not trim.switched:
+            # Step 2: the records written since the copy, then both files from now on.
+            assert trim.tmp_fd is not None
+            trim._copy(trim.tmp_fd, trim.copy_end, max(trim.copy_end, self._end))
+            trim.switched = True
+            trim.go.set()
+        elif state == _Trim.RENAMED:
+            self._adopt_trim(trim)
+        elif state in (_Trim.FAILED, _Trim.CANCELLED):
+            self._drop_trim(trim)
+
+    def _adopt_trim(self, trim: _Trim) -> None:
+        """Step 4: the renamed file is the journal now."""
+        assert trim.tmp_fd is not None
+        delta = trim.delta
+        self._offsets = [off + delta for off in self._offsets]
+        self._end += delta
+        self._fd = trim.tmp_fd
+        self._records_written += trim.records
+        self._trim = None
+        trim.released.set()  # the trim's thread closes the old file
+
+    def _settle_trim(self, timeout_s: float | None = None) -> None:
+        """Before any other change of the file: a trim still copying is cancelled (the old
+        file stays, with the prefix); one that has switched is waited for and adopted."""
+        trim = self._trim
+        if trim is None:
+            return
+        if not trim.switched:
+            trim.cancelled = True
+            trim.go.set()
+        if not trim.done.wait(timeout_s):
+            logger.error("journal %s: background trim still running", self._path)
+            return
+        if trim.state == _Trim.RENAMED:
+            self._adopt_trim(trim)
+            trim.thread.join(timeout_s)  # it closes the old file: short
+        else:
+            self._drop_trim(trim)
+
+    def _drop_trim(self, trim: _Trim) -> None:
+        """A trim that failed or was cancelled: the old file stays the journal."""
+        self._trim = None
+        trim.thread.join()  # past its last step (done is set after its cleanup)
+        if trim.switched and trim.tmp_fd is not None:
+            os.close(trim.tmp_fd)  # written by sync() until now
+            trim.tmp_fd = None
 
     def _pending_records(self) -> int:
         # Records still buffered are the ones whose offset is at or past the written end.
