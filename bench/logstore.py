@@ -454,8 +454,9 @@ class _Prober:
 
 
 class _PhaseTrace:
-    """Where the time goes while a snapshot is written: the named phases of the writer and the tick thread (each call's span, any thread), and
-    the writer's slices (its time between two pauses: how long it keeps the GIL at a
+    """Where the time goes while a snapshot is written: the named phases of the writer and
+    the tick thread (each call's span, any thread), the cyclic GC's passes, and the
+    writer's slices (its time between two pauses: how long it keeps the GIL at a
     stretch). Wraps the functions in place for the compaction bench only; printed beside
     the worst append of each round, so a stall can be named."""
 
@@ -517,7 +518,9 @@ class _PhaseTrace:
         if phase == "start":
             self._gc_start = time.perf_counter()
         else:
-            self.events.append((f"gc gen {info['generation']}", self._gc_start, time.perf_counter()))
+            self.events.append(
+                (f"gc gen {info['generation']}", self._gc_start, time.perf_counter())
+            )
 
     def __exit__(self, *exc) -> None:
         gc.callbacks.remove(self._on_gc)
