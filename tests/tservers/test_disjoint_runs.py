@@ -7,6 +7,8 @@ read; a batch of keys is checked against about one block per run."""
 from __future__ import annotations
 
 import random
+import threading
+import time
 
 import pytest
 
@@ -27,7 +29,7 @@ from tservers.tablet import blockindex
 from tservers.tablet import tablet as tablet_mod
 from tservers.tablet.blockindex import BlockIndex, check_runs, run_of, runs_of
 from tservers.tablet.manager import TabletManager
-from tservers.tablet.tablet import TabletOptions
+from tservers.tablet.tablet import TabletOptions, TabletStatus
 from tservers.wal.log import WalOptions
 
 
@@ -264,4 +266,103 @@ def test_the_newest_run_wins_over_older_runs(tmp_path):
     assert shape.rows(scan(t)) == model
     t.compact()
     check(t, shape, model, random.Random(4), list(range(420)))
+    m.close()
+
+
+def _three_runs(m, shape, model) -> object:
+    t = create(m, "t1", INT_KEY)
+    for step in range(3):
+        keys = list(range(step, 300, 3))
+        write(t, shape, OpType.INSERT, keys, step)
+        apply_model(model, OpType.INSERT, keys, step)
+        assert t.flush()
+    return t
+
+
+def test_flushes_go_on_while_a_compaction_merges(tmp_path, monkeypatch):
+    """A compaction holds the flush lock only to pick its runs and to commit: a write and a
+    flush made while it merges finish at once (before, a merge of a large tablet held every
+    flush back and the memstore grew for its whole length), and the flushed block stays
+    newer than the new run."""
+    shape = Shape(INT_KEY)
+    root = tmp_path / "root"
+    m = open_small(root, run_block_rows=40)
+    model: dict = {}
+    t = _three_runs(m, shape, model)
+    real = tablet_mod.write_merged_run
+    flushed: list = []
+
+    def merging(*a, **kw):
+        def meanwhile() -> None:
+            keys = list(range(0, 300, 2))
+            write(t, shape, OpType.UPSERT, keys, 50)
+            apply_model(model, OpType.UPSERT, keys, 50)
+            write(t, shape, OpType.DELETE, [3, 9], 51)
+            apply_model(model, OpType.DELETE, [3, 9], 51)
+            flushed.append(t.flush())
+
+        th = threading.Thread(target=meanwhile)
+        th.start()
+        th.join(30)
+        assert flushed == [True], "the flush waited for the compaction"
+        return real(*a, **kw)
+
+    monkeypatch.setattr(tablet_mod, "write_merged_run", merging)
+    before = [b.name for b in t.blocks]
+    assert t.compact()
+    runs = runs_of(t.blocks)
+    assert len(runs) == 2 and len(runs[0]) == 8 and len(runs[1]) == 1
+    assert runs[1][0].name not in before  # the flush's block, after the new run
+    check(t, shape, model, random.Random(8), list(range(320)))
+    m.close()
+    m = open_small(root, run_block_rows=40)
+    check(m.tablet("t1"), shape, model, random.Random(9), list(range(320)))
+    m.close()
+
+
+@pytest.mark.parametrize("event", ["copy", "shutdown"])
+def test_a_copy_or_shutdown_during_a_merge_drops_its_output(tmp_path, monkeypatch, event):
+    """A tablet copy session that begins while a compaction merges lists the old blocks, so
+    the compaction must not unlink them: it drops its output instead. A shutdown meanwhile
+    stops the merge at its next slab (shutdown waits for it, and nothing is written in the
+    tablet's directory afterwards)."""
+    shape = Shape(INT_KEY)
+    root = tmp_path / "root"
+    m = open_small(root, run_block_rows=40)
+    model: dict = {}
+    t = _three_runs(m, shape, model)
+    data_dir = m.fs.data_dir("t1")
+    files = sorted(p.name for p in data_dir.iterdir())
+    real = tablet_mod.write_merged_run
+    stopper: list[threading.Thread] = []
+
+    def merging(*a, **kw):
+        if event == "copy":
+            with t.lock:
+                t.copy_anchors += 1
+        else:
+            th = threading.Thread(target=t.shutdown)
+            th.start()
+            stopper.append(th)
+            deadline_s = time.monotonic() + 30
+            while t.status is not TabletStatus.SHUTDOWN and time.monotonic() < deadline_s:
+                time.sleep(0.01)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(tablet_mod, "write_merged_run", merging)
+    assert t.compact() is False
+    assert sorted(p.name for p in data_dir.iterdir()) == files
+    if event == "copy":
+        assert len(runs_of(t.blocks)) == 3
+        check(t, shape, model, random.Random(10), list(range(320)))
+        with t.lock:
+            t.copy_anchors -= 1
+        monkeypatch.setattr(tablet_mod, "write_merged_run", real)
+        assert t.compact() and len(runs_of(t.blocks)) == 1
+    else:
+        stopper[0].join(30)
+        assert not stopper[0].is_alive()
+    m.close()
+    m = open_small(root, run_block_rows=40)
+    check(m.tablet("t1"), shape, model, random.Random(11), list(range(320)))
     m.close()

@@ -131,6 +131,10 @@ POINT_KEYS_MAX = 1000
 VECTOR_KEYS_MIN = 64
 
 
+class _CompactionAborted(Exception):
+    """The tablet stopped running while a compaction merged: it gives up its output."""
+
+
 class TabletStatus(enum.Enum):
     """Runtime state of a replica (the data state is in the superblock)."""
 
@@ -352,7 +356,9 @@ class Tablet:
         self.schema = Schema(sb.schema)
         self.lock = threading.Lock()
         self.cond = threading.Condition(self.lock)
-        self.flush_lock = threading.Lock()  # one flush or compaction at a time
+        # One flush at a time; a compaction holds it to pick its runs and to commit.
+        self.flush_lock = threading.Lock()
+        self.compact_lock = threading.Lock()  # one compaction at a time
         self.status = TabletStatus.BOOTSTRAPPING
         self.error = ""
         self.wal: TabletLog | None = None
@@ -1266,30 +1272,45 @@ class Tablet:
         """Merge runs of blocks into one sorted run of key-disjoint blocks (at most
         `run_block_rows` rows each): every run (tombstones dropped, all older versions are
         merged), or with `tiered` the newest runs `compaction_run` picks (tombstones kept
-        unless they start at the oldest run). False when there was nothing to do."""
+        unless they start at the oldest run). False when there was nothing to do.
+
+        One compaction at a time (`compact_lock`). The flush lock is held only to pick the
+        runs and to commit, not while merging: a merge of a large tablet's runs takes
+        minutes, and a memstore that could not flush meanwhile would grow without bound.
+        Flushes meanwhile only append newer blocks, which stay after the new run; a copy
+        session that began meanwhile (it lists the old blocks) or a shutdown makes the
+        compaction give up its output."""
         opts = self.opts
-        with self.flush_lock:
-            with self.lock:
-                if self.status is not TabletStatus.RUNNING:
-                    return False
-                if self.copy_anchors:
+        with self.compact_lock:
+            with self.flush_lock, self.lock:
+                if self.status is not TabletStatus.RUNNING or self.copy_anchors:
                     return False  # a copy session reads the current blocks
                 blocks = list(self.blocks)
-                block_id = self.sb.next_block_id
-            runs = runs_of(blocks)
-            if len(runs) < 2:
-                return False
-            first = 0
-            if tiered:
-                found = compaction_run(
-                    [sum(b.num_rows for b in r) for r in runs],
-                    opts.compaction_blocks_min,
-                    opts.flush_rows_threshold,
-                )
-                if found is None:
+                runs = runs_of(blocks)
+                if len(runs) < 2:
                     return False
-                first = found
-            merged = runs[first:]
+                first = 0
+                if tiered:
+                    found = compaction_run(
+                        [sum(b.num_rows for b in r) for r in runs],
+                        opts.compaction_blocks_min,
+                        opts.flush_rows_threshold,
+                    )
+                    if found is None:
+                        return False
+                    first = found
+                merged = runs[first:]
+                # Block ids for the output, reserved now (flushes go on meanwhile): one per
+                # `run_block_rows` of input rows, rounded up.
+                block_rows_max = max(1, opts.run_block_rows)
+                in_rows = sum(b.num_rows for r in merged for b in r)
+                ids = max(1, -(-in_rows // block_rows_max))
+                block_id = self.sb.next_block_id
+                sb = SuperblockPB()
+                sb.CopyFrom(self.sb)
+                sb.next_block_id = block_id + ids  # persisted by the next superblock write
+                self.sb = sb
+                schema = self.schema
             start = sum(len(r) for r in runs[:first])  # the first merged block
             run = blocks[start:]
             # Merged in bounded slabs, one source per run (its blocks one after the other:
@@ -1307,6 +1328,8 @@ class Tablet:
                     offsets[i].append(offsets[i][-1] + b.num_rows)
 
             def on_slab(pos: list[int]) -> None:
+                if self.status is not TabletStatus.RUNNING:  # shutdown waits for us
+                    raise _CompactionAborted
                 # Positions per source to positions per block (PageRelease is per block).
                 release(
                     [
@@ -1316,33 +1339,61 @@ class Tablet:
                     ]
                 )
 
-            written = write_merged_run(
-                self.fs.data_dir(self.tablet_id),
-                lambda i: block_file_name(block_id + i, block_id),
-                sources,
-                self._key_names(),
-                lambda _i, t: self._adapt(t),
-                drop_deleted=first == 0,
-                chunk_rows=opts.block_chunk_rows,
-                block_rows_max=max(1, opts.run_block_rows),
-                on_slab=on_slab,
-            )
-            loaded = [self._open_block(name) for name, _ in written]  # writes their filters
+            data_dir = self.fs.data_dir(self.tablet_id)
+            out_names = [block_file_name(block_id + i, block_id) for i in range(ids)]
+
+            def drop_output() -> None:  # never listed: the output's files, whole or not
+                for name in out_names:
+                    for f in (name, name + ".tmp", bloom_name(name), stats_name(name)):
+                        (data_dir / f).unlink(missing_ok=True)
+
+            try:
+                written = write_merged_run(
+                    data_dir,
+                    out_names.__getitem__,
+                    sources,
+                    self._key_names(schema),
+                    lambda _i, t: self._adapt(t, schema),
+                    drop_deleted=first == 0,
+                    chunk_rows=opts.block_chunk_rows,
+                    block_rows_max=block_rows_max,
+                    on_slab=on_slab,
+                )
+                loaded = [self._open_block(name) for name, _ in written]  # writes filters
+            except _CompactionAborted:
+                drop_output()
+                return False
+            except Exception:
+                drop_output()
+                raise
             assert check_runs(loaded) is None, check_runs(loaded)
             crash_point("compact.after_block_write")
-            with self.lock:
-                sb = SuperblockPB()
-                sb.CopyFrom(self.sb)
-                listed = [b.name for b in blocks]
-                assert list(sb.blocks) == listed, "blocks changed under flush_lock"
-                del sb.blocks[start:]
-                sb.blocks.extend(b.name for b in loaded)
-                sb.next_block_id = block_id + max(1, len(loaded))
-                self.fs.write_superblock(sb)
-                self.sb = sb
-                self.blocks = blocks[:start] + loaded
+            with self.flush_lock, self.lock:
+                now = list(self.blocks)
+                gone = (
+                    self.status is not TabletStatus.RUNNING
+                    or self.copy_anchors
+                    or [b.name for b in now[: len(blocks)]] != [b.name for b in blocks]
+                )
+                if not gone:
+                    sb = SuperblockPB()
+                    sb.CopyFrom(self.sb)
+                    names = list(sb.blocks)
+                    assert names == [b.name for b in now], "blocks not as listed"
+                    del sb.blocks[:]
+                    sb.blocks.extend(
+                        names[:start] + [b.name for b in loaded] + names[len(blocks) :]
+                    )
+                    self.fs.write_superblock(sb)
+                    self.sb = sb
+                    self.blocks = now[:start] + loaded + now[len(blocks) :]
+            if gone:
+                # Shut down, or a copy session lists the old blocks (or, a bug, the blocks
+                # changed): the output was never listed; remove it, keep the old run.
+                drop_output()
+                log.info("tablet %s: compaction output dropped (copy or shutdown)", self.tablet_id)
+                return False
             crash_point("compact.after_superblock")
-            data_dir = self.fs.data_dir(self.tablet_id)
             for old in run:
                 (data_dir / old.name).unlink(missing_ok=True)
                 (data_dir / bloom_name(old.name)).unlink(missing_ok=True)
@@ -1761,8 +1812,9 @@ class Tablet:
             self.inflight = 0
             self.cond.notify_all()
         # A flush or compaction in progress finishes first: none may write a superblock after
-        # this tablet is shut down (deletion rewrites it next).
-        with self.flush_lock:
+        # this tablet is shut down (deletion rewrites it next), nor a file in its directory
+        # (a compaction gives up at its next slab once the status is no longer RUNNING).
+        with self.compact_lock, self.flush_lock:
             if self.wal is not None:
                 self.wal.close()
 
