@@ -366,3 +366,64 @@ def test_a_copy_or_shutdown_during_a_merge_drops_its_output(tmp_path, monkeypatc
     m = open_small(root, run_block_rows=40)
     check(m.tablet("t1"), shape, model, random.Random(11), list(range(320)))
     m.close()
+
+
+def test_a_compaction_of_newer_runs_goes_on_beside_a_long_one(tmp_path, monkeypatch):
+    """While a compaction merges the older runs, flushes add runs and a second compaction
+    merges those newer ones (never the runs the first one merges) and commits first; the
+    first then commits its run where its inputs are listed. Newest versions win
+    throughout: updates and deletes of keys of the old runs sit in the newer ones."""
+    shape = Shape(INT_KEY)
+    root = tmp_path / "root"
+    m = open_small(root, run_block_rows=40, fanout=3)
+    model: dict = {}
+    t = _three_runs(m, shape, model)
+    real = tablet_mod.write_merged_run
+    second: list = []
+    nested: list = []
+
+    def merging(*a, **kw):
+        if nested:  # the second compaction itself
+            return real(*a, **kw)
+        nested.append(1)
+        busy = set(t.compacting)
+        assert len(busy) == 3
+        for step, (op, keys) in enumerate(
+            [
+                (OpType.UPDATE, list(range(0, 300, 5))),
+                (OpType.DELETE, list(range(1, 300, 7))),
+                (OpType.INSERT, list(range(300, 330))),
+            ],
+            start=60,
+        ):
+            if op == OpType.DELETE:
+                keys = [k for k in keys if k in model]
+            write(t, shape, op, keys, step)
+            apply_model(model, op, keys, step)
+            assert t.flush()
+        plan = t.compaction_plan(tiered=True)
+        assert len(plan) == 3 and not busy & {b.name for r in plan for b in r}
+        assert t.compaction_plan(tiered=False) == []  # no full compaction beside one
+        th = threading.Thread(target=lambda: second.append(t.compact(tiered=True)))
+        th.start()
+        th.join(30)
+        assert second == [True]
+        runs = runs_of(t.blocks)
+        assert len(runs) == 4 and {b.name for r in runs[:3] for b in r} == busy
+        return real(*a, **kw)
+
+    monkeypatch.setattr(tablet_mod, "write_merged_run", merging)
+    assert t.compact()
+    runs = runs_of(t.blocks)
+    assert len(runs) == 2 and check_runs(t.blocks) is None
+    assert any(b.table.column("__deleted").to_pylist().count(True) for b in runs[1])
+    check(t, shape, model, random.Random(12), list(range(340)))
+    m.close()
+    m = open_small(root, run_block_rows=40, fanout=3)
+    t = m.tablet("t1")
+    check(t, shape, model, random.Random(13), list(range(340)))
+    assert t.compact()
+    (run,) = runs_of(t.blocks)
+    assert sum(b.num_rows for b in run) == len(model)
+    check(t, shape, model, random.Random(14), list(range(340)))
+    m.close()

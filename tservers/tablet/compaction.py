@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tservers.tablet.blockindex import runs_of
-from tservers.tablet.tablet import Tablet, TabletStatus, compaction_run
+from tservers.tablet.tablet import Tablet, TabletStatus
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +70,12 @@ class CompactionOptions:
     blocks_min: int = 4  # a tablet with fewer runs (of blocks) is not looked at
     run_blocks_max: int = RUN_BLOCKS_MAX_DEFAULT  # K: runs merged at once, at most
     run_bytes_max: int = RUN_BYTES_MAX_DEFAULT  # B: bytes of block files merged at once (0: any)
+    # Compaction threads. The first runs any compaction; the others only those of at most
+    # `small_rows_max` rows (x the tablet's flush threshold), so that the newest runs keep
+    # being merged while a long merge of big runs goes on (a flush every few seconds would
+    # otherwise pile up runs, each one more block for every existence check to ask).
+    threads: int = 2
+    small_rows_max: int = 64
 
 
 def _block_bytes(data_dir: Path, names: Sequence[str]) -> int:
@@ -98,7 +104,7 @@ class CompactionScheduler:
         self._clock = clock
         self._stop = threading.Event()
         self._poked = threading.Event()  # new blocks (a flush): look again now
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
         self._next_at = 0.0  # the budget: no compaction starts before this
         self._lock = threading.Lock()
         self.compactions = 0
@@ -111,26 +117,31 @@ class CompactionScheduler:
 
     # ------------------------------------------------------------ thread
     def start(self) -> CompactionScheduler:
-        assert self._thread is None
-        self._thread = threading.Thread(target=self._run, name="tablet-compaction", daemon=True)
-        self._thread.start()
+        assert not self._threads
+        for i in range(max(1, self.opts.threads)):
+            th = threading.Thread(
+                target=self._run, args=(i > 0,), name=f"tablet-compaction-{i}", daemon=True
+            )
+            self._threads.append(th)
+            th.start()
         return self
 
     def close(self, timeout_s: float = 30.0) -> None:
         self._stop.set()
         self._poked.set()
-        if self._thread is not None:
-            self._thread.join(timeout_s)
+        deadline = time.monotonic() + timeout_s
+        for th in self._threads:
+            th.join(max(0.0, deadline - time.monotonic()))
 
     def poke(self) -> None:
         """A tablet has new blocks: the next round starts now, not after an idle wait."""
         self._poked.set()
 
-    def _run(self) -> None:
+    def _run(self, small_only: bool = False) -> None:
         wait = self.opts.round_interval_s
         while not self._stop.is_set():
             try:
-                ran = self.run_once()
+                ran = self.run_once(small_only=small_only)
             except Exception:  # a bug must not stop compactions for good
                 log.exception("compaction round failed")
                 ran = 0
@@ -156,7 +167,8 @@ class CompactionScheduler:
 
     def _wait_budget(self) -> bool:
         """Wait until the budget allows the next compaction; False when stopped meanwhile."""
-        wait = self._next_at - self._clock()
+        with self._lock:
+            wait = self._next_at - self._clock()
         if wait > 0:
             t0 = self._clock()
             if self._stop.wait(wait):
@@ -165,35 +177,36 @@ class CompactionScheduler:
                 self.throttled_s += self._clock() - t0
         return True
 
-    def run_once(self) -> int:
-        """At most one compaction per candidate tablet; returns how many ran."""
+    def run_once(self, *, small_only: bool = False) -> int:
+        """At most one compaction per candidate tablet (with `small_only`, only those of
+        at most `small_rows_max` x the flush threshold rows); returns how many ran."""
         ran = 0
         for t in self.candidates():
             if self._stop.is_set():
                 break
+            rows_max = None
+            if small_only:
+                rows_max = self.opts.small_rows_max * t.opts.flush_rows_threshold
+                runs = t.compaction_plan(tiered=True)
+                if not runs or sum(b.num_rows for r in runs for b in r) > rows_max:
+                    continue
             if not self._wait_budget():
                 break
-            if self.compact(t):
+            if self.compact(t, rows_max):
                 ran += 1
         return ran
 
     def planned_runs(self, t: Tablet) -> list[list[str]]:
         """The runs (their blocks) `t.compact(tiered=True)` would merge now ([] when none)."""
-        runs = runs_of(list(t.blocks))
-        start = compaction_run(
-            [sum(b.num_rows for b in r) for r in runs],
-            t.opts.compaction_blocks_min,
-            t.opts.flush_rows_threshold,
-        )
-        return [] if start is None else [[b.name for b in r] for r in runs[start:]]
+        return [[b.name for b in r] for r in t.compaction_plan(tiered=True)]
 
     def planned_run(self, t: Tablet) -> list[str]:
         """The blocks `t.compact(tiered=True)` would merge now ([] when none)."""
         return [n for r in self.planned_runs(t) for n in r]
 
-    def compact(self, t: Tablet) -> bool:
-        """One tiered compaction of `t` if it merges at most K runs and B bytes (0: any),
-        counted and charged to the budget."""
+    def compact(self, t: Tablet, rows_max: int | None = None) -> bool:
+        """One tiered compaction of `t` if it merges at most K runs and B bytes (0: any)
+        (and `rows_max` rows), counted and charged to the budget."""
         data_dir = t.fs.data_dir(t.tablet_id)
         runs = self.planned_runs(t)
         if not runs:
@@ -202,10 +215,12 @@ class CompactionScheduler:
         run_bytes = _block_bytes(data_dir, run)
         over_bytes = self.opts.run_bytes_max and run_bytes > self.opts.run_bytes_max
         if len(runs) > self.opts.run_blocks_max or over_bytes:
-            if self._over.get(t.tablet_id) != tuple(run):
+            with self._lock:
+                known = self._over.get(t.tablet_id) == tuple(run)
                 self._over[t.tablet_id] = tuple(run)
-                with self._lock:
+                if not known:
                     self.deferred += 1
+            if not known:
                 log.info(
                     "tablet %s: compaction of %d runs (%d bytes) left alone: over the "
                     "bound of %d runs and %d bytes merged at once",
@@ -216,12 +231,13 @@ class CompactionScheduler:
                     self.opts.run_bytes_max,
                 )
             return False
-        self._over.pop(t.tablet_id, None)
-        before = [b.name for b in t.blocks]
-        sizes = {n: _block_bytes(data_dir, [n]) for n in before}
+        with self._lock:
+            self._over.pop(t.tablet_id, None)
+        sizes = {n: _block_bytes(data_dir, [n]) for n in run}
         started = self._clock()
+        report: list = []
         try:
-            done = t.compact(tiered=True)
+            done = t.compact(tiered=True, rows_max=rows_max, report=report)
         except Exception as e:  # the tablet keeps serving from its old blocks
             with self._lock:
                 self.failures += 1
@@ -229,17 +245,13 @@ class CompactionScheduler:
             return False
         if not done:
             return False
-        after = [b.name for b in t.blocks]
-        merged = [n for n in before if n not in after]
-        new = [n for n in after if n not in before]
-        # The new block's bytes; a flush that ran between the two listings adds its block
-        # too (rare; counted as compaction output, an overestimate that only slows the
-        # budget down).
+        ((merged, new),) = report
         written = _block_bytes(data_dir, new)
         with self._lock:
             self.compactions += 1
             self.bytes_written += written
-            self.bytes_read += sum(sizes[n] for n in merged)
-        if self.opts.rate_bytes_s:
-            self._next_at = max(self._next_at, started) + written / self.opts.rate_bytes_s
+            # A block flushed between the plan and the compaction may be in the run.
+            self.bytes_read += sum(sizes.get(n, 0) for n in merged)
+            if self.opts.rate_bytes_s:
+                self._next_at = max(self._next_at, started) + written / self.opts.rate_bytes_s
         return True

@@ -358,7 +358,12 @@ class Tablet:
         self.cond = threading.Condition(self.lock)
         # One flush at a time; a compaction holds it to pick its runs and to commit.
         self.flush_lock = threading.Lock()
-        self.compact_lock = threading.Lock()  # one compaction at a time
+        # Blocks being merged by compactions in progress (design/storage.md, "Key-disjoint
+        # runs": a compaction of newer runs may go on beside one of older runs) and how
+        # many are in progress (shutdown waits for none).
+        self.compacting: set[str] = set()
+        self.compactions_active = 0
+        self.compaction_idle = threading.Condition(self.lock)
         self.status = TabletStatus.BOOTSTRAPPING
         self.error = ""
         self.wal: TabletLog | None = None
@@ -1268,148 +1273,201 @@ class Tablet:
             )
             return True
 
-    def compact(self, *, tiered: bool = False) -> bool:
+    def compaction_plan(self, *, tiered: bool = True) -> list[list[BlockIndex]]:
+        """The runs `compact` would merge now ([] when none): the runs newer than every run
+        a compaction in progress merges, and of those the newest `compaction_run` picks
+        (`tiered`) or all (a full compaction: only when no compaction is in progress).
+        Caller holds the lock or accepts a stale answer."""
+        runs = runs_of(list(self.blocks))
+        free = 0
+        for i, r in enumerate(runs):
+            if any(b.name in self.compacting for b in r):
+                free = i + 1
+        if not tiered and free:
+            return []
+        runs = runs[free:]
+        if len(runs) < 2:
+            return []
+        if not tiered:
+            return runs
+        found = compaction_run(
+            [sum(b.num_rows for b in r) for r in runs],
+            self.opts.compaction_blocks_min,
+            self.opts.flush_rows_threshold,
+        )
+        return [] if found is None else runs[found:]
+
+    def compact(
+        self, *, tiered: bool = False, rows_max: int | None = None, report: list | None = None
+    ) -> bool:
         """Merge runs of blocks into one sorted run of key-disjoint blocks (at most
         `run_block_rows` rows each): every run (tombstones dropped, all older versions are
         merged), or with `tiered` the newest runs `compaction_run` picks (tombstones kept
         unless they start at the oldest run). False when there was nothing to do.
 
-        One compaction at a time (`compact_lock`). The flush lock is held only to pick the
-        runs and to commit, not while merging: a merge of a large tablet's runs takes
-        minutes, and a memstore that could not flush meanwhile would grow without bound.
-        Flushes meanwhile only append newer blocks, which stay after the new run; a copy
-        session that began meanwhile (it lists the old blocks) or a shutdown makes the
-        compaction give up its output."""
+        The flush lock is held only to pick the runs and to commit, not while merging: a
+        merge of a large tablet's runs takes minutes, and a memstore that could not flush
+        meanwhile would grow without bound. Flushes meanwhile only append newer blocks, and
+        a second compaction may merge runs newer than this one's (`compaction_plan`):
+        each replaces its runs where they are listed. A copy session that began meanwhile
+        (it lists the old blocks) or a shutdown makes the compaction give up its output.
+        `rows_max`: do nothing if the runs to merge hold more rows. `report` gets (merged
+        block names, new block names) appended when it commits."""
         opts = self.opts
-        with self.compact_lock:
-            with self.flush_lock, self.lock:
-                if self.status is not TabletStatus.RUNNING or self.copy_anchors:
-                    return False  # a copy session reads the current blocks
-                blocks = list(self.blocks)
-                runs = runs_of(blocks)
-                if len(runs) < 2:
-                    return False
-                first = 0
-                if tiered:
-                    found = compaction_run(
-                        [sum(b.num_rows for b in r) for r in runs],
-                        opts.compaction_blocks_min,
-                        opts.flush_rows_threshold,
-                    )
-                    if found is None:
-                        return False
-                    first = found
-                merged = runs[first:]
-                # Block ids for the output, reserved now (flushes go on meanwhile): one per
-                # `run_block_rows` of input rows, rounded up.
-                block_rows_max = max(1, opts.run_block_rows)
-                in_rows = sum(b.num_rows for r in merged for b in r)
-                ids = max(1, -(-in_rows // block_rows_max))
-                block_id = self.sb.next_block_id
+        with self.flush_lock, self.lock:
+            if self.status is not TabletStatus.RUNNING or self.copy_anchors:
+                return False  # a copy session reads the current blocks
+            merged = self.compaction_plan(tiered=tiered)
+            if not merged:
+                return False
+            blocks = list(self.blocks)
+            runs = runs_of(blocks)
+            first = runs.index(merged[0])
+            if rows_max is not None and sum(b.num_rows for r in merged for b in r) > rows_max:
+                return False
+            # Block ids for the output, reserved now (flushes go on meanwhile): one per
+            # `run_block_rows` of input rows, rounded up.
+            block_rows_max = max(1, opts.run_block_rows)
+            in_rows = sum(b.num_rows for r in merged for b in r)
+            ids = max(1, -(-in_rows // block_rows_max))
+            block_id = self.sb.next_block_id
+            sb = SuperblockPB()
+            sb.CopyFrom(self.sb)
+            sb.next_block_id = block_id + ids  # persisted by the next superblock write
+            self.sb = sb
+            schema = self.schema
+            run_names = [b.name for r in merged for b in r]
+            self.compacting.update(run_names)
+            self.compactions_active += 1
+        try:
+            done = self._compact_runs(
+                blocks, runs, merged, first, block_id, ids, block_rows_max, schema
+            )
+        finally:
+            with self.lock:
+                self.compacting.difference_update(run_names)
+                self.compactions_active -= 1
+                self.compaction_idle.notify_all()
+        if done is not None and report is not None:
+            report.append((run_names, done))
+        return done is not None
+
+    def _compact_runs(
+        self,
+        blocks: list[BlockIndex],
+        runs: list[list[BlockIndex]],
+        merged: list[list[BlockIndex]],
+        first: int,
+        block_id: int,
+        ids: int,
+        block_rows_max: int,
+        schema: Schema,
+    ) -> list[str] | None:
+        """`compact`'s merge and commit of the runs `merged` (runs[first:first + n]): the
+        new blocks' names (none when every row was a dropped tombstone), None when it gave
+        up its output."""
+        opts = self.opts
+        run = [b for r in merged for b in r]
+        assert blocks[len(blocks) - len(run) :] == run  # the newest runs, or all
+        # Merged in bounded slabs, one source per run (its blocks one after the other:
+        # sorted, disjoint), and written as they come (blockindex.py); tombstones
+        # dropped only from runs that start at the oldest (older blocks may hold
+        # versions the runs' tombstones hide).
+        sources = [
+            r[0].table if len(r) == 1 else pa.concat_tables([b.table for b in r]) for r in merged
+        ]
+        release = PageRelease.of([(b, None) for b in run])
+        offsets = [[0] for _ in merged]  # per source: its blocks' first rows
+        for i, r in enumerate(merged):
+            for b in r:
+                offsets[i].append(offsets[i][-1] + b.num_rows)
+
+        def on_slab(pos: list[int]) -> None:
+            if self.status is not TabletStatus.RUNNING:  # shutdown waits for us
+                raise _CompactionAborted
+            # Positions per source to positions per block (PageRelease is per block).
+            release(
+                [
+                    min(max(p - o[j], 0), o[j + 1] - o[j])
+                    for p, o in zip(pos, offsets, strict=True)
+                    for j in range(len(o) - 1)
+                ]
+            )
+
+        data_dir = self.fs.data_dir(self.tablet_id)
+        out_names = [block_file_name(block_id + i, block_id) for i in range(ids)]
+
+        def drop_output() -> None:  # never listed: the output's files, whole or not
+            for name in out_names:
+                for f in (name, name + ".tmp", bloom_name(name), stats_name(name)):
+                    (data_dir / f).unlink(missing_ok=True)
+
+        try:
+            written = write_merged_run(
+                data_dir,
+                out_names.__getitem__,
+                sources,
+                self._key_names(schema),
+                lambda _i, t: self._adapt(t, schema),
+                drop_deleted=first == 0,
+                chunk_rows=opts.block_chunk_rows,
+                block_rows_max=block_rows_max,
+                on_slab=on_slab,
+            )
+            loaded = [self._open_block(name) for name, _ in written]  # writes filters
+        except _CompactionAborted:
+            drop_output()
+            return None
+        except Exception:
+            drop_output()
+            raise
+        assert check_runs(loaded) is None, check_runs(loaded)
+        crash_point("compact.after_block_write")
+        with self.flush_lock, self.lock:
+            # The merged blocks where they are listed now: older runs may have been
+            # merged meanwhile (a compaction beside this one), newer blocks flushed.
+            now = list(self.blocks)
+            names = [b.name for b in now]
+            at = names.index(run[0].name) if run[0].name in names else -1
+            gone = (
+                self.status is not TabletStatus.RUNNING
+                or self.copy_anchors
+                or at < 0
+                or names[at : at + len(run)] != [b.name for b in run]
+            )
+            if not gone:
                 sb = SuperblockPB()
                 sb.CopyFrom(self.sb)
-                sb.next_block_id = block_id + ids  # persisted by the next superblock write
+                assert list(sb.blocks) == names, "blocks not as listed"
+                del sb.blocks[:]
+                sb.blocks.extend(names[:at] + [b.name for b in loaded] + names[at + len(run) :])
+                self.fs.write_superblock(sb)
                 self.sb = sb
-                schema = self.schema
-            start = sum(len(r) for r in runs[:first])  # the first merged block
-            run = blocks[start:]
-            # Merged in bounded slabs, one source per run (its blocks one after the other:
-            # sorted, disjoint), and written as they come (blockindex.py); tombstones
-            # dropped only from runs that start at the oldest (older blocks may hold
-            # versions the runs' tombstones hide).
-            sources = [
-                r[0].table if len(r) == 1 else pa.concat_tables([b.table for b in r])
-                for r in merged
-            ]
-            release = PageRelease.of([(b, None) for b in run])
-            offsets = [[0] for _ in merged]  # per source: its blocks' first rows
-            for i, r in enumerate(merged):
-                for b in r:
-                    offsets[i].append(offsets[i][-1] + b.num_rows)
-
-            def on_slab(pos: list[int]) -> None:
-                if self.status is not TabletStatus.RUNNING:  # shutdown waits for us
-                    raise _CompactionAborted
-                # Positions per source to positions per block (PageRelease is per block).
-                release(
-                    [
-                        min(max(p - o[j], 0), o[j + 1] - o[j])
-                        for p, o in zip(pos, offsets, strict=True)
-                        for j in range(len(o) - 1)
-                    ]
-                )
-
-            data_dir = self.fs.data_dir(self.tablet_id)
-            out_names = [block_file_name(block_id + i, block_id) for i in range(ids)]
-
-            def drop_output() -> None:  # never listed: the output's files, whole or not
-                for name in out_names:
-                    for f in (name, name + ".tmp", bloom_name(name), stats_name(name)):
-                        (data_dir / f).unlink(missing_ok=True)
-
-            try:
-                written = write_merged_run(
-                    data_dir,
-                    out_names.__getitem__,
-                    sources,
-                    self._key_names(schema),
-                    lambda _i, t: self._adapt(t, schema),
-                    drop_deleted=first == 0,
-                    chunk_rows=opts.block_chunk_rows,
-                    block_rows_max=block_rows_max,
-                    on_slab=on_slab,
-                )
-                loaded = [self._open_block(name) for name, _ in written]  # writes filters
-            except _CompactionAborted:
-                drop_output()
-                return False
-            except Exception:
-                drop_output()
-                raise
-            assert check_runs(loaded) is None, check_runs(loaded)
-            crash_point("compact.after_block_write")
-            with self.flush_lock, self.lock:
-                now = list(self.blocks)
-                gone = (
-                    self.status is not TabletStatus.RUNNING
-                    or self.copy_anchors
-                    or [b.name for b in now[: len(blocks)]] != [b.name for b in blocks]
-                )
-                if not gone:
-                    sb = SuperblockPB()
-                    sb.CopyFrom(self.sb)
-                    names = list(sb.blocks)
-                    assert names == [b.name for b in now], "blocks not as listed"
-                    del sb.blocks[:]
-                    sb.blocks.extend(
-                        names[:start] + [b.name for b in loaded] + names[len(blocks) :]
-                    )
-                    self.fs.write_superblock(sb)
-                    self.sb = sb
-                    self.blocks = now[:start] + loaded + now[len(blocks) :]
-            if gone:
-                # Shut down, or a copy session lists the old blocks (or, a bug, the blocks
-                # changed): the output was never listed; remove it, keep the old run.
-                drop_output()
-                log.info("tablet %s: compaction output dropped (copy or shutdown)", self.tablet_id)
-                return False
-            crash_point("compact.after_superblock")
-            for old in run:
-                (data_dir / old.name).unlink(missing_ok=True)
-                (data_dir / bloom_name(old.name)).unlink(missing_ok=True)
-                (data_dir / stats_name(old.name)).unlink(missing_ok=True)
-            fsync_dir(data_dir)
-            log.info(
-                "tablet %s: compacted %d of %d runs (%d blocks) into %d blocks from %s (%d rows)",
-                self.tablet_id,
-                len(merged),
-                len(runs),
-                len(run),
-                len(loaded),
-                block_file_name(block_id, block_id),
-                sum(b.num_rows for b in loaded),
-            )
-            return True
+                self.blocks = now[:at] + loaded + now[at + len(run) :]
+                assert check_runs(self.blocks) is None, check_runs(self.blocks)
+        if gone:
+            # Shut down, or a copy session lists the old blocks (or, a bug, the blocks
+            # changed): the output was never listed; remove it, keep the old run.
+            drop_output()
+            log.info("tablet %s: compaction output dropped (copy or shutdown)", self.tablet_id)
+            return None
+        crash_point("compact.after_superblock")
+        for old in run:
+            (data_dir / old.name).unlink(missing_ok=True)
+            (data_dir / bloom_name(old.name)).unlink(missing_ok=True)
+            (data_dir / stats_name(old.name)).unlink(missing_ok=True)
+        fsync_dir(data_dir)
+        log.info(
+            "tablet %s: compacted %d of %d runs (%d blocks) into %d blocks from %s (%d rows)",
+            self.tablet_id,
+            len(merged),
+            len(runs),
+            len(run),
+            len(loaded),
+            block_file_name(block_id, block_id),
+            sum(b.num_rows for b in loaded),
+        )
+        return [b.name for b in loaded]
 
     def _write_block(self, name: str, table: pa.Table) -> None:
         data_dir = self.fs.data_dir(self.tablet_id)
@@ -1814,7 +1872,10 @@ class Tablet:
         # A flush or compaction in progress finishes first: none may write a superblock after
         # this tablet is shut down (deletion rewrites it next), nor a file in its directory
         # (a compaction gives up at its next slab once the status is no longer RUNNING).
-        with self.compact_lock, self.flush_lock:
+        with self.lock:
+            while self.compactions_active:
+                self.compaction_idle.wait()
+        with self.flush_lock:
             if self.wal is not None:
                 self.wal.close()
 
