@@ -61,6 +61,16 @@ FRAME_BYTES_HARD_FACTOR = 2
 CALL_TIMEOUT_MS_DEFAULT = 30_000
 CALL_TIMEOUT_MS_MAX = 600_000
 POLL_INTERVAL_MS = 50
+# The pool (design/wire-protocol.md, "One worker awake"): calls of a method whose handler
+# returned within QUICK_HANDLER_S its last QUICK_CALLS_MIN times are queued for the worker
+# already awake, which takes them one after the other (one wake-up per burst, not one per
+# call); any other call wakes a worker of its own, as before. When the oldest queued call
+# has not been taken for STALL_MS (the awake workers block after all, or wait for a CPU),
+# one more worker is woken, and so on every STALL_MS: a quick method's call that blocks
+# holds up the calls queued behind it by about STALL_MS.
+QUICK_HANDLER_S = 0.001
+QUICK_CALLS_MIN = 8
+STALL_MS = 2
 DRAIN_BATCH_MAX = 256
 # Requests read (and answered when inline) in one go before their answers are sent, in one
 # burst: zmq's I/O thread is woken once per burst rather than once per answer. Bounds the
@@ -192,7 +202,9 @@ class Later:
         """Finish the call on the worker pool: a worker calls `fn()` and answers with what
         it returns or raises, as a pool handler's (for the rare path that must block, e.g.
         a retry with backoff). Any thread; the call stays counted in flight meanwhile."""
-        self._server._work.put(_LaterWork(self, fn))
+        server = self._server
+        server._work_items.append(_LaterWork(self, fn))
+        server._work.put(True)  # a worker of its own (it may well block)
 
     def fail(self, err: errors.RpcError) -> bool:
         """Answer the call with `err`'s status; False if it was answered already or its
@@ -321,13 +333,29 @@ class RpcServer:
         self._deferred: dict[int, Later] = {}
         self._deferred_keys = 0
         # Work for the pool; its length is bounded by the in-flight count checked at dispatch.
+        self._work_items: deque = deque()
+        # Wake tokens for sleeping workers (True; None: stop). The I/O thread puts one per
+        # call not known to be quick, and one per turn that queued quick calls while no
+        # worker was busy (see _wake_workers).
         self._work: queue.SimpleQueue = queue.SimpleQueue()
+        # Per worker: taking calls (written by that worker alone).
+        self._busy: list[bool] = []
+        # Per method (its index): how many of its last calls returned within QUICK_HANDLER_S
+        # in a row (written by the workers; a lost update only makes a call wake a worker).
+        self._quick_calls: list[int] = []
+        # The I/O thread's: workers to wake at the end of this turn (calls not known to be
+        # quick), whether it queued quick calls, and the stall check's oldest queued call.
+        self._wake_for = 0
+        self._queued_quick = False
+        self._stall_head: Any = None
+        self._stall_since = 0.0
         self._pool: list[threading.Thread] = []
         self._io_thread: threading.Thread | None = None
         self._stopping = threading.Event()
         # Counters of the I/O thread and of each worker: each dict has one writer (no
         # lock); stats() adds them up.
         self._io_stats: dict[str, int] = dict.fromkeys(_STAT_KEYS, 0)
+        self._io_stats["pool_wakeups"] = 0  # workers woken by the I/O thread
         self._worker_stats: list[dict[str, int]] = []
         # An OK answer's header as protobuf serializes it, but for its call id (frames.py).
         self._ok_header_rest = ResponseHeader(status=_OK, server_uuid=uuid).SerializeToString()
@@ -409,10 +437,12 @@ class RpcServer:
                 [_MethodStats() for _ in self._methods] for _ in range(self._workers + 1)
             ]
         self._worker_stats = [dict.fromkeys(_STAT_KEYS, 0) for _ in range(self._workers)]
+        self._busy = [False] * self._workers
+        self._quick_calls = [0] * len(self._methods)
         self._pool = [
             threading.Thread(
                 target=self._worker_loop,
-                args=(self._shards[i + 1] if self._shards else None, self._worker_stats[i]),
+                args=(i, self._shards[i + 1] if self._shards else None, self._worker_stats[i]),
                 name=f"rpc-{self.service or 'server'}-worker-{i}",
                 daemon=True,
             )
@@ -555,7 +585,7 @@ class RpcServer:
             "Calls waiting for a free worker",
             labels=["service"],
         )
-        queued.add_metric([service], self._work.qsize())
+        queued.add_metric([service], len(self._work_items))
         workers = GaugeMetricFamily(
             "logcentric_rpc_workers", "Threads of the worker pool", labels=["service"]
         )
@@ -600,6 +630,7 @@ class RpcServer:
         poller.register(wake_fd, zmq.POLLIN)
         replies = self._replies
         armed = self._wake_armed
+        work_items = self._work_items
         next_expiry = 0.0
         while not self._stopping.is_set():
             if not self._inflight:
@@ -621,11 +652,13 @@ class RpcServer:
                 self._handle(frames)
                 self._read_requests()  # what else came meanwhile, answered in one burst
                 self._flush()
+                if work_items:
+                    self._wake_workers()
                 continue
             if not armed:
                 armed.append(True)  # before looking at the deque: see _replies
             try:
-                ready = poller.poll(0 if replies else POLL_INTERVAL_MS)
+                ready = poller.poll(0 if replies else STALL_MS if work_items else POLL_INTERVAL_MS)
             except zmq.ZMQError as exc:  # interrupted system call and the like
                 log.debug("poll interrupted: %s", exc)
                 continue
@@ -652,6 +685,8 @@ class RpcServer:
                     next_expiry = now + POLL_INTERVAL_MS / 1000.0
             if self._outbox:
                 self._flush()
+            if work_items:
+                self._wake_workers()
         # Answers computed after the stop are dropped: their callers see a lost connection.
 
     def _forward_replies(self) -> None:
@@ -676,9 +711,44 @@ class RpcServer:
                     stats.latency.observe(time.monotonic() - received)
                 self._send([identity, *frames])
 
+    def _wake_workers(self) -> None:
+        """I/O thread, at the end of a turn with calls queued for the pool: wake a worker
+        for each call this turn queued that is not known to be quick, one for its quick
+        calls if no worker is busy (a busy one takes them when done), and one more if the
+        oldest call queued has waited STALL_MS for a worker (those awake are blocked)."""
+        wake = self._wake_for
+        self._wake_for = 0
+        busy = self._busy
+        tokens = self._work
+        if self._queued_quick:
+            self._queued_quick = False
+            if not wake and True not in busy and not tokens.qsize():
+                wake = 1
+        try:
+            head = self._work_items[0]
+        except IndexError:
+            head = None  # taken meanwhile
+        if head is not self._stall_head:
+            self._stall_head, self._stall_since = head, time.monotonic()
+        elif head is not None:
+            now = time.monotonic()
+            if now - self._stall_since >= STALL_MS / 1000.0:
+                self._stall_since = now
+                wake += 1
+        if wake:
+            # Tokens past the sleeping workers would only pile up.
+            wake = min(wake, busy.count(False) - tokens.qsize())
+            self._io_stats["pool_wakeups"] += max(0, wake)
+            for _ in range(wake):
+                tokens.put(True)
+
     def _queue_reply(self, item) -> None:
         """Any thread: hand an answer to the I/O thread, waking it if it may sleep."""
         self._replies.append(item)
+        self._wake_io()
+
+    def _wake_io(self) -> None:
+        """Any thread, after queueing answers: wake the I/O thread if it may sleep."""
         armed = self._wake_armed
         if not armed:  # the common case under load, tested first: no exception raised
             return  # the I/O thread is awake, or another answer of this batch woke it
@@ -882,7 +952,11 @@ class RpcServer:
                 self._send(answer)
             return
         self._inflight += 1
-        self._work.put((identity, call_id, method, frames[2], ctx))
+        self._work_items.append((identity, call_id, method, frames[2], ctx))
+        if self._quick_calls[method.index] >= QUICK_CALLS_MIN:
+            self._queued_quick = True
+        else:
+            self._wake_for += 1
 
     def _reject(
         self, err: errors.RpcError, call_id: int = 0, one_way: bool = False
@@ -913,26 +987,62 @@ class RpcServer:
     def _io_shard(self) -> list[_MethodStats] | None:
         return self._shards[0] if self._shards else None
 
-    def _worker_loop(self, shard: list[_MethodStats] | None, stats: dict[str, int]) -> None:
+    def _worker_loop(
+        self, index: int, shard: list[_MethodStats] | None, stats: dict[str, int]
+    ) -> None:
         get = self._work.get
+        items = self._work_items
+        busy = self._busy
+        quick_calls = self._quick_calls
+        replies = self._replies
         queue_reply = self._queue_reply
+        wake_io = self._wake_io
+        stopping = self._stopping
+        invoke = self._invoke
+        clock = time.monotonic
         while True:
-            item = get()
-            if item is None or self._stopping.is_set():
+            if get() is None:  # a wake token (True), or None from close()
                 return
-            if type(item) is _LaterWork:
-                self._run_later(item)
-                continue
-            identity, call_id, method, body_frame, ctx = item
-            answer = None
-            try:
-                answer = [
-                    identity,
-                    *self._invoke(call_id, method, body_frame, ctx, stats, shard),
-                ]
-            finally:
-                # None (not answered: a BaseException) is counted out all the same.
-                queue_reply(answer)
+            busy[index] = True
+            while not stopping.is_set():
+                try:
+                    item = items.popleft()
+                except IndexError:
+                    # Idle, unless a call was queued since: the I/O thread wakes nobody for
+                    # a quick call while it sees a worker busy, and it looks after queueing.
+                    busy[index] = False
+                    if not items:
+                        break
+                    busy[index] = True
+                    continue
+                if not items and replies:
+                    # The last call queued: answers held back (below) go now, not after it
+                    # (it may block; the I/O thread's stall check runs only while calls wait).
+                    wake_io()
+                if type(item) is _LaterWork:
+                    self._run_later(item)
+                    continue
+                identity, call_id, method, body_frame, ctx = item
+                start = clock()
+                try:
+                    answer = [identity, *invoke(call_id, method, body_frame, ctx, stats, shard)]
+                except BaseException:
+                    queue_reply(None)  # not answered, but counted out all the same
+                    raise
+                if clock() - start < QUICK_HANDLER_S:
+                    quick_calls[method.index] += 1
+                    replies.append(answer)
+                    if items:
+                        # Held back while calls are queued: it goes with the answer that
+                        # wakes the I/O thread, at the latest when a worker takes the last
+                        # queued call (above), or at the stall check (STALL_MS).
+                        continue
+                    wake_io()
+                else:
+                    quick_calls[method.index] = 0
+                    queue_reply(answer)
+            else:
+                return
 
     @staticmethod
     def _run_later(work: _LaterWork) -> None:
