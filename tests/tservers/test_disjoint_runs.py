@@ -28,6 +28,7 @@ from tservers.fs import FsLayout
 from tservers.tablet import blockindex
 from tservers.tablet import tablet as tablet_mod
 from tservers.tablet.blockindex import BlockIndex, check_runs, run_of, runs_of
+from tservers.tablet.compaction import CompactionOptions, CompactionScheduler
 from tservers.tablet.manager import TabletManager
 from tservers.tablet.tablet import TabletOptions, TabletStatus
 from tservers.wal.log import WalOptions
@@ -426,4 +427,44 @@ def test_a_compaction_of_newer_runs_goes_on_beside_a_long_one(tmp_path, monkeypa
     (run,) = runs_of(t.blocks)
     assert sum(b.num_rows for b in run) == len(model)
     check(t, shape, model, random.Random(14), list(range(340)))
+    m.close()
+
+
+def test_the_scheduler_merges_new_runs_during_a_big_compaction(tmp_path, monkeypatch):
+    """The scheduler's second thread wakes while the first runs a compaction over
+    `small_rows_max` flushes of rows and merges the runs flushed meanwhile."""
+    shape = Shape(INT_KEY)
+    root = tmp_path / "root"
+    m = open_small(root, run_block_rows=40, fanout=3)
+    model: dict = {}
+    t = _three_runs(m, shape, model)  # 300 rows: over 2 x 20
+    real = tablet_mod.write_merged_run
+    calls: list = []
+
+    def merging(*a, **kw):
+        calls.append(1)
+        if len(calls) == 1:  # the big one: three small flushes, merged beside it
+            for step in range(3):
+                keys = list(range(400 + step * 5, 405 + step * 5))
+                write(t, shape, OpType.INSERT, keys, 70 + step)
+                apply_model(model, OpType.INSERT, keys, 70 + step)
+                assert t.flush()
+            deadline_s = time.monotonic() + 30
+            while len(runs_of(t.blocks)) != 4 and time.monotonic() < deadline_s:
+                time.sleep(0.01)
+            assert len(runs_of(t.blocks)) == 4  # 3 old runs (busy) + 1 merged beside
+        return real(*a, **kw)
+
+    monkeypatch.setattr(tablet_mod, "write_merged_run", merging)
+    sched = CompactionScheduler(
+        lambda: [t], CompactionOptions(rate_bytes_s=0, blocks_min=3, small_rows_max=2, threads=2)
+    ).start()
+    try:
+        deadline_s = time.monotonic() + 30
+        while len(runs_of(t.blocks)) != 2 and time.monotonic() < deadline_s:
+            time.sleep(0.01)
+    finally:
+        sched.close()
+    assert len(runs_of(t.blocks)) == 2 and sched.compactions == 2 and len(calls) == 2
+    check(t, shape, model, random.Random(15), list(range(420)))
     m.close()

@@ -1,34 +1,36 @@
-"""The background compaction policy of a tablet server (design/storage.md, "Compaction").
+"""The background compaction policy of a tablet server (design/storage.md, "Compaction" and
+"Key-disjoint runs").
 
-One thread per server (`CompactionScheduler`, started by the tablet manager) picks, each
-round, the RUNNING tablet with the most data blocks among those holding at least
-`compaction_blocks_min`, and runs its size-tiered compaction (`Tablet.compact(tiered=True)`,
-which merges only the newest run of blocks of one size class: `compaction_run`). Flushes
-stay on the manager's maintenance thread, so a throttled compaction never delays a flush.
+A tablet's blocks form sorted runs (a flushed block, or the key-disjoint blocks one
+compaction wrote); an existence check asks one block per run. Each round, the scheduler
+takes the RUNNING tablets with at least `compaction_blocks_min` runs, most runs first, and
+runs their size-tiered compaction (`Tablet.compact(tiered=True)`: the newest runs of one
+size class, `compaction_run`, merged into one run). Two threads (`threads`): the first runs
+any compaction, the others only those of at most `small_rows_max` flushes of rows, so that
+while a long merge of big runs goes on (minutes at 50M rows) the runs of new flushes keep
+being merged (a tablet lets a compaction of runs newer than a busy one's go on beside it,
+`Tablet.compaction_plan`). Flushes stay on the manager's maintenance thread and are never
+held back by a merge (the tablet takes its flush lock only to pick and to commit).
 
-Memory: one compaction at a time per server, and the tablet merges a run in bounded slabs
-and writes its block as they come (`blockindex.write_merged_block`): the merge holds about
-COMPACT_SLAB_ROWS rows and one output batch whatever the run's size, and the new block's
-filter is built a segment at a time (its hashes, 8 bytes a key, are what grows). A run is
-still merged only when it holds at most `run_blocks_max` blocks (K) and `run_bytes_max`
-bytes of block files (B): K bounds the sources of a slab, B now the disk a compaction
-needs until it unlinks its inputs (the new block is written before the old ones go) and
-how long one compaction runs. A tablet whose run is over either bound is left as it is
-(counted in `deferred`, logged once) until its run changes: smaller classes go on
-merging, and the blocks of the class over the bound stay apart (Kudu's compaction budget
-does the same: `tablet_compaction_budget_mb`). The run is read just before `compact`
-(which reads it again under the tablet's flush lock): a flush in between may add one block
-to it.
+Memory: at most `threads` compactions at a time per server, each merging its runs in
+bounded slabs and writing its blocks as they come (`blockindex.write_merged_run`): a
+merge holds about COMPACT_SLAB_ROWS rows and one output batch whatever the runs' size, and
+each new block's filter is built a segment at a time (its hashes, 8 bytes a key, are what
+grows: at most `run_block_rows` keys). A compaction merges at most `run_blocks_max` runs
+(K: the sources of a slab) and, if set, `run_bytes_max` bytes of block files (B, off by
+default: runs must stay few, and a byte budget leaves the big ones apart; what it bounds
+is the disk a compaction needs until it unlinks its inputs, at most the tablet's size
+without it). A compaction over a bound is left alone (counted in `deferred`, logged once).
 
 Rate limit: a budget of `rate_bytes_s` bytes written per second over all tablets. A
 compaction that wrote X bytes and started at t lets the next one start at t + X / rate at
 the earliest; over any stretch of time, compactions write at most rate x time bytes plus
-one compaction (the one under way is not cut in the middle). 0: unthrottled.
+one compaction per thread (one under way is not cut in the middle). 0: unthrottled.
 
-Crash safety is the tablet's: a compaction writes its block and filter (fsynced), then the
-superblock that lists it (the commit point), then unlinks the merged blocks; a crash at any
-step leaves either the old blocks or the new one listed (crash points `compact.*`), and
-unlisted files are removed at open.
+Crash safety is the tablet's: a compaction writes its blocks and filters (fsynced), then
+the superblock that lists them (the commit point), then unlinks the merged blocks; a crash
+at any step leaves either the old blocks or the new run listed (crash points `compact.*`),
+and unlisted files are removed at open.
 
 Metrics: compactions run, bytes written, seconds spent waiting for the budget.
 """
@@ -104,6 +106,7 @@ class CompactionScheduler:
         self._clock = clock
         self._stop = threading.Event()
         self._poked = threading.Event()  # new blocks (a flush): look again now
+        self._big = threading.Event()  # a compaction over the small bound is under way
         self._threads: list[threading.Thread] = []
         self._next_at = 0.0  # the budget: no compaction starts before this
         self._lock = threading.Lock()
@@ -120,7 +123,9 @@ class CompactionScheduler:
         assert not self._threads
         for i in range(max(1, self.opts.threads)):
             th = threading.Thread(
-                target=self._run, args=(i > 0,), name=f"tablet-compaction-{i}", daemon=True
+                target=self._run if i == 0 else self._run_small,
+                name=f"tablet-compaction-{i}",
+                daemon=True,
             )
             self._threads.append(th)
             th.start()
@@ -129,6 +134,7 @@ class CompactionScheduler:
     def close(self, timeout_s: float = 30.0) -> None:
         self._stop.set()
         self._poked.set()
+        self._big.set()
         deadline = time.monotonic() + timeout_s
         for th in self._threads:
             th.join(max(0.0, deadline - time.monotonic()))
@@ -137,11 +143,27 @@ class CompactionScheduler:
         """A tablet has new blocks: the next round starts now, not after an idle wait."""
         self._poked.set()
 
-    def _run(self, small_only: bool = False) -> None:
+    def _run_small(self) -> None:
+        """The other threads: idle (no rounds) unless a big compaction is under way; then
+        rounds of small compactions only, every round interval."""
+        while not self._stop.is_set():
+            if not self._big.wait(IDLE_ROUND_INTERVAL_S_MAX):
+                continue
+            if self._stop.is_set():
+                return
+            try:
+                ran = self.run_once(small_only=True)
+            except Exception:  # a bug must not stop compactions for good
+                log.exception("compaction round failed")
+                ran = 0
+            if not ran:
+                self._stop.wait(self.opts.round_interval_s)
+
+    def _run(self) -> None:
         wait = self.opts.round_interval_s
         while not self._stop.is_set():
             try:
-                ran = self.run_once(small_only=small_only)
+                ran = self.run_once()
             except Exception:  # a bug must not stop compactions for good
                 log.exception("compaction round failed")
                 ran = 0
@@ -208,9 +230,11 @@ class CompactionScheduler:
         """One tiered compaction of `t` if it merges at most K runs and B bytes (0: any)
         (and `rows_max` rows), counted and charged to the budget."""
         data_dir = t.fs.data_dir(t.tablet_id)
-        runs = self.planned_runs(t)
-        if not runs:
+        plan = t.compaction_plan(tiered=True)
+        if not plan:
             return False
+        runs = [[b.name for b in r] for r in plan]
+        rows = sum(b.num_rows for r in plan for b in r)
         run = [n for r in runs for n in r]
         run_bytes = _block_bytes(data_dir, run)
         over_bytes = self.opts.run_bytes_max and run_bytes > self.opts.run_bytes_max
@@ -236,6 +260,10 @@ class CompactionScheduler:
         sizes = {n: _block_bytes(data_dir, [n]) for n in run}
         started = self._clock()
         report: list = []
+        small = self.opts.small_rows_max * t.opts.flush_rows_threshold
+        big = rows_max is None and rows > small
+        if big:
+            self._big.set()  # the small threads merge newer runs meanwhile
         try:
             done = t.compact(tiered=True, rows_max=rows_max, report=report)
         except Exception as e:  # the tablet keeps serving from its old blocks
@@ -243,6 +271,9 @@ class CompactionScheduler:
                 self.failures += 1
             log.exception("tablet %s: compaction failed: %s", t.tablet_id, e)
             return False
+        finally:
+            if big:
+                self._big.clear()
         if not done:
             return False
         ((merged, new),) = report

@@ -5,6 +5,9 @@ State of a running tablet:
   `__deleted` for tombstones), oldest first; a newer block overrides an older one. Each is a
   `BlockIndex` (blockindex.py): mapped, with its key range and a bloom filter persisted
   beside it, so a key is found by range, filter and a binary search (design/storage.md).
+  Blocks form sorted runs (`blockindex.runs_of`): a flushed block is a run of its own, a
+  compaction writes one run of key-disjoint blocks listed together in key order, so a
+  key is looked for in one block per run (`_locate_blocks`).
 - `memstore`: key -> row tuple (schema order) or None (tombstone), for applied entries not yet
   flushed; `frozen` is the memstore being flushed. Both are hash maps: they are sorted by key
   once, when flushed or scanned, rather than on every write.
