@@ -148,6 +148,7 @@ class TServerObserver:
         out.append(_counter("logcentric_tserver_wal_entries", "WAL entries written", a.entries))
         out.extend(self._copy_metrics())
         out.extend(self._storage_metrics())
+        out.extend(self._raft_metrics())
         hb = server.heartbeater
         out.append(
             _gauge(
@@ -164,6 +165,40 @@ class TServerObserver:
             )
         )
         return out
+
+    def _raft_metrics(self) -> list[Metric]:
+        d = self.server.manager.driver
+        return [
+            _counter(
+                "logcentric_tserver_raft_messages_in", "Raft messages taken in", d.messages_in
+            ),
+            _counter(
+                "logcentric_tserver_raft_messages_dropped",
+                "Raft messages dropped on a full inbox (Raft resends)",
+                d.messages_dropped,
+            ),
+            _counter("logcentric_tserver_raft_messages_out", "Raft messages sent", d.messages_out),
+            _gauge(
+                "logcentric_tserver_raft_groups_quiet",
+                "Raft groups quiet now (idle: no heartbeats, no timers)",
+                d.quiet_groups(),
+            ),
+            _gauge(
+                "logcentric_tserver_raft_peers_down",
+                "Peer tablet servers declared dead by liveness and not heard from since",
+                len(d.peers_down),
+            ),
+            _counter(
+                "logcentric_tserver_raft_peers_declared_down",
+                "Times a peer tablet server was declared dead (not heard from in time)",
+                d.peers_declared_down,
+            ),
+            _counter(
+                "logcentric_tserver_raft_groups_woken_by_liveness",
+                "Quiet groups woken because a peer server died or came back",
+                d.groups_woken_by_liveness,
+            ),
+        ]
 
     def _storage_metrics(self) -> list[Metric]:
         """Background compactions and the reserved free space (design/storage.md)."""

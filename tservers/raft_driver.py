@@ -495,6 +495,7 @@ class RaftDriver:
         self._kicker: threading.Thread | None = None
         self.messages_in = 0
         self.messages_dropped = 0
+        self.messages_out = 0  # Raft messages handed to the peers' sockets (metrics)
         # The tick clock: tick n starts at _epoch + n * tick_interval_s. It is read once at
         # the start of each round (`_clock_tick`), so a long round does not count as time
         # until the next one, and a driver running late moves _epoch forward: the ticks it
@@ -515,13 +516,17 @@ class RaftDriver:
         self._heard: dict[str, float] = {}
         self._watch: set[str] = set()  # peers named by this server's groups' configs
         self._watch_refreshed_s = -LIVENESS_REFRESH_S
-        self._down: set[str] = set()  # declared dead (not heard from for an election timeout)
+        # Declared dead (not heard from for an election timeout); replaced, never changed in
+        # place, as new groups read it from other threads (`add_group`).
+        self._down: frozenset[str] = frozenset()
         # On time.monotonic(), not on the tick clock: that one only runs for due timers, and
         # quiet groups have none.
         self._next_ping_s = 0.0
         # Farewells still to repeat: [repeats left, messages] (driver thread only).
         self._farewells: list[list] = []
         self.peers_declared_down = 0  # metrics, tests
+        self._next_probe_s = 0.0  # the next probe of the servers declared dead (`_probe`)
+        self.probes = 0  # heartbeats sent as probes of dead servers (tests)
         self.groups_woken_by_liveness = 0
         self.hard_state_batches = 0  # rounds whose terms and votes were persisted together
         self._pinged_s = 0.0  # time.monotonic() of the last liveness pings
@@ -559,6 +564,17 @@ class RaftDriver:
         with self._report_changes_lock:
             out, self._report_changes = self._report_changes, set()
         return out
+
+    @property
+    def peers_down(self) -> frozenset[str]:
+        """The peer servers declared dead and not heard from since (metrics, status)."""
+        return self._down
+
+    def quiet_groups(self) -> int:
+        """How many groups are quiet now (a racy read of each core's flag: metrics)."""
+        with self._groups_lock:
+            groups = list(self._groups.values())
+        return sum(1 for g in groups if g.core.quiesced)
 
     def purge_peer(self, uuid: str) -> None:
         """Drop the messages queued for a peer server (any thread; done by the driver)."""
@@ -649,6 +665,11 @@ class RaftDriver:
                 core.tick()
         tablet.group = g
         with self._groups_lock:
+            # The dead peers as of now; the driver changes them under this lock, so a group
+            # hears of each change either here or from `_tell_groups`.
+            with g.lock:
+                for u in self._down:
+                    core.peer_down(u)
             self._groups[tablet_id] = g
         self.report_changed(tablet_id)
         self.wake(g)
@@ -971,25 +992,31 @@ class RaftDriver:
             self._send(f[1])
         self._farewells = [f for f in self._farewells if f[0] > 0]
         timeout_s = raft.election_timeout_ticks * tick_s
-        newly_down = []
+        newly_down, back = [], []
         for uuid in list(self._watch):
             heard = self._heard.get(uuid)
             if heard is None:
                 self._heard[uuid] = now  # watched from now on: a full timeout of grace
             elif now - heard <= timeout_s:
-                self._down.discard(uuid)
+                if uuid in self._down:
+                    back.append(uuid)
             elif uuid not in self._down:
-                self._down.add(uuid)
                 newly_down.append(uuid)
-        if newly_down:
+        if newly_down or back:
             self.peers_declared_down += len(newly_down)
-            woken = self._wake_quiet(newly_down, dirty)
-            log.info(
-                "peer servers %s not heard from for %.1f s: %d quiet groups woke",
-                ", ".join(sorted(newly_down)),
-                timeout_s,
-                woken,
-            )
+            woken = self._tell_groups(newly_down, back, dirty)
+            if newly_down:
+                log.info(
+                    "peer servers %s not heard from for %.1f s: %d quiet groups woke",
+                    ", ".join(sorted(newly_down)),
+                    timeout_s,
+                    woken,
+                )
+            if back:
+                log.info("peer servers %s heard from again", ", ".join(sorted(back)))
+        if self._down and now >= self._next_probe_s:
+            self._next_probe_s = now + timeout_s
+            self._probe(dirty)
 
     def _ping(self, uuid: str) -> None:
         p = self._peers.get(uuid)
@@ -1000,19 +1027,48 @@ class RaftDriver:
             p = self._peers[uuid] = _PeerOut(self, uuid, address)
         p.ping()
 
-    def _wake_quiet(self, uuids: list[str], dirty: dict[str, RaftGroup]) -> int:
-        """Every quiet group naming one of `uuids` wakes; returns how many woke."""
+    def _probe(self, dirty: dict[str, RaftGroup]) -> None:
+        """Once an election timeout, each server declared dead gets one heartbeat of one
+        group this server leads with it (`RaftCore.probe`). A restarted server pings the
+        peers its groups name, but one holding no replica of a group with this server (a
+        copy that crashed, every replica deleted) names none: only an answer to a message
+        from here tells that it is back, and a quiet leader sends none."""
         with self._groups_lock:
+            groups = list(self._groups.values())
+        todo = set(self._down)
+        for g in groups:
+            if not todo:
+                break
+            with g.lock:
+                if g.closed or g.failed or g.core.role is not Role.LEADER:
+                    continue
+                probed = [u for u in todo if g.core.probe(u)]
+            if probed:
+                todo.difference_update(probed)
+                self.probes += len(probed)
+                dirty[g.tablet_id] = g
+
+    def _tell_groups(self, down: list[str], back: list[str], dirty: dict[str, RaftGroup]) -> int:
+        """Every group hears which peer servers were declared dead and which are heard from
+        again (`RaftCore.peer_down`, `peer_up`); returns how many quiet groups woke (a
+        follower whose leader died, a leader left without a live majority, a leader whose
+        follower is back)."""
+        with self._groups_lock:
+            self._down = (self._down | set(down)) - set(back)
             groups = list(self._groups.values())
         woken = 0
         for g in groups:
             with g.lock:
-                if g.closed or g.failed or not g.core.quiesced:
+                if g.closed or g.failed:
                     continue
-                g.catch_up_locked()
-                for u in uuids:
+                quiet = g.core.quiesced
+                if quiet:
+                    g.catch_up_locked()
+                for u in down:
                     g.core.peer_down(u)
-                woke = not g.core.quiesced
+                for u in back:
+                    g.core.peer_up(u)
+                woke = quiet and not g.core.quiesced
             if woke:
                 woken += 1
                 dirty[g.tablet_id] = g
@@ -1297,6 +1353,7 @@ class RaftDriver:
     def _send(self, msgs) -> None:
         if not msgs:
             return
+        self.messages_out += len(msgs)
         by_peer: dict[str, list] = {}
         for m in msgs:
             by_peer.setdefault(m.recipient, []).append(

@@ -210,11 +210,86 @@ def test_peer_down_at_a_quiet_leader_lets_check_quorum_work():
     _tick_settle(c, 10 * T)
     assert a.role is Role.LEADER and a.quiesced  # quiet: no check-quorum step-down
     a.peer_down("b")
-    assert not a.quiesced
+    assert a.quiesced  # c alive: a and c are still a majority, nothing to do
+    a.peer_down("c")
+    assert not a.quiesced  # no live majority left
     sent = [m for m in a.ready().messages if isinstance(m, AppendRequest)]
     assert {m.recipient for m in sent} == {"b", "c"}  # heartbeats at once
     _tick_settle(c, 2 * T)
     assert a.role is not Role.LEADER
+
+
+def test_one_dead_follower_wakes_nobody_and_its_return_wakes_the_leader():
+    """A follower's server dies: the quiet leader and the other follower stay quiet (no
+    heartbeats to a dead server, in thousands of groups). When it is heard from again the
+    leader wakes, heartbeats, catches it up and the group goes quiet again."""
+    c = _quiet_cluster()
+    a, b, cc = c.cores["a"], c.cores["b"], c.cores["c"]
+    c.down = {"c"}
+    a.peer_down("c")
+    b.peer_down("c")
+    assert a.quiesced and b.quiesced
+    before = len(c.readies["a"])
+    _tick_settle(c, 10 * T)
+    assert len(c.readies["a"]) == before  # not one heartbeat meanwhile
+    c.down = set()
+    a.peer_up("c")
+    b.peer_up("c")
+    assert not a.quiesced and b.quiesced
+    sent = [m for m in a.ready().messages if isinstance(m, AppendRequest)]
+    assert {m.recipient for m in sent} == {"b", "c"}
+    c.settle()
+    _tick_settle(c, 3 * OPTS.heartbeat_interval_ticks)
+    assert all(core.quiesced for core in c.cores.values())
+    assert a.role is Role.LEADER and a.term == cc.term and cc.leader_uuid == "a"
+
+
+def test_a_leader_goes_quiet_without_a_dead_followers_answer():
+    """Woken by a write while a follower's server is dead: the leader commits with the live
+    follower and goes quiet again without the dead one's answer; the write reaches the dead
+    follower once its server is back."""
+    c = _quiet_cluster()
+    a, cc = c.cores["a"], c.cores["c"]
+    c.down = {"c"}
+    for core in (a, c.cores["b"]):
+        core.peer_down("c")
+    a.propose(b"w2")
+    c.settle()
+    _tick_settle(c, 3 * OPTS.heartbeat_interval_ticks)
+    assert a.quiesced and a.commit_index == a.last_index
+    assert cc.last_index < a.last_index
+    c.down = set()
+    a.peer_up("c")
+    c.settle()
+    _tick_settle(c, 3 * OPTS.heartbeat_interval_ticks)
+    assert cc.commit_index == a.last_index and all(k.quiesced for k in c.cores.values())
+
+
+def test_a_probe_of_a_dead_follower_leaves_the_leader_quiet():
+    """The driver's probe of a server declared dead: one heartbeat to it alone; the leader
+    stays quiet. A probe from a follower, or of a stranger, sends nothing."""
+    c = _quiet_cluster()
+    a, b = c.cores["a"], c.cores["b"]
+    c.down = {"c"}
+    a.peer_down("c")
+    assert a.probe("c")
+    sent = a.ready().messages
+    assert [(type(m), m.recipient) for m in sent] == [(AppendRequest, "c")]
+    assert a.quiesced
+    assert not b.probe("c") and not a.probe("zz")
+    assert not b.ready().messages and not a.ready().messages
+
+
+def test_no_quiet_without_a_live_majority():
+    c = _three()
+    a = _elect(c)
+    a.propose(b"w")
+    c.settle()
+    c.down = {"b", "c"}
+    a.peer_down("b")
+    a.peer_down("c")
+    _tick_settle(c, 3 * OPTS.heartbeat_interval_ticks)
+    assert not a.quiesced
 
 
 def test_one_woken_follower_wakes_the_group_by_its_pre_vote():
@@ -317,6 +392,15 @@ def test_restart_starts_awake():
     assert not again.quiesced and again.ticks_to_next_event() <= 2 * T
 
 
+def _heal(c: Cluster) -> None:
+    """The dead servers come back; the others' drivers hear them again (`peer_up`)."""
+    for dead in c.down:
+        for u in "abc":
+            if u != dead:
+                c.cores[u].peer_up(dead)
+    c.down = set()
+
+
 def test_random_idle_and_busy_periods_keep_logs_and_commits_agreeing():
     """Random proposals, reads, quiet spells and dead peers: the group always comes back,
     commits every proposal, and never has two leaders in a term."""
@@ -331,23 +415,28 @@ def test_random_idle_and_busy_periods_keep_logs_and_commits_agreeing():
         elif x < 0.3 and leader:
             c.cores[leader].read_index(rnd.randrange(1 << 30))
         elif x < 0.35:
+            _heal(c)
             dead = rnd.choice("abc")
             c.down = {dead}
             for u in "abc":
                 if u != dead:
                     c.cores[u].peer_down(dead)
         elif x < 0.45:
-            c.down = set()
+            _heal(c)
         _tick_settle(c, rnd.randint(1, 6))
         for u, k in c.cores.items():
             if k.role is Role.LEADER:
                 leaders_by_term.setdefault(k.term, set()).add(u)
     assert all(len(v) == 1 for v in leaders_by_term.values()), leaders_by_term
-    c.down = set()
+    _heal(c)
     for u in "abc":
         for v in "abc":
             if u != v:
                 c.cores[u].peer_down(v)
+    for u in "abc":
+        for v in "abc":
+            if u != v:
+                c.cores[u].peer_up(v)
     _tick_settle(c, 6 * T)
     leader = [u for u, k in c.cores.items() if k.role is Role.LEADER]
     assert len(leader) == 1
@@ -439,5 +528,76 @@ def test_real_servers_go_quiet_and_fail_over_when_the_leaders_server_dies(tmp_pa
         trio.write_anywhere("q1", [11])
         new = trio.leader("q1", among=followers)
         assert trio.scan_ids(new, "q1") == list(range(12))
+    finally:
+        trio.stop_all()
+
+
+@pytest.mark.integration
+def test_a_dead_follower_wakes_no_group_and_rejoins_its_leaders_term(tmp_path, monkeypatch):
+    """Three tablet server processes, two tablets, quiet. Kill -9 of a server that leads
+    neither: the survivors declare it dead and wake no group (a leader needs no answer from
+    a dead server to stay quiet; before, each woke and heartbeat it five times a second
+    until it came back: the load behind the restart storm of thousands of replicas). A write
+    meanwhile commits and its group goes quiet again without the dead follower. Restarted,
+    it is heard from again, its leaders wake, and it rejoins each tablet in its leader's
+    term holding every write."""
+    monkeypatch.delenv(QUIET_GROUPS_ENV, raising=False)  # on by default
+    trio = TServerTrio(tmp_path, extra_args=["--log-level", "debug"])
+    tablets = ("d1", "d2")
+    try:
+        trio.start_all()
+        p = trio.procs
+        for t in tablets:
+            trio.create_tablet(t)
+            trio.write_anywhere(t, range(5))
+        leaders = {t: trio.leader(t) for t in tablets}
+        dead = next(i for i in range(3) if i not in leaders.values())
+        for t in tablets:
+            for i in range(3):
+                if i != leaders[t]:
+                    wait_for(
+                        lambda t=t, i=i: _log_has(p[i], f"{t}/{p[i].uuid} quiet, following"),
+                        30,
+                        f"{t} quiet on server {i}",
+                    )
+        terms = {t: trio.report(leaders[t], t).current_term for t in tablets}
+        trio.kill9(dead)
+        line = f"peer servers {p[dead].uuid} not heard from"
+        for i in range(3):
+            if i == dead:
+                continue
+            wait_for(lambda i=i: _log_has(p[i], line), 30, f"server {i} to declare {dead} dead")
+            said = [ln for ln in p[i].err_path.read_text().splitlines() if line in ln]
+            assert all(ln.endswith(": 0 quiet groups woke") for ln in said), said
+        lead = leaders["d1"]
+        trio.write(lead, "d1", [100])
+        last = trio.report(lead, "d1").last_op_id.index
+        wait_for(
+            lambda: _log_has(p[lead], f"d1/{p[lead].uuid} quiet at {last}"),
+            30,
+            "d1's leader quiet again without the dead follower's answer",
+        )
+        before = p[dead].err_path.stat().st_size  # the restarted server appends to it
+        trio.restart(dead)
+        wait_for(
+            lambda: _log_has(p[lead], f"peer servers {p[dead].uuid} heard from again"),
+            60,
+            "the leader's server to hear the restarted one",
+        )
+        p = trio.procs
+
+        def since_restart() -> str:
+            with open(p[dead].err_path, errors="replace") as f:
+                f.seek(before)
+                return f.read()
+
+        for t in tablets:
+            want = f"{t}/{p[dead].uuid} quiet, following {p[leaders[t]].uuid}"
+            wait_for(lambda want=want: want in since_restart(), 60, f"{t} quiet again")
+            assert trio.report(dead, t).current_term == terms[t]
+        assert trio.report(dead, "d1").last_op_id.index == last
+        trio.kill9(lead)  # the restarted follower holds the write made while it was dead
+        new = trio.leader("d1", among=[i for i in range(3) if i != lead])
+        assert trio.scan_ids(new, "d1") == [*range(5), 100]
     finally:
         trio.stop_all()

@@ -63,6 +63,9 @@ TSERVER_FAMILIES = {
     "logcentric_tserver_wal_fsync_latency_seconds",
     "logcentric_tserver_tablet_copy_bytes",
     "logcentric_tserver_tablet_copy_rate_bytes_per_second",
+    "logcentric_tserver_raft_messages_out",
+    "logcentric_tserver_raft_groups_quiet",
+    "logcentric_tserver_raft_peers_down",
     "process_resident_memory_bytes",
     "process_open_fds",
 }

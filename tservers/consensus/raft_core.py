@@ -229,6 +229,9 @@ class RaftCore:
         self._pending_reads: list[_PendingRead] = []
         # Quiet (RaftOptions.quiesce): no tick counts, nothing is due. A restart starts awake.
         self._quiesced = False
+        # Servers the driver declared dead (`peer_down`) and not yet back (`peer_up`): a
+        # leader goes quiet without their answers and wakes when one comes back.
+        self._peers_down: frozenset[str] = frozenset()
         # Messages dropped as impossible or untrusted (a term jump from a non-voter or too
         # far, a second leader in a term, an answer naming an index never sent); the driver
         # logs them, rate-limited.
@@ -873,7 +876,12 @@ class RaftCore:
         """A leader may go quiet when nothing is moving: every entry of its log committed
         (one of its own term among them) and durable, every peer answered the last
         heartbeat round holding the whole log, no read, transfer or config change pending,
-        and it stays a voter. The quiesce heartbeat then carries the commit index to all."""
+        and it stays a voter. The quiesce heartbeat then carries the commit index to all.
+        Peers on servers declared dead (`peer_down`) are not waited for, as long as the
+        others make a majority of the voters with this one: a leader heartbeating a dead
+        follower five times a second, in each of thousands of groups, is what loaded the
+        surviving servers of a restart into an election storm (design/consensus.md, Quiet
+        groups); `peer_up` wakes it to catch the follower up when its server is back."""
         if not self._opts.quiesce or not self._progress:
             return False  # a lone voter has nothing due anyway
         last = self.last_index
@@ -886,10 +894,18 @@ class RaftCore:
             or not self._config.is_voter(self.uuid)
         ):
             return False
-        return all(
+        down = self._peers_down
+        if not all(
             pr.answered and pr.match == last and not pr.probing and not pr.needs_copy
-            for pr in self._progress.values()
-        )
+            for u, pr in self._progress.items()
+            if u not in down
+        ):
+            return False
+        return not down or self._live_voters() >= self._config.majority()
+
+    def _live_voters(self) -> int:
+        """Voters not on a server declared dead, this one included."""
+        return sum(1 for v in self._config.voters if v not in self._peers_down)
 
     def _keeps_quiet(self, msg: Message) -> bool:
         """A message that leaves a quiet replica quiet: at the leader, a peer's answer of
@@ -926,10 +942,42 @@ class RaftCore:
 
     def peer_down(self, uuid: str) -> None:
         """The driver declared the server `uuid` dead (not heard from for an election
-        timeout). A quiet replica whose config names it wakes: a follower restarts its
-        election timer (pre-vote as usual), a leader heartbeats and lets check-quorum work."""
-        if self._quiesced and (uuid == self._leader or self._config.member(uuid) is not None):
+        timeout). A quiet follower whose leader it was wakes: its election timer restarts
+        (pre-vote as usual). A quiet leader wakes only when the voters left alive are no
+        longer a majority (it heartbeats and lets check-quorum work); one dead follower
+        leaves it quiet (`_may_quiesce`). Other quiet replicas have nothing to do."""
+        if uuid == self.uuid or uuid in self._peers_down:
+            return
+        self._peers_down = self._peers_down | {uuid}
+        if not self._quiesced:
+            return
+        if self._role is Role.LEADER:
+            if self._config.is_voter(uuid) and self._live_voters() < self._config.majority():
+                self._unquiesce()
+        elif uuid == self._leader:
             self._unquiesce()
+
+    def peer_up(self, uuid: str) -> None:
+        """The server `uuid`, declared dead, is heard from again. A quiet leader whose
+        config names it wakes and heartbeats at once: a restarted follower learns its
+        leader (and takes its term) before its election timer runs out, and catches up;
+        the group goes quiet again once it holds the whole log."""
+        if uuid not in self._peers_down:
+            return
+        self._peers_down = self._peers_down - {uuid}
+        if self._quiesced and self._role is Role.LEADER and uuid in self._progress:
+            self._unquiesce()
+
+    def probe(self, uuid: str) -> bool:
+        """A heartbeat to the member `uuid` only, leaving the group as it is (quiet or
+        not): the driver's probe of a server declared dead. Any answer, even one saying the
+        replica is missing, tells the driver the server is back (`peer_up` follows); a
+        server that came back holding no replica of a group with this one would otherwise
+        never be heard from. False when this replica does not lead or `uuid` is no member."""
+        if self._role is not Role.LEADER or uuid not in self._progress:
+            return False
+        self._send_append(uuid, heartbeat=True)
+        return True
 
     def wake(self) -> None:
         """Wake a quiet replica (a leader heartbeats at once): the driver's word that
