@@ -78,6 +78,8 @@ WRITER_PAUSE_S = 0.0001
 WRITE_CHUNK_BYTES = 1 << 20
 # Dict pages whose columns the writer hands to the state per hold of its lock.
 ADOPT_PAGES_PER_LOCK = 256
+# Dict pages (up to 4,096 entries each) the writer frees between two pauses.
+FREE_PAGES_PER_SLICE = 2
 # A writer not finished this long after close() is left behind (it is a daemon thread; the
 # journal is not trimmed, so nothing is lost).
 WRITER_JOIN_S = 30.0
@@ -539,6 +541,14 @@ def _let_others_run() -> None:
     time.sleep(WRITER_PAUSE_S)
 
 
+def _free_in_slices(pages: list[dict]) -> None:
+    """Drop the writer's references to dict pages a few at a time, pausing between: the
+    last reference to a page frees its dict and Entry objects, with the GIL held."""
+    while pages:
+        del pages[-FREE_PAGES_PER_SLICE:]
+        _let_others_run()
+
+
 class _Outcome:
     RUNNING = 0
     WRITTEN = 1
@@ -552,6 +562,7 @@ class _Write:
     __slots__ = (
         "ident",
         "last_index",
+        "copy",
         "thread",
         "outcome",
         "cancelled",
@@ -562,6 +573,7 @@ class _Write:
     def __init__(self, ident: int, last_index: int) -> None:
         self.ident = ident
         self.last_index = last_index
+        self.copy: StateCopy | None = None
         self.thread: threading.Thread | None = None
         self.outcome = _Outcome.RUNNING
         self.cancelled = False
@@ -628,9 +640,10 @@ class SnapshotHooks:
         with self._lock:
             copy = self._state.capture()
         write = _Write(ident, meta.last_entry[1])
+        write.copy = copy  # taken by the writer (not a thread argument: it frees it early)
         write.thread = threading.Thread(
             target=self._run_write,
-            args=(write, path, copy, meta),
+            args=(write, path, meta),
             name=f"logstore-snapshot-{self._name}" if self._name else "logstore-snapshot",
             daemon=True,
         )
@@ -638,17 +651,24 @@ class SnapshotHooks:
         write.thread.start()
         return True
 
-    def _run_write(self, write: _Write, path: str, copy: StateCopy, meta: SnapshotMeta) -> None:
+    def _run_write(self, write: _Write, path: str, meta: SnapshotMeta) -> None:
         """Writer thread: encode, temp file + fsync, rename + directory fsync. The journal
         is trimmed by the tick thread only after this (poll_write)."""
         tmp = path + ".tmp"
+        copy, write.copy = write.copy, None
+        assert copy is not None
         try:
             encoded: list[tuple[str, int, dict, LoadedPage]] = []
             parts = encode_snapshot_parts(
                 copy, meta, _let_others_run, lambda *page: encoded.append(page)
             )
+            del copy
             write.pages_adopted = self._adopt_columns(encoded)
+            # The dict pages the state gave up for their columns are held only here now:
+            # freed a few at a time (all at once, 250k entries held the GIL for tens of ms).
+            pages = [page for _name, _no, page, _columns in encoded]
             encoded.clear()
+            _free_in_slices(pages)
             write.size_bytes = _write_fsynced(tmp, parts, self._chunk_bytes)
             del parts
             with self._file_lock:

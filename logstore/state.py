@@ -293,15 +293,20 @@ class LiveEntries(Mapping[int, Entry]):
             self.shared.discard(page_no)  # a LoadedPage is never changed in place
 
     def adopt_columns(self, page_no: int, page: dict[int, Entry], columns: LoadedPage) -> bool:
-        """A snapshot writer encoded `page` (a dict page it captured) into `columns`: keep
-        them beside the page, as for a page read since a reopen, if the page is still the
-        one captured (not changed since: its first change drops them), so the next
-        snapshot copies the columns instead of encoding the entries again. Under the
-        state's lock."""
+        """A snapshot writer encoded `page` (a dict page it captured) into `columns`: if
+        the page is still the one captured (not changed since), the columns replace it, as
+        a page is after a reopen: the next snapshot copies them instead of encoding the
+        entries again, and its Entry objects go (the dict and its entries are freed by the
+        writer, which still holds them: SnapshotHooks._run_write). Entries are what the
+        cyclic GC walks on each full pass: 250k of them in small logs made a pass take
+        100-300 ms, every thread stopped. The page's next change makes it a dict again
+        (as a loaded page). Under the state's lock."""
         if self.pages.get(page_no) is not page or page_no not in self.shared:
             return False
         assert len(columns) == len(page), (page_no, len(columns), len(page))
-        self.sealed[page_no] = columns
+        self.pages[page_no] = columns  # a value replaced, not a key added
+        self.shared.discard(page_no)  # a LoadedPage is never changed in place
+        self.sealed.pop(page_no, None)
         return True
 
     def put(self, entry: Entry) -> None:

@@ -154,7 +154,7 @@ def test_the_writer_gives_unchanged_dict_pages_their_columns(tmp_path):
     assert [type(p) for p in s0 + s1] == [LoadedPage, LoadedPage]
     assert type(s2[0]) is dict
     assert s0[0].invs is not None and list(s0[0].ids) == list(range(2, 12))
-    assert state.logs["s0"].pages[0][11] == Entry(11, b"inv", (1,))
+    assert state.logs["s0"][11] == Entry(11, b"inv", (1,))
 
     fresh = LogState()
     for name in state.log_names():
