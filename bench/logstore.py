@@ -419,21 +419,41 @@ def bench_leases(n: int, tmp: Path) -> None:
     )
 
 
+def _run_delay_s(tid: int | None) -> float:
+    """How long thread `tid` of this process has waited on a run queue for a CPU
+    (schedstat), in seconds; 0 where it cannot be read."""
+    if tid is None:
+        return 0.0
+    try:
+        with open(f"/proc/self/task/{tid}/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
 class _Prober:
     """One caller appending one entry at a time on its own thread, each append's (start,
-    end) kept: appends stuck behind the tick thread show, whatever else the bench does."""
+    end) kept: appends stuck behind the tick thread show, whatever else the bench does.
+    Beside each, how long the tick thread and the prober waited for a CPU meanwhile (a
+    stall the code cannot cause: the machine's other load)."""
 
     def __init__(self, store) -> None:
         self._store = store
         self.spans: list[tuple[float, float]] = []
+        self.cpu_waits: list[tuple[float, float]] = []  # (tick thread, prober), seconds
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="prober", daemon=True)
+        tick = getattr(store._node, "_SyncObj__thread", None)
+        self._tick_tid = getattr(tick, "native_id", None)
 
     def _run(self) -> None:
+        me = threading.get_native_id()
         while not self._stop.is_set():
+            tick0, me0 = _run_delay_s(self._tick_tid), _run_delay_s(me)
             t = time.perf_counter()
             self._store.append("probe", PAYLOAD, timeout_s=60.0)
             self.spans.append((t, time.perf_counter()))
+            self.cpu_waits.append((_run_delay_s(self._tick_tid) - tick0, _run_delay_s(me) - me0))
 
     def __enter__(self) -> _Prober:
         self._thread.start()
@@ -447,9 +467,14 @@ class _Prober:
         """Latencies (s) of the appends that overlapped [start, end]."""
         return [e - s for s, e in list(self.spans) if e >= start and s <= end]
 
-    def worst(self, start: float, end: float) -> tuple[float, float] | None:
-        """(start, end) of the slowest append that overlapped [start, end]."""
-        spans = [(s, e) for s, e in list(self.spans) if e >= start and s <= end]
+    def worst(self, start: float, end: float) -> tuple[float, float, float, float] | None:
+        """(start, end, tick thread's CPU wait, prober's CPU wait) of the slowest append
+        that overlapped [start, end]."""
+        spans = [
+            (s, e, *w)
+            for (s, e), w in zip(list(self.spans), list(self.cpu_waits), strict=False)
+            if e >= start and s <= end
+        ]
         return max(spans, key=lambda se: se[1] - se[0], default=None)
 
 
@@ -527,7 +552,7 @@ class _PhaseTrace:
         for owner, attr, original in reversed(self._undo):
             setattr(owner, attr, original)
 
-    def report(self, start: float, end: float, worst: tuple[float, float] | None) -> None:
+    def report(self, start: float, end: float, worst: tuple | None) -> None:
         """The longest span of each phase within [start, end], and the spans longer than
         1 ms that overlapped the worst append."""
         self._slice_start = None
@@ -543,7 +568,7 @@ class _PhaseTrace:
             )
         )
         if worst is not None:
-            ws, we = worst
+            ws, we, tick_wait, prober_wait = worst
             over = sorted(
                 (e - s, name, s - ws)
                 for name, s, e in list(self.events)
@@ -551,7 +576,9 @@ class _PhaseTrace:
             )[::-1][:8]
             print(
                 f"  compaction:   worst append ({(we - ws) * 1000:.1f} ms, started "
-                f"{(ws - start) * 1000:.0f} ms into the snapshot) overlapped: "
+                f"{(ws - start) * 1000:.0f} ms into the snapshot; waiting for a CPU meanwhile: "
+                f"tick thread {tick_wait * 1000:.1f} ms, prober {prober_wait * 1000:.1f} ms) "
+                "overlapped: "
                 + (
                     "; ".join(f"{n} {d * 1000:.1f} ms at {o * 1000:+.1f}" for d, n, o in over)
                     or "no span over 1 ms"
