@@ -434,6 +434,11 @@ def main() -> int:
                 r = measure(client, proc, f"bench{n}", n, args.reads)
                 client.close()
                 r["disk"] = sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
+                # Data blocks and the sorted runs they form (design/storage.md, "Key-disjoint
+                # runs": `block-<id>-r<run>.arrow`, any other block a run of its own).
+                blocks = [p.name for p in root.rglob("block-*.arrow")]
+                r["blocks"] = len(blocks)
+                r["runs"] = len({n.split("-r")[-1] if "-r" in n else n for n in blocks})
                 proc, r["serving_s"], r["restart_s"] = restart(
                     proc, root, out, args.flush_rows, f"bench{n}", r["probe"]
                 )
@@ -487,7 +492,8 @@ def main() -> int:
             f"serving after {r['serving_s']:.2f} s; idle RSS {r['idle'] / mib:.0f} MiB; "
             f"{r['quiet_s']:.0f} s to quiesce after the load; load {r['load_s']:.0f} s; "
             f"peak RSS through load and compactions {r['settle_peak'] / mib:.0f} MiB; "
-            f"disk {r['disk'] / mib:,.0f} MiB; sampled peaks (0.2 s) heap/mapped files "
+            f"disk {r['disk'] / mib:,.0f} MiB in {r['blocks']} blocks, {r['runs']} runs "
+            "(after the scans); sampled peaks (0.2 s) heap/mapped files "
             f"loading {r['load_anon_pk'] / mib:.0f}/{r['load_file_pk'] / mib:.0f} MiB, "
             f"scanning {r['scan_anon_pk'] / mib:.0f}/{r['scan_file_pk'] / mib:.0f} MiB; "
             f"after the load heap {r['RssAnon'] / mib:.0f} MiB, mapped files "
