@@ -468,3 +468,21 @@ def test_the_scheduler_merges_new_runs_during_a_big_compaction(tmp_path, monkeyp
     assert len(runs_of(t.blocks)) == 2 and sched.compactions == 2 and len(calls) == 2
     check(t, shape, model, random.Random(15), list(range(420)))
     m.close()
+
+
+def test_a_plan_within_rows_max_takes_the_newest_runs(tmp_path):
+    """Runs of one class that piled up (during a long merge) are merged a few at a time by
+    a compaction bounded in rows: the newest that fit, at least two."""
+    shape = Shape(INT_KEY)
+    m = open_small(tmp_path / "root", fanout=3)
+    t = create(m, "t1", INT_KEY)
+    for step in range(6):  # six runs of 10 rows: class 0 (flush threshold 20)
+        write(t, shape, OpType.INSERT, list(range(step * 10, step * 10 + 10)), step)
+        t.flush()
+    runs = runs_of(t.blocks)
+    assert t.compaction_plan(tiered=True) == runs
+    assert t.compaction_plan(tiered=True, rows_max=35) == runs[-3:]
+    assert t.compaction_plan(tiered=True, rows_max=15) == []  # one run is not a merge
+    assert t.compact(tiered=True, rows_max=35)
+    assert [sum(b.num_rows for b in r) for r in runs_of(t.blocks)] == [10, 10, 10, 30]
+    m.close()

@@ -1276,11 +1276,15 @@ class Tablet:
             )
             return True
 
-    def compaction_plan(self, *, tiered: bool = True) -> list[list[BlockIndex]]:
+    def compaction_plan(
+        self, *, tiered: bool = True, rows_max: int | None = None
+    ) -> list[list[BlockIndex]]:
         """The runs `compact` would merge now ([] when none): the runs newer than every run
         a compaction in progress merges, and of those the newest `compaction_run` picks
         (`tiered`) or all (a full compaction: only when no compaction is in progress).
-        Caller holds the lock or accepts a stale answer."""
+        With `rows_max` (tiered), only the newest of those that hold at most `rows_max`
+        rows together, if at least two (runs of a class that piled up during a long merge
+        are so merged a few at a time). Caller holds the lock or accepts a stale answer."""
         runs = runs_of(list(self.blocks))
         free = 0
         for i, r in enumerate(runs):
@@ -1298,7 +1302,16 @@ class Tablet:
             self.opts.compaction_blocks_min,
             self.opts.flush_rows_threshold,
         )
-        return [] if found is None else runs[found:]
+        if found is None:
+            return []
+        plan = runs[found:]
+        if rows_max is not None:
+            total, cut = 0, len(plan)
+            while cut > 0 and total + sum(b.num_rows for b in plan[cut - 1]) <= rows_max:
+                cut -= 1
+                total += sum(b.num_rows for b in plan[cut])
+            plan = plan[cut:] if len(plan) - cut >= 2 else []
+        return plan
 
     def compact(
         self, *, tiered: bool = False, rows_max: int | None = None, report: list | None = None
@@ -1314,13 +1327,14 @@ class Tablet:
         a second compaction may merge runs newer than this one's (`compaction_plan`):
         each replaces its runs where they are listed. A copy session that began meanwhile
         (it lists the old blocks) or a shutdown makes the compaction give up its output.
-        `rows_max`: do nothing if the runs to merge hold more rows. `report` gets (merged
-        block names, new block names) appended when it commits."""
+        `rows_max`: merge only the newest of the runs that hold at most that many rows
+        (`compaction_plan`). `report` gets (merged block names, new block names) appended
+        when it commits."""
         opts = self.opts
         with self.flush_lock, self.lock:
             if self.status is not TabletStatus.RUNNING or self.copy_anchors:
                 return False  # a copy session reads the current blocks
-            merged = self.compaction_plan(tiered=tiered)
+            merged = self.compaction_plan(tiered=tiered, rows_max=rows_max if tiered else None)
             if not merged:
                 return False
             blocks = list(self.blocks)
