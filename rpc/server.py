@@ -205,6 +205,9 @@ class Later:
         server = self._server
         server._work_items.append(_LaterWork(self, fn))
         server._work.put(True)  # a worker of its own (it may well block)
+        # The I/O thread looks again at the queue (answers held back while this one waits
+        # are forwarded after STALL_MS: see _io_loop).
+        server._wake_io()
 
     def fail(self, err: errors.RpcError) -> bool:
         """Answer the call with `err`'s status; False if it was answered already or its
@@ -657,8 +660,13 @@ class RpcServer:
                 continue
             if not armed:
                 armed.append(True)  # before looking at the deque: see _replies
+            # Calls queued for the pool are looked at before answers: an answer a worker
+            # held back (_worker_loop) was queued while calls were, and only this thread
+            # queues calls; so either it is seen here, or calls are queued and this thread
+            # wakes after STALL_MS.
+            timeout_ms = STALL_MS if work_items else POLL_INTERVAL_MS
             try:
-                ready = poller.poll(0 if replies else STALL_MS if work_items else POLL_INTERVAL_MS)
+                ready = poller.poll(0 if replies else timeout_ms)
             except zmq.ZMQError as exc:  # interrupted system call and the like
                 log.debug("poll interrupted: %s", exc)
                 continue
@@ -1015,10 +1023,6 @@ class RpcServer:
                         break
                     busy[index] = True
                     continue
-                if not items and replies:
-                    # The last call queued: answers held back (below) go now, not after it
-                    # (it may block; the I/O thread's stall check runs only while calls wait).
-                    wake_io()
                 if type(item) is _LaterWork:
                     self._run_later(item)
                     continue
@@ -1033,9 +1037,9 @@ class RpcServer:
                     quick_calls[method.index] += 1
                     replies.append(answer)
                     if items:
-                        # Held back while calls are queued: it goes with the answer that
-                        # wakes the I/O thread, at the latest when a worker takes the last
-                        # queued call (above), or at the stall check (STALL_MS).
+                        # Held back while calls are queued (looked at after the append):
+                        # it goes with the answer that wakes the I/O thread, or at the
+                        # latest STALL_MS later (see _io_loop).
                         continue
                     wake_io()
                 else:
