@@ -481,8 +481,9 @@ class _Prober:
 class _PhaseTrace:
     """Where the time goes while a snapshot is written: the named phases of the writer and
     the tick thread (each call's span, any thread), the cyclic GC's passes, and the
-    writer's slices (its time between two pauses: how long it keeps the GIL at a
-    stretch). Wraps the functions in place for the compaction bench only; printed beside
+    writer's slices (wall time between two of its pauses: the GIL at a stretch at most,
+    plus whatever the tick thread took when it asked for the GIL meanwhile, plus waits
+    for a CPU). Wraps the functions in place for the compaction bench only; printed beside
     the worst append of each round, so a stall can be named."""
 
     def __init__(self) -> None:
@@ -529,7 +530,7 @@ class _PhaseTrace:
         def traced_pause() -> None:
             t = time.perf_counter()
             if self._slice_start is not None:
-                events.append(("writer: slice (holds the GIL)", self._slice_start, t))
+                events.append(("writer: slice between pauses (wall)", self._slice_start, t))
             pause()
             self._slice_start = time.perf_counter()
 
