@@ -109,6 +109,8 @@ IDLE_WAIT_S_MAX = 1.0
 # Liveness: the peers watched are those named by the configs of this server's groups,
 # recomputed from every group this often (a peer a new config names is watched at once).
 LIVENESS_REFRESH_S = 30.0
+# Elections that find no leader back off up to [T, 9T) (RaftOptions): 1-9 s at T = 1 s.
+ELECTION_BACKOFF_DOUBLINGS = 3
 # A leader replica's last heartbeat (it stops while the server lives on) is sent again at
 # this many liveness rounds after the first: one lost (a full peer queue, a connection being
 # made) would leave quiet followers without a leader; repeats of it are harmless.
@@ -137,7 +139,11 @@ class DriverOptions:
     tick_interval_s: float = 0.1
     # Quiet groups (RaftOptions.quiesce; this driver then detects dead peer servers itself):
     # on unless LOGCENTRIC_QUIET_GROUPS=0 (design/consensus.md "Quiet groups").
-    raft: RaftOptions = field(default_factory=lambda: RaftOptions(quiesce=quiet_groups_on()))
+    raft: RaftOptions = field(
+        default_factory=lambda: RaftOptions(
+            quiesce=quiet_groups_on(), election_backoff_doublings_max=ELECTION_BACKOFF_DOUBLINGS
+        )
+    )
     inbox_messages_max: int = 16_384  # network messages waiting for the driver
     inbox_bytes_max: int = 256 << 20  # their entries' payload bytes (one message at least)
     # Batches waiting for the wire per peer server (zmq's queue); beyond, new ones are

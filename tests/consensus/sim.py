@@ -123,6 +123,9 @@ class Simulation:
                 inflight_entries_max=self.rng.choice((2, base.inflight_entries_max)),
                 inflight_bytes_max=self.rng.choice((20, base.inflight_bytes_max)),
                 uncommitted_entries_max=self.rng.choice((5, base.uncommitted_entries_max)),
+                # From a generator of its own, so that every seed's other choices and run
+                # stay what they were before the backoff existed (regression seeds).
+                election_backoff_doublings_max=random.Random(seed * 7919 + 1).choice((0, 3)),
             )
             voters = self.rng.choice((1, 2, 3, 3, 3, 5))
             self.pipelined_appends = self.rng.random() < 0.5

@@ -72,6 +72,14 @@ class RaftOptions:
     # election timers. Only for a driver that detects dead peer servers by itself and says
     # so with `peer_down` (the tablet server's liveness exchange): off by default.
     quiesce: bool = False
+    # Elections that end without a leader back off (Kudu's leader_failure_exp_backoff):
+    # after k timeouts in a row with no leader heard, the next timeout is drawn from
+    # [T, T + T * 2^min(k, this)) instead of [T, 2T). When messages take longer than an
+    # election timeout to go round (thousands of groups electing at once on a loaded
+    # machine), fixed timeouts start a new election before any vote of the last one is
+    # back, over and over; spreading them out lets the elections finish. 0: off (the
+    # simulator's default); the tablet server's driver turns it on.
+    election_backoff_doublings_max: int = 0
 
     def __post_init__(self) -> None:
         assert self.election_timeout_ticks >= 2
@@ -217,6 +225,9 @@ class RaftCore:
         self._leader: str | None = None
         self._election_elapsed = 0
         self._heartbeat_elapsed = 0
+        # Election timeouts in a row that found no leader (reset by a leader heard from or
+        # by leading): the backoff of RaftOptions.election_backoff_doublings_max.
+        self._leaderless_timeouts = 0
         self._randomized_timeout = self._new_timeout()
         self._votes: dict[str, bool] = {}
         self._progress: dict[str, _Progress] = {}
@@ -434,6 +445,8 @@ class RaftCore:
             self._tick_leader()
             return
         if self._election_elapsed >= self._randomized_timeout and self._may_campaign():
+            if self._leader is None:  # the last timeout's election found no leader
+                self._leaderless_timeouts += 1
             self._campaign(skip_pre_vote=False, transfer=False)
 
     def _refuse(self, msg: Message, reason: str) -> None:
@@ -731,7 +744,8 @@ class RaftCore:
 
     def _new_timeout(self) -> int:
         t = self._opts.election_timeout_ticks
-        return t + self._rng.randrange(t)
+        k = min(self._leaderless_timeouts, self._opts.election_backoff_doublings_max)
+        return t + self._rng.randrange(t << k)
 
     def _current_soft(self) -> SoftState:
         return SoftState(self._role, self._leader, self._term)
@@ -765,6 +779,8 @@ class RaftCore:
         self._reset_leader_state()
         self._votes.clear()
         self._election_elapsed = 0
+        if leader is not None:
+            self._leaderless_timeouts = 0
         self._randomized_timeout = self._new_timeout()
 
     def _campaign(self, skip_pre_vote: bool, transfer: bool) -> None:
@@ -825,6 +841,7 @@ class RaftCore:
     def _become_leader(self) -> None:
         self._role = Role.LEADER
         self._leader = self.uuid
+        self._leaderless_timeouts = 0
         self._votes.clear()
         self._election_elapsed = 0
         self._heartbeat_elapsed = 0
@@ -1226,6 +1243,9 @@ class RaftCore:
             self._become_follower(msg.term, msg.sender)
         self._leader = msg.sender
         self._election_elapsed = 0
+        if self._leaderless_timeouts:  # a leader at last: timeouts of normal length again
+            self._leaderless_timeouts = 0
+            self._randomized_timeout = self._new_timeout()
         prev, prev_term, entries = msg.prev_log_index, msg.prev_log_term, msg.entries
         if prev < self._commit:
             # Everything up to our commit index matches any leader's log: skip it.
