@@ -655,7 +655,7 @@ class RpcServer:
                 self._handle(frames)
                 self._read_requests()  # what else came meanwhile, answered in one burst
                 self._flush()
-                if work_items:
+                if self._wake_for or self._queued_quick:
                     self._wake_workers()
                 continue
             if not armed:
@@ -693,7 +693,7 @@ class RpcServer:
                     next_expiry = now + POLL_INTERVAL_MS / 1000.0
             if self._outbox:
                 self._flush()
-            if work_items:
+            if work_items or self._wake_for or self._queued_quick:
                 self._wake_workers()
         # Answers computed after the stop are dropped: their callers see a lost connection.
 
@@ -726,19 +726,19 @@ class RpcServer:
         oldest call queued has waited STALL_MS for a worker (those awake are blocked)."""
         wake = self._wake_for
         self._wake_for = 0
-        busy = self._busy
-        tokens = self._work
-        if self._queued_quick:
-            self._queued_quick = False
-            if not wake and True not in busy and not tokens.qsize():
-                wake = 1
+        queued_quick, self._queued_quick = self._queued_quick, False
         try:
             head = self._work_items[0]
         except IndexError:
-            head = None  # taken meanwhile
+            self._stall_head = None
+            return  # busy workers took every call meanwhile
+        busy = self._busy
+        tokens = self._work
+        if queued_quick and not wake and True not in busy and not tokens.qsize():
+            wake = 1
         if head is not self._stall_head:
             self._stall_head, self._stall_since = head, time.monotonic()
-        elif head is not None:
+        else:
             now = time.monotonic()
             if now - self._stall_since >= STALL_MS / 1000.0:
                 self._stall_since = now
