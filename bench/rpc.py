@@ -14,7 +14,10 @@ servers, one each way, in the same run and prints the ratio on/off (target >= 0.
 `--cpu`: instead, CPU time per pipelined call (100 B, WINDOW in flight) of the calling
 thread (this process) and of each thread of the server (/proc/PID/task/*/schedstat), for
 the rpc server's pool and inline handlers and for raw pyzmq: the figure that moves least
-with the machine's load (calls/s do, by 2x on a shared machine).
+with the machine's load (calls/s do, by 2x on a shared machine); and the voluntary context
+switches per call of the server's threads (a sleeping thread woken: /proc/PID/task/*/status).
+`--rounds N` repeats the three N times in turn (the order rotating) and prints the median
+ratio of calls/s to raw's in the same round: load that comes and goes then moves all three.
 
 `--curve`: instead, CURVE beside plaintext in the same run (design/security.md §7): an rpc
 server and a raw ROUTER each way, 100 B, 8 KiB and 1 MiB sidecars, pipelined calls/s and
@@ -381,6 +384,18 @@ def measure_curve(args) -> None:
             p.wait(10)
 
 
+def thread_switches(pid: int | str) -> dict[int, int]:
+    """Voluntary context switches so far of each thread of process `pid`, by native id."""
+    out = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            status = (task / "status").read_text()
+            out[int(task.name)] = int(status.split("\nvoluntary_ctxt_switches:")[1].split()[0])
+        except (OSError, ValueError, IndexError):
+            pass  # the thread ended meanwhile
+    return out
+
+
 def thread_cpu_ns(pid: int | str) -> dict[int, int]:
     """CPU time so far of each thread of process `pid`, by native thread id (ns)."""
     out = {}
@@ -439,15 +454,16 @@ def measure_cpu(args) -> None:
             names[int(tid)] = name
         payload = b"p" * 100
         print(
-            f"CPU us per call, pipelined 100 B, {args.window} in flight, {args.seconds:.0f} s; "
+            f"CPU us per call, pipelined 100 B, {args.window} in flight, {args.seconds:g} s; "
             f"load average {Path('/proc/loadavg').read_text().split()[0]}"
         )
         print(
             f"{'':>7} {'calls/s':>8} | {'client':>7} | "
-            f"{'server':>7} {'io':>6} {'workers':>7} {'zmq':>6}"
+            f"{'server':>7} {'io':>6} {'workers':>7} {'zmq':>6} | "
+            f"{'switches/call io':>16} {'workers':>7}"
         )
         pipelined = partial(bench_rpc, rpc_address, payload, args.seconds, args.window)
-        runs = (
+        runs = [
             ("pool", rpc.pid, partial(pipelined, latency=False)),
             ("inline", rpc.pid, partial(pipelined, "Test.EchoInline", latency=False)),
             (
@@ -455,29 +471,51 @@ def measure_cpu(args) -> None:
                 raw.pid,
                 partial(bench_raw, raw.address, payload, args.seconds, args.window, latency=False),
             ),
+        ]
+        ratios: dict[str, list[float]] = {"pool": [], "inline": []}
+        for round_ in range(args.rounds):
+            tputs = {}
+            for label, pid, run in runs:
+                server_names = names if pid == rpc.pid else thread_names(pid)
+                if pid == raw.pid:  # the raw server's one Python thread does its I/O
+                    server_names = {
+                        t: n if n.startswith("ZMQbg") else "raw-io" for t, n in server_names.items()
+                    }
+                s0, c0, v0 = thread_cpu_ns(pid), thread_cpu_ns("self"), thread_switches(pid)
+                _, tput = run()
+                s1, c1, v1 = thread_cpu_ns(pid), thread_cpu_ns("self"), thread_switches(pid)
+                tputs[label] = tput
+                calls = tput * args.seconds + 50  # the pipelined run and 50 warm-up calls
+                server = cpu_groups(s0, s1, server_names)
+                switches = cpu_groups(v0, v1, server_names)
+                # The calling thread's (zmq's threads of this process end with each run's
+                # context, so they are not in the second reading).
+                client = cpu_groups(c0, c1, thread_names("self"))
+                us = {k: v / 1e3 / calls for k, v in server.items()}
+                cus = {k: v / 1e3 / calls for k, v in client.items()}
+                print(
+                    f"{label:>7} {tput:>8.0f} | {cus.get('other', 0):>7.1f} | "
+                    f"{sum(us.values()):>7.1f} {us.get('io', 0):>6.1f} "
+                    f"{us.get('workers', 0):>7.1f} {us.get('zmq', 0):>6.1f} | "
+                    f"{switches.get('io', 0) / calls:>16.2f} "
+                    f"{switches.get('workers', 0) / calls:>7.2f}",
+                    flush=True,
+                )
+            for label in ratios:
+                ratios[label].append(tputs[label] / tputs["raw"])
+            if args.rounds > 1:
+                print(
+                    f"  round {round_ + 1}: ratio to raw pool {ratios['pool'][-1]:.2f}, "
+                    f"inline {ratios['inline'][-1]:.2f}; "
+                    f"load average {Path('/proc/loadavg').read_text().split()[0]}",
+                    flush=True,
+                )
+            runs.append(runs.pop(0))  # the next round starts with the next one
+        print(
+            f"ratio to raw pyzmq (median of {args.rounds}): "
+            f"pool {statistics.median(ratios['pool']):.2f}, "
+            f"inline {statistics.median(ratios['inline']):.2f}"
         )
-        for label, pid, run in runs:
-            server_names = names if pid == rpc.pid else thread_names(pid)
-            if pid == raw.pid:  # the raw server's one Python thread does its I/O
-                server_names = {
-                    t: n if n.startswith("ZMQbg") else "raw-io" for t, n in server_names.items()
-                }
-            s0, c0 = thread_cpu_ns(pid), thread_cpu_ns("self")
-            _, tput = run()
-            s1, c1 = thread_cpu_ns(pid), thread_cpu_ns("self")
-            calls = tput * args.seconds + 50  # the pipelined run and 50 warm-up calls
-            server = cpu_groups(s0, s1, server_names)
-            # The calling thread's (zmq's threads of this process end with each run's
-            # context, so they are not in the second reading).
-            client = cpu_groups(c0, c1, thread_names("self"))
-            us = {k: v / 1e3 / calls for k, v in server.items()}
-            cus = {k: v / 1e3 / calls for k, v in client.items()}
-            print(
-                f"{label:>7} {tput:>8.0f} | {cus.get('other', 0):>7.1f} | "
-                f"{sum(us.values()):>7.1f} {us.get('io', 0):>6.1f} {us.get('workers', 0):>7.1f} "
-                f"{us.get('zmq', 0):>6.1f}",
-                flush=True,
-            )
     finally:
         for p in (rpc, raw):
             p.kill()
@@ -500,6 +538,9 @@ def main() -> None:
     )
     parser.add_argument(
         "--cpu", action="store_true", help="CPU per pipelined call, by thread (see above)"
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="with --cpu: pool, inline, raw this many times"
     )
     args = parser.parse_args()
     if args.curve:
