@@ -31,6 +31,7 @@ import errno
 import logging
 import mmap
 import os
+import queue
 import struct
 import sys
 import threading
@@ -563,7 +564,7 @@ class _Write:
         "ident",
         "last_index",
         "copy",
-        "thread",
+        "finished",
         "outcome",
         "cancelled",
         "size_bytes",
@@ -574,11 +575,38 @@ class _Write:
         self.ident = ident
         self.last_index = last_index
         self.copy: StateCopy | None = None
-        self.thread: threading.Thread | None = None
+        self.finished = threading.Event()  # the writer is done with it
         self.outcome = _Outcome.RUNNING
         self.cancelled = False
         self.size_bytes = 0
         self.pages_adopted = 0
+
+
+class _WriterThread:
+    """A replica's snapshot writer thread, started with its hooks and reused for every
+    write: a thread started per write made the tick thread wait for it to run
+    (`Thread.start()` returns only once the new thread has started)."""
+
+    def __init__(self, name: str, run: Callable[[_Write, str, SnapshotMeta], None]) -> None:
+        self._run = run
+        self._jobs: queue.SimpleQueue[tuple[_Write, str, SnapshotMeta] | None]
+        self._jobs = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self.thread.start()
+
+    def _loop(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            try:
+                self._run(*job)
+            finally:
+                job[0].finished.set()
+
+    def submit(self, write: _Write, path: str, meta: SnapshotMeta) -> None:
+        self._jobs.put((write, path, meta))
+
+    def stop(self, timeout_s: float) -> None:
+        self._jobs.put(None)
+        self.thread.join(timeout_s)
 
 
 class SnapshotHooks:
@@ -610,6 +638,7 @@ class SnapshotHooks:
         # Orders the writer's rename with the rename of a snapshot received from the leader.
         self._file_lock = threading.Lock()
         self._write: _Write | None = None
+        self._writer: _WriterThread | None = self._start_writer()
         self._preload: _Preload | None = None
         self.snapshots_written = 0
         self.snapshots_loaded = 0
@@ -631,6 +660,10 @@ class SnapshotHooks:
 
     # --- background compaction (BackgroundSerializer) -----------------------------------
 
+    def _start_writer(self) -> _WriterThread:
+        name = f"logstore-snapshot-{self._name}" if self._name else "logstore-snapshot"
+        return _WriterThread(name, self._run_write)
+
     def start_write(self, path: str, ident: int, data: tuple) -> bool:
         """Tick thread: capture the state (cheap, under the lock) and start the writer
         thread that encodes it into `path`. False when a write is still running."""
@@ -640,15 +673,11 @@ class SnapshotHooks:
         with self._lock:
             copy = self._state.capture()
         write = _Write(ident, meta.last_entry[1])
-        write.copy = copy  # taken by the writer (not a thread argument: it frees it early)
-        write.thread = threading.Thread(
-            target=self._run_write,
-            args=(write, path, meta),
-            name=f"logstore-snapshot-{self._name}" if self._name else "logstore-snapshot",
-            daemon=True,
-        )
+        write.copy = copy  # taken by the writer (not a job argument: it frees it early)
         self._write = write
-        write.thread.start()
+        if self._writer is None:  # closed, then asked again (tests); else started at init
+            self._writer = self._start_writer()
+        self._writer.submit(write, path, meta)
         return True
 
     def _run_write(self, write: _Write, path: str, meta: SnapshotMeta) -> None:
@@ -704,8 +733,7 @@ class SnapshotHooks:
         outcome = write.outcome
         if outcome == _Outcome.RUNNING:
             return SERIALIZER_STATE.SERIALIZING, write.ident
-        assert write.thread is not None
-        write.thread.join()  # it has finished: only its last instructions are left
+        write.finished.wait()  # it has an outcome: only its last instructions are left
         self._write = None
         if outcome == _Outcome.WRITTEN:
             self.snapshots_written += 1
@@ -737,12 +765,12 @@ class SnapshotHooks:
         if pre is not None and pre.thread is not None:
             pre.thread.join(timeout_s)
         write = self._write
-        if write is None or write.thread is None:
-            return True
-        write.thread.join(timeout_s)
-        if write.thread.is_alive():
+        if write is not None and not write.finished.wait(timeout_s):
             logger.error("snapshot writer still running after %.0f s", timeout_s)
             return False
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.stop(timeout_s)
         return True
 
     def preload(self, path: str) -> bool:
