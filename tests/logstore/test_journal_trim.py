@@ -212,3 +212,38 @@ def test_appends_commit_while_the_journal_trim_is_held(tmp_path, monkeypatch):
     finally:
         released.set()
         store.close()
+
+
+@pytest.mark.integration
+def test_a_compaction_starts_no_thread_from_the_tick_thread(tmp_path, monkeypatch):
+    """The snapshot writer and the trim are long-lived threads fed from queues: the tick
+    thread starts none (Thread.start() waits for the new thread to run, a pause of the
+    tick thread as long as the machine takes to schedule it)."""
+    (store,) = start_cluster(tmp_path, 1)
+    tick = store._node._SyncObj__thread.name
+    started: list[str] = []
+    real_start = threading.Thread.start
+
+    def start(self) -> None:
+        if threading.current_thread().name == tick:
+            started.append(self.name)
+        real_start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    try:
+        for round_no in range(2):
+            for i in range(200):
+                store.append("k", b"%d" % i, timeout_s=30)
+            store.force_compaction()
+            wait_for(
+                lambda n=round_no: store.status()["snapshots_written"] == n + 1, 60, "a snapshot"
+            )
+            j = store._node._ls_journal
+            wait_for(
+                lambda j=j: getattr(j, "_trim", None) is None and j.stats().first_index > 1,
+                30,
+                "the trim",
+            )
+        assert started == []
+    finally:
+        store.close()
