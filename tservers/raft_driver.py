@@ -1057,8 +1057,8 @@ class RaftDriver:
     def _tell_groups(self, down: list[str], back: list[str], dirty: dict[str, RaftGroup]) -> int:
         """Every group hears which peer servers were declared dead and which are heard from
         again (`RaftCore.peer_down`, `peer_up`); returns how many quiet groups woke (a
-        follower whose leader died, a leader left without a live majority, a leader whose
-        follower is back)."""
+        follower whose leader died, a leader left without a live majority). A quiet leader
+        sends a returned follower the quiesce heartbeat it missed and stays quiet."""
         with self._groups_lock:
             self._down = (self._down | set(down)) - set(back)
             groups = list(self._groups.values())
@@ -1072,11 +1072,13 @@ class RaftDriver:
                     g.catch_up_locked()
                 for u in down:
                     g.core.peer_down(u)
+                sent = False
                 for u in back:
-                    g.core.peer_up(u)
+                    sent = g.core.peer_up(u) or sent  # a quiet leader's probe of u
                 woke = quiet and not g.core.quiesced
             if woke:
                 woken += 1
+            if woke or sent:
                 dirty[g.tablet_id] = g
         self.groups_woken_by_liveness += woken
         return woken

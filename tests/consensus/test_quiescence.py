@@ -219,12 +219,28 @@ def test_peer_down_at_a_quiet_leader_lets_check_quorum_work():
     assert a.role is not Role.LEADER
 
 
-def test_one_dead_follower_wakes_nobody_and_its_return_wakes_the_leader():
+def _restarted(c: Cluster, uuid: str):
+    """`uuid`'s core rebuilt from its durable state (a restart: awake, no leader known)."""
+    old = c.cores[uuid]
+    st = old.status()
+    c.cores[uuid] = make(
+        uuid,
+        RaftConfig.of_voters("a", "b", "c"),
+        options=OPTS,
+        hard_state=HardState(st.term, st.voted_for),
+        entries=old.entries(),
+        applied_index=st.applied_index,
+    )
+    return c.cores[uuid]
+
+
+def test_one_dead_follower_wakes_nobody_and_its_return_is_probed():
     """A follower's server dies: the quiet leader and the other follower stay quiet (no
     heartbeats to a dead server, in thousands of groups). When it is heard from again the
-    leader wakes, heartbeats, catches it up and the group goes quiet again."""
+    leader, still quiet, sends it the quiesce heartbeat it missed: the restarted follower,
+    its log matching, learns its leader and goes quiet; nothing else is sent."""
     c = _quiet_cluster()
-    a, b, cc = c.cores["a"], c.cores["b"], c.cores["c"]
+    a, b = c.cores["a"], c.cores["b"]
     c.down = {"c"}
     a.peer_down("c")
     b.peer_down("c")
@@ -232,16 +248,44 @@ def test_one_dead_follower_wakes_nobody_and_its_return_wakes_the_leader():
     before = len(c.readies["a"])
     _tick_settle(c, 10 * T)
     assert len(c.readies["a"]) == before  # not one heartbeat meanwhile
+    cc = _restarted(c, "c")
+    assert not cc.quiesced and cc.leader_uuid is None
     c.down = set()
     a.peer_up("c")
     b.peer_up("c")
-    assert not a.quiesced and b.quiesced
-    sent = [m for m in a.ready().messages if isinstance(m, AppendRequest)]
-    assert {m.recipient for m in sent} == {"b", "c"}
+    assert a.quiesced and b.quiesced
+    sent = a.ready().messages
+    assert [(type(m), m.recipient, m.quiesce) for m in sent] == [(AppendRequest, "c", True)]
+    for m in sent:
+        cc.step(m)
+    c.settle()
+    assert cc.quiesced and cc.leader_uuid == "a" and cc.term == a.term
+    assert a.quiesced and b.quiesced  # the answer (whole log held) keeps the leader quiet
+
+
+def test_a_returned_follower_that_is_behind_wakes_its_leader_and_catches_up():
+    """Writes committed while a follower's server was dead: the quiesce heartbeat sent when
+    it is heard from again does not match its log; its rejection wakes the leader, which
+    catches it up, and the group goes quiet again."""
+    c = _quiet_cluster()
+    a = c.cores["a"]
+    c.down = {"c"}
+    for core in (a, c.cores["b"]):
+        core.peer_down("c")
+    a.propose(b"w2")
     c.settle()
     _tick_settle(c, 3 * OPTS.heartbeat_interval_ticks)
-    assert all(core.quiesced for core in c.cores.values())
-    assert a.role is Role.LEADER and a.term == cc.term and cc.leader_uuid == "a"
+    assert a.quiesced
+    cc = _restarted(c, "c")
+    assert cc.last_index < a.last_index
+    c.down = set()
+    a.peer_up("c")
+    c.cores["b"].peer_up("c")
+    c.settle()
+    assert not a.quiesced  # woken by the rejection
+    _tick_settle(c, 3 * OPTS.heartbeat_interval_ticks)
+    assert cc.commit_index == cc.last_index == a.last_index
+    assert all(k.quiesced for k in c.cores.values())
 
 
 def test_a_leader_goes_quiet_without_a_dead_followers_answer():

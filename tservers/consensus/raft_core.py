@@ -974,26 +974,32 @@ class RaftCore:
         elif uuid == self._leader:
             self._unquiesce()
 
-    def peer_up(self, uuid: str) -> None:
+    def peer_up(self, uuid: str) -> bool:
         """The server `uuid`, declared dead, is heard from again. A quiet leader whose
-        config names it wakes and heartbeats at once: a restarted follower learns its
-        leader (and takes its term) before its election timer runs out, and catches up;
-        the group goes quiet again once it holds the whole log."""
+        config names it sends it the quiesce heartbeat it missed (`probe`) and stays quiet:
+        a restarted follower whose log matches learns its leader and term from it and goes
+        quiet too; one that is behind (or in an older term) answers with a rejection, which
+        wakes the leader to catch it up; one not open yet answers nothing and, once open,
+        wakes its leader by its pre-vote. Waking every such leader instead made thousands
+        heartbeat the restarted server five times a second while it was still opening its
+        replicas (the restart of 3,000 replicas, design/consensus.md). True when it sent
+        something (the driver must then process the group)."""
         if uuid not in self._peers_down:
-            return
+            return False
         self._peers_down = self._peers_down - {uuid}
-        if self._quiesced and self._role is Role.LEADER and uuid in self._progress:
-            self._unquiesce()
+        return self._quiesced and self.probe(uuid)
 
     def probe(self, uuid: str) -> bool:
         """A heartbeat to the member `uuid` only, leaving the group as it is (quiet or
-        not): the driver's probe of a server declared dead. Any answer, even one saying the
-        replica is missing, tells the driver the server is back (`peer_up` follows); a
-        server that came back holding no replica of a group with this one would otherwise
-        never be heard from. False when this replica does not lead or `uuid` is no member."""
+        not): `peer_up`'s, and the driver's probe of a server declared dead. Any answer,
+        even one saying the replica is missing, tells the driver the server is back
+        (`peer_up` follows); a server that came back holding no replica of a group with
+        this one would otherwise never be heard from. False when this replica does not lead or `uuid` is no member."""
         if self._role is not Role.LEADER or uuid not in self._progress:
             return False
-        self._send_append(uuid, heartbeat=True)
+        # A quiet leader's heartbeat is the quiesce heartbeat it sent when it went quiet
+        # (its whole log committed): a follower that matches goes quiet on it.
+        self._send_append(uuid, heartbeat=True, quiesce=self._quiesced)
         return True
 
     def wake(self) -> None:
