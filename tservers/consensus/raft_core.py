@@ -994,7 +994,8 @@ class RaftCore:
         not): `peer_up`'s, and the driver's probe of a server declared dead. Any answer,
         even one saying the replica is missing, tells the driver the server is back
         (`peer_up` follows); a server that came back holding no replica of a group with
-        this one would otherwise never be heard from. False when this replica does not lead or `uuid` is no member."""
+        this one would otherwise never be heard from. False when this replica does not
+        lead or `uuid` is no member."""
         if self._role is not Role.LEADER or uuid not in self._progress:
             return False
         # A quiet leader's heartbeat is the quiesce heartbeat it sent when it went quiet
