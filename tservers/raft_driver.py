@@ -109,6 +109,9 @@ IDLE_WAIT_S_MAX = 1.0
 # Liveness: the peers watched are those named by the configs of this server's groups,
 # recomputed from every group this often (a peer a new config names is watched at once).
 LIVENESS_REFRESH_S = 30.0
+# Servers declared dead are probed (`RaftDriver._probe`) after an election timeout, then
+# at intervals doubling up to this while they stay dead.
+PROBE_INTERVAL_MAX_S = 8.0
 # Elections that find no leader back off up to [T, 9T) (RaftOptions): 1-9 s at T = 1 s.
 ELECTION_BACKOFF_DOUBLINGS = 3
 # A leader replica's last heartbeat (it stops while the server lives on) is sent again at
@@ -532,6 +535,7 @@ class RaftDriver:
         self._farewells: list[list] = []
         self.peers_declared_down = 0  # metrics, tests
         self._next_probe_s = 0.0  # the next probe of the servers declared dead (`_probe`)
+        self._probe_interval_s = 0.0
         self.probes = 0  # heartbeats sent as probes of dead servers (tests)
         self.groups_woken_by_liveness = 0
         self.hard_state_batches = 0  # rounds whose terms and votes were persisted together
@@ -1020,8 +1024,13 @@ class RaftDriver:
                 )
             if back:
                 log.info("peer servers %s heard from again", ", ".join(sorted(back)))
+        if newly_down:  # a new death: probe now, then soon again
+            self._next_probe_s, self._probe_interval_s = now, timeout_s
         if self._down and now >= self._next_probe_s:
-            self._next_probe_s = now + timeout_s
+            self._next_probe_s = now + self._probe_interval_s
+            # Doubling up to PROBE_INTERVAL_MAX_S while they stay dead: a server long gone
+            # is not looked for among every group once a second.
+            self._probe_interval_s = min(2 * self._probe_interval_s, PROBE_INTERVAL_MAX_S)
             self._probe(dirty)
 
     def _ping(self, uuid: str) -> None:
@@ -1034,17 +1043,20 @@ class RaftDriver:
         p.ping()
 
     def _probe(self, dirty: dict[str, RaftGroup]) -> None:
-        """Once an election timeout, each server declared dead gets one heartbeat of one
-        group this server leads with it (`RaftCore.probe`). A restarted server pings the
-        peers its groups name, but one holding no replica of a group with this server (a
-        copy that crashed, every replica deleted) names none: only an answer to a message
-        from here tells that it is back, and a quiet leader sends none."""
+        """Each server declared dead gets one heartbeat of one group this server leads with
+        it (`RaftCore.probe`), after an election timeout and then at intervals doubling up
+        to PROBE_INTERVAL_MAX_S. A restarted server pings the peers its groups name, but
+        one holding no replica of a group with this server (a copy that crashed, every
+        replica deleted) names none: only an answer to a message from here tells that it
+        is back, and a quiet leader sends none."""
         with self._groups_lock:
             groups = list(self._groups.values())
         todo = set(self._down)
         for g in groups:
             if not todo:
                 break
+            if g.core.role is not Role.LEADER:  # a racy read, checked again under the lock
+                continue
             with g.lock:
                 if g.closed or g.failed or g.core.role is not Role.LEADER:
                     continue
