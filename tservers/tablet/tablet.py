@@ -1891,7 +1891,14 @@ class Tablet:
         # (a compaction gives up at its next slab once the status is no longer RUNNING).
         with self.lock:
             while self.compactions_active:
-                self.compaction_idle.wait()
+                # Not bounded: stopping before it gives up could let it write a superblock
+                # after the shutdown. It gives up within one slab; say so if it does not.
+                if not self.compaction_idle.wait(SHUTDOWN_DRAIN_S):
+                    log.warning(
+                        "tablet %s: shutdown waits for %d compactions to give up",
+                        self.tablet_id,
+                        self.compactions_active,
+                    )
         with self.flush_lock:
             if self.wal is not None:
                 self.wal.close()
