@@ -20,9 +20,11 @@ contract of design/consensus.md:
   peer is bounded and nothing is queued for a peer that is not connected, so a slow or
   dead peer never blocks the driver (what does not fit is dropped: Raft resends);
 - liveness (quiet groups, design/consensus.md): every heartbeat interval an empty
-  `TServer.Consensus` message to each peer server that shares a group with this one, over
-  the same sockets as the Raft messages; a peer not heard from (any consensus message) for
-  an election timeout is declared dead and every quiet group naming it wakes
+  `TServer.Consensus` message to each peer server that shares a group with this one, from a
+  thread of its own (`_ping_loop`, on sockets of its own) so that a driver busy with a long
+  round still looks alive, but not while the driver has been stuck in one step for
+  `liveness_stall_s`; a peer not heard from (any consensus message) for an election timeout
+  is declared dead by the driver and every quiet group naming it wakes
   (`RaftCore.peer_down`). Quiet groups have no timer at all.
 """
 
@@ -167,6 +169,11 @@ class DriverOptions:
     # CURVE to peers (rpc.keys.ClientCurve; a tablet server's: the key of each peer UUID in
     # its principals table, tservers/principals.py); None: plaintext.
     curve: ClientCurve | None = None
+    # Liveness pings stop while the driver has been inside one step of a round (one group's
+    # processing, one batch of terms persisted) for this long: a driver stuck that long is
+    # dead for its groups, and its peers' quiet groups should wake. A round over thousands
+    # of groups makes progress between them and keeps pinging however long it lasts.
+    liveness_stall_s: float = 5.0
 
 
 def check_durable_state(
@@ -415,9 +422,9 @@ class _PeerOut:
             )
         return self.poster
 
-    def ping(self) -> None:
+    def ping(self, address: str = "") -> None:
         """The liveness message: an empty batch (the peer notes that it heard this server)."""
-        poster = self._ready_poster("")
+        poster = self._ready_poster(address)
         if poster is not None:
             poster.post(self.uuid, CONSENSUS_METHOD, b"", self.driver.options.send_timeout_s)
 
@@ -539,8 +546,15 @@ class RaftDriver:
         self.probes = 0  # heartbeats sent as probes of dead servers (tests)
         self.groups_woken_by_liveness = 0
         self.hard_state_batches = 0  # rounds whose terms and votes were persisted together
-        self._pinged_s = 0.0  # time.monotonic() of the last liveness pings
-        self.mid_round_pings = 0  # pings sent in the middle of a long round (tests)
+        # Liveness pings (`_ping_loop`): the driver's last sign of progress (the start of a
+        # round, each group processed: time.monotonic()), and whether it is inside a round.
+        self._progress_s = time.monotonic()
+        self._in_round = False
+        self._pinger: threading.Thread | None = None
+        self._pinger_stop = threading.Event()
+        self.pings_sent = 0  # liveness ping rounds sent (metrics, tests)
+        self.mid_round_pings = 0  # of which while the driver was inside a round (tests)
+        self.pings_withheld = 0  # rounds not sent: the driver stuck in one step (tests)
         # Tablets whose heartbeat report may have changed (role, term, leader, committed
         # config; a replica added, removed or failed) since the heartbeater last took them
         # (`take_report_changes`): the incremental tablet report (tservers/heartbeat.py).
@@ -599,6 +613,11 @@ class RaftDriver:
         self._applier.start()
         self._kicker = threading.Thread(target=self._kick_loop, name="copy-kick", daemon=True)
         self._kicker.start()
+        if self.options.raft.quiesce:
+            self._pinger = threading.Thread(
+                target=self._ping_loop, name="raft-liveness", daemon=True
+            )
+            self._pinger.start()
         return self
 
     def close(self, timeout_s: float = 5.0) -> None:
@@ -606,6 +625,9 @@ class RaftDriver:
         with self._cond:
             self._stop = True
             self._cond.notify()
+        self._pinger_stop.set()
+        if self._pinger is not None:  # it closes its sockets before the transport goes
+            self._pinger.join(max(0.1, deadline - time.monotonic()))
         if self._thread is not None:
             self._thread.join(max(0.1, deadline - time.monotonic()))
         if self._kicker is not None:
@@ -824,10 +846,14 @@ class RaftDriver:
                 self._inbox.clear()
                 self._net_queued = 0
                 self._net_bytes = 0
+            self._progress_s = time.monotonic()
+            self._in_round = True
             try:
                 self._round(events)
             except Exception:  # a bug must not stop every tablet's consensus
                 log.exception("raft driver round failed")
+            finally:
+                self._in_round = False
 
     def _due_s(self, tick: int) -> float:
         return self._epoch + tick * self.options.tick_interval_s
@@ -886,7 +912,7 @@ class RaftDriver:
                 p.log_refusals()
         deferred: list[tuple[RaftGroup, Ready, bool]] = []
         for g in dirty.values():
-            self._ping_if_due()
+            self._progress_s = time.monotonic()
             try:
                 with g.lock:
                     g.catch_up_locked()
@@ -943,9 +969,9 @@ class RaftDriver:
             finally:
                 for sink in held:
                     sink.cmeta_lock.release()
-        self._ping_if_due()
+        self._progress_s = time.monotonic()
         for g, rd, is_leader in deferred:
-            self._ping_if_due()
+            self._progress_s = time.monotonic()
             try:
                 try:
                     if g.closed or g.failed:
@@ -960,23 +986,55 @@ class RaftDriver:
                 self._fail(g, f"raft driver: {type(e).__name__}: {e}")
 
     # ------------------------------------------------------------ liveness
-    def _ping_all(self, now: float) -> None:
-        for uuid in list(self._watch):
-            self._ping(uuid)
-        self._pinged_s = now
-
-    def _ping_if_due(self) -> None:
-        """Liveness pings in the middle of a long round (driver thread only). A round over
-        thousands of woken groups can outlast the liveness timeout; a busy server whose
-        pings waited for the round's end looked dead to its peers, whose quiet groups then
-        woke and loaded it more (the restart of 3,000 replicas, design/consensus.md)."""
-        raft = self.options.raft
-        if not raft.quiesce:
-            return
-        now = time.monotonic()
-        if now - self._pinged_s >= raft.heartbeat_interval_ticks * self.options.tick_interval_s:
-            self.mid_round_pings += 1
-            self._ping_all(now)
+    def _ping_loop(self) -> None:
+        """The liveness pings, every heartbeat interval, from this thread and its own
+        sockets (one `_PeerOut` per watched peer). On the driver thread they waited for
+        the end of a round or a step of it: a round over thousands of woken groups, a
+        batch of thousands of terms persisted, outlasted the liveness timeout, and the busy
+        server looked dead to its peers, whose quiet groups woke and loaded it more (the
+        restart of 10,000 replicas, design/consensus.md). Withheld while the driver has
+        been stuck in one step for `liveness_stall_s`."""
+        interval_s = self.options.raft.heartbeat_interval_ticks * self.options.tick_interval_s
+        peers: dict[str, _PeerOut] = {}
+        stuck_logged = False
+        try:
+            while not self._pinger_stop.wait(interval_s):
+                in_round = self._in_round
+                stalled_s = time.monotonic() - self._progress_s
+                if in_round and stalled_s >= self.options.liveness_stall_s:
+                    self.pings_withheld += 1
+                    if not stuck_logged:
+                        stuck_logged = True
+                        log.warning(
+                            "raft driver stuck in one step for %.1f s: liveness pings "
+                            "withheld (peers will declare this server dead)",
+                            stalled_s,
+                        )
+                    continue
+                if stuck_logged:
+                    stuck_logged = False
+                    log.info("raft driver moving again: liveness pings resumed")
+                watch = set(self._watch)  # (a copy of a set other threads add to)
+                for uuid in [u for u in peers if u not in watch]:
+                    peers.pop(uuid).reset()
+                for uuid in watch:
+                    address = self.addresses.get(uuid, "")
+                    p = peers.get(uuid)
+                    if p is None:
+                        if not address:
+                            continue
+                        p = peers[uuid] = _PeerOut(self, uuid, address)
+                    try:
+                        p.ping(address)
+                    except Exception as e:  # one peer's socket must not stop every ping
+                        log.warning("liveness ping to %s failed: %s", uuid, e)
+                        p.reset()
+                self.pings_sent += 1
+                if in_round:
+                    self.mid_round_pings += 1
+        finally:
+            for p in peers.values():
+                p.reset()
 
     def _liveness(self, now: float, dirty: dict[str, RaftGroup]) -> None:
         """Every heartbeat interval: ping the watched peers, declare dead those not heard
@@ -996,7 +1054,6 @@ class RaftDriver:
                 watch.update(g.core.config.uuids)  # a racy read of one attribute: fine here
             watch.discard(self.uuid)
             self._watch = watch
-        self._ping_all(now)
         for f in self._farewells:
             f[0] -= 1
             self._send(f[1])
@@ -1032,15 +1089,6 @@ class RaftDriver:
             # is not looked for among every group once a second.
             self._probe_interval_s = min(2 * self._probe_interval_s, PROBE_INTERVAL_MAX_S)
             self._probe(dirty)
-
-    def _ping(self, uuid: str) -> None:
-        p = self._peers.get(uuid)
-        if p is None:
-            address = self.addresses.get(uuid, "")
-            if not address or (len(self._peers) >= PEER_SOCKETS_MAX and not self._evict_peer()):
-                return
-            p = self._peers[uuid] = _PeerOut(self, uuid, address)
-        p.ping()
 
     def _probe(self, dirty: dict[str, RaftGroup]) -> None:
         """Each server declared dead gets one heartbeat of one group this server leads with
