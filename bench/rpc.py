@@ -448,10 +448,13 @@ def measure_cpu(args) -> None:
         words = rpc.stdout.readline().split()
         assert words and words[0] == "READY", words
         rpc_address = words[1]
-        names = thread_names(rpc.pid)  # comm of zmq's threads; the Python ones by name:
+        # The Python threads by name; zmq's by their comm, read at each run (a zmq thread
+        # names itself once started: read at READY, it could still be "python", and its
+        # CPU then went to "other").
+        python_names = {}
         for item in rpc.stdout.readline().split()[1:]:
             tid, name = item.split("=", 1)
-            names[int(tid)] = name
+            python_names[int(tid)] = name
         payload = b"p" * 100
         print(
             f"CPU us per call, pipelined 100 B, {args.window} in flight, {args.seconds:g} s; "
@@ -476,7 +479,9 @@ def measure_cpu(args) -> None:
         for round_ in range(args.rounds):
             tputs = {}
             for label, pid, run in runs:
-                server_names = names if pid == rpc.pid else thread_names(pid)
+                server_names = thread_names(pid)
+                if pid == rpc.pid:
+                    server_names.update(python_names)
                 if pid == raw.pid:  # the raw server's one Python thread does its I/O
                     server_names = {
                         t: n if n.startswith("ZMQbg") else "raw-io" for t, n in server_names.items()

@@ -40,7 +40,14 @@ from google.protobuf.message import DecodeError, Message
 
 from rpc import errors, privileged
 from rpc.addresses import endpoint
-from rpc.frames import recv_frames, request_header, send_frames
+from rpc.frames import (
+    ZERO_COPY_BYTES_MIN,
+    _send,
+    recv_frames,
+    request_header,
+    send_frames,
+    varint,
+)
 from rpc.keys import ClientCurve, KeyPair
 from rpc.rpc_pb2 import PingRequest, PingResponse, RequestHeader, ResponseHeader, StatusCode
 from rpc.server import MESSAGE_BYTES_MAX_DEFAULT, PING_METHOD
@@ -56,6 +63,8 @@ DIRECT_POLL_SLICE_S = 0.1
 # A synchronous call first waits this long in one blocking receive on its socket alone; only a
 # slower answer is also watched for a dropped connection (so a drop is noticed within this).
 DIRECT_FAST_WAIT_S = 0.02
+DIRECT_FAST_WAIT_MS = 20
+assert DIRECT_FAST_WAIT_MS == int(DIRECT_FAST_WAIT_S * 1000)
 RETRY_ATTEMPTS_MAX = 20
 RETRY_BACKOFF_INITIAL_S = 0.01
 RETRY_BACKOFF_MAX_S = 1.0
@@ -65,8 +74,36 @@ _OK = int(StatusCode.OK)
 _parse_response_header = ResponseHeader.FromString
 _NOBLOCK = int(zmq.NOBLOCK)
 _RCVTIMEO = int(zmq.RCVTIMEO)
+_MORE = int(zmq.NOBLOCK | zmq.SNDMORE)
+_monotonic = time.monotonic
+_get_ident = threading.get_ident
 
 log = logging.getLogger(__name__)
+
+
+def _call_id_prefix(call_id: int) -> bytes:
+    """A request's or answer's header field 1 (call_id), as protobuf writes it first: the
+    tag and the varint (the call ids of a long-lived transport take 3 bytes, spelled out
+    here: varint's loop costs more than the rest of a header)."""
+    if call_id < 0x80:
+        return bytes((0x08, call_id)) if call_id else b""
+    if call_id < 0x4000:
+        return bytes((0x08, (call_id & 0x7F) | 0x80, call_id >> 7))
+    if call_id < 0x200000:
+        return bytes((0x08, (call_id & 0x7F) | 0x80, ((call_id >> 7) & 0x7F) | 0x80, call_id >> 14))
+    return b"\x08" + varint(call_id)
+
+
+def _send_rest(sock: zmq.Socket, frames: list) -> None:
+    """Send `frames` (at least one), the rest of a message whose first frame is queued (zmq
+    then takes the rest without Again), as frames.send_frames does."""
+    last = len(frames) - 1
+    for i in range(last):
+        frame = frames[i]
+        _send(sock, frame, _MORE, len(frame) < ZERO_COPY_BYTES_MIN)
+    frame = frames[last]
+    _send(sock, frame, _NOBLOCK, len(frame) < ZERO_COPY_BYTES_MIN)
+
 
 _context_lock = threading.Lock()
 _context: zmq.Context | None = None
@@ -345,7 +382,16 @@ class _DirectSocket(_Dealer):
     Only its owner uses it; `lock` is held for the whole of a call so that Transport.close()
     can wait for a call in progress (calls poll in short slices and notice the close)."""
 
-    __slots__ = ("poller", "lock", "headers", "rcvtimeo_ms", "pending", "answers")
+    __slots__ = (
+        "poller",
+        "lock",
+        "headers",
+        "tails",
+        "ok_rest",
+        "rcvtimeo_ms",
+        "pending",
+        "answers",
+    )
 
     def __init__(
         self,
@@ -363,6 +409,14 @@ class _DirectSocket(_Dealer):
         # (method, recipient, caller) -> those fields serialized, reused for every call
         # (frames.request_header adds the call id and the time left)
         self.headers: dict[tuple[str, str, str], bytes] = {}
+        # (method, recipient, caller, timeout_ms) -> fields 2-5 serialized: a request header
+        # sent at once is its call id (`_call_id_prefix`) and this.
+        self.tails: dict[tuple[str, str, str, int], bytes] = {}
+        # An OK answer's header from this server but for its call id (field 1, first on the
+        # wire: the server writes it so, rpc/frames.ok_header): an answer whose header is the
+        # awaited call's id prefix and these bytes is that call's OK answer, recognized
+        # without decoding it. Learned from the first OK answer decoded; None before.
+        self.ok_rest: bytes | None = None
         self.rcvtimeo_ms = -1
         # Pipelined calls sent on this socket and not collected yet (call id -> deadline),
         # and the answers read for them while another call was waited for.
@@ -387,6 +441,34 @@ class _DirectSocket(_Dealer):
                 method=method, recipient_uuid=recipient_uuid, caller_uuid=caller_uuid
             ).SerializeToString()
         return header
+
+    def tail(self, key: tuple[str, str, str, int]) -> bytes:
+        """The serialized fields 2-5 (method, recipient, caller, timeout_ms) of `key`."""
+        tail = self.tails.get(key)
+        if tail is None:
+            if len(self.tails) >= DIRECT_HEADERS_MAX:
+                self.tails.clear()
+            method, recipient_uuid, caller_uuid, timeout_ms = key
+            tail = self.tails[key] = request_header(
+                0, self.header(method, recipient_uuid, caller_uuid), timeout_ms
+            )
+        return tail
+
+    def learn_ok(self, head: bytes, prefix: bytes) -> None:
+        """Keep the rest of `head`, an OK answer's header decoded for the call whose id
+        prefix is `prefix`, as this server's OK header (see `ok_rest`); only if the rest
+        names no call id of its own (so prefix + rest always means that prefix's call)."""
+        if not head.startswith(prefix):
+            return
+        rest = head[len(prefix) :]
+        try:
+            parsed = _parse_response_header(rest)
+        except (DecodeError, ValueError):
+            return
+        # Re-serialized alike: no field of its own beyond protobuf's canonical ones (an
+        # explicit call id 0 would override the prefix's).
+        if parsed.status == _OK and parsed.call_id == 0 and parsed.SerializeToString() == rest:
+            self.ok_rest = rest
 
     def recv_reply(self, first: zmq.Frame) -> list:
         """The rest of an answer whose first frame was received: header and body as bytes
@@ -437,7 +519,8 @@ class Transport:
         self._wake_push.setsockopt(zmq.LINGER, 0)
         self._wake_push.setsockopt(zmq.SNDHWM, 1)
         self._wake_push.connect(self._wake_addr)
-        self._closing = threading.Event()
+        # Set once by close(); read by every call (a plain attribute: the cheapest read).
+        self._closed = False
         self._local = threading.local()
         self._direct: list[_DirectSocket] = []  # every thread's sockets, for close()
         self._posters: set[Poster] = set()  # open ones: their owners close them
@@ -460,7 +543,7 @@ class Transport:
         server_key: str = "",
     ) -> _Call:
         """Hand a request to the I/O thread; `finish_call` waits for its answer."""
-        if self._closing.is_set():
+        if self._closed:
             raise errors.Unavailable("the rpc transport is closed")
         assert timeout_s > 0, "every call needs a deadline"
         link_key = self.link_key(address, recipient_uuid, server_key)
@@ -484,7 +567,7 @@ class Transport:
         )
         call.header.call_id = call.call_id
         with self._lock:
-            if self._closing.is_set():
+            if self._closed:
                 raise errors.Unavailable("the rpc transport is closed")
             if self._thread is None:
                 self._thread = threading.Thread(
@@ -555,9 +638,9 @@ class Transport:
             )
             return self.finish_call(call)
         with direct.lock:
-            # close() sets `_closing` before it takes this lock to close the socket: a call
+            # close() sets `_closed` before it takes this lock to close the socket: a call
             # racing with it (the socket was cached before) fails as a closed transport.
-            if self._closing.is_set():
+            if self._closed:
                 raise errors.Unavailable("the rpc transport is closed")
             try:
                 return self._direct_call(
@@ -595,7 +678,7 @@ class Transport:
         direct = sockets.get(cache_key)
         if direct is None:
             with self._lock:
-                if self._closing.is_set():
+                if self._closed:
                     raise errors.Unavailable("the rpc transport is closed")
                 if len(self._direct) >= DIRECT_SOCKETS_MAX:
                     return None  # many short-lived threads: share the I/O thread instead
@@ -628,7 +711,7 @@ class Transport:
         `header`: d.header() of the call."""
         connect_deadline = start + self.connect_timeout_s
         while True:
-            if self._closing.is_set():
+            if self._closed:
                 raise errors.Unavailable("the rpc transport closed")
             d.drain_monitor()
             if d.handshake_error:
@@ -652,40 +735,61 @@ class Transport:
 
     def _direct_call(
         self, d: _DirectSocket, recipient_uuid, caller_uuid, method, body, sidecars, timeout_s
-    ) -> tuple[ResponseHeader, list]:
+    ) -> tuple[ResponseHeader | None, list]:
         assert timeout_s > 0, "every call needs a deadline"
-        size = len(body) + sum(map(len, sidecars)) if sidecars else len(body)
+        frames = [body, *sidecars]
+        size = sum(map(len, frames))
         if size > self.message_bytes_max:
             raise errors.BadRequest(
                 f"request of {size} bytes exceeds the limit of {self.message_bytes_max}"
             )
-        now = time.monotonic()
+        now = _monotonic()
         deadline = now + timeout_s
         call_id = next(self._call_ids)
-        header = d.header(method, recipient_uuid, caller_uuid)
+        prefix = _call_id_prefix(call_id)
+        timeout_ms = int(timeout_s * 1000) or 1
+        tail = d.tails.get((method, recipient_uuid, caller_uuid, timeout_ms))
+        if tail is None:
+            tail = d.tail((method, recipient_uuid, caller_uuid, timeout_ms))
         drops = d.drops
         # Send: only to a live connection (IMMEDIATE); fail fast when nobody is there.
-        timeout_ms = max(1, int(timeout_s * 1000))
+        sock = d.socket
         try:
-            send_frames(d.socket, [request_header(call_id, header, timeout_ms), body, *sidecars])
+            _send(sock, prefix + tail, _MORE, True)
         except zmq.Again:
-            self._direct_send_slow(d, call_id, method, header, [body, *sidecars], deadline, now)
-        answer, reply = self._direct_receive(d, call_id, deadline, drops, method, timeout_s)
+            header = d.header(method, recipient_uuid, caller_uuid)
+            self._direct_send_slow(d, call_id, method, header, frames, deadline, now)
+        else:
+            _send_rest(sock, frames)
+        answer, reply = self._direct_receive(d, call_id, deadline, drops, method, timeout_s, prefix)
         return self._direct_result(answer, reply)
 
     def _direct_receive(
-        self, d: _DirectSocket, call_id: int, deadline: float, drops: int, method, timeout_s
-    ) -> tuple[ResponseHeader, list]:
+        self,
+        d: _DirectSocket,
+        call_id: int,
+        deadline: float,
+        drops: int,
+        method,
+        timeout_s,
+        prefix: bytes = b"",
+    ) -> tuple[ResponseHeader | None, list]:
         """The answer to `call_id` on `d` (owned by the calling thread, locked), waited for
-        until `deadline`. Answers to pipelined calls still pending on `d` are kept for them;
-        others are late answers to given-up calls, dropped. `drops`: d.drops at the send."""
-        kept = d.answers.pop(call_id, None)
-        if kept is not None:
-            return kept
+        until `deadline`: (its header, [header bytes, body, *sidecars]), the header None for
+        an OK answer recognized by its bytes (`prefix`: the call's id prefix, see
+        _DirectSocket.ok_rest). Answers to pipelined calls still pending on `d` are kept for
+        them; others are late answers to given-up calls, dropped. `drops`: d.drops at the
+        send."""
+        if d.answers:
+            kept = d.answers.pop(call_id, None)
+            if kept is not None:
+                return kept
         sock = d.socket
+        expected = prefix + d.ok_rest if prefix and d.ok_rest is not None else None
         # First one blocking receive on the socket alone (the common, quick answer) ...
         first = None
-        wait_ms = int(min(deadline - time.monotonic(), DIRECT_FAST_WAIT_S) * 1000)
+        left_s = deadline - _monotonic()
+        wait_ms = DIRECT_FAST_WAIT_MS if left_s >= DIRECT_FAST_WAIT_S else int(left_s * 1000)
         if wait_ms > 0:
             if wait_ms != d.rcvtimeo_ms:
                 sock.set(_RCVTIMEO, wait_ms)
@@ -698,24 +802,29 @@ class Transport:
             if first is not None:
                 reply = d.recv_reply(first)
                 first = None
+                head = reply[0]
+                if head == expected:
+                    return None, reply
                 try:
-                    answer = _parse_response_header(reply[0])
+                    answer = _parse_response_header(head)
                 except (DecodeError, ValueError):
                     log.warning("dropped a malformed answer from %s", d.address)
                     continue
                 if answer.call_id == call_id:
+                    if prefix and answer.status == _OK:
+                        d.learn_ok(head, prefix)
                     return answer, reply
                 if answer.call_id in d.pending:
                     d.answers[answer.call_id] = (answer, reply)
                 continue  # another call's answer: wait on
             # ... then slices that also watch the connection and the transport's close.
-            now = time.monotonic()
+            now = _monotonic()
             if now >= deadline:
                 raise errors.TimedOut(
                     f"{method} to {d.address} timed out after {timeout_s:.3f}s "
                     "(waiting for its answer)"
                 )
-            if self._closing.is_set():
+            if self._closed:
                 raise errors.Unavailable("the rpc transport closed")
             ready = dict(
                 d.poller.poll(max(1, int(min(deadline - now, DIRECT_POLL_SLICE_S) * 1000)))
@@ -735,10 +844,13 @@ class Transport:
                     pass
 
     @staticmethod
-    def _direct_result(answer: ResponseHeader, reply: list) -> tuple[ResponseHeader, list]:
-        """(header, [body, *sidecars]); raises RpcError for a non-OK status."""
+    def _direct_result(
+        answer: ResponseHeader | None, reply: list
+    ) -> tuple[ResponseHeader | None, list]:
+        """(header, [body, *sidecars]); raises RpcError for a non-OK status. `answer` None:
+        an OK answer recognized by its bytes (`_direct_receive`)."""
         body_bytes = reply[1] if len(reply) > 1 else b""
-        if answer.status != _OK:
+        if answer is not None and answer.status != _OK:
             raise errors.error_from_header(answer, body_bytes)
         return answer, [body_bytes, *reply[2:]]
 
@@ -751,26 +863,41 @@ class Transport:
         body: bytes,
         sidecars,
         timeout_s: float,
+        response_type: type,
         auth_tag: bytes = b"",
         server_key: str = "",
-    ) -> _Call | _DirectCall:
+    ) -> PendingCall:
         """Send a pipelined call now on the calling thread's own socket (collected by this
-        thread: `finish_direct`), so that one thread's calls reach the server in order;
-        before its first connection is up (or while zmq's queue for it is full) this waits
-        for it as a synchronous call does, and a failure to send (NotConnected, a failed
-        handshake, the deadline) is raised by the result. Signed calls, and threads past
-        DIRECT_SOCKETS_MAX, go through the I/O thread (`finish_call`)."""
-        if self._closing.is_set():
+        thread), so that one thread's calls reach the server in order; before its first
+        connection is up (or while zmq's queue for it is full) this waits for it as a
+        synchronous call does, and a failure to send (NotConnected, a failed handshake, the
+        deadline) is raised by the result. Signed calls, and threads past
+        DIRECT_SOCKETS_MAX, go through the I/O thread."""
+        if self._closed:
             raise errors.Unavailable("the rpc transport is closed")
         assert timeout_s > 0, "every call needs a deadline"
-        link_key = self.link_key(address, recipient_uuid, server_key)
+        link_key = (
+            self.link_key(address, recipient_uuid, server_key)
+            if self.curve is not None or server_key
+            else ""
+        )
         if not auth_tag:
-            direct = self._direct_socket(address, link_key)
+            try:  # the calling thread's socket, when it has one already
+                direct = self._local.sockets[(address, link_key) if link_key else address]
+            except (AttributeError, KeyError):
+                direct = self._direct_socket(address, link_key)
             if direct is not None:
                 return self._direct_send(
-                    direct, recipient_uuid, caller_uuid, method, body, sidecars, timeout_s
+                    direct,
+                    recipient_uuid,
+                    caller_uuid,
+                    method,
+                    body,
+                    sidecars,
+                    timeout_s,
+                    response_type,
                 )
-        return self.start_call(
+        call = self.start_call(
             address,
             recipient_uuid,
             caller_uuid,
@@ -781,38 +908,52 @@ class Transport:
             auth_tag,
             link_key,
         )
+        return PendingCall(self, call, response_type)
 
     def _direct_send(
-        self, d: _DirectSocket, recipient_uuid, caller_uuid, method, body, sidecars, timeout_s
-    ) -> _DirectCall:
+        self,
+        d: _DirectSocket,
+        recipient_uuid,
+        caller_uuid,
+        method,
+        body,
+        sidecars,
+        timeout_s,
+        response_type,
+    ) -> _DirectPending:
         """Send on the caller's socket `d` (waiting only for a connection, see send_call)."""
-        size = len(body) + sum(map(len, sidecars)) if sidecars else len(body)
+        frames = [body, *sidecars]
+        size = sum(map(len, frames))
         if size > self.message_bytes_max:
             raise errors.BadRequest(
                 f"request of {size} bytes exceeds the limit of {self.message_bytes_max}"
             )
+        timeout_ms = int(timeout_s * 1000) or 1
+        tail = d.tails.get((method, recipient_uuid, caller_uuid, timeout_ms))
+        if tail is None:
+            tail = d.tail((method, recipient_uuid, caller_uuid, timeout_ms))
         with d.lock:
-            if self._closing.is_set():
+            if self._closed:
                 raise errors.Unavailable("the rpc transport is closed")
-            now = time.monotonic()
-            if len(d.pending) >= INFLIGHT_CALLS_MAX:
+            now = _monotonic()
+            pending = d.pending
+            if len(pending) >= INFLIGHT_CALLS_MAX:
                 d.prune(now)
-                if len(d.pending) >= INFLIGHT_CALLS_MAX:
-                    raise errors.Throttled(f"{len(d.pending)} calls already in flight")
+                if len(pending) >= INFLIGHT_CALLS_MAX:
+                    raise errors.Throttled(f"{len(pending)} calls already in flight")
             call_id = next(self._call_ids)
-            header = d.header(method, recipient_uuid, caller_uuid)
-            timeout_ms = max(1, int(timeout_s * 1000))
+            prefix = _call_id_prefix(call_id)
             deadline = now + timeout_s
-            call = _DirectCall(call_id, d, method, deadline, d.drops, threading.get_ident())
+            call = _DirectPending(
+                self, response_type, call_id, prefix, d, method, deadline, d.drops, _get_ident()
+            )
+            sock = d.socket
             try:
-                send_frames(
-                    d.socket, [request_header(call_id, header, timeout_ms), body, *sidecars]
-                )
+                _send(sock, prefix + tail, _MORE, True)
             except zmq.Again:
                 try:
-                    self._direct_send_slow(
-                        d, call_id, method, header, [body, *sidecars], deadline, now
-                    )
+                    header = d.header(method, recipient_uuid, caller_uuid)
+                    self._direct_send_slow(d, call_id, method, header, frames, deadline, now)
                 except HandshakeFailed as err:
                     # A fresh socket for the next call: libzmq may not retry a refused
                     # handshake (as call_frames).
@@ -822,51 +963,56 @@ class Transport:
                 except errors.RpcError as err:
                     call.error = err
                     return call
-            d.pending[call_id] = deadline
+            else:
+                _send_rest(sock, frames)
+            pending[call_id] = deadline
         return call
 
-    def finish_direct(self, call: _DirectCall) -> tuple[ResponseHeader, list]:
+    def finish_direct(self, call: _DirectPending) -> list:
         """Wait for a call sent by `_direct_send` (until its deadline), on the thread that
-        sent it; raises RpcError for a non-OK status."""
-        assert call.owner == threading.get_ident(), (
+        sent it: [body, *sidecars]; raises RpcError for a non-OK status."""
+        assert call.owner == _get_ident(), (
             "a pipelined call is collected by the thread that made it (its socket's owner)"
         )
         if call.error is not None:
             raise call.error
         if call.answer is not None:  # collected before: the same answer again
-            return self._direct_result(*call.answer)
+            return self._direct_result(*call.answer)[1]
         d = call.direct
+        call_id = call.call_id
         with d.lock:
             try:
-                if self._closing.is_set():
+                if self._closed:
                     raise errors.Unavailable("the rpc transport closed")
                 if d.socket.closed:  # dropped after a failed handshake (see _direct_send)
                     raise ConnectionLost(f"connection to {d.address} lost")
                 answer, reply = self._direct_receive(
                     d,
-                    call.call_id,
+                    call_id,
                     call.deadline,
                     call.drops,
                     call.method,
-                    max(0.0, call.deadline - time.monotonic()),
+                    max(0.0, call.deadline - _monotonic()),
+                    call.prefix,
                 )
             except errors.RpcError as err:
                 call.error = err
                 raise
             finally:
-                d.pending.pop(call.call_id, None)
-                d.answers.pop(call.call_id, None)
+                d.pending.pop(call_id, None)
+                if d.answers:
+                    d.answers.pop(call_id, None)
         call.answer = (answer, reply)
-        return self._direct_result(answer, reply)
+        return self._direct_result(answer, reply)[1]
 
-    def direct_done(self, call: _DirectCall) -> bool:
+    def direct_done(self, call: _DirectPending) -> bool:
         """True once `call`'s answer is in (read without waiting), or its deadline passed."""
-        assert call.owner == threading.get_ident(), "asked by the thread that made the call"
+        assert call.owner == _get_ident(), "asked by the thread that made the call"
         d = call.direct
         if call.error is not None or call.answer is not None:
             return True
         with d.lock:
-            if call.call_id in d.answers or self._closing.is_set() or d.socket.closed:
+            if call.call_id in d.answers or self._closed or d.socket.closed:
                 return True
             while True:
                 try:
@@ -880,7 +1026,7 @@ class Transport:
                     continue
                 if answer.call_id in d.pending:
                     d.answers[answer.call_id] = (answer, reply)
-            return call.call_id in d.answers or time.monotonic() >= call.deadline
+            return call.call_id in d.answers or _monotonic() >= call.deadline
 
     def _wake(self) -> None:
         try:
@@ -891,9 +1037,9 @@ class Transport:
             pass  # closing
 
     def close(self, timeout_s: float = 5.0) -> None:
-        if self._closing.is_set():
+        if self._closed:
             return
-        self._closing.set()
+        self._closed = True
         self._wake()
         with self._lock:
             thread = self._thread
@@ -942,7 +1088,7 @@ class Transport:
         frame_max = self.message_bytes_max * 2
         next_expiry = 0.0
         try:
-            while not self._closing.is_set():
+            while not self._closed:
                 # Take new calls from callers.
                 with self._lock:
                     submitted, self._submitted = self._submitted, deque()
@@ -1211,36 +1357,17 @@ class Poster:
             self._transport._posters.discard(self)
 
 
-@dataclass(slots=True)
-class _DirectCall:
-    """A pipelined call sent on its caller's own socket; collected by that thread."""
-
-    call_id: int
-    direct: _DirectSocket
-    method: str
-    deadline: float
-    drops: int  # the socket's drop count when it was sent
-    owner: int  # threading.get_ident() of the caller
-    # Not sent, or failed when collected: raised by the result (again, if asked again).
-    error: errors.RpcError | None = None
-    answer: tuple | None = None  # (ResponseHeader, frames) once collected
-
-
 class PendingCall:
     """A call in flight; `result()` waits for it (until the call's own deadline)."""
 
     __slots__ = ("_transport", "_call", "_response_type")
 
-    def __init__(
-        self, transport: Transport, call: _Call | _DirectCall, response_type: type
-    ) -> None:
+    def __init__(self, transport: Transport, call: _Call | None, response_type: type) -> None:
         self._transport = transport
         self._call = call
         self._response_type = response_type
 
     def done(self) -> bool:
-        if type(self._call) is _DirectCall:
-            return self._transport.direct_done(self._call)
         return self._call.done.is_set()
 
     def result(self):
@@ -1249,18 +1376,64 @@ class PendingCall:
     def result_with_sidecars(self):
         """(response, [sidecar memoryviews]) once the answer is in."""
         call = self._call
-        if type(call) is _DirectCall:
-            _, frames = self._transport.finish_direct(call)
-            address = call.direct.address
-        else:
-            _, frames = self._transport.finish_call(call)
-            address = call.address
-        response = self._response_type()
+        _, frames = self._transport.finish_call(call)
+        return self._response(frames, call.address)
+
+    def _response(self, frames: list, address: str):
         try:
-            response.ParseFromString(frames[0])
+            response = self._response_type.FromString(frames[0])
         except (DecodeError, ValueError) as exc:
             raise errors.Internal(f"malformed answer from {address}: {exc}") from None
         return response, frames[1:]
+
+
+class _DirectPending(PendingCall):
+    """A pipelined call sent on its caller's own socket; collected by that thread."""
+
+    __slots__ = (
+        "call_id",
+        "prefix",
+        "direct",
+        "method",
+        "deadline",
+        "drops",
+        "owner",
+        "error",
+        "answer",
+    )
+
+    def __init__(
+        self,
+        transport: Transport,
+        response_type: type,
+        call_id: int,
+        prefix: bytes,
+        direct: _DirectSocket,
+        method: str,
+        deadline: float,
+        drops: int,
+        owner: int,
+    ) -> None:
+        self._transport = transport
+        self._call = None
+        self._response_type = response_type
+        self.call_id = call_id
+        self.prefix = prefix  # the call id as the header's first field (_call_id_prefix)
+        self.direct = direct
+        self.method = method
+        self.deadline = deadline
+        self.drops = drops  # the socket's drop count when it was sent
+        self.owner = owner  # threading.get_ident() of the caller
+        # Not sent, or failed when collected: raised by the result (again, if asked again).
+        self.error: errors.RpcError | None = None
+        self.answer: tuple | None = None  # (ResponseHeader or None, reply) once collected
+
+    def done(self) -> bool:
+        return self._transport.direct_done(self)
+
+    def result_with_sidecars(self):
+        """(response, [sidecar memoryviews]) once the answer is in."""
+        return self._response(self._transport.finish_direct(self), self.direct.address)
 
 
 class RpcClient:
@@ -1394,7 +1567,7 @@ class RpcClient:
             if self.privileged_key
             else b""
         )
-        call = self._transport.send_call(
+        return self._transport.send_call(
             self.address,
             recipient_uuid,
             self.caller_uuid,
@@ -1402,10 +1575,10 @@ class RpcClient:
             body,
             sidecars,
             timeout_s,
+            response_type,
             auth_tag,
             self.server_key,
         )
-        return PendingCall(self._transport, call, response_type)
 
     def ping(self, timeout_s: float = 2.0, *, idempotent: bool = True) -> PingResponse:
         """Learn who serves this address (the one call allowed without a recipient UUID)."""
