@@ -79,7 +79,8 @@ SCAN_BATCH_ROWS_DEFAULT = 65_536  # 4,096 halved the full scan rate (design/stor
 SCAN_BATCH_ROWS_MAX = 65_536
 SCAN_RESPONSE_BYTES_MAX = 16 << 20
 SCAN_RESPONSE_BATCHES_MAX = 64
-SCAN_RELEASE_BYTES_MIN = 4 << 20  # after an answer this large, freed memory is handed back
+# After a scan that sent this much, the memory its answers and merges freed is handed back.
+SCAN_RELEASE_BYTES_MIN = 4 << 20
 WRITE_BLOCKS_MAX = 64
 
 
@@ -92,16 +93,24 @@ class _Scanner:
     last_used: float
     arrow_schema: pa.Schema
     sent: int = 0
-    last_bytes: int = 0  # of the last answer sent
+    sent_bytes: int = 0  # over all its answers
 
 
 def ipc_batch(batch: pa.RecordBatch) -> memoryview:
     """One batch as an Arrow IPC stream: a view of Arrow's buffer, not a copy (the rpc layer
-    sends a large frame without copying it too)."""
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, batch.schema) as w:
+    sends a large frame without copying it too). Written into one buffer of its final size
+    (the schema's message, the batch's, the end marker): a growing stream reallocates and
+    copies as it doubles, and leaves its smaller buffers behind as garbage."""
+    size = batch.schema.serialize().size + pa.ipc.get_record_batch_size(batch) + IPC_SLACK_BYTES
+    buf = pa.allocate_buffer(size)
+    out = pa.FixedSizeBufferWriter(buf)
+    with pa.ipc.new_stream(out, batch.schema) as w:
         w.write_batch(batch)
-    return memoryview(sink.getvalue())
+    return memoryview(buf)[: out.tell()]
+
+
+# Room for the stream's end marker (8 bytes) and padding beyond the two messages' sizes.
+IPC_SLACK_BYTES = 64
 
 
 # Test-only broken builds of the read path (tests/nemesis/test_broken_builds.py), off
@@ -330,12 +339,6 @@ class TServerService:
                 return Reply(ScanResponse())
             if sc is None:
                 raise NotFound(f"scanner {req.scanner_id} not found (expired, finished or in use)")
-            if sc.last_bytes >= SCAN_RELEASE_BYTES_MIN:
-                # Arrow's allocator (mimalloc) keeps what the answer before freed once sent
-                # (its batches, the merge's slabs): handed back to the system first, the
-                # heap of a server that scans stays near its idle size (design/storage.md;
-                # 1-2 ms a call, so only after a large answer).
-                pa.default_memory_pool().release_unused()
         else:
             check_tablet_id(req.tablet_id)
             tablet = self.manager.tablet(req.tablet_id)
@@ -377,7 +380,15 @@ class TServerService:
             sc.head = next(sc.pieces, None)
         has_more = sc.head is not None
         sc.sent += rows
-        sc.last_bytes = size
+        sc.sent_bytes += size
+        if not has_more and sc.sent_bytes >= SCAN_RELEASE_BYTES_MIN:
+            # Arrow's allocator (mimalloc) keeps what the answers freed once sent (their
+            # batches, the merges' slabs) for this thread's next allocations: handed back
+            # to the system when a large scan ends, the heap of a server that scans stays
+            # near its idle size. Not between the answers of one scan: memory handed back
+            # is faulted in again (and zeroed) by the next answer, which cost more than the
+            # merge itself (design/storage.md, "Scans without a merge"); 1-2 ms a call.
+            pa.default_memory_pool().release_unused()
         with self._counts_lock:
             self.rows_scanned += rows
         resp = ScanResponse(has_more=has_more, rows=rows, schema=sc.schema_pb)

@@ -7,11 +7,18 @@ concatenates whole sources: it picks a cut key (the smallest of each source's ke
 in each), merges only those (`newest_versions`) and moves on. A slab so holds at most
 `len(sources) x slab_rows` rows, and at least one source advances by up to `slab_rows` rows
 each time; what is held between slabs is only a position per source.
+
+Where the sources do not overlap there is nothing to merge: when one source's next rows
+all sort before every other source's next key (a tablet of one run, a run's key-disjoint
+blocks, a memstore whose keys lie beyond the blocks'), those rows are the slab as they are,
+a zero-copy slice (a "direct" slab: no sort, no take, newest-wins has nothing to resolve),
+cut at the end of the source's record batch so that it stays one chunk.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -19,6 +26,21 @@ import pyarrow.compute as pc
 from tservers.tablet.schema import DELETED_FIELD
 
 SLAB_ROWS_DEFAULT = 16_384
+# A direct slab shorter than this (rows of one source before another source's next key)
+# is not worth a slab of its own: interleaved sources (random keys in two runs) would
+# otherwise alternate slabs of a few rows; the window is merged as one slab instead.
+DIRECT_ROWS_MIN = 1024
+
+
+@dataclass(slots=True)
+class SlabCounts:
+    """What a merge made: slabs passed through as slices of one source (`direct`, and
+    their rows) and slabs merged (`merged`, and their rows)."""
+
+    direct: int = 0
+    direct_rows: int = 0
+    merged: int = 0
+    merged_rows: int = 0
 
 
 def newest_versions(parts: list[pa.Table], key_names: list[str]) -> pa.Table:
@@ -64,6 +86,17 @@ class SortedSource:
             self._offsets.append(start)
             start += b.num_rows
 
+    def batch_end(self, row: int) -> int:
+        """The end row of the record batch holding `row`."""
+        lo, hi = 0, len(self._offsets)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if self._offsets[mid] <= row:
+                lo = mid
+            else:
+                hi = mid
+        return self._offsets[lo + 1] if lo + 1 < len(self._offsets) else self.num_rows
+
     def key_at(self, row: int):
         lo, hi = 0, len(self._offsets)
         while hi - lo > 1:  # the batch holding `row`
@@ -98,30 +131,70 @@ def merge_slabs(
     upper=None,
     slab_rows: int = SLAB_ROWS_DEFAULT,
     on_slab: Callable[[list[int]], None] | None = None,
+    counts: SlabCounts | None = None,
 ) -> Iterator[pa.Table]:
     """Slabs of the newest version of every key of `sources` (oldest first) in [lower,
     upper) (Python keys, None: open), in key order; `adapt(i, rows)` turns a slice of
     source i into the common schema. Tombstones come out as rows (the caller drops them).
     `on_slab(pos)`, when the next slab is asked for, gets every source's position: the rows
-    before it are merged and handed out (`pages.PageRelease`)."""
+    before it are merged and handed out (`pages.PageRelease`). `counts`, when given, is
+    added what was made (direct and merged slabs).
+
+    A slab is direct (a slice of one source, `adapt`ed, nothing merged) when the source
+    with the smallest next key has at least DIRECT_ROWS_MIN rows (or all it has left)
+    below every other source's next key: at most `slab_rows x len(sources)` of them, to
+    the end of its record batch. Otherwise the window up to the cut key is merged."""
     slab_rows = max(1, slab_rows)
     srcs = [SortedSource(t, key_names) for t in sources]
     pos = [0 if lower is None else s.search(lower, 0, s.num_rows, right=False) for s in srcs]
     end = [
         s.num_rows if upper is None else s.search(upper, 0, s.num_rows, right=False) for s in srcs
     ]
-    while True:
-        live = [i for i in range(len(srcs)) if pos[i] < end[i]]
-        if not live:
-            return
-        cut = min(srcs[i].key_at(min(pos[i] + slab_rows, end[i]) - 1) for i in live)
-        parts = []
-        for i in live:  # oldest first: newest_versions keeps the last of equal keys
-            stop = srcs[i].search(cut, pos[i], end[i], right=True)
-            if stop > pos[i]:
-                parts.append(adapt(i, srcs[i].table.slice(pos[i], stop - pos[i])))
-                pos[i] = stop
-        yield parts[0] if len(parts) == 1 else newest_versions(parts, key_names)
+    direct_max = slab_rows * max(1, len(srcs))
+    direct_min = min(DIRECT_ROWS_MIN, slab_rows)
+    # Each live source's next key, kept as positions move (one key_at per source a slab).
+    heads = {i: srcs[i].key_at(pos[i]) for i in range(len(srcs)) if pos[i] < end[i]}
+    while heads:
+        first = min(heads, key=heads.__getitem__)
+        src, p = srcs[first], pos[first]
+        stop = min(end[first], p + direct_max, src.batch_end(p))
+        if len(heads) > 1:
+            nxt = min(k for i, k in heads.items() if i != first)
+            if not heads[first] < nxt:
+                stop = p  # one key in two sources: merged
+            elif not src.key_at(stop - 1) < nxt:
+                short = p + direct_min
+                if short < stop and src.key_at(short - 1) < nxt:
+                    stop = src.search(nxt, short, stop, right=False)
+                else:
+                    stop = p  # too few rows before the next source's key: merged
+        if stop > p:
+            parts = [adapt(first, src.table.slice(p, stop - p))]
+            pos[first] = stop
+        else:
+            cut = min(srcs[i].key_at(min(pos[i] + slab_rows, end[i]) - 1) for i in heads)
+            parts = []
+            for i in sorted(heads):  # oldest first: newest_versions keeps the last of equal keys
+                stop = srcs[i].search(cut, pos[i], end[i], right=True)
+                if stop > pos[i]:
+                    parts.append(adapt(i, srcs[i].table.slice(pos[i], stop - pos[i])))
+                    pos[i] = stop
+        for i in list(heads):
+            if pos[i] >= end[i]:
+                del heads[i]
+            else:
+                heads[i] = srcs[i].key_at(pos[i])
+        if len(parts) == 1:
+            slab = parts[0]
+            if counts is not None:
+                counts.direct += 1
+                counts.direct_rows += slab.num_rows
+        else:
+            slab = newest_versions(parts, key_names)
+            if counts is not None:
+                counts.merged += 1
+                counts.merged_rows += slab.num_rows
+        yield slab
         if on_slab is not None:
             on_slab(pos)
 

@@ -110,7 +110,7 @@ from tservers.tablet.blockindex import (
 )
 from tservers.tablet.bloom import hash_array, key_hash
 from tservers.tablet.dedup import STALE, DedupTable, Done, RequestId
-from tservers.tablet.merge import SLAB_ROWS_DEFAULT, merge_slabs, newest_versions
+from tservers.tablet.merge import SLAB_ROWS_DEFAULT, SlabCounts, merge_slabs, newest_versions
 from tservers.tablet.pages import PageRelease
 from tservers.tablet.schema import DELETED_FIELD, Schema, block_name, value_from_pb
 from tservers.tablet.stats import checks as stats_checks
@@ -406,6 +406,15 @@ class Tablet:
         self.scan_chunks_total = 0
         self.scan_chunks_skipped = 0
         self.scan_blocks_skipped = 0
+        # Slabs of those scans passed through as slices of one source (no sort, no take:
+        # merge.merge_slabs' direct slabs) and slabs merged, and their rows. Their own lock:
+        # a scan adds them when its generator ends, which may be its finalizer, run on any
+        # thread at any moment (one holding the tablet lock too).
+        self._scan_counts_lock = threading.Lock()
+        self.scan_slabs_direct = 0
+        self.scan_rows_direct = 0
+        self.scan_slabs_merged = 0
+        self.scan_rows_merged = 0
 
     # ================================================================ bootstrap
     def bootstrap(self, *, wal_synced: bool = False) -> list[LogEntryPB]:
@@ -1644,19 +1653,28 @@ class Tablet:
             # The pages of block chunks merged and handed out leave the process (pages.py).
             pages = PageRelease.of([*kept, None])
             key_names = self._key_names(schema)
-            for slab in merge_slabs(sources, key_names, adapt, lo, hi, slab_rows, pages):
-                deleted = slab.column(DELETED_FIELD)
-                # Most slabs hold no tombstone: no filter (a copy of every column) then.
-                t = slab.filter(pc.invert(deleted)) if pc.any(deleted).as_py() else slab
-                if pred is not None and t.num_rows:
-                    t = t.filter(pred)
-                if left is not None:
-                    t = t.slice(0, min(left, t.num_rows))
-                    left -= t.num_rows
-                if t.num_rows:
-                    yield finish(t)
-                if left == 0:
-                    return
+            counts = SlabCounts()
+            slabs = merge_slabs(sources, key_names, adapt, lo, hi, slab_rows, pages, counts)
+            try:
+                for slab in slabs:
+                    deleted = slab.column(DELETED_FIELD)
+                    # Most slabs hold no tombstone: no filter (a copy of every column) then.
+                    t = slab.filter(pc.invert(deleted)) if pc.any(deleted).as_py() else slab
+                    if pred is not None and t.num_rows:
+                        t = t.filter(pred)
+                    if left is not None:
+                        t = t.slice(0, min(left, t.num_rows))
+                        left -= t.num_rows
+                    if t.num_rows:
+                        yield finish(t)
+                    if left == 0:
+                        return
+            finally:  # also when the scanner is dropped part way (expired, closed)
+                with self._scan_counts_lock:
+                    self.scan_slabs_direct += counts.direct
+                    self.scan_rows_direct += counts.direct_rows
+                    self.scan_slabs_merged += counts.merged
+                    self.scan_rows_merged += counts.merged_rows
 
         return out_schema, pieces()
 
