@@ -15,15 +15,20 @@ servers, one each way, in the same run and prints the ratio on/off (target >= 0.
 thread (this process) and of each thread of the server (/proc/PID/task/*/schedstat), for
 the rpc server's pool and inline handlers and for raw pyzmq: the figure that moves least
 with the machine's load (calls/s do, by 2x on a shared machine); and the voluntary context
-switches per call of the server's threads (a sleeping thread woken: /proc/PID/task/*/status).
+switches per call of the server's threads and of the calling thread (a sleeping thread woken:
+/proc/PID/task/*/status).
 `--rounds N` repeats the three N times in turn (the order rotating) and prints the median
 ratio of calls/s to raw's in the same round: load that comes and goes then moves all three.
+
+`--caller`: instead, the caller's own CPU per pipelined call when it never waits (a ROUTER
+in the calling thread answers each batch, untimed), rpc against raw pyzmq: the Python work
+of `call_async` and `result()` with the least noise from the machine's load.
 
 `--curve`: instead, CURVE beside plaintext in the same run (design/security.md §7): an rpc
 server and a raw ROUTER each way, 100 B, 8 KiB and 1 MiB sidecars, pipelined calls/s and
 MB/s, synchronous calls/s from THREADS threads, and the ratio CURVE/plaintext (target
 >= 0.8).
-Run: ./dev bench rpc [--seconds S] [--threads N] [--metrics both | --curve | --cpu]
+Run: ./dev bench rpc [--seconds S] [--threads N] [--metrics both | --curve | --cpu | --caller]
 """
 
 from __future__ import annotations
@@ -463,7 +468,7 @@ def measure_cpu(args) -> None:
         print(
             f"{'':>7} {'calls/s':>8} | {'client':>7} | "
             f"{'server':>7} {'io':>6} {'workers':>7} {'zmq':>6} | "
-            f"{'switches/call io':>16} {'workers':>7}"
+            f"{'switches/call io':>16} {'workers':>7} {'client':>6}"
         )
         pipelined = partial(bench_rpc, rpc_address, payload, args.seconds, args.window)
         runs = [
@@ -476,6 +481,8 @@ def measure_cpu(args) -> None:
             ),
         ]
         ratios: dict[str, list[float]] = {"pool": [], "inline": []}
+        caller_us: dict[str, list[float]] = {"pool": [], "inline": [], "raw": []}
+        me = threading.get_native_id()  # the calling thread
         for round_ in range(args.rounds):
             tputs = {}
             for label, pid, run in runs:
@@ -487,8 +494,10 @@ def measure_cpu(args) -> None:
                         t: n if n.startswith("ZMQbg") else "raw-io" for t, n in server_names.items()
                     }
                 s0, c0, v0 = thread_cpu_ns(pid), thread_cpu_ns("self"), thread_switches(pid)
+                m0 = thread_switches("self").get(me, 0)
                 _, tput = run()
                 s1, c1, v1 = thread_cpu_ns(pid), thread_cpu_ns("self"), thread_switches(pid)
+                m1 = thread_switches("self").get(me, 0)
                 tputs[label] = tput
                 calls = tput * args.seconds + 50  # the pipelined run and 50 warm-up calls
                 server = cpu_groups(s0, s1, server_names)
@@ -498,12 +507,13 @@ def measure_cpu(args) -> None:
                 client = cpu_groups(c0, c1, thread_names("self"))
                 us = {k: v / 1e3 / calls for k, v in server.items()}
                 cus = {k: v / 1e3 / calls for k, v in client.items()}
+                caller_us[label].append(cus.get("other", 0))
                 print(
                     f"{label:>7} {tput:>8.0f} | {cus.get('other', 0):>7.1f} | "
                     f"{sum(us.values()):>7.1f} {us.get('io', 0):>6.1f} "
                     f"{us.get('workers', 0):>7.1f} {us.get('zmq', 0):>6.1f} | "
                     f"{switches.get('io', 0) / calls:>16.2f} "
-                    f"{switches.get('workers', 0) / calls:>7.2f}",
+                    f"{switches.get('workers', 0) / calls:>7.2f} {(m1 - m0) / calls:>6.2f}",
                     flush=True,
                 )
             for label in ratios:
@@ -519,12 +529,118 @@ def measure_cpu(args) -> None:
         print(
             f"ratio to raw pyzmq (median of {args.rounds}): "
             f"pool {statistics.median(ratios['pool']):.2f}, "
-            f"inline {statistics.median(ratios['inline']):.2f}"
+            f"inline {statistics.median(ratios['inline']):.2f}; the caller's CPU per call "
+            f"(median): pool {statistics.median(caller_us['pool']):.1f} us, "
+            f"inline {statistics.median(caller_us['inline']):.1f} us, "
+            f"raw {statistics.median(caller_us['raw']):.1f} us"
         )
     finally:
         for p in (rpc, raw):
             p.kill()
             p.wait(10)
+
+
+def measure_caller(args) -> None:
+    """The caller's CPU per pipelined call with no waiting: a ROUTER in this thread answers
+    each batch of WINDOW calls (OK headers as the rpc server writes them), and only the
+    caller's own work is timed (thread CPU): sending the batch, then collecting it once
+    every answer is in. rpc (call_async, result_with_sidecars) against raw pyzmq
+    (send_multipart, recv_multipart, as the raw bench)."""
+    from rpc.frames import ok_header
+    from rpc.rpc_pb2 import RequestHeader, ResponseHeader, StatusCode
+
+    ctx = zmq.Context()
+    router = ctx.socket(zmq.ROUTER)
+    router.setsockopt(zmq.LINGER, 0)
+    port = router.bind_to_random_port("tcp://127.0.0.1")
+    rest = ResponseHeader(status=StatusCode.OK, server_uuid=UUID).SerializeToString()
+    payload = b"p" * 100
+    window = args.window
+
+    def answer_batch(dealer: zmq.Socket) -> None:
+        for _ in range(window):
+            frames = router.recv_multipart()
+            call_id = RequestHeader.FromString(frames[1]).call_id
+            router.send_multipart([frames[0], ok_header(call_id, rest), *frames[2:]])
+        while not dealer.poll(1000):  # the first answer is in; the rest follow it closely
+            pass
+        time.sleep(0.002)
+
+    def timed(send, collect, dealer: zmq.Socket, batches: int) -> tuple[float, float]:
+        sent = collected = 0.0
+        for batch in range(batches + 5):  # 5 batches of warm-up
+            t0 = time.thread_time()
+            handles = send()
+            t1 = time.thread_time()
+            answer_batch(dealer)
+            t2 = time.thread_time()
+            collect(handles)
+            t3 = time.thread_time()
+            if batch >= 5:
+                sent, collected = sent + t1 - t0, collected + t3 - t2
+        calls = batches * window
+        return sent / calls * 1e6, collected / calls * 1e6
+
+    def rpc_run(batches: int) -> tuple[float, float]:
+        with RpcClient(f"127.0.0.1:{port}", "bench") as c:
+            request = PingResponse(uuid="x")
+
+            def send() -> list:
+                return [
+                    c.call_async(UUID, "Test.Echo", request, PingResponse, sidecars=[payload])
+                    for _ in range(window)
+                ]
+
+            def collect(handles: list) -> None:
+                for handle in handles:
+                    handle.result_with_sidecars()
+
+            first = c.call_async(UUID, "Test.Echo", request, PingResponse)  # connects
+            frames = router.recv_multipart()
+            call_id = RequestHeader.FromString(frames[1]).call_id
+            router.send_multipart([frames[0], ok_header(call_id, rest), b""])
+            first.result()
+            # The calling thread's socket, polled (not read) for the answers' arrival.
+            d = c._transport._direct_socket(c.address)
+            return timed(send, collect, d.socket, batches)
+
+    def raw_run(batches: int) -> tuple[float, float]:
+        s = ctx.socket(zmq.DEALER)
+        s.setsockopt(zmq.LINGER, 0)
+        s.connect(f"tcp://127.0.0.1:{port}")
+        header = RequestHeader(call_id=1, method="Test.Echo").SerializeToString()
+
+        def send() -> None:
+            for _ in range(window):
+                s.send_multipart([header, b"", payload], copy=False)
+
+        def collect(_handles) -> None:
+            for _ in range(window):
+                s.recv_multipart(copy=False)
+
+        try:
+            return timed(send, collect, s, batches)
+        finally:
+            s.close()
+
+    batches = max(1, int(args.seconds * 100))
+    print(
+        f"the caller's CPU per pipelined call, answers all in (no waiting), 100 B, "
+        f"{window} a batch, {batches} batches; load average "
+        f"{Path('/proc/loadavg').read_text().split()[0]}"
+    )
+    try:
+        for _ in range(args.rounds):
+            for label, run in (("rpc", rpc_run), ("raw", raw_run)):
+                sent, collected = run(batches)
+                print(
+                    f"{label:>4}: send {sent:5.2f} us, collect {collected:5.2f} us, "
+                    f"total {sent + collected:5.2f} us",
+                    flush=True,
+                )
+    finally:
+        router.close()
+        ctx.term()
 
 
 def main() -> None:
@@ -545,7 +661,15 @@ def main() -> None:
         "--cpu", action="store_true", help="CPU per pipelined call, by thread (see above)"
     )
     parser.add_argument(
-        "--rounds", type=int, default=1, help="with --cpu: pool, inline, raw this many times"
+        "--caller",
+        action="store_true",
+        help="the caller's CPU per pipelined call without waiting, rpc against raw",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="with --cpu: pool, inline, raw this many times; with --caller: rpc, raw",
     )
     args = parser.parse_args()
     if args.curve:
@@ -553,6 +677,9 @@ def main() -> None:
         return
     if args.cpu:
         measure_cpu(args)
+        return
+    if args.caller:
+        measure_caller(args)
         return
     modes = ("on", "off") if args.metrics == "both" else (args.metrics,)
     procs = [start([sys.executable, "-c", RAW_SERVER, "tcp://127.0.0.1:0"])]
