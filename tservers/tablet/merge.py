@@ -49,7 +49,14 @@ def newest_versions(parts: list[pa.Table], key_names: list[str]) -> pa.Table:
     last of each run of equal keys is the newest (no generation column, no second sort key);
     with no key repeated, nothing is filtered."""
     t = pa.concat_tables(parts)
-    t = t.take(pc.sort_indices(t, sort_keys=[(k, "ascending") for k in key_names]))
+    if len(key_names) == 1:
+        # One key column: its chunks as one array, sorted as an array (stable too): some
+        # 10% cheaper than sorting the table by that column.
+        keys = t.column(key_names[0])
+        order = pc.array_sort_indices(pa.concat_arrays(keys.chunks) if keys.chunks else keys)
+    else:
+        order = pc.sort_indices(t, sort_keys=[(k, "ascending") for k in key_names])
+    t = t.take(order)
     n = t.num_rows
     if n < 2:
         return t
@@ -61,6 +68,22 @@ def newest_versions(parts: list[pa.Table], key_names: list[str]) -> pa.Table:
     if pc.all(last).as_py():
         return t
     return t.filter(pa.concat_arrays([last.combine_chunks(), pa.array([True], pa.bool_())]))
+
+
+def _merge_parts(parts: list[pa.Table], key_names: list[str]) -> pa.Table:
+    """`newest_versions` of a slab's parts, without moving their `__deleted` column where
+    no part holds a tombstone (most slabs): a take of a boolean column costs about what
+    one of an int64 column does; an all-false column of the slab's length replaces it."""
+    at = parts[0].schema.get_field_index(DELETED_FIELD)
+    if at < 0 or any(pc.any(p.column(DELETED_FIELD)).as_py() for p in parts):
+        return newest_versions(parts, key_names)
+    field = parts[0].schema.field(at)
+    t = newest_versions([p.drop_columns([DELETED_FIELD]) for p in parts], key_names)
+    return t.add_column(at, field, _all_false(t.num_rows))
+
+
+def _all_false(n: int) -> pa.Array:
+    return pa.BooleanArray.from_buffers(pa.bool_(), n, [None, pa.py_buffer(bytes((n + 7) // 8))])
 
 
 class SortedSource:
@@ -190,7 +213,7 @@ def merge_slabs(
                 counts.direct += 1
                 counts.direct_rows += slab.num_rows
         else:
-            slab = newest_versions(parts, key_names)
+            slab = _merge_parts(parts, key_names)
             if counts is not None:
                 counts.merged += 1
                 counts.merged_rows += slab.num_rows
