@@ -198,6 +198,11 @@ class TServerObserver:
                 "Quiet groups woken because a peer server died or came back",
                 d.groups_woken_by_liveness,
             ),
+            _counter(
+                "logcentric_tserver_raft_liveness_pings_withheld",
+                "Liveness ping rounds not sent: the Raft driver stuck in one step",
+                d.pings_withheld,
+            ),
         ]
 
     def _storage_metrics(self) -> list[Metric]:

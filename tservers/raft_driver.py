@@ -120,6 +120,13 @@ ELECTION_BACKOFF_DOUBLINGS = 3
 # this many liveness rounds after the first: one lost (a full peer queue, a connection being
 # made) would leave quiet followers without a leader; repeats of it are harmless.
 FAREWELL_REPEATS = 3
+# A server heard from again gets the quiesce heartbeat it missed from each quiet leader
+# naming it (`RaftCore.peer_up`), and again after 1, 2, 4 and 8 more liveness rounds
+# (0.2 to 3 s): the first may leave before this server's socket to it has reconnected (zmq
+# retries every 20-500 ms; a message posted while disconnected is dropped), and a restarted
+# server holding only a tombstone of the group never speaks first: its leader stayed quiet
+# and never copied the tablet to it again (seen once in tests/replication/test_tablet_copy.py).
+RETURN_PROBE_ROUNDS_MAX = 8
 
 
 def message_bytes(m: Message) -> int:
@@ -540,6 +547,9 @@ class RaftDriver:
         self._next_ping_s = 0.0
         # Farewells still to repeat: [repeats left, messages] (driver thread only).
         self._farewells: list[list] = []
+        # Servers heard from again, to probe again: uuid -> [rounds to the next, interval].
+        self._returned: dict[str, list[int]] = {}
+        self.return_probes = 0  # quiet leaders' probes of returned servers, repeats (tests)
         self.peers_declared_down = 0  # metrics, tests
         self._next_probe_s = 0.0  # the next probe of the servers declared dead (`_probe`)
         self._probe_interval_s = 0.0
@@ -1081,6 +1091,12 @@ class RaftDriver:
                 )
             if back:
                 log.info("peer servers %s heard from again", ", ".join(sorted(back)))
+        for uuid in newly_down:
+            self._returned.pop(uuid, None)
+        for uuid in back:
+            self._returned[uuid] = [1, 1]
+        if self._returned:
+            self._probe_returned(dirty)
         if newly_down:  # a new death: probe now, then soon again
             self._next_probe_s, self._probe_interval_s = now, timeout_s
         if self._down and now >= self._next_probe_s:
@@ -1112,6 +1128,37 @@ class RaftDriver:
             if probed:
                 todo.difference_update(probed)
                 self.probes += len(probed)
+                dirty[g.tablet_id] = g
+
+    def _probe_returned(self, dirty: dict[str, RaftGroup]) -> None:
+        """The repeats of `peer_up`'s probe (RETURN_PROBE_ROUNDS_MAX): each quiet leader
+        naming a server heard from again after 1, 2, 4 and 8 liveness rounds sends it the
+        quiesce heartbeat again. A follower that has it already ignores it; one that missed
+        it answers (matching: quiet; behind, or deleted: a rejection that wakes the leader)."""
+        due = []
+        for uuid, st in list(self._returned.items()):
+            st[0] -= 1
+            if st[0] > 0:
+                continue
+            due.append(uuid)
+            st[1] *= 2
+            st[0] = st[1]
+            if st[1] > RETURN_PROBE_ROUNDS_MAX:
+                del self._returned[uuid]
+        if not due:
+            return
+        with self._groups_lock:
+            groups = list(self._groups.values())
+        for g in groups:
+            core = g.core
+            if core.role is not Role.LEADER or not core.quiesced:  # racy; checked below
+                continue
+            with g.lock:
+                if g.closed or g.failed or not core.quiesced:
+                    continue
+                sent = [u for u in due if core.probe(u)]
+            if sent:
+                self.return_probes += len(sent)
                 dirty[g.tablet_id] = g
 
     def _tell_groups(self, down: list[str], back: list[str], dirty: dict[str, RaftGroup]) -> int:

@@ -66,6 +66,7 @@ TSERVER_FAMILIES = {
     "logcentric_tserver_raft_messages_out",
     "logcentric_tserver_raft_groups_quiet",
     "logcentric_tserver_raft_peers_down",
+    "logcentric_tserver_raft_liveness_pings_withheld",
     "process_resident_memory_bytes",
     "process_open_fds",
 }
