@@ -154,7 +154,32 @@ def write_meta(path: Path, magic: bytes, msg: Message, *, mode: int = 0o644) -> 
     write_atomic(path, data, mode=mode)
 
 
-def read_meta(path: Path, magic: bytes, msg_type: type[M]) -> M:
-    with open(path, "rb") as f:
-        data = f.read(PAYLOAD_BYTES_MAX + _HEADER.size + 1)
+# A metadata file is read with one read of this size (a superblock or consensus metadata is
+# well under it), more only when that read comes back full: no buffered file object, and no
+# buffer of the largest payload allocated per file (10,000 of each at a restart, issue 28).
+_READ_CHUNK_BYTES = 64 << 10
+
+
+def read_file(path: Path | str, limit_bytes: int) -> bytes:
+    """The first `limit_bytes` bytes of a file (all of it when shorter): open, read, close."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        data = os.read(fd, min(_READ_CHUNK_BYTES, limit_bytes))
+        if len(data) < _READ_CHUNK_BYTES or len(data) >= limit_bytes:
+            return data
+        parts = [data]
+        got = len(data)
+        while got < limit_bytes:
+            more = os.read(fd, min(limit_bytes - got, 1 << 20))
+            if not more:
+                break
+            parts.append(more)
+            got += len(more)
+        return b"".join(parts)
+    finally:
+        os.close(fd)
+
+
+def read_meta(path: Path | str, magic: bytes, msg_type: type[M]) -> M:
+    data = read_file(path, PAYLOAD_BYTES_MAX + _HEADER.size + 1)
     return decode(magic, data, msg_type, str(path))

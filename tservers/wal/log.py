@@ -91,7 +91,13 @@ class _SegmentWriter:
 
     @classmethod
     def reopen(
-        cls, path: Path, contents: seg.SegmentContents, opts: WalOptions, *, synced: bool = False
+        cls,
+        path: Path,
+        contents: seg.SegmentContents,
+        opts: WalOptions,
+        *,
+        synced: bool = False,
+        fd: int | None = None,
     ) -> _SegmentWriter:
         """Go on writing a segment a crashed process left open, after its last good record.
 
@@ -101,11 +107,13 @@ class _SegmentWriter:
         Then one sync: the dead process's writes may still be only in the page cache, and
         Raft is about to count on them (vote, acknowledge). `synced`: the caller synced the
         whole file system after the crash and before this open (`tservers/wal/syncfs.py`,
-        once for every tablet at start-up), so only a zeroed torn tail needs a sync here."""
+        once for every tablet at start-up), so only a zeroed torn tail needs a sync here.
+        `fd`: the segment open read-write, as it was read (the writer owns it from here on,
+        closed on failure too); None: opened here."""
         w = cls.__new__(cls)
         w.path = path
         w.opts = opts
-        w.fd = os.open(path, os.O_RDWR)
+        w.fd = os.open(path, os.O_RDWR) if fd is None else fd
         try:
             w.offset = contents.data_end
             w.allocated = max(contents.size, contents.data_end)
@@ -225,46 +233,72 @@ class TabletLog:
         found = seg.list_segments(wal_dir)
         entries: list[LogEntryPB] = []
         reopen: tuple[int, Path, seg.SegmentContents] | None = None
-        for i, (sequence, path) in enumerate(found):
-            is_last = i == len(found) - 1
-            try:
-                contents = seg.read_segment(path, is_last=is_last)
-            except seg.TornSegmentHeader as e:
-                log.warning("tablet %s: removing segment torn at creation: %s", tablet_id, e)
-                path.unlink()
-                fsync_dir(wal_dir)
-                break  # it was the last one (only the last one may be torn)
-            if contents.header.tablet_id != tablet_id or contents.header.sequence != sequence:
-                raise WalCorruption(path, 0, "segment header names another tablet or sequence")
-            if contents.torn_at is not None:
-                log.warning(
-                    "tablet %s: cutting torn tail of %s at offset %d (%s)",
-                    tablet_id,
-                    path,
-                    contents.torn_at,
-                    contents.torn_reason,
-                )
-            for e in contents.entries:
-                _append_replacing(entries, e, path)
-            if contents.footer is None:
-                if not is_last:
-                    raise WalCorruption(path, contents.data_end, "closed segment has no footer")
-                reopen = (sequence, path, contents)
-                continue
-            mn = contents.entries[0].index if contents.entries else 0
-            mx = max((e.index for e in contents.entries), default=0)
-            tl.segments.append(_SegmentInfo(sequence, path, mn, mx))
-        if entries:
-            last = entries[-1]
-            tl.last_op_id = OpIdPB(term=last.term, index=last.index)
-        if reopen is not None:
-            sequence, path, contents = reopen
-            tl.writer = _SegmentWriter.reopen(path, contents, opts, synced=synced)
-            tl.writer_seq = sequence
-        else:
-            last_seq = max((s.sequence for s in tl.segments), default=0)
-            tl._new_segment(last_seq + 1)
+        # The last segment is opened read-write once: read through that fd and, when a
+        # crash left it open, appended to through it (one open per tablet at start-up).
+        last_fd: int | None = None
+        try:
+            for i, (sequence, path) in enumerate(found):
+                is_last = i == len(found) - 1
+                try:
+                    if is_last:
+                        last_fd = os.open(path, os.O_RDWR)
+                        contents = seg.read_segment_fd(last_fd, path, is_last=True)
+                    else:
+                        contents = seg.read_segment(path, is_last=False)
+                except seg.TornSegmentHeader as e:
+                    log.warning("tablet %s: removing segment torn at creation: %s", tablet_id, e)
+                    path.unlink()
+                    fsync_dir(wal_dir)
+                    break  # it was the last one (only the last one may be torn)
+                if tl._add_read(contents, path, sequence, is_last, entries):
+                    reopen = (sequence, path, contents)
+            if entries:
+                last = entries[-1]
+                tl.last_op_id = OpIdPB(term=last.term, index=last.index)
+            if reopen is not None:
+                sequence, path, contents = reopen
+                fd, last_fd = last_fd, None  # the writer owns it (and closes it on failure)
+                tl.writer = _SegmentWriter.reopen(path, contents, opts, synced=synced, fd=fd)
+                tl.writer_seq = sequence
+            else:
+                last_seq = max((s.sequence for s in tl.segments), default=0)
+                tl._new_segment(last_seq + 1)
+        finally:
+            if last_fd is not None:
+                os.close(last_fd)
         return tl, entries
+
+    def _add_read(
+        self,
+        contents: seg.SegmentContents,
+        path: Path,
+        sequence: int,
+        is_last: bool,
+        entries: list[LogEntryPB],
+    ) -> bool:
+        """Take in one segment read at open: its entries appended to `entries`, a closed
+        one listed; True when it is the open (last, footerless) segment to go on with."""
+        tablet_id = self.tablet_id
+        if contents.header.tablet_id != tablet_id or contents.header.sequence != sequence:
+            raise WalCorruption(path, 0, "segment header names another tablet or sequence")
+        if contents.torn_at is not None:
+            log.warning(
+                "tablet %s: cutting torn tail of %s at offset %d (%s)",
+                tablet_id,
+                path,
+                contents.torn_at,
+                contents.torn_reason,
+            )
+        for e in contents.entries:
+            _append_replacing(entries, e, path)
+        if contents.footer is None:
+            if not is_last:
+                raise WalCorruption(path, contents.data_end, "closed segment has no footer")
+            return True
+        mn = contents.entries[0].index if contents.entries else 0
+        mx = max((e.index for e in contents.entries), default=0)
+        self.segments.append(_SegmentInfo(sequence, path, mn, mx))
+        return False
 
     def _new_segment(self, sequence: int) -> None:
         header = SegmentHeaderPB(

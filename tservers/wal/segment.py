@@ -199,32 +199,58 @@ def _bad(
 
 
 def read_segment(path: Path, *, is_last: bool) -> SegmentContents:
-    """Read and decode a segment. The last one, left preallocated by a crash, is read only
-    up to its first hole when the file system says nothing but holes follow (preallocated
-    space never written reads as zeros): a restart then reads kilobytes per tablet instead
-    of the whole segment size. Otherwise it is read whole, and its pages are dropped from
-    the cache afterwards (cached zero pages count as data, and would make the next
-    restart read it whole again)."""
-    with open(path, "rb") as f:
-        if is_last:
-            written = _read_before_holes(f)
-            if written is not None:
-                return decode_segment(path, written[0], is_last=True, size=written[1])
-        data = f.read()
-        if is_last:
-            try:
-                os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
-            except (OSError, AttributeError):
-                pass  # only an optimisation
+    """Read and decode a segment (`read_segment_fd`)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return read_segment_fd(fd, path, is_last=is_last)
+    finally:
+        os.close(fd)
+
+
+def read_segment_fd(fd: int, path: Path, *, is_last: bool) -> SegmentContents:
+    """Read and decode the segment open as `fd` (positioned reads; the fd's offset is left
+    anywhere: its writer writes at explicit offsets too). The last one, left preallocated
+    by a crash, is read only up to its first hole when the file system says nothing but
+    holes follow (preallocated space never written reads as zeros): a restart then reads
+    kilobytes per tablet instead of the whole segment size. Otherwise it is read whole, and
+    its pages are dropped from the cache afterwards (cached zero pages count as data, and
+    would make the next restart read it whole again). The caller keeps the fd: a start-up
+    goes on appending through it."""
+    size = os.fstat(fd).st_size
+    if is_last:
+        written = _read_before_holes(fd, size)
+        if written is not None:
+            return decode_segment(path, written, is_last=True, size=size)
+    data = _pread_all(fd, size)
+    if is_last:
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        except (OSError, AttributeError):
+            pass  # only an optimisation
     return decode_segment(path, data, is_last=is_last)
 
 
-def _read_before_holes(f) -> tuple[bytes, int] | None:
-    """(the bytes before the file's first hole, the file's size) when only holes follow
-    it; None when that cannot be told (no SEEK_HOLE, no hole, data after a hole)."""
-    fd = f.fileno()
+def _pread_all(fd: int, size: int) -> bytes:
+    """Everything from offset 0 to the end of the file (`size` is what fstat said; a file
+    that grew since is read to its end all the same)."""
+    data = os.pread(fd, max(size, 1), 0) if size else b""
+    if len(data) < size:
+        return data  # shrank meanwhile: what is there
+    parts = [data]
+    offset = len(data)
+    while True:
+        more = os.pread(fd, 1 << 20, offset)
+        if not more:
+            break
+        parts.append(more)
+        offset += len(more)
+    return data if len(parts) == 1 else b"".join(parts)
+
+
+def _read_before_holes(fd: int, size: int) -> bytes | None:
+    """The bytes before the file's first hole when only holes follow it; None when that
+    cannot be told (no SEEK_HOLE, no hole, data after a hole)."""
     try:
-        size = os.fstat(fd).st_size
         hole = os.lseek(fd, 0, os.SEEK_HOLE)
         if hole >= size:
             return None
@@ -234,22 +260,21 @@ def _read_before_holes(f) -> tuple[bytes, int] | None:
         except OSError as e:
             if e.errno != errno.ENXIO:
                 return None
-        os.lseek(fd, 0, os.SEEK_SET)
-        data = f.read(hole)
+        data = os.pread(fd, hole, 0) if hole else b""
     except (OSError, AttributeError):
         return None
-    finally:
-        f.seek(0)
     if len(data) != hole:
         return None
-    return data, size
+    return data
 
 
 def list_segments(wal_dir: Path) -> list[tuple[int, Path]]:
+    # os.listdir and one Path per segment (not Path.iterdir's per entry): a start-up lists
+    # 10,000 of these directories (issue 28).
     out = []
-    for p in wal_dir.iterdir():
-        seq = segment_sequence(p.name)
+    for name in os.listdir(wal_dir):
+        seq = segment_sequence(name)
         if seq is not None:
-            out.append((seq, p))
+            out.append((seq, wal_dir / name))
     out.sort()
     return out
