@@ -75,6 +75,8 @@ class FsLayout:
         # a pathlib.Path built and formatted per file costs more than the read itself.
         self._sb_dir = os.path.join(root, "tablet-meta")
         self._cmeta_dir = os.path.join(root, "consensus-meta")
+        self._wals = Path(root) / "wals"  # one Path join per tablet directory, not two
+        self._data = Path(root) / "data"
 
     # ------------------------------------------------------------ format / open
     @staticmethod
@@ -159,10 +161,10 @@ class FsLayout:
         return self.root / "consensus-meta" / tablet_id
 
     def wal_dir(self, tablet_id: str) -> Path:
-        return self.root / "wals" / tablet_id
+        return self._wals / tablet_id
 
     def data_dir(self, tablet_id: str) -> Path:
-        return self.root / "data" / tablet_id
+        return self._data / tablet_id
 
     @property
     def quarantine_root(self) -> Path:
