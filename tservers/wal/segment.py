@@ -198,6 +198,11 @@ def _bad(
     raise WalCorruption(out.path, pos, reason)
 
 
+# A last segment read whole has its pages dropped only above this size: an empty replica's
+# segment is one page, and the syscall cost more than the page (10,000 at a restart).
+_FADVISE_BYTES_MIN = 64 << 10
+
+
 def read_segment(path: Path, *, is_last: bool) -> SegmentContents:
     """Read and decode a segment (`read_segment_fd`)."""
     fd = os.open(path, os.O_RDONLY)
@@ -213,16 +218,16 @@ def read_segment_fd(fd: int, path: Path, *, is_last: bool) -> SegmentContents:
     by a crash, is read only up to its first hole when the file system says nothing but
     holes follow (preallocated space never written reads as zeros): a restart then reads
     kilobytes per tablet instead of the whole segment size. Otherwise it is read whole, and
-    its pages are dropped from the cache afterwards (cached zero pages count as data, and
-    would make the next restart read it whole again). The caller keeps the fd: a start-up
-    goes on appending through it."""
+    its pages (above _FADVISE_BYTES_MIN) are dropped from the cache afterwards (cached zero
+    pages count as data, and would make the next restart read it whole again). The caller
+    keeps the fd: a start-up goes on appending through it."""
     size = os.fstat(fd).st_size
     if is_last:
         written = _read_before_holes(fd, size)
         if written is not None:
             return decode_segment(path, written, is_last=True, size=size)
     data = _pread_all(fd, size)
-    if is_last:
+    if is_last and len(data) > _FADVISE_BYTES_MIN:
         try:
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         except (OSError, AttributeError):
