@@ -90,6 +90,9 @@ def test_ok_answers_are_read_without_decoding_their_header(counted_decodes) -> N
                                                  sidecars=[sidecar]))  # fmt: skip
                 if len(pending) == 64 or i == calls - 1:
                     for k, call in enumerate(pending, start=i + 1 - len(pending)):
+                        if k % 2:
+                            got.append(call.result().uuid)
+                            continue
                         response, sidecars = call.result_with_sidecars()
                         assert bytes(sidecars[0]) == f"sidecar {k}".encode()
                         got.append(response.uuid)
