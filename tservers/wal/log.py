@@ -79,7 +79,14 @@ class _SegmentInfo:
 class _SegmentWriter:
     """The open segment of one tablet: written only by the appender thread (under the log lock)."""
 
-    def __init__(self, path: Path, header: SegmentHeaderPB, opts: WalOptions) -> None:
+    def __init__(
+        self, path: Path, header: SegmentHeaderPB, opts: WalOptions, *, defer_sync: bool = False
+    ) -> None:
+        """A new segment, made durable (file and directory entry) before it is returned;
+        `defer_sync`: by its first sync instead (start-up: thousands of replicas get a new
+        segment each, most never written before the next restart, and nothing written
+        in one is acknowledged before that sync; a crash before it leaves no segment, or
+        one torn at creation, which the next open removes)."""
         self.path = path
         self.opts = opts
         self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
@@ -96,7 +103,10 @@ class _SegmentWriter:
         self.size_changed = False  # synced below
         self.min_index = 0
         self.max_index = 0
-        if opts.sync:
+        self.dir_unsynced = False  # the file and its directory entry await the first sync
+        if opts.sync and defer_sync:
+            self.dir_unsynced = True
+        elif opts.sync:
             os.fsync(self.fd)
             fsync_dir(path.parent)
 
@@ -129,6 +139,7 @@ class _SegmentWriter:
             w.offset = contents.data_end
             w.allocated = max(contents.size, contents.data_end)
             w.size_changed = False
+            w.dir_unsynced = False
             w.num_entries = len(contents.entries)
             w.min_index = contents.entries[0].index if contents.entries else 0
             w.max_index = max((e.index for e in contents.entries), default=0)
@@ -180,7 +191,12 @@ class _SegmentWriter:
         # Within the preallocated size the file's size does not change: fdatasync suffices.
         # After a preallocation step, fsync (fdatasync makes a new size durable on Linux too,
         # but a step is rare: about ten per segment, so the stronger call costs nothing).
-        if self.size_changed:
+        if self.dir_unsynced:  # created with defer_sync: the file, then its entry
+            os.fsync(self.fd)
+            fsync_dir(self.path.parent)
+            self.dir_unsynced = False
+            self.size_changed = False
+        elif self.size_changed:
             os.fsync(self.fd)
             self.size_changed = False
         else:
@@ -199,6 +215,9 @@ class _SegmentWriter:
         os.ftruncate(self.fd, self.offset)
         if self.opts.sync:
             os.fsync(self.fd)
+            if self.dir_unsynced:
+                fsync_dir(self.path.parent)
+                self.dir_unsynced = False
         os.close(self.fd)
         self.fd = -1
 
@@ -239,7 +258,8 @@ class TabletLog:
         its one fdatasync makes what the dead process wrote durable before Raft counts on
         it, unless `synced` says the caller has synced the whole file system since the
         crash (start-up: one syncfs for every tablet). A closed last segment (clean
-        shutdown) gets a new segment after it."""
+        shutdown) gets a new segment after it, made durable by its first sync (nothing is
+        acknowledged from it before), not here."""
         tl = cls(wal_dir, tablet_id, opts)
         found = seg.list_segments(wal_dir)
         entries: list[LogEntryPB] = []
@@ -273,7 +293,7 @@ class TabletLog:
                 tl.writer_seq = sequence
             else:
                 last_seq = max((s.sequence for s in tl.segments), default=0)
-                tl._new_segment(last_seq + 1)
+                tl._new_segment(last_seq + 1, defer_sync=True)
         finally:
             if last_fd is not None:
                 os.close(last_fd)
@@ -311,11 +331,13 @@ class TabletLog:
         self.segments.append(_SegmentInfo(sequence, path, mn, mx))
         return False
 
-    def _new_segment(self, sequence: int) -> None:
+    def _new_segment(self, sequence: int, *, defer_sync: bool = False) -> None:
         header = SegmentHeaderPB(
             tablet_id=self.tablet_id, sequence=sequence, created_ms=int(time.time() * 1000)
         )
-        self.writer = _SegmentWriter(self.wal_dir / seg.segment_name(sequence), header, self.opts)
+        self.writer = _SegmentWriter(
+            self.wal_dir / seg.segment_name(sequence), header, self.opts, defer_sync=defer_sync
+        )
         self.writer_seq = sequence
 
     # ------------------------------------------------------------ used by the appender
