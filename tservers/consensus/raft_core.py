@@ -751,16 +751,9 @@ class RaftCore:
         return SoftState(self._role, self._leader, self._term)
 
     def _in_lease(self) -> bool:
-        """A follower that heard its leader within an election timeout refuses (pre-)votes
-        (check-quorum's leader lease). Not for a leader the driver declared dead
-        (`peer_down`): the followers it left woke at about the same moment, each with its
-        election clock at zero, so each refused the others' pre-votes for a timeout, and an
-        election after a server died failed and backed off, over and over when thousands
-        of groups woke at once (the restart of 3,000 replicas: terms up to 7)."""
         return (
             self._opts.check_quorum
             and self._leader is not None
-            and self._leader not in self._peers_down
             and self._election_elapsed < self._opts.election_timeout_ticks
         )
 
