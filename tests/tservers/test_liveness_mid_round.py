@@ -116,8 +116,11 @@ def test_pings_are_withheld_while_the_driver_is_stuck(tmp_path, caplog):
             wait_for(lambda: not driver._in_round, 30, "the round to end")
             sent = driver.pings_sent
             wait_for(lambda: driver.pings_sent > sent, 30, "pings again once it moves")
+        # Said once per stall (not once per withheld round), and its end said too; a
+        # busy machine may stall the driver past 0.5 s elsewhere as well: more pairs.
         text = caplog.text
-        assert text.count("liveness pings withheld") == 1, text
-        assert "liveness pings resumed" in text, text
+        stalls = text.count("liveness pings withheld")
+        assert 1 <= stalls == text.count("liveness pings resumed"), text
+        assert driver.pings_withheld > stalls
     finally:
         m.close()
