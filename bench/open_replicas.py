@@ -159,8 +159,10 @@ def open_phase(root: Path, threads: int, profile: Path | None) -> dict:
     threads0 = _thread_cpu_s()
     cpu0, t0 = _cpu_s(), time.monotonic()
     m.open(wait=False)
-    while m.starting:  # every replica opened (lone voters may still be electing)
-        time.sleep(0.01)
+    # Every replica opened (lone voters may still be electing); `starting` walks every
+    # replica under the manager's lock, so not too often.
+    while m.starting:
+        time.sleep(0.1)
     listed_open_s = time.monotonic() - t0
     m.wait_open()
     wall = time.monotonic() - t0
