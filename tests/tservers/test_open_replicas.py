@@ -16,8 +16,9 @@ import threading
 
 import pytest
 
-from rpc.protocols.tserver_pb2 import CreateTabletRequest, MemberType, OpType, RaftConfigPB
+from rpc.protocols.tserver_pb2 import CreateTabletRequest, OpType
 from tests.tservers.helpers import SIX, deadline, ipc, open_manager, six_rows
+from tests.tservers.test_hard_state_batch import _followers  # 3-voter, 2 peers absent
 from tests.tservers.test_startup import _entry  # a WRITE entry of term 1
 from tservers import metafile
 from tservers.tablet import manager as manager_mod
@@ -27,18 +28,6 @@ from tservers.wal import segment as seg
 from tservers.wal.log import Appender, TabletLog, WalOptions
 
 TABLETS = 6
-
-
-def _followers(m, n: int) -> list[str]:
-    ids = []
-    for i in range(n):
-        cfg = RaftConfigPB()
-        for uuid, port in ((m.fs.uuid, 1), ("peer-a", 2), ("peer-b", 3)):
-            cfg.peers.add(uuid=uuid, member_type=MemberType.VOTER, address=f"127.0.0.1:{port}")
-        tid = f"f{i:03d}"
-        m.create_tablet(CreateTabletRequest(tablet_id=tid, table_name="t", schema=SIX, config=cfg))
-        ids.append(tid)
-    return ids
 
 
 class _FsyncCounter:
