@@ -94,17 +94,6 @@ def _call_id_prefix(call_id: int) -> bytes:
     return b"\x08" + varint(call_id)
 
 
-def _send_rest(sock: zmq.Socket, frames: list) -> None:
-    """Send `frames` (at least one), the rest of a message whose first frame is queued (zmq
-    then takes the rest without Again), as frames.send_frames does."""
-    last = len(frames) - 1
-    for i in range(last):
-        frame = frames[i]
-        _send(sock, frame, _MORE, len(frame) < ZERO_COPY_BYTES_MIN)
-    frame = frames[last]
-    _send(sock, frame, _NOBLOCK, len(frame) < ZERO_COPY_BYTES_MIN)
-
-
 _context_lock = threading.Lock()
 _context: zmq.Context | None = None
 _context_pid = 0
@@ -760,7 +749,7 @@ class Transport:
             header = d.header(method, recipient_uuid, caller_uuid)
             self._direct_send_slow(d, call_id, method, header, frames, deadline, now)
         else:
-            _send_rest(sock, frames)
+            send_frames(sock, frames)  # the rest: the first frame is queued
         answer, reply = self._direct_receive(d, call_id, deadline, drops, method, timeout_s, prefix)
         return self._direct_result(answer, reply)
 
@@ -950,7 +939,7 @@ class Transport:
                     last = frames[1]
                     _send(sock, last, _NOBLOCK, len(last) < ZERO_COPY_BYTES_MIN)
                 else:
-                    _send_rest(sock, frames)
+                    send_frames(sock, frames)  # the rest: the first frame is queued
             pending[call_id] = deadline
         return call
 

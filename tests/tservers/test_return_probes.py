@@ -72,7 +72,8 @@ def test_a_returned_server_is_probed_again_by_quiet_leaders(tmp_path):
             "every probe at peer-a",
         )
         assert g.core.quiesced  # the probes leave the leader quiet
-        time.sleep(1.0)  # no more repeats after the last
+        # The schedule ends with the repeat after 8 rounds: no more after it.
+        wait_for(lambda: "peer-a" not in driver._returned, 30, "the repeats to end")
         if driver.peers_declared_down == declared:  # (else the ping thread was starved)
             assert driver.return_probes - probes == repeats
     finally:
