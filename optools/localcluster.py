@@ -126,14 +126,21 @@ class ClusterSpec:
 
 
 def _alive(pid: int, marker: str) -> bool:
-    """Whether `pid` runs and is ours (its command line names our data dir)."""
+    """Whether `pid` runs and is ours (its command line names our data dir).
+
+    An empty command line with a thread still running counts as running: a process reads
+    that way in the middle of an exec (the new program's arguments are not mapped yet; `ip
+    netns exec` execs the node's python in place, and a CI run took a coordinator for dead
+    in that moment), and when its main thread has exited while other threads still run."""
     if pid <= 0:
         return False
     try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
-    return marker in cmdline
+    if not cmdline:
+        return not _exited(pid, marker)
+    return marker in cmdline.replace(b"\0", b" ").decode(errors="replace")
 
 
 def _exited(pid: int, marker: str) -> bool:

@@ -4,12 +4,13 @@ reads an empty /proc/PID/cmdline while its other threads still hold its listenin
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
 import textwrap
 
-from optools.localcluster import LocalCluster, NodeSpec, _exited
+from optools.localcluster import LocalCluster, NodeSpec, _alive, _exited
 from tests.support.procs import free_port, wait_for
 
 # The main thread exits (pthread_exit) while another thread keeps the listening socket open
@@ -55,12 +56,15 @@ def test_a_process_whose_main_thread_exited_still_holds_its_port(tmp_path):
         )
         assert not port_free(port)
         assert not _exited(proc.pid, marker), "taken for exited while a thread holds the port"
+        # Running, as a process in the middle of an exec reads (an empty cmdline too).
+        assert _alive(proc.pid, marker), "taken for not running while a thread still runs"
         node = NodeSpec(name="holder", data=marker, rpc=f"127.0.0.1:{port}", pid=proc.pid)
         cluster = LocalCluster.__new__(LocalCluster)
         assert not cluster._wait_gone(node, 0.5), "gone while a thread still runs"
         release.touch()
         assert cluster._wait_gone(node, 30.0)
         assert port_free(port), "gone, yet its port is still bound"
+        assert not _alive(proc.pid, marker)
     finally:
         release.touch()
         proc.kill()
@@ -77,3 +81,15 @@ def test_a_pid_running_another_program_counts_as_exited(tmp_path):
         other.kill()
         other.wait(30)
     assert _exited(other.pid, "time.sleep")  # reaped: /proc/PID is gone
+    assert not _alive(other.pid, "time.sleep")
+
+
+def test_a_zombie_is_not_running(tmp_path):
+    """A zombie also reads an empty cmdline: its threads have all exited."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    wait_for(lambda: _exited(child.pid, "never-named"), 30, "the child a zombie")
+    try:
+        assert os.path.exists(f"/proc/{child.pid}"), "reaped already"
+        assert not _alive(child.pid, "never-named")
+    finally:
+        child.wait(30)
