@@ -560,6 +560,25 @@ def test_strict_reconfig_check_refuses_a_change_that_loses_quorum() -> None:
     assert a.change_config(add_learner, a.committed_config_index()).status is ProposalStatus.OK
 
 
+def test_strict_reconfig_check_at_a_new_leader_asks_to_retry_until_it_knows() -> None:
+    """A voter the new leader has not heard from yet is not known unhealthy: its no-op
+    commits with one follower while the other's first answer is still on its way. A change
+    needing that voter is UNAVAILABLE (retry) for an election timeout, then refused."""
+    c = three()
+    c.down = {"c"}
+    a = _leader_with_committed_term(c)  # elected and committed with b alone
+    remove_b = ConfigChange(ConfigChangeType.REMOVE_MEMBER, "b")
+    res = a.change_config(remove_b, a.committed_config_index())
+    assert res.status is ProposalStatus.UNAVAILABLE and "retry" in res.message
+    c.tick_all(OPTS.election_timeout_ticks + 1)  # c still silent, b answering
+    assert a.role is Role.LEADER
+    res = a.change_config(remove_b, a.committed_config_index())
+    assert res.status is ProposalStatus.ILLEGAL_STATE and "healthy" in res.message
+    c.down = set()
+    c.tick_all(2)  # c answers a heartbeat
+    assert a.change_config(remove_b, a.committed_config_index()).status is ProposalStatus.OK
+
+
 def test_check_quorum_leader_steps_down_when_isolated() -> None:
     c = three()
     a = _leader_with_committed_term(c)

@@ -233,6 +233,7 @@ class RaftCore:
         self._progress: dict[str, _Progress] = {}
         self._recent_active: set[str] = set()
         self._leader_ticks = 0
+        self._leader_since_tick = 0  # _leader_ticks when it last became leader
         self._transfer_target: str | None = None
         self._transfer_elapsed = 0
         self._read_seq = 0
@@ -615,6 +616,14 @@ class RaftCore:
             return ProposeResult(ProposalStatus.ILLEGAL_STATE, message="no voter would remain")
         assert len(set(new_cfg.voters) ^ set(cfg.voters)) <= 1, "one voter at a time"
         if not self._config_keeps_quorum(new_cfg):
+            if self._leader_ticks - self._leader_since_tick <= self._opts.election_timeout_ticks:
+                # A leader of less than an election timeout may just not have heard from a
+                # voter yet (its first heartbeat's answer can trail the commit of its no-op,
+                # acknowledged by the others): not known unhealthy, so the caller retries.
+                return ProposeResult(
+                    ProposalStatus.UNAVAILABLE,
+                    message="a new leader has not heard from every voter yet: retry",
+                )
             return ProposeResult(
                 ProposalStatus.ILLEGAL_STATE,
                 message="refused: the new config would not have a majority of healthy voters",
@@ -850,6 +859,7 @@ class RaftCore:
         }
         self._recent_active = set()
         self._read_acks = {}
+        self._leader_since_tick = self._leader_ticks
         logger.debug("%s/%s leader of term %d", self.tablet_id, self.uuid, self._term)
         self._append_as_leader(EntryType.NOOP, b"", None)
 
