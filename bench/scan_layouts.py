@@ -7,6 +7,10 @@ layouts. This keeps one layout and scans it with each code tree in turn:
     # a tablet root loaded as bench/storage.py loads it (random keys, flush every 50k,
     # background compaction, quiesced); --compact merges it into one run afterwards
     .venv/bin/python bench/scan_layouts.py load /tmp/root4 [--rows 1000000] [--compact]
+    # or R overlapping runs of random keys, sized so that the server's tiered policy leaves
+    # them alone (at most 3 per size class), each later run also upserting --updates and
+    # deleting --deletes of the keys written before it (a fraction of its own rows)
+    .venv/bin/python bench/scan_layouts.py load /tmp/root6 --runs 6 [--updates 0.05]
     # old and new code alternately, each a tablet server started on a copy of the root
     .venv/bin/python bench/scan_layouts.py scan /tmp/root4 --code /tmp/old /work/main \
         [--scans 8] [--rounds 2]
@@ -110,6 +114,80 @@ def load(root: Path, n: int, compact: bool) -> None:
     print(f"{root}: {n:,} rows in {len(blocks)} blocks, {len(runs)} runs")
 
 
+# Run sizes (fractions of the rows, oldest first) the tiered policy (fanout 4, flushes of
+# 50k rows) does not merge at 1M rows: at most 3 runs of a size class.
+RUN_SHARES = {
+    1: [1.0],
+    2: [0.9, 0.1],
+    3: [0.34, 0.33, 0.33],
+    4: [0.3, 0.3, 0.3, 0.1],
+    5: [0.3, 0.3, 0.3, 0.06, 0.04],
+    6: [0.28, 0.28, 0.28, 0.06, 0.06, 0.04],
+    7: [0.28, 0.28, 0.28, 0.06, 0.06, 0.02, 0.02],
+    8: [0.28, 0.28, 0.27, 0.06, 0.06, 0.02, 0.02, 0.01],
+}
+
+
+def load_runs(root: Path, n: int, runs: int, updates: float, deletes: float) -> None:
+    """`runs` overlapping runs of random keys (RUN_SHARES of `n` new keys each), written in
+    process with explicit flushes and no compaction; each run after the first also upserts
+    `updates` and deletes `deletes` (fractions of its new rows) of the keys written before."""
+    from rpc.protocols.tserver_pb2 import OpType
+    from tests.tservers.helpers import deadline, open_manager
+    from tservers.tablet.tablet import compaction_run
+
+    shutil.rmtree(root, ignore_errors=True)
+    root.parent.mkdir(parents=True, exist_ok=True)
+    proc, addr = bs.start_server(root, root.parent / (root.name + ".out"), 50_000)
+    try:  # the tablet made by a server, as a server makes it
+        c = TabletServerClient(addr, timeout_s=300)
+        c.create_tablet(TABLET, bs.COLS)
+        c.close()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(120)
+    sizes = [int(n * f) for f in RUN_SHARES[runs]]
+    sizes[0] += n - sum(sizes)
+    if compaction_run(sizes, 4, 50_000) is not None:
+        print(f"warning: the server's policy would merge runs of {sizes}", file=sys.stderr)
+    rng = random.Random(n * 31 + runs)
+    ids = list(range(0, 2 * n, 2))
+    rng.shuffle(ids)
+    m = open_manager(root, flush_rows=10**12)
+    try:
+        t = m.tablet(TABLET)
+        until = time.monotonic() + 120
+        while t.status.name != "RUNNING" and time.monotonic() < until:
+            time.sleep(0.05)
+        version = t.schema.version
+        live: list[int] = []
+        start = 0
+        for r, size in enumerate(sizes):
+            new = ids[start : start + size]
+            start += size
+            ops: list[tuple[int, list[int]]] = [(OpType.INSERT, new)]
+            if live:
+                picked = rng.sample(live, min(len(live), int(size * (updates + deletes))))
+                cut = int(size * updates)
+                ops.append((OpType.UPSERT, picked[:cut]))
+                gone = set(picked[cut:])
+                ops.append((OpType.DELETE, picked[cut:]))
+                live = [k for k in live if k not in gone]
+            for op, keys in ops:
+                for s in range(0, len(keys), bs.BATCH_ROWS):
+                    part = keys[s : s + bs.BATCH_ROWS]
+                    if op == OpType.DELETE:
+                        rows = bs.rows(part, r).select(["id"])
+                    else:
+                        rows = bs.rows(part, r)
+                    t.write(version, [(op, ipc_bytes(rows))], deadline(60))
+            live.extend(new)
+            t.flush()
+        print(f"runs of {sizes} new keys; {len(live):,} live rows")
+    finally:
+        m.close()
+
+
 def parquet_of(root: Path, out: Path) -> int:
     """The tablet's rows (blocks and what its WAL holds beyond them) sorted by key, as
     Parquet: read by this tree's code, in process, from a copy of the root."""
@@ -177,13 +255,23 @@ def main() -> int:
     a.add_argument("root", type=Path)
     a.add_argument("--rows", type=int, default=1_000_000)
     a.add_argument("--compact", action="store_true", help="merge into one run after the load")
+    a.add_argument(
+        "--runs",
+        type=int,
+        choices=sorted(RUN_SHARES),
+        help="R overlapping runs written in process (no background compaction, no --compact)",
+    )
+    a.add_argument("--updates", type=float, default=0.05, help="with --runs: upserts per run")
+    a.add_argument("--deletes", type=float, default=0.01, help="with --runs: deletes per run")
     b = sub.add_parser("scan")
     b.add_argument("root", type=Path)
     b.add_argument("--code", type=Path, nargs="+", default=[ROOT])
     b.add_argument("--scans", type=int, default=8)
     b.add_argument("--rounds", type=int, default=2)
     args = ap.parse_args()
-    if args.cmd == "load":
+    if args.cmd == "load" and args.runs:
+        load_runs(args.root, args.rows, args.runs, args.updates, args.deletes)
+    elif args.cmd == "load":
         load(args.root, args.rows, args.compact)
     else:
         scan(args.root, [c.resolve() for c in args.code], args.scans, args.rounds)
