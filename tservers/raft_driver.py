@@ -127,6 +127,12 @@ FAREWELL_REPEATS = 3
 # server holding only a tombstone of the group never speaks first: its leader stayed quiet
 # and never copied the tablet to it again (seen once in tests/replication/test_tablet_copy.py).
 RETURN_PROBE_ROUNDS_MAX = 8
+# Leadership hand-over before a graceful stop (`RaftDriver.hand_over_leadership`): groups
+# in transfer at once (each costs its target one TimeoutNow, then an election's messages:
+# well inside a peer's queue of 16 batches of 256 messages), and how often the caller looks
+# whether they are done.
+HANDOVER_WINDOW = 512
+HANDOVER_POLL_S = 0.02
 
 
 def message_bytes(m: Message) -> int:
@@ -322,6 +328,35 @@ class RaftGroup:
 
     def wake(self) -> None:
         self.driver.wake(self)
+
+    def hand_over(self, assigned: dict[str, int], alive: Callable[[str], bool]) -> str | None:
+        """Start handing this group's leadership over (the server is stopping): to the
+        voter on a live server (`alive`) that holds the whole log and has been given the
+        fewest groups so far (`assigned`, counted here), else to the best one behind (the
+        core catches it up first). The target; None when this replica does not lead or
+        no voter can take over."""
+        with self.lock:
+            if self.closed or self.failed:
+                return None
+            self.catch_up_locked()
+            core = self.core
+            if core.role is not Role.LEADER:
+                return None
+            targets = [(v, c) for v, c in core.handover_targets() if alive(v)]
+            if not targets:
+                return None
+            caught_up = [v for v, c in targets if c]
+            if caught_up:
+                target = min(caught_up, key=lambda v: (assigned.get(v, 0), v))
+            else:
+                target = targets[0][0]
+            if core.transfer_target != target:
+                res = core.transfer_leadership(target, heartbeat=False)
+                if res.status is not ProposalStatus.OK:
+                    return None
+        assigned[target] = assigned.get(target, 0) + 1
+        self.driver.wake(self)
+        return target
 
     def catch_up_locked(self, upto: int | None = None) -> None:
         """Give the core the ticks it slept through, up to the driver's current tick or
@@ -662,6 +697,96 @@ class RaftDriver:
 
     def set_address(self, address: str) -> None:
         self.address = address
+
+    def hand_over_leadership(
+        self, deadline_s: float, window: int = HANDOVER_WINDOW
+    ) -> tuple[int, int, int]:
+        """Before a graceful stop: hand the leadership of every group this server leads to
+        a caught-up follower on a live server (`RaftCore.transfer_leadership`: TimeoutNow,
+        the target campaigns at once, skipping pre-vote and the lease), `window` groups at
+        a time, until each follows a new leader or `deadline_s` has passed. The survivors
+        then lead already when this server is gone: no election waits for it to be
+        declared dead, none races its return (the restart of thousands of replicas,
+        design/consensus.md section 8, "Fourth step"). A transfer that found no leader
+        after its window (an election timeout) is started again. Runs on the caller's
+        thread; the driver sends and receives meanwhile. Returns (groups led at the
+        start, handed over, still led here) and logs them in one line."""
+        t0 = time.monotonic()
+        end = t0 + max(0.0, deadline_s)
+        with self._groups_lock:
+            groups = list(self._groups.values())
+        led = [
+            g
+            for g in groups
+            if g.core.role is Role.LEADER and len(g.core.config.voters) > 1  # racy; rechecked
+        ]
+        if not led:
+            return 0, 0, 0
+        timeout_s = self.options.raft.election_timeout_ticks * self.options.tick_interval_s
+
+        def alive(uuid: str) -> bool:
+            heard = self._heard.get(uuid)
+            return (
+                uuid not in self._down
+                and heard is not None
+                and time.monotonic() - heard <= timeout_s
+            )
+
+        assigned: dict[str, int] = {}
+        pending = deque(led)
+        active: dict[str, tuple[RaftGroup, str]] = {}  # tablet id -> (group, its target)
+        handed = 0
+        stuck: list[RaftGroup] = []  # no live voter to take over (now)
+        transfers = 0
+        while (pending or active) and time.monotonic() < end:
+            for tid, (g, target) in list(active.items()):
+                core = g.core  # racy reads; a wrong one costs a poll
+                if g.closed or g.failed:
+                    del active[tid]
+                elif core.role is not Role.LEADER:
+                    leader = core.leader_uuid
+                    if leader is not None and leader != self.uuid:
+                        handed += 1
+                        del active[tid]
+                    elif not alive(target):
+                        del active[tid]  # stepped down (check-quorum), nobody answering
+                elif core.transfer_target is None or not alive(target):
+                    # The transfer's window ended with this replica still leading (its
+                    # TimeoutNow or the vote lost, the target slow), or the target went
+                    # quiet: again, to the best target now.
+                    del active[tid]
+                    pending.appendleft(g)
+            while pending and len(active) < window:
+                g = pending.popleft()
+                target = g.hand_over(assigned, alive)
+                if target is not None:
+                    active[g.tablet_id] = (g, target)
+                    transfers += 1
+                elif g.core.role is Role.LEADER and not (g.closed or g.failed):
+                    stuck.append(g)
+            if not active:
+                break  # nothing more can move: what is left has no live voter to take over
+            time.sleep(HANDOVER_POLL_S)
+        still = sum(1 for g in led if g.core.role is Role.LEADER and not (g.closed or g.failed))
+        left = len(led) - handed
+        why = (
+            f" (deadline {deadline_s:.1f} s, or no live follower answered: their followers "
+            "elect a leader once this server is gone)"
+        )
+        log.log(
+            logging.INFO if left == 0 else logging.WARNING,
+            "leadership handed over for %d of %d tablets led here in %.2f s (%d transfers "
+            "to %s); %d left, %d of them still led here%s",
+            handed,
+            len(led),
+            time.monotonic() - t0,
+            transfers,
+            ", ".join(f"{u}: {n}" for u, n in sorted(assigned.items())) or "nobody",
+            left,
+            still,
+            "" if left == 0 else why,
+        )
+        return len(led), handed, still
 
     # ------------------------------------------------------------ groups
     def add_group(

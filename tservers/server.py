@@ -36,6 +36,23 @@ log = logging.getLogger(__name__)
 # Set to a file path, the server profiles its start-up (cProfile, pstats format) into it:
 # for bench/tserver_startup.py and anyone asking where a restart spends its time.
 STARTUP_PROFILE_ENV = "TSERVER_STARTUP_PROFILE"
+# A graceful stop first hands the leadership of the groups this server leads to their
+# followers, for at most this long (`RaftDriver.hand_over_leadership`); the environment
+# variable overrides it (seconds; 0: no hand-over, the followers elect once it is gone).
+LEADERSHIP_HANDOVER_S_DEFAULT = 5.0
+LEADERSHIP_HANDOVER_ENV = "LOGCENTRIC_LEADERSHIP_HANDOVER_S"
+
+
+def leadership_handover_s() -> float:
+    text = os.environ.get(LEADERSHIP_HANDOVER_ENV, "").strip()
+    if not text:
+        return LEADERSHIP_HANDOVER_S_DEFAULT
+    try:
+        return max(0.0, float(text))
+    except ValueError:
+        log.warning("%s=%r is not a number of seconds: %.1f s", LEADERSHIP_HANDOVER_ENV, text,
+                    LEADERSHIP_HANDOVER_S_DEFAULT)  # fmt: skip
+        return LEADERSHIP_HANDOVER_S_DEFAULT
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,6 +292,16 @@ class TabletServer:
         return self
 
     def close(self) -> None:
+        if self.rpc is not None:
+            # While everything still serves (the rpc server carries the transfers' votes and
+            # the new leaders' first appends; the heartbeat tells the coordinator): the
+            # survivors lead before this server goes, and its restart finds them leading.
+            deadline_s = leadership_handover_s()
+            if deadline_s > 0:
+                try:
+                    self.manager.driver.hand_over_leadership(deadline_s)
+                except Exception:  # the stop goes on: the followers elect once it is gone
+                    log.exception("leadership hand-over failed")
         self.observer.close()
         if self.heartbeater is not None:
             self.heartbeater.close()

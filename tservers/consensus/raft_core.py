@@ -631,22 +631,47 @@ class RaftCore:
         e = self._append_as_leader(EntryType.CONFIG, b"", new_cfg)
         return ProposeResult(ProposalStatus.OK, e.index, e.term)
 
-    def transfer_leadership(self, target: str) -> ProposeResult:
+    def transfer_leadership(self, target: str, *, heartbeat: bool = True) -> ProposeResult:
         """Hand leadership to `target` (a voter): catch it up, then send TimeoutNow.
-        Proposals get UNAVAILABLE meanwhile; the attempt ends after an election timeout."""
+        Proposals get UNAVAILABLE meanwhile; the attempt ends after an election timeout.
+        `heartbeat=False`: a quiet leader wakes without a heartbeat round to every peer
+        (the shutdown hand-over of thousands of groups, `RaftDriver.hand_over_leadership`:
+        the TimeoutNow is the one message a caught-up target needs, and the other
+        followers wake on its vote request)."""
         if self._role is not Role.LEADER:
             return ProposeResult(ProposalStatus.NOT_LEADER, leader_hint=self._leader)
         if target == self.uuid:
             return ProposeResult(ProposalStatus.OK, term=self._term)
         if not self._config.is_voter(target):
             return ProposeResult(ProposalStatus.BAD_REQUEST, message=f"{target} is not a voter")
-        self._unquiesce()
+        self._unquiesce(heartbeat=heartbeat)
         self._transfer_target = target
         self._transfer_elapsed = 0
         self._maybe_timeout_now(target)
         if self._transfer_target is not None:
             self._send_append(target)
         return ProposeResult(ProposalStatus.OK, term=self._term)
+
+    @property
+    def transfer_target(self) -> str | None:
+        """The voter a leadership transfer is running to, or None."""
+        return self._transfer_target
+
+    def handover_targets(self) -> list[tuple[str, bool]]:
+        """The voters this leader could hand leadership to now, best first, each with
+        whether it holds the whole log (a TimeoutNow goes at once): not on a server
+        declared dead, needing no copy. Empty when not leading."""
+        if self._role is not Role.LEADER:
+            return []
+        last = self.last_index
+        out = []
+        for v in self._config.voters:
+            pr = self._progress.get(v)
+            if v == self.uuid or v in self._peers_down or pr is None or pr.needs_copy:
+                continue
+            out.append((v, pr.match == last, v in self._recent_active, pr.match))
+        out.sort(key=lambda t: t[1:], reverse=True)
+        return [(v, caught_up) for v, caught_up, _, _ in out]
 
     def read_index(self, request_id: int) -> None:
         """Ask for a linearizable read point. A ReadResult comes back in a later Ready: OK
