@@ -10,15 +10,19 @@ in the same run and for N, with their ratio:
   `--idle-window-s` with no client traffic, averaged over the three servers, and the
   elections started meanwhile (from the servers' logs: there should be none); the
   coordinator's idle CPU over the same window, and the machine's load average then;
-- restart to serving every tablet: one tablet server killed with -9 and restarted; seconds
-  until every tablet has been seen RUNNING there with a leader somewhere;
+- restart to serving every tablet: one tablet server killed with -9 (`--restart kill`, the
+  default) or stopped with SIGTERM (`--restart stop`: the server that leads the most
+  tablets, which hands their leadership over before it exits) and restarted; seconds from
+  the signal until every tablet has been seen RUNNING there with a leader somewhere, and
+  the candidacies logged meanwhile (`--restart both`: a kill, then a stop, one after the
+  other on the same cluster);
 - create-table latency p50/p99: `--samples` more tables created one after another through
   the client once the cluster holds its tables (`--tables`, by default as many as tablets);
 - tablet lookups per second at the coordinator (`tablet_locations`, not cached), 4 callers
   asking 500 times each for tables spread over the catalog.
 
     .venv/bin/python bench/scale.py [--tablets 50] [--tables N] [--baseline 10]
-        [--samples 30] [--idle-window-s 10] [--settle-s 5]
+        [--samples 30] [--idle-window-s 10] [--settle-s 5] [--restart kill|stop|both]
 
 The machine this runs on is small and shared: the defaults are small; the issue's targets
 are 10,000 tablets per server and 10,000 tables.
@@ -65,6 +69,10 @@ class Figures:
     idle_coordinator_cpu_pct: float = float("nan")
     load_average: str = ""
     restart_all_s: float = float("nan")
+    restart_candidacies: float = float("nan")
+    stop_restart_all_s: float = float("nan")
+    stop_s: float = float("nan")  # the SIGTERM'd server's stop alone (hand-over and close)
+    stop_restart_candidacies: float = float("nan")
     create_p50_ms: float = float("nan")
     create_p99_ms: float = float("nan")
     lookups_per_s: float = float("nan")
@@ -149,8 +157,70 @@ def percentile(values: list[float], p: float) -> float:
     return s[min(len(s) - 1, int(round(p / 100 * (len(s) - 1))))]
 
 
+def wait_no_elections(cluster: LocalCluster, quiet_s: float, timeout_s: float = 300.0) -> None:
+    """Until no candidacy has been logged for `quiet_s` (at most `timeout_s`)."""
+    deadline = time.monotonic() + timeout_s
+    last = elections(cluster)
+    while time.monotonic() < deadline:
+        time.sleep(quiet_s)
+        now = elections(cluster)
+        if now == last:
+            return
+        last = now
+    print(f"  elections still going after {timeout_s:.0f} s", flush=True)
+
+
+def leading_most(cluster: LocalCluster) -> int:
+    """The index of the tablet server that leads the most tablets now."""
+    led = []
+    for node in cluster.spec.tservers:
+        resp = list_tablets(node.rpc, timeout_s=10.0)
+        led.append(0 if resp is None else sum(1 for t in resp.tablets if t.role == "LEADER"))
+    print(f"  tablets led per server: {led}", flush=True)
+    return max(range(len(led)), key=lambda k: led[k])
+
+
+def restart_one(
+    cluster: LocalCluster, i: int, how: str, tablet_ids: set[str], fig: Figures
+) -> tuple[float, float, int]:
+    """Kill -9 (`how` = "kill") or SIGTERM ("stop", waiting for the exit) tablet server `i`
+    and start it again: seconds from the signal until every tablet has been seen serving
+    with it back (see wait_serving), the stop's own seconds, and the candidacies logged
+    from the signal to then."""
+    node = cluster.spec.tservers[i]
+    e0 = elections(cluster)
+    t0 = time.monotonic()
+    if how == "kill":
+        cluster.kill(node)
+    else:
+        cluster.stop(node)
+    stop_s = time.monotonic() - t0
+    cluster.start_tserver(i)
+    deadline = t0 + RESTART_TIMEOUT_S
+    seen: set[str] = set()  # each seen serving since the restart (see wait_serving)
+    while time.monotonic() < deadline:
+        seen |= serving(cluster, [node.rpc], tablet_ids) or set()
+        if len(seen) == len(tablet_ids):
+            took = time.monotonic() - t0
+            break
+        time.sleep(POLL_S)
+    else:
+        took = float("nan")
+        fig.notes.append(f"restart ({how}): timed out waiting for every tablet")
+    n = elections(cluster) - e0
+    print(f"  restart by {how} of server {i}: all serving after {took:.2f} s (stop "
+          f"{stop_s:.2f} s), {n} candidacies logged", flush=True)  # fmt: skip
+    return took, stop_s, n
+
+
 def run_one(
-    workdir: Path, n: int, tables: int, samples: int, idle_window_s: float, settle_s: float
+    workdir: Path,
+    n: int,
+    tables: int,
+    samples: int,
+    idle_window_s: float,
+    settle_s: float,
+    restart: str = "kill",
 ) -> Figures:
     fig = Figures(n)
     print(f"N={n}: building the cluster (plaintext: --insecure)", flush=True)
@@ -198,21 +268,18 @@ def run_one(
                 tablet_ids |= {t.tablet_id for t in client.table(f"s{i:04d}").tablets()}
             fig.lookups_per_s = lookups(client, names)
 
-        wait_serving(cluster, victims, tablet_ids, SETTLE_TIMEOUT_S)
-        node = cluster.spec.tservers[0]
-        cluster.kill(node)
-        t0 = time.monotonic()
-        cluster.start_tserver(0)
-        deadline = t0 + RESTART_TIMEOUT_S
-        seen: set[str] = set()  # each seen serving since the restart (see wait_serving)
-        while time.monotonic() < deadline:
-            seen |= serving(cluster, [node.rpc], tablet_ids) or set()
-            if len(seen) == len(tablet_ids):
-                fig.restart_all_s = time.monotonic() - t0
-                break
-            time.sleep(POLL_S)
-        else:
-            fig.notes.append("restart: timed out waiting for every tablet")
+        if restart in ("kill", "both"):
+            wait_serving(cluster, victims, tablet_ids, SETTLE_TIMEOUT_S)
+            fig.restart_all_s, _, fig.restart_candidacies = restart_one(
+                cluster, 0, "kill", tablet_ids, fig
+            )
+        if restart in ("stop", "both"):
+            wait_serving(cluster, victims, tablet_ids, SETTLE_TIMEOUT_S)
+            wait_no_elections(cluster, settle_s)  # the kill's elections over first
+            i = leading_most(cluster)
+            fig.stop_restart_all_s, fig.stop_s, fig.stop_restart_candidacies = restart_one(
+                cluster, i, "stop", tablet_ids, fig
+            )
     finally:
         cluster.down()
     return fig
@@ -227,11 +294,17 @@ def main() -> int:
     ap.add_argument("--idle-window-s", type=float, default=10.0)
     ap.add_argument("--settle-s", type=float, default=5.0, help="quiet time before the window")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
+    ap.add_argument(
+        "--restart",
+        choices=("kill", "stop", "both"),
+        default="kill",
+        help="restart one tablet server after kill -9, after SIGTERM, or both in turn",
+    )
     args = ap.parse_args()
     tables = args.tables or args.tablets
     workdir = Path(tempfile.mkdtemp(prefix="scale-bench-"))
     try:
-        opts = (args.samples, args.idle_window_s, args.settle_s)
+        opts = (args.samples, args.idle_window_s, args.settle_s, args.restart)
         base = run_one(workdir, args.baseline, args.baseline, *opts)
         big = run_one(workdir, args.tablets, tables, *opts)
     finally:
@@ -246,7 +319,11 @@ def main() -> int:
         ("idle CPU per tserver (% of a core)", "idle_cpu_pct", 1),
         ("idle CPU, coordinator (% of a core)", "idle_coordinator_cpu_pct", 1),
         ("elections started while idle", "idle_elections", 1),
-        ("restart to all serving (s)", "restart_all_s", 1),
+        ("restart to all serving, kill -9 (s)", "restart_all_s", 1),
+        ("  candidacies logged meanwhile", "restart_candidacies", 1),
+        ("restart to all serving, SIGTERM (s)", "stop_restart_all_s", 1),
+        ("  of which the stop (s)", "stop_s", 1),
+        ("  candidacies logged meanwhile", "stop_restart_candidacies", 1),
         ("create-table p50 (ms)", "create_p50_ms", 1),
         ("create-table p99 (ms)", "create_p99_ms", 1),
         ("tablet lookups per second", "lookups_per_s", 1),
