@@ -21,10 +21,12 @@ beside the server. The kernel drops the lock when its holder dies, kill -9 inclu
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
 import uuid as uuidlib
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,6 +79,9 @@ class FsLayout:
         self._cmeta_dir = os.path.join(root, "consensus-meta")
         self._wals = Path(root) / "wals"  # one Path join per tablet directory, not two
         self._data = Path(root) / "data"
+        # Told of the files it writes (a tablet id; None: the quarantine): the server's
+        # DiskSpace re-counts those at its next refresh (`DiskSpace.files_changed`).
+        self.changed: Callable[[str | None], None] | None = None
 
     # ------------------------------------------------------------ format / open
     @staticmethod
@@ -187,6 +192,8 @@ class FsLayout:
                 n += 1
                 continue
             metafile.fsync_dir(base)
+            if self.changed is not None:
+                self.changed(None)
             return path
 
     # ------------------------------------------------------------ metadata files
@@ -198,6 +205,8 @@ class FsLayout:
     def write_superblock(self, sb: SuperblockPB) -> None:
         assert sb.tablet_id
         metafile.write_meta(self.superblock_path(sb.tablet_id), metafile.MAGIC_SUPERBLOCK, sb)
+        if self.changed is not None:
+            self.changed(sb.tablet_id)
 
     def read_cmeta(self, tablet_id: str) -> ConsensusMetaPB:
         return metafile.read_meta(
@@ -207,6 +216,8 @@ class FsLayout:
     def write_cmeta(self, cm: ConsensusMetaPB) -> None:
         assert cm.tablet_id
         metafile.write_meta(self.cmeta_path(cm.tablet_id), metafile.MAGIC_CMETA, cm)
+        if self.changed is not None:
+            self.changed(cm.tablet_id)
 
     def write_cmetas(self, cms: list[ConsensusMetaPB]) -> None:
         """Several tablets' consensus metadata made durable together (metafile.write_meta_many)."""
@@ -214,6 +225,9 @@ class FsLayout:
         metafile.write_meta_many(
             [(self.cmeta_path(cm.tablet_id), metafile.MAGIC_CMETA, cm) for cm in cms]
         )
+        if self.changed is not None:
+            for cm in cms:
+                self.changed(cm.tablet_id)
 
 
 def move_dir(src: Path, dst: Path) -> None:
@@ -235,12 +249,21 @@ RESERVED_BYTES_CAP_DEFAULT = 1 << 30
 RESERVED_BYTES_MAX = (1 << 63) - 1  # the heartbeat's DiskReport has uint64 fields
 # statvfs is cheap, but a write path asks on every call: the answer is reused this long.
 DISK_CHECK_INTERVAL_S = 0.1
-# Bytes under the root (its own files) are summed by a walk at most this often.
+# Bytes under the root (its own files) are counted again at most this often, and then only
+# what may have changed (`RootBytes`): the tablets whose files the server wrote since (told by
+# `DiskSpace.files_changed`), the tablet directories created or removed (the mtimes of wals/,
+# data/, tablet-meta/, consensus-meta/), the files outside tablet directories (quarantine,
+# keys) when the root's or the quarantine's mtime changed or the quarantine was written; and
+# a slice of every tablet, so that each is counted again every ROOT_BYTES_FULL_S whatever
+# it was told (a writer that tells nothing is seen that late, not never). Issue 28: a walk of
+# every file every 10 s was most of an idle server's CPU at 3,000 replicas.
 ROOT_BYTES_INTERVAL_S = 10.0
-# ... or longer: the walk of a root with thousands of replicas takes long enough that every
-# 10 s it was a tenth of an idle server's CPU; the next walk waits at least this many times
-# what the last one took (at most 1% of a core).
+ROOT_BYTES_FULL_S = 600.0
+# ... or longer: the next refresh waits at least this many times the CPU time the last one
+# took (the first, which counts every file, at most 1% of a core).
 ROOT_BYTES_WALK_SHARE = 100
+# The directories that hold one entry per tablet (named by its id).
+TABLET_SUBDIRS = ("wals", "data", "tablet-meta", "consensus-meta")
 
 
 def default_reserved_bytes(total_bytes: int) -> int:
@@ -249,8 +272,14 @@ def default_reserved_bytes(total_bytes: int) -> int:
 
 def tree_bytes(root: Path) -> int:
     """Bytes allocated under `root` (st_blocks), files vanishing meanwhile skipped."""
+    return _tree(str(root))[0]
+
+
+def _tree(root: str) -> tuple[int, int]:
+    """(bytes allocated under `root`, entries stat'ed); a file: its own bytes."""
     total = 0
-    stack = [str(root)]
+    stats = 0
+    stack = [root]
     while stack:
         d = stack.pop()
         try:
@@ -260,12 +289,141 @@ def tree_bytes(root: Path) -> int:
                         if e.is_dir(follow_symlinks=False):
                             stack.append(e.path)
                         else:
+                            stats += 1
                             total += e.stat(follow_symlinks=False).st_blocks * 512
                     except OSError:
                         continue
+        except NotADirectoryError:
+            try:
+                stats += 1
+                total += os.lstat(d).st_blocks * 512
+            except OSError:
+                pass
         except OSError:
             continue
-    return total
+    return total, stats
+
+
+def _mtime_ns(path: str) -> int | None:
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError:
+        return None
+
+
+class RootBytes:
+    """Bytes allocated under a server's root, kept per tablet entry (wals/<id>, data/<id>,
+    tablet-meta/<id>, consensus-meta/<id>) plus the rest (quarantine, keys, top-level files),
+    and counted again only where something may have changed (see ROOT_BYTES_INTERVAL_S).
+    An entry or the rest that changed at a refresh is counted again at the next one too (a
+    tablet copy or a flush may still be writing it), and a directory listed because its
+    mtime changed is listed again at the next (a change within the same clock tick)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = str(root)
+        self._lock = threading.Lock()
+        self._dirty: set[str] = set()  # tablet ids told since the last refresh
+        self._rest_dirty = True
+        self._entries: dict[tuple[str, str], int] = {}  # (subdir, name) -> bytes
+        self._listed: dict[str, set[str]] = {}  # subdir -> names at its last listing
+        self._mtimes: dict[str, int | None] = {}  # subdir or "" (root), "quarantine"
+        self._relist: set[str] = set()
+        self._again: set[tuple[str, str]] = set()
+        self._rest = 0
+        self._rest_again = False
+        self._total = 0
+        self._roll: list[tuple[str, str]] = []  # the slice still to count this full period
+        self._rest_at = float("-inf")
+        self.refreshes = 0
+        self.stats = 0  # files stat'ed, all refreshes (tests: O(changed), not O(files))
+
+    def changed(self, tablet_id: str | None) -> None:
+        """Files of `tablet_id` (None: outside the tablet directories) were written or removed."""
+        with self._lock:
+            if tablet_id is None:
+                self._rest_dirty = True
+            else:
+                self._dirty.add(tablet_id)
+
+    def changed_many(self, tablet_ids: Iterable[str]) -> None:
+        with self._lock:
+            self._dirty.update(tablet_ids)
+
+    @property
+    def total(self) -> int:
+        return self._total
+
+    def refresh(self, now: float, interval_s: float) -> int:
+        with self._lock:
+            dirty, self._dirty = self._dirty, set()
+            rest_dirty, self._rest_dirty = self._rest_dirty, False
+        keys, self._again = self._again, set()
+        for sub in TABLET_SUBDIRS:
+            path = os.path.join(self.root, sub)
+            m = _mtime_ns(path)
+            if m == self._mtimes.get(sub, -1) and sub not in self._relist:
+                continue
+            self._relist.discard(sub)
+            if m != self._mtimes.get(sub, -1):
+                self._relist.add(sub)  # again next time: a change in the same clock tick
+            self._mtimes[sub] = m
+            try:
+                names = set(os.listdir(path))
+            except OSError:
+                names = set()
+            old = self._listed.get(sub, set())
+            keys.update((sub, n) for n in names - old)
+            for n in old - names:
+                self._total -= self._entries.pop((sub, n), 0)
+            self._listed[sub] = names
+        for t in dirty:
+            for sub in TABLET_SUBDIRS:
+                if t in self._listed.get(sub, ()):
+                    keys.add((sub, t))
+        # The slice of every entry this refresh counts again, so that each is counted again
+        # every ROOT_BYTES_FULL_S (more often when there are few refreshes).
+        if not self._roll:
+            self._roll = list(self._entries)
+        n = math.ceil(len(self._entries) * interval_s / max(interval_s, ROOT_BYTES_FULL_S, 1e-9))
+        if n:
+            keys.update(self._roll[-n:])
+            del self._roll[-n:]
+        for key in keys:
+            sub, name = key
+            if name not in self._listed.get(sub, ()):
+                continue
+            size, stats = _tree(os.path.join(self.root, sub, name))
+            self.stats += stats
+            old = self._entries.get(key)
+            if old != size:
+                self._entries[key] = size
+                self._total += size - (old or 0)
+                if old is not None or self.refreshes:  # (the first refresh counts all)
+                    self._again.add(key)
+        # The rest: the root's files and its other directories (quarantine, keys).
+        rest_due = rest_dirty or self._rest_again or now - self._rest_at >= ROOT_BYTES_FULL_S
+        for d in ("", "quarantine"):
+            m = _mtime_ns(os.path.join(self.root, d))
+            if m != self._mtimes.get(d, -1):
+                self._mtimes[d] = m
+                rest_due = True
+        if rest_due:
+            self._rest_at = now
+            rest = 0
+            try:
+                with os.scandir(self.root) as it:
+                    others = [e.path for e in it if e.name not in TABLET_SUBDIRS]
+            except OSError:
+                others = []
+            for p in others:
+                size, stats = _tree(p)
+                self.stats += stats
+                rest += size
+            self._rest_again = rest != self._rest or rest_dirty
+            self._total += rest - self._rest
+            self._rest = rest
+        self.refreshes += 1
+        return self._total
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,7 +458,8 @@ class DiskSpace:
         self._lock = threading.Lock()
         self._state: DiskState | None = None
         self._at = 0.0
-        self._root_bytes = 0
+        self._root = RootBytes(self.root)
+        self._root_lock = threading.Lock()
         self._root_next_at = float("-inf")
         self.refusals = 0  # calls refused with NO_SPACE (metrics)
 
@@ -328,16 +487,34 @@ class DiskSpace:
             self._state, self._at = state, now
         return state
 
+    def files_changed(self, tablet_id: str | None) -> None:
+        """The server wrote or removed files of `tablet_id` (None: outside the tablets'
+        directories, e.g. the quarantine): counted again at the next refresh of root_bytes."""
+        self._root.changed(tablet_id)
+
+    def tablets_changed(self, tablet_ids: Iterable[str]) -> None:
+        self._root.changed_many(tablet_ids)
+
+    @property
+    def root_files_stated(self) -> int:
+        """Files stat'ed by every refresh of root_bytes so far (tests, metrics)."""
+        return self._root.stats
+
     def root_bytes(self) -> int:
-        """Bytes under the root, summed again when the last sum is older than
-        ROOT_BYTES_INTERVAL_S, or than ROOT_BYTES_WALK_SHARE times the last walk (the
-        heartbeat's thread pays for the walk)."""
+        """Bytes under the root, refreshed (what may have changed: `RootBytes`) when the
+        last refresh is older than ROOT_BYTES_INTERVAL_S, or than ROOT_BYTES_WALK_SHARE
+        times the CPU time it took (the caller's thread, the heartbeat's, pays for it)."""
         now = time.monotonic()
-        if now >= self._root_next_at:
-            self._root_bytes = tree_bytes(self.root)
-            took = time.monotonic() - now
+        if now < self._root_next_at:
+            return self._root.total
+        with self._root_lock:
+            if now < self._root_next_at:
+                return self._root.total
+            cpu = time.thread_time()
+            total = self._root.refresh(now, ROOT_BYTES_INTERVAL_S)
+            took = time.thread_time() - cpu
             self._root_next_at = now + max(ROOT_BYTES_INTERVAL_S, ROOT_BYTES_WALK_SHARE * took)
-        return self._root_bytes
+        return total
 
     def require(self, what: str, need_bytes: int = 0) -> None:
         """Raise NoSpace naming the server, the free bytes and the reserve when full, or

@@ -216,6 +216,8 @@ class TabletManager:
         self.startup_s = 0.0  # how long opening every tablet took (set once opened)
         # The reserved free space (tservers/fs.py): None, no check (in-process tests).
         self.disk = disk
+        if disk is not None:  # the metadata it writes: counted again in root_bytes
+            fs.changed = disk.files_changed
         self.quarantine.space = self._quarantine_space  # a full server reaps it oldest first
         # tablet id -> (monotonic time, why) of a tablet copy onto this server that failed
         # (refused with NO_SPACE before it wrote anything, or cleaned up after an error):
@@ -947,7 +949,13 @@ class TabletManager:
                 continue
             with self._written_lock:
                 written, self._written = self._written, set()
+            self._disk_written(written)
             self._flush_if_needed([t for t in written if t.status is TabletStatus.RUNNING])
+
+    def _disk_written(self, written: set[Tablet]) -> None:
+        """Tablets written (their WAL grew): counted again in the disk's root_bytes."""
+        if self.disk is not None and written:
+            self.disk.tablets_changed([t.tablet_id for t in written])
 
     def running_tablets(self) -> list[Tablet]:
         with self._lock:
@@ -961,7 +969,8 @@ class TabletManager:
         """Flush the tablets that need it; with `compact`, also one compaction round here
         (the background CompactionScheduler runs them otherwise, under its rate limit)."""
         with self._written_lock:
-            self._written.clear()  # every tablet is looked at now
+            written, self._written = self._written, set()  # every tablet is looked at now
+        self._disk_written(written)
         self._flush_if_needed(self.running_tablets())
         if compact:
             for t in self.compaction.candidates():
