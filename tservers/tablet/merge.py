@@ -43,43 +43,77 @@ class SlabCounts:
     merged_rows: int = 0
 
 
-def newest_versions(parts: list[pa.Table], key_names: list[str]) -> pa.Table:
+def newest_versions(
+    parts: list[pa.Table], key_names: list[str], *, drop_deleted: bool = False
+) -> pa.Table:
     """The rows of `parts` (one schema, oldest part first) sorted by key, only the newest
-    version of each key. Arrow's sort is stable: a key's versions stay in age order, so the
-    last of each run of equal keys is the newest (no generation column, no second sort key);
-    with no key repeated, nothing is filtered."""
+    version of each key (and, with `drop_deleted`, not where that version is a tombstone):
+    one take of the rows (`newest_order`)."""
     t = pa.concat_tables(parts)
+    return t.take(newest_order(t, key_names, drop_deleted=drop_deleted))
+
+
+def _one_array(col: pa.ChunkedArray | pa.Array) -> pa.Array:
+    if isinstance(col, pa.Array):
+        return col
+    if col.num_chunks == 1:
+        return col.chunk(0)
+    return pa.concat_arrays(col.chunks) if col.num_chunks else pa.array([], col.type)
+
+
+def newest_order(t: pa.Table, key_names: list[str], *, drop_deleted: bool = False) -> pa.Array:
+    """Row numbers of `t` (its parts concatenated, oldest first) in key order, only the
+    newest version of each key, and with `drop_deleted` not where that is a tombstone.
+
+    Arrow's sort is stable: a key's versions stay in age order, so the last of each run of
+    equal keys is the newest (no generation column, no second sort key). Only the key
+    columns (and `__deleted`) are sorted and compared; versions and tombstones are left
+    out of the row numbers, so the caller moves every other column once, with one take
+    (before: a take of the rows, then a filter of the duplicates, then one of the
+    tombstones, each a copy of every column)."""
+    n = t.num_rows
     if len(key_names) == 1:
         # One key column: its chunks as one array, sorted as an array (stable too): some
         # 10% cheaper than sorting the table by that column.
-        keys = t.column(key_names[0])
-        order = pc.array_sort_indices(pa.concat_arrays(keys.chunks) if keys.chunks else keys)
+        keys = _one_array(t.column(key_names[0]))
+        order = pc.array_sort_indices(keys)
+        sorted_keys = [keys.take(order)]
     else:
-        order = pc.sort_indices(t, sort_keys=[(k, "ascending") for k in key_names])
-    t = t.take(order)
-    n = t.num_rows
-    if n < 2:
-        return t
-    last = None
-    for k in key_names:
-        col = t.column(k)
-        neq = pc.not_equal(col.slice(0, n - 1), col.slice(1))
-        last = neq if last is None else pc.or_(last, neq)
-    if pc.all(last).as_py():
-        return t
-    return t.filter(pa.concat_arrays([last.combine_chunks(), pa.array([True], pa.bool_())]))
+        order = pc.sort_indices(
+            t.select(key_names), sort_keys=[(k, "ascending") for k in key_names]
+        )
+        sorted_keys = [_one_array(t.column(k)).take(order) for k in key_names]
+    keep = None
+    if n >= 2:
+        for col in sorted_keys:  # the last version of each key: its next row's key differs
+            neq = pc.not_equal(col.slice(0, n - 1), col.slice(1))
+            keep = neq if keep is None else pc.or_(keep, neq)
+        keep = pa.concat_arrays([keep, pa.array([True], pa.bool_())])
+    if drop_deleted and n and t.schema.get_field_index(DELETED_FIELD) >= 0:
+        deleted = _one_array(t.column(DELETED_FIELD))
+        if pc.any(deleted).as_py():
+            deleted = deleted.take(order)
+            keep = pc.invert(deleted) if keep is None else pc.and_not(keep, deleted)
+    if keep is not None and not pc.all(keep).as_py():
+        order = order.filter(keep)
+    return order
 
 
-def _merge_parts(parts: list[pa.Table], key_names: list[str]) -> pa.Table:
+def _merge_parts(parts: list[pa.Table], key_names: list[str], drop_deleted: bool) -> pa.Table:
     """`newest_versions` of a slab's parts, without moving their `__deleted` column where
-    no part holds a tombstone (most slabs): a take of a boolean column costs about what
-    one of an int64 column does; an all-false column of the slab's length replaces it."""
-    at = parts[0].schema.get_field_index(DELETED_FIELD)
-    if at < 0 or any(pc.any(p.column(DELETED_FIELD)).as_py() for p in parts):
-        return newest_versions(parts, key_names)
-    field = parts[0].schema.field(at)
-    t = newest_versions([p.drop_columns([DELETED_FIELD]) for p in parts], key_names)
-    return t.add_column(at, field, _all_false(t.num_rows))
+    the result holds no tombstone (none in the parts, or `drop_deleted`): a take of a
+    boolean column costs about what one of an int64 column does; an all-false column of
+    the result's length replaces it."""
+    t = pa.concat_tables(parts)
+    order = newest_order(t, key_names, drop_deleted=drop_deleted)
+    at = t.schema.get_field_index(DELETED_FIELD)
+    if at < 0:
+        return t.take(order)
+    if not drop_deleted and any(pc.any(p.column(DELETED_FIELD)).as_py() for p in parts):
+        return t.take(order)
+    field = t.schema.field(at)
+    out = t.drop_columns([DELETED_FIELD]).take(order)
+    return out.add_column(at, field, _all_false(out.num_rows))
 
 
 def _all_false(n: int) -> pa.Array:
@@ -155,10 +189,14 @@ def merge_slabs(
     slab_rows: int = SLAB_ROWS_DEFAULT,
     on_slab: Callable[[list[int]], None] | None = None,
     counts: SlabCounts | None = None,
+    *,
+    drop_deleted: bool = False,
 ) -> Iterator[pa.Table]:
     """Slabs of the newest version of every key of `sources` (oldest first) in [lower,
     upper) (Python keys, None: open), in key order; `adapt(i, rows)` turns a slice of
-    source i into the common schema. Tombstones come out as rows (the caller drops them).
+    source i into the common schema. Tombstones come out as rows (the caller drops them);
+    with `drop_deleted`, merged slabs leave them out already (in the merge's row numbers,
+    no copy), direct slabs still carry theirs.
     `on_slab(pos)`, when the next slab is asked for, gets every source's position: the rows
     before it are merged and handed out (`pages.PageRelease`). `counts`, when given, is
     added what was made (direct and merged slabs).
@@ -213,7 +251,7 @@ def merge_slabs(
                 counts.direct += 1
                 counts.direct_rows += slab.num_rows
         else:
-            slab = _merge_parts(parts, key_names)
+            slab = _merge_parts(parts, key_names, drop_deleted)
             if counts is not None:
                 counts.merged += 1
                 counts.merged_rows += slab.num_rows
@@ -244,8 +282,11 @@ def compaction_slabs(
     rows (default: COMPACT_SLAB_ROWS shared among the sources)."""
     if slab_rows is None:
         slab_rows = max(COMPACT_SOURCE_ROWS_MIN, COMPACT_SLAB_ROWS // max(1, len(sources)))
-    for slab in merge_slabs(sources, key_names, adapt, slab_rows=slab_rows, on_slab=on_slab):
-        if drop_deleted:
+    slabs = merge_slabs(
+        sources, key_names, adapt, slab_rows=slab_rows, on_slab=on_slab, drop_deleted=drop_deleted
+    )
+    for slab in slabs:
+        if drop_deleted and pc.any(slab.column(DELETED_FIELD)).as_py():
             slab = slab.filter(pc.invert(slab.column(DELETED_FIELD)))
         if slab.num_rows:
             yield slab

@@ -1654,7 +1654,9 @@ class Tablet:
             pages = PageRelease.of([*kept, None])
             key_names = self._key_names(schema)
             counts = SlabCounts()
-            slabs = merge_slabs(sources, key_names, adapt, lo, hi, slab_rows, pages, counts)
+            slabs = merge_slabs(
+                sources, key_names, adapt, lo, hi, slab_rows, pages, counts, drop_deleted=True
+            )
             try:
                 for slab in slabs:
                     deleted = slab.column(DELETED_FIELD)
