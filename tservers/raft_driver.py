@@ -131,7 +131,7 @@ RETURN_PROBE_ROUNDS_MAX = 8
 # in transfer at once (each costs its target one TimeoutNow, then an election's messages:
 # well inside a peer's queue of 16 batches of 256 messages), and how often the caller looks
 # whether they are done.
-HANDOVER_WINDOW = 512
+HANDOVER_WINDOW = 128
 HANDOVER_POLL_S = 0.02
 
 
@@ -329,12 +329,17 @@ class RaftGroup:
     def wake(self) -> None:
         self.driver.wake(self)
 
-    def hand_over(self, assigned: dict[str, int], alive: Callable[[str], bool]) -> str | None:
+    def hand_over(
+        self, assigned: dict[str, int], alive: Callable[[str], bool], again: str | None = None
+    ) -> str | None:
         """Start handing this group's leadership over (the server is stopping): to the
         voter on a live server (`alive`) that holds the whole log and has been given the
         fewest groups so far (`assigned`, counted here), else to the best one behind (the
-        core catches it up first). The target; None when this replica does not lead or
-        no voter can take over."""
+        core catches it up first). `again`: the target of an earlier attempt whose window
+        ended, asked again while it is alive (its TimeoutNow may only be late: a second
+        target campaigning in the same term split the votes, and both elections failed,
+        in the restart of 3,000 replicas). The target; None when this replica does not
+        lead or no voter can take over."""
         with self.lock:
             if self.closed or self.failed:
                 return None
@@ -346,7 +351,9 @@ class RaftGroup:
             if not targets:
                 return None
             caught_up = [v for v, c in targets if c]
-            if caught_up:
+            if again is not None and any(v == again for v, _ in targets):
+                target = again
+            elif caught_up:
                 target = min(caught_up, key=lambda v: (assigned.get(v, 0), v))
             else:
                 target = targets[0][0]
@@ -354,7 +361,8 @@ class RaftGroup:
                 res = core.transfer_leadership(target, heartbeat=False)
                 if res.status is not ProposalStatus.OK:
                     return None
-        assigned[target] = assigned.get(target, 0) + 1
+        if target != again:
+            assigned[target] = assigned.get(target, 0) + 1
         self.driver.wake(self)
         return target
 
@@ -733,7 +741,7 @@ class RaftDriver:
             )
 
         assigned: dict[str, int] = {}
-        pending = deque(led)
+        pending: deque[tuple[RaftGroup, str | None]] = deque((g, None) for g in led)
         active: dict[str, tuple[RaftGroup, str]] = {}  # tablet id -> (group, its target)
         handed = 0
         stuck: list[RaftGroup] = []  # no live voter to take over (now)
@@ -752,13 +760,13 @@ class RaftDriver:
                         del active[tid]  # stepped down (check-quorum), nobody answering
                 elif core.transfer_target is None or not alive(target):
                     # The transfer's window ended with this replica still leading (its
-                    # TimeoutNow or the vote lost, the target slow), or the target went
-                    # quiet: again, to the best target now.
+                    # TimeoutNow or the vote lost, the target slow): again, to the same
+                    # target; or the target went quiet: to the best target now.
                     del active[tid]
-                    pending.appendleft(g)
+                    pending.appendleft((g, target))
             while pending and len(active) < window:
-                g = pending.popleft()
-                target = g.hand_over(assigned, alive)
+                g, again = pending.popleft()
+                target = g.hand_over(assigned, alive, again)
                 if target is not None:
                     active[g.tablet_id] = (g, target)
                     transfers += 1
