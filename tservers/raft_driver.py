@@ -585,6 +585,8 @@ class RaftDriver:
         # Declared dead (not heard from for an election timeout); replaced, never changed in
         # place, as new groups read it from other threads (`add_group`).
         self._down: frozenset[str] = frozenset()
+        # Stopping (`hand_over_leadership`): no replica here starts an election any more.
+        self._leaving = False
         # On time.monotonic(), not on the tick clock: that one only runs for due timers, and
         # quiet groups have none.
         self._next_ping_s = 0.0
@@ -722,7 +724,11 @@ class RaftDriver:
         t0 = time.monotonic()
         end = t0 + max(0.0, deadline_s)
         with self._groups_lock:
+            self._leaving = True
             groups = list(self._groups.values())
+        for g in groups:  # a replica here that won an election now would lead for a moment
+            with g.lock:
+                g.core.stop_campaigning()
         led = [
             g
             for g in groups
@@ -845,6 +851,8 @@ class RaftDriver:
             with g.lock:
                 for u in self._down:
                     core.peer_down(u)
+                if self._leaving:
+                    core.stop_campaigning()
             self._groups[tablet_id] = g
         self.report_changed(tablet_id)
         self.wake(g)

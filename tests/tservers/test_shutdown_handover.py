@@ -21,13 +21,42 @@ import signal
 
 import pytest
 
+from tests.consensus.test_quiescence import _quiet_cluster, _sent, _tick_settle
 from tests.replication.helpers import TServerTrio
 from tests.support.procs import wait_for
+from tservers.consensus import AppendRequest, Role, TimeoutNow
 from tservers.raft_driver import QUIET_GROUPS_ENV
 from tservers.server import LEADERSHIP_HANDOVER_ENV
 
 TABLETS = [f"h{i:02d}" for i in range(20)]
 EXIT_WAIT_S = 60.0  # for a loaded machine; the hand-over's own deadline is a few seconds
+
+
+def test_core_quiet_leader_hands_over_with_one_message():
+    """The pure core: a quiet leader's transfer with heartbeat=False sends the caught-up
+    target its TimeoutNow and nothing else; the target leads in the next term, and a
+    replica told to stop campaigning (its server is stopping) never campaigns again,
+    even when its new leader goes silent, while it still follows."""
+    c = _quiet_cluster()
+    a, b = c.cores["a"], c.cores["b"]
+    term = a.term
+    assert {v for v, caught_up in a.handover_targets() if caught_up} == {"b", "c"}
+    a.stop_campaigning()
+    c.readies["a"].clear()
+    assert a.transfer_leadership("b", heartbeat=False).status.name == "OK"
+    rd = a.ready()
+    assert [type(m) for m in rd.messages] == [TimeoutNow], rd.messages
+    assert rd.messages[0].recipient == "b"
+    for m in rd.messages:
+        c.deliver(m)
+    c.settle()
+    assert b.role is Role.LEADER and b.term == term + 1
+    assert a.role is Role.FOLLOWER and a.leader_uuid == "b"
+    assert any(isinstance(m, AppendRequest) for m in _sent(c, "b"))
+    c.down.add("b")  # the new leader silent: "c" elects, "a" (stopping) never campaigns
+    _tick_settle(c, 10 * 10)
+    assert a.role is Role.FOLLOWER
+    assert c.cores["c"].role is Role.LEADER
 
 
 def _log(proc) -> str:

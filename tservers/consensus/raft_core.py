@@ -244,6 +244,9 @@ class RaftCore:
         # Servers the driver declared dead (`peer_down`) and not yet back (`peer_up`): a
         # leader goes quiet without their answers and wakes when one comes back.
         self._peers_down: frozenset[str] = frozenset()
+        # The server is stopping (`stop_campaigning`): no election from here, not even one
+        # a TimeoutNow asks for. Votes are still given.
+        self._leaving = False
         # Messages dropped as impossible or untrusted (a term jump from a non-voter or too
         # far, a second leader in a term, an answer naming an index never sent); the driver
         # logs them, rate-limited.
@@ -1038,6 +1041,13 @@ class RaftCore:
         self._send_append(uuid, heartbeat=True, quiesce=self._quiesced)
         return True
 
+    def stop_campaigning(self) -> None:
+        """The server is stopping: this replica starts no election from now on (its
+        groups' leadership is being handed to the others, `transfer_leadership`; a
+        follower here that won an election would lead for the moment it has left, and its
+        group would elect again once it is gone). It still votes and follows."""
+        self._leaving = True
+
     def wake(self) -> None:
         """Wake a quiet replica (a leader heartbeats at once): the driver's word that
         something changed that the core does not see, e.g. the replica is about to stop."""
@@ -1443,7 +1453,10 @@ class RaftCore:
         entry demotes or removes: it may be the only one holding that entry, and then only
         it can be elected to commit it (Raft dissertation 4.2.2: a server outside its
         newest config may still lead; votes are counted in the newest config). Found by the
-        simulator: seed 6 of 1500 steps deadlocked without this."""
+        simulator: seed 6 of 1500 steps deadlocked without this.
+        Never on a server that is stopping (`stop_campaigning`)."""
+        if self._leaving:
+            return False
         if self._config.is_voter(self.uuid):
             return True
         # Any config this replica cannot rule out as the committed one: those above its
