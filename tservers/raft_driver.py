@@ -26,6 +26,10 @@ contract of design/consensus.md:
   `liveness_stall_s`; a peer not heard from (any consensus message) for an election timeout
   is declared dead by the driver and every quiet group naming it wakes
   (`RaftCore.peer_down`). Quiet groups have no timer at all.
+- a graceful stop (`hand_over_leadership`, called by the tablet server before it closes):
+  the leadership of every group led here goes to a caught-up follower on a live server
+  (TimeoutNow), a bounded number at a time within a deadline, and no replica here starts
+  an election from then on.
 """
 
 from __future__ import annotations
@@ -749,6 +753,10 @@ class RaftDriver:
         assigned: dict[str, int] = {}
         pending: deque[tuple[RaftGroup, str | None]] = deque((g, None) for g in led)
         active: dict[str, tuple[RaftGroup, str]] = {}  # tablet id -> (group, its target)
+        # Tablet id -> when its replica here was first seen stepped down with no leader
+        # known yet: given up after an election timeout (the survivors finish the election
+        # or hold another; nothing here can help), not waited for until the deadline.
+        stepped: dict[str, float] = {}
         handed = 0
         stuck: list[RaftGroup] = []  # no live voter to take over (now)
         transfers = 0
@@ -764,6 +772,8 @@ class RaftDriver:
                         del active[tid]
                     elif not alive(target):
                         del active[tid]  # stepped down (check-quorum), nobody answering
+                    elif time.monotonic() - stepped.setdefault(tid, time.monotonic()) > timeout_s:
+                        del active[tid]
                 elif core.transfer_target is None or not alive(target):
                     # The transfer's window ended with this replica still leading (its
                     # TimeoutNow or the vote lost, the target slow): again, to the same
