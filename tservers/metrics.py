@@ -35,6 +35,18 @@ def _counter(name: str, doc: str, value: float, labels: dict[str, str] | None = 
     return family
 
 
+def _by_reason(reasons: dict[str, int]) -> Metric:
+    """Background compactions by why they were picked (tservers/tablet/compaction.py)."""
+    family = CounterMetricFamily(
+        "logcentric_tserver_compactions_by_reason",
+        "Background compactions run, by the policy term that picked them (tiered, overlap)",
+        labels=["reason"],
+    )
+    for reason, n in sorted(reasons.items()):
+        family.add_metric([reason], n)
+    return family
+
+
 def _gauge(name: str, doc: str, value: float) -> Metric:
     family = GaugeMetricFamily(name, doc)
     family.add_metric([], value)
@@ -210,6 +222,7 @@ class TServerObserver:
         c = self.server.manager.compaction
         out = [
             _counter("logcentric_tserver_compactions", "Background compactions run", c.compactions),
+            _by_reason(c.reasons),
             _counter(
                 "logcentric_tserver_compaction_bytes_written",
                 "Bytes of data blocks written by background compactions",

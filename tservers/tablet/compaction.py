@@ -35,7 +35,27 @@ the superblock that lists them (the commit point), then unlinks the merged block
 at any step leaves either the old blocks or the new run listed (crash points `compact.*`),
 and unlisted files are removed at open.
 
-Metrics: compactions run, bytes written, seconds spent waiting for the budget.
+Key overlap (design/storage.md, "Compaction of overlapping runs"). Size tiers alone leave
+runs of different classes apart however much they overlap (3 runs of 280k rows and 3 of
+40-60k at 1M rows: every key covered 6 times, and every scan merges 6 runs by key). So a
+second term: the *height* of a tablet is the most runs whose key ranges (first block's min
+key to last block's max key) cover one key, from the blocks' metadata. A tablet whose
+height is at least `overlap_height` (3), with no tiered compaction to run, and whose
+blocks have not changed for `overlap_idle_s` (ingest has stopped: while flushes go on the
+tiered policy alone runs, its write amplification log_fanout), gets the newest runs merged
+(a suffix of the runs: runs shadow older ones by their order, so only adjacent runs merge)
+that leaves the lowest height, the shortest such suffix, under two bounds: at most K runs
+and B bytes (as above), and no run in it holds more than `overlap_ratio` (4) times the
+rows of the others together. The last bound is the write amplification's: a run rewritten
+by this term comes out at least 1 + 1/ratio times bigger, so a row is rewritten by it at
+most log_1.25(tablet rows / flush rows) times, and a big run that overlaps a few small ones
+is left alone (the small ones are merged together instead). Key-disjoint runs (sequential
+keys) have height 1 and are never merged by it. Each compaction merges at least two runs,
+so a tablet left alone converges to a height below the bound (1 when the ratio allows)
+in at most as many compactions as it has runs.
+
+Metrics: compactions run (by reason: `tiered`, `overlap`), bytes written, seconds spent
+waiting for the budget.
 """
 
 from __future__ import annotations
@@ -47,7 +67,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tservers.tablet.blockindex import runs_of
+from tservers.tablet.blockindex import BlockIndex, runs_of
 from tservers.tablet.tablet import Tablet, TabletStatus
 
 log = logging.getLogger(__name__)
@@ -66,6 +86,11 @@ RUN_BLOCKS_MAX_DEFAULT = 16  # runs merged at once (the sources of a slab)
 # the big ones apart: 26 runs at 50M rows under 128 MiB). What it needs in disk until it
 # unlinks its inputs is their size, at most the tablet's.
 RUN_BYTES_MAX_DEFAULT = 0
+# Key overlap (module doc): a tablet with a key covered by this many runs is merged down
+# once its blocks have not changed for OVERLAP_IDLE_S_DEFAULT; 0 turns the term off.
+OVERLAP_HEIGHT_DEFAULT = 3
+OVERLAP_IDLE_S_DEFAULT = 2.0
+OVERLAP_RATIO_DEFAULT = 4.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +106,76 @@ class CompactionOptions:
     # otherwise pile up runs, each one more block for every existence check to ask).
     threads: int = 2
     small_rows_max: int = 64
+    # Key overlap (module doc): the height that triggers a merge (0: off), how long a
+    # tablet's blocks must have stayed as they are, and the bound on a run's share.
+    overlap_height: int = OVERLAP_HEIGHT_DEFAULT
+    overlap_idle_s: float = OVERLAP_IDLE_S_DEFAULT
+    overlap_ratio: float = OVERLAP_RATIO_DEFAULT
+
+
+def run_ranges(runs: Sequence[Sequence[BlockIndex]]) -> list[tuple | None]:
+    """Each run's key range (its first block's min key, its last block's max key; the
+    blocks of a run are in key order), None for a run of empty blocks."""
+    out: list[tuple | None] = []
+    for r in runs:
+        keyed = [b for b in r if b.min_key is not None]
+        out.append((keyed[0].min_key, keyed[-1].max_key) if keyed else None)
+    return out
+
+
+def height(ranges: Sequence[tuple | None]) -> int:
+    """The most of `ranges` (closed key intervals; None: empty) that cover one key."""
+    events = []
+    for rg in ranges:
+        if rg is not None:
+            events.append((rg[0], 0))  # a start before an end at the same key: closed
+            events.append((rg[1], 1))
+    events.sort()
+    h = top = 0
+    for _, end in events:
+        h += -1 if end else 1
+        top = max(top, h)
+    return top
+
+
+def overlap_start(
+    runs: Sequence[Sequence[BlockIndex]],
+    *,
+    height_min: int,
+    ratio: float,
+    runs_max: int,
+    bytes_max: int = 0,
+    run_bytes: Callable[[Sequence[BlockIndex]], int] | None = None,
+) -> int | None:
+    """Where the newest runs to merge for key overlap start (module doc), or None: when
+    the runs' height is at least `height_min`, the suffix of the runs (at most `runs_max`
+    runs and, if set, `bytes_max` bytes, no run over `ratio` times the rest's rows) whose
+    merge leaves the lowest height, the shortest of those; None when none lowers it."""
+    if height_min <= 0 or len(runs) < 2:
+        return None
+    ranges = run_ranges(runs)
+    now = height(ranges)
+    if now < height_min:
+        return None
+    rows = [sum(b.num_rows for b in r) for r in runs]
+    best: tuple[int, int] | None = None  # (height after, -start)
+    total = 0
+    n = len(runs)
+    for start in range(n - 2, max(-1, n - 1 - runs_max), -1):
+        tail = rows[start:]
+        big = max(tail)
+        if big > ratio * (sum(tail) - big):
+            continue
+        if bytes_max and run_bytes is not None:
+            total = sum(run_bytes(r) for r in runs[start:])
+            if total > bytes_max:
+                break  # longer suffixes only hold more
+        merged = [rg for rg in ranges[start:] if rg is not None]
+        union = (min(rg[0] for rg in merged), max(rg[1] for rg in merged)) if merged else None
+        after = height([*ranges[:start], union])
+        if after < now and (best is None or after < best[0]):
+            best = (after, start)
+    return None if best is None else best[1]
 
 
 def _block_bytes(data_dir: Path, names: Sequence[str]) -> int:
@@ -123,6 +218,12 @@ class CompactionScheduler:
         self.failures = 0
         self.deferred = 0  # runs left alone for being over K blocks or B bytes
         self._over: dict[str, tuple[str, ...]] = {}  # tablet id -> the run over a bound
+        # Compactions run, by why they were picked: "tiered" (size classes) or "overlap"
+        # (key-range height, module doc).
+        self.reasons: dict[str, int] = {"tiered": 0, "overlap": 0}
+        # tablet id -> (its block names, when this scheduler first saw them so): the
+        # overlap term waits for blocks that stayed unchanged `overlap_idle_s`.
+        self._seen: dict[str, tuple[tuple[str, ...], float]] = {}
 
     # ------------------------------------------------------------ thread
     def start(self) -> CompactionScheduler:
@@ -184,14 +285,51 @@ class CompactionScheduler:
 
     # ------------------------------------------------------------ one round
     def candidates(self) -> list[Tablet]:
-        """RUNNING tablets with at least `blocks_min` runs of blocks, most runs first."""
+        """RUNNING tablets with at least `blocks_min` runs of blocks (or `overlap_height`,
+        when that term is on and lower), most runs first."""
+        least = self.opts.blocks_min
+        if self.opts.overlap_height > 0:
+            least = max(2, min(least, self.opts.overlap_height))
         runs = {}
         for t in self._tablets():
-            if t.status is TabletStatus.RUNNING and len(t.blocks) >= self.opts.blocks_min:
+            if t.status is TabletStatus.RUNNING and len(t.blocks) >= least:
                 n = len(runs_of(list(t.blocks)))
-                if n >= self.opts.blocks_min:
+                if n >= least:
                     runs[t] = n
         return sorted(runs, key=lambda t: (-runs[t], t.tablet_id))
+
+    def _idle(self, t: Tablet) -> bool:
+        """Whether `t`'s blocks have stayed as they are for `overlap_idle_s` (as seen by
+        this scheduler's rounds)."""
+        names = tuple(b.name for b in t.blocks)
+        now = self._clock()
+        with self._lock:
+            seen = self._seen.get(t.tablet_id)
+            if seen is None or seen[0] != names:
+                self._seen[t.tablet_id] = (names, now)
+                return self.opts.overlap_idle_s <= 0
+            return now - seen[1] >= self.opts.overlap_idle_s
+
+    def overlap_pick(self, t: Tablet) -> Callable[[list[list[BlockIndex]]], int | None]:
+        """The overlap term's `pick` for `t.compaction_plan` (module doc)."""
+        data_dir = t.fs.data_dir(t.tablet_id)
+        o = self.opts
+
+        def pick(runs: list[list[BlockIndex]]) -> int | None:
+            return overlap_start(
+                runs,
+                height_min=o.overlap_height,
+                ratio=o.overlap_ratio,
+                runs_max=o.run_blocks_max,
+                bytes_max=o.run_bytes_max,
+                run_bytes=lambda r: _block_bytes(data_dir, [b.name for b in r]),
+            )
+
+        return pick
+
+    def height(self, t: Tablet) -> int:
+        """`t`'s height now: the most runs whose key ranges cover one key."""
+        return height(run_ranges(runs_of(list(t.blocks))))
 
     def _wait_budget(self, small: bool = False) -> bool:
         """Wait until the budget (the small threads' own with `small`) allows the next
@@ -237,6 +375,11 @@ class CompactionScheduler:
         (and `rows_max` rows), counted and charged to the budget."""
         data_dir = t.fs.data_dir(t.tablet_id)
         plan = t.compaction_plan(tiered=True, rows_max=rows_max)
+        reason, pick = "tiered", None
+        if not plan and rows_max is None and self.opts.overlap_height > 0 and self._idle(t):
+            pick = self.overlap_pick(t)
+            plan = t.compaction_plan(tiered=True, pick=pick)
+            reason = "overlap"
         if not plan:
             return False
         runs = [[b.name for b in r] for r in plan]
@@ -271,7 +414,7 @@ class CompactionScheduler:
         if big:
             self._big.set()  # the small threads merge newer runs meanwhile
         try:
-            done = t.compact(tiered=True, rows_max=rows_max, report=report)
+            done = t.compact(tiered=True, rows_max=rows_max, report=report, pick=pick)
         except Exception as e:  # the tablet keeps serving from its old blocks
             with self._lock:
                 self.failures += 1
@@ -284,8 +427,25 @@ class CompactionScheduler:
             return False
         ((merged, new),) = report
         written = _block_bytes(data_dir, new)
+        log.info(
+            "tablet %s: %s compaction of %d runs (%d rows) into %d blocks, %d bytes%s",
+            t.tablet_id,
+            reason,
+            len(runs),
+            rows,
+            len(new),
+            written,
+            f" (height {self.height(t)} now)" if reason == "overlap" else "",
+        )
         with self._lock:
             self.compactions += 1
+            self.reasons[reason] += 1
+            if reason == "overlap" and t.tablet_id in self._seen:
+                # Its own output does not restart the idle wait.
+                self._seen[t.tablet_id] = (
+                    tuple(b.name for b in t.blocks),
+                    self._seen[t.tablet_id][1],
+                )
             self.bytes_written += written
             # A block flushed between the plan and the compaction may be in the run.
             self.bytes_read += sum(sizes.get(n, 0) for n in merged)

@@ -1286,14 +1286,21 @@ class Tablet:
             return True
 
     def compaction_plan(
-        self, *, tiered: bool = True, rows_max: int | None = None
+        self,
+        *,
+        tiered: bool = True,
+        rows_max: int | None = None,
+        pick: Callable[[list[list[BlockIndex]]], int | None] | None = None,
     ) -> list[list[BlockIndex]]:
         """The runs `compact` would merge now ([] when none): the runs newer than every run
         a compaction in progress merges, and of those the newest `compaction_run` picks
         (`tiered`) or all (a full compaction: only when no compaction is in progress).
         With `rows_max` (tiered), only the newest of those that hold at most `rows_max`
         rows together, if at least two (runs of a class that piled up during a long merge
-        are so merged a few at a time). Caller holds the lock or accepts a stale answer."""
+        are so merged a few at a time). `pick` (tiered): where the newest runs to merge
+        start among those runs (oldest first), or None, in place of `compaction_run` (the
+        scheduler's key-overlap policy, compaction.py). Caller holds the lock or accepts a
+        stale answer."""
         runs = runs_of(list(self.blocks))
         free = 0
         for i, r in enumerate(runs):
@@ -1306,11 +1313,14 @@ class Tablet:
             return []
         if not tiered:
             return runs
-        found = compaction_run(
-            [sum(b.num_rows for b in r) for r in runs],
-            self.opts.compaction_blocks_min,
-            self.opts.flush_rows_threshold,
-        )
+        if pick is not None:
+            found = pick(runs)
+        else:
+            found = compaction_run(
+                [sum(b.num_rows for b in r) for r in runs],
+                self.opts.compaction_blocks_min,
+                self.opts.flush_rows_threshold,
+            )
         if found is None:
             return []
         plan = runs[found:]
@@ -1323,7 +1333,12 @@ class Tablet:
         return plan
 
     def compact(
-        self, *, tiered: bool = False, rows_max: int | None = None, report: list | None = None
+        self,
+        *,
+        tiered: bool = False,
+        rows_max: int | None = None,
+        report: list | None = None,
+        pick: Callable[[list[list[BlockIndex]]], int | None] | None = None,
     ) -> bool:
         """Merge runs of blocks into one sorted run of key-disjoint blocks (at most
         `run_block_rows` rows each): every run (tombstones dropped, all older versions are
@@ -1338,12 +1353,14 @@ class Tablet:
         (it lists the old blocks) or a shutdown makes the compaction give up its output.
         `rows_max`: merge only the newest of the runs that hold at most that many rows
         (`compaction_plan`). `report` gets (merged block names, new block names) appended
-        when it commits."""
+        when it commits. `pick`: as in `compaction_plan`."""
         opts = self.opts
         with self.flush_lock, self.lock:
             if self.status is not TabletStatus.RUNNING or self.copy_anchors:
                 return False  # a copy session reads the current blocks
-            merged = self.compaction_plan(tiered=tiered, rows_max=rows_max if tiered else None)
+            merged = self.compaction_plan(
+                tiered=tiered, rows_max=rows_max if tiered else None, pick=pick
+            )
             if not merged:
                 return False
             blocks = list(self.blocks)
