@@ -1,11 +1,19 @@
 """Background compaction throughput with and without the rate limit (design/storage.md).
 
     python bench/compaction.py [--tablets 4] [--rows 200000] [--blocks 4] [--rate-mb 8]
+    python bench/compaction.py --amplification [--rows 1000000] [--flushes 40]
 
 In one process: `--tablets` tablets, each loaded with `--rows` rows (an int64 key and a
 ~100-byte string) in `--blocks` flushes; then a CompactionScheduler compacts every tablet
 once, unthrottled, and again on a fresh copy of the data with `--rate-mb` MB/s. Prints the
 bytes written, the wall time, the write rate, and how long the budget held compactions back.
+
+`--amplification`: the write amplification of the policy (tiered alone: the key-overlap
+term off, `overlap_height=0`, against tiered and overlap as configured by default) on one
+tablet loaded with `--rows` rows in `--flushes` flushes, random or sequential keys, the
+scheduler's rounds run to the end after each flush with the overlap term's idle wait at 0
+(its worst case: every flush followed by a pause). Prints the bytes compactions wrote per
+byte flushed, compactions by reason, the runs and their height at the end.
 """
 
 from __future__ import annotations
@@ -103,13 +111,84 @@ def run(root: Path, rate_bytes_s: int, blocks: int) -> dict:
         m.close()
 
 
+def amplification(root: Path, rows: int, flushes: int, keys: str, overlap: bool) -> dict:
+    """One tablet loaded in `flushes` flushes, the scheduler's rounds run out after each."""
+    import random
+
+    from tservers.tablet.blockindex import runs_of
+    from tservers.tablet.compaction import height, run_ranges
+
+    fs = FsLayout.format(root)
+    per = rows // flushes
+    m = TabletManager(
+        fs,
+        WalOptions(sync=False),
+        TabletOptions(flush_rows_threshold=per, compaction_blocks_min=4),
+        maintenance=False,
+    )
+    m.open()
+    try:
+        m.create_tablet(CreateTabletRequest(tablet_id="t", table_name="b", schema=SCHEMA))
+        t = m.tablet("t")
+        ids = list(range(rows))
+        if keys == "random":
+            random.Random(rows).shuffle(ids)
+        opts = CompactionOptions(rate_bytes_s=0, overlap_idle_s=0.0)
+        if not overlap:
+            opts = CompactionOptions(rate_bytes_s=0, overlap_height=0)
+        sched = CompactionScheduler(m.running_tablets, opts)
+        flushed = 0
+        data_dir = fs.data_dir("t")
+        for f in range(flushes):
+            part = ids[f * per : (f + 1) * per]
+            for s in range(0, len(part), 10_000):
+                chunk = part[s : s + 10_000]
+                table = pa.table(
+                    {"id": pa.array(chunk, pa.int64()), "s": [f"{k:0100d}" for k in chunk]}
+                )
+                t.write(1, [(OpType.INSERT, _ipc(table))], time.monotonic() + 60)
+            t.flush()
+            flushed += (data_dir / t.blocks[-1].name).stat().st_size
+            while sched.run_once():
+                pass
+        runs = runs_of(list(t.blocks))
+        return {
+            "flushed": flushed,
+            "written": sched.bytes_written,
+            "reasons": dict(sched.reasons),
+            "runs": [sum(b.num_rows for b in r) for r in runs],
+            "height": height(run_ranges(runs)),
+        }
+    finally:
+        m.close()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tablets", type=int, default=4)
     ap.add_argument("--rows", type=int, default=200_000)
     ap.add_argument("--blocks", type=int, default=4)
     ap.add_argument("--rate-mb", type=float, default=8.0)
+    ap.add_argument("--amplification", action="store_true")
+    ap.add_argument("--flushes", type=int, default=40)
     args = ap.parse_args()
+    if args.amplification:
+        with tempfile.TemporaryDirectory(prefix="bench-compaction-") as d:
+            for keys in ("random", "sequential"):
+                for overlap in (False, True):
+                    root = Path(d) / f"{keys}-{overlap}"
+                    t0 = time.monotonic()
+                    r = amplification(root, args.rows, args.flushes, keys, overlap)
+                    label = "tiered+overlap" if overlap else "tiered only"
+                    print(
+                        f"{keys:>10} keys, {label:>14}: {r['written'] / 1e6:.1f} MB written "
+                        f"by compactions for {r['flushed'] / 1e6:.1f} MB flushed = "
+                        f"{r['written'] / r['flushed']:.2f} x; {r['reasons']}; runs at the "
+                        f"end {r['runs']} (height {r['height']}); "
+                        f"{time.monotonic() - t0:.1f} s",
+                        flush=True,
+                    )
+        return 0
     with tempfile.TemporaryDirectory(prefix="bench-compaction-") as d:
         base = Path(d) / "base"
         load(base, args.tablets, args.rows, args.blocks)

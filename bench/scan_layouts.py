@@ -14,6 +14,14 @@ layouts. This keeps one layout and scans it with each code tree in turn:
     # old and new code alternately, each a tablet server started on a copy of the root
     .venv/bin/python bench/scan_layouts.py scan /tmp/root4 --code /tmp/old /work/main \
         [--scans 8] [--rounds 2]
+    # a tablet server of one code tree started on a copy of a root and left alone until its
+    # background compactions settle (no block file changed for --quiet-s); prints the runs
+    # and their height before and after and the bytes compactions wrote (write
+    # amplification: / the bytes of the blocks before)
+    .venv/bin/python bench/scan_layouts.py settle /tmp/root6 /tmp/root6-new --code /work/main
+    # one root per code tree (code i scans root i: e.g. each settled by its own code)
+    .venv/bin/python bench/scan_layouts.py scan /tmp/root6-old /tmp/root6-new \
+        --code /tmp/old /work/main
 
 Per code and round: the best and median full-scan rows/s through `TabletServerClient`,
 the server's CPU per scan (median), and pyarrow reading the same rows from a Parquet file
@@ -75,6 +83,111 @@ finally:
     proc.send_signal(signal.SIGTERM)
     proc.wait(120)
 """
+
+
+# Run in a child process with the code tree under test on its path: start its tablet
+# server on a root, wait until the tablet is open, then until no block file has changed for
+# `quiet_s` seconds; print the blocks before, after, and every block file seen written.
+SETTLER = r"""
+import os, signal, sys, time
+from pathlib import Path
+code, root, quiet_s = sys.argv[1], Path(sys.argv[2]), float(sys.argv[3])
+sys.path.insert(0, code)
+from bench.storage import start_server
+from logcentric.tablets import TabletServerClient
+
+def files():
+    return {p.name: p.stat().st_size for p in root.rglob("block-*.arrow*")
+            if p.name.endswith((".arrow", ".arrow.tmp")) and p.exists()}
+
+before = {n: b for n, b in files().items() if n.endswith(".arrow")}
+proc, addr = start_server(root, root.parent / (root.name + ".out"), 50_000, fmt=False)
+t0 = time.monotonic()
+try:
+    c = TabletServerClient(addr, timeout_s=300)
+    while True:  # the tablet opens in the background
+        try:
+            c.scan_table("t1", limit=1)
+            break
+        except Exception:
+            if time.monotonic() - t0 > 60:
+                raise
+            time.sleep(0.2)
+    c.close()
+    seen, last, changed_at = {}, files(), time.monotonic()
+    while time.monotonic() - changed_at < quiet_s:
+        time.sleep(0.2)
+        now = files()
+        for n, b in now.items():
+            if n.removesuffix(".tmp") not in before:
+                seen[n.removesuffix(".tmp")] = max(b, seen.get(n.removesuffix(".tmp"), 0))
+        if now != last:
+            last, changed_at = now, time.monotonic()
+finally:
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(120)
+after = {n: b for n, b in files().items() if n.endswith(".arrow")}
+print("before", sum(before.values()), *sorted(before))
+print("after", sum(after.values()), *sorted(after))
+print("written", sum(seen.values()), len(seen))
+print("settled_s", changed_at - t0)
+"""
+
+
+def layout(root: Path) -> tuple[list[int], int]:
+    """The rows of each run of the tablet (oldest first) and their height (the most runs
+    whose key ranges cover one key), read in process from a copy of the root."""
+    from tests.tservers.helpers import open_manager
+    from tservers.tablet.blockindex import runs_of
+
+    copy = root.parent / (root.name + "-layout")
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(root, copy)
+    m = open_manager(copy)
+    try:
+        t = m.tablet(TABLET)
+        deadline = time.monotonic() + 120
+        while t.status.name != "RUNNING" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        runs = runs_of(list(t.blocks))
+        events = []
+        for r in runs:
+            keyed = [b for b in r if b.min_key is not None]
+            if keyed:
+                events += [(keyed[0].min_key, 0), (keyed[-1].max_key, 1)]
+        h = top = 0
+        for _, end in sorted(events):
+            h += -1 if end else 1
+            top = max(top, h)
+        return [sum(b.num_rows for b in r) for r in runs], top
+    finally:
+        m.close()
+        shutil.rmtree(copy, ignore_errors=True)
+
+
+def settle(root: Path, out: Path, code: Path, quiet_s: float) -> None:
+    """A copy of `root` at `out`, after `code`'s tablet server ran on it until its
+    compactions settled (see SETTLER)."""
+    shutil.rmtree(out, ignore_errors=True)
+    shutil.copytree(root, out)
+    runs0, h0 = layout(out)
+    got = subprocess.run(
+        [sys.executable, "-c", SETTLER, str(code), str(out), str(quiet_s)],
+        cwd=code,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split("\n")
+    f = {line.split()[0]: line.split()[1:] for line in got if line.strip()}
+    runs1, h1 = layout(out)
+    before, written = int(f["before"][0]), int(f["written"][0])
+    print(
+        f"{code}: runs {runs0} (height {h0}) -> {runs1} (height {h1}); compactions wrote "
+        f"{written:,} bytes in {f['written'][1]} blocks = {written / max(1, before):.2f} x "
+        f"the {before:,} bytes of blocks before; settled {float(f['settled_s'][0]):.1f} s "
+        f"after start",
+        flush=True,
+    )
 
 
 def load(root: Path, n: int, compact: bool) -> None:
@@ -209,17 +322,21 @@ def parquet_of(root: Path, out: Path) -> int:
     return rows.num_rows
 
 
-def scan(root: Path, codes: list[Path], scans: int, rounds: int) -> None:
+def scan(roots: list[Path], codes: list[Path], scans: int, rounds: int) -> None:
+    """Each code scans the one root, or code i root i (the same rows: the Parquet file is
+    made from the first)."""
+    assert len(roots) in (1, len(codes)), "one root, or one per code"
     tmp = Path(tempfile.mkdtemp(prefix="scan-layouts-"))
     try:
-        n = parquet_of(root, tmp / "rows.parquet")
+        n = parquet_of(roots[0], tmp / "rows.parquet")
         for rnd in range(1, rounds + 1):
             pqs = []
             for _ in range(scans):
                 t0 = time.perf_counter()
                 pq.read_table(tmp / "rows.parquet")
                 pqs.append(time.perf_counter() - t0)
-            for code in codes:
+            for i, code in enumerate(codes):
+                root = roots[i] if len(roots) > 1 else roots[0]
                 copy = tmp / "root"
                 shutil.rmtree(copy, ignore_errors=True)
                 shutil.copytree(root, copy)
@@ -238,9 +355,10 @@ def scan(root: Path, codes: list[Path], scans: int, rounds: int) -> None:
                 best, med = n / min(walls), n / statistics.median(walls)
                 pq_best = n / min(pqs)
                 print(
-                    f"round {rnd} {code}: load {load_avg:.2f}; full scan best {best:,.0f} "
-                    f"rows/s, median {med:,.0f}; server CPU {statistics.median(cpus) * 1000:.0f}"
-                    f" ms a scan (median); Parquet best {pq_best:,.0f} rows/s (median "
+                    f"round {rnd} {code} on {root.name}: load {load_avg:.2f}; full scan best "
+                    f"{best:,.0f} rows/s, median {med:,.0f}; server CPU "
+                    f"{statistics.median(cpus) * 1000:.0f} ms a scan (median); Parquet best "
+                    f"{pq_best:,.0f} rows/s (median "
                     f"{n / statistics.median(pqs):,.0f}); ratio best/best {best / pq_best:.2f}",
                     flush=True,
                 )
@@ -264,15 +382,22 @@ def main() -> int:
     a.add_argument("--updates", type=float, default=0.05, help="with --runs: upserts per run")
     a.add_argument("--deletes", type=float, default=0.01, help="with --runs: deletes per run")
     b = sub.add_parser("scan")
-    b.add_argument("root", type=Path)
+    b.add_argument("root", type=Path, nargs="+", help="one root, or one per --code")
     b.add_argument("--code", type=Path, nargs="+", default=[ROOT])
     b.add_argument("--scans", type=int, default=8)
     b.add_argument("--rounds", type=int, default=2)
+    c = sub.add_parser("settle")
+    c.add_argument("root", type=Path)
+    c.add_argument("out", type=Path, help="the copy of root the server runs on")
+    c.add_argument("--code", type=Path, default=ROOT)
+    c.add_argument("--quiet-s", type=float, default=15.0, help="no block file changed for")
     args = ap.parse_args()
     if args.cmd == "load" and args.runs:
         load_runs(args.root, args.rows, args.runs, args.updates, args.deletes)
     elif args.cmd == "load":
         load(args.root, args.rows, args.compact)
+    elif args.cmd == "settle":
+        settle(args.root, args.out, args.code.resolve(), args.quiet_s)
     else:
         scan(args.root, [c.resolve() for c in args.code], args.scans, args.rounds)
     return 0
