@@ -390,7 +390,7 @@ def main() -> int:
     c.add_argument("root", type=Path)
     c.add_argument("out", type=Path, help="the copy of root the server runs on")
     c.add_argument("--code", type=Path, default=ROOT)
-    c.add_argument("--quiet-s", type=float, default=15.0, help="no block file changed for")
+    c.add_argument("--quiet-s", type=float, default=30.0, help="no block file changed for")
     args = ap.parse_args()
     if args.cmd == "load" and args.runs:
         load_runs(args.root, args.rows, args.runs, args.updates, args.deletes)

@@ -126,3 +126,32 @@ def test_overlap_start_bounds_the_runs_it_merges():
     assert overlap_start(runs, **kw) == 1
     # At most runs_max runs at once.
     assert overlap_start(six, **{**kw, "runs_max": 3}) == 3
+
+
+def test_overlap_waits_until_writes_stop(tmp_path):
+    """The overlap term runs only on a tablet that took no write for `overlap_idle_s`
+    (a fake clock): a write between rounds puts it off; once writes stop, it runs."""
+    from tservers.tablet.compaction import CompactionOptions, CompactionScheduler
+
+    m = open_manager(tmp_path / "root", flush_rows=FLUSH_ROWS)
+    try:
+        t = create(m, "ov")
+        keys = list(range(sum(SIZES)))
+        random.Random(5).shuffle(keys)
+        load(t, keys, churn=False)
+        now = [0.0]
+        sched = CompactionScheduler(
+            lambda: [t], CompactionOptions(overlap_idle_s=10.0), clock=lambda: now[0]
+        )
+        blocks = [b.name for b in t.blocks]
+        for i in range(3):  # a trickle of writes, one per 6 s: never 10 s without one
+            assert sched.run_once() == 0
+            t.write(1, [(OpType.INSERT, ipc(six_rows([10_000 + i])))], deadline(30))
+            now[0] += 6.0
+        assert [b.name for b in t.blocks] == blocks
+        assert sched.run_once() == 0  # first seen unchanged now
+        now[0] += 10.0
+        assert sched.run_once() == 1 and sched.reasons["overlap"] == 1
+        assert runs_height(t) == 1
+    finally:
+        m.close()

@@ -40,9 +40,10 @@ runs of different classes apart however much they overlap (3 runs of 280k rows a
 40-60k at 1M rows: every key covered 6 times, and every scan merges 6 runs by key). So a
 second term: the *height* of a tablet is the most runs whose key ranges (first block's min
 key to last block's max key) cover one key, from the blocks' metadata. A tablet whose
-height is at least `overlap_height` (3), with no tiered compaction to run, and whose
-blocks have not changed for `overlap_idle_s` (ingest has stopped: while flushes go on the
-tiered policy alone runs, its write amplification log_fanout), gets the newest runs merged
+height is at least `overlap_height` (3), with no tiered compaction to run, and that has
+applied no write and changed no block for `overlap_idle_s` (10 s: ingest has stopped; while
+writes go on the tiered policy alone runs, its write amplification log_fanout), gets the
+newest runs merged
 (a suffix of the runs: runs shadow older ones by their order, so only adjacent runs merge)
 that leaves the lowest height, the shortest such suffix, under two bounds: at most K runs
 and B bytes (as above), and no run in it holds more than `overlap_ratio` (4) times the
@@ -87,9 +88,12 @@ RUN_BLOCKS_MAX_DEFAULT = 16  # runs merged at once (the sources of a slab)
 # unlinks its inputs is their size, at most the tablet's.
 RUN_BYTES_MAX_DEFAULT = 0
 # Key overlap (module doc): a tablet with a key covered by this many runs is merged down
-# once its blocks have not changed for OVERLAP_IDLE_S_DEFAULT; 0 turns the term off.
+# once it has taken no write and its blocks have not changed for OVERLAP_IDLE_S_DEFAULT
+# (not merely between two flushes: a tablet rewritten after every flush of a trickle of
+# writes wrote 2.2x the bytes of the tiered policy alone, bench/compaction.py
+# --amplification); 0 turns the term off.
 OVERLAP_HEIGHT_DEFAULT = 3
-OVERLAP_IDLE_S_DEFAULT = 2.0
+OVERLAP_IDLE_S_DEFAULT = 10.0
 OVERLAP_RATIO_DEFAULT = 4.0
 
 
@@ -221,9 +225,9 @@ class CompactionScheduler:
         # Compactions run, by why they were picked: "tiered" (size classes) or "overlap"
         # (key-range height, module doc).
         self.reasons: dict[str, int] = {"tiered": 0, "overlap": 0}
-        # tablet id -> (its block names, when this scheduler first saw them so): the
-        # overlap term waits for blocks that stayed unchanged `overlap_idle_s`.
-        self._seen: dict[str, tuple[tuple[str, ...], float]] = {}
+        # tablet id -> ((its block names, its applied index), when this scheduler first
+        # saw them so): the overlap term waits for a tablet unchanged `overlap_idle_s`.
+        self._seen: dict[str, tuple[tuple, float]] = {}
 
     # ------------------------------------------------------------ thread
     def start(self) -> CompactionScheduler:
@@ -299,9 +303,9 @@ class CompactionScheduler:
         return sorted(runs, key=lambda t: (-runs[t], t.tablet_id))
 
     def _idle(self, t: Tablet) -> bool:
-        """Whether `t`'s blocks have stayed as they are for `overlap_idle_s` (as seen by
-        this scheduler's rounds)."""
-        names = tuple(b.name for b in t.blocks)
+        """Whether `t` has applied no write and its blocks have stayed as they are for
+        `overlap_idle_s` (as seen by this scheduler's rounds)."""
+        names = (tuple(b.name for b in t.blocks), t.applied_index)
         now = self._clock()
         with self._lock:
             seen = self._seen.get(t.tablet_id)
@@ -443,7 +447,7 @@ class CompactionScheduler:
             if reason == "overlap" and t.tablet_id in self._seen:
                 # Its own output does not restart the idle wait.
                 self._seen[t.tablet_id] = (
-                    tuple(b.name for b in t.blocks),
+                    (tuple(b.name for b in t.blocks), t.applied_index),
                     self._seen[t.tablet_id][1],
                 )
             self.bytes_written += written
