@@ -21,17 +21,20 @@ ROWS = (
     "idle CPU per tserver (% of a core)",
     "idle CPU, coordinator (% of a core)",
     "elections started while idle",
-    "restart to all serving (s)",
+    "restart to all serving, kill -9 (s)",
+    "restart to all serving, SIGTERM (s)",
+    "of which the stop (s)",
     "create-table p50 (ms)",
     "create-table p99 (ms)",
-    "tablet lookups per second",
+    "tablet lookups per second, first",
+    "the same tables again",
 )
 
 
 def test_scale_bench_prints_every_figure():
     out = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "scale.py"), "--tablets", "6", "--baseline", "3",
-         "--samples", "3", "--idle-window-s", "1", "--settle-s", "0"],
+         "--samples", "3", "--idle-window-s", "1", "--settle-s", "0", "--restart", "both"],
         capture_output=True, text=True, timeout=500, cwd=ROOT,
     )  # fmt: skip
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
@@ -43,5 +46,6 @@ def test_scale_bench_prints_every_figure():
         base, big = float(m.group(1)), float(m.group(2))
         assert not math.isnan(base) and not math.isnan(big), f"{row}: {m.group(0)}"
     assert "note (" not in text, text  # no phase timed out
-    lookups = re.search(r"tablet lookups per second\s+(\S+)\s+(\S+)", text)
-    assert float(lookups.group(1)) > 0 and float(lookups.group(2)) > 0
+    for row in ("tablet lookups per second, first", "the same tables again"):
+        lookups = re.search(re.escape(row) + r"\s+(\S+)\s+(\S+)", text)
+        assert float(lookups.group(1)) > 0 and float(lookups.group(2)) > 0
