@@ -300,6 +300,10 @@ class CompactionScheduler:
                 n = len(runs_of(list(t.blocks)))
                 if n >= least:
                     runs[t] = n
+        ids = {t.tablet_id for t in runs}
+        with self._lock:  # tablets no longer candidates (merged, deleted): start again
+            for tid in [tid for tid in self._seen if tid not in ids]:
+                del self._seen[tid]
         return sorted(runs, key=lambda t: (-runs[t], t.tablet_id))
 
     def _idle(self, t: Tablet) -> bool:
