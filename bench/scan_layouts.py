@@ -139,6 +139,7 @@ def layout(root: Path) -> tuple[list[int], int]:
     whose key ranges cover one key), read in process from a copy of the root."""
     from tests.tservers.helpers import open_manager
     from tservers.tablet.blockindex import runs_of
+    from tservers.tablet.compaction import height, run_ranges
 
     copy = root.parent / (root.name + "-layout")
     shutil.rmtree(copy, ignore_errors=True)
@@ -150,16 +151,7 @@ def layout(root: Path) -> tuple[list[int], int]:
         while t.status.name != "RUNNING" and time.monotonic() < deadline:
             time.sleep(0.05)
         runs = runs_of(list(t.blocks))
-        events = []
-        for r in runs:
-            keyed = [b for b in r if b.min_key is not None]
-            if keyed:
-                events += [(keyed[0].min_key, 0), (keyed[-1].max_key, 1)]
-        h = top = 0
-        for _, end in sorted(events):
-            h += -1 if end else 1
-            top = max(top, h)
-        return [sum(b.num_rows for b in r) for r in runs], top
+        return [sum(b.num_rows for b in r) for r in runs], height(run_ranges(runs))
     finally:
         m.close()
         shutil.rmtree(copy, ignore_errors=True)

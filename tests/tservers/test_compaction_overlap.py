@@ -29,7 +29,8 @@ WAIT_S = 120.0
 
 
 def runs_height(t) -> int:
-    """The most runs of `t` whose key ranges cover one key (from the blocks' min/max)."""
+    """The most runs of `t` whose key ranges cover one key (from the blocks' min/max),
+    counted here apart from compaction.height, the policy's own: a reference to check it by."""
     events = []
     for r in runs_of(list(t.blocks)):
         keyed = [b for b in r if b.min_key is not None]
