@@ -376,6 +376,7 @@ class TabletManager:
                         profile.disable()
                 with self._lock:
                     self.replicas[tablet_id] = replica  # serves from here on
+                self._report_changed(tablet_id)  # (its report: the heartbeat's from now)
                 with stats_lock:
                     for f in ("metadata_s", "bootstrap_s", "raft_s", "other_s"):
                         setattr(stats, f, getattr(stats, f) + getattr(mine, f))
@@ -486,6 +487,7 @@ class TabletManager:
             stats.metadata_s += t1 - t0
             tablet = Tablet(self.fs, sb, cmeta, self.appender, self.wal_opts, self.tablet_opts)
             tablet.on_written = self._note_written
+            tablet.on_failed = self._tablet_failed
             entries = tablet.bootstrap(wal_synced=wal_synced)
             with tablet.lock:
                 tablet.status = TabletStatus.RUNNING
@@ -588,10 +590,12 @@ class TabletManager:
                     self.replicas.pop(tablet_id, None)
             if r is not None and r.sb is not None and r.status is TabletStatus.TOMBSTONED:
                 self._start_tombstone(r.sb)
+            self._report_changed(tablet_id)
             raise
         replica = self._start_ready(sb)
         with self._lock:
             self.replicas[tablet_id] = replica
+        self._report_changed(tablet_id)
         if replica.tablet is None or replica.status is not TabletStatus.RUNNING:
             raise TabletFailed(f"tablet {tablet_id} created but failed to start: {replica.error}")
         self._wait_lone_voter(replica.tablet, time.monotonic() + LONE_VOTER_READY_S)
@@ -687,6 +691,7 @@ class TabletManager:
             r.error = ""
             self._start_tombstone(sb)
             self.driver.announce_deleted(tablet_id)  # (a quiet leader would never know)
+        self._report_changed(tablet_id)
         log.info("tablet %s: deleted (tombstone at %d.%d)", tablet_id, last.term, last.index)
         return last
 
@@ -742,6 +747,7 @@ class TabletManager:
             self.fs.write_superblock(sb)
             self.replicas[tablet_id] = Replica(tablet_id, sb, TabletStatus.COPYING)
             self._copy_failures.pop(tablet_id, None)
+        self._report_changed(tablet_id)  # COPYING (a new replica: no driver event)
         crash_point("copy.after_copying_superblock")
 
     def finish_copy(self, tablet_id: str, remote_sb: SuperblockPB) -> None:
@@ -756,6 +762,7 @@ class TabletManager:
         replica = self._start_ready(sb)
         with self._lock:
             self.replicas[tablet_id] = replica
+        self._report_changed(tablet_id)
         if replica.status is not TabletStatus.RUNNING:
             raise TabletFailed(f"copied tablet {tablet_id} failed to start: {replica.error}")
 
@@ -788,6 +795,7 @@ class TabletManager:
             if len(self._copy_failures) >= COPY_FAILURES_MAX:
                 self._copy_failures.clear()
             self._copy_failures[tablet_id] = (time.monotonic(), reason or "tablet copy failed")
+        self._report_changed(tablet_id)  # COPY_FAILED, within COPY_FAILED_REPORT_S
         if r is None or r.status is not TabletStatus.COPYING or r.sb is None:
             return
         with r.lock:
@@ -802,11 +810,13 @@ class TabletManager:
                 # FAILED, which a restart rolls forward (COPYING at startup is deleted).
                 r.status = TabletStatus.FAILED
                 r.error = f"cleaning up a failed copy: {type(e).__name__}: {e}"
+                self._report_changed(tablet_id)
                 raise
             r.sb = sb
             r.status = TabletStatus.TOMBSTONED
             r.error = f"tablet copy failed: {reason}" if reason else "tablet copy failed"
             self._start_tombstone(sb)
+        self._report_changed(tablet_id)
 
     # ================================================================ data path
     def _replica(self, tablet_id: str) -> Replica:
@@ -937,6 +947,32 @@ class TabletManager:
             out.append(rep)
         return out
 
+    # ================================================================ report changes
+    def _report_changed(self, tablet_id: str) -> None:
+        """The replica's heartbeat report may have changed in a way the Raft driver does not
+        see (tservers/heartbeat.py: the heartbeat's incremental report looks at it next; its
+        full scan is rare)."""
+        self.driver.report_changed(tablet_id)
+
+    def _tablet_failed(self, tablet: Tablet) -> None:
+        """A tablet failed by applying an entry (Tablet.on_failed; it holds its lock)."""
+        self._report_changed(tablet.tablet_id)
+
+    def _expire_copy_failures(self) -> None:
+        """A copy failure COPY_FAILED_REPORT_S old leaves the reports: forgotten here, and its
+        replica's report named as changed (it stops saying COPY_FAILED). Maintenance thread."""
+        if not self._copy_failures:
+            return
+        now = time.monotonic()
+        with self._lock:
+            expired = [
+                t for t, (at, _) in self._copy_failures.items() if now - at >= COPY_FAILED_REPORT_S
+            ]
+            for t in expired:
+                del self._copy_failures[t]
+        for t in expired:
+            self._report_changed(t)
+
     # ================================================================ maintenance
     def _note_written(self, tablet: Tablet) -> None:
         with self._written_lock:
@@ -945,6 +981,7 @@ class TabletManager:
     def _maintenance_loop(self) -> None:
         full_at = time.monotonic() + MAINTENANCE_FULL_PASS_S
         while not self._stop.wait(MAINTENANCE_INTERVAL_S):
+            self._expire_copy_failures()
             if time.monotonic() >= full_at:
                 full_at = time.monotonic() + MAINTENANCE_FULL_PASS_S
                 self.run_maintenance_once()

@@ -389,6 +389,8 @@ class Tablet:
         # Called (under the tablet lock) after a write's rows are applied: the manager's
         # maintenance looks at written tablets only, not every tablet every round.
         self.on_written: Callable[[Tablet], None] | None = None
+        # Told when applying an entry fails the tablet (its heartbeat report changes).
+        self.on_failed: Callable[[Tablet], None] | None = None
         self.barrier = False
         self.switching = False  # an alter is flushing and switching the schema
         self.copy_anchors = 0  # tablet copy sessions reading this replica's files
@@ -695,6 +697,8 @@ class Tablet:
                 log.exception("tablet %s: applying entry %d failed", self.tablet_id, e.index)
                 self.status = TabletStatus.FAILED
                 self.error = f"applying entry {e.index} failed: {err}"
+                if self.on_failed is not None:
+                    self.on_failed(self)
                 if w is not None:
                     w.error = TabletFailed(f"tablet {self.tablet_id}: {self.error}")
             if w is not None:
