@@ -180,9 +180,7 @@ def test_a_copy_beginning_reaches_the_coordinator_without_a_scan(wired):
     assert hb.scans == scans
 
 
-def test_a_tablet_failed_by_its_apply_reaches_the_coordinator_without_a_scan(
-    wired, monkeypatch
-):
+def test_a_tablet_failed_by_its_apply_reaches_the_coordinator_without_a_scan(wired, monkeypatch):
     m, hb, got, tablets = wired
     scans = hb.scans
     t = tablets[2]
