@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import signal
+import time
 
 import pyarrow as pa
 import pytest
@@ -26,6 +27,7 @@ from tservers.fs import FsLayout
 from tservers.tablet.compaction import CompactionOptions, CompactionScheduler
 
 COLS = [column("id", "int64", key=True), column("s", "string", nullable=True)]
+WRITE_DEADLINE_S = 180.0  # writes until two compactions ran (or the crash point)
 
 
 def test_budget_paces_compactions(tmp_path):
@@ -116,7 +118,13 @@ def test_kill_during_background_compaction_loses_nothing(tmp_path, kill):
         with TabletServerClient(p.address, timeout_s=10) as c:
             c.create_tablet("t1", COLS, table_name="tbl")
             compactions_seen = 0
-            for n in range(1000):
+            # Until the kill (or the crash point), with a deadline rather than a number of
+            # writes: under load the flushes come further apart, and 1,000 writes once made
+            # only one compaction (a CI run).
+            write_until = time.monotonic() + WRITE_DEADLINE_S
+            n = -1
+            while time.monotonic() < write_until:
+                n += 1
                 ids = range(n * 100, n * 100 + 100)
                 try:
                     c.write("t1", [(OpType.INSERT, _rows(ids))])
