@@ -31,6 +31,7 @@ the server's CPU per scan (median), and pyarrow reading the same rows from a Par
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
 import shutil
@@ -137,12 +138,22 @@ print("settled_s", changed_at - t0)
 def layout(root: Path) -> tuple[list[int], int]:
     """The rows of each run of the tablet (oldest first) and their height (the most runs
     whose key ranges cover one key), read in process from a copy of the root."""
-    from tests.tservers.helpers import open_manager
     from tservers.tablet.blockindex import runs_of
     from tservers.tablet.compaction import height, run_ranges
 
     copy = root.parent / (root.name + "-layout")
     shutil.rmtree(copy, ignore_errors=True)
+    with opened_copy(root, copy) as t:
+        runs = runs_of(list(t.blocks))
+        return [sum(b.num_rows for b in r) for r in runs], height(run_ranges(runs))
+
+
+@contextlib.contextmanager
+def opened_copy(root: Path, copy: Path):
+    """The tablet of a copy of `root` at `copy`, opened in process by this tree's code once
+    it runs (within 120 s); the copy is removed after."""
+    from tests.tservers.helpers import open_manager
+
     shutil.copytree(root, copy)
     m = open_manager(copy)
     try:
@@ -150,8 +161,7 @@ def layout(root: Path) -> tuple[list[int], int]:
         deadline = time.monotonic() + 120
         while t.status.name != "RUNNING" and time.monotonic() < deadline:
             time.sleep(0.05)
-        runs = runs_of(list(t.blocks))
-        return [sum(b.num_rows for b in r) for r in runs], height(run_ranges(runs))
+        yield t
     finally:
         m.close()
         shutil.rmtree(copy, ignore_errors=True)
@@ -296,20 +306,8 @@ def load_runs(root: Path, n: int, runs: int, updates: float, deletes: float) -> 
 def parquet_of(root: Path, out: Path) -> int:
     """The tablet's rows (blocks and what its WAL holds beyond them) sorted by key, as
     Parquet: read by this tree's code, in process, from a copy of the root."""
-    from tests.tservers.helpers import open_manager
-
-    copy = out.parent / "parquet-root"
-    shutil.copytree(root, copy)
-    m = open_manager(copy)
-    try:
-        t = m.tablet(TABLET)
-        deadline = time.monotonic() + 120
-        while t.status.name != "RUNNING" and time.monotonic() < deadline:
-            time.sleep(0.05)
+    with opened_copy(root, out.parent / "parquet-root") as t:
         rows = t.scan([], [], [], [], 0)
-    finally:
-        m.close()
-        shutil.rmtree(copy, ignore_errors=True)
     pq.write_table(rows, out, row_group_size=64 * 1024)
     return rows.num_rows
 
