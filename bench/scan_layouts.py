@@ -53,6 +53,7 @@ from logcentric.tablets import TabletServerClient, ipc_bytes  # noqa: E402
 from rpc.protocols.tserver_pb2 import OpType, WriteRequest, WriteResponse  # noqa: E402
 
 TABLET = "t1"
+CHILD_TIMEOUT_S = 1800.0  # a scanning or settling child, at most (a hung one fails the bench)
 
 # Run in a child process with the code tree under test on its path: start its tablet
 # server on a root, scan the tablet `scans` times, print "wall_s server_cpu_s" per scan.
@@ -167,19 +168,26 @@ def opened_copy(root: Path, copy: Path):
         shutil.rmtree(copy, ignore_errors=True)
 
 
+def run_child(script: str, code: Path, *args) -> list[str]:
+    """The lines `script` prints, run by a child python in the code tree `code` (its
+    imports are that tree's), within CHILD_TIMEOUT_S; a failure raises with its output."""
+    return subprocess.run(
+        [sys.executable, "-c", script, str(code), *map(str, args)],
+        cwd=code,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=CHILD_TIMEOUT_S,
+    ).stdout.split("\n")
+
+
 def settle(root: Path, out: Path, code: Path, quiet_s: float) -> None:
     """A copy of `root` at `out`, after `code`'s tablet server ran on it until its
     compactions settled (see SETTLER)."""
     shutil.rmtree(out, ignore_errors=True)
     shutil.copytree(root, out)
     runs0, h0 = layout(out)
-    got = subprocess.run(
-        [sys.executable, "-c", SETTLER, str(code), str(out), str(quiet_s)],
-        cwd=code,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split("\n")
+    got = run_child(SETTLER, code, out, quiet_s)
     f = {line.split()[0]: line.split()[1:] for line in got if line.strip()}
     runs1, h1 = layout(out)
     before, written = int(f["before"][0]), int(f["written"][0])
@@ -331,13 +339,7 @@ def scan(roots: list[Path], codes: list[Path], scans: int, rounds: int) -> None:
                 shutil.rmtree(copy, ignore_errors=True)
                 shutil.copytree(root, copy)
                 load_avg = os.getloadavg()[0]
-                out = subprocess.run(
-                    [sys.executable, "-c", SCANNER, str(code), str(copy), str(scans)],
-                    cwd=code,
-                    capture_output=True,
-                    text=True,
-                    check=True,
-                ).stdout.split("\n")
+                out = run_child(SCANNER, code, copy, scans)
                 got = [line.split() for line in out if line.strip()]
                 assert all(int(g[0]) == n for g in got), f"a scan returned other than {n} rows"
                 walls = [float(g[1]) for g in got]
