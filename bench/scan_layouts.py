@@ -150,13 +150,12 @@ def layout(root: Path) -> tuple[list[int], int]:
 
 
 @contextlib.contextmanager
-def opened_copy(root: Path, copy: Path):
-    """The tablet of a copy of `root` at `copy`, opened in process by this tree's code once
-    it runs (within 120 s); the copy is removed after."""
+def opened(root: Path):
+    """The tablet of `root`, opened in process by this tree's code once it runs (within
+    120 s)."""
     from tests.tservers.helpers import open_manager
 
-    shutil.copytree(root, copy)
-    m = open_manager(copy)
+    m = open_manager(root)
     try:
         t = m.tablet(TABLET)
         deadline = time.monotonic() + 120
@@ -165,6 +164,16 @@ def opened_copy(root: Path, copy: Path):
         yield t
     finally:
         m.close()
+
+
+@contextlib.contextmanager
+def opened_copy(root: Path, copy: Path):
+    """`opened` on a copy of `root` at `copy`, removed after."""
+    shutil.copytree(root, copy)
+    try:
+        with opened(copy) as t:
+            yield t
+    finally:
         shutil.rmtree(copy, ignore_errors=True)
 
 
@@ -221,17 +230,8 @@ def load(root: Path, n: int, compact: bool) -> None:
         proc.send_signal(signal.SIGTERM)
         proc.wait(120)
     if compact:
-        from tests.tservers.helpers import open_manager
-
-        m = open_manager(root)
-        try:
-            t = m.tablet(TABLET)
-            deadline = time.monotonic() + 120
-            while t.status.name != "RUNNING" and time.monotonic() < deadline:
-                time.sleep(0.05)
+        with opened(root) as t:
             t.compact()
-        finally:
-            m.close()
     blocks = sorted(p.name for p in root.rglob("block-*.arrow"))
     runs = {b.split("-r")[-1] if "-r" in b else b for b in blocks}
     print(f"{root}: {n:,} rows in {len(blocks)} blocks, {len(runs)} runs")
