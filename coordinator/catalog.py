@@ -223,6 +223,11 @@ class Catalog:
     disks: dict[str, pb.DiskReport] = field(default_factory=dict)
     # (server uuid, tablet id) -> CAS config index of replicas to delete (coordinator/replication)
     strays: dict[tuple[str, str], int] = field(default_factory=dict)
+    # (server uuid, tablet id) -> the older schema version that replica reported while its
+    # table is RUNNING at a newer one: AlterTable skipped it (its server down) or it came
+    # back from a restart behind; coordinator/replication.py brings it to the table's
+    # schema (`alter_stale`). Leader only, bounded like `strays`.
+    stale_schemas: dict[tuple[str, str], int] = field(default_factory=dict)
     # tablet id -> uuids of the servers that report their replica of it FAILED (the policy
     # replaces them as it replaces replicas on dead servers)
     failed_replicas: dict[str, set[str]] = field(default_factory=dict)

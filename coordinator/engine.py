@@ -363,7 +363,8 @@ class Engine:
     def _forget_gone(self, request: pb.HeartbeatRequest) -> None:
         """What the server's replicas it no longer reports left noted (caller holds the
         lock): those its incremental report names gone, and with a full report every one
-        it leaves out (their reports; stray or FAILED replicas not there any more)."""
+        it leaves out (their reports; stray, FAILED or stale-schema replicas not there any
+        more)."""
         uuid = request.server_uuid
         gone = set(request.vanished_tablet_ids)
         if not request.incremental:
@@ -374,6 +375,7 @@ class Engine:
                 if uuid in by and t not in hosted
             }
             gone |= {t for (u, t) in self.catalog.strays if u == uuid and t not in hosted}
+            gone |= {t for (u, t) in self.catalog.stale_schemas if u == uuid and t not in hosted}
             gone |= {
                 t
                 for t, us in self.catalog.failed_replicas.items()
@@ -386,6 +388,7 @@ class Engine:
                 if not by:
                     del self.catalog.replica_reports[t]
             self.catalog.strays.pop((uuid, t), None)
+            self.catalog.stale_schemas.pop((uuid, t), None)
             failed = self.catalog.failed_replicas.get(t)
             if failed is not None:
                 failed.discard(uuid)

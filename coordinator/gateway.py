@@ -138,7 +138,13 @@ class RpcTabletServerGateway:
     ) -> None:
         old_names = {c.name for c in old_schema.columns}
         new_names = {c.name for c in new_schema.columns}
-        request = ts.AlterSchemaRequest(tablet_id=tablet_id, expected_version=old_schema.version)
+        request = ts.AlterSchemaRequest(
+            tablet_id=tablet_id,
+            expected_version=old_schema.version,
+            # The catalog's version (the replica numbers the added columns itself, in step
+            # with the catalog: see `catch_up_request`).
+            new_version=new_schema.version,
+        )
         for c in schema_to_tserver(new_schema).columns:
             if c.name not in old_names:
                 request.add_columns.append(c)
@@ -154,7 +160,28 @@ class RpcTabletServerGateway:
                 idempotent=True,
             )
         except CasFailed:
-            current = client.call(
+            # At the target version already (an earlier call whose answer was lost, or the
+            # catch-up): done. Behind the old version too (an earlier alter skipped it, its
+            # server down): brought to the new schema in one step here, since the catch-up
+            # of coordinator/replication.py leaves the tables being altered to this call.
+            current = self.get_schema(server, tablet_id, timeout_s)
+            if current.version >= new_schema.version:
+                return
+            sent = catch_up(client, server.uuid, tablet_id, new_schema, timeout_s, current)
+            if sent is not None:
+                logger.info(
+                    "tablet %s on %s: schema version %d brought to %d (missed an alter)",
+                    tablet_id,
+                    server.uuid,
+                    current.version,
+                    new_schema.version,
+                )
+
+    def get_schema(self, server: ServerInfo, tablet_id: str, timeout_s: float) -> ts.SchemaPB:
+        """The replica's schema as it says (GetSchema)."""
+        return (
+            self._client(server.address)
+            .call(
                 server.uuid,
                 "TServer.GetSchema",
                 ts.GetSchemaRequest(tablet_id=tablet_id),
@@ -162,9 +189,89 @@ class RpcTabletServerGateway:
                 timeout_s=timeout_s,
                 idempotent=True,
             )
-            if current.schema.version < new_schema.version:
-                raise IllegalState(
-                    f"tablet {tablet_id} on {server.uuid} has schema version "
-                    f"{current.schema.version}, neither {old_schema.version} nor "
-                    f"{new_schema.version}"
-                ) from None
+            .schema
+        )
+
+
+def catch_up_request(
+    tablet_id: str, replica: ts.SchemaPB, table: pb.Schema
+) -> ts.AlterSchemaRequest | None:
+    """The AlterSchema that brings a replica left at an older schema version (`replica`, as
+    its GetSchema said) to its table's (`table`, the catalog's) in one step (pure); None when
+    the two cannot be matched (another first column).
+
+    Columns are matched by id, not name: a column dropped and added again under its name is
+    another column (new id; its old data must not come back), dropped and added. A replica
+    numbers its columns in step with the catalog but not always from the same start: the
+    catalog numbers a table's columns from 1, a tablet server numbers those of a replica
+    created at version 1 from 0 (tservers/tablet/schema.py `validate_new`), and one created
+    at a later version (`create_missing`) takes the catalog's ids. Both add 1 per added
+    column, so the offset of the first column (a key column, never dropped) holds for every
+    column: the request gives the added columns and the next column id in the replica's
+    numbering, which keeps later alters of this replica in step with the others'."""
+    if not replica.columns or not table.columns:
+        return None
+    first, mine = table.columns[0], replica.columns[0]
+    if first.name != mine.name:
+        return None
+    offset = first.id - mine.id
+    if offset < 0 or table.next_column_id < offset:
+        return None
+    target = schema_to_tserver(table)
+    ids = {c.id - offset for c in target.columns}
+    have = {c.id for c in replica.columns}
+    request = ts.AlterSchemaRequest(
+        tablet_id=tablet_id,
+        expected_version=replica.version,
+        new_version=table.version,
+        next_column_id=max(table.next_column_id - offset, replica.next_column_id),
+    )
+    request.drop_columns.extend(c.name for c in replica.columns if c.id not in ids)
+    for c in target.columns:
+        if c.id - offset not in have:
+            added = request.add_columns.add()
+            added.CopyFrom(c)
+            added.id = c.id - offset
+    return request
+
+
+def catch_up(
+    client: RpcClient,
+    server_uuid: str,
+    tablet_id: str,
+    table: pb.Schema,
+    timeout_s: float,
+    current: ts.SchemaPB | None = None,
+) -> ts.AlterSchemaRequest | None:
+    """Bring a replica to its table's schema `table` if it is older: GetSchema (unless its
+    schema `current` is given), then the AlterSchema of `catch_up_request`, each call with
+    `timeout_s`. Returns the request sent; None when the replica is at that version or
+    newer. Raises the calls' errors (CAS_FAILED: the replica's schema changed meanwhile),
+    IllegalState when the two schemas cannot be matched."""
+    if current is None:
+        current = client.call(
+            server_uuid,
+            "TServer.GetSchema",
+            ts.GetSchemaRequest(tablet_id=tablet_id),
+            ts.GetSchemaResponse,
+            timeout_s=timeout_s,
+            idempotent=True,
+        ).schema
+    if current.version >= table.version:
+        return None
+    request = catch_up_request(tablet_id, current, table)
+    if request is None:
+        raise IllegalState(
+            f"tablet {tablet_id} on {server_uuid}: its schema (version {current.version}, "
+            f"first column {current.columns[0].name if current.columns else None!r}) does not "
+            "match its table's"
+        )
+    client.call(
+        server_uuid,
+        "TServer.AlterSchema",
+        request,
+        ts.AlterSchemaResponse,
+        timeout_s=timeout_s,
+        idempotent=True,  # CAS on the replica's version
+    )
+    return request

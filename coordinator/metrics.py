@@ -43,7 +43,13 @@ WATCH_INTERVAL_S = 0.5
 # A log peer never seen connected is reported down once the node has run this long.
 PEER_GRACE_S = 10.0
 ROLES = ("LEADER", "RECOVERING", "FOLLOWER")
-REREPLICATION_COUNTERS = ("sent", "refused", "replicas_created", "strays_deleted")
+REREPLICATION_COUNTERS = (
+    "sent",
+    "refused",
+    "replicas_created",
+    "strays_deleted",
+    "schemas_caught_up",
+)
 TIMEOUT_S = 2.0  # store calls made at scrape or watch time
 
 

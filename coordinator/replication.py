@@ -46,6 +46,19 @@ a server is LIVE and shows (ListTablets) no trace of the tablet, the tablet is c
 with its placement as the initial config; see `missing_candidates`, `missing_replicas` and
 design/coordinator.md section 10 for why this can never stand in for a replica that existed.
 
+Replicas left at an older schema version are altered by the same loop (`alter_stale`,
+Kudu's master re-sending alters): AlterTable skips a replica whose server is not LIVE when
+it completes, and a follower at an older version than a write it applies fails after
+tablet.SCHEMA_CATCH_UP_S. The heartbeat handler notes a READY replica reporting a schema
+version below its RUNNING table's (`stale_schema_of`, pure; the tables being altered are
+left to their AlterTable, whose call brings such a replica up itself), and each round looks
+at the replica reports of every table whose schema changed (`_sweep_altered`: a replica
+whose report does not change is never sent again). Each round re-checks the noted replicas
+against the catalog and brings at most `catch_ups_per_round_max` on LIVE servers to the
+table's schema in one step (GetSchema, then AlterSchema with the CAS on the replica's
+version, the table's version and the column ids in the replica's numbering:
+coordinator/gateway.py `catch_up_request`).
+
 The heartbeat reports carry member types when the tablet server sends them
 (TabletReport.config_member_types); otherwise the policy asks the tablet's leader
 (TServer.ListTablets) for the committed config of the tablets it has to look at closely.
@@ -70,9 +83,9 @@ from coordinator.catalog import (
     TabletInfo,
     TabletReportInfo,
 )
-from coordinator.gateway import partition_to_tserver, schema_to_tserver
+from coordinator.gateway import catch_up, partition_to_tserver, schema_to_tserver
 from rpc.client import RpcClient, Transport
-from rpc.errors import AlreadyExists, BadRequest, NotFound, RpcError
+from rpc.errors import AlreadyExists, BadRequest, CasFailed, NotFound, RpcError
 from rpc.protocols import coordinator_pb2 as pb
 from rpc.protocols import tserver_pb2 as ts
 
@@ -105,6 +118,7 @@ class ReplicationConfig:
     fetches_per_round_max: int = 16
     deletes_per_round_max: int = 16
     creates_per_round_max: int = 16
+    catch_ups_per_round_max: int = 8  # replicas brought to their table's schema a round
     # A round looks at the tablets that changed or needed a look the round before; every
     # tablet at least this often, and whenever a table or the live or retired servers change.
     full_pass_s: float = 10.0
@@ -376,9 +390,42 @@ def stray_of(
     return report.config_index
 
 
+def stale_schema_of(report: pb.TabletReport, table: TableInfo | None, stray: bool) -> bool:
+    """Whether the reported replica is to be brought to its table's schema (pure): READY,
+    not FAILED, not stray, reporting a schema version (0: not said) below its table's, the
+    table RUNNING (one being altered is left to its AlterTable)."""
+    if table is None or table.state is not TableState.RUNNING or stray:
+        return False
+    if report.data_state != "READY" or report.role in FAILED_ROLES:
+        return False
+    return 0 < report.schema_version < table.schema.version
+
+
+def note_schema(catalog: Catalog, server_uuid: str, report: pb.TabletReport) -> None:
+    """Keep `catalog.stale_schemas` up to date with this replica's report (catalog lock
+    held; bounded): noted while stale, forgotten once current or no longer to be altered."""
+    key = (server_uuid, report.tablet_id)
+    tablet = catalog.tablets.get(report.tablet_id)
+    table = catalog.tables.get(tablet.table_id) if tablet is not None else None
+    if not stale_schema_of(report, table, key in catalog.strays):
+        catalog.stale_schemas.pop(key, None)
+    elif key in catalog.stale_schemas or len(catalog.stale_schemas) < STRAYS_MAX:
+        catalog.stale_schemas[key] = report.schema_version
+
+
+def note_table_schemas(catalog: Catalog, table: TableInfo) -> None:
+    """`note_schema` for the last report of every replica of `table` (catalog lock held):
+    after its schema changed, for the replicas whose reports do not change (a server that
+    was down while the alter completed and is back with the same report)."""
+    for tablet_id in table.tablet_ids:
+        for server_uuid, report in catalog.replica_reports.get(tablet_id, {}).items():
+            note_schema(catalog, server_uuid, report)
+
+
 def note_report(catalog: Catalog, server_uuid: str, report: pb.TabletReport) -> None:
     """Called by the serving leader's heartbeat handler (catalog lock held): keep
-    `catalog.strays` up to date with this report (bounded)."""
+    `catalog.strays`, `failed_replicas` and `stale_schemas` up to date with this report
+    (bounded)."""
     cas = stray_of(
         server_uuid,
         report,
@@ -390,6 +437,7 @@ def note_report(catalog: Catalog, server_uuid: str, report: pb.TabletReport) -> 
         catalog.strays.pop(key, None)
     elif key in catalog.strays or len(catalog.strays) < STRAYS_MAX:
         catalog.strays[key] = cas
+    note_schema(catalog, server_uuid, report)
     failed = catalog.failed_replicas.get(report.tablet_id)
     if report.role in FAILED_ROLES:
         if failed is None and len(catalog.failed_replicas) < STRAYS_MAX:
@@ -408,6 +456,7 @@ class _Counters:
     refused: int = 0
     strays_deleted: int = 0
     replicas_created: int = 0
+    schemas_caught_up: int = 0  # replicas brought to their table's schema (`alter_stale`)
     last_error: dict[str, str] = field(default_factory=dict)
 
 
@@ -461,6 +510,9 @@ class ReplicationManager:
         self._full_at: float | None = None
         self._full_key: tuple | None = None
         self._carried: set[str] = set()
+        # `_sweep_altered`: the tables' generation and (schema version, state) it last saw.
+        self._swept_generation: int | None = None
+        self._swept: dict[str, tuple[int, TableState]] = {}
         self._transport: Transport | None = None
         self._clients: dict[str, RpcClient] = {}
         self._stop = threading.Event()
@@ -493,8 +545,11 @@ class ReplicationManager:
                     self._settled.clear()
                     self.counters = _Counters()
                     self._full_at = None  # the first round of a term looks at every tablet
+                    self._swept_generation = None  # and at every table's replica schemas
+                    self._swept = {}
                 with self.catalog.lock:  # noted before this node served: not trusted
                     self.catalog.strays.clear()
+                    self.catalog.stale_schemas.clear()
                     self.catalog.failed_replicas.clear()
                     self.catalog.full_reports.clear()  # so every server reports in full again
                 self._was_serving = serving
@@ -776,6 +831,8 @@ class ReplicationManager:
         self._carried = carried
         self.create_missing()
         self.delete_strays()
+        self._sweep_altered()
+        self.alter_stale()
         return sent
 
     # ------------------------------------------------------------ replicas never created
@@ -1000,6 +1057,97 @@ class ReplicationManager:
         self.counters.strays_deleted += 1
         return True
 
+    # ------------------------------------------------------------ replicas at an old schema
+
+    def _sweep_altered(self) -> None:
+        """Note the stale replicas of every table whose schema version or state changed since
+        the last look (`note_table_schemas`): O(tables) when any table changed, else O(1)."""
+        with self.catalog.lock:
+            generation = self.catalog.tables_generation
+            if generation == self._swept_generation:
+                return
+            seen: dict[str, tuple[int, TableState]] = {}
+            for table in self.catalog.tables.values():
+                now = seen[table.table_id] = (table.schema.version, table.state)
+                if self._swept.get(table.table_id) != now and table.state is TableState.RUNNING:
+                    note_table_schemas(self.catalog, table)
+            self._swept_generation, self._swept = generation, seen
+
+    def alter_stale(self) -> int:
+        """Bring up to `catch_ups_per_round_max` replicas noted at an older schema version to
+        their table's (`catch_up`), each re-checked against the catalog first; returns the
+        number altered. A replica on a server not LIVE stays noted until it is back."""
+        with self.catalog.lock:
+            noted = sorted(self.catalog.stale_schemas.items())
+        tried = altered = 0
+        for key, version in noted:
+            if tried >= self.config.catch_ups_per_round_max or self._stop.is_set():
+                break
+            server_uuid, tablet_id = key
+            with self.catalog.lock:
+                if self.catalog.stale_schemas.get(key) != version:
+                    continue  # reported again meanwhile
+                tablet = self.catalog.tablets.get(tablet_id)
+                table = self.catalog.tables.get(tablet.table_id) if tablet is not None else None
+                server = self.catalog.servers.get(server_uuid)
+                if (
+                    table is None
+                    or server is None
+                    or table.state is not TableState.RUNNING
+                    or version >= table.schema.version
+                ):
+                    del self.catalog.stale_schemas[key]
+                    continue
+            if server.state is not ServerState.LIVE:
+                continue
+            if not self.serving():  # a leader woken past its lease must not alter
+                break
+            tried += 1
+            if self._catch_up(server, tablet_id, table, version):
+                altered += 1
+                with self.catalog.lock:
+                    if self.catalog.stale_schemas.get(key) == version:
+                        del self.catalog.stale_schemas[key]
+        return altered
+
+    def _catch_up(self, server: ServerInfo, tablet_id: str, table: TableInfo, version: int) -> bool:
+        target = table.schema
+        try:
+            sent = catch_up(
+                self._client(server.address),
+                server.uuid,
+                tablet_id,
+                target,
+                self.config.call_timeout_s,
+            )
+        except CasFailed as e:  # altered meanwhile: its next report says where it is
+            logger.info("tablet %s: schema catch-up on %s: %s", tablet_id, server.uuid, e)
+            return False
+        except RpcError as e:
+            # UNAVAILABLE, TIMED_OUT, TABLET_NOT_FOUND, BAD_REQUEST ...: tried again next
+            # round while it stays noted; logged at INFO once a minute.
+            key = (tablet_id, "SCHEMA", server.uuid, type(e).__name__)
+            logger.log(self._level_of(key), "tablet %s: schema catch-up on %s failed: %s "
+                       "(repeats logged once a minute)", tablet_id, server.uuid, e)  # fmt: skip
+            return False
+        if sent is None:
+            logger.info("tablet %s: the replica on %s is at schema version %d already",
+                        tablet_id, server.uuid, target.version)  # fmt: skip
+            return True
+        logger.info(
+            "tablet %s (table %s): the replica on %s brought from schema version %d to %d "
+            "(added %s, dropped %s)",
+            tablet_id,
+            table.name,
+            server.uuid,
+            sent.expected_version,
+            sent.new_version,
+            [c.name for c in sent.add_columns],
+            list(sent.drop_columns),
+        )
+        self.counters.schemas_caught_up += 1
+        return True
+
     def _leader_view(
         self, view: TabletView, fetched: dict[str, dict[str, ts.TabletReportPB] | None]
     ) -> TabletView | None:
@@ -1106,7 +1254,9 @@ class ReplicationManager:
 
     def _level(self, action: Action, outcome: str) -> int:
         """INFO the first time in REPEAT_LOG_S for this change and outcome, else DEBUG."""
-        key = (action.tablet_id, action.kind, action.peer_uuid, outcome)
+        return self._level_of((action.tablet_id, action.kind, action.peer_uuid, outcome))
+
+    def _level_of(self, key: tuple[str, str, str, str]) -> int:
         now = time.monotonic()
         last = self._logged.get(key)
         if last is not None and now - last < REPEAT_LOG_S:

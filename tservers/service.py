@@ -266,7 +266,13 @@ class TServerService:
     def alter_schema(self, req: AlterSchemaRequest, ctx: CallContext) -> AlterSchemaResponse:
         check_tablet_id(req.tablet_id)
         new = self.manager.alter_schema(
-            req.tablet_id, req.expected_version, req.add_columns, req.drop_columns, ctx.deadline
+            req.tablet_id,
+            req.expected_version,
+            req.add_columns,
+            req.drop_columns,
+            ctx.deadline,
+            new_version=req.new_version,
+            next_column_id=req.next_column_id,
         )
         return AlterSchemaResponse(schema=new)
 

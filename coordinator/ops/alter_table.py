@@ -5,6 +5,12 @@ ids) and the new name. The catalog takes the new name and schema at once (the de
 committed); `complete` brings every replica to the new schema version (idempotent), then
 appends DONE invalidating STARTED and the table's previous AlterTable record, which the new
 one makes moot (it carries the whole schema and name).
+
+A replica whose server is not LIVE is skipped (listed in DONE's `skipped_replicas`); the
+re-replication loop brings it to the table's schema once it is back (coordinator/
+replication.py `alter_stale`), as it does any replica that reports an older version. A
+replica found behind the old version too (it missed an earlier alter) is brought to the new
+schema by this call itself (coordinator/gateway.py).
 """
 
 from __future__ import annotations

@@ -378,16 +378,20 @@ class DeleteTabletResponse(_message.Message):
     def __init__(self, last_op_id: _Optional[_Union[OpIdPB, _Mapping]] = ...) -> None: ...
 
 class AlterSchemaRequest(_message.Message):
-    __slots__ = ("tablet_id", "expected_version", "add_columns", "drop_columns")
+    __slots__ = ("tablet_id", "expected_version", "add_columns", "drop_columns", "new_version", "next_column_id")
     TABLET_ID_FIELD_NUMBER: _ClassVar[int]
     EXPECTED_VERSION_FIELD_NUMBER: _ClassVar[int]
     ADD_COLUMNS_FIELD_NUMBER: _ClassVar[int]
     DROP_COLUMNS_FIELD_NUMBER: _ClassVar[int]
+    NEW_VERSION_FIELD_NUMBER: _ClassVar[int]
+    NEXT_COLUMN_ID_FIELD_NUMBER: _ClassVar[int]
     tablet_id: str
     expected_version: int
     add_columns: _containers.RepeatedCompositeFieldContainer[ColumnSchemaPB]
     drop_columns: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, tablet_id: _Optional[str] = ..., expected_version: _Optional[int] = ..., add_columns: _Optional[_Iterable[_Union[ColumnSchemaPB, _Mapping]]] = ..., drop_columns: _Optional[_Iterable[str]] = ...) -> None: ...
+    new_version: int
+    next_column_id: int
+    def __init__(self, tablet_id: _Optional[str] = ..., expected_version: _Optional[int] = ..., add_columns: _Optional[_Iterable[_Union[ColumnSchemaPB, _Mapping]]] = ..., drop_columns: _Optional[_Iterable[str]] = ..., new_version: _Optional[int] = ..., next_column_id: _Optional[int] = ...) -> None: ...
 
 class AlterSchemaResponse(_message.Message):
     __slots__ = ("schema",)

@@ -861,9 +861,20 @@ class TabletManager:
         return r.tablet
 
     def alter_schema(
-        self, tablet_id: str, expected_version: int, add, drop, deadline: float
+        self,
+        tablet_id: str,
+        expected_version: int,
+        add,
+        drop,
+        deadline: float,
+        new_version: int = 0,
+        next_column_id: int = 0,
     ) -> SchemaPB:
-        if not add and not drop:  # it would only raise this replica's schema version
+        """Alter the replica's schema (CAS on `expected_version`, 0: none). `new_version`
+        0: the next version; given, the version to take, the added columns keeping their
+        ids (`schema.altered`), and nothing to add or drop is allowed (a replica that
+        missed an alter adding a column and one dropping it only takes the version)."""
+        if not add and not drop and not new_version:  # it would only raise the version
             raise BadRequest("nothing to alter: no column to add or drop")
         r = self._replica(tablet_id)
         with r.lock:
@@ -871,9 +882,13 @@ class TabletManager:
             current = t.sb.schema
             if expected_version and expected_version != current.version:
                 raise CasFailed(f"schema version is {current.version}, expected {expected_version}")
-            new = schemamod.altered(current, list(add), list(drop))
+            new = schemamod.altered(current, list(add), list(drop), new_version, next_column_id)
             t.alter_schema(new, deadline)
-            return new
+        # Its report says the new version at the next heartbeat: no Raft driver event
+        # names a schema change, and the coordinator acts on the version (a replica left
+        # behind is brought to the table's schema, coordinator/replication.py).
+        self._report_changed(tablet_id)
+        return new
 
     def reports(
         self, *, starting: bool = True, tablet_ids: Collection[str] | None = None

@@ -138,8 +138,33 @@ def validate_new(pb: SchemaPB) -> SchemaPB:
     return out
 
 
-def altered(current: SchemaPB, add: list[ColumnSchemaPB], drop: list[str]) -> SchemaPB:
-    """The next schema version: add nullable non-key columns, drop non-key columns."""
+def altered(
+    current: SchemaPB,
+    add: list[ColumnSchemaPB],
+    drop: list[str],
+    new_version: int = 0,
+    next_column_id: int = 0,
+) -> SchemaPB:
+    """The altered schema: add nullable non-key columns, drop non-key columns (drops first:
+    a column dropped and added again in one alter takes a new id). Raises BadRequest.
+
+    `new_version` 0: version + 1; else the version to take (the table's, as the coordinator
+    says), above the current one. `next_column_id` 0: the added columns are numbered from
+    next_column_id; else (with `new_version`) each keeps the id given, which must be unused
+    (at or above the current next_column_id, below the new one, once), and the schema's
+    next_column_id becomes the one given. The coordinator gives ids in this replica's own
+    numbering: it brings a replica that missed alters to the table's schema in one step,
+    ids included, so that its later alters number their columns as the others do."""
+    if new_version and new_version <= current.version:
+        raise BadRequest(
+            f"new schema version {new_version} not above the replica's {current.version}"
+        )
+    if next_column_id and not new_version:
+        raise BadRequest("next_column_id without new_version")
+    if next_column_id and not current.next_column_id <= next_column_id <= UINT32_MAX:
+        raise BadRequest(
+            f"next column id {next_column_id} below the replica's {current.next_column_id}"
+        )
     if current.version >= UINT32_MAX or current.next_column_id + len(add) > UINT32_MAX:
         # uint32 on the wire and on disk: raising past it fails in protobuf, not here.
         raise BadRequest("schema version or column ids exhausted; recreate the table")
@@ -156,6 +181,7 @@ def altered(current: SchemaPB, add: list[ColumnSchemaPB], drop: list[str]) -> Sc
     del out.columns[:]
     out.columns.extend(kept)
     present = {c.name for c in out.columns}
+    given: set[int] = set()
     for c in add:
         if (problem := column_name_problem(c.name)) is not None:
             raise BadRequest(problem)
@@ -165,12 +191,23 @@ def altered(current: SchemaPB, add: list[ColumnSchemaPB], drop: list[str]) -> Sc
             raise BadRequest(f"added column {c.name!r} must be nullable and not part of the key")
         if c.type not in ARROW_TYPES:
             raise BadRequest(f"column {c.name!r}: unknown type {c.type}")
-        out.columns.add(id=out.next_column_id, name=c.name, type=c.type, nullable=True)
-        out.next_column_id += 1
+        if next_column_id:
+            if not current.next_column_id <= c.id < next_column_id or c.id in given:
+                raise BadRequest(
+                    f"added column {c.name!r}: id {c.id} used or out of range (replica's "
+                    f"next column id {current.next_column_id}, new {next_column_id})"
+                )
+            given.add(c.id)
+            out.columns.add(id=c.id, name=c.name, type=c.type, nullable=True)
+        else:
+            out.columns.add(id=out.next_column_id, name=c.name, type=c.type, nullable=True)
+            out.next_column_id += 1
         present.add(c.name)
     if len(out.columns) > COLUMNS_MAX:
         raise BadRequest(f"schema would have more than {COLUMNS_MAX} columns")
-    out.version = current.version + 1
+    if next_column_id:
+        out.next_column_id = next_column_id
+    out.version = new_version or current.version + 1
     return out
 
 
