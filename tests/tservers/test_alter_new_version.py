@@ -99,4 +99,3 @@ def test_nothing_to_alter_is_refused_without_new_version(tmp_path):
         m.alter_schema("t1", 1, [], [], deadline())
     assert m.alter_schema("t1", 1, [], [], deadline(), new_version=2).version == 2
     m.close()
-
