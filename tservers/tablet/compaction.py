@@ -55,6 +55,20 @@ keys) have height 1 and are never merged by it. Each compaction merges at least 
 so a tablet left alone converges to a height below the bound (1 when the ratio allows)
 in at most as many compactions as it has runs.
 
+Changed tablets only (issue 28). A round does not look at every tablet: it looks at the
+tablets whose blocks changed since the last round (a flush; a compaction that ended, its
+runs free again: `Tablet.on_blocks`, set on a tablet the first time a round lists it),
+the tablets new to the listing (opened with blocks at start-up, copied, created), and the
+ones it must look at again whatever happens: those the overlap term waits on (its clock,
+the only time-based trigger: the tablet's blocks and applied index unchanged for
+`overlap_idle_s`, checked every round as before) and those whose compaction was given up
+(a copy session, a shutdown, a failure: tried again each round as before). A tablet found
+with nothing to do is not looked at again until its blocks change: the policy (runs, size
+classes, height, the bounds K and B) depends on its blocks only. A round still takes the
+manager's list of running tablets (to see new and gone ones: sets, not a look at each),
+and every FULL_SWEEP_S the first thread's round looks at every tablet (a backstop, should a
+change reach no hook). `examined` counts the tablets looked at.
+
 Metrics: compactions run (by reason: `tiered`, `overlap`), bytes written, seconds spent
 waiting for the budget.
 """
@@ -81,6 +95,8 @@ ROUND_INTERVAL_S_DEFAULT = 0.2
 # a flush (`poke`) or a compaction that ran brings the interval back: an idle server with
 # thousands of replicas does not list them all five times a second (issue 28).
 IDLE_ROUND_INTERVAL_S_MAX = 5.0
+# A backstop: the first thread's round looks at every tablet this often (module doc).
+FULL_SWEEP_S = 300.0
 RUN_BLOCKS_MAX_DEFAULT = 16  # runs merged at once (the sources of a slab)
 # 0: no bound. A compaction merges the newest runs into one (key-disjoint runs: a key is
 # checked against one block per run, so runs must stay few, and a byte budget would leave
@@ -182,6 +198,10 @@ def overlap_start(
     return None if best is None else best[1]
 
 
+# What became of a tablet looked at by a round (`CompactionScheduler._compact`).
+_RAN, _NONE, _WAIT, _RETRY = "ran", "none", "wait", "retry"
+
+
 def _block_bytes(data_dir: Path, names: Sequence[str]) -> int:
     total = 0
     for name in names:
@@ -228,6 +248,16 @@ class CompactionScheduler:
         # tablet id -> ((its block names, its applied index), when this scheduler first
         # saw them so): the overlap term waits for a tablet unchanged `overlap_idle_s`.
         self._seen: dict[str, tuple[tuple, float]] = {}
+        # Changed tablets only (module doc). The tablets listed by the last round (their
+        # `on_blocks` has `_changed`); per thread kind (0: the first thread, 1: the small
+        # ones), the tablets changed since its last round and those it looks at again.
+        self._known: set[Tablet] = set()
+        self._list_lock = threading.Lock()
+        self._dirty: tuple[set[Tablet], set[Tablet]] = (set(), set())
+        self._again: tuple[set[Tablet], set[Tablet]] = (set(), set())
+        self._sweep_at = self._clock() + FULL_SWEEP_S
+        self.examined = 0  # tablets looked at by rounds (their status and runs), in all
+        self.examined_last = 0  # by the last round
 
     # ------------------------------------------------------------ thread
     def start(self) -> CompactionScheduler:
@@ -288,23 +318,94 @@ class CompactionScheduler:
                 wait = min(max(wait, self.opts.round_interval_s) * 2, IDLE_ROUND_INTERVAL_S_MAX)
 
     # ------------------------------------------------------------ one round
-    def candidates(self) -> list[Tablet]:
-        """RUNNING tablets with at least `blocks_min` runs of blocks (or `overlap_height`,
-        when that term is on and lower), most runs first."""
+    def _least(self) -> int:
         least = self.opts.blocks_min
         if self.opts.overlap_height > 0:
             least = max(2, min(least, self.opts.overlap_height))
+        return least
+
+    def _runs(self, tablets) -> dict[Tablet, int]:
+        """The candidates among `tablets` and their runs."""
+        least = self._least()
         runs = {}
-        for t in self._tablets():
+        for t in tablets:
             if t.status is TabletStatus.RUNNING and len(t.blocks) >= least:
                 n = len(runs_of(list(t.blocks)))
                 if n >= least:
                     runs[t] = n
+        return runs
+
+    def candidates(self) -> list[Tablet]:
+        """RUNNING tablets with at least `blocks_min` runs of blocks (or `overlap_height`,
+        when that term is on and lower), most runs first: every tablet looked at (the
+        manager's `run_maintenance_once(compact=True)`; rounds look at changed ones)."""
+        runs = self._runs(self._tablets())
         ids = {t.tablet_id for t in runs}
         with self._lock:  # tablets no longer candidates (merged, deleted): start again
             for tid in [tid for tid in self._seen if tid not in ids]:
                 del self._seen[tid]
         return sorted(runs, key=lambda t: (-runs[t], t.tablet_id))
+
+    def _changed(self, t: Tablet) -> None:
+        """`Tablet.on_blocks`: its blocks changed, or a compaction of it ended."""
+        with self._lock:
+            self._dirty[0].add(t)
+            self._dirty[1].add(t)
+
+    def _listed(self) -> None:
+        """Take the manager's list of running tablets: new ones are hooked and looked at,
+        gone ones forgotten (sets: no look at each tablet)."""
+        with self._list_lock:  # both thread kinds list: one at a time
+            self._listed_locked()
+
+    def _listed_locked(self) -> None:
+        now = set(self._tablets())
+        with self._lock:
+            new = now - self._known
+            gone = self._known - now
+            self._known = now
+            for d in (*self._dirty, *self._again):
+                d.difference_update(gone)
+                d.update(new)
+            if gone:  # deleted or shut down (not another object of the same id): forgotten
+                ids = {t.tablet_id for t in gone} - {t.tablet_id for t in new}
+                for tid in ids:
+                    self._seen.pop(tid, None)
+                    self._over.pop(tid, None)
+        for t in gone:
+            try:
+                t.on_blocks.remove(self._changed)
+            except ValueError:
+                pass
+        for t in new:
+            t.on_blocks.append(self._changed)
+
+    def _round_candidates(self, small: bool) -> list[Tablet]:
+        """The candidates of this round: among the tablets changed since the last round of
+        this thread kind, new, or to be looked at again (module doc), most runs first."""
+        self._listed()
+        k = int(small)
+        with self._lock:
+            if not small and self._clock() >= self._sweep_at:
+                self._sweep_at = self._clock() + FULL_SWEEP_S
+                todo = set(self._known)
+            else:
+                todo = self._dirty[k] | self._again[k]
+            self._dirty[k].clear()
+            self._again[k].clear()
+            self.examined += len(todo)
+            self.examined_last = len(todo)
+        runs = self._runs(todo)
+        with self._lock:  # tablets looked at that are no candidates: start again
+            for t in todo:
+                if t not in runs:
+                    self._seen.pop(t.tablet_id, None)
+        return sorted(runs, key=lambda t: (-runs[t], t.tablet_id))
+
+    def _again_next(self, t: Tablet, small: bool) -> None:
+        with self._lock:
+            if t in self._known:
+                self._again[int(small)].add(t)
 
     def _idle(self, t: Tablet) -> bool:
         """Whether `t` has applied no write and its blocks have stayed as they are for
@@ -354,9 +455,11 @@ class CompactionScheduler:
 
     def run_once(self, *, small_only: bool = False) -> int:
         """At most one compaction per candidate tablet (with `small_only`, only those of
-        at most `small_rows_max` x the flush threshold rows); returns how many ran."""
+        at most `small_rows_max` x the flush threshold rows) among the tablets changed
+        since the last round (module doc); returns how many ran."""
         ran = 0
-        for t in self.candidates():
+        todo = self._round_candidates(small_only)
+        for t in todo:
             if self._stop.is_set():
                 break
             rows_max = None
@@ -366,8 +469,11 @@ class CompactionScheduler:
                     continue
             if not self._wait_budget(small_only):
                 break
-            if self.compact(t, rows_max, small_only):
+            outcome = self._compact(t, rows_max, small_only)
+            if outcome == _RAN:
                 ran += 1
+            if outcome != _NONE:  # ran (more may follow), waited on, or given up
+                self._again_next(t, small_only)
         return ran
 
     def planned_runs(self, t: Tablet) -> list[list[str]]:
@@ -381,15 +487,23 @@ class CompactionScheduler:
     def compact(self, t: Tablet, rows_max: int | None = None, small: bool = False) -> bool:
         """One tiered compaction of `t` if it merges at most K runs and B bytes (0: any)
         (and `rows_max` rows), counted and charged to the budget."""
+        return self._compact(t, rows_max, small) == _RAN
+
+    def _compact(self, t: Tablet, rows_max: int | None, small: bool) -> str:
+        """`compact`, and why not: _NONE (nothing to do while its blocks stay as they
+        are), _WAIT (the overlap term waits for it to stay unchanged), _RETRY (given up:
+        a copy session, a shutdown, a failure)."""
         data_dir = t.fs.data_dir(t.tablet_id)
         plan = t.compaction_plan(tiered=True, rows_max=rows_max)
         reason, pick = "tiered", None
-        if not plan and rows_max is None and self.opts.overlap_height > 0 and self._idle(t):
+        if not plan and rows_max is None and self.opts.overlap_height > 0:
+            if not self._idle(t):
+                return _WAIT
             pick = self.overlap_pick(t)
             plan = t.compaction_plan(tiered=True, pick=pick)
             reason = "overlap"
         if not plan:
-            return False
+            return _NONE
         runs = [[b.name for b in r] for r in plan]
         rows = sum(b.num_rows for r in plan for b in r)
         run = [n for r in runs for n in r]
@@ -411,7 +525,7 @@ class CompactionScheduler:
                     self.opts.run_blocks_max,
                     self.opts.run_bytes_max,
                 )
-            return False
+            return _NONE
         with self._lock:
             self._over.pop(t.tablet_id, None)
         sizes = {n: _block_bytes(data_dir, [n]) for n in run}
@@ -427,12 +541,12 @@ class CompactionScheduler:
             with self._lock:
                 self.failures += 1
             log.exception("tablet %s: compaction failed: %s", t.tablet_id, e)
-            return False
+            return _RETRY
         finally:
             if big:
                 self._big.clear()
         if not done:
-            return False
+            return _RETRY
         ((merged, new),) = report
         written = _block_bytes(data_dir, new)
         log.info(
@@ -460,4 +574,4 @@ class CompactionScheduler:
             if self.opts.rate_bytes_s:
                 at = max(self._next_at[int(small)], started) + written / self.opts.rate_bytes_s
                 self._next_at[int(small)] = at
-        return True
+        return _RAN

@@ -391,6 +391,10 @@ class Tablet:
         self.on_written: Callable[[Tablet], None] | None = None
         # Told when applying an entry fails the tablet (its heartbeat report changes).
         self.on_failed: Callable[[Tablet], None] | None = None
+        # Told (no lock held) when its blocks changed (a flush) or a compaction ended
+        # (committed, gave up or failed: the runs it held are free again): the compaction
+        # scheduler looks at such tablets only, not every tablet every round (issue 28).
+        self.on_blocks: list[Callable[[Tablet], None]] = []
         self.barrier = False
         self.switching = False  # an alter is flushing and switching the schema
         self.copy_anchors = 0  # tablet copy sessions reading this replica's files
@@ -1274,6 +1278,7 @@ class Tablet:
                     self.frozen = None
                     self.frozen_batches = RowBlocks()
                 raise
+            self._blocks_changed()
             assert self.wal is not None
             # Lagging peers may still need entries below the flushed index (WAL retention);
             # a tablet copy session in progress needs every segment it listed.
@@ -1395,9 +1400,14 @@ class Tablet:
                 self.compacting.difference_update(run_names)
                 self.compactions_active -= 1
                 self.compaction_idle.notify_all()
+            self._blocks_changed()
         if done is not None and report is not None:
             report.append((run_names, done))
         return done is not None
+
+    def _blocks_changed(self) -> None:
+        for fn in list(self.on_blocks):
+            fn(self)
 
     def _compact_runs(
         self,
