@@ -9,6 +9,10 @@ the server is back, the coordinator brings its replica to the table's schema
 (tservers/tablet/tablet.py SCHEMA_CATCH_UP_S, then the replica FAILS): every replica ends at
 the new version with the new column, none FAILED, every one applying the rows written at it.
 Before the catch-up the stopped replica stayed at version 1 for good.
+
+Also the gateway's AlterSchema against a real tablet server (as test_gateway_integration.py):
+an AlterTable that finds a replica behind its old version (it missed an earlier alter) brings
+it to the new schema itself, since the catch-up leaves tables being altered to their alter.
 """
 
 from __future__ import annotations
@@ -16,9 +20,15 @@ from __future__ import annotations
 import signal
 
 import pytest
+from coordproc import CoordinatorGroup, TServer
 
+from coordinator.catalog import ServerInfo, ServerState
+from coordinator.gateway import RpcTabletServerGateway
 from logcentric.client import Client, Column
 from rpc.errors import RpcError
+from rpc.keys import ClientCurve
+from rpc.protocols import coordinator_pb2 as pb
+from rpc.protocols import tserver_pb2 as ts
 from tests.support.cluster import local_cluster
 from tests.support.procs import wait_for
 
@@ -68,8 +78,8 @@ def test_a_replica_skipped_by_an_alter_is_brought_to_the_new_schema(tmp_path):
             cluster.kill(victim, signal.SIGSTOP)
             try:
                 wait_for(lambda: state(victim_uuid) == "DOWN", 60, "the stopped server DOWN")
-                version = client.alter_table("t", add_columns=[Column("extra", "string", nullable=True)])
-                assert version == 2
+                extra = Column("extra", "string", nullable=True)
+                assert client.alter_table("t", add_columns=[extra]) == 2
                 table = client.table("t")
                 write(client, table, [{"id": i, "name": f"m{i}", "extra": f"e{i}"}
                                       for i in range(50, 150)])  # fmt: skip
@@ -115,3 +125,40 @@ def test_a_replica_skipped_by_an_alter_is_brought_to_the_new_schema(tmp_path):
             assert {r["id"]: r["extra"] for r in rows}[10] is None
             for c in clients.values():
                 c.close()
+
+
+def schema_pb(version: int, next_id: int, *columns: tuple[int, str]) -> pb.Schema:
+    out = pb.Schema(version=version, next_column_id=next_id)
+    out.columns.add(id=1, name="id", type=pb.INT64, is_key=True)
+    for cid, name in columns:
+        out.columns.add(id=cid, name=name, type=pb.STRING, nullable=True)
+    return out
+
+
+def test_an_alter_brings_a_replica_behind_its_old_version_up(tmp_path):
+    group = CoordinatorGroup(tmp_path, 1)  # not started: its keys only
+    server = TServer(tmp_path, "ts", group)
+    curve = ClientCurve(group.node_keypair(0), {server.uuid: server.keypair.public})
+    info = ServerInfo(server.uuid, server.address, ServerState.LIVE, 1)
+    tablet = pb.TabletPlacement(
+        tablet_id="t9-0",
+        partition=pb.Partition(hash_bucket=0, num_buckets=1),
+        replica_uuids=[server.uuid],
+    )
+    v1 = schema_pb(1, 3, (2, "v"))
+    v2 = schema_pb(2, 4, (2, "v"), (3, "w"))  # an alter this replica missed
+    v3 = schema_pb(3, 5, (3, "w"), (4, "x"))  # the alter now: drop v, add x
+    gw = RpcTabletServerGateway("coordinator-test", curve=curve)
+    try:
+        gw.create_tablet(info, "t9", "table", tablet, v1, [info], 5.0)
+        for _ in range(2):  # CAS_FAILED (at 1, not 2): caught up; then at 3: done
+            gw.alter_schema(info, "t9-0", v2, v3, 5.0)
+        got = gw.get_schema(info, "t9-0", 5.0)
+        # The server numbers a version-1 replica's columns from 0, the catalog from 1.
+        assert got.version == 3 and got.next_column_id == 4
+        assert [(c.name, c.id) for c in got.columns] == [("id", 0), ("w", 2), ("x", 3)]
+        assert server.schema_versions() == {"t9-0": 3}
+        assert got.columns[1].type == ts.STRING
+    finally:
+        gw.close()
+        server.close()
