@@ -427,7 +427,7 @@ class CoordinatorObserver:
         family = CounterMetricFamily(
             "logcentric_coordinator_rereplication_actions",
             "Re-replication actions of this node as leader: config changes sent or refused, "
-            "replicas created, stray replicas deleted",
+            "replicas created, stray replicas deleted, replicas brought to their table's schema",
             labels=["action"],
         )
         replication = self.node.replication
