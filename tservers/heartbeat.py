@@ -18,8 +18,9 @@ driver is named to it by the tablet manager (`RaftDriver.report_changed`: a copy
 failed or finished, its COPY_FAILED status expiring, a replica opened, created or deleted, a
 tablet failed by its apply), so that scan is only a backstop (every 5 min, not every 30 s:
 an O(replicas) pass, about 30 us a replica); what it alone sends
-is a replica's last op index and schema version moving with writes (the coordinator keeps
-them for display only). An idle server builds no report.
+is a replica's last op index moving with writes (the coordinator keeps it for display
+only; a schema change is named by the manager: the coordinator acts on the version). An
+idle server builds no report.
 
 With CURVE (`curve`, `coordinator_keys`) the heartbeats go as a CURVE client with the server's
 key pair, to coordinator nodes that must prove they hold the key given for their address;
