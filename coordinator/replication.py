@@ -362,6 +362,10 @@ def missing_replicas(
 
 
 ORPHAN = -1  # a stray whose tablet the catalog no longer knows: deleted without a CAS
+# A replica noted at an older schema is altered once noted this long: the replicas an
+# AlterTable just altered report their new version at their next heartbeat (0.5 s), after
+# the sweep of the altered table may have noted them from their reports before.
+STALE_GRACE_S = 1.5
 STRAYS_MAX = 10_000
 UNHEALTHY_LISTED_MAX = 100  # tablets named in ReplicationStatus (the counts cover all)
 
@@ -513,6 +517,7 @@ class ReplicationManager:
         # `_sweep_altered`: the tables' generation and (schema version, state) it last saw.
         self._swept_generation: int | None = None
         self._swept: dict[str, tuple[int, TableState]] = {}
+        self._stale_since: dict[tuple[str, str], tuple[int, float]] = {}  # `alter_stale`
         self._transport: Transport | None = None
         self._clients: dict[str, RpcClient] = {}
         self._stop = threading.Event()
@@ -547,6 +552,7 @@ class ReplicationManager:
                     self._full_at = None  # the first round of a term looks at every tablet
                     self._swept_generation = None  # and at every table's replica schemas
                     self._swept = {}
+                    self._stale_since = {}
                 with self.catalog.lock:  # noted before this node served: not trusted
                     self.catalog.strays.clear()
                     self.catalog.stale_schemas.clear()
@@ -1076,13 +1082,21 @@ class ReplicationManager:
     def alter_stale(self) -> int:
         """Bring up to `catch_ups_per_round_max` replicas noted at an older schema version to
         their table's (`catch_up`), each re-checked against the catalog first; returns the
-        number altered. A replica on a server not LIVE stays noted until it is back."""
+        number altered. A replica on a server not LIVE stays noted until it is back; one
+        noted less than STALE_GRACE_S ago waits (its report may only lag its alter)."""
         with self.catalog.lock:
             noted = sorted(self.catalog.stale_schemas.items())
+        now = time.monotonic()
+        before, self._stale_since = self._stale_since, {}
+        for key, version in noted:  # (version, since when), kept for the replicas still noted
+            kept = before.get(key)
+            self._stale_since[key] = kept if kept and kept[0] == version else (version, now)
         tried = altered = 0
         for key, version in noted:
             if tried >= self.config.catch_ups_per_round_max or self._stop.is_set():
                 break
+            if now - self._stale_since[key][1] < STALE_GRACE_S:
+                continue
             server_uuid, tablet_id = key
             with self.catalog.lock:
                 if self.catalog.stale_schemas.get(key) != version:
@@ -1103,14 +1117,17 @@ class ReplicationManager:
             if not self.serving():  # a leader woken past its lease must not alter
                 break
             tried += 1
-            if self._catch_up(server, tablet_id, table, version):
-                altered += 1
+            outcome = self._catch_up(server, tablet_id, table)
+            altered += outcome == "altered"
+            if outcome != "failed":
                 with self.catalog.lock:
                     if self.catalog.stale_schemas.get(key) == version:
                         del self.catalog.stale_schemas[key]
         return altered
 
-    def _catch_up(self, server: ServerInfo, tablet_id: str, table: TableInfo, version: int) -> bool:
+    def _catch_up(self, server: ServerInfo, tablet_id: str, table: TableInfo) -> str:
+        """One replica brought to its table's schema: "altered"; "current" (at the table's
+        version already: its report lagged); "failed" (left noted: tried next round)."""
         target = table.schema
         try:
             sent = catch_up(
@@ -1122,18 +1139,18 @@ class ReplicationManager:
             )
         except CasFailed as e:  # altered meanwhile: its next report says where it is
             logger.info("tablet %s: schema catch-up on %s: %s", tablet_id, server.uuid, e)
-            return False
+            return "failed"
         except RpcError as e:
             # UNAVAILABLE, TIMED_OUT, TABLET_NOT_FOUND, BAD_REQUEST ...: tried again next
             # round while it stays noted; logged at INFO once a minute.
             key = (tablet_id, "SCHEMA", server.uuid, type(e).__name__)
             logger.log(self._level_of(key), "tablet %s: schema catch-up on %s failed: %s "
                        "(repeats logged once a minute)", tablet_id, server.uuid, e)  # fmt: skip
-            return False
+            return "failed"
         if sent is None:
-            logger.info("tablet %s: the replica on %s is at schema version %d already",
-                        tablet_id, server.uuid, target.version)  # fmt: skip
-            return True
+            logger.debug("tablet %s: the replica on %s is at schema version %d already",
+                         tablet_id, server.uuid, target.version)  # fmt: skip
+            return "current"
         logger.info(
             "tablet %s (table %s): the replica on %s brought from schema version %d to %d "
             "(added %s, dropped %s)",
@@ -1146,7 +1163,7 @@ class ReplicationManager:
             list(sent.drop_columns),
         )
         self.counters.schemas_caught_up += 1
-        return True
+        return "altered"
 
     def _leader_view(
         self, view: TabletView, fetched: dict[str, dict[str, ts.TabletReportPB] | None]

@@ -8,9 +8,25 @@ from __future__ import annotations
 
 import dataclasses
 
-from coordinator.catalog import Catalog, TableInfo, TableState, TabletInfo, TabletReportInfo
+from coordinator import replication
+from coordinator.catalog import (
+    Catalog,
+    ServerInfo,
+    ServerState,
+    TableInfo,
+    TableState,
+    TabletInfo,
+    TabletReportInfo,
+)
 from coordinator.gateway import catch_up_request
-from coordinator.replication import STRAYS_MAX, note_report, note_table_schemas
+from coordinator.replication import (
+    STRAYS_MAX,
+    ReplicationConfig,
+    ReplicationManager,
+    note_report,
+    note_table_schemas,
+)
+from rpc.errors import CasFailed
 from rpc.protocols import coordinator_pb2 as pb
 from rpc.protocols import tserver_pb2 as ts
 from tests.coordinator.test_engine import cluster, enlist  # noqa: F401 (the fixture)
@@ -213,3 +229,103 @@ def test_a_replica_its_server_no_longer_reports_is_forgotten(cluster):  # noqa: 
     assert set(a.catalog.stale_schemas) == {("s0", "x2"), ("s1", "x1")}
     beat(False)  # a full report without it
     assert set(a.catalog.stale_schemas) == {("s1", "x1")}
+
+
+class FakeServers:
+    """What `ReplicationManager._client` hands out: each server's replicas' schemas, served
+    by GetSchema and changed by AlterSchema as a tablet server does (CAS included)."""
+
+    def __init__(self, schemas: dict[tuple[str, str], ts.SchemaPB]) -> None:
+        self.schemas = schemas
+        self.calls: list[tuple[str, str]] = []
+
+    def __call__(self, address: str):
+        return self
+
+    def call(self, uuid, method, request, response_type, timeout_s=None, idempotent=False):
+        assert timeout_s is not None  # every call has a deadline
+        self.calls.append((uuid, method))
+        key = (uuid, request.tablet_id)
+        if method == "TServer.GetSchema":
+            return ts.GetSchemaResponse(schema=self.schemas[key])
+        assert method == "TServer.AlterSchema"
+        if request.expected_version != self.schemas[key].version:
+            raise CasFailed("moved")
+        self.schemas[key] = apply(self.schemas[key], request)
+        return ts.AlterSchemaResponse(schema=self.schemas[key])
+
+
+def manager_with(catalog: Catalog, servers: FakeServers, per_round: int = 8):
+    manager = ReplicationManager(
+        catalog,
+        "coordinator-test",
+        lambda: True,
+        ReplicationConfig(catch_ups_per_round_max=per_round),
+    )
+    manager._client = servers
+    return manager
+
+
+def test_each_round_brings_noted_replicas_on_live_servers_to_the_tables_schema(monkeypatch):
+    monkeypatch.setattr(replication, "STALE_GRACE_S", 0.0)
+    catalog = catalog_with(V3)
+    ids = ("t1-0", "t1-1", "t1-2")
+    catalog.tables["t1"] = dataclasses.replace(catalog.tables["t1"], tablet_ids=ids)
+    for tablet_id in ids:
+        catalog.tablets[tablet_id] = TabletInfo(tablet_id, "t1", 0, 1, ("a", "b", "c"))
+    catalog.servers["b"] = ServerInfo("b", "b:1", ServerState.LIVE, 1)
+    catalog.servers["c"] = ServerInfo("c", "c:1", ServerState.DOWN, 1)
+    v1 = tserver_schema(V1)
+    servers = FakeServers({("b", t): v1 for t in ids} | {("c", "t1-0"): v1})
+    for uuid, tablet_id in servers.schemas:
+        note_report(catalog, uuid, report(1, tablet=tablet_id))
+    assert len(catalog.stale_schemas) == 4
+    manager = manager_with(catalog, servers, per_round=2)
+    assert manager.alter_stale() == 2  # bounded per round
+    assert manager.alter_stale() == 1
+    assert manager.counters.schemas_caught_up == 3
+    assert all(servers.schemas[("b", t)].version == 3 for t in ids)
+    # The DOWN server's replica stays noted, untouched, until its server is LIVE.
+    assert catalog.stale_schemas == {("c", "t1-0"): 1}
+    assert all(uuid == "b" for uuid, _ in servers.calls)
+    catalog.servers["c"] = ServerInfo("c", "c:1", ServerState.LIVE, 2)
+    assert manager.alter_stale() == 1 and catalog.stale_schemas == {}
+    assert servers.schemas[("c", "t1-0")] == servers.schemas[("b", "t1-0")]
+
+
+def test_a_noted_replica_is_checked_against_the_catalog_first(monkeypatch):
+    monkeypatch.setattr(replication, "STALE_GRACE_S", 0.0)
+    catalog = catalog_with(V2)
+    catalog.servers["b"] = ServerInfo("b", "b:1", ServerState.LIVE, 1)
+    servers = FakeServers({("b", "t1-0"): tserver_schema(V1)})
+    manager = manager_with(catalog, servers)
+    note_report(catalog, "b", report(1))
+    table = catalog.tables["t1"]
+    catalog.tables["t1"] = dataclasses.replace(table, schema=V3, state=TableState.ALTERING)
+    assert manager.alter_stale() == 0  # being altered: left to its AlterTable, forgotten
+    assert catalog.stale_schemas == {} and servers.calls == []
+    catalog.tables["t1"] = table
+    note_report(catalog, "b", report(1))
+    del catalog.tables["t1"]  # dropped
+    assert manager.alter_stale() == 0 and catalog.stale_schemas == {} and servers.calls == []
+    catalog.tables["t1"] = table
+    note_report(catalog, "b", report(1))
+    servers.schemas[("b", "t1-0")] = apply(
+        tserver_schema(V1), catch_up_request("t1-0", tserver_schema(V1), V2)
+    )  # altered meanwhile (its report not in yet): asked, not altered again
+    assert manager.alter_stale() == 0
+    assert servers.calls == [("b", "TServer.GetSchema")] and catalog.stale_schemas == {}
+
+
+def test_a_replica_just_noted_waits_for_its_report():
+    """The sweep of a table just altered notes the replicas whose new report is not in yet:
+    altered only once noted STALE_GRACE_S (the report clears them meanwhile)."""
+    catalog = catalog_with(V2)
+    catalog.servers["b"] = ServerInfo("b", "b:1", ServerState.LIVE, 1)
+    servers = FakeServers({("b", "t1-0"): tserver_schema(V1)})
+    manager = manager_with(catalog, servers)
+    note_report(catalog, "b", report(1))
+    assert manager.alter_stale() == 0 and servers.calls == []
+    assert ("b", "t1-0") in catalog.stale_schemas
+    note_report(catalog, "b", report(2))
+    assert manager.alter_stale() == 0 and catalog.stale_schemas == {}
