@@ -54,8 +54,8 @@ version below its RUNNING table's (`stale_schema_of`, pure; the tables being alt
 left to their AlterTable, whose call brings such a replica up itself), and each round looks
 at the replica reports of every table whose schema changed (`_sweep_altered`: a replica
 whose report does not change is never sent again). Each round re-checks the noted replicas
-against the catalog and brings at most `catch_ups_per_round_max` on LIVE servers to the
-table's schema in one step (GetSchema, then AlterSchema with the CAS on the replica's
+against the catalog and brings at most `catch_ups_per_round_max` on LIVE servers, noted at
+least STALE_GRACE_S ago (a report may lag its alter), to the table's schema in one step (GetSchema, then AlterSchema with the CAS on the replica's
 version, the table's version and the column ids in the replica's numbering:
 coordinator/gateway.py `catch_up_request`).
 
