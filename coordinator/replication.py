@@ -55,9 +55,9 @@ left to their AlterTable, whose call brings such a replica up itself), and each 
 at the replica reports of every table whose schema changed (`_sweep_altered`: a replica
 whose report does not change is never sent again). Each round re-checks the noted replicas
 against the catalog and brings at most `catch_ups_per_round_max` on LIVE servers, noted at
-least STALE_GRACE_S ago (a report may lag its alter), to the table's schema in one step (GetSchema, then AlterSchema with the CAS on the replica's
-version, the table's version and the column ids in the replica's numbering:
-coordinator/gateway.py `catch_up_request`).
+least STALE_GRACE_S ago (a report may lag its alter), to the table's schema in one step
+(GetSchema, then AlterSchema with the CAS on the replica's version, the table's version
+and the column ids in the replica's numbering: coordinator/gateway.py `catch_up_request`).
 
 The heartbeat reports carry member types when the tablet server sends them
 (TabletReport.config_member_types); otherwise the policy asks the tablet's leader
