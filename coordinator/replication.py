@@ -679,7 +679,9 @@ class ReplicationManager:
         response.changes_refused = self.counters.refused
         with self.catalog.lock:
             response.strays = len(self.catalog.strays)
+            response.stale_schemas = len(self.catalog.stale_schemas)
         response.strays_deleted = self.counters.strays_deleted
+        response.schemas_caught_up = self.counters.schemas_caught_up
         return response
 
     # ------------------------------------------------------------ the policy

@@ -1014,7 +1014,8 @@ def cmd_replication(args) -> int:
             "moves": [[m.tablet_id, m.from_uuid, m.to_uuid] for m in st.moves],
             "retiring": list(st.retiring), "changes_sent": st.changes_sent,
             "changes_refused": st.changes_refused, "strays": st.strays,
-            "strays_deleted": st.strays_deleted,
+            "strays_deleted": st.strays_deleted, "stale_schemas": st.stale_schemas,
+            "schemas_caught_up": st.schemas_caught_up,
             "unhealthy": [{"tablet_id": u.tablet_id, "table": u.table_name, "reason": u.reason}
                           for u in st.unhealthy],
         }))  # fmt: skip
@@ -1024,7 +1025,8 @@ def cmd_replication(args) -> int:
             f"{st.under_replicated}, unknown {st.unknown}, of tables being created, altered or "
             f"dropped {not_running}; moves {len(st.moves)}, retiring "
             f"{len(st.retiring)}; config changes sent {st.changes_sent}, refused "
-            f"{st.changes_refused}; stray replicas {st.strays}, deleted {st.strays_deleted}"
+            f"{st.changes_refused}; stray replicas {st.strays}, deleted {st.strays_deleted}; "
+            f"replicas behind their schema {st.stale_schemas}, caught up {st.schemas_caught_up}"
         )
         for u in st.unhealthy:
             print(f"  {u.tablet_id} ({u.table_name or '?'}): {u.reason}")

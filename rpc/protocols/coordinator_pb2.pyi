@@ -742,7 +742,7 @@ class ReplicaMove(_message.Message):
     def __init__(self, tablet_id: _Optional[str] = ..., from_uuid: _Optional[str] = ..., to_uuid: _Optional[str] = ...) -> None: ...
 
 class ReplicationStatusResponse(_message.Message):
-    __slots__ = ("tablets", "healthy_tablets", "under_replicated", "unknown", "moves", "retiring", "changes_sent", "changes_refused", "strays", "strays_deleted", "unhealthy")
+    __slots__ = ("tablets", "healthy_tablets", "under_replicated", "unknown", "moves", "retiring", "changes_sent", "changes_refused", "strays", "strays_deleted", "unhealthy", "stale_schemas", "schemas_caught_up")
     TABLETS_FIELD_NUMBER: _ClassVar[int]
     HEALTHY_TABLETS_FIELD_NUMBER: _ClassVar[int]
     UNDER_REPLICATED_FIELD_NUMBER: _ClassVar[int]
@@ -754,6 +754,8 @@ class ReplicationStatusResponse(_message.Message):
     STRAYS_FIELD_NUMBER: _ClassVar[int]
     STRAYS_DELETED_FIELD_NUMBER: _ClassVar[int]
     UNHEALTHY_FIELD_NUMBER: _ClassVar[int]
+    STALE_SCHEMAS_FIELD_NUMBER: _ClassVar[int]
+    SCHEMAS_CAUGHT_UP_FIELD_NUMBER: _ClassVar[int]
     tablets: int
     healthy_tablets: int
     under_replicated: int
@@ -765,7 +767,9 @@ class ReplicationStatusResponse(_message.Message):
     strays: int
     strays_deleted: int
     unhealthy: _containers.RepeatedCompositeFieldContainer[UnhealthyTablet]
-    def __init__(self, tablets: _Optional[int] = ..., healthy_tablets: _Optional[int] = ..., under_replicated: _Optional[int] = ..., unknown: _Optional[int] = ..., moves: _Optional[_Iterable[_Union[ReplicaMove, _Mapping]]] = ..., retiring: _Optional[_Iterable[str]] = ..., changes_sent: _Optional[int] = ..., changes_refused: _Optional[int] = ..., strays: _Optional[int] = ..., strays_deleted: _Optional[int] = ..., unhealthy: _Optional[_Iterable[_Union[UnhealthyTablet, _Mapping]]] = ...) -> None: ...
+    stale_schemas: int
+    schemas_caught_up: int
+    def __init__(self, tablets: _Optional[int] = ..., healthy_tablets: _Optional[int] = ..., under_replicated: _Optional[int] = ..., unknown: _Optional[int] = ..., moves: _Optional[_Iterable[_Union[ReplicaMove, _Mapping]]] = ..., retiring: _Optional[_Iterable[str]] = ..., changes_sent: _Optional[int] = ..., changes_refused: _Optional[int] = ..., strays: _Optional[int] = ..., strays_deleted: _Optional[int] = ..., unhealthy: _Optional[_Iterable[_Union[UnhealthyTablet, _Mapping]]] = ..., stale_schemas: _Optional[int] = ..., schemas_caught_up: _Optional[int] = ...) -> None: ...
 
 class UnhealthyTablet(_message.Message):
     __slots__ = ("tablet_id", "table_name", "reason")
