@@ -7,32 +7,44 @@ they change (coordinator/catalog.py), so an answer stays right for as long as ev
 was built from is still the very same object in the catalog: the table, each of its tablets,
 each tablet's report, and the server of each replica. An entry keeps those objects (so none
 can be freed and its identity reused) and a lookup compares them with `is` under the catalog
-lock: a few dict reads instead of building and serializing the message.
+lock: a few dict reads per tablet of that table, whatever the size of the catalog.
+
+A tablet's report is replaced on every report its leader sends, also when nothing the answer
+says has changed (its last op index moved with writes, a beat repeating it): then the
+answer's fields of the new report (`_report_facts`) are compared with those of the kept one,
+and when they agree the entry takes the new report without building anything.
+
+Every table's answer is kept (issue 28): at most `2 x tables + ENTRIES_MIN` entries (one by
+id and one by name per table, and room for those of dropped or renamed tables until they
+age out, oldest first). A fixed 4,096 made a catalog of 10,000 tables rebuild most answers
+on every pass over it. An entry is one flat tuple (few objects for the garbage collector to
+track: each build's survivors bring its next full collection closer, some 150 ms at 10,000
+tables).
 
 The answer itself is built by Engine.get_tablet_locations, and then each replica is given
 the CURVE public key of the active tablet-server principal named by its UUID (`server_key`:
 design/security.md section 2; empty for a server not admitted with a key), so a client
 connects to a replica only if it proves it holds the key admitted for that UUID. `_sources`
-names what the answer reads, the principal of each replica included. Whoever makes the
-builder read more of the catalog adds it there too (the tests compare cached and fresh
-answers after every kind of change).
+names what the answer reads, the principal of each replica included, and `_report_facts`
+what it reads of a report. Whoever makes the builder read more of the catalog adds it there
+too (the tests compare cached and fresh answers after every kind of change).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
-from coordinator.catalog import Catalog, TableInfo
+from coordinator.catalog import Catalog, TabletReportInfo
 from rpc.protocols import coordinator_pb2 as pb
 from rpc.server import Serialized
 
-ENTRIES_MAX = 4096
-
-# (tablet id, tablet, report, ((replica uuid, server, principal), ...)); report, servers and
-# principals may be None
-_TabletSources = tuple[str, object, object, tuple[tuple[str, object, object], ...]]
+# Entries kept beyond two per table (those of dropped or renamed tables, until they age out).
+ENTRIES_MIN = 4096
 TSERVER_KIND = "tserver"
+
+# An entry: (table, body, then per tablet: tablet id, tablet, report, replica count, then
+# per replica: uuid, server, principal). Report, servers and principals may be None.
+_TABLE, _BODY, _FIRST_TABLET = 0, 1, 2
 
 
 def server_key(catalog: Catalog, server_uuid: str) -> str:
@@ -44,11 +56,12 @@ def server_key(catalog: Catalog, server_uuid: str) -> str:
     return p.public_key
 
 
-@dataclass(frozen=True, slots=True)
-class _Entry:
-    table: TableInfo
-    tablets: tuple[_TabletSources, ...]
-    body: Serialized
+def _report_facts(report: TabletReportInfo | None) -> tuple | None:
+    """What Engine.get_tablet_locations reads of a tablet's report (through
+    Catalog.current_replicas too: its config)."""
+    if report is None:
+        return None
+    return (report.leader_uuid, report.config_index, report.config_uuids, report.member_types)
 
 
 class LocationCache:
@@ -61,9 +74,9 @@ class LocationCache:
     ) -> None:
         self._catalog = catalog
         self._build = build
-        self._entries: dict[tuple[str, str], _Entry] = {}  # guarded by the catalog lock
+        self._entries: dict[tuple[str, str], tuple] = {}  # guarded by the catalog lock
         self.hits = 0
-        self.misses = 0
+        self.misses = 0  # answers built
 
     def lookup(self, request: pb.GetTabletLocationsRequest) -> Serialized:
         """The answer's bytes; raises what the builder raises (NotFound, BadRequest)."""
@@ -73,7 +86,7 @@ class LocationCache:
             entry = self._entries.get(key)
             if entry is not None and self._valid(entry, key):
                 self.hits += 1
-                return entry.body
+                return entry[_BODY]
             # Built and recorded under one hold of the (reentrant) lock: they agree.
             response = self._build(request)
             for tablet in response.tablets:
@@ -81,39 +94,57 @@ class LocationCache:
                     replica.public_key = server_key(catalog, replica.server_uuid)
             table = catalog.tables[response.table_id]
             body = Serialized(response.SerializeToString())
-            if len(self._entries) >= ENTRIES_MAX:
-                self._entries.pop(next(iter(self._entries)))
-            self._entries[key] = _Entry(table, self._sources(table), body)
+            entries = self._entries
+            entries.pop(key, None)  # (re-inserted last: the oldest entries age out first)
+            while len(entries) >= 2 * len(catalog.tables) + ENTRIES_MIN:
+                entries.pop(next(iter(entries)))
+            entries[key] = (table, body, *self._sources(table))
             self.misses += 1
             return body
 
-    def _valid(self, entry: _Entry, key: tuple[str, str]) -> bool:
+    def _valid(self, entry: tuple, key: tuple[str, str]) -> bool:
         catalog = self._catalog
         table_id = key[0] or catalog.names.get(key[1])
-        if catalog.tables.get(table_id) is not entry.table:
+        if catalog.tables.get(table_id) is not entry[_TABLE]:
             return False
         tablets, reports, servers = catalog.tablets, catalog.tablet_reports, catalog.servers
         principals = catalog.principals
-        for tablet_id, tablet, report, replicas in entry.tablets:
-            if tablets.get(tablet_id) is not tablet or reports.get(tablet_id) is not report:
+        i, end = _FIRST_TABLET, len(entry)
+        while i < end:
+            tablet_id, tablet, report, n = entry[i : i + 4]
+            if tablets.get(tablet_id) is not tablet:
                 return False
-            for uuid, server, principal in replicas:
+            if reports.get(tablet_id) is not report and not self._same_report(entry, key, i):
+                return False
+            i += 4
+            for j in range(i, i + 3 * n, 3):
+                uuid, server, principal = entry[j : j + 3]
                 if servers.get(uuid) is not server or principals.get(uuid) is not principal:
                     return False
+            i += 3 * n
         return True
 
-    def _sources(self, table: TableInfo) -> tuple[_TabletSources, ...]:
-        """Every catalog value the answer for `table` was built from."""
+    def _same_report(self, entry: tuple, key: tuple[str, str], i: int) -> bool:
+        """Whether the tablet at `i` of `entry` has a new report that changes nothing the
+        answer says; if so the entry keeps the new one (caller holds the lock)."""
+        new = self._catalog.tablet_reports.get(entry[i])
+        if _report_facts(new) != _report_facts(entry[i + 2]):
+            return False
+        self._entries[key] = (*entry[: i + 2], new, *entry[i + 3 :])
+        return True
+
+    def _sources(self, table) -> list:
+        """Every catalog value the answer for `table` was built from, flat (see the entry)."""
         catalog = self._catalog
-        return tuple(
-            (
+        out: list = []
+        for tablet_id in table.tablet_ids:
+            replicas = catalog.current_replicas(tablet_id)
+            out += (
                 tablet_id,
                 catalog.tablets.get(tablet_id),
                 catalog.tablet_reports.get(tablet_id),
-                tuple(
-                    (uuid, catalog.servers.get(uuid), catalog.principals.get(uuid))
-                    for uuid in catalog.current_replicas(tablet_id)
-                ),
+                len(replicas),
             )
-            for tablet_id in table.tablet_ids
-        )
+            for uuid in replicas:
+                out += (uuid, catalog.servers.get(uuid), catalog.principals.get(uuid))
+        return out

@@ -107,3 +107,125 @@ def test_bad_names_are_refused_and_not_cached(cluster):  # noqa: F811
     with pytest.raises(NotFound):
         cache.lookup(pb.GetTabletLocationsRequest(name="missing"))
     assert cache.hits == 0 and cache.misses == 0
+
+
+def test_a_table_is_rebuilt_only_when_its_own_answer_changes(cluster):  # noqa: F811
+    """Rebuilds counted (`LocationCache.misses`): a leader report for another table's
+    tablet, a heartbeat without reports and a report that changes nothing the answer says do
+    not rebuild a table's answer; a new leader report for its tablet, a rename and a drop
+    do, each once."""
+    a = cluster.add("a")
+    cluster.leader()
+    enlist(a.engine)
+    table_id = a.engine.execute("create_table", create("t", seq=1, n=1, rf=3)).table_id
+    a.engine.execute("create_table", create("o", seq=2, n=1, rf=3))
+    cache = LocationCache(a.catalog, a.engine.get_tablet_locations)
+    by_name = pb.GetTabletLocationsRequest(name="t")
+    by_id = pb.GetTabletLocationsRequest(table_id=table_id)
+
+    def rebuilds(request: pb.GetTabletLocationsRequest) -> int:
+        """Rebuilds of the answer to `request` by two lookups, checked against a fresh one."""
+        misses = cache.misses
+        for _ in range(2):
+            with a.catalog.lock:
+                body = cache.lookup(request)
+                fresh = a.engine.get_tablet_locations(request)
+            assert pb.GetTabletLocationsResponse.FromString(body) == fresh
+        return cache.misses - misses
+
+    def leader_report(tablet_id: str, leader: str, term: int, index: int) -> pb.TabletReport:
+        return pb.TabletReport(
+            tablet_id=tablet_id,
+            role="LEADER",
+            term=term,
+            config_index=index,
+            config_uuids=["s0", "s1", "s2"],
+            config_member_types=["VOTER"] * 3,
+            leader_uuid=leader,
+        )
+
+    def beat(server: str, *reports: pb.TabletReport) -> None:
+        a.engine.heartbeat(
+            pb.HeartbeatRequest(server_uuid=server, address=f"x:{server}", tablets=reports)
+        )
+
+    assert rebuilds(by_name) == 1 and rebuilds(by_id) == 1
+    [tablet] = a.catalog.tables[table_id].tablet_ids
+    [other] = a.catalog.table_by_name("o").tablet_ids
+
+    # Another table's tablet gets a leader, then a new one; every server beats with nothing.
+    beat("s0", leader_report(other, "s0", 2, 3))
+    beat("s1", leader_report(other, "s1", 3, 3))
+    for server in ("s0", "s1", "s2"):
+        beat(server)
+    assert rebuilds(by_name) == 0 and rebuilds(by_id) == 0
+
+    # A new leader reported for the table's own tablet: one rebuild, which names it.
+    beat("s1", leader_report(tablet, "s1", 2, 3))
+    assert rebuilds(by_name) == 1 and rebuilds(by_id) == 1
+    with a.catalog.lock:
+        answer = pb.GetTabletLocationsResponse.FromString(cache.lookup(by_name))
+    assert [r.server_uuid for r in answer.tablets[0].replicas if r.is_leader] == ["s1"]
+    # The same leader reports again, nothing the answer says changed (a beat repeating it,
+    # its last op index moved by writes): no rebuild.
+    again = leader_report(tablet, "s1", 2, 3)
+    again.last_op_index = 42
+    beat("s1", again)
+    assert rebuilds(by_name) == 0
+    # Then a new term with another leader: rebuilt.
+    beat("s2", leader_report(tablet, "s2", 3, 3))
+    assert rebuilds(by_name) == 1
+
+    # Renamed: the old name is gone at once, the new one and the id are answered afresh.
+    rename = pb.AlterTableRequest(
+        request_id=pb.RequestId(client_id="client", seq=3), name="t", new_name="u"
+    )
+    a.engine.execute("alter_table", rename)
+    with pytest.raises(NotFound):
+        cache.lookup(by_name)
+    assert rebuilds(pb.GetTabletLocationsRequest(name="u")) == 1
+    assert rebuilds(by_id) == 1
+
+    # Dropped: nothing by name or id, nothing stale from the cache.
+    drop = pb.DropTableRequest(request_id=pb.RequestId(client_id="client", seq=4), name="u")
+    a.engine.execute("drop_table", drop)
+    for request in (by_id, pb.GetTabletLocationsRequest(name="u")):
+        with pytest.raises(NotFound):
+            cache.lookup(request)
+
+
+def test_every_table_keeps_its_answer_and_old_entries_age_out(cluster, monkeypatch):  # noqa: F811
+    """The cache holds an answer per table however many tables there are (a fixed bound
+    below the table count rebuilt every answer on every pass over them), and no more than
+    two per table beyond ENTRIES_MIN: those of dropped tables age out."""
+    from coordinator import locations
+
+    monkeypatch.setattr(locations, "ENTRIES_MIN", 4, raising=False)
+    monkeypatch.setattr(locations, "ENTRIES_MAX", 4, raising=False)  # (its name before)
+    a = cluster.add("a")
+    cluster.leader()
+    enlist(a.engine)
+    names = [f"t{i}" for i in range(12)]
+    for seq, name in enumerate(names, 1):
+        a.engine.execute("create_table", create(name, seq=seq, n=1, rf=1))
+    cache = LocationCache(a.catalog, a.engine.get_tablet_locations)
+
+    def a_pass(names: list[str]) -> int:
+        """Answers built by one lookup of each table, by name then by id."""
+        misses = cache.misses
+        for name in names:
+            cache.lookup(pb.GetTabletLocationsRequest(name=name))
+            table_id = a.catalog.names[name]
+            cache.lookup(pb.GetTabletLocationsRequest(table_id=table_id))
+        return cache.misses - misses
+
+    assert a_pass(names) == 24
+    assert a_pass(names) == 0 and a_pass(names) == 0
+    for seq, name in enumerate(names[:8], 100):
+        drop = pb.DropTableRequest(request_id=pb.RequestId(client_id="client", seq=seq), name=name)
+        a.engine.execute("drop_table", drop)
+    for seq, name in enumerate(["n0", "n1"], 200):  # new answers push the old ones out
+        a.engine.execute("create_table", create(name, seq=seq, n=1, rf=1))
+    assert a_pass(["n0", "n1"]) == 4
+    assert a_pass(names[8:]) == 0
+    assert len(cache._entries) <= 2 * len(a.catalog.tables) + 4
