@@ -11,6 +11,7 @@ import pytest
 from rpc.protocols.tserver_pb2 import OpType
 from tests.tservers.helpers import create, deadline, ipc, open_manager, six_rows
 from tservers.tablet import compaction as compaction_mod
+from tservers.tablet import tablet as tablet_mod
 from tservers.tablet.compaction import CompactionOptions, CompactionScheduler
 from tservers.tablet.tablet import TabletStatus
 
@@ -22,11 +23,23 @@ class IdleTablet:
         self.tablet_id = f"t{i:05d}"
         self.on_blocks: list = []
         self._reads = reads
+        self._status = TabletStatus.RUNNING
+
+    def made(self) -> IdleTablet:
+        """As a Tablet made now (tablet.UNLISTED until a scheduler lists it)."""
+        with tablet_mod.UNLISTED_LOCK:
+            tablet_mod.UNLISTED.add(self)
+        return self
+
+    def shutdown(self) -> None:
+        self._status = TabletStatus.SHUTDOWN
+        for fn in list(self.on_blocks):
+            fn(self)
 
     @property
     def status(self) -> TabletStatus:
         self._reads[0] += 1
-        return TabletStatus.RUNNING
+        return self._status
 
     @property
     def blocks(self) -> list:
@@ -48,16 +61,19 @@ def test_an_idle_round_reads_no_idle_tablet(n):
     assert reads[0] == 0, f"{reads[0]} reads of {n} idle tablets in 3 idle rounds"
     assert sched.examined_last == 0
     # A new tablet: looked at once, alone.
-    tablets.append(IdleTablet(n, reads))
+    tablets.append(IdleTablet(n, reads).made())
     assert sched.run_once() == 0 and sched.examined_last == 1
     assert sched.run_once() == 0 and sched.examined_last == 0
     # A tablet told changed (what a flush or a compaction's end does): looked at once.
     tablets[3].on_blocks[0](tablets[3])
     assert sched.run_once() == 0 and sched.examined_last == 1
     assert sched.run_once() == 0 and sched.examined_last == 0
-    # A gone tablet is unhooked and forgotten.
+    # A tablet shut down (deleted) is unhooked and forgotten, the others not read.
     gone = tablets.pop(5)
-    assert sched.run_once() == 0 and gone.on_blocks == []
+    gone.shutdown()
+    reads[0] = 0
+    assert sched.run_once() == 0 and sched.examined_last == 1 and gone.on_blocks == []
+    assert reads[0] <= 3 and gone not in sched._known
     # The backstop: every FULL_SWEEP_S, one round looks at all of them.
     now[0] += compaction_mod.FULL_SWEEP_S
     assert sched.run_once() == 0 and sched.examined_last == n

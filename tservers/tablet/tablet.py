@@ -51,6 +51,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -332,6 +333,13 @@ def _to_python(col: pa.ChunkedArray | pa.Array) -> list:
     return col.to_pylist()
 
 
+# Tablets made and not yet in a compaction scheduler's listing: its rounds take the
+# manager's list of every tablet only while one of these is RUNNING (compaction.py,
+# "Changed tablets only"; issue 28). Weak: a tablet never listed is not kept alive here.
+UNLISTED_LOCK = threading.Lock()
+UNLISTED: weakref.WeakSet[Tablet] = weakref.WeakSet()
+
+
 class Tablet:
     """A READY replica. Created by the TabletManager, which owns its lifecycle."""
 
@@ -391,9 +399,10 @@ class Tablet:
         self.on_written: Callable[[Tablet], None] | None = None
         # Told when applying an entry fails the tablet (its heartbeat report changes).
         self.on_failed: Callable[[Tablet], None] | None = None
-        # Told (no lock held) when its blocks changed (a flush) or a compaction ended
-        # (committed, gave up or failed: the runs it held are free again): the compaction
-        # scheduler looks at such tablets only, not every tablet every round (issue 28).
+        # Told (no lock held) when its blocks changed (a flush), a compaction ended
+        # (committed, gave up or failed: the runs it held are free again) or it shut down:
+        # the compaction scheduler looks at such tablets only, not every tablet every round
+        # (issue 28); until one lists it, it is in UNLISTED.
         self.on_blocks: list[Callable[[Tablet], None]] = []
         self.barrier = False
         self.switching = False  # an alter is flushing and switching the schema
@@ -421,6 +430,8 @@ class Tablet:
         self.scan_rows_direct = 0
         self.scan_slabs_merged = 0
         self.scan_rows_merged = 0
+        with UNLISTED_LOCK:
+            UNLISTED.add(self)
 
     # ================================================================ bootstrap
     def bootstrap(self, *, wal_synced: bool = False) -> list[LogEntryPB]:
@@ -1953,6 +1964,7 @@ class Tablet:
         with self.flush_lock:
             if self.wal is not None:
                 self.wal.close()
+        self._blocks_changed()  # forgotten by the compaction scheduler
 
     def last_op_id(self) -> OpIdPB:
         if self.group is not None:
