@@ -6,7 +6,8 @@ threads and the Raft driver) gets N single-voter tablets, empty; once every one 
 `--window-s` with no traffic and prints it as % of one core, for a baseline of `--baseline`
 tablets and for N, and the same again for the code of `--against DIR` (another checkout,
 e.g. a `git worktree` of an older commit) in the same run, so the two are side by side.
-CPU time, not wall time: another process's load moves it little.
+CPU time, not wall time: another process's load moves it little. Under each run, its
+busiest threads' CPU over the same window (each thread's own CPU clock), by name.
 
     .venv/bin/python bench/idle_manager.py --tablets 1000 [--against /tmp/old] [--window-s 20]
 
@@ -64,13 +65,35 @@ def child(tablets: int, settle_s: float, window_s: float) -> dict:
                 )
             created_s = time.monotonic() - t0
             time.sleep(settle_s)
-            c0, w0 = os.times(), time.monotonic()
+            c0, w0, t0s = os.times(), time.monotonic(), thread_cpu()
             time.sleep(window_s)
-            c1, w1 = os.times(), time.monotonic()
+            c1, w1, t1s = os.times(), time.monotonic(), thread_cpu()
         finally:
             m.close()
     cpu = (c1.user - c0.user) + (c1.system - c0.system)
-    return {"tablets": tablets, "cpu_pct": 100.0 * cpu / (w1 - w0), "created_s": created_s}
+    threads: dict[str, float] = {}
+    for key, s1 in t1s.items():
+        name = key[1]
+        threads[name] = threads.get(name, 0.0) + 100.0 * (s1 - t0s.get(key, 0.0)) / (w1 - w0)
+    return {
+        "tablets": tablets,
+        "cpu_pct": 100.0 * cpu / (w1 - w0),
+        "created_s": created_s,
+        "threads": threads,
+    }
+
+
+def thread_cpu() -> dict[tuple[int, str], float]:
+    """CPU seconds of each live thread (its own clock), by (ident, name)."""
+    import threading
+
+    out = {}
+    for th in threading.enumerate():
+        try:
+            out[(th.ident, th.name)] = time.clock_gettime(time.pthread_getcpuclockid(th.ident))
+        except (OSError, TypeError):
+            pass  # ended meanwhile
+    return out
 
 
 def run_child(tree: Path, tablets: int, settle_s: float, window_s: float) -> dict:
@@ -103,6 +126,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--against", type=Path, help="another checkout, run the same way")
     ap.add_argument("--settle-s", type=float, default=5.0)
     ap.add_argument("--window-s", type=float, default=20.0)
+    ap.add_argument(
+        "--threads", type=int, default=6, help="the busiest threads' CPU printed per run"
+    )
     ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child is not None:
@@ -115,6 +141,9 @@ def main(argv: list[str] | None = None) -> int:
         for name, tree in trees:
             r = run_child(tree, n, args.settle_s, args.window_s)
             print(f"{name:8} {n:8d} {r['cpu_pct']:22.2f} {r['created_s']:13.1f}", flush=True)
+            top = sorted(r.get("threads", {}).items(), key=lambda kv: -kv[1])[: args.threads]
+            if top:
+                print("         threads: " + ", ".join(f"{k} {v:.3f}%" for k, v in top), flush=True)
     print(f"load average at end: {os.getloadavg()[0]:.2f}")
     return 0
 
