@@ -5,7 +5,11 @@ under a temporary folder and one SparkSession (default local[2]). The same cache
 of --rows rows (id long, n int, x double, s string, ts timestamp) is written to a table
 through the data source (insert, one client session per task) and to Parquet with
 `df.write.parquet`; then each is read in full with the `noop` sink (every column of every
-row is materialised, no Parquet metadata shortcut), --repeats times, best time kept.
+row is materialised, no Parquet metadata shortcut), --repeats times, best time kept: the
+wall time of `write.format("noop").save()`, i.e. planning (for the data source the planning
+worker's `partitions()`, a locations refresh at the coordinator) and the job. The data
+source is read with the "partitions" option set to Spark's defaultParallelism, the number
+Spark packs Parquet's files to (the ratio), and with one task per tablet (printed too).
 Then point reads through the data source: a key pinned by the "predicates" option (tablet
 pruning: one task, one tablet) against the same row found by a predicate on a non-key
 column (x = id / 2: every tablet scanned), --points keys each, p50.
@@ -95,14 +99,31 @@ def main() -> int:
         write_parquet = timed(lambda: df.write.mode("overwrite").parquet(parquet))
         df.unpersist()
 
-        table_df = (
+        # Spark packs Parquet's files into about defaultParallelism partitions; the data
+        # source is told the same number through its "partitions" option (the tablets are
+        # dealt into that many tasks). One task per tablet (no option) is timed too.
+        parallelism = spark.sparkContext.defaultParallelism
+        per_tablet_df = (
             spark.read.format("logcentric")
             .option("coordinators", coords)
             .option("table", "bench")
             .load()
         )
+        table_df = (
+            spark.read.format("logcentric")
+            .option("coordinators", coords)
+            .option("table", "bench")
+            .option("partitions", str(parallelism))
+            .load()
+        )
         parquet_df = spark.read.parquet(parquet)
-        assert table_df.count() == args.rows and parquet_df.count() == args.rows
+        for d in (per_tablet_df, table_df, parquet_df):
+            assert d.count() == args.rows
+        parts_read = [d.rdd.getNumPartitions() for d in (per_tablet_df, table_df, parquet_df)]
+        read_per_tablet = min(
+            timed(lambda: per_tablet_df.write.format("noop").mode("overwrite").save())
+            for _ in range(args.repeats)
+        )
         read_table = min(
             timed(lambda: table_df.write.format("noop").mode("overwrite").save())
             for _ in range(args.repeats)
@@ -140,9 +161,17 @@ def main() -> int:
 
     rows = args.rows
     print(f"{rows:,} rows, {args.tablets} tablets, master {args.master}, plaintext cluster")
-    print(f"  read  table (data source): {read_table:7.2f} s  {rows / read_table:>12,.0f} rows/s")
+    print(
+        f"  read  table, 1 task/tablet: {read_per_tablet:6.2f} s  "
+        f"{rows / read_per_tablet:>12,.0f} rows/s  {parts_read[0]} partitions"
+    )
+    print(
+        f"  read  table (data source): {read_table:7.2f} s  {rows / read_table:>12,.0f} rows/s"
+        f"  {parts_read[1]} partitions (option partitions={parallelism})"
+    )
     print(
         f"  read  parquet:             {read_parquet:7.2f} s  {rows / read_parquet:>12,.0f} rows/s"
+        f"  {parts_read[2]} partitions"
     )
     print(f"  write table (data source): {write_table:7.2f} s  {rows / write_table:>12,.0f} rows/s")
     rate = rows / write_parquet
@@ -156,6 +185,7 @@ def main() -> int:
         f"{parts_value} partition(s) (every tablet)"
     )
     print(f"ratio read  table/parquet: {read_table / read_parquet:.2f}x (target <= 1.2x)")
+    print(f"ratio read  table, 1 task/tablet/parquet: {read_per_tablet / read_parquet:.2f}x")
     print(f"ratio write table/parquet: {write_table / write_parquet:.2f}x")
     print(f"ratio point read key/non-key: {point_key / point_value:.2f}x")
     return 0

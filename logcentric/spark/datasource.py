@@ -2,7 +2,8 @@
 
 Read: `schema()` asks the coordinator for the table's schema; `partitions()` makes one input
 partition per tablet the `predicates` option can match (all of them unless the predicates
-pin the hash key: the client's tablet pruning); each task streams its tablet's Arrow batches
+pin the hash key: the client's tablet pruning), or deals those tablets into at most
+`partitions` (the option) tasks; each task streams its tablets' Arrow batches
 through `Table.scan_tablet` with its Python worker's client, which Spark's reused workers
 keep between tasks and queries (`_shared_client`; projection = the `columns` option;
 predicates = the `predicates` option; Spark's own filters are evaluated by Spark: no
@@ -16,7 +17,7 @@ operation to use when a job may be retried (Spark task retries, a rerun after a 
 
 Options: coordinators or cluster (else LOGCENTRIC_COORDINATORS / LOGCENTRIC_CLUSTER / the
 clusters file's default, as `logcentric.connect`), table (required), operation, columns,
-predicates, flush_rows_max, timeout_s, credentials (a credentials file: CURVE as its
+predicates, partitions, flush_rows_max, timeout_s, credentials (a credentials file: CURVE as its
 principal; else LOGCENTRIC_CREDENTIALS or the cluster's clusters-file entry; the executors
 read it at the same path); see logcentric/spark/mapping.py and design/spark.md.
 A cluster name is resolved once, on the driver: the readers and writers that travel to the
@@ -138,12 +139,27 @@ def _describe_table(options: SourceOptions) -> TableInfo:
 
 
 class TabletPartition(InputPartition):
-    """One tablet of the table: one Spark task scans it."""
+    """The tablets one Spark task scans, one after another: one tablet by default, several
+    when the "partitions" option deals the tablets into fewer tasks."""
 
-    def __init__(self, tablet_id: str, index: int) -> None:
-        super().__init__(tablet_id)
-        self.tablet_id = tablet_id
+    def __init__(self, tablet_ids: Sequence[str], index: int) -> None:
+        super().__init__(tuple(tablet_ids))
+        self.tablet_ids = tuple(tablet_ids)
         self.index = index
+
+    @property
+    def tablet_id(self) -> str:
+        """The tablet of a one-tablet partition (the default plan)."""
+        (only,) = self.tablet_ids
+        return only
+
+
+def deal_tablets(tablet_ids: Sequence[str], partitions: int) -> list[list[str]]:
+    """`tablet_ids` (in bucket order) in at most `partitions` runs of consecutive tablets
+    whose lengths differ by one at most; 0: one run per tablet."""
+    n = len(tablet_ids) if partitions <= 0 else min(partitions, len(tablet_ids))
+    size = len(tablet_ids)
+    return [list(tablet_ids[i * size // n : (i + 1) * size // n]) for i in range(n)]
 
 
 class TableDataSource(DataSource):
@@ -208,14 +224,17 @@ class TableReader(DataSourceReader):
         self.predicates = predicates
 
     def partitions(self) -> Sequence[InputPartition]:
-        """One partition per tablet the "predicates" option can match: when they pin every
-        hash-key column (`=`, `in`, a narrow integer range), only the tablets of those keys'
-        buckets (`Table.scan_tablets`, the client's pruning), else every tablet."""
+        """The tablets the "predicates" option can match: when they pin every hash-key
+        column (`=`, `in`, a narrow integer range), only the tablets of those keys' buckets
+        (`Table.scan_tablets`, the client's pruning), else every tablet. One partition per
+        tablet, or, with the "partitions" option N, those tablets dealt into at most N
+        partitions (runs of consecutive buckets)."""
         t = _shared_client(self.options).table(self.options.table)
         t.refresh()  # this query's tablets and locations, whatever an earlier query cached
         self._check_same_table(t)
         tablets = sorted(t.scan_tablets(self.predicates), key=lambda info: info.hash_bucket)
-        return [TabletPartition(str(info.tablet_id), i) for i, info in enumerate(tablets)]
+        runs = deal_tablets([str(info.tablet_id) for info in tablets], self.options.partitions)
+        return [TabletPartition(run, i) for i, run in enumerate(runs)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, TabletPartition), partition
@@ -228,20 +247,22 @@ class TableReader(DataSourceReader):
         if str(t.table_id) != self.info.table_id:
             t.refresh()
             self._check_same_table(t)
-        batches = t.scan_tablet(
-            partition.tablet_id,
-            projection=list(self.read_schema.names),
-            predicates=list(self.predicates),
-        )
-        try:
-            for batch in batches:
-                if batch.num_rows:
-                    yield mapping.to_spark_batch(batch, target)
-        except TabletNotFound:
-            # The scan refreshed the handle and the tablet was gone: a table dropped and
-            # created again since the handle was cached says so, as the lookup above does.
-            self._check_same_table(t)
-            raise
+        # Each tablet is its own scan (its own snapshot, as with one tablet per task).
+        for tablet_id in partition.tablet_ids:
+            batches = t.scan_tablet(
+                tablet_id,
+                projection=list(self.read_schema.names),
+                predicates=list(self.predicates),
+            )
+            try:
+                for batch in batches:
+                    if batch.num_rows:
+                        yield mapping.to_spark_batch(batch, target)
+            except TabletNotFound:
+                # The scan refreshed the handle and the tablet was gone: a table dropped and
+                # created again since the handle was cached says so, as the lookup above does.
+                self._check_same_table(t)
+                raise
 
     def _check_same_table(self, t) -> None:
         if str(t.table_id) != self.info.table_id:

@@ -36,6 +36,8 @@ Predicate = tuple[str, str, object]
 SPARK_TIMESTAMP_ARROW = pa.timestamp("us", tz="UTC")
 TABLE_TIMESTAMP_ARROW = pa.timestamp("us")
 TIMEOUT_S_DEFAULT = 60.0
+# Read partitions: 0 = one per tablet; else the tablets are dealt into at most this many.
+PARTITIONS_MAX = 100_000
 FLUSH_ROWS_DEFAULT = 10_000
 FLUSH_ROWS_MAX = 1_000_000
 ERRORS_SHOWN_MAX = 5
@@ -69,6 +71,9 @@ class SourceOptions:
     # LOGCENTRIC_CREDENTIALS, else the cluster's clusters-file entry) and checked there;
     # the workers load it from the same path. "": plaintext.
     credentials: str = ""
+    # Read tasks: 0 = one per tablet; N = the tablets dealt into at most N partitions, each
+    # task scanning its tablets one after another (design/spark.md, "Partitions").
+    partitions: int = 0
 
 
 OPTIONS_KNOWN = (
@@ -81,6 +86,7 @@ OPTIONS_KNOWN = (
     "flush_rows_max",
     "timeout_s",
     "credentials",
+    "partitions",
 )
 
 
@@ -123,6 +129,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         if len(set(columns)) != len(columns):
             raise OptionError(f'option "columns" names a column twice: {opts["columns"]!r}')
     predicates = opts.get("predicates", "").strip()
+    partitions = _parse_int(opts, "partitions", 0, 1, PARTITIONS_MAX)
     flush_rows_max = _parse_int(opts, "flush_rows_max", FLUSH_ROWS_DEFAULT, 1, FLUSH_ROWS_MAX)
     try:
         timeout_s = float(opts.get("timeout_s", TIMEOUT_S_DEFAULT))
@@ -140,6 +147,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         timeout_s,
         cluster,
         opts.get("credentials", "").strip(),
+        partitions,
     )
 
 
