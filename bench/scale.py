@@ -27,7 +27,7 @@ in the same run and for N, with their ratio:
   10,000 tables the first pass built three in four of them again. The first pass's ratio
   says what a catalog's size costs a lookup of a table not asked for in a while, the
   second's what it costs a steady client. A pass is 2,000 calls, 0.1-0.4 s: passes on
-  one cluster differ by up to 40% from one another (design/coordinator.md, section 9).
+  one cluster differ by up to a factor of two (design/coordinator.md, section 9).
 
     .venv/bin/python bench/scale.py [--tablets 50] [--tables N] [--baseline 10]
         [--samples 30] [--idle-window-s 10] [--settle-s 5] [--restart kill|stop|both]
