@@ -110,18 +110,21 @@ class LocationCache:
         tablets, reports, servers = catalog.tablets, catalog.tablet_reports, catalog.servers
         principals = catalog.principals
         i, end = _FIRST_TABLET, len(entry)
-        while i < end:
-            tablet_id, tablet, report, n = entry[i : i + 4]
-            if tablets.get(tablet_id) is not tablet:
+        while i < end:  # (indexed, not sliced: a hit allocates nothing)
+            tablet_id = entry[i]
+            if tablets.get(tablet_id) is not entry[i + 1]:
                 return False
-            if reports.get(tablet_id) is not report and not self._same_report(entry, key, i):
+            if reports.get(tablet_id) is not entry[i + 2] and not self._same_report(entry, key, i):
                 return False
-            i += 4
-            for j in range(i, i + 3 * n, 3):
-                uuid, server, principal = entry[j : j + 3]
-                if servers.get(uuid) is not server or principals.get(uuid) is not principal:
+            j, i = i + 4, i + 4 + 3 * entry[i + 3]
+            while j < i:
+                uuid = entry[j]
+                if (
+                    servers.get(uuid) is not entry[j + 1]
+                    or principals.get(uuid) is not entry[j + 2]
+                ):
                     return False
-            i += 3 * n
+                j += 3
         return True
 
     def _same_report(self, entry: tuple, key: tuple[str, str], i: int) -> bool:
