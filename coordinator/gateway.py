@@ -164,33 +164,33 @@ class RpcTabletServerGateway:
             # catch-up): done. Behind the old version too (an earlier alter skipped it, its
             # server down): brought to the new schema in one step here, since the catch-up
             # of coordinator/replication.py leaves the tables being altered to this call.
-            current = self.get_schema(server, tablet_id, timeout_s)
-            if current.version >= new_schema.version:
-                return
-            sent = catch_up(client, server.uuid, tablet_id, new_schema, timeout_s, current)
+            sent = catch_up(client, server.uuid, tablet_id, new_schema, timeout_s)
             if sent is not None:
                 logger.info(
                     "tablet %s on %s: schema version %d brought to %d (missed an alter)",
                     tablet_id,
                     server.uuid,
-                    current.version,
+                    sent.expected_version,
                     new_schema.version,
                 )
 
     def get_schema(self, server: ServerInfo, tablet_id: str, timeout_s: float) -> ts.SchemaPB:
         """The replica's schema as it says (GetSchema)."""
-        return (
-            self._client(server.address)
-            .call(
-                server.uuid,
-                "TServer.GetSchema",
-                ts.GetSchemaRequest(tablet_id=tablet_id),
-                ts.GetSchemaResponse,
-                timeout_s=timeout_s,
-                idempotent=True,
-            )
-            .schema
-        )
+        return get_schema(self._client(server.address), server.uuid, tablet_id, timeout_s)
+
+
+def get_schema(
+    client: RpcClient, server_uuid: str, tablet_id: str, timeout_s: float
+) -> ts.SchemaPB:
+    """A replica's schema as it says (TServer.GetSchema)."""
+    return client.call(
+        server_uuid,
+        "TServer.GetSchema",
+        ts.GetSchemaRequest(tablet_id=tablet_id),
+        ts.GetSchemaResponse,
+        timeout_s=timeout_s,
+        idempotent=True,
+    ).schema
 
 
 def catch_up_request(
@@ -241,22 +241,13 @@ def catch_up(
     tablet_id: str,
     table: pb.Schema,
     timeout_s: float,
-    current: ts.SchemaPB | None = None,
 ) -> ts.AlterSchemaRequest | None:
-    """Bring a replica to its table's schema `table` if it is older: GetSchema (unless its
-    schema `current` is given), then the AlterSchema of `catch_up_request`, each call with
-    `timeout_s`. Returns the request sent; None when the replica is at that version or
-    newer. Raises the calls' errors (CAS_FAILED: the replica's schema changed meanwhile),
-    IllegalState when the two schemas cannot be matched."""
-    if current is None:
-        current = client.call(
-            server_uuid,
-            "TServer.GetSchema",
-            ts.GetSchemaRequest(tablet_id=tablet_id),
-            ts.GetSchemaResponse,
-            timeout_s=timeout_s,
-            idempotent=True,
-        ).schema
+    """Bring a replica to its table's schema `table` if it is older: GetSchema, then the
+    AlterSchema of `catch_up_request`, each call with `timeout_s`. Returns the request
+    sent; None when the replica is at that version or newer. Raises the calls' errors
+    (CAS_FAILED: the replica's schema changed meanwhile), IllegalState when the two
+    schemas cannot be matched."""
+    current = get_schema(client, server_uuid, tablet_id, timeout_s)
     if current.version >= table.version:
         return None
     request = catch_up_request(tablet_id, current, table)
