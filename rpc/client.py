@@ -745,11 +745,12 @@ class Transport:
         sock = d.socket
         try:
             _send(sock, prefix + tail, _MORE, True)
+            send_frames(sock, frames)  # the rest
         except zmq.Again:
+            # Nothing was sent: no live connection for the first frame, or the connection
+            # went away mid-message (libzmq rolls the message back: frames/send_frames).
             header = d.header(method, recipient_uuid, caller_uuid)
             self._direct_send_slow(d, call_id, method, header, frames, deadline, now)
-        else:
-            send_frames(sock, frames)  # the rest: the first frame is queued
         answer, reply = self._direct_receive(d, call_id, deadline, drops, method, timeout_s, prefix)
         return self._direct_result(answer, reply)
 
@@ -920,7 +921,13 @@ class Transport:
             sock = d.socket
             try:
                 _send(sock, prefix + tail, _MORE, True)
-            except zmq.Again:
+                if len(frames) == 2:  # a body and one sidecar, the common case: spelled out
+                    _send(sock, body, _MORE, len(body) < ZERO_COPY_BYTES_MIN)
+                    last = frames[1]
+                    _send(sock, last, _NOBLOCK, len(last) < ZERO_COPY_BYTES_MIN)
+                else:
+                    send_frames(sock, frames)  # the rest
+            except zmq.Again:  # nothing sent (as in _direct_call)
                 try:
                     header = d.header(method, recipient_uuid, caller_uuid)
                     self._direct_send_slow(d, call_id, method, header, frames, deadline, now)
@@ -933,13 +940,6 @@ class Transport:
                 except errors.RpcError as err:
                     call.error = err
                     return call
-            else:
-                if len(frames) == 2:  # a body and one sidecar, the common case: spelled out
-                    _send(sock, body, _MORE, len(body) < ZERO_COPY_BYTES_MIN)
-                    last = frames[1]
-                    _send(sock, last, _NOBLOCK, len(last) < ZERO_COPY_BYTES_MIN)
-                else:
-                    send_frames(sock, frames)  # the rest: the first frame is queued
             pending[call_id] = deadline
         return call
 

@@ -26,11 +26,11 @@ assert issubclass(zmq.Socket, zmq.backend.Socket)
 
 
 def send_frames(sock: zmq.Socket, frames: list) -> None:
-    """Send all frames without blocking; raises zmq.Again if the first cannot be queued.
-
-    zmq queues a multipart message atomically once its first frame is accepted, so a
-    later frame of the same message does not fail with Again. A frame may be bytes, a
-    buffer or a received zmq.Frame (sent as it is).
+    """Send all frames without blocking; raises zmq.Again when the message was not sent:
+    its first frame could not be queued, or the connection went away mid-message (libzmq's
+    DEALER rolls the frames sent so far back and answers EAGAIN, so nothing of it leaves
+    and the next send starts a new message). Either way the whole message may be sent
+    again. A frame may be bytes, a buffer or a received zmq.Frame (sent as it is).
     """
     assert frames, "a message has at least one frame"
     send = _send
