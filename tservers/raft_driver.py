@@ -131,6 +131,10 @@ FAREWELL_REPEATS = 3
 # server holding only a tombstone of the group never speaks first: its leader stayed quiet
 # and never copied the tablet to it again (seen once in tests/replication/test_tablet_copy.py).
 RETURN_PROBE_ROUNDS_MAX = 8
+# Start-up: the replicas opened then start no election until every one is open
+# (`hold_elections_while_opening`, `opened`), or at the latest this long after the hold began
+# (a tablet whose open hangs must not keep the others from campaigning for ever).
+STARTUP_HOLD_MAX_S = 120.0
 # Leadership hand-over before a graceful stop (`RaftDriver.hand_over_leadership`): groups
 # in transfer at once (each costs its target one TimeoutNow, then an election's messages:
 # well inside a peer's queue of 16 batches of 256 messages), and how often the caller looks
@@ -436,6 +440,9 @@ class _TombstoneSink:
         log.error("tombstoned replica %s: %s", self.tablet_id, reason)
 
 
+_PING_OPENING = ConsensusRequest(opening=True).SerializeToString()
+
+
 class _PeerOut:
     """The driver's way to one peer server: one-way batches on a socket of its own, posted
     from the driver thread (no hand-off). Closing it drops what zmq still queues."""
@@ -476,11 +483,13 @@ class _PeerOut:
             )
         return self.poster
 
-    def ping(self, address: str = "") -> None:
-        """The liveness message: an empty batch (the peer notes that it heard this server)."""
+    def ping(self, address: str = "", opening: bool = False) -> None:
+        """The liveness message: an empty batch (the peer notes that it heard this server),
+        saying whether this server still opens the tablets it found at start-up."""
         poster = self._ready_poster(address)
         if poster is not None:
-            poster.post(self.uuid, CONSENSUS_METHOD, b"", self.driver.options.send_timeout_s)
+            body = _PING_OPENING if opening else b""
+            poster.post(self.uuid, CONSENSUS_METHOD, body, self.driver.options.send_timeout_s)
 
     def post(self, pbs: list[tuple[ConsensusMessagePB, int]], address: str) -> None:
         opts = self.driver.options
@@ -599,6 +608,18 @@ class RaftDriver:
         # Servers heard from again, to probe again: uuid -> [rounds to the next, interval].
         self._returned: dict[str, list[int]] = {}
         self.return_probes = 0  # quiet leaders' probes of returned servers, repeats (tests)
+        # Start-up (`hold_elections_while_opening`): this server's replicas opened meanwhile
+        # start no election until `opened` (or STARTUP_HOLD_MAX_S), and its liveness pings
+        # say it is opening, to the peers its tablets' configs name (`watch_configs`: read
+        # before any tablet opens). Peers whose last ping said they were opening (any thread
+        # adds and removes: set operations are atomic): liveness counts them as down (their
+        # replicas lead nothing and answer little) until a ping says they are open, which
+        # is their return (`peer_up`: quiet leaders here probe them).
+        self._opening = False
+        self._hold_until_s = 0.0
+        self._startup_watch: set[str] = set()
+        self._opening_peers: set[str] = set()
+        self.elections_released = 0  # groups released from the start-up hold (tests)
         self.peers_declared_down = 0  # metrics, tests
         self._next_probe_s = 0.0  # the next probe of the servers declared dead (`_probe`)
         self._probe_interval_s = 0.0
@@ -813,16 +834,66 @@ class RaftDriver:
         return len(led), handed, still
 
     # ------------------------------------------------------------ groups
+    def hold_elections_while_opening(self) -> None:
+        """Start-up begins: the replicas added with `hold=True` from now on start no
+        election until `opened` (at most STARTUP_HOLD_MAX_S), and the liveness pings say
+        this server is opening. A kill -9 and restart of a server of 3,000 replicas had each
+        of them pre-vote 1-2 s after its own open, while the others were still opening and
+        before its peers' leaders had reached it: every pre-vote woke a quiet leader and a
+        quiet follower on the two other servers, and the elections that load set off went on
+        for 20 s (design/consensus.md, "Restart without a storm")."""
+        self._hold_until_s = time.monotonic() + STARTUP_HOLD_MAX_S
+        self._opening = True
+
+    def watch_configs(self, configs: list) -> None:
+        """Start-up: the committed configs (RaftConfigPB) of the tablets about to open. Their
+        peers are watched (and pinged) from now on, before any of those tablets is open: a
+        restarted server says at once that it is back and opening."""
+        peers: set[str] = set()
+        for cfg in configs:
+            self.learn_addresses(peer_addresses(cfg))
+            peers.update(p.uuid for p in cfg.peers)
+        peers.discard(self.uuid)
+        self._startup_watch = peers
+        self._watch = self._watch | peers
+
+    def opened(self) -> None:
+        """Start-up's opening is over: the held replicas are released (each times out a
+        randomized election timeout from now unless a leader reaches it first) and the
+        pings say so, which makes the peers' quiet leaders probe this server."""
+        if self._opening:
+            self._opening = False
+            self._post(("release",))
+
+    def _release_held(self, dirty: dict[str, RaftGroup]) -> None:
+        with self._groups_lock:
+            groups = list(self._groups.values())
+        n = 0
+        for g in groups:
+            with g.lock:
+                if g.closed or g.failed or not g.core.elections_held:
+                    continue
+                g.catch_up_locked()  # the ticks it slept through count before the release
+                g.core.release_elections()
+            n += 1
+            dirty[g.tablet_id] = g  # (its timer is due again)
+        self.elections_released += n
+        if n:
+            log.info("start-up over: %d replicas may start elections from now", n)
+
     def add_group(
         self,
         tablet,
         cmeta: ConsensusMetaPB,
         wal_entries: list[LogEntryPB],
         snapshot: OpId,
+        *,
+        hold: bool = False,
     ) -> RaftGroup:
         """Start (or restart) a tablet's core from consensus metadata, the snapshot point
         (the flushed op id: everything at or below it is in the tablet's blocks) and the WAL
-        entries after it."""
+        entries after it. `hold`: opened at start-up; while the server is still opening
+        (`hold_elections_while_opening`), it starts no election of its own."""
         tablet_id = tablet.tablet_id
         check_durable_state(tablet_id, cmeta, snapshot, wal_entries)
         entries: list[Entry] = [entry_from_pb(e) for e in wal_entries if e.index > snapshot.index]
@@ -863,6 +934,8 @@ class RaftDriver:
                     core.peer_down(u)
                 if self._leaving:
                     core.stop_campaigning()
+                if hold and self._opening and len(core.config.voters) > 1:
+                    core.hold_elections()
             self._groups[tablet_id] = g
         self.report_changed(tablet_id)
         self.wake(g)
@@ -948,16 +1021,26 @@ class RaftDriver:
 
     # ------------------------------------------------------------ inputs
     def deliver(
-        self, messages: list[Message], sender_addresses: dict[str, str], caller: str = ""
+        self,
+        messages: list[Message],
+        sender_addresses: dict[str, str],
+        caller: str = "",
+        opening: bool = False,
     ) -> int:
         """Queue network messages for the driver; returns how many were accepted (the
         others are dropped: the inbox is bounded and Raft resends). `caller` (the rpc
         caller's server uuid) and every sender are heard from now (liveness); an empty
-        batch is a liveness message."""
+        batch is a liveness message, `opening` its word that the caller still opens its
+        tablets (the first ping without it has the quiet leaders here probe the caller)."""
         now = time.monotonic()
         watch = self._watch  # only peers of our groups: strangers cannot grow the map
         if caller in watch:
             self._heard[caller] = now
+            if not messages:
+                if opening:
+                    self._opening_peers.add(caller)
+                else:
+                    self._opening_peers.discard(caller)
         for m in messages:
             if m.sender in watch:
                 self._heard[m.sender] = now
@@ -1046,6 +1129,8 @@ class RaftDriver:
                 stage.error = err
                 stage.durable = True
                 dirty[g.tablet_id] = g
+            elif kind == "release":
+                self._release_held(dirty)
             else:  # wake
                 g = ev[1]
                 dirty[g.tablet_id] = g
@@ -1186,7 +1271,7 @@ class RaftDriver:
                             continue
                         p = peers[uuid] = _PeerOut(self, uuid, address)
                     try:
-                        p.ping(address)
+                        p.ping(address, opening=self._opening)
                     except Exception as e:  # one peer's socket must not stop every ping
                         log.warning("liveness ping to %s failed: %s", uuid, e)
                         p.reset()
@@ -1206,6 +1291,13 @@ class RaftDriver:
         if not raft.quiesce:
             self._next_ping_s = float("inf")
             return
+        if self._opening and now >= self._hold_until_s:
+            log.warning(
+                "start-up still opening tablets after %.0f s: elections no longer held",
+                STARTUP_HOLD_MAX_S,
+            )
+            self._opening = False
+            self._release_held(dirty)
         if now - self._watch_refreshed_s >= LIVENESS_REFRESH_S:
             self._watch_refreshed_s = now
             with self._groups_lock:
@@ -1213,6 +1305,8 @@ class RaftDriver:
             watch: set[str] = set()
             for g in groups:
                 watch.update(g.core.config.uuids)  # a racy read of one attribute: fine here
+            if self._opening:
+                watch |= self._startup_watch
             watch.discard(self.uuid)
             self._watch = watch
         for f in self._farewells:
@@ -1221,10 +1315,19 @@ class RaftDriver:
         self._farewells = [f for f in self._farewells if f[0] > 0]
         timeout_s = raft.election_timeout_ticks * tick_s
         newly_down, back = [], []
+        opening = self._opening_peers
         for uuid in list(self._watch):
             heard = self._heard.get(uuid)
             if heard is None:
                 self._heard[uuid] = now  # watched from now on: a full timeout of grace
+            elif uuid in opening:
+                # Alive but still opening its tablets (its pings say so): down for Raft.
+                # Followers here whose leader it was elect another (what it led before its
+                # restart it leads no more, and its replicas hold their elections), and
+                # quiet leaders here do not wait for its answers; once its pings say it is
+                # open it is back, and they probe it.
+                if uuid not in self._down:
+                    newly_down.append(uuid)
             elif now - heard <= timeout_s:
                 if uuid in self._down:
                     back.append(uuid)
@@ -1233,11 +1336,19 @@ class RaftDriver:
         if newly_down or back:
             self.peers_declared_down += len(newly_down)
             woken = self._tell_groups(newly_down, back, dirty)
-            if newly_down:
+            silent = sorted(u for u in newly_down if u not in opening)
+            if silent:
                 log.info(
                     "peer servers %s not heard from for %.1f s: %d quiet groups woke",
-                    ", ".join(sorted(newly_down)),
+                    ", ".join(silent),
                     timeout_s,
+                    woken,
+                )
+            if len(silent) < len(newly_down):
+                log.info(
+                    "peer servers %s are opening their tablets (down until open): %d quiet "
+                    "groups woke",
+                    ", ".join(sorted(u for u in newly_down if u in opening)),
                     woken,
                 )
             if back:

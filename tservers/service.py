@@ -247,7 +247,9 @@ class TServerService:
             msgs, addresses = decode_request(req)
         except WireError as e:
             raise BadRequest(f"bad consensus message: {e}; nothing was delivered") from e
-        accepted = self.manager.driver.deliver(msgs, addresses, ctx.caller_uuid)
+        accepted = self.manager.driver.deliver(
+            msgs, addresses, ctx.caller_uuid, opening=req.opening and not req.messages
+        )
         return ConsensusResponse(accepted=accepted)
 
     # ------------------------------------------------------------ admin

@@ -626,10 +626,12 @@ class ConsensusMessagePB(_message.Message):
     def __init__(self, tablet_id: _Optional[str] = ..., sender: _Optional[str] = ..., recipient: _Optional[str] = ..., term: _Optional[int] = ..., vote_request: _Optional[_Union[VoteRequestPB, _Mapping]] = ..., vote_response: _Optional[_Union[VoteResponsePB, _Mapping]] = ..., append_request: _Optional[_Union[AppendRequestPB, _Mapping]] = ..., append_response: _Optional[_Union[AppendResponsePB, _Mapping]] = ..., timeout_now: _Optional[_Union[TimeoutNowPB, _Mapping]] = ..., sender_address: _Optional[str] = ...) -> None: ...
 
 class ConsensusRequest(_message.Message):
-    __slots__ = ("messages",)
+    __slots__ = ("messages", "opening")
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    OPENING_FIELD_NUMBER: _ClassVar[int]
     messages: _containers.RepeatedCompositeFieldContainer[ConsensusMessagePB]
-    def __init__(self, messages: _Optional[_Iterable[_Union[ConsensusMessagePB, _Mapping]]] = ...) -> None: ...
+    opening: bool
+    def __init__(self, messages: _Optional[_Iterable[_Union[ConsensusMessagePB, _Mapping]]] = ..., opening: _Optional[bool] = ...) -> None: ...
 
 class ConsensusResponse(_message.Message):
     __slots__ = ("accepted",)

@@ -247,6 +247,11 @@ class RaftCore:
         # The server is stopping (`stop_campaigning`): no election from here, not even one
         # a TimeoutNow asks for. Votes are still given.
         self._leaving = False
+        # Held (`hold_elections`): a replica opened at its server's start-up starts no
+        # election of its own accord until the driver releases it (`release_elections`):
+        # the server's other replicas are still opening and its peers' leaders have not
+        # had a chance to reach it. It still votes, follows and campaigns on a TimeoutNow.
+        self._held = False
         # Messages dropped as impossible or untrusted (a term jump from a non-voter or too
         # far, a second leader in a term, an answer naming an index never sent); the driver
         # logs them, rate-limited.
@@ -438,7 +443,7 @@ class RaftCore:
         else:
             n = self._randomized_timeout - self._election_elapsed
             if n <= 0:  # timed out: campaigns at the next tick if it may now, else only counts
-                return 1 if self._may_campaign() else QUIET_TICKS_MAX
+                return 1 if not self._held and self._may_campaign() else QUIET_TICKS_MAX
         return max(1, min(n, QUIET_TICKS_MAX))
 
     def _tick_once(self) -> None:
@@ -448,7 +453,11 @@ class RaftCore:
         if self._role is Role.LEADER:
             self._tick_leader()
             return
-        if self._election_elapsed >= self._randomized_timeout and self._may_campaign():
+        if (
+            self._election_elapsed >= self._randomized_timeout
+            and not self._held
+            and self._may_campaign()
+        ):
             if self._leader is None:  # the last timeout's election found no leader
                 self._leaderless_timeouts += 1
             self._campaign(skip_pre_vote=False, transfer=False)
@@ -514,7 +523,13 @@ class RaftCore:
                 self._refuse(msg, refusal)
                 return
             if isinstance(msg, VoteRequest):
-                if self._in_lease() and not msg.leadership_transfer:
+                # The lease keeps a leader heard from lately from being disrupted; a vote
+                # asked by that leader itself (restarted, or stepped down) disrupts nobody.
+                if (
+                    self._in_lease()
+                    and not msg.leadership_transfer
+                    and msg.sender != self._leader
+                ):
                     self._reply_vote(msg, granted=False)
                     return
                 if not msg.pre_vote:
@@ -1047,6 +1062,31 @@ class RaftCore:
         follower here that won an election would lead for the moment it has left, and its
         group would elect again once it is gone). It still votes and follows."""
         self._leaving = True
+
+    def hold_elections(self) -> None:
+        """Start no election on a timeout until `release_elections` (votes, appends and a
+        leader's TimeoutNow work as always). The driver holds the replicas it opens at
+        start-up: a restarted server's replicas, each timing out 1-2 s after its own open,
+        pre-voted in thousands while their leaders' probes had not reached them yet, and
+        every pre-vote woke a quiet leader and follower on the other servers
+        (design/consensus.md, "Restart without a storm")."""
+        self._held = True
+
+    def release_elections(self) -> None:
+        """End `hold_elections`. A follower that has not heard from a leader meanwhile
+        times out a whole randomized timeout from now, not at once: its peers' leaders
+        probe this server once it says its replicas are open, and that answer should
+        come first."""
+        if not self._held:
+            return
+        self._held = False
+        if self._role is not Role.LEADER and not self._quiesced:
+            self._election_elapsed = 0
+            self._randomized_timeout = self._new_timeout()
+
+    @property
+    def elections_held(self) -> bool:
+        return self._held
 
     def wake(self) -> None:
         """Wake a quiet replica (a leader heartbeats at once): the driver's word that

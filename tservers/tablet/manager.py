@@ -331,6 +331,10 @@ class TabletManager:
 
         sync_result: list[bool] = []
         syncer: threading.Thread | None = None
+        if tablet_ids:
+            # No replica opened from here starts an election until all are open (and the
+            # peers' leaders were told so by this server's pings): RaftDriver.opened below.
+            self.driver.hold_elections_while_opening()
         try:
             # The sync and the metadata reads overlap; no tablet opens before the sync.
             if tablet_ids:
@@ -348,6 +352,8 @@ class TabletManager:
                     tablet_id
                 )
             stats.metadata_s += time.monotonic() - t0
+            # Pinged from now on, saying this server is opening (RaftDriver.watch_configs).
+            self.driver.watch_configs([cm.committed_config for cm in cmetas.values()])
             if syncer is not None:
                 syncer.join()
             wal_synced = bool(sync_result) and sync_result[0]
@@ -390,6 +396,7 @@ class TabletManager:
                         lone.append(replica.tablet)
 
             _on_threads(workers, open_one, first + rest, "tablet-open")
+            self.driver.opened()
             # Each lone voter elected itself when its core was built; its first entry is
             # being made durable and applied meanwhile (one group commit for many).
             deadline = time.monotonic() + LONE_VOTER_READY_S
@@ -398,6 +405,7 @@ class TabletManager:
                     break
                 self._wait_lone_voter(tablet, deadline)
         finally:
+            self.driver.opened()
             self.startup_s = time.monotonic() - started
             self._opened.set()
         log.info(
@@ -466,7 +474,7 @@ class TabletManager:
         finally:
             if sb.data_state != DataState.READY:
                 stats.other_s += time.monotonic() - t0
-        return self._start_ready(sb, stats, cmeta=cmeta, wal_synced=wal_synced)
+        return self._start_ready(sb, stats, cmeta=cmeta, wal_synced=wal_synced, hold=True)
 
     def _start_ready(
         self,
@@ -475,7 +483,9 @@ class TabletManager:
         *,
         cmeta: ConsensusMetaPB | None = None,
         wal_synced: bool = False,
+        hold: bool = False,
     ) -> Replica:
+        """`hold`: opened at start-up (RaftDriver.add_group)."""
         stats = stats if stats is not None else _StartupStats()
         tablet_id = sb.tablet_id
         tablet: Tablet | None = None
@@ -493,7 +503,7 @@ class TabletManager:
                 tablet.status = TabletStatus.RUNNING
             t2 = time.monotonic()
             stats.bootstrap_s += t2 - t1
-            self.driver.add_group(tablet, cmeta, entries, tablet.snapshot_op_id())
+            self.driver.add_group(tablet, cmeta, entries, tablet.snapshot_op_id(), hold=hold)
             stats.raft_s += time.monotonic() - t2
         except Exception as e:  # any failure: this tablet stays offline, the server runs on
             log.error("tablet %s: bootstrap failed, staying offline: %s", tablet_id, e)
