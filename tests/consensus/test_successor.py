@@ -1,0 +1,94 @@
+"""A leader declared down is replaced by one successor, not by every follower at once
+(`RaftCore.successor`, `_successor_timeout`; design/consensus.md, "Restart without a
+storm"): the followers agree on the successor from the config alone, it times out in
+[1.5T, 2T) and the others in [2.5T, 3.5T), so it runs alone and wins in one election, its
+pre-vote past the others' lease. Plain calls on the pure core."""
+
+from __future__ import annotations
+
+import random
+
+from tests.consensus.test_raft_core import Cluster
+from tservers.consensus import RaftConfig, RaftCore, RaftOptions, Role, VoteRequest
+
+T = 10
+OPTS = RaftOptions(election_timeout_ticks=T, heartbeat_interval_ticks=2)
+
+
+def _core(uuid: str, cfg: RaftConfig, tablet: str = "tablet-a", seed: int = 0) -> RaftCore:
+    return RaftCore(
+        uuid, tablet, options=OPTS, rng=random.Random(f"{uuid}/{seed}"), base_config=cfg
+    )
+
+
+def test_every_follower_names_the_same_successor_and_the_choice_spreads():
+    cfg = RaftConfig.of_voters("a", "b", "c")
+    picks = {}
+    for i in range(300):
+        tablet = f"t{i}"
+        named = {_core(u, cfg, tablet).successor("a") for u in "bc"}
+        assert len(named) == 1, named  # b and c agree
+        picks[tablet] = named.pop()
+    assert set(picks.values()) == {"b", "c"}
+    share = sum(1 for v in picks.values() if v == "b") / len(picks)
+    assert 0.35 < share < 0.65, share  # crc32 spread: the two survivors share the work
+    # A voter declared down is never the successor.
+    b = _core("b", cfg, "t0")
+    b.peer_down("c")
+    assert b.successor("a") == "b"
+
+
+def _leader_with_committed_term(c: Cluster) -> RaftCore:
+    a = c.cores["a"]
+    for _ in range(3 * T):
+        a.tick()
+        if a.role is not Role.FOLLOWER:
+            break
+    c.settle()
+    assert a.role is Role.LEADER
+    c.tick_all(2)  # its no-op committed, every follower told
+    return a
+
+
+def _ticks_to_campaign(core: RaftCore, limit: int) -> int | None:
+    core.ready()
+    for n in range(1, limit + 1):
+        core.tick()
+        if any(isinstance(m, VoteRequest) for m in core.ready().messages):
+            return n
+    return None
+
+
+def test_the_successor_times_out_first_and_the_others_later():
+    cfg = RaftConfig.of_voters("a", "b", "c")
+    for seed in range(40):
+        c = Cluster(*(_core(u, cfg, seed=seed) for u in "abc"))
+        _leader_with_committed_term(c)
+        c.tick_all(2)
+        first = c.cores["b"].successor("a")
+        other = "c" if first == "b" else "b"
+        for u in (first, other):
+            c.cores[u].peer_down("a")
+        n_first = _ticks_to_campaign(c.cores[first], 10 * T)
+        n_other = _ticks_to_campaign(c.cores[other], 10 * T)
+        assert n_first is not None and T + T // 2 <= n_first < 2 * T, n_first
+        assert n_other is not None and 2 * T + T // 2 <= n_other < 3 * T + T // 2, n_other
+
+
+def test_a_dead_leader_is_replaced_in_one_election():
+    cfg = RaftConfig.of_voters("a", "b", "c")
+    for seed in range(40):
+        c = Cluster(*(_core(u, cfg, seed=seed) for u in "abc"))
+        a = _leader_with_committed_term(c)
+        term = a.term
+        c.tick_all(2)
+        c.down = {"a"}
+        for u in "bc":
+            c.cores[u].peer_down("a")
+        first = c.cores["b"].successor("a")
+        for _ in range(4 * T):
+            c.tick_all()
+            if any(c.cores[u].role is Role.LEADER for u in "bc"):
+                break
+        assert c.cores[first].role is Role.LEADER
+        assert c.cores[first].term == term + 1  # one election: no term lost to a split
