@@ -210,6 +210,16 @@ class TServerObserver:
                 "Quiet groups woken because a peer server died or came back",
                 d.groups_woken_by_liveness,
             ),
+            _gauge(
+                "logcentric_tserver_raft_peers_opening",
+                "Peer tablet servers whose pings say they still open their tablets (counted down)",
+                len(d.peers_opening),
+            ),
+            _gauge(
+                "logcentric_tserver_raft_elections_held",
+                "Replicas opened at this server's start-up that start no election until all are open",
+                d.held_groups(),
+            ),
             _counter(
                 "logcentric_tserver_raft_liveness_pings_withheld",
                 "Liveness ping rounds not sent: the Raft driver stuck in one step",

@@ -674,6 +674,19 @@ class RaftDriver:
         """The peer servers declared dead and not heard from since (metrics, status)."""
         return self._down
 
+    @property
+    def peers_opening(self) -> frozenset[str]:
+        """The peer servers whose last ping said they still open their tablets."""
+        return frozenset(self._opening_peers)
+
+    def held_groups(self) -> int:
+        """How many replicas hold their elections now (start-up; a racy read: metrics)."""
+        if not self._opening:
+            return 0  # (the release follows within a round of the driver)
+        with self._groups_lock:
+            groups = list(self._groups.values())
+        return sum(1 for g in groups if g.core.elections_held)
+
     def quiet_groups(self) -> int:
         """How many groups are quiet now (a racy read of each core's flag: metrics)."""
         with self._groups_lock:

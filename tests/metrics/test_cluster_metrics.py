@@ -67,6 +67,8 @@ TSERVER_FAMILIES = {
     "logcentric_tserver_raft_groups_quiet",
     "logcentric_tserver_raft_peers_down",
     "logcentric_tserver_raft_liveness_pings_withheld",
+    "logcentric_tserver_raft_peers_opening",
+    "logcentric_tserver_raft_elections_held",
     "process_resident_memory_bytes",
     "process_open_fds",
 }

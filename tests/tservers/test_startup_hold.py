@@ -26,6 +26,7 @@ import logcentric
 from logcentric import Column
 from optools.localcluster import LocalCluster
 from rpc.protocols.tserver_pb2 import ListTabletsResponse
+from tests.metrics.support import scrape, value
 from tests.support.procs import wait_for
 from tests.tservers.test_startup import POINT, WAIT_S, _list, _paused_tablets, _rpc
 from tservers.crash import PAUSE_DIR_ENV, PAUSE_ENV
@@ -123,6 +124,17 @@ def test_a_restarted_server_holds_elections_until_open_and_is_probed_then(tmp_pa
         wait_for(lambda: running(second), WAIT_S, f"{second} to open")
         time.sleep(WINDOW_S)  # (see WINDOW_S)
         assert not _campaigns(log_path, second, since), "an election while others still open"
+        # Said on the metrics pages: two replicas hold their elections there, and the
+        # others count it as opening.
+        assert value(scrape(f"http://{node.http}"), "logcentric_tserver_raft_elections_held") == 2
+        for n in others:
+            wait_for(
+                lambda n=n: (
+                    value(scrape(f"http://{n.http}"), "logcentric_tserver_raft_peers_opening") == 1
+                ),
+                WAIT_S,
+                f"{n.name} to count the victim as opening",
+            )
         resp = _list(cluster, node)
         assert resp is not None
         assert sum(1 for t in resp.tablets if t.status == "RUNNING") == 2  # still opening
