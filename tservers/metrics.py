@@ -217,7 +217,7 @@ class TServerObserver:
             ),
             _gauge(
                 "logcentric_tserver_raft_elections_held",
-                "Replicas opened at this server's start-up that start no election until all are open",
+                "Replicas opened at start-up that start no election until all are open",
                 d.held_groups(),
             ),
             _counter(

@@ -3,8 +3,8 @@ liveness pings say it is opening, then open (issue 28, restart of 10,000 replica
 design/consensus.md, "Restart without a storm").
 
 Real processes: one coordinator, three tablet servers, a table of 4 tablets of replication 3.
-The server leading the fewest tablets is killed with -9 and started again with every start-up thread paused before its
-tablet (the pause point `startup.before_open_tablet`). One tablet is let go, then, once the
+The server leading the fewest tablets is killed with -9 and started again with every
+start-up thread paused before its tablet (the pause point `startup.before_open_tablet`). One tablet is let go, then, once the
 other servers' quiet leaders are done probing the server they hear from again, a second.
 On the old code that second replica, open while two others are not, finds no leader talking
 to it and pre-votes 1-2 s after its open: in the 3,000-replica restart thousands did so

@@ -526,11 +526,7 @@ class RaftCore:
             if isinstance(msg, VoteRequest):
                 # The lease keeps a leader heard from lately from being disrupted; a vote
                 # asked by that leader itself (restarted, or stepped down) disrupts nobody.
-                if (
-                    self._in_lease()
-                    and not msg.leadership_transfer
-                    and msg.sender != self._leader
-                ):
+                if self._in_lease() and not msg.leadership_transfer and msg.sender != self._leader:
                     self._reply_vote(msg, granted=False)
                     return
                 if not msg.pre_vote:
