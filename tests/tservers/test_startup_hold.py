@@ -4,8 +4,9 @@ design/consensus.md, "Restart without a storm").
 
 Real processes: one coordinator, three tablet servers, a table of 4 tablets of replication 3.
 The server leading the fewest tablets is killed with -9 and started again with every
-start-up thread paused before its tablet (the pause point `startup.before_open_tablet`). One tablet is let go, then, once the
-other servers' quiet leaders are done probing the server they hear from again, a second.
+start-up thread paused before its tablet (the pause point `startup.before_open_tablet`).
+One tablet is let go, then, once the other servers' quiet leaders are done probing the
+server they hear from again, a second.
 On the old code that second replica, open while two others are not, finds no leader talking
 to it and pre-votes 1-2 s after its open: in the 3,000-replica restart thousands did so
 while their server still opened the rest, and each pre-vote woke a quiet leader and
