@@ -1,9 +1,11 @@
 """The "logcentric" Spark 4 Python data source: read and write cluster tables.
 
-Read: `schema()` asks the coordinator for the table's schema; `partitions()` makes one input
-partition per tablet the `predicates` option can match (all of them unless the predicates
-pin the hash key: the client's tablet pruning), or deals those tablets into at most
-`partitions` (the option) tasks; each task streams its tablets' Arrow batches
+Read: `schema()` asks the coordinator for the table's schema; `partitions()` plans the
+tablets the `predicates` option can match (all of them unless the predicates pin the hash
+key: the client's tablet pruning) and deals them into at most N tasks: N = the
+`partitions` option, else the session's defaultParallelism as `register(spark)` saw it on
+the driver (`default_partitions`, a class attribute of the registered subclass), 0 = one
+task per tablet; each task streams its tablets' Arrow batches
 through `Table.scan_tablet` with its Python worker's client, which Spark's reused workers
 keep between tasks and queries (`_shared_client`; projection = the `columns` option;
 predicates = the `predicates` option; Spark's own filters are evaluated by Spark: no
@@ -165,9 +167,17 @@ def deal_tablets(tablet_ids: Sequence[str], partitions: int) -> list[list[str]]:
 class TableDataSource(DataSource):
     """`spark.read.format("logcentric")` / `df.write.format("logcentric")`."""
 
+    # Read tasks when the "partitions" option is not given (0: one per tablet). This class,
+    # as Spark finds it by name (`pyspark_logcentric`), knows no session: one per tablet.
+    # `register(spark)` registers a subclass carrying the session's defaultParallelism.
+    default_partitions: int = 0
+
     def __init__(self, options) -> None:
         super().__init__(options)
-        self._parsed = _resolve_cluster(mapping.parse_options(dict(options)))
+        parsed = mapping.parse_options(dict(options))
+        if parsed.partitions is None:
+            parsed = dataclasses.replace(parsed, partitions=type(self).default_partitions)
+        self._parsed = _resolve_cluster(parsed)
         self._info: TableInfo | None = None
 
     @classmethod
@@ -226,9 +236,10 @@ class TableReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         """The tablets the "predicates" option can match: when they pin every hash-key
         column (`=`, `in`, a narrow integer range), only the tablets of those keys' buckets
-        (`Table.scan_tablets`, the client's pruning), else every tablet. One partition per
-        tablet, or, with the "partitions" option N, those tablets dealt into at most N
-        partitions (runs of consecutive buckets)."""
+        (`Table.scan_tablets`, the client's pruning), else every tablet, dealt into at most
+        N partitions (runs of consecutive buckets): N = the "partitions" option, else the
+        session's defaultParallelism (`TableDataSource.default_partitions`); 0: one
+        partition per tablet."""
         t = _shared_client(self.options).table(self.options.table)
         t.refresh()  # this query's tablets and locations, whatever an earlier query cached
         self._check_same_table(t)
@@ -350,6 +361,30 @@ class TableWriter(DataSourceArrowWriter):
         )
 
 
-def register(spark) -> None:
-    """Make format("logcentric") available in this SparkSession."""
-    spark.dataSource.register(TableDataSource)
+def source_class(default_partitions: int) -> type[TableDataSource]:
+    """A subclass of `TableDataSource` whose reads without the "partitions" option are dealt
+    into at most `default_partitions` tasks (0: one per tablet).
+
+    Made in this function, the class is not importable by its qualified name, so cloudpickle
+    (which ships a registered source to the Python workers) pickles it by value, the class
+    attribute with it; the base class and the methods are imported there as usual.
+    """
+    if not 0 <= default_partitions <= mapping.PARTITIONS_MAX:
+        raise OptionError(f"default partitions must be in [0, {mapping.PARTITIONS_MAX}]")
+
+    class SessionTableDataSource(TableDataSource):
+        pass
+
+    SessionTableDataSource.default_partitions = default_partitions
+    return SessionTableDataSource
+
+
+def register(spark, partitions: int | None = None) -> None:
+    """Make format("logcentric") available in this SparkSession, its reads dealt by default
+    into at most `partitions` tasks: when None, the session's defaultParallelism now (under
+    a cluster manager, the executors' cores registered so far, or spark.default.parallelism;
+    call again once the executors are up). 0: one task per tablet. The "partitions" option
+    of a read wins over both."""
+    if partitions is None:
+        partitions = spark.sparkContext.defaultParallelism
+    spark.dataSource.register(source_class(partitions))

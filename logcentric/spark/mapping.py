@@ -36,7 +36,8 @@ Predicate = tuple[str, str, object]
 SPARK_TIMESTAMP_ARROW = pa.timestamp("us", tz="UTC")
 TABLE_TIMESTAMP_ARROW = pa.timestamp("us")
 TIMEOUT_S_DEFAULT = 60.0
-# Read partitions: 0 = one per tablet; else the tablets are dealt into at most this many.
+# Read partitions: 0 = one per tablet; else the tablets are dealt into at most this many
+# (not given: the session's defaultParallelism, design/spark.md "Partitions").
 PARTITIONS_MAX = 100_000
 FLUSH_ROWS_DEFAULT = 10_000
 FLUSH_ROWS_MAX = 1_000_000
@@ -72,8 +73,9 @@ class SourceOptions:
     # the workers load it from the same path. "": plaintext.
     credentials: str = ""
     # Read tasks: 0 = one per tablet; N = the tablets dealt into at most N partitions, each
-    # task scanning its tablets one after another (design/spark.md, "Partitions").
-    partitions: int = 0
+    # task scanning its tablets one after another; None: not given, the data source puts
+    # the session's defaultParallelism (design/spark.md, "Partitions").
+    partitions: int | None = None
 
 
 OPTIONS_KNOWN = (
@@ -129,7 +131,15 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         if len(set(columns)) != len(columns):
             raise OptionError(f'option "columns" names a column twice: {opts["columns"]!r}')
     predicates = opts.get("predicates", "").strip()
-    partitions = _parse_int(opts, "partitions", 0, 1, PARTITIONS_MAX)
+    partitions = None
+    if "partitions" in opts:
+        try:
+            partitions = _parse_int(opts, "partitions", 0, 0, PARTITIONS_MAX)
+        except OptionError as err:
+            raise OptionError(
+                f"{err} (N: at most N read tasks; 0: one task per tablet; not given: "
+                "the session's defaultParallelism)"
+            ) from None
     flush_rows_max = _parse_int(opts, "flush_rows_max", FLUSH_ROWS_DEFAULT, 1, FLUSH_ROWS_MAX)
     try:
         timeout_s = float(opts.get("timeout_s", TIMEOUT_S_DEFAULT))

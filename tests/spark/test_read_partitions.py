@@ -43,11 +43,14 @@ def test_deal_tablets_keeps_bucket_order_in_runs_of_near_equal_length():
     assert deal_tablets(["t0"], 4) == [["t0"]]
 
 
-@pytest.mark.parametrize("bad", ["0", "-1", "two", "100001"])
+@pytest.mark.parametrize("bad", ["-1", "two", "100001"])
 def test_partitions_option_is_checked(bad):
     with pytest.raises(OptionError, match="partitions"):
         parse_options({"coordinators": "127.0.0.1:1", "table": "t", "partitions": bad})
-    assert parse_options({"coordinators": "127.0.0.1:1", "table": "t"}).partitions == 0
+    # Not given: None (the data source puts the session's default); 0: one task per tablet.
+    assert parse_options({"coordinators": "127.0.0.1:1", "table": "t"}).partitions is None
+    given = parse_options({"coordinators": "127.0.0.1:1", "table": "t", "partitions": "0"})
+    assert given.partitions == 0
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +96,7 @@ def test_reader_deals_every_tablet_once_and_reads_every_row_once(cluster, table)
 
 @pytest.mark.integration
 def test_spark_read_with_fewer_partitions_than_tablets(spark, cluster, table):
-    per_tablet = spark.read.format("logcentric").options(**_options(cluster)).load()
+    per_tablet = spark.read.format("logcentric").options(**_options(cluster, partitions="0")).load()
     assert per_tablet.rdd.getNumPartitions() == TABLETS
     expected = sorted(per_tablet.collect(), key=_by_id)
     assert len(expected) == ROWS

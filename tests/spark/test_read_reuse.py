@@ -44,6 +44,7 @@ def test_every_row_once_and_no_table_lookup_per_task(spark, cluster):
         .option("coordinators", addresses(cluster))
         .options(**credentials_option(cluster))
         .option("table", "reused")
+        .option("partitions", "0")  # one task per tablet: a lookup per task would show
         .load()
     )
     assert df.rdd.getNumPartitions() == TABLETS
