@@ -5,11 +5,13 @@ under a temporary folder and one SparkSession (default local[2]). The same cache
 of --rows rows (id long, n int, x double, s string, ts timestamp) is written to a table
 through the data source (insert, one client session per task) and to Parquet with
 `df.write.parquet`; then each is read in full with the `noop` sink (every column of every
-row is materialised, no Parquet metadata shortcut), --repeats times, best time kept: the
-wall time of `write.format("noop").save()`, i.e. planning (for the data source the planning
-worker's `partitions()`, a locations refresh at the coordinator) and the job. The data
-source is read with the "partitions" option set to Spark's defaultParallelism, the number
-Spark packs Parquet's files to (the ratio), and with one task per tablet (printed too).
+row is materialised, no Parquet metadata shortcut), --repeats rounds of the three reads
+interleaved, best time kept: the wall time of `write.format("noop").save()`, i.e.
+planning (for the data source the planning worker's `partitions()`, a locations refresh
+at the coordinator) and the job. The data source is read as a user reads it, with no
+"partitions" option: its tablets are dealt into the session's defaultParallelism tasks
+(captured by `register(spark)` in `build_session`), the number Spark packs Parquet's
+files to (the ratio); and with one task per tablet (option partitions=0, printed too).
 Then point reads through the data source: a key pinned by the "predicates" option (tablet
 pruning: one task, one tablet) against the same row found by a predicate on a non-key
 column (x = id / 2: every tablet scanned), --points keys each, p50.
@@ -100,37 +102,42 @@ def main() -> int:
         df.unpersist()
 
         # Spark packs Parquet's files into about defaultParallelism partitions; the data
-        # source is told the same number through its "partitions" option (the tablets are
-        # dealt into that many tasks). One task per tablet (no option) is timed too.
+        # source deals its tablets into as many tasks by default (no option). One task per
+        # tablet (option partitions=0) is timed too.
         parallelism = spark.sparkContext.defaultParallelism
         per_tablet_df = (
             spark.read.format("logcentric")
             .option("coordinators", coords)
             .option("table", "bench")
+            .option("partitions", "0")
             .load()
         )
         table_df = (
             spark.read.format("logcentric")
             .option("coordinators", coords)
             .option("table", "bench")
-            .option("partitions", str(parallelism))
             .load()
         )
         parquet_df = spark.read.parquet(parquet)
         for d in (per_tablet_df, table_df, parquet_df):
             assert d.count() == args.rows
         parts_read = [d.rdd.getNumPartitions() for d in (per_tablet_df, table_df, parquet_df)]
-        read_per_tablet = min(
-            timed(lambda: per_tablet_df.write.format("noop").mode("overwrite").save())
-            for _ in range(args.repeats)
-        )
-        read_table = min(
-            timed(lambda: table_df.write.format("noop").mode("overwrite").save())
-            for _ in range(args.repeats)
-        )
-        read_parquet = min(
-            timed(lambda: parquet_df.write.format("noop").mode("overwrite").save())
-            for _ in range(args.repeats)
+        assert parts_read[0] == args.tablets, parts_read
+        assert parts_read[1] == min(parallelism, args.tablets), (parts_read, parallelism)
+        # Rounds interleave the three reads, so that a change of the machine's load during
+        # the run falls on each of them alike; best of --repeats rounds for each.
+        reads: dict[str, list[float]] = {"per_tablet": [], "table": [], "parquet": []}
+        for _ in range(args.repeats):
+            for name, d in (
+                ("per_tablet", per_tablet_df),
+                ("table", table_df),
+                ("parquet", parquet_df),
+            ):
+                reads[name].append(
+                    timed(lambda d=d: d.write.format("noop").mode("overwrite").save())
+                )
+        read_per_tablet, read_table, read_parquet = (
+            min(reads[k]) for k in ("per_tablet", "table", "parquet")
         )
 
         def point_read(predicates: list) -> tuple[float, int]:
@@ -163,15 +170,19 @@ def main() -> int:
     print(f"{rows:,} rows, {args.tablets} tablets, master {args.master}, plaintext cluster")
     print(
         f"  read  table, 1 task/tablet: {read_per_tablet:6.2f} s  "
-        f"{rows / read_per_tablet:>12,.0f} rows/s  {parts_read[0]} partitions"
+        f"{rows / read_per_tablet:>12,.0f} rows/s  {parts_read[0]} partitions (partitions=0)"
     )
     print(
         f"  read  table (data source): {read_table:7.2f} s  {rows / read_table:>12,.0f} rows/s"
-        f"  {parts_read[1]} partitions (option partitions={parallelism})"
+        f"  {parts_read[1]} partitions (default: defaultParallelism {parallelism})"
     )
     print(
         f"  read  parquet:             {read_parquet:7.2f} s  {rows / read_parquet:>12,.0f} rows/s"
         f"  {parts_read[2]} partitions"
+    )
+    print(
+        "  read rounds (s): "
+        + "; ".join(f"{k} " + " ".join(f"{t:.3f}" for t in v) for k, v in reads.items())
     )
     print(f"  write table (data source): {write_table:7.2f} s  {rows / write_table:>12,.0f} rows/s")
     rate = rows / write_parquet
@@ -184,7 +195,7 @@ def main() -> int:
         f"  point read by x = id / 2:     p50 {point_value * 1000:7.1f} ms, "
         f"{parts_value} partition(s) (every tablet)"
     )
-    print(f"ratio read  table/parquet: {read_table / read_parquet:.2f}x (target <= 1.2x)")
+    print(f"ratio read  table (default)/parquet: {read_table / read_parquet:.2f}x (target <= 1.2x)")
     print(f"ratio read  table, 1 task/tablet/parquet: {read_per_tablet / read_parquet:.2f}x")
     print(f"ratio write table/parquet: {write_table / write_parquet:.2f}x")
     print(f"ratio point read key/non-key: {point_key / point_value:.2f}x")
