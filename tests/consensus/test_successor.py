@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 
 from tests.consensus.test_raft_core import Cluster
-from tservers.consensus import RaftConfig, RaftCore, RaftOptions, Role, VoteRequest
+from tservers.consensus import HardState, RaftConfig, RaftCore, RaftOptions, Role, VoteRequest
 
 T = 10
 OPTS = RaftOptions(election_timeout_ticks=T, heartbeat_interval_ticks=2)
@@ -92,3 +92,39 @@ def test_a_dead_leader_is_replaced_in_one_election():
                 break
         assert c.cores[first].role is Role.LEADER
         assert c.cores[first].term == term + 1  # one election: no term lost to a split
+
+
+def test_a_leader_back_before_its_successor_ran_gets_its_group_back():
+    """Its server restarted and opened its replicas quickly: the followers, told it is back
+    before any of them ran, wait a timeout longer, and its replica (released from the
+    start-up hold, asking through their lease) wins the group back in one election."""
+    cfg = RaftConfig.of_voters("a", "b", "c")
+    for seed in range(40):
+        c = Cluster(*(_core(u, cfg, seed=seed) for u in "abc"))
+        a = _leader_with_committed_term(c)
+        term, entries = a.term, a.entries()
+        c.down = {"a"}
+        for u in "bc":
+            c.cores[u].peer_down("a")
+        c.tick_all(T // 2)  # the restart and the open, shorter than any follower's timeout
+        a2 = RaftCore(
+            "a",
+            "tablet-a",
+            options=OPTS,
+            rng=random.Random(f"a2/{seed}"),
+            base_config=cfg,
+            hard_state=HardState(term, "a"),
+            entries=entries,
+        )
+        a2.hold_elections()
+        c.cores["a"] = a2
+        c.down = set()
+        for u in "bc":
+            assert c.cores[u].peer_up("a")  # its timer moved: the driver processes it
+        a2.release_elections()
+        for _ in range(5 * T):
+            c.tick_all()
+            if any(k.role is Role.LEADER for k in c.cores.values()):
+                break
+        assert a2.role is Role.LEADER, seed
+        assert a2.term == term + 1  # one election, nobody else ran
