@@ -68,9 +68,10 @@ def test_budget_paces_compactions(tmp_path):
         m.close()
 
 
-def test_runs_over_k_blocks_or_b_bytes_are_left_alone(tmp_path):
-    """A run over the bound of blocks or bytes merged at once is not merged (and counted
-    once); within the bound it is."""
+def test_runs_over_b_bytes_are_left_alone_and_over_k_merged_k_at_a_time(tmp_path):
+    """A plan over the bound of bytes merged at once is not merged (and counted once); one
+    over K runs has its newest K merged (tests/tservers/test_compaction_many_runs.py);
+    within both bounds the whole plan is."""
     m = open_manager(tmp_path / "root", flush_rows=10)
     try:
         t = create(m, "t1")
@@ -80,13 +81,21 @@ def test_runs_over_k_blocks_or_b_bytes_are_left_alone(tmp_path):
         run = CompactionScheduler(lambda: [t]).planned_run(t)
         assert run == [b.name for b in t.blocks] and len(run) == 4
         size = sum((t.fs.data_dir("t1") / n).stat().st_size for n in run)
-        for opts in (
-            CompactionOptions(rate_bytes_s=0, run_blocks_max=3),
-            CompactionOptions(rate_bytes_s=0, run_bytes_max=size - 1),
-        ):
-            sched = CompactionScheduler(lambda: [t], opts)
-            assert sched.run_once() == 0 and sched.run_once() == 0
-            assert len(t.blocks) == 4 and sched.deferred == 1 and sched.compactions == 0
+        sched = CompactionScheduler(
+            lambda: [t], CompactionOptions(rate_bytes_s=0, run_bytes_max=size - 1)
+        )
+        assert sched.run_once() == 0 and sched.run_once() == 0
+        assert len(t.blocks) == 4 and sched.deferred == 1 and sched.compactions == 0
+        names = [b.name for b in t.blocks]
+        sched = CompactionScheduler(
+            lambda: [t], CompactionOptions(rate_bytes_s=0, run_blocks_max=3)
+        )
+        assert sched.run_once() == 1 and sched.deferred == 0
+        assert len(t.blocks) == 2 and t.blocks[0].name == names[0]  # the newest 3 merged
+        t = create(m, "t2")  # the same four flushes: within both bounds, merged whole
+        for b in range(4):
+            t.write(1, [(OpType.INSERT, ipc(six_rows(range(b * 10, b * 10 + 10))))], deadline())
+            t.flush()
         sched = CompactionScheduler(
             lambda: [t], CompactionOptions(rate_bytes_s=0, run_blocks_max=4, run_bytes_max=size)
         )

@@ -206,6 +206,21 @@ def overlap_start(
 _RAN, _NONE, _WAIT, _RETRY = "ran", "none", "wait", "retry"
 
 
+def _newest_of_tiered(t: Tablet, k: int) -> Callable[[list[list[BlockIndex]]], int | None]:
+    """A `pick` for `Tablet.compaction_plan`: where the size-tiered policy's runs start,
+    but at most the newest `k` of them."""
+
+    def pick(runs: list[list[BlockIndex]]) -> int | None:
+        found = tablet_mod.compaction_run(
+            [sum(b.num_rows for b in r) for r in runs],
+            t.opts.compaction_blocks_min,
+            t.opts.flush_rows_threshold,
+        )
+        return None if found is None else max(found, len(runs) - k)
+
+    return pick
+
+
 def _block_bytes(data_dir: Path, names: Sequence[str]) -> int:
     total = 0
     for name in names:
@@ -547,6 +562,15 @@ class CompactionScheduler:
             reason = "overlap"
         if not plan:
             return _NONE
+        if pick is None and len(plan) > self.opts.run_blocks_max:
+            # More runs of a class than K (flushes faster than merges: 350 runs 14 minutes
+            # into a 50M-row load, when such a plan was left alone like one over B bytes,
+            # and every later plan was longer still): the newest K of them, now. Each such
+            # merge leaves K - 1 runs fewer, so the pile goes down.
+            pick = _newest_of_tiered(t, self.opts.run_blocks_max)
+            plan = t.compaction_plan(tiered=True, rows_max=rows_max, pick=pick)
+            if not plan:
+                return _NONE
         runs = [[b.name for b in r] for r in plan]
         rows = sum(b.num_rows for r in plan for b in r)
         run = [n for r in runs for n in r]
