@@ -20,7 +20,9 @@ grows: at most `run_block_rows` keys). A compaction merges at most `run_blocks_m
 (K: the sources of a slab) and, if set, `run_bytes_max` bytes of block files (B, off by
 default: runs must stay few, and a byte budget leaves the big ones apart; what it bounds
 is the disk a compaction needs until it unlinks its inputs, at most the tablet's size
-without it). A compaction over a bound is left alone (counted in `deferred`, logged once).
+without it). A size-tiered plan of more than K runs has its newest K merged (a pile of
+flushes that outran the merges goes down K - 1 runs a time); one over B bytes is left alone
+(counted in `deferred`, logged once).
 
 Rate limit: a budget of `rate_bytes_s` bytes written per second over all tablets, one for
 the first thread and one for the small ones (else the debt of a long merge, a minute of
