@@ -19,8 +19,9 @@ with neither, Spark's default local[*].
    in the middle, `on_ingest_midpoint` runs: the main job kills the coordinator leader there.
    A slice whose write job fails is written again (upsert makes that safe), a bounded
    number of times.
-3. Read the table back with Spark (one partition per tablet) and check that it holds exactly
-   the generated keys, each once.
+3. Read the table back with Spark (the tablets dealt into the session's defaultParallelism
+   tasks, design/spark.md "Partitions") and check that it holds exactly the generated keys,
+   each once.
 4. Transform and aggregate in Spark: revenue per region and day for non-cancelled orders.
 5. Write the aggregate to `<prefix>region_daily` (upsert), read it back, and compare it
    with the same aggregate computed from the Parquet file alone.
