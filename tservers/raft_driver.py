@@ -1450,8 +1450,11 @@ class RaftDriver:
                 if g.closed or g.failed:
                     continue
                 quiet = g.core.quiesced
-                if quiet:
-                    g.catch_up_locked()
+                # Its clocks where they would be had it been ticked every interval, before
+                # peer_down / peer_up restart its election timer: the ticks it slept through
+                # handed over later would fire the new timer early (a survivor's follower
+                # then ran at once on its leader's return instead of a timeout later).
+                g.catch_up_locked()
                 for u in down:
                     g.core.peer_down(u)
                 sent = False
