@@ -8,9 +8,12 @@
           .option("operation", "upsert").mode("append").save()
 
 Spark finds the source by its name wherever this package is installed (PySpark 4 looks up
-the `pyspark_logcentric` module's `DefaultSource`); `register(spark)` is only needed where it
-is not installed. Everything goes through the client library (`logcentric.client`); no
-server code. Needs the `spark` extra (pyspark).
+the `pyspark_logcentric` module's `DefaultSource`); `register(spark)` is needed where it is
+not installed, and gives reads their default number of tasks, the session's
+defaultParallelism (found by name only, a read has one task per tablet unless its
+"partitions" option says otherwise; design/spark.md, "Partitions"). Everything goes
+through the client library (`logcentric.client`); no server code. Needs the `spark` extra
+(pyspark).
 """
 
 from logcentric.spark.datasource import FORMAT_NAME, TableDataSource, register

@@ -386,5 +386,5 @@ def register(spark, partitions: int | None = None) -> None:
     call again once the executors are up). 0: one task per tablet. The "partitions" option
     of a read wins over both."""
     if partitions is None:
-        partitions = spark.sparkContext.defaultParallelism
+        partitions = min(spark.sparkContext.defaultParallelism, mapping.PARTITIONS_MAX)
     spark.dataSource.register(source_class(partitions))
