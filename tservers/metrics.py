@@ -221,6 +221,12 @@ class TServerObserver:
                 d.held_groups(),
             ),
             _counter(
+                "logcentric_tserver_raft_liveness_late_rounds",
+                "Liveness rounds that found this server stalled (peers declared dead only "
+                "after three timeouts of silence then)",
+                d.late_liveness_rounds,
+            ),
+            _counter(
                 "logcentric_tserver_raft_liveness_pings_withheld",
                 "Liveness ping rounds not sent: the Raft driver stuck in one step",
                 d.pings_withheld,

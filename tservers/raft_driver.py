@@ -131,6 +131,15 @@ FAREWELL_REPEATS = 3
 # server holding only a tombstone of the group never speaks first: its leader stayed quiet
 # and never copied the tablet to it again (seen once in tests/replication/test_tablet_copy.py).
 RETURN_PROBE_ROUNDS_MAX = 8
+# A liveness round later than this many heartbeat intervals after the one before means this
+# process did not run meanwhile (an oversubscribed machine, a long driver step): the pings
+# that came while it was stalled may still wait in its socket, so silence seen in that round
+# declares a peer dead only past LATE_ROUND_SILENCE_TIMEOUTS election timeouts. At 10,000
+# replicas on a loaded 2-core machine the servers declared each other dead every 10-30 s for
+# minutes after a restart, often two peers at once, and every false declaration woke
+# thousands of groups into elections that loaded them more.
+LATE_ROUND_INTERVALS = 3
+LATE_ROUND_SILENCE_TIMEOUTS = 3
 # Start-up: the replicas opened then start no election until every one is open
 # (`hold_elections_while_opening`, `opened`), or at the latest this long after the hold began
 # (a tablet whose open hangs must not keep the others from campaigning for ever).
@@ -621,6 +630,8 @@ class RaftDriver:
         self._opening_peers: set[str] = set()
         self.elections_released = 0  # groups released from the start-up hold (tests)
         self.peers_declared_down = 0  # metrics, tests
+        self._last_liveness_s = 0.0  # the previous liveness round (driver thread)
+        self.late_liveness_rounds = 0  # rounds that found this process stalled (metrics)
         self._next_probe_s = 0.0  # the next probe of the servers declared dead (`_probe`)
         self._probe_interval_s = 0.0
         self.probes = 0  # heartbeats sent as probes of dead servers (tests)
@@ -1327,6 +1338,15 @@ class RaftDriver:
             self._send(f[1])
         self._farewells = [f for f in self._farewells if f[0] > 0]
         timeout_s = raft.election_timeout_ticks * tick_s
+        interval_s = raft.heartbeat_interval_ticks * tick_s
+        late = bool(self._last_liveness_s) and (
+            now - self._last_liveness_s > LATE_ROUND_INTERVALS * interval_s
+        )
+        self._last_liveness_s = now
+        silence_s = timeout_s
+        if late:
+            self.late_liveness_rounds += 1
+            silence_s = LATE_ROUND_SILENCE_TIMEOUTS * timeout_s
         newly_down, back = [], []
         opening = self._opening_peers
         for uuid in list(self._watch):
@@ -1344,7 +1364,7 @@ class RaftDriver:
             elif now - heard <= timeout_s:
                 if uuid in self._down:
                     back.append(uuid)
-            elif uuid not in self._down:
+            elif uuid not in self._down and now - heard > silence_s:
                 newly_down.append(uuid)
         if newly_down or back:
             self.peers_declared_down += len(newly_down)

@@ -28,7 +28,13 @@ from tservers.consensus import (
     VoteRequest,
 )
 from tservers.consensus.raft_core import QUIET_TICKS_MAX
-from tservers.raft_driver import FAREWELL_REPEATS, QUIET_GROUPS_ENV, DriverOptions, RaftDriver
+from tservers.raft_driver import (
+    FAREWELL_REPEATS,
+    LATE_ROUND_INTERVALS,
+    QUIET_GROUPS_ENV,
+    DriverOptions,
+    RaftDriver,
+)
 
 T = 10
 OPTS = RaftOptions(election_timeout_ticks=T, heartbeat_interval_ticks=2, quiesce=True)
@@ -646,3 +652,28 @@ def test_a_dead_follower_wakes_no_group_and_rejoins_its_leaders_term(tmp_path, m
         assert trio.scan_ids(new, "d1") == [*range(5), 100]
     finally:
         trio.stop_all()
+
+
+def test_a_late_liveness_round_does_not_declare_a_peer_dead_on_a_short_silence():
+    """A round that comes long after the one before (this process did not run: its peers'
+    pings may still wait in its socket) declares a peer dead only after three election
+    timeouts of silence; the next round on time declares it after one, as always."""
+    d = RaftDriver("me", appender=None, options=DriverOptions(raft=OPTS))  # never started
+    d.learn_addresses({"p1": "127.0.0.1:1"})
+    t0 = 1000.0
+    d._watch, d._watch_refreshed_s = {"p1"}, t0
+    tick_s = d.options.tick_interval_s
+    timeout_s = OPTS.election_timeout_ticks * tick_s
+    interval_s = OPTS.heartbeat_interval_ticks * tick_s
+    d._heard["p1"] = t0
+    d._liveness(t0 + interval_s, {})
+    late = t0 + 1.5 * timeout_s + LATE_ROUND_INTERVALS * interval_s  # stalled meanwhile
+    d._liveness(late, {})
+    assert d.late_liveness_rounds == 1 and "p1" not in d.peers_down
+    d._liveness(late + interval_s, {})  # on time again: one timeout of silence is enough
+    assert "p1" in d.peers_down and d.peers_declared_down == 1
+    # A late round still declares a silence of three timeouts.
+    d._heard["p2"] = t0
+    d._watch = {"p1", "p2"}
+    d._liveness(t0 + 3.5 * timeout_s + 10 * interval_s, {})
+    assert d.late_liveness_rounds == 2 and "p2" in d.peers_down
