@@ -139,6 +139,10 @@ RETURN_PROBE_ROUNDS_MAX = 8
 # minutes after a restart, often two peers at once, and every false declaration woke
 # thousands of groups into elections that loaded them more.
 LATE_ROUND_INTERVALS = 3
+# Elections run at once per server (DriverOptions.campaigns_max), and how long one holds its
+# place at most (election timeouts): one that cannot finish (its peers dead) lets others in.
+CAMPAIGNS_MAX_DEFAULT = 256
+CAMPAIGN_SLOT_TIMEOUTS = 3
 LATE_ROUND_SILENCE_TIMEOUTS = 3
 # Start-up: the replicas opened then start no election until every one is open
 # (`hold_elections_while_opening`, `opened`), or at the latest this long after the hold began
@@ -193,6 +197,10 @@ class DriverOptions:
     retain_entries_max: int = RETAIN_ENTRIES_MAX_DEFAULT
     retain_bytes_max: int = RETAIN_BYTES_MAX_DEFAULT  # their payload bytes (and in memory)
     apply_queue_max: int = 4096  # Readies' committed entries waiting for the apply thread
+    # Elections this server's replicas run at once (timeouts' elections; 0: no bound). More
+    # wait a new election timeout (`_campaign_slot`): thousands at once after a server died
+    # took longer than a timeout to go round on a loaded machine, and ran again and again.
+    campaigns_max: int = CAMPAIGNS_MAX_DEFAULT
     # Signs StartTabletCopy to peers (a privileged method: rpc/privileged.py); None when the
     # cluster runs without a password.
     privileged_key: bytes | None = None
@@ -628,9 +636,18 @@ class RaftDriver:
         self._hold_until_s = 0.0
         self._startup_watch: set[str] = set()
         self._opening_peers: set[str] = set()
+        # Peers declared down that said they were opening meanwhile: restarted (driver
+        # thread). Their return gives their replicas the first election in the groups they
+        # led; the return of one that was only silent puts those groups back to quiet.
+        self._restarted: set[str] = set()
         self.elections_released = 0  # groups released from the start-up hold (tests)
         self.peers_declared_down = 0  # metrics, tests
         self._last_liveness_s = 0.0  # the previous liveness round (driver thread)
+        # Elections running (`_campaign_slot`): tablet id -> the tick it began. Any thread
+        # that ticks a core asks (under the lock).
+        self._campaigns: dict[str, int] = {}
+        self._campaigns_lock = threading.Lock()
+        self.campaigns_deferred = 0  # elections put off for want of a place (metrics, tests)
         self.late_liveness_rounds = 0  # rounds that found this process stalled (metrics)
         self._next_probe_s = 0.0  # the next probe of the servers declared dead (`_probe`)
         self._probe_interval_s = 0.0
@@ -889,6 +906,31 @@ class RaftDriver:
             self._opening = False
             self._post(("release",))
 
+    def _campaign_slot(self, tablet_id: str) -> bool:
+        """Whether the replica of `tablet_id` may start an election now (`RaftCore` asks at
+        each timeout's election): yes while fewer than `campaigns_max` run here, counting
+        each from its first try until its group has a leader or a follower again
+        (`_handle_ready`) or CAMPAIGN_SLOT_TIMEOUTS election timeouts went by (one that
+        cannot win, its peers gone, must not keep the place)."""
+        now = self._clock_tick
+        expiry = CAMPAIGN_SLOT_TIMEOUTS * self.options.raft.election_timeout_ticks
+        with self._campaigns_lock:
+            began = self._campaigns.get(tablet_id)
+            if began is not None and now - began <= expiry:
+                return True
+            if len(self._campaigns) >= self.options.campaigns_max:
+                for tid in [t for t, b in self._campaigns.items() if now - b > expiry]:
+                    del self._campaigns[tid]
+            if len(self._campaigns) >= self.options.campaigns_max:
+                self.campaigns_deferred += 1
+                return False
+            self._campaigns[tablet_id] = now
+            return True
+
+    def _campaign_over(self, tablet_id: str) -> None:
+        with self._campaigns_lock:
+            self._campaigns.pop(tablet_id, None)
+
     def _release_held(self, dirty: dict[str, RaftGroup]) -> None:
         with self._groups_lock:
             groups = list(self._groups.values())
@@ -960,6 +1002,8 @@ class RaftDriver:
                     core.stop_campaigning()
                 if hold and self._opening and len(core.config.voters) > 1:
                     core.hold_elections()
+                if self.options.campaigns_max > 0:
+                    core.set_campaign_gate(self._campaign_slot)
             self._groups[tablet_id] = g
         self.report_changed(tablet_id)
         self.wake(g)
@@ -1005,6 +1049,7 @@ class RaftDriver:
                 g.reads.clear()
         if farewell:
             self._post(("farewell", farewell))
+        self._campaign_over(tablet_id)
         self.report_changed(tablet_id)
         for w in reads:
             w.result = ReadResult(0, ProposalStatus.NOT_LEADER)
@@ -1354,6 +1399,7 @@ class RaftDriver:
             if heard is None:
                 self._heard[uuid] = now  # watched from now on: a full timeout of grace
             elif uuid in opening:
+                self._restarted.add(uuid)
                 # Alive but still opening its tablets (its pings say so): down for Raft.
                 # Followers here whose leader it was elect another (what it led before its
                 # restart it leads no more, and its replicas hold their elections), and
@@ -1368,7 +1414,9 @@ class RaftDriver:
                 newly_down.append(uuid)
         if newly_down or back:
             self.peers_declared_down += len(newly_down)
-            woken = self._tell_groups(newly_down, back, dirty)
+            restarted = {u for u in back if u in self._restarted}
+            self._restarted -= set(back)
+            woken = self._tell_groups(newly_down, back, dirty, restarted)
             silent = sorted(u for u in newly_down if u not in opening)
             if silent:
                 log.info(
@@ -1456,7 +1504,13 @@ class RaftDriver:
                 self.return_probes += len(sent)
                 dirty[g.tablet_id] = g
 
-    def _tell_groups(self, down: list[str], back: list[str], dirty: dict[str, RaftGroup]) -> int:
+    def _tell_groups(
+        self,
+        down: list[str],
+        back: list[str],
+        dirty: dict[str, RaftGroup],
+        restarted: set[str] | frozenset[str] = frozenset(),
+    ) -> int:
         """Every group hears which peer servers were declared dead and which are heard from
         again (`RaftCore.peer_down`, `peer_up`); returns how many quiet groups woke (a
         follower whose leader died, a leader left without a live majority). A quiet leader
@@ -1479,7 +1533,8 @@ class RaftDriver:
                     g.core.peer_down(u)
                 sent = False
                 for u in back:
-                    sent = g.core.peer_up(u) or sent  # a quiet leader's probe of u
+                    # A quiet leader's probe of u, or a follower of u's timer moved.
+                    sent = g.core.peer_up(u, restarted=u in restarted) or sent
                 woke = quiet and not g.core.quiesced
             if woke:
                 woken += 1
@@ -1623,6 +1678,8 @@ class RaftDriver:
                 s.leader_uuid or "unknown",
             )
             tablet.on_soft_state(s)
+            if s.role not in (Role.PRE_CANDIDATE, Role.CANDIDATE):
+                self._campaign_over(g.tablet_id)
         if rd.hard_state is not None and not persisted:
             tablet.persist_hard_state(rd.hard_state)  # written and fsynced before any message
         if rd.soft_state is not None or rd.hard_state is not None:

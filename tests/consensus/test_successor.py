@@ -15,9 +15,14 @@ T = 10
 OPTS = RaftOptions(election_timeout_ticks=T, heartbeat_interval_ticks=2)
 
 
-def _core(uuid: str, cfg: RaftConfig, tablet: str = "tablet-a", seed: int = 0) -> RaftCore:
+QUIET = RaftOptions(election_timeout_ticks=T, heartbeat_interval_ticks=2, quiesce=True)
+
+
+def _core(
+    uuid: str, cfg: RaftConfig, tablet: str = "tablet-a", seed: int = 0, options=OPTS
+) -> RaftCore:
     return RaftCore(
-        uuid, tablet, options=OPTS, rng=random.Random(f"{uuid}/{seed}"), base_config=cfg
+        uuid, tablet, options=options, rng=random.Random(f"{uuid}/{seed}"), base_config=cfg
     )
 
 
@@ -128,3 +133,37 @@ def test_a_leader_back_before_its_successor_ran_gets_its_group_back():
                 break
         assert a2.role is Role.LEADER, seed
         assert a2.term == term + 1  # one election, nobody else ran
+
+
+def test_a_leader_only_silent_for_a_while_keeps_its_group():
+    """Declared down for a silence (a starved machine), heard from again without having
+    restarted: its followers go back to quiet, nobody runs, it leads on in its term (on the
+    old code they ran once their timeout came, and deposed it: 2,742 groups of 10,000 woke
+    so at one false declaration)."""
+    cfg = RaftConfig.of_voters("a", "b", "c")
+    for seed in range(20):
+        c = Cluster(*(_core(u, cfg, seed=seed, options=QUIET) for u in "abc"))
+        a = _leader_with_committed_term(c)
+        term = a.term
+        for _ in range(4 * T):  # every member quiet
+            c.tick_all()
+            if all(k.quiesced for k in c.cores.values()):
+                break
+        assert all(k.quiesced for k in c.cores.values())
+        for u in "bc":
+            c.cores[u].peer_down("a")
+        c.tick_all(T // 2)
+        for u in "bc":
+            c.cores[u].peer_up("a", restarted=False)
+        seen = {u: len(c.readies[u]) for u in "bc"}
+        c.tick_all(10 * T)
+        asked = [
+            m
+            for u in "bc"
+            for rd in c.readies[u][seen[u] :]
+            for m in rd.messages
+            if isinstance(m, VoteRequest)
+        ]
+        assert not asked, asked  # not even a pre-vote: nothing woke the leader
+        assert a.role is Role.LEADER and a.term == term, seed
+        assert all(c.cores[u].leader_uuid == "a" and c.cores[u].quiesced for u in "bc")

@@ -1,0 +1,63 @@
+"""A server runs at most `DriverOptions.campaigns_max` elections at once (design/consensus.md,
+"Restart without a storm"): a replica whose timeout comes while that many run waits a new
+timeout (`RaftCore.set_campaign_gate`); a place is held from an election's first try until
+its group has a leader or follower again, or at most CAMPAIGN_SLOT_TIMEOUTS timeouts (one
+that cannot win must not keep it). Plain calls on the core and on a driver never started."""
+
+from __future__ import annotations
+
+import random
+
+from tservers.consensus import RaftConfig, RaftCore, RaftOptions, VoteRequest
+from tservers.raft_driver import CAMPAIGN_SLOT_TIMEOUTS, DriverOptions, RaftDriver
+
+T = 10
+OPTS = RaftOptions(election_timeout_ticks=T, heartbeat_interval_ticks=2)
+
+
+def _votes_asked(core: RaftCore, ticks: int) -> int:
+    n = 0
+    for _ in range(ticks):
+        core.tick()
+        n += sum(1 for m in core.ready().messages if isinstance(m, VoteRequest))
+    return n
+
+
+def test_a_refused_election_waits_a_new_timeout_and_runs_when_let():
+    cfg = RaftConfig.of_voters("a", "b", "c")
+    core = RaftCore("a", "t1", options=OPTS, rng=random.Random(1), base_config=cfg)
+    asked: list[str] = []
+    allow = [False]
+
+    def gate(tablet_id: str) -> bool:
+        asked.append(tablet_id)
+        return allow[0]
+
+    core.set_campaign_gate(gate)
+    assert _votes_asked(core, 10 * T) == 0  # refused at every timeout
+    assert len(asked) >= 5 and set(asked) == {"t1"}
+    allow[0] = True
+    assert _votes_asked(core, 2 * T) > 0
+
+
+def test_a_lone_voter_is_never_gated():
+    core = RaftCore(
+        "a", "t1", options=OPTS, rng=random.Random(1), base_config=RaftConfig.of_voters("a")
+    )
+    core.set_campaign_gate(lambda tablet_id: False)
+    for _ in range(2 * T + 1):
+        core.tick()
+    assert core.role.value == "LEADER"
+
+
+def test_the_driver_bounds_the_elections_it_runs_at_once():
+    d = RaftDriver("me", appender=None, options=DriverOptions(raft=OPTS, campaigns_max=2))
+    assert d._campaign_slot("t1") and d._campaign_slot("t2")
+    assert not d._campaign_slot("t3") and d.campaigns_deferred == 1
+    assert d._campaign_slot("t1")  # a running one asks again: still its place
+    d._campaign_over("t1")  # its group has a leader
+    assert d._campaign_slot("t3")
+    # A place held past CAMPAIGN_SLOT_TIMEOUTS timeouts is given to the next that asks.
+    d._clock_tick += CAMPAIGN_SLOT_TIMEOUTS * T + 1
+    assert d._campaign_slot("t4")
+    assert set(d._campaigns) == {"t4"} or len(d._campaigns) <= 2
