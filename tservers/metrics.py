@@ -221,6 +221,11 @@ class TServerObserver:
                 d.held_groups(),
             ),
             _counter(
+                "logcentric_tserver_raft_campaigns_deferred",
+                "Elections put off a timeout: as many ran on this server as it runs at once",
+                d.campaigns_deferred,
+            ),
+            _counter(
                 "logcentric_tserver_raft_liveness_late_rounds",
                 "Liveness rounds that found this server stalled (peers declared dead only "
                 "after three timeouts of silence then)",
