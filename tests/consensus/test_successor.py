@@ -9,6 +9,7 @@ from __future__ import annotations
 import random
 
 from tests.consensus.test_raft_core import Cluster
+from tests.consensus.test_startup_hold import _campaigns as _ticks_to_campaign
 from tservers.consensus import HardState, RaftConfig, RaftCore, RaftOptions, Role, VoteRequest
 
 T = 10
@@ -53,15 +54,6 @@ def _leader_with_committed_term(c: Cluster) -> RaftCore:
     assert a.role is Role.LEADER
     c.tick_all(2)  # its no-op committed, every follower told
     return a
-
-
-def _ticks_to_campaign(core: RaftCore, limit: int) -> int | None:
-    core.ready()
-    for n in range(1, limit + 1):
-        core.tick()
-        if any(isinstance(m, VoteRequest) for m in core.ready().messages):
-            return n
-    return None
 
 
 def test_the_successor_times_out_first_and_the_others_later():
