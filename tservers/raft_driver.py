@@ -120,6 +120,9 @@ LIVENESS_REFRESH_S = 30.0
 PROBE_INTERVAL_MAX_S = 8.0
 # Elections that find no leader back off up to [T, 9T) (RaftOptions): 1-9 s at T = 1 s.
 ELECTION_BACKOFF_DOUBLINGS = 3
+# A leader steps down when it has not heard from a majority over this many election timeouts
+# (RaftOptions.check_quorum_timeouts): 3 s at T = 1 s.
+CHECK_QUORUM_TIMEOUTS = 3
 # A leader replica's last heartbeat (it stops while the server lives on) is sent again at
 # this many liveness rounds after the first: one lost (a full peer queue, a connection being
 # made) would leave quiet followers without a leader; repeats of it are harmless.
@@ -180,7 +183,9 @@ class DriverOptions:
     # on unless LOGCENTRIC_QUIET_GROUPS=0 (design/consensus.md "Quiet groups").
     raft: RaftOptions = field(
         default_factory=lambda: RaftOptions(
-            quiesce=quiet_groups_on(), election_backoff_doublings_max=ELECTION_BACKOFF_DOUBLINGS
+            quiesce=quiet_groups_on(),
+            election_backoff_doublings_max=ELECTION_BACKOFF_DOUBLINGS,
+            check_quorum_timeouts=CHECK_QUORUM_TIMEOUTS,
         )
     )
     inbox_messages_max: int = 16_384  # network messages waiting for the driver

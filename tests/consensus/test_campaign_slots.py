@@ -61,3 +61,34 @@ def test_the_driver_bounds_the_elections_it_runs_at_once():
     d._clock_tick += CAMPAIGN_SLOT_TIMEOUTS * T + 1
     assert d._campaign_slot("t4")
     assert set(d._campaigns) == {"t4"} or len(d._campaigns) <= 2
+
+
+def test_check_quorum_over_several_timeouts():
+    """`check_quorum_timeouts` = 3 (the tablet servers'): a leader cut off from its
+    followers leads on past one election timeout (the window is three), and steps down
+    within two windows (the first may count answers from before the cut)."""
+    from tests.consensus.test_raft_core import Cluster
+
+    cfg = RaftConfig.of_voters("a", "b", "c")
+    opts = RaftOptions(
+        election_timeout_ticks=T, heartbeat_interval_ticks=2, check_quorum_timeouts=3
+    )
+    c = Cluster(
+        *(RaftCore(u, "t1", options=opts, rng=random.Random(u), base_config=cfg) for u in "abc")
+    )
+    a = c.cores["a"]
+    for _ in range(3 * T):
+        a.tick()
+        if a.role.value != "FOLLOWER":
+            break
+    c.settle()
+    assert a.role.value == "LEADER"
+    c.down = {"b", "c"}
+    for _ in range(2 * T + T // 2):
+        a.tick()
+        c.flush("a")
+    assert a.role.value == "LEADER"  # one timeout would have ended it
+    for _ in range(4 * T):  # within two windows of three timeouts (the first may count
+        a.tick()  # answers from before the cut)
+        c.flush("a")
+    assert a.role.value == "FOLLOWER" and a.leader_uuid is None
