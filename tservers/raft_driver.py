@@ -145,6 +145,7 @@ LATE_ROUND_INTERVALS = 3
 # Elections run at once per server (DriverOptions.campaigns_max), and how long one holds its
 # place at most (election timeouts): one that cannot finish (its peers dead) lets others in.
 CAMPAIGNS_MAX_DEFAULT = 256
+CAMPAIGNS_MAX_ENV = "LOGCENTRIC_RAFT_CAMPAIGNS_MAX"  # another bound (0: none), for operators
 CAMPAIGN_SLOT_TIMEOUTS = 3
 LATE_ROUND_SILENCE_TIMEOUTS = 3
 # Start-up: the replicas opened then start no election until every one is open
@@ -176,6 +177,24 @@ def quiet_groups_on() -> bool:
     return os.environ.get(QUIET_GROUPS_ENV, "").strip() != "0"
 
 
+def campaigns_max() -> int:
+    """Elections run at once per server: CAMPAIGNS_MAX_DEFAULT, or `LOGCENTRIC_RAFT_CAMPAIGNS_MAX`
+    (an integer >= 0; 0: no bound). A bad value is logged and the default used."""
+    text = os.environ.get(CAMPAIGNS_MAX_ENV, "").strip()
+    if not text:
+        return CAMPAIGNS_MAX_DEFAULT
+    try:
+        n = int(text)
+        if n < 0:
+            raise ValueError(text)
+        return n
+    except ValueError:
+        log.warning(
+            "%s=%r is not an integer >= 0: %d", CAMPAIGNS_MAX_ENV, text, CAMPAIGNS_MAX_DEFAULT
+        )
+        return CAMPAIGNS_MAX_DEFAULT
+
+
 @dataclass(frozen=True, slots=True)
 class DriverOptions:
     tick_interval_s: float = 0.1
@@ -205,7 +224,7 @@ class DriverOptions:
     # Elections this server's replicas run at once (timeouts' elections; 0: no bound). More
     # wait a new election timeout (`_campaign_slot`): thousands at once after a server died
     # took longer than a timeout to go round on a loaded machine, and ran again and again.
-    campaigns_max: int = CAMPAIGNS_MAX_DEFAULT
+    campaigns_max: int = field(default_factory=campaigns_max)
     # Signs StartTabletCopy to peers (a privileged method: rpc/privileged.py); None when the
     # cluster runs without a password.
     privileged_key: bytes | None = None
