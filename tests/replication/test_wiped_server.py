@@ -122,8 +122,11 @@ def test_wiped_servers_are_not_their_former_selves(tmp_path, trio: TServerTrio):
     # The new servers have no replica of the tablet: nothing there could vote or acknowledge.
     for i in (b, c):
         assert q.client(i).list_tablets().tablets == []
-    now = q.report(lead, T)
-    assert now.role != "LEADER", now
+    # Without a majority the former leader steps down (check-quorum, over three election
+    # timeouts on the tablet servers) and nothing it proposed commits.
+    now = wait_for(
+        lambda: (r := q.report(lead, T)).role != "LEADER" and r, 60, "the leader stepping down"
+    )
     assert now.commit_index == before.commit_index, now
 
     # Control: the old disk back at the same address is the old member again; the tablet
