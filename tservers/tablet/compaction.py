@@ -206,6 +206,9 @@ def overlap_start(
 
 # What became of a tablet looked at by a round (`CompactionScheduler._compact`).
 _RAN, _NONE, _WAIT, _RETRY = "ran", "none", "wait", "retry"
+# Free space a compaction leaves at least, after writing up to its inputs' size: half the
+# server's reserve, at most this.
+COMPACTION_FREE_MARGIN_MAX = 64 << 20
 
 
 def _newest_of_tiered(t: Tablet, k: int) -> Callable[[list[list[BlockIndex]]], int | None]:
@@ -242,8 +245,14 @@ class CompactionScheduler:
         opts: CompactionOptions | None = None,
         *,
         clock: Callable[[], float] = time.monotonic,
+        space: Callable[[], tuple[int, int]] | None = None,
     ) -> None:
+        """`space`: (free bytes, reserved bytes) of the server's file system, now; a
+        compaction whose inputs would not fit above half the reserve (at most
+        COMPACTION_FREE_MARGIN_MAX) waits: its output is up to their size until it unlinks
+        them."""
         self.opts = opts or CompactionOptions()
+        self._space = space
         assert self.opts.rate_bytes_s >= 0, self.opts.rate_bytes_s
         self._tablets = tablets
         self._clock = clock
@@ -260,6 +269,7 @@ class CompactionScheduler:
         self.bytes_written = 0
         self.bytes_read = 0
         self.throttled_s = 0.0  # time spent waiting for the budget
+        self.waited_for_space = 0  # compactions put off: not enough free space (tests)
         self.failures = 0
         self.deferred = 0  # runs left alone for being over K blocks or B bytes
         self._over: dict[str, tuple[str, ...]] = {}  # tablet id -> the run over a bound
@@ -597,6 +607,17 @@ class CompactionScheduler:
             return _NONE
         with self._lock:
             self._over.pop(t.tablet_id, None)
+        if self._space is not None:
+            free, reserved = self._space()
+            if free - run_bytes < min(reserved // 2, COMPACTION_FREE_MARGIN_MAX):
+                # Compactions go on past the reserve (they free space), but a merge writes
+                # up to its inputs' size before it frees them: it waits until that leaves
+                # half the reserve free, at most COMPACTION_FREE_MARGIN_MAX (a tablet of
+                # many small runs took a 24 MiB reserve down to 7 MiB free in
+                # tests/tservers/test_disk_reserve.py).
+                with self._lock:
+                    self.waited_for_space += 1
+                return _WAIT
         sizes = {n: _block_bytes(data_dir, [n]) for n in run}
         started = self._clock()
         report: list = []

@@ -230,6 +230,7 @@ class TabletManager:
         self.compaction = CompactionScheduler(
             self.running_tablets,
             compaction or CompactionOptions(blocks_min=self.tablet_opts.compaction_blocks_min),
+            space=self._quarantine_space if disk is not None else None,
         )
 
     # ================================================================ startup
