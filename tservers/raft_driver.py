@@ -664,7 +664,6 @@ class RaftDriver:
         # thread). Their return gives their replicas the first election in the groups they
         # led; the return of one that was only silent puts those groups back to quiet.
         self._restarted: set[str] = set()
-        self.elections_released = 0  # groups released from the start-up hold (tests)
         self.peers_declared_down = 0  # metrics, tests
         self._last_liveness_s = 0.0  # the previous liveness round (driver thread)
         # Elections running (`_campaign_slot`): tablet id -> the tick it began. Any thread
@@ -967,7 +966,6 @@ class RaftDriver:
                 g.core.release_elections()
             n += 1
             dirty[g.tablet_id] = g  # (its timer is due again)
-        self.elections_released += n
         if n:
             log.info("start-up over: %d replicas may start elections from now", n)
 

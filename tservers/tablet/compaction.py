@@ -211,21 +211,6 @@ _RAN, _NONE, _WAIT, _RETRY = "ran", "none", "wait", "retry"
 COMPACTION_FREE_MARGIN_MAX = 64 << 20
 
 
-def _newest_of_tiered(t: Tablet, k: int) -> Callable[[list[list[BlockIndex]]], int | None]:
-    """A `pick` for `Tablet.compaction_plan`: where the size-tiered policy's runs start,
-    but at most the newest `k` of them."""
-
-    def pick(runs: list[list[BlockIndex]]) -> int | None:
-        found = tablet_mod.compaction_run(
-            [sum(b.num_rows for b in r) for r in runs],
-            t.opts.compaction_blocks_min,
-            t.opts.flush_rows_threshold,
-        )
-        return None if found is None else max(found, len(runs) - k)
-
-    return pick
-
-
 def _block_bytes(data_dir: Path, names: Sequence[str]) -> int:
     total = 0
     for name in names:
@@ -579,7 +564,9 @@ class CompactionScheduler:
             # into a 50M-row load, when such a plan was left alone like one over B bytes,
             # and every later plan was longer still): the newest K of them, now. Each such
             # merge leaves K - 1 runs fewer, so the pile goes down.
-            pick = _newest_of_tiered(t, self.opts.run_blocks_max)
+            # (The newest K of the free runs: a suffix of the plan, whose start the
+            # size-tiered policy put further back.)
+            pick = lambda runs, k=self.opts.run_blocks_max: max(0, len(runs) - k)  # noqa: E731
             plan = t.compaction_plan(tiered=True, rows_max=rows_max, pick=pick)
             if not plan:
                 return _NONE
