@@ -55,6 +55,10 @@ KEY_NAME = "coordinator"
 ADMIN_NAME = "admin"
 ADMIN_CREDENTIALS_FILE = "admin.credentials"
 BOOTSTRAP_POLL_S = 0.2
+# The admitted keys' loading (CoordinatorNode._load_admitted_keys): one barrier and replay
+# attempt may take this long, and a failed one is tried again after KEYS_LOAD_RETRY_S.
+KEYS_LOAD_ATTEMPT_S = 2.0
+KEYS_LOAD_RETRY_S = 0.1
 LOGSTORE_DIR = "logstore"
 RPC_WORKERS = 16
 RPC_QUEUE_MAX = 1024
@@ -225,9 +229,13 @@ class CoordinatorNode:
         # With CURVE: the principals table pushed to tablet servers in heartbeat answers.
         self.principals_push = PrincipalsPush(self.catalog) if config.curve else None
         curve = None
+        # With CURVE: set once the principals table holds every record the log had when the
+        # node started (_load_admitted_keys); until then an unknown key is not refused.
+        self.keys_loaded = threading.Event()
+        self._keys_loader: threading.Thread | None = None
         if self.keypair is not None:
             self.public_key = self.keypair.public
-            curve = keys.ServerCurve(self.keypair, self._roles_of_key)
+            curve = keys.ServerCurve(self.keypair, self._roles_of_key, self._keys_ready)
         self.server = RpcServer(
             self.uuid,
             config.bind,
@@ -275,6 +283,11 @@ class CoordinatorNode:
                 curve=self.tserver_curve,
             )
             self.replayer.start()
+            if config.curve:
+                self._keys_loader = threading.Thread(
+                    target=self._load_admitted_keys, name=f"keys-{config.node_id}", daemon=True
+                )
+                self._keys_loader.start()
             self.engine.start()
             self.replication.start()
             self.lease.start()
@@ -333,6 +346,9 @@ class CoordinatorNode:
         bootstrap = getattr(self, "_bootstrap", None)
         if bootstrap is not None and bootstrap is not threading.current_thread():
             bootstrap.join(BOOTSTRAP_POLL_S * 50)  # an execute in flight ends with the engine
+        loader = self._keys_loader
+        if loader is not None and loader is not threading.current_thread():
+            loader.join(KEYS_LOAD_ATTEMPT_S * 3 + 1)  # an attempt in flight, then it sees _closed
         if self.replication is not None:
             self.replication.close()
         if self.engine is not None:
@@ -533,6 +549,60 @@ class CoordinatorNode:
             except FileExistsError:
                 pass
         return credentials.load(path).keypair.public, path
+
+    def _load_admitted_keys(self) -> None:
+        """Set `keys_loaded` once the catalog holds every record the log acknowledged before
+        this call: a barrier through the log (this replica has all of them), then the replay
+        through the log's tail. Until then the principals table may lack keys the other
+        nodes admit (a node started again before its replay's first pass; a replica that
+        missed records while the node was down, and catches up only once a quorum answers),
+        so the rpc server does not refuse an unknown key at the handshake, which its client
+        takes as final (`KeyRefused`), but answers its calls UNAVAILABLE, and the client
+        asks another node (rpc/keys.py ServerCurve.ready). Tried again until it succeeds or
+        the node closes: without a quorum it waits for one."""
+        started = time.monotonic()
+        attempt = 0
+        how = "this node leads and serves"  # _keys_ready found it so first
+        while not self._closed.is_set() and not self.keys_loaded.is_set():
+            attempt += 1
+            try:
+                self.store.barrier(timeout_s=KEYS_LOAD_ATTEMPT_S)
+                tail = self.store.last_id(self.replayer.log, timeout_s=KEYS_LOAD_ATTEMPT_S)
+                applied = self.replayer.apply_through(tail, timeout_s=KEYS_LOAD_ATTEMPT_S)
+            except Exception as e:  # no quorum yet, a replica behind: try again
+                level = logging.INFO if attempt == 1 or attempt % 30 == 0 else logging.DEBUG
+                logger.log(
+                    level,
+                    "coordinator %s: admitted keys not loaded yet (attempt %d, %.1f s): %s",
+                    self.config.node_id,
+                    attempt,
+                    time.monotonic() - started,
+                    e,
+                )
+                self._closed.wait(KEYS_LOAD_RETRY_S)
+                continue
+            how = f"log applied through {applied}"
+            self.keys_loaded.set()
+        if self.keys_loaded.is_set():
+            logger.info(
+                "coordinator %s: admitted keys loaded (%s) %.2f s after start; unknown keys "
+                "are refused from now on",
+                self.config.node_id,
+                how,
+                time.monotonic() - started,
+            )
+
+    def _keys_ready(self) -> bool:
+        """The rpc server's ServerCurve.ready (ZAP thread, I/O thread: cheap, no lock): the
+        admitted keys are loaded, or this node leads and serves, which it does only once
+        its replay has applied the log through its own lease (Engine.serving)."""
+        if self.keys_loaded.is_set():
+            return True
+        engine = self.engine
+        if engine is not None and engine.serving():
+            self.keys_loaded.set()
+            return True
+        return False
 
     def _roles_of_key(self, public_key: str) -> tuple[str, ...] | None:
         """The CURVE authorizer: the roles in force for a caller's key (the principals

@@ -297,10 +297,18 @@ class ServerCurve:
     `authorizer(public_key)` gives the caller's principal, or None to refuse. It decides at
     the handshake (ZAP: an unknown key never gets a connection, and nothing it sends is
     read) and again for every call (so an answer that changes, e.g. a revoked key, takes
-    effect on the next call of a connection that is already open)."""
+    effect on the next call of a connection that is already open).
+
+    `ready()` (None: always): whether the authorizer's table is loaded. Until it is (a
+    coordinator node that started again and has not replayed its log), a key the authorizer
+    does not know is not refused at the handshake (the client would take that as final:
+    `KeyRefused`) but let through, and its calls are answered UNAVAILABLE (a client of a
+    group asks another node) until the table is loaded, then judged as every call is. A key
+    it knows is served at once. It must be cheap and must not block (an Event's is_set)."""
 
     keypair: KeyPair
     authorizer: Authorizer
+    ready: Callable[[], bool] | None = None
 
     def __post_init__(self) -> None:
         assert self.keypair.secret, "a server needs its secret key"

@@ -113,17 +113,39 @@ class _ZapKeys:
     """The ZAP handler's credentials provider: a CURVE client key is admitted if the
     server's authorizer gives it a principal (zmq.auth hands it the key in z85). Refusals
     are logged by rpc.handshakes: a WARNING only for a key still refused after the
-    admission window."""
+    admission window.
 
-    def __init__(self, authorizer, server: RpcServer) -> None:
-        self._authorizer = authorizer
+    While the server's curve is not `ready` (the keys it admits are not loaded yet: a
+    coordinator node that started again and has not replayed its log), a key the authorizer
+    does not know is not refused (a refusal is final for the client: `KeyRefused`) but
+    admitted for now: every call on that connection is then checked as always, and answered
+    UNAVAILABLE while the server is not ready, UNAUTHENTICATED once it is and the key is
+    still unknown (`RpcServer._dispatch`). ZAP's own "try later" (status 300) is no way
+    out: libzmq then drops the connection without telling the client why, and a second
+    connection of the same client hung in its handshake (pyzmq 27.3, libzmq 4.3.5)."""
+
+    def __init__(self, server: RpcServer) -> None:
         self._server = server
         self._handshakes = HandshakeLog(server.service, server._refusals.warning)
+        self._not_ready_keys: set[str] = set()  # keys let in while not ready (logged once)
 
     def callback(self, domain: str, key: bytes) -> bool:
         text = key.decode("ascii", "replace")
-        if self._server._authorize(text) is not None:
+        server = self._server
+        if server._authorize(text) is not None:
             self._handshakes.admitted(text)
+            return True
+        if server._not_ready():
+            server._io_stats["handshakes_not_ready"] += 1  # this thread's key alone
+            if text not in self._not_ready_keys and len(self._not_ready_keys) < 1024:
+                self._not_ready_keys.add(text)
+                log.info(
+                    "%s let key %s through the CURVE handshake without knowing it: the keys "
+                    "it admits are not loaded yet, so its calls are answered UNAVAILABLE "
+                    "until they are (then UNAUTHENTICATED if it is still unknown)",
+                    server.service or "rpc server",
+                    text,
+                )
             return True
         self._handshakes.refused(text)
         return False
@@ -316,6 +338,7 @@ class RpcServer:
         self._privileged_key = privileged_key
         self._curve = curve
         self._authorizer = curve.authorizer if curve else None
+        self._ready = curve.ready if curve else None
         self._zap: ThreadAuthenticator | None = None
         self._ctx = zmq.Context()
         self._router: zmq.Socket | None = None
@@ -359,6 +382,10 @@ class RpcServer:
         # lock); stats() adds them up.
         self._io_stats: dict[str, int] = dict.fromkeys(_STAT_KEYS, 0)
         self._io_stats["pool_wakeups"] = 0  # workers woken by the I/O thread
+        # Handshakes of unknown keys let through while not ready (_ZapKeys' thread), and the
+        # calls answered UNAVAILABLE for it (the I/O thread's).
+        self._io_stats["handshakes_not_ready"] = 0
+        self._io_stats["not_ready"] = 0
         self._worker_stats: list[dict[str, int]] = []
         # An OK answer's header as protobuf serializes it, but for its call id (frames.py).
         self._ok_header_rest = ResponseHeader(status=_OK, server_uuid=uuid).SerializeToString()
@@ -491,7 +518,7 @@ class RpcServer:
         in when no ZAP handler is bound)."""
         self._zap = ThreadAuthenticator(self._ctx, log=logging.getLogger(__name__ + ".zap"))
         self._zap.start()
-        self._zap.configure_curve_callback(ZAP_DOMAIN, _ZapKeys(self._authorizer, self))
+        self._zap.configure_curve_callback(ZAP_DOMAIN, _ZapKeys(self))
 
     def _close_sockets(self) -> None:
         # Closing twice (a failed start(), then close()) is harmless: zmq ignores it.
@@ -910,6 +937,16 @@ class RpcServer:
                 peer_key = ""
             principal = self._authorize(peer_key)
             if principal is None:
+                if self._not_ready():
+                    # Not refused: this server cannot tell yet (see _ZapKeys). UNAVAILABLE
+                    # without a retry hint: a client of a group asks another node.
+                    io_stats["not_ready"] += 1
+                    err = errors.Unavailable(
+                        f"{self.service or 'this server'} is starting: the keys it admits are "
+                        "not loaded yet (try again, or another node)"
+                    )
+                    err.call_id = call_id  # type: ignore[attr-defined]
+                    raise err
                 raise self._reject(
                     errors.Unauthenticated(
                         f"the key {peer_key} is not admitted by {self.service or 'this server'}"
@@ -995,6 +1032,17 @@ class RpcServer:
         self._refusals.warning("rejected %s (call %d): %s", what, call_id, err)
         err.call_id = call_id  # type: ignore[attr-defined]
         return err
+
+    def _not_ready(self) -> bool:
+        """Whether the keys this server admits are not loaded yet (ServerCurve.ready)."""
+        ready = self._ready
+        if ready is None:
+            return False
+        try:
+            return not ready()
+        except Exception:  # a failing check is "ready": keys are judged as loaded
+            log.exception("the curve's ready() failed: taken as ready")
+            return False
 
     def _authorize(self, key: str):
         """The authorizer's principal for `key`, None to refuse (also when it fails)."""
