@@ -5,12 +5,15 @@ they are there."""
 
 from __future__ import annotations
 
+import os
 import re
+import signal
+import subprocess
 import threading
 
 import pytest
 
-from tests.cli.helpers import env_with, interrupt, kill_group, run, spawn, wait_for
+from tests.cli.helpers import COMMAND_TIMEOUT_S, env_with, kill_group, run, spawn, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -21,19 +24,42 @@ EPOCH = re.compile(r" renewal epoch=(\d+)")
 
 
 class _Lines:
-    """A process's stdout lines, read by a thread as they come."""
+    """A process's stdout lines and its stderr, read by two threads as they come. These
+    threads are the only readers of the pipes: `interrupt` (tests/cli/helpers.py) calls
+    communicate(), which would read stdout too and take whatever the process printed last
+    (the count of what it hid, said at Ctrl-C) away from `lines`."""
 
     def __init__(self, proc) -> None:
+        self.proc = proc
         self.lines: list[str] = []
-        self._thread = threading.Thread(target=self._read, args=(proc,), daemon=True)
-        self._thread.start()
+        self._err: list[str] = []
+        self._threads = [
+            threading.Thread(target=self._read_out, daemon=True),
+            threading.Thread(target=self._read_err, daemon=True),
+        ]
+        for t in self._threads:
+            t.start()
 
-    def _read(self, proc) -> None:
-        for line in proc.stdout:
+    def _read_out(self) -> None:
+        for line in self.proc.stdout:
             self.lines.append(line.rstrip("\n"))
 
-    def join(self) -> None:
-        self._thread.join(30)
+    def _read_err(self) -> None:
+        self._err.append(self.proc.stderr.read())
+
+    def interrupt(self) -> str:
+        """Ctrl-C (SIGINT to the process group); once it has ended and both pipes are read
+        to their end, its stderr."""
+        os.killpg(self.proc.pid, signal.SIGINT)
+        try:
+            self.proc.wait(timeout=COMMAND_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            kill_group(self.proc)
+            raise AssertionError(f"no exit within {COMMAND_TIMEOUT_S}s of SIGINT") from None
+        for t in self._threads:
+            t.join(30)
+            assert not t.is_alive(), "a pipe still open 30 s after the process ended"
+        return "".join(self._err)
 
 
 def test_follow_hides_renewals_and_their_gone_ranges_unless_asked(tmp_path):
@@ -59,10 +85,8 @@ def test_follow_hides_renewals_and_their_gone_ranges_unless_asked(tmp_path):
             f"{RENEWAL_LINES_MIN} renewal lines from --follow --renewals",
         )
         assert quiet.poll() is None and loud.poll() is None
-        _, quiet_err = interrupt(quiet)
-        _, loud_err = interrupt(loud)
-        quiet_out.join()
-        loud_out.join()
+        quiet_err = quiet_out.interrupt()
+        loud_err = loud_out.interrupt()
     finally:
         for proc in (quiet, loud):
             if proc is not None:
