@@ -3,7 +3,11 @@
 Knows every coordinator address. A call goes to the node believed to lead; NOT_LEADER with
 a hint moves to the hinted address, NOT_LEADER without one (or an unreachable node) moves
 to the next address; UNAVAILABLE / THROTTLED / TIMED_OUT back off with jitter. Everything
-under one total deadline and a bounded number of attempts. Mutating requests carry a
+under one total deadline and a bounded number of attempts. A node that refuses this client's
+key at the CURVE handshake (KeyRefused) may only lag behind the log (a follower that has not
+replayed the principal's record yet): the call moves on to the nodes that have not refused
+it, and fails with KeyRefused, naming the nodes, only once every node has refused the key
+or not answered in this call (a revoked key is refused by every node). Mutating requests carry a
 request id (this client's id, a sequence number) that stays the same across retries, so a
 retry after a lost answer or a failover returns the first execution's result.
 
@@ -28,7 +32,13 @@ import uuid as uuidlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from rpc.client import RETRY_ATTEMPTS_MAX, RETRY_BACKOFF_INITIAL_S, RETRY_BACKOFF_MAX_S, RpcClient
+from rpc.client import (
+    RETRY_ATTEMPTS_MAX,
+    RETRY_BACKOFF_INITIAL_S,
+    RETRY_BACKOFF_MAX_S,
+    KeyRefused,
+    RpcClient,
+)
 from rpc.client import RETRYABLE as RPC_RETRYABLE
 from rpc.credentials import Credentials
 from rpc.errors import (
@@ -430,6 +440,8 @@ class CoordinatorClient:
         last: RpcError | None = None
         hops = 0  # hints followed at once since the last pause
         timeouts = 0  # attempts of this call that timed out: each doubles the patience
+        refused: dict[str, KeyRefused] = {}  # nodes that refused this client's key
+        silent: set[str] = set()  # nodes that did not answer in this call (unreachable)
         for _attempt in range(ATTEMPTS_MAX):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -454,13 +466,29 @@ class CoordinatorClient:
                     with self._lock:
                         self._suspect.pop(address, None)
                 return response
+            except KeyRefused as e:
+                # Maybe a node behind the others (see the module docstring): the next node
+                # that has neither refused nor failed to answer, at once; none: refused.
+                last = e
+                refused[address] = e
+                silent.discard(address)
+                self._forget(address)
+                with self._lock:
+                    following = self._next_address(address, {*refused, *silent})
+                    if following is not None:
+                        self._leader = following
+                if following is None:
+                    raise self._refused_everywhere(method, refused, silent) from None
+                continue
             except NotLeader as e:
                 last = e
+                silent.discard(address)
                 hinted = e.leader_hint.address
                 with self._lock:
                     if (
                         hinted
                         and hinted != address
+                        and hinted not in refused
                         and not self._is_suspect(hinted)
                         and self._may_call(hinted)
                     ):
@@ -475,7 +503,7 @@ class CoordinatorClient:
                     else:
                         # No hint, or a hint at a node that just failed us (the followers
                         # still name the old leader until someone takes over): ask another.
-                        self._rotate(address)
+                        self._rotate(address, refused)
             except RETRYABLE as e:
                 last = e
                 if isinstance(e, TimedOut):
@@ -483,8 +511,13 @@ class CoordinatorClient:
                 with self._lock:
                     if not isinstance(e, Unavailable) or not e.retry_after_ms:
                         self._suspect[address] = time.monotonic()
-                        self._rotate(address)  # unreachable: try another node
+                        silent.add(address)
+                        self._rotate(address, refused)  # unreachable: try another node
+                    else:
+                        silent.discard(address)
                 self._forget(address)
+                if refused and self._next_address(address, {*refused, *silent}) is None:
+                    raise self._refused_everywhere(method, refused, silent) from None
             pause = max(backoff_s, (getattr(last, "retry_after_ms", 0) or 0) / 1000.0)
             pause *= random.uniform(0.5, 1.5)
             if time.monotonic() + pause >= deadline:
@@ -599,10 +632,36 @@ class CoordinatorClient:
         failed_at = self._suspect.get(address)
         return failed_at is not None and time.monotonic() - failed_at < SUSPECT_S
 
-    def _rotate(self, address: str) -> None:
-        """Move to the next address, preferring nodes that have not just failed."""
+    def _rotate(self, address: str, refused=()) -> None:
+        """Move to the next address, preferring nodes that have not just failed, and
+        never to one in `refused` (nodes that refused this call's key) while another is
+        left."""
         i = self.addresses.index(address) if address in self.addresses else -1
         n = len(self.addresses)
         candidates = [self.addresses[(i + k) % n] for k in range(1, n + 1)]
+        candidates = [a for a in candidates if a not in refused] or candidates
         fresh = [a for a in candidates if not self._is_suspect(a)]
         self._leader = (fresh or candidates)[0]
+
+    def _next_address(self, address: str, avoid) -> str | None:
+        """The address after `address` that is not in `avoid` and may be called,
+        preferring nodes that have not just failed; None when there is none."""
+        i = self.addresses.index(address) if address in self.addresses else -1
+        n = len(self.addresses)
+        candidates = [self.addresses[(i + k) % n] for k in range(1, n + 1)]
+        candidates = [a for a in candidates if a not in avoid and self._may_call(a)]
+        fresh = [a for a in candidates if not self._is_suspect(a)]
+        return (fresh or candidates or [None])[0]
+
+    @staticmethod
+    def _refused_everywhere(
+        method: str, refused: dict[str, KeyRefused], silent: set[str]
+    ) -> KeyRefused:
+        """The KeyRefused of a call every node refused (or did not answer)."""
+        text = (
+            f"Coordinator.{method}: this client's key was refused at the CURVE handshake by "
+            f"every coordinator node that answered: {', '.join(refused)}"
+        )
+        if silent:
+            text += f" (no answer from {', '.join(sorted(silent))})"
+        return KeyRefused(f"{text}; the key is not admitted there (unknown or revoked)")
