@@ -470,7 +470,7 @@ class _Source:
             last = self.remote.last_id(log)
             if last <= after_id:
                 return [], after_id
-            entries = self.remote.read(log, after_id + 1, last)
+            entries, last = self.remote.read(log, after_id + 1, last)
             image = LogImage(
                 log,
                 last,

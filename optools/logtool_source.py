@@ -420,26 +420,33 @@ class RemoteReader:
     def last_id(self, log: str) -> int:
         return self._store.last_id(log, timeout_s=self.timeout_s)
 
-    def read(self, log: str, from_id: int, to_id: int) -> list[RawEntry]:
-        """Live entries with from_id <= id <= to_id, read in pages."""
+    def read(self, log: str, from_id: int, last: int) -> tuple[list[RawEntry], int]:
+        """Live entries from from_id on, read in pages, and the last id they account for:
+        `last` (the log's last id, asked for before the read), or the last id served when
+        the read reached the end of the log (a page short of READ_PAGE) past it. Each page
+        is read under the replica's lock, so the one that reached the end holds every record
+        appended since `last` was asked, among them whatever invalidated an id at or below
+        it in the meantime: cut at `last`, that id would show as gone with no invalidator
+        (a lease renewal, its record cut, that --follow could not tell from anything else).
+        A full page that goes past `last` is cut at it: the ids past it that the page left
+        out are vouched for by nothing."""
         out: list[RawEntry] = []
         next_id = from_id
-        while next_id <= to_id:
+        while next_id <= last:
             page = self._store.read(log, next_id, READ_PAGE, timeout_s=self.timeout_s)
+            full = len(page) >= READ_PAGE
             for e in page:
-                if e.id > to_id:
-                    return out
+                if e.id > last and full:
+                    return out, last
                 out.append(RawEntry(e.id, e.data, tuple(e.invalidates), True, source="remote"))
-            if len(page) < READ_PAGE:
+            if not full:
                 break
             next_id = page[-1].id + 1
-        return out
+        return out, max(last, out[-1].id if out else 0)
 
     def load(self, log: str) -> LogImage:
-        # last_id first: entries read afterwards may go beyond it, and are cut at it so that
-        # "gone" ids are never claimed past what last_id vouched for.
-        last = self.last_id(log)
-        entries = self.read(log, 1, last)
+        # last_id first; the entries read afterwards may go past it (`read`).
+        entries, last = self.read(log, 1, self.last_id(log))
         invalidated_by = {i: e.id for e in entries for i in e.invalidates}
         stats = LoadStats(replica_dir=",".join(self.addresses))
         return LogImage(log, last, entries, invalidated_by, stats)
