@@ -3,13 +3,14 @@
 Knows every coordinator address. A call goes to the node believed to lead; NOT_LEADER with
 a hint moves to the hinted address, NOT_LEADER without one (or an unreachable node) moves
 to the next address; UNAVAILABLE / THROTTLED / TIMED_OUT back off with jitter. Everything
-under one total deadline and a bounded number of attempts. A node that refuses this client's
-key at the CURVE handshake (KeyRefused) may only lag behind the log (a follower that has not
-replayed the principal's record yet): the call moves on to the nodes that have not refused
-it, and fails with KeyRefused, naming the nodes, only once every node has refused the key
-or not answered in this call (a revoked key is refused by every node). Mutating requests carry a
-request id (this client's id, a sequence number) that stays the same across retries, so a
-retry after a lost answer or a failover returns the first execution's result.
+under one total deadline and a bounded number of attempts. A node that refuses this
+client's key at the CURVE handshake (KeyRefused) may only lag behind the log (a follower
+that has not replayed the principal's record yet): the call moves on to the nodes that have
+not refused it, and fails with KeyRefused, naming the nodes, only once every node has
+refused the key or not answered in this call (a revoked key is refused by every node).
+Mutating requests carry a request id (this client's id, a sequence number) that stays the
+same across retries, so a retry after a lost answer or a failover returns the first
+execution's result.
 
 A node that stops answering while its connection stays up (a hung or SIGSTOPped process)
 is given up after its *patience* (`attempt_patience_s`): no answer and no answer to a ping

@@ -23,7 +23,9 @@ into prometheus-client metric families when a daemon's `/metrics` is scraped.
 CURVE (design/security.md §2, `curve=ServerCurve(...)`): the ROUTER is a CURVE server behind
 zmq.auth's ZAP handler, which admits the keys the authorizer knows; every call is checked
 again with the key the handshake proved (ZAP's User-Id on the header frame), so a revoked
-key's next call is refused on a connection that is already open. Plaintext without it.
+key's next call is refused on a connection that is already open. Until the curve is `ready`
+(the keys it admits loaded), an unknown key is let through and its calls are answered
+UNAVAILABLE rather than refused (`_ZapKeys`). Plaintext without it.
 """
 
 from __future__ import annotations
