@@ -664,5 +664,5 @@ class CoordinatorClient:
             f"every coordinator node that answered: {', '.join(refused)}"
         )
         if silent:
-            text += f" (no answer from {', '.join(sorted(silent))})"
+            text += f" (no answer from {', '.join(sorted(silent))}: down, hung or starting)"
         return KeyRefused(f"{text}; the key is not admitted there (unknown or revoked)")
