@@ -190,6 +190,12 @@ class TServerObserver:
                 d.messages_dropped,
             ),
             _counter("logcentric_tserver_raft_messages_out", "Raft messages sent", d.messages_out),
+            _counter(
+                "logcentric_tserver_raft_messages_unsent",
+                "Raft messages dropped on the way out: no connection to the peer yet, or its "
+                "queue full (Raft resends)",
+                d.messages_unsent,
+            ),
             _gauge(
                 "logcentric_tserver_raft_groups_quiet",
                 "Raft groups quiet now (idle: no heartbeats, no timers)",
