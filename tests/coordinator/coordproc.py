@@ -200,18 +200,29 @@ class CoordinatorGroup:
 
     def admit_key(self, uuid: str, public_key: str, timeout_s: float = ADMIT_TIMEOUT_S) -> None:
         """Log a `tserver` principal (the UUID, its key, the server role), as the admin (as
-        `local-cluster up` does); retried with the same request id until the bootstrap admin
-        is logged and a leader serves. Nothing to do when insecure."""
+        `local-cluster up` does). Nothing to do when insecure."""
         if self.insecure:
             return
+        self.add_principal(uuid, "tserver", public_key, ["server"], timeout_s)
+
+    def add_principal(
+        self,
+        name: str,
+        kind: str,
+        public_key: str,
+        roles: list[str],
+        timeout_s: float = ADMIT_TIMEOUT_S,
+    ) -> None:
+        """Log a principal as the admin, retried with the same request id until the
+        bootstrap admin is logged and a leader serves."""
         deadline = time.monotonic() + timeout_s
         with self.client(timeout_s=5.0, call_timeout_s=5.0) as client:
             request = pb.AddPrincipalRequest(
                 request_id=client.next_request_id(),
-                name=uuid,
-                kind="tserver",
+                name=name,
+                kind=kind,
                 public_key=public_key,
-                roles=["server"],
+                roles=roles,
             )
             while True:
                 try:
@@ -222,7 +233,7 @@ class CoordinatorGroup:
                 except RpcError as err:
                     if time.monotonic() >= deadline:
                         raise AssertionError(
-                            f"could not admit tablet server {uuid} within {timeout_s} s: {err}"
+                            f"could not add {kind} {name} within {timeout_s} s: {err}"
                         ) from None
                     time.sleep(0.2)
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 import signal
 import threading
-import time
 
 import pytest
 
@@ -26,7 +25,6 @@ from logcentric.meta import CoordinatorClient
 from rpc import errors, keys
 from rpc.client import KeyRefused
 from rpc.credentials import Credentials
-from rpc.protocols import coordinator_pb2 as pb
 from tests.coordinator.coordproc import CoordinatorGroup
 from tests.support.procs import wait_for
 
@@ -34,27 +32,6 @@ pytestmark = pytest.mark.integration
 
 WAIT_S = 90.0
 CALL_TIMEOUT_S = 60.0
-
-
-def add_user(group: CoordinatorGroup, name: str, public_key: str) -> None:
-    """Log a reader `name` with `public_key`, as the admin (retried with one request id)."""
-    deadline = time.monotonic() + WAIT_S
-    with group.client(timeout_s=10.0, call_timeout_s=5.0) as admin:
-        request = pb.AddPrincipalRequest(
-            request_id=admin.next_request_id(),
-            name=name,
-            kind="user",
-            public_key=public_key,
-            roles=["reader"],
-        )
-        while True:
-            try:
-                admin.call("AddPrincipal", request, pb.AddPrincipalResponse, 10.0)
-                return
-            except errors.RpcError as err:
-                if time.monotonic() >= deadline:
-                    raise AssertionError(f"could not add {name}: {err}") from None
-                time.sleep(0.2)  # a pause between retries (the request id stays the same)
 
 
 def admits(creds: Credentials, address: str) -> bool:
@@ -79,7 +56,7 @@ def test_a_restarted_node_does_not_refuse_a_key_it_has_not_loaded(tmp_path):
 
         # A reader added while c0 is down: c0's replica has never seen her record.
         ursula = keys.KeyPair.generate()
-        add_user(group, "ursula", ursula.public)
+        group.add_principal("ursula", "user", ursula.public, ["reader"], WAIT_S)
         assert group.credentials is not None
         creds = Credentials("ursula", "user", ("reader",), ursula, group.credentials.coordinators)
         assert creds.addresses[0] == group.rpc[0]  # her first address is c0

@@ -6,7 +6,15 @@ import time
 
 import pyarrow as pa
 
-from rpc.protocols.tserver_pb2 import ColumnSchemaPB, CreateTabletRequest, DataType, SchemaPB
+from rpc.protocols.tserver_pb2 import (
+    ColumnSchemaPB,
+    ConsensusRequest,
+    ConsensusResponse,
+    CreateTabletRequest,
+    DataType,
+    SchemaPB,
+)
+from rpc.server import RpcServer
 from tservers.fs import FsLayout
 from tservers.tablet.manager import TabletManager
 from tservers.wal.log import WalOptions
@@ -70,3 +78,17 @@ def create(m: TabletManager, tablet_id: str = "t1", schema: SchemaPB = SIX):
     return m.create_tablet(
         CreateTabletRequest(tablet_id=tablet_id, table_name="tbl", schema=schema)
     )
+
+
+def consensus_peer(uuid: str, on_request) -> RpcServer:
+    """A real rpc server standing for the peer tablet server `uuid` (not started): it takes
+    one-way TServer.Consensus messages, as a tablet server does, and hands each request
+    (and its call context) to `on_request`; it answers nothing."""
+
+    def consensus(req: ConsensusRequest, ctx) -> ConsensusResponse:
+        on_request(req, ctx)
+        return ConsensusResponse()
+
+    peer = RpcServer(uuid, "127.0.0.1:0", service=uuid)
+    peer.register("TServer.Consensus", ConsensusRequest, consensus, inline=True, one_way=True)
+    return peer

@@ -17,14 +17,12 @@ import threading
 
 from rpc.protocols.tserver_pb2 import (
     ConsensusRequest,
-    ConsensusResponse,
     CreateTabletRequest,
     MemberType,
     RaftConfigPB,
 )
-from rpc.server import RpcServer
 from tests.support.procs import wait_for
-from tests.tservers.helpers import SIX, open_manager
+from tests.tservers.helpers import SIX, consensus_peer, open_manager
 from tservers.consensus.types import AppendRequest
 
 TABLETS = 300  # well past the peer's queue of 16 batches, were each group a batch
@@ -36,17 +34,15 @@ def test_a_rounds_answers_to_one_peer_go_out_in_full_batches(tmp_path):
     answered: set[str] = set()
     lock = threading.Lock()
 
-    def consensus(req: ConsensusRequest, ctx) -> ConsensusResponse:
+    def consensus(req: ConsensusRequest, ctx) -> None:
         if req.messages:  # (liveness pings are empty batches)
             with lock:
                 batches.append(len(req.messages))
                 answered.update(
                     msg.tablet_id for msg in req.messages if msg.HasField("append_response")
                 )
-        return ConsensusResponse()
 
-    peer = RpcServer("peer-a", "127.0.0.1:0", service="peer-a")
-    peer.register("TServer.Consensus", ConsensusRequest, consensus, inline=True, one_way=True)
+    peer = consensus_peer("peer-a", consensus)
     m = open_manager(tmp_path / "fs")
     try:
         peer.start()

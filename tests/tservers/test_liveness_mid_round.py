@@ -15,10 +15,9 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from rpc.protocols.tserver_pb2 import ConsensusRequest, ConsensusResponse
-from rpc.server import RpcServer
+from rpc.protocols.tserver_pb2 import ConsensusRequest
 from tests.support.procs import wait_for
-from tests.tservers.helpers import open_manager
+from tests.tservers.helpers import consensus_peer, open_manager
 from tests.tservers.test_hard_state_batch import _followers
 from tservers.consensus.types import AppendRequest
 
@@ -73,13 +72,11 @@ def test_pings_go_out_during_one_long_step(tmp_path):
     timeouts), and the peers declared this server dead."""
     arrivals: list[float] = []
 
-    def consensus(req: ConsensusRequest, ctx) -> ConsensusResponse:
+    def consensus(req: ConsensusRequest, ctx) -> None:
         if ctx.caller_uuid == m.fs.uuid and not req.messages:
             arrivals.append(time.monotonic())
-        return ConsensusResponse()
 
-    peer = RpcServer("peer-a", "127.0.0.1:0", service="peer-a")
-    peer.register("TServer.Consensus", ConsensusRequest, consensus, inline=True, one_way=True)
+    peer = consensus_peer("peer-a", consensus)
     m = open_manager(tmp_path / "fs")
     try:
         peer.start()

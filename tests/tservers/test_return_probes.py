@@ -19,27 +19,23 @@ import time
 
 from rpc.protocols.tserver_pb2 import (
     ConsensusRequest,
-    ConsensusResponse,
     CreateTabletRequest,
     MemberType,
     RaftConfigPB,
 )
-from rpc.server import RpcServer
 from tests.support.procs import wait_for
-from tests.tservers.helpers import SIX, open_manager
+from tests.tservers.helpers import SIX, consensus_peer, open_manager
 
 
 def test_a_returned_server_is_probed_again_by_quiet_leaders(tmp_path):
     heartbeats: list[float] = []
 
-    def consensus(req: ConsensusRequest, ctx) -> ConsensusResponse:
+    def consensus(req: ConsensusRequest, ctx) -> None:
         for msg in req.messages:
             if msg.tablet_id == "r1" and msg.HasField("append_request"):
                 heartbeats.append(time.monotonic())
-        return ConsensusResponse()
 
-    peer = RpcServer("peer-a", "127.0.0.1:0", service="peer-a")
-    peer.register("TServer.Consensus", ConsensusRequest, consensus, inline=True, one_way=True)
+    peer = consensus_peer("peer-a", consensus)
     m = open_manager(tmp_path / "fs")
     stop = threading.Event()
     try:
