@@ -637,20 +637,21 @@ class CoordinatorClient:
         """Move to the next address, preferring nodes that have not just failed, and
         never to one in `refused` (nodes that refused this call's key) while another is
         left."""
-        i = self.addresses.index(address) if address in self.addresses else -1
-        n = len(self.addresses)
-        candidates = [self.addresses[(i + k) % n] for k in range(1, n + 1)]
+        candidates = self._after(address)
         candidates = [a for a in candidates if a not in refused] or candidates
         fresh = [a for a in candidates if not self._is_suspect(a)]
         self._leader = (fresh or candidates)[0]
 
+    def _after(self, address: str) -> list[str]:
+        """Every address, starting with the one after `address` (`address` last)."""
+        i = self.addresses.index(address) if address in self.addresses else -1
+        n = len(self.addresses)
+        return [self.addresses[(i + k) % n] for k in range(1, n + 1)]
+
     def _next_address(self, address: str, avoid) -> str | None:
         """The address after `address` that is not in `avoid` and may be called,
         preferring nodes that have not just failed; None when there is none."""
-        i = self.addresses.index(address) if address in self.addresses else -1
-        n = len(self.addresses)
-        candidates = [self.addresses[(i + k) % n] for k in range(1, n + 1)]
-        candidates = [a for a in candidates if a not in avoid and self._may_call(a)]
+        candidates = [a for a in self._after(address) if a not in avoid and self._may_call(a)]
         fresh = [a for a in candidates if not self._is_suspect(a)]
         return (fresh or candidates or [None])[0]
 

@@ -1902,6 +1902,7 @@ class RaftDriver:
     def _post_out(self, uuid: str, pbs: list) -> None:
         p = self._peer_out(uuid)
         if p is None:
+            self.messages_unsent += len(pbs)
             log.debug("no socket for peer %s: %d messages dropped", uuid, len(pbs))
             return
         p.post(pbs, self.addresses.get(uuid, ""))

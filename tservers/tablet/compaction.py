@@ -573,7 +573,8 @@ class CompactionScheduler:
         runs = [[b.name for b in r] for r in plan]
         rows = sum(b.num_rows for r in plan for b in r)
         run = [n for r in runs for n in r]
-        run_bytes = _block_bytes(data_dir, run)
+        sizes = {n: _block_bytes(data_dir, [n]) for n in run}  # one stat per block
+        run_bytes = sum(sizes.values())
         over_bytes = self.opts.run_bytes_max and run_bytes > self.opts.run_bytes_max
         if len(runs) > self.opts.run_blocks_max or over_bytes:
             with self._lock:
@@ -605,7 +606,6 @@ class CompactionScheduler:
                 with self._lock:
                     self.waited_for_space += 1
                 return _WAIT
-        sizes = {n: _block_bytes(data_dir, [n]) for n in run}
         started = self._clock()
         report: list = []
         small_rows = self.opts.small_rows_max * t.opts.flush_rows_threshold
