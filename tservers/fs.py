@@ -247,7 +247,10 @@ def move_dir(src: Path, dst: Path) -> None:
 RESERVED_FRACTION_DEFAULT = 0.01
 RESERVED_BYTES_CAP_DEFAULT = 1 << 30
 RESERVED_BYTES_MAX = (1 << 63) - 1  # the heartbeat's DiskReport has uint64 fields
-# statvfs is cheap, but a write path asks on every call: the answer is reused this long.
+# statvfs is cheap, but a write path asks on every call: the answer is reused this long,
+# less the bytes the callers admitted since said they would write (`DiskSpace.require`: a
+# client writing 0.5 MB batches every 6 ms went 8 MB past a stale answer and a flush then
+# filled the disk, in tests/tservers/test_disk_reserve.py).
 DISK_CHECK_INTERVAL_S = 0.1
 # Bytes under the root (its own files) are counted again at most this often, and then only
 # what may have changed (`RootBytes`): the tablets whose files the server wrote since (told by
@@ -458,6 +461,7 @@ class DiskSpace:
         self._lock = threading.Lock()
         self._state: DiskState | None = None
         self._at = 0.0
+        self._admitted = 0  # bytes `require` admitted since the statvfs of _state
         self._root = RootBytes(self.root)
         self._root_lock = threading.Lock()
         self._root_next_at = float("-inf")
@@ -472,6 +476,7 @@ class DiskSpace:
         with self._lock:
             self._reserved = reserved_bytes
             self._state = None
+            self._admitted = 0
 
     def state(self, *, fresh: bool = False) -> DiskState:
         now = time.monotonic()
@@ -484,8 +489,21 @@ class DiskSpace:
         reserved = self._reserved if self._reserved is not None else default_reserved_bytes(total)
         state = DiskState(total, free, reserved)
         with self._lock:
-            self._state, self._at = state, now
+            self._state, self._at, self._admitted = state, now, 0
         return state
+
+    def _admit(self, need_bytes: int, fresh: bool) -> tuple[DiskState, bool]:
+        """(the state, less the bytes admitted since its statvfs; whether `need_bytes` is
+        refused), admitting (counting) them when not."""
+        st = self.state(fresh=fresh)
+        with self._lock:
+            st = self._state or st  # the newest (another thread's statvfs meanwhile)
+            free = max(0, st.free_bytes - self._admitted)
+            st = DiskState(st.total_bytes, free, st.reserved_bytes)
+            refused = st.full or st.free_bytes - need_bytes < st.reserved_bytes
+            if not refused:
+                self._admitted += need_bytes
+        return st, refused
 
     def files_changed(self, tablet_id: str | None) -> None:
         """The server wrote or removed files of `tablet_id` (None: outside the tablets'
@@ -518,17 +536,14 @@ class DiskSpace:
 
     def require(self, what: str, need_bytes: int = 0) -> None:
         """Raise NoSpace naming the server, the free bytes and the reserve when full, or
-        when `need_bytes` (what the caller is about to write, e.g. a tablet copy's announced
-        size) would take the free space below the reserve."""
-
-        def refused(st: DiskState) -> bool:
-            return st.full or st.free_bytes - need_bytes < st.reserved_bytes
-
-        st = self.state()
-        if not refused(st):
+        when `need_bytes` (what the caller is about to write: a write's rows, a tablet
+        copy's announced size) would take the free space below the reserve. Admitted bytes
+        are taken off the cached free space until the next statvfs."""
+        st, refused = self._admit(need_bytes, fresh=False)
+        if not refused:
             return
-        st = self.state(fresh=True)  # space may have been freed since the cached answer
-        if not refused(st):
+        st, refused = self._admit(need_bytes, fresh=True)  # freed since, or written
+        if not refused:
             return
         with self._lock:
             self.refusals += 1

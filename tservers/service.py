@@ -323,7 +323,10 @@ class TServerService:
         if self.manager.disk is not None and any(op != OpType.DELETE for op in req.ops):
             # Past the reserve only deletions are taken (they let compactions free space);
             # replicated entries a follower receives are never refused (tservers/fs.py).
-            self.manager.disk.require(f"write to tablet {req.tablet_id}")
+            self.manager.disk.require(
+                f"write to tablet {req.tablet_id}",
+                need_bytes=sum(len(sc) for sc in ctx.sidecars),
+            )
         rid = None
         if req.HasField("request_id"):  # a resend of it is never applied twice
             rid = RequestId.from_pb(req.request_id)

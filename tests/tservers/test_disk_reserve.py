@@ -41,6 +41,7 @@ from tests.support.cluster import local_cluster
 from tests.support.procs import free_port, wait_for
 from tests.support.tmpfs import fill, free_bytes, tmpfs_mounter
 from tests.tservers.procs import TServerProcess, joined
+from tservers import fs as fs_module
 from tservers.fs import DiskSpace, FsLayout, default_reserved_bytes
 from tservers.service import TServerService
 from tservers.tablet.manager import TabletManager
@@ -130,6 +131,34 @@ def test_refusals_past_the_reserve_in_process(tmp_path):
         mgr.close()
 
 
+def test_admitted_bytes_count_against_a_cached_answer(tmp_path, monkeypatch):
+    """Bytes that callers admitted said they would write are taken off the cached free space:
+    writes are refused at the reserve even before the next statvfs (a client's 0.5 MB
+    batches went 8 MB past a stale answer, and a flush then filled the disk)."""
+    monkeypatch.setattr(fs_module, "DISK_CHECK_INTERVAL_S", 3600.0)  # the cache, always
+    with tmpfs_mounter(tmp_path) as mount:
+        m = mount(32 * MB)
+        disk = DiskSpace(m, "ts-uuid", 0)
+        free = disk.state(fresh=True).free_bytes
+        disk.set_reserved_bytes(free - 10 * MB)
+        written = []
+        for i in range(2):
+            disk.require("write", need_bytes=4 * MB)
+            written.append(m / f"w{i}")
+            written[-1].write_bytes(b"x" * (4 * MB))
+        with pytest.raises(errors.NoSpace, match="it needs 4194304 bytes"):
+            disk.require("write", need_bytes=4 * MB)
+        assert disk.refusals == 1
+        assert free_bytes(m) >= free - 10 * MB  # the reserve held
+        for p in written:  # space freed: admitted again (the refusal read the fs afresh)
+            p.unlink()
+        disk.require("write", need_bytes=4 * MB)
+        disk.require("write", need_bytes=4 * MB)
+        # Admitted bytes never written: a refusal's fresh statvfs sees them free again.
+        disk.require("write", need_bytes=4 * MB)
+        assert disk.refusals == 1
+
+
 # ---------------------------------------------------------------------------- integration
 
 
@@ -155,6 +184,19 @@ def _credentials_args(cluster) -> list[str]:
 
 def _server(client: Client, uuid: str):
     return next(s for s in client.list_servers() if s.uuid == uuid)
+
+
+def _listing(mount: Path) -> str:
+    """Every file under `mount` with its size, biggest first (what took the space)."""
+    files = []
+    for p in mount.rglob("*"):
+        try:
+            if p.is_file():
+                files.append((p.stat().st_size, p))
+        except FileNotFoundError:
+            pass  # removed meanwhile (a WAL segment's GC)
+    lines = [f"{size:>10} {p.relative_to(mount)}" for size, p in sorted(files, reverse=True)]
+    return f"{free_bytes(mount)} bytes free; files:\n" + "\n".join(lines)
 
 
 def _insert(client: Client, t, ids) -> None:
@@ -221,7 +263,8 @@ def test_full_disk_refuses_places_elsewhere_and_loses_nothing(tmp_path, tmpfs_mo
                 text = refused.message
                 assert full_uuid in text and "bytes free" in text, text
                 assert f"reserve of {RESERVE} bytes" in text, text
-                assert free_bytes(mount) > RESERVE // 2  # the reserve held: the disk is not full
+                # The reserve held: the disk is not full.
+                assert free_bytes(mount) > RESERVE // 2, _listing(mount)
                 http = full.extra_args[full.extra_args.index("--http") + 1]
                 with urllib.request.urlopen(f"http://{http}/metrics", timeout=10) as r:
                     metrics = r.read().decode()
