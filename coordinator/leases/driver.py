@@ -21,7 +21,11 @@ from coordinator.leases.lease import (
     NotServing,
     Role,
 )
-from coordinator.leases.testclock import drift_margin_from_env, serve_past_lease_from_env
+from coordinator.leases.testclock import (
+    SERVE_PAST_LEASE_LATE_S,
+    drift_margin_from_env,
+    serve_past_lease_from_env,
+)
 from logstore.api import LogConditionFailed, LogStore, read_live
 from rpc.errors import LeaderHintValue, NotLeader, RpcError, Unavailable
 from rpc.protocols import coordinator_pb2 as pb
@@ -257,13 +261,22 @@ class LeaseDriver:
                 timeout_s=self.append_timeout_s,
             )
         except LogConditionFailed as e:
+            self._late_in_broken_build()
             self.keeper.append_failed(self._clock(), e.last_id)
             logger.info("lease %s: conditional append failed at %d", self.keeper.uuid, e.last_id)
         except RpcError as e:
+            self._late_in_broken_build()
             self.keeper.append_failed(self._clock(), None)
             logger.warning("lease %s: lease append failed: %s", self.keeper.uuid, e)
         else:
             self.keeper.append_succeeded(self._clock(), got)
+
+    def _late_in_broken_build(self) -> None:
+        """The test-only broken build (testclock.py, SERVE_PAST_LEASE_ENV) learns of a
+        failed renewal past its lease SERVE_PAST_LEASE_LATE_S late, serving meanwhile."""
+        k = self.keeper
+        if k.serve_past_lease and k.role is Role.LEADER and self._clock() >= k.lease_end:
+            time.sleep(SERVE_PAST_LEASE_LATE_S)
 
     def _report(self) -> None:
         with self._report_lock:

@@ -16,7 +16,9 @@ drift (a leader serves for the whole lease_timeout_s on its own clock). Unset (a
 a real deployment: no flag or config reaches it) the margin is LeaseConfig's.
 Another, for tests/nemesis/test_pause.py: `LOGCENTRIC_TEST_UNSAFE_SERVE_PAST_LEASE=1` makes a
 leader trust its role and not its clock: it keeps serving past its lease's end (after a
-SIGSTOP longer than the lease, say) until its next renewal append fails.
+SIGSTOP longer than the lease, say) until its next renewal append fails, and learns of that
+failure SERVE_PAST_LEASE_LATE_S late (without that delay the window was the renewal's round
+trip, a few ms, and three replays of four pauses showed no overlap in a loaded CI run).
 Only the lease driver's clock is skewed; timeouts of sockets and waits stay real, as a
 drifting oscillator would leave them in the proportions that matter here (design/nemesis.md).
 """
@@ -36,6 +38,7 @@ RATE_ENV = "LOGCENTRIC_TEST_CLOCK_RATE"
 DIR_ENV = "LOGCENTRIC_TEST_CLOCK_DIR"
 NO_DRIFT_MARGIN_ENV = "LOGCENTRIC_TEST_UNSAFE_NO_DRIFT_MARGIN"
 SERVE_PAST_LEASE_ENV = "LOGCENTRIC_TEST_UNSAFE_SERVE_PAST_LEASE"
+SERVE_PAST_LEASE_LATE_S = 0.5
 RECHECK_S = 0.02
 RATE_MIN = 0.01
 RATE_MAX = 100.0

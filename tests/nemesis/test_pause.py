@@ -69,9 +69,10 @@ def test_a_leader_woken_past_its_lease_must_not_serve(cluster: NemesisCluster) -
     coordinators = [n.name for n in cluster.spec.coordinators]
     broken: list[RunResult] = []
     try:
-        # The window opens after SIGCONT only until the woken leader's renewal fails, and the
-        # monitor needs two serving samples in it: replayed, a bounded number of times, until
-        # an overlap shows. The real build gets one replay; its safety does not need luck.
+        # The window opens after SIGCONT until the woken leader learns, 0.5 s late, that its
+        # renewal failed (SERVE_PAST_LEASE_LATE_S), and the monitor needs two serving samples
+        # in it: replayed, a bounded number of times, until an overlap shows. The real build
+        # gets one replay; its safety does not need luck.
         for _ in range(BROKEN_REPLAYS):
             result, _ = _replay(cluster, "pause-broken")
             broken.append(result)
