@@ -359,6 +359,25 @@ def _cmd_fs_uuid(args) -> int:
     return 0
 
 
+def _cmd_fs_downgrade(args) -> int:
+    """Fold the hard-state journal into the consensus metadata files, for older code."""
+    with _lock_fs(args.fs_root, "tserver fs downgrade", "refusing to downgrade"):
+        fs = _open_fs(args.fs_root)
+        try:
+            written = fs.downgrade()
+        except OSError as e:
+            raise CliError(f"cannot downgrade {args.fs_root}: {e.strerror or e}") from e
+    if args.json:
+        print_json({"fs_root": args.fs_root, "uuid": fs.uuid, "cmeta_written": written})
+    else:
+        print(
+            f"{args.fs_root}: the hard-state journal folded into {len(written)} consensus "
+            "metadata files and removed; older tablet servers can start on it (a newer one "
+            "starts the journal again)"
+        )
+    return 0
+
+
 def _cmd_show_key(args) -> int:
     try:
         fs = FsLayout(Path(args.fs_root), FsLayout.read_instance(Path(args.fs_root)).uuid)
@@ -550,7 +569,7 @@ def _rewrite_cmeta(fs: FsLayout, args) -> int:
     backup = path.with_name(f"{path.name}.backup-{int(time.time() * 1000)}")
     metafile.write_atomic(backup, path.read_bytes())
     print(f"backup written to {backup}")
-    fs.write_cmeta(cm)
+    fs.rewrite_cmeta(cm)  # (the hard-state journal forgets the tablet: the file holds)
     print(text_format.MessageToString(cm), end="")
     return 0
 
@@ -1269,6 +1288,14 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--fs-root", required=True)
     add_json(f, "the fs root and its uuid")
     f.set_defaults(func=_cmd_fs_uuid)
+    f = fs.add_parser(
+        "downgrade",
+        help="fold the hard-state journal into the consensus metadata files, so that a "
+        "tablet server older than the journal can start on this root (the server stopped)",
+    )
+    f.add_argument("--fs-root", required=True)
+    add_json(f, "the fs root and the tablets whose consensus metadata was written")
+    f.set_defaults(func=_cmd_fs_downgrade)
 
     k = sub.add_parser(
         "show-key",

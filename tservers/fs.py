@@ -1,8 +1,10 @@
 """The on-disk layout of one tablet server (architecture 5.1) and its metadata files.
 
-instance                        uuid, format time (written once by `tserver fs format`)
+instance                        uuid, format time (written by `tserver fs format`; metafile
+                                version 2 once the hard-state journal is in use)
 tablet-meta/<tablet_id>         superblock
 consensus-meta/<tablet_id>      consensus metadata
+consensus-meta/hardstate.journal terms and votes newer than those files (tservers/hardstate.py)
 wals/<tablet_id>/wal-000000001  WAL segments
 data/<tablet_id>/block-<n>.arrow immutable data blocks
 quarantine/<tablet_id>.<n>/     what a deletion moved aside (mtime: the time of the deletion),
@@ -34,10 +36,15 @@ from rpc import keys
 from rpc.dirlock import DirLock, DirLocked, DirLockError, lock_dir
 from rpc.errors import NoSpace
 from rpc.protocols.tserver_pb2 import ConsensusMetaPB, InstancePB, SuperblockPB
-from tservers import metafile
+from tservers import hardstate, metafile
 from tservers.metafile import MetaFileCorrupt
 
 SUBDIRS = ("tablet-meta", "consensus-meta", "wals", "data", "quarantine")
+# The instance file's metafile version: 2 once the hard-state journal is in use
+# (tservers/hardstate.py), which older code refuses ("unsupported version 2").
+INSTANCE_VERSION_FILES = 1
+INSTANCE_VERSION_JOURNAL = 2
+INSTANCE_VERSIONS = (INSTANCE_VERSION_FILES, INSTANCE_VERSION_JOURNAL)
 KEYS_DIR = "keys"  # made by rpc.keys.create_keypair (mode 0700), not with SUBDIRS
 KEY_NAME = "tserver"
 
@@ -82,6 +89,12 @@ class FsLayout:
         # Told of the files it writes (a tablet id; None: the quarantine): the server's
         # DiskSpace re-counts those at its next refresh (`DiskSpace.files_changed`).
         self.changed: Callable[[str | None], None] | None = None
+        # Terms and votes newer than the consensus metadata files (`read_cmeta` merges);
+        # appended to once `use_journal` opened it.
+        try:
+            self.hard_states = hardstate.HardStateJournal(Path(self._cmeta_dir) / hardstate.NAME)
+        except hardstate.JournalCorrupt as e:
+            raise FsError(str(e)) from e
 
     # ------------------------------------------------------------ format / open
     @staticmethod
@@ -115,9 +128,55 @@ class FsLayout:
         if not path.exists():
             raise FsError(f"{root} is not formatted (no instance file); run `tserver fs format`")
         try:
-            return metafile.read_meta(path, metafile.MAGIC_INSTANCE, InstancePB)
+            return metafile.read_meta(path, metafile.MAGIC_INSTANCE, InstancePB, INSTANCE_VERSIONS)
         except MetaFileCorrupt as e:
             raise FsError(f"corrupt instance file: {e}") from e
+
+    @staticmethod
+    def instance_version(root: Path) -> int:
+        return metafile.header_version(metafile.read_file(Path(root) / "instance", 64))
+
+    # ------------------------------------------------------------ the hard-state journal
+    def use_journal(self) -> None:
+        """Terms and votes go to the hard-state journal from here on (`write_hard_states`).
+        The instance file is marked first (version 2: older code refuses the root)."""
+        if self.hard_states.is_open:
+            return
+        path = self.root / "instance"
+        if self.instance_version(self.root) != INSTANCE_VERSION_JOURNAL:
+            inst = self.read_instance(self.root)
+            metafile.write_meta(
+                path, metafile.MAGIC_INSTANCE, inst, version=INSTANCE_VERSION_JOURNAL
+            )
+        self.hard_states.open_for_append()
+
+    def close_journal(self) -> None:
+        self.hard_states.close()
+
+    def downgrade(self) -> list[str]:
+        """Fold the journal into the consensus metadata files, remove it and write the
+        instance file as older code reads it (version 1). Returns the tablets whose file
+        was written. The root's lock must be held (no server running)."""
+        written = []
+        for tablet_id, state in sorted(self.hard_states.states.items()):
+            try:
+                cm = metafile.read_meta(
+                    os.path.join(self._cmeta_dir, tablet_id), metafile.MAGIC_CMETA, ConsensusMetaPB
+                )
+            except FileNotFoundError:
+                continue  # (a record of a tablet whose files are gone)
+            if hardstate.newer(state, (cm.current_term, cm.voted_for)):
+                self.write_cmeta(hardstate.merge(cm, state))
+                written.append(tablet_id)
+        self.hard_states.close()
+        self.hard_states.path.unlink(missing_ok=True)
+        metafile.fsync_dir(self.hard_states.path.parent)
+        self.hard_states = hardstate.HardStateJournal(self.hard_states.path)
+        inst = self.read_instance(self.root)
+        metafile.write_meta(
+            self.root / "instance", metafile.MAGIC_INSTANCE, inst, version=INSTANCE_VERSION_FILES
+        )
+        return written
 
     @staticmethod
     def open(root: Path) -> FsLayout:
@@ -209,9 +268,12 @@ class FsLayout:
             self.changed(sb.tablet_id)
 
     def read_cmeta(self, tablet_id: str) -> ConsensusMetaPB:
-        return metafile.read_meta(
+        """The tablet's consensus metadata: its file, with the journal's term and vote
+        when those are newer (`hardstate.merge`)."""
+        cm = metafile.read_meta(
             os.path.join(self._cmeta_dir, tablet_id), metafile.MAGIC_CMETA, ConsensusMetaPB
         )
+        return hardstate.merge(cm, self.hard_states.get(tablet_id))
 
     def write_cmeta(self, cm: ConsensusMetaPB) -> None:
         assert cm.tablet_id
@@ -228,6 +290,29 @@ class FsLayout:
         if self.changed is not None:
             for cm in cms:
                 self.changed(cm.tablet_id)
+
+    def write_hard_states(self, cms: list[ConsensusMetaPB]) -> None:
+        """New terms and votes (the rest of each `cm` as its file has it) made durable: one
+        record of the hard-state journal and one fdatasync when it is in use
+        (`use_journal`), else the files (`write_cmetas`)."""
+        if not self.hard_states.is_open:
+            if len(cms) == 1:
+                self.write_cmeta(cms[0])
+            else:
+                self.write_cmetas(cms)
+            return
+        self.hard_states.append([(cm.tablet_id, cm.current_term, cm.voted_for) for cm in cms])
+        if self.changed is not None:
+            self.changed(hardstate.NAME)  # (counted as consensus-meta/'s entry of that name)
+
+    def rewrite_cmeta(self, cm: ConsensusMetaPB) -> None:
+        """Write the file as given, even with a lower term or no vote (an operator's
+        `tserver cmeta rewrite`): the journal forgets the tablet after the file is written."""
+        self.write_cmeta(cm)
+        if self.hard_states.get(cm.tablet_id) is not None:
+            if not self.hard_states.is_open:
+                self.use_journal()
+            self.hard_states.forget([cm.tablet_id])
 
 
 def move_dir(src: Path, dst: Path) -> None:

@@ -59,19 +59,30 @@ def install_file(tmp: Path, path: Path) -> None:
     fsync_dir(path.parent)
 
 
-def encode(magic: bytes, msg: Message) -> bytes:
+def encode(magic: bytes, msg: Message, version: int = VERSION) -> bytes:
     payload = msg.SerializeToString()
     assert len(magic) == 4 and len(payload) <= PAYLOAD_BYTES_MAX
-    return _HEADER.pack(magic, VERSION, len(payload), crc32c.crc32c(payload)) + payload
+    return _HEADER.pack(magic, version, len(payload), crc32c.crc32c(payload)) + payload
 
 
-def decode(magic: bytes, data: bytes, msg_type: type[M], where: str = "") -> M:
+def header_version(data: bytes) -> int:
+    """The version in a metadata file's header (0: too short to have one)."""
+    return _HEADER.unpack_from(data)[1] if len(data) >= _HEADER.size else 0
+
+
+def decode(
+    magic: bytes,
+    data: bytes,
+    msg_type: type[M],
+    where: str = "",
+    versions: tuple[int, ...] = (VERSION,),
+) -> M:
     if len(data) < _HEADER.size:
         raise MetaFileCorrupt(f"{where}: file too short ({len(data)} bytes)")
     got_magic, version, length, crc = _HEADER.unpack_from(data)
     if got_magic != magic:
         raise MetaFileCorrupt(f"{where}: bad magic {got_magic!r}, expected {magic!r}")
-    if version != VERSION:
+    if version not in versions:
         raise MetaFileCorrupt(f"{where}: unsupported version {version}")
     payload = data[_HEADER.size :]
     if len(payload) != length:
@@ -147,10 +158,12 @@ def write_meta_many(items: list[tuple[Path, bytes, Message]], *, mode: int = 0o6
         fsync_dir(d)
 
 
-def write_meta(path: Path, magic: bytes, msg: Message, *, mode: int = 0o644) -> None:
-    data = encode(magic, msg)
+def write_meta(
+    path: Path, magic: bytes, msg: Message, *, mode: int = 0o644, version: int = VERSION
+) -> None:
+    data = encode(magic, msg, version)
     # Same property on both paths: what we write must decode to what we meant.
-    assert decode(magic, data, type(msg), str(path)) == msg
+    assert decode(magic, data, type(msg), str(path), (version,)) == msg
     write_atomic(path, data, mode=mode)
 
 
@@ -180,6 +193,8 @@ def read_file(path: Path | str, limit_bytes: int) -> bytes:
         os.close(fd)
 
 
-def read_meta(path: Path | str, magic: bytes, msg_type: type[M]) -> M:
+def read_meta(
+    path: Path | str, magic: bytes, msg_type: type[M], versions: tuple[int, ...] = (VERSION,)
+) -> M:
     data = read_file(path, PAYLOAD_BYTES_MAX + _HEADER.size + 1)
-    return decode(magic, data, msg_type, str(path))
+    return decode(magic, data, msg_type, str(path), versions)

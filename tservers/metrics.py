@@ -180,6 +180,7 @@ class TServerObserver:
 
     def _raft_metrics(self) -> list[Metric]:
         d = self.server.manager.driver
+        j = self.server.manager.fs.hard_states
         return [
             _counter(
                 "logcentric_tserver_raft_messages_in", "Raft messages taken in", d.messages_in
@@ -241,6 +242,21 @@ class TServerObserver:
                 "logcentric_tserver_raft_liveness_pings_withheld",
                 "Liveness ping rounds not sent: the Raft driver stuck in one step",
                 d.pings_withheld,
+            ),
+            _counter(
+                "logcentric_tserver_raft_hardstate_appends",
+                "Records appended to the hard-state journal (one fdatasync each)",
+                j.appends,
+            ),
+            _counter(
+                "logcentric_tserver_raft_hardstate_states",
+                "Terms and votes written to the hard-state journal",
+                j.states_written,
+            ),
+            _gauge(
+                "logcentric_tserver_raft_hardstate_journal_bytes",
+                "Size of the hard-state journal (compacted past 4 MiB)",
+                j.size_bytes,
             ),
         ]
 

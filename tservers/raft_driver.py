@@ -474,7 +474,7 @@ class _TombstoneSink:
     def persist_hard_state(self, hs: HardState) -> None:
         with self.cmeta_lock:
             cm = hard_state_meta(self.cmeta, hs)
-            self.fs.write_cmeta(cm)
+            self.fs.write_hard_states([cm])
             self.cmeta = cm
 
     def apply_entry(self, e: Entry) -> None:  # pragma: no cover - a vote-only core has no log
@@ -1294,8 +1294,8 @@ class RaftDriver:
             self._persist_deferred(deferred)
 
     def _persist_deferred(self, deferred: list[tuple[RaftGroup, Ready, bool]]) -> None:
-        """The new terms and votes of a round's groups, persisted together (one batch of
-        consensus metadata files: `FsLayout.write_cmetas`), then each group's Ready handled
+        """The new terms and votes of a round's groups, persisted together (one record of
+        the hard-state journal: `FsLayout.write_hard_states`), then each group's Ready handled
         and the group processed on. A restarted server's followers all take their leaders'
         new terms within a round or two: one write and fsync after another, 10,000 of them
         took minutes on the driver thread (issue 28). Each group's process lock is held
@@ -1323,7 +1323,7 @@ class RaftDriver:
                 for sink, cm in zip(sinks, metas, strict=True):
                     by_fs.setdefault(id(sink.fs), (sink.fs, []))[1].append(cm)
                 for fs, cms in by_fs.values():
-                    fs.write_cmetas(cms)
+                    fs.write_hard_states(cms)
                 for sink, cm in zip(sinks, metas, strict=True):
                     sink.cmeta = cm
                 done = {g.tablet_id for g, _ in batch}

@@ -255,6 +255,24 @@ class ConsensusMetaPB(_message.Message):
     committed_config: RaftConfigPB
     def __init__(self, tablet_id: _Optional[str] = ..., current_term: _Optional[int] = ..., voted_for: _Optional[str] = ..., committed_config: _Optional[_Union[RaftConfigPB, _Mapping]] = ...) -> None: ...
 
+class HardStatePB(_message.Message):
+    __slots__ = ("tablet_id", "term", "voted_for", "forget")
+    TABLET_ID_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    VOTED_FOR_FIELD_NUMBER: _ClassVar[int]
+    FORGET_FIELD_NUMBER: _ClassVar[int]
+    tablet_id: str
+    term: int
+    voted_for: str
+    forget: bool
+    def __init__(self, tablet_id: _Optional[str] = ..., term: _Optional[int] = ..., voted_for: _Optional[str] = ..., forget: _Optional[bool] = ...) -> None: ...
+
+class HardStateRecordPB(_message.Message):
+    __slots__ = ("states",)
+    STATES_FIELD_NUMBER: _ClassVar[int]
+    states: _containers.RepeatedCompositeFieldContainer[HardStatePB]
+    def __init__(self, states: _Optional[_Iterable[_Union[HardStatePB, _Mapping]]] = ...) -> None: ...
+
 class SegmentHeaderPB(_message.Message):
     __slots__ = ("tablet_id", "sequence", "created_ms")
     TABLET_ID_FIELD_NUMBER: _ClassVar[int]

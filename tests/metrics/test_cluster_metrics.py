@@ -69,6 +69,8 @@ TSERVER_FAMILIES = {
     "logcentric_tserver_raft_liveness_pings_withheld",
     "logcentric_tserver_raft_peers_opening",
     "logcentric_tserver_raft_elections_held",
+    "logcentric_tserver_raft_hardstate_appends",
+    "logcentric_tserver_raft_hardstate_journal_bytes",
     "process_resident_memory_bytes",
     "process_open_fds",
 }

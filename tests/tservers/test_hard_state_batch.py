@@ -1,10 +1,10 @@
 """New terms and votes of many tablets persisted together (issue 28): a restarted tablet
 server's followers take their leaders' new terms within a round or two, and writing and
 fsyncing each tablet's consensus metadata one after another on the Raft driver thread made
-a restart of a server with 10,000 replicas take 326 s (bench/scale.py). The driver now
-persists a round's hard states as one batch (`metafile.write_meta_many`: the temp files
-written, synced together, renamed, the directory synced once) before any message of those
-groups goes out.
+a restart of a server with 10,000 replicas take 326 s (bench/scale.py). The driver then
+persisted a round's hard states as one batch of files (`metafile.write_meta_many`); now as
+one record of the hard-state journal with one fdatasync (tservers/hardstate.py), before any
+message of those groups goes out, and no consensus metadata file is written for them.
 
 In process, real files: an in-process manager with TABLETS follower replicas (their two
 other voters absent), and one delivery of append requests of a higher term for all of them
@@ -17,7 +17,7 @@ import threading
 from rpc.protocols.tserver_pb2 import CreateTabletRequest, MemberType, RaftConfigPB
 from tests.support.procs import wait_for
 from tests.tservers.helpers import SIX, open_manager
-from tservers import metafile
+from tservers import hardstate, metafile
 from tservers.consensus.types import AppendRequest
 
 TABLETS = 24
@@ -52,17 +52,24 @@ def test_a_rounds_new_terms_are_persisted_in_one_batch(tmp_path, monkeypatch):
     m = open_manager(tmp_path / "fs")
     try:
         ids = _followers(m, TABLETS)
-        rec = _Recorder(metafile.write_meta_many)
-        monkeypatch.setattr(metafile, "write_meta_many", rec)
-        single = _Recorder(lambda items, **kw: None)
+        journal = m.fs.hard_states
+        rec = _Recorder(journal.append)
+        monkeypatch.setattr(journal, "append", rec)
+        files = _Recorder(lambda items, **kw: None)
         real_write_meta = metafile.write_meta
+        real_write_many = metafile.write_meta_many
 
         def write_meta(path, magic, msg, **kw):
             if magic == metafile.MAGIC_CMETA and msg.current_term == TERM:
-                single([path])
+                files([path])
             return real_write_meta(path, magic, msg, **kw)
 
+        def write_meta_many(items, **kw):
+            files(items)
+            return real_write_many(items, **kw)
+
         monkeypatch.setattr(metafile, "write_meta", write_meta)
+        monkeypatch.setattr(metafile, "write_meta_many", write_meta_many)
         msgs = [
             AppendRequest(tid, "peer-a", m.fs.uuid, TERM, 0, 0, (), 0)
             for tid in ids
@@ -77,9 +84,11 @@ def test_a_rounds_new_terms_are_persisted_in_one_batch(tmp_path, monkeypatch):
             )
 
         wait_for(persisted, 30, "every follower's new term on disk")
-        # One round took them all: one batch of every tablet, no write one at a time.
+        # One round took them all: one record of every tablet, no file written for them.
         assert rec.batches == [TABLETS], rec.batches
-        assert single.batches == []
+        assert files.batches == []
+        reread = hardstate.read(journal.path)[0]  # what a restart reads
+        assert all(reread[t] == (TERM, "") for t in ids)
         for t in ids:
             cm = m.fs.read_cmeta(t)
             assert cm.voted_for == "" and len(cm.committed_config.peers) == 3

@@ -244,7 +244,9 @@ class TabletManager:
 
     def list_tablets(self) -> None:
         """Start the driver and list every tablet of the fs root as starting (calls to them
-        answer UNAVAILABLE until each is open), without opening any."""
+        answer UNAVAILABLE until each is open), without opening any. Terms and votes go to
+        the hard-state journal from here on (`FsLayout.use_journal`)."""
+        self.fs.use_journal()
         self.driver.start()
         self.copy_jobs = CopyJobs(self, self._copy_rate_limit_bytes_s)
         tablet_ids = self.fs.tablet_ids()
@@ -1075,6 +1077,7 @@ class TabletManager:
         self.copy_source.close()
         self.driver.close(max(0.1, deadline - time.monotonic()))
         self.appender.close(max(0.1, deadline - time.monotonic()))
+        self.fs.close_journal()
 
     def __enter__(self) -> TabletManager:
         return self

@@ -872,7 +872,7 @@ class Tablet:
     def persist_hard_state(self, hs: HardState) -> None:
         with self.cmeta_lock:
             cm = hard_state_meta(self.cmeta, hs)
-            self.fs.write_cmeta(cm)  # fsynced, before any message that depends on it
+            self.fs.write_hard_states([cm])  # durable before any message that depends on it
             self.cmeta = cm
 
     def fail(self, reason: str) -> None:
