@@ -188,9 +188,6 @@ class HardStateJournal:
             return
         pbs = [HardStatePB(tablet_id=t, term=term, voted_for=v) for t, term, v in states]
         self._append(pbs)
-        with self._lock:
-            for t, term, v in states:
-                self.states[t] = (term, v)
 
     def forget(self, tablet_ids: Iterable[str]) -> None:
         """From here on the files alone hold these tablets' hard states (a file rewritten on
@@ -199,9 +196,6 @@ class HardStateJournal:
         if not ids:
             return
         self._append([HardStatePB(tablet_id=t, forget=True) for t in ids])
-        with self._lock:
-            for t in ids:
-                self.states.pop(t, None)
 
     def _append(self, pbs: list[HardStatePB]) -> None:
         data = _encode(pbs)
@@ -216,6 +210,12 @@ class HardStateJournal:
             self._size += len(data)
             self.appends += 1
             self.states_written += len(pbs)
+            # In memory before a compaction below writes them all out again.
+            for pb in pbs:
+                if pb.forget:
+                    self.states.pop(pb.tablet_id, None)
+                else:
+                    self.states[pb.tablet_id] = (pb.term, pb.voted_for)
             live = len(self.states) * 80 + _FILE_HEADER.size
             if self._size > max(COMPACT_BYTES, COMPACT_RATIO * live):
                 self._rewrite_locked()

@@ -85,9 +85,15 @@ def test_a_torn_or_corrupt_tail_is_cut_and_appends_go_on(tmp_path):
 def test_compaction_keeps_every_state_in_a_bounded_file(tmp_path, monkeypatch):
     monkeypatch.setattr(hardstate, "COMPACT_BYTES", 8 << 10)
     j = _journal(tmp_path)
+    want: dict[str, hardstate.State] = {}
     for term in range(1, 301):
-        j.append([(f"t{i:02d}", term, "") for i in range(term % 7, 20, 3)])
-    want = dict(j.states)
+        states = [(f"t{i:02d}", term, "") for i in range(term % 7, 20, 3)]
+        before = j.compactions
+        j.append(states)
+        want.update({t: (tm, v) for t, tm, v in states})
+        if j.compactions != before:  # the record that made it compact is in the new file
+            assert hardstate.read(j.path)[0] == want
+    assert j.states == want
     assert j.compactions >= 1
     assert j.path.stat().st_size < 16 << 10
     j.close()
