@@ -233,6 +233,11 @@ class TServerObserver:
                 d.campaigns_deferred,
             ),
             _counter(
+                "logcentric_tserver_raft_campaigns_refilled",
+                "Deferred elections started as soon as a place was free again",
+                d.campaigns_refilled,
+            ),
+            _counter(
                 "logcentric_tserver_raft_liveness_late_rounds",
                 "Liveness rounds that found this server stalled (peers declared dead only "
                 "after three timeouts of silence then)",

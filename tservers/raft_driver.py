@@ -687,6 +687,11 @@ class RaftDriver:
         self._campaigns: dict[str, int] = {}
         self._campaigns_lock = threading.Lock()
         self.campaigns_deferred = 0  # elections put off for want of a place (metrics, tests)
+        # Tablets whose election was put off, oldest first (a dict as an ordered set): as
+        # places free up, the round's end starts them (`_refill_campaigns`) instead of
+        # leaving each a whole timeout.
+        self._campaigns_waiting: dict[str, None] = {}
+        self.campaigns_refilled = 0  # deferred elections started early so (metrics, tests)
         self.late_liveness_rounds = 0  # rounds that found this process stalled (metrics)
         self._next_probe_s = 0.0  # the next probe of the servers declared dead (`_probe`)
         self._probe_interval_s = 0.0
@@ -968,9 +973,41 @@ class RaftDriver:
                     del self._campaigns[tid]
             if len(self._campaigns) >= self.options.campaigns_max:
                 self.campaigns_deferred += 1
+                self._campaigns_waiting[tablet_id] = None
                 return False
+            self._campaigns_waiting.pop(tablet_id, None)
             self._campaigns[tablet_id] = now
             return True
+
+    def _refill_campaigns(self) -> None:
+        """Start deferred elections early, oldest first, as many as there are free places
+        (driver thread, at a round's end): each times out at its next tick
+        (`RaftCore.campaign_soon`) and takes its place then. One that heard from a live
+        leader meanwhile, or is gone, is dropped from the waiting."""
+        if not self._campaigns_waiting:
+            return
+        now = self._clock_tick
+        expiry = CAMPAIGN_SLOT_TIMEOUTS * self.options.raft.election_timeout_ticks
+        with self._campaigns_lock:
+            for tid in [t for t, b in self._campaigns.items() if now - b > expiry]:
+                del self._campaigns[tid]
+            free = self.options.campaigns_max - len(self._campaigns)
+            picked = []
+            while free > 0 and self._campaigns_waiting:
+                tid = next(iter(self._campaigns_waiting))
+                del self._campaigns_waiting[tid]
+                picked.append(tid)
+                free -= 1
+        for tid in picked:
+            with self._groups_lock:
+                g = self._groups.get(tid)
+            if g is None:
+                continue
+            with g.lock:
+                if g.closed or g.failed or not g.core.campaign_soon():
+                    continue
+            self.campaigns_refilled += 1
+            self._schedule(g)
 
     def _campaign_over(self, tablet_id: str) -> None:
         with self._campaigns_lock:
@@ -1292,6 +1329,7 @@ class RaftDriver:
         if deferred:
             self._flush_out()  # what is ready goes out before the terms' fsync
             self._persist_deferred(deferred)
+        self._refill_campaigns()
 
     def _persist_deferred(self, deferred: list[tuple[RaftGroup, Ready, bool]]) -> None:
         """The new terms and votes of a round's groups, persisted together (one record of

@@ -92,3 +92,63 @@ def test_check_quorum_over_several_timeouts():
         a.tick()  # answers from before the cut)
         c.flush("a")
     assert a.role.value == "FOLLOWER" and a.leader_uuid is None
+
+
+def _gated_core(tablet_id: str, gate) -> RaftCore:
+    cfg = RaftConfig.of_voters("a", "b", "c")
+    core = RaftCore("a", tablet_id, options=OPTS, rng=random.Random(tablet_id), base_config=cfg)
+    core.set_campaign_gate(gate)
+    return core
+
+
+def test_campaign_soon_starts_a_deferred_election_at_the_next_tick():
+    """A follower refused a place times out again at its next tick once the driver has
+    room (`campaign_soon`), not a whole timeout later; once it has heard from a live
+    leader, or after it ran, it does not."""
+    allow = [False]
+    core = _gated_core("t1", lambda tablet_id: allow[0])
+    assert _votes_asked(core, 3 * T) == 0  # refused at its timeouts
+    allow[0] = True
+    assert core.campaign_soon()  # deferred and no leader since: it will run
+    assert _votes_asked(core, 1) > 0  # at the very next tick
+    assert not core.campaign_soon()  # it ran: nothing deferred any more
+
+    allow[0] = False
+    other = _gated_core("t2", lambda tablet_id: allow[0])
+    assert _votes_asked(other, 3 * T) == 0
+    from tservers.consensus import AppendRequest
+
+    other.step(AppendRequest("t2", "b", "a", 1, 0, 0, (), 0))  # a live leader, heard
+    other.ready()
+    allow[0] = True
+    assert not other.campaign_soon()
+    assert _votes_asked(other, T // 2) == 0  # its timer runs from the leader's message
+
+
+def test_a_freed_place_goes_to_the_oldest_deferred_election_at_once():
+    """campaigns_max = 1: of two followers timing out, one runs and one is deferred; when
+    the first's group has a leader again the round's end (`_refill_campaigns`) starts the
+    deferred one at its next tick (a whole timeout later before)."""
+    from tservers.raft_driver import RaftGroup
+
+    d = RaftDriver("a", appender=None, options=DriverOptions(raft=OPTS, campaigns_max=1))
+    groups = {}
+    for tid in ("t1", "t2"):
+        g = RaftGroup(d, None, _gated_core(tid, d._campaign_slot))
+        d._groups[tid] = groups[tid] = g
+    running = waiting = None
+    for _ in range(3 * T):
+        for tid, g in groups.items():
+            g.core.tick()
+            if any(isinstance(m, VoteRequest) for m in g.core.ready().messages):
+                running = running or tid
+        if running and d.campaigns_deferred:
+            break
+    assert running is not None and d.campaigns_deferred >= 1
+    waiting = next(t for t in groups if t != running)
+    assert list(d._campaigns_waiting) == [waiting]
+    d._campaign_over(running)  # its group has a leader
+    d._refill_campaigns()
+    assert d.campaigns_refilled == 1 and not d._campaigns_waiting
+    assert _votes_asked(groups[waiting].core, 1) > 0
+    assert set(d._campaigns) == {waiting}

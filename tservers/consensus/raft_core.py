@@ -236,6 +236,9 @@ class RaftCore:
         # by leading): the backoff of RaftOptions.election_backoff_doublings_max.
         self._leaderless_timeouts = 0
         self._randomized_timeout = self._new_timeout()
+        # The last election timeout found no room on this server (the campaign gate) and no
+        # leader or election came since: `campaign_soon` may start it early.
+        self._gated = False
         self._votes: dict[str, bool] = {}
         self._progress: dict[str, _Progress] = {}
         self._recent_active: set[str] = set()
@@ -474,9 +477,11 @@ class RaftCore:
                 and len(self._config.voters) > 1
                 and not self._gate(self.tablet_id)
             ):
-                # No room for one more election on this server now: another timeout.
+                # No room for one more election on this server now: another timeout, or
+                # sooner when the driver has room again (`campaign_soon`).
                 self._election_elapsed = 0
                 self._randomized_timeout = self._new_timeout()
+                self._gated = True
                 return
             if self._leader is None:  # the last timeout's election found no leader
                 self._leaderless_timeouts += 1
@@ -849,7 +854,27 @@ class RaftCore:
         self._election_elapsed = 0
         if leader is not None:
             self._leaderless_timeouts = 0
+            self._gated = False
         self._randomized_timeout = self._new_timeout()
+
+    def campaign_soon(self) -> bool:
+        """The driver has room for one more election again: a follower whose last timeout
+        was deferred for want of it (`set_campaign_gate`), and that has heard from no live
+        leader since, times out at its next tick instead of a whole timeout later. True
+        when it will. At a restart of 10,000 replicas the survivors deferred 5,000-7,000
+        elections this way, each a whole timeout, while places stood free."""
+        if (
+            not self._gated
+            or self._role is not Role.FOLLOWER
+            or self._quiesced
+            or self._held
+            or (self._leader is not None and self._leader not in self._peers_down)
+        ):
+            self._gated = False
+            return False
+        self._gated = False
+        self._election_elapsed = max(self._election_elapsed, self._randomized_timeout)
+        return True
 
     def _campaign(self, skip_pre_vote: bool, transfer: bool) -> None:
         if self._term >= TERM_MAX:
@@ -860,6 +885,7 @@ class RaftCore:
             return
         self._election_elapsed = 0
         self._randomized_timeout = self._new_timeout()
+        self._gated = False
         self._leader = None
         self._votes = {self.uuid: True}
         pre = self._opts.pre_vote and not (skip_pre_vote or transfer)
