@@ -100,9 +100,16 @@ def ipc_batch(batch: pa.RecordBatch) -> memoryview:
     """One batch as an Arrow IPC stream: a view of Arrow's buffer, not a copy (the rpc layer
     sends a large frame without copying it too). Written into one buffer of its final size
     (the schema's message, the batch's, the end marker): a growing stream reallocates and
-    copies as it doubles, and leaves its smaller buffers behind as garbage."""
+    copies as it doubles, and leaves its smaller buffers behind as garbage.
+
+    The buffer comes from the system allocator (ANSWER_POOL), not Arrow's default
+    (mimalloc): an answer's buffers are written once, handed to the rpc's I/O thread and
+    freed there when sent. From mimalloc, a server's first scans and the first after it
+    idled put their answers on fresh transparent huge pages (mimalloc asks for them), each
+    zeroed whole by the kernel on first touch: 140-200 ms of server CPU for a 1M-row scan
+    of one run instead of 20-40 (design/storage.md, "The fixed cost of a scan")."""
     size = batch.schema.serialize().size + pa.ipc.get_record_batch_size(batch) + IPC_SLACK_BYTES
-    buf = pa.allocate_buffer(size)
+    buf = pa.allocate_buffer(size, memory_pool=ANSWER_POOL)
     out = pa.FixedSizeBufferWriter(buf)
     with pa.ipc.new_stream(out, batch.schema) as w:
         w.write_batch(batch)
@@ -111,6 +118,10 @@ def ipc_batch(batch: pa.RecordBatch) -> memoryview:
 
 # Room for the stream's end marker (8 bytes) and padding beyond the two messages' sizes.
 IPC_SLACK_BYTES = 64
+# Where answers' IPC buffers are allocated (see ipc_batch): glibc's malloc, which maps a
+# large buffer in 4 KiB pages and unmaps it when freed (no huge page zeroed whole, nothing
+# kept per thread).
+ANSWER_POOL = pa.system_memory_pool()
 
 
 # Test-only broken builds of the read path (tests/nemesis/test_broken_builds.py), off
