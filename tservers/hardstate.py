@@ -226,16 +226,7 @@ class HardStateJournal:
         directory fsync) and append to that."""
         pbs = [HardStatePB(tablet_id=t, term=s[0], voted_for=s[1]) for t, s in self.states.items()]
         data = _FILE_HEADER.pack(MAGIC, VERSION) + (_encode(pbs) if pbs else b"")
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            view = memoryview(data)
-            while view:
-                n = os.write(fd, view)
-                view = view[n:]
-        finally:
-            os.close(fd)
-        metafile.install_file(tmp, self.path)
+        metafile.write_atomic(self.path, data)
         old, self._fd = self._fd, os.open(self.path, os.O_WRONLY | os.O_APPEND)
         if old is not None:
             os.close(old)
