@@ -6,6 +6,7 @@ import subprocess
 
 import pytest
 
+from rpc.client import ConnectionLost
 from tests.support.cli import assert_usage_error, run_cli
 
 from .helpers import PASSWORD, leader_of, start_cluster, wait_for
@@ -59,9 +60,12 @@ def test_status_append_read_transfer(tmp_path):
 
 def test_a_dead_first_replica_costs_a_share_of_the_deadline_not_all_of_it(tmp_path):
     """kill -9 of the replica a client talks to (a follower: the leader's death would leave
-    an append in flight unknown): its appends, never sent there, go to the live ones; the
-    CLI with the dead one first in --servers works within its default deadline; `status`
-    says UNHEALTHY with exit 1."""
+    an append in flight unknown): its appends go to the live ones; the CLI with the dead one
+    first in --servers works within its default deadline; `status` says UNHEALTHY with exit
+    1. An append sent at once after the kill may go out before zmq has seen the connection
+    drop: its outcome is then unknown and it is not sent again (ConnectionLost, as it must
+    be; that race failed this test once in a loaded CI run), so the test does what a careful
+    caller does: it reads where the log is and sends the conditional append again."""
     replicas = make_replicas(tmp_path, 3, secure=True)
     try:
         for r in replicas:
@@ -75,10 +79,18 @@ def test_a_dead_first_replica_costs_a_share_of_the_deadline_not_all_of_it(tmp_pa
         with remote(replicas) as store:
             assert store.last_id("d", timeout_s=10.0) == 1  # it talks to the follower
             replicas[0].kill()
+            lost = 0
             for i in range(1, 7):
-                assert store.append("d", str(i).encode(), expected_id=i + 1, timeout_s=10.0) == (
-                    i + 1
-                )
+                try:
+                    got = store.append("d", str(i).encode(), expected_id=i + 1, timeout_s=10.0)
+                except ConnectionLost:  # sent to the dead replica as it died: unknown
+                    lost += 1
+                    if store.last_id("d", timeout_s=10.0) == i:  # not appended: again
+                        got = store.append("d", str(i).encode(), expected_id=i + 1, timeout_s=10.0)
+                    else:
+                        got = i + 1
+                assert got == i + 1
+            assert lost <= 1  # only an append racing the death
         out = _logstore("append", "--servers", servers, "--credentials", creds, "d", "cli")
         assert out.returncode == 0, out.stderr  # within the default --timeout-s
         assert out.stdout.strip() == "8"
