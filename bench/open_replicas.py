@@ -11,10 +11,12 @@ manager (`--restart clean`). A second child opens the root (`TabletManager.open`
 prints: the open's wall time, the process CPU time it took (all threads), that CPU per
 replica, and the manager's own start-up line (thread time: metadata, blocks and WAL, raft,
 other). Nothing is dropped from the page cache: the files are warm, as on a server restarted
-right after it died; the figures are CPU, not disk reads.
+right after it died; the figures are CPU, not disk reads. `--cold` drops the page cache
+before the open (as after a power cut or a reboot: every file read from the disk; needs
+root, Linux's /proc/sys/vm/drop_caches).
 
     .venv/bin/python bench/open_replicas.py [--replicas 2000] [--restart kill|clean]
-        [--threads 8] [--repeat 1] [--profile FILE] [--json]
+        [--threads 8] [--repeat 1] [--cold] [--profile FILE] [--json]
 
 `--profile FILE` writes a cProfile of the open (the manager's `startup_profile`: the
 threads that open tablets) and prints its top entries. The script only uses the manager's
@@ -187,6 +189,16 @@ def open_phase(root: Path, threads: int, profile: Path | None) -> dict:
     }
 
 
+def _drop_page_cache() -> None:
+    """Write back and drop the page cache (root only), so the open reads from the disk."""
+    os.sync()
+    try:
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+    except OSError as e:
+        raise SystemExit(f"--cold: cannot drop the page cache ({e}); run as root on Linux")
+
+
 def _child(args: list[str]) -> str:
     out = subprocess.run(
         [sys.executable, __file__, *args],
@@ -207,6 +219,7 @@ def main() -> None:
     p.add_argument("--rows", type=int, default=ROWS_DEFAULT, help="rows of each lone voter")
     p.add_argument("--lone-every", type=int, default=LONE_EVERY_DEFAULT)
     p.add_argument("--repeat", type=int, default=1, help="fresh roots, one after another")
+    p.add_argument("--cold", action="store_true", help="drop the page cache before the open")
     p.add_argument("--profile", type=Path, help="cProfile of the open to this file")
     p.add_argument("--json", action="store_true")
     p.add_argument("--phase", choices=("create", "open"), help=argparse.SUPPRESS)
@@ -235,17 +248,20 @@ def main() -> None:
             )  # fmt: skip
             created_s = time.monotonic() - t0
             extra = ["--profile", str(a.profile)] if a.profile else []
+            if a.cold:
+                _drop_page_cache()
             out = _child(["--phase", "open", *common, "--threads", str(a.threads), *extra])
             res = json.loads(out.strip().splitlines()[-1])
             res["create_s"] = round(created_s, 1)
             res["restart"] = a.restart
             res["threads"] = a.threads
+            res["cache"] = "cold" if a.cold else "warm"
             res["load"] = [round(x, 2) for x in os.getloadavg()]
             results.append(res)
             if not a.json:
                 print(
                     f"{res['replicas']} replicas ({res['running']} RUNNING, {a.restart} restart, "
-                    f"{a.threads} threads): open {res['open_s']:.2f} s wall "
+                    f"{a.threads} threads, {res['cache']} cache): open {res['open_s']:.2f} s wall "
                     f"(every replica out of starting at {res['all_opened_s']:.2f} s), "
                     f"{res['cpu_s']:.2f} s CPU, {res['cpu_per_replica_ms']:.3f} ms CPU/replica "
                     f"(created in {created_s:.0f} s; load {res['load']})\n  {res['startup_line']}\n"

@@ -38,6 +38,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -307,7 +308,9 @@ class LocalCluster:
         if not self.is_up(node):
             self._spawn(node, self.coordinator_args(node))
 
-    def start_tserver(self, i: int) -> None:
+    def start_tserver(self, i: int, extra_args: Sequence[str] = ()) -> None:
+        """Start tablet server `i` (formatting its fs root first if new); `extra_args` go
+        to its `tservers.cli start` after the cluster's own (e.g. `--startup-threads 4`)."""
         node = self.spec.tservers[i]
         if self.is_up(node):
             return
@@ -329,7 +332,7 @@ class LocalCluster:
             args += ["--curve", f"--coordinator-keys={keys}"]  # a key may begin with "-"
         else:
             args += ["--insecure"]
-        self._spawn(node, args)
+        self._spawn(node, [*args, *extra_args])
 
     def up(self, timeout_s: float = READY_TIMEOUT_S_DEFAULT, progress=None) -> None:
         deadline = time.monotonic() + timeout_s

@@ -50,6 +50,7 @@ its start line (a server for a test, or a trusted network); `--curve` says the d
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -280,6 +281,8 @@ def _cmd_start(args) -> int:
         leader_silence_s=args.leader_silence_s,
         join_token=args.join_token,  # a secret: never logged (repr=False in the config)
     )
+    if args.startup_threads is not None:
+        cfg = dataclasses.replace(cfg, startup_threads=args.startup_threads)
     try:
         # The server holds the fs root's lock until it closes (or the process dies):
         # offline tools that change the root (`copy-from-remote`) refuse to run beside it.
@@ -1143,6 +1146,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="flush a tablet's memstore when it holds this many rows",
     )
     s.add_argument("--workers", type=int, default=8)
+    s.add_argument(
+        "--startup-threads",
+        type=int_in(1, 64),
+        default=None,
+        help="threads that open the tablets at start-up (default 2; more help only when "
+        "the disk is slow: an open is mostly Python under the GIL)",
+    )
     s.add_argument(
         "--password-file",
         default=None,

@@ -26,7 +26,7 @@ from tservers.tablet.compaction import (
     RUN_BYTES_MAX_DEFAULT,
     CompactionOptions,
 )
-from tservers.tablet.manager import TabletManager
+from tservers.tablet.manager import STARTUP_THREADS_DEFAULT, TabletManager
 from tservers.tablet.tablet import TabletOptions
 from tservers.tablet_copy import SESSION_IDLE_S
 from tservers.wal.log import SEGMENT_SIZE_BYTES_DEFAULT, WalOptions
@@ -64,6 +64,8 @@ class TServerConfig:
     flush_rows_threshold: int = 200_000
     compaction_blocks_min: int = 4
     workers: int = 8
+    # Threads opening the tablets at start-up (tservers/tablet/manager.py: two by default).
+    startup_threads: int = STARTUP_THREADS_DEFAULT
     queue_max: int = 256
     message_bytes_max: int = 64 << 20
     # Coordinator node addresses to heartbeat to; empty: a standalone server.
@@ -192,6 +194,7 @@ class TabletServer:
                 retention_s=config.quarantine_retention_s,
                 bytes_max=config.quarantine_bytes_max,
             ),
+            startup_threads=config.startup_threads,
             startup_profile=Path(profile)
             if (profile := os.environ.get(STARTUP_PROFILE_ENV))
             else None,

@@ -148,7 +148,10 @@ def test_manager_lists_starting_tablets_and_opens_each_on_its_own(tmp_path, monk
     pause.mkdir()
     monkeypatch.setenv(PAUSE_ENV, POINT)
     monkeypatch.setenv(PAUSE_DIR_ENV, str(pause))
-    m = TabletManager(FsLayout.open(root), WalOptions(segment_size_bytes_max=1 << 20))
+    # A thread per tablet: each waits at its own pause point, so any one can be let go.
+    m = TabletManager(
+        FsLayout.open(root), WalOptions(segment_size_bytes_max=1 << 20), startup_threads=len(ids)
+    )
     try:
         m.open(wait=False)
         assert m.starting == len(ids)

@@ -91,7 +91,8 @@ def test_a_restarted_server_holds_elections_until_open_and_is_probed_then(tmp_pa
         since = log_path.stat().st_size
         monkeypatch.setenv(PAUSE_ENV, POINT)
         monkeypatch.setenv(PAUSE_DIR_ENV, str(pause))
-        cluster.start_tserver(victim)
+        # A start-up thread per tablet: each waits at its own pause point.
+        cluster.start_tserver(victim, ["--startup-threads", str(TABLETS)])
         monkeypatch.delenv(PAUSE_ENV)
         # Both other servers count it down (silent since the kill, or saying it is opening):
         # their quiet leaders stop waiting for its answers, and the groups it led elect.

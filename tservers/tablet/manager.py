@@ -25,7 +25,9 @@ and a call to one still starting gets UNAVAILABLE with a retry hint, never TABLE
 from __future__ import annotations
 
 import collections
+import contextlib
 import cProfile
+import gc
 import logging
 import pstats
 import shutil
@@ -88,10 +90,12 @@ log = logging.getLogger(__name__)
 TABLETS_MAX = 20_000
 # A tablet whose only voter is this server leads at once; create and startup wait for that.
 LONE_VOTER_READY_S = 10.0
-# Threads opening tablets at start-up: reading a WAL and fsyncing overlap with each other,
-# decoding takes the GIL; more threads than this only add memory (a crashed tablet's last
-# segment is read whole: up to the segment size each).
-STARTUP_THREADS_DEFAULT = 8
+# Threads opening tablets at start-up. An open is mostly Python (decoding, building the
+# tablet and its Raft core) under the GIL; a second thread overlaps one tablet's disk reads
+# with another's decoding, more only trade the GIL back and forth. `bench/open_replicas.py
+# --replicas 10000` (2-core VM, collector paused): warm page cache 1 / 2 / 8 threads 3.0 /
+# 3.5 / 4.3 s; cold (--cold) 1 / 2 / 4 threads 6.8 / 5.6 / 5.4 s (issue 28, session 21).
+STARTUP_THREADS_DEFAULT = 2
 # Maintenance (flush checks) looks every MAINTENANCE_INTERVAL_S at the tablets written since
 # its last look, and at every tablet every MAINTENANCE_FULL_PASS_S (WAL segments of config
 # entries, a flush that failed): an idle server with thousands of replicas does not look at
@@ -128,6 +132,35 @@ def _starting(tablet_id: str) -> Unavailable:
         f"tablet {tablet_id} is starting (being opened at server start-up); retry",
         retry_after_ms=STARTUP_RETRY_AFTER_MS,
     )
+
+
+_gc_pause_lock = threading.Lock()
+_gc_pauses = 0  # opens in this process holding the collector off (under the lock)
+_gc_was_enabled = False
+
+
+@contextlib.contextmanager
+def gc_paused() -> collections.abc.Iterator[None]:
+    """The cyclic garbage collector off while a start-up opens its tablets, back as it
+    was once the last such open in this process ends (nested and concurrent opens count).
+
+    An open of 10,000 replicas makes some 300 live objects a tablet and no garbage worth
+    collecting; every collection on the way walks the live heap, which only grows: 1,396
+    collections took 1.29 s of a 4.2 s open (issue 28, `bench/open_replicas.py`). What
+    cycles other threads leave meanwhile are collected when it is back on."""
+    global _gc_pauses, _gc_was_enabled
+    with _gc_pause_lock:
+        if _gc_pauses == 0:
+            _gc_was_enabled = gc.isenabled()
+            gc.disable()
+        _gc_pauses += 1
+    try:
+        yield
+    finally:
+        with _gc_pause_lock:
+            _gc_pauses -= 1
+            if _gc_pauses == 0 and _gc_was_enabled:
+                gc.enable()
 
 
 def _on_threads(workers: int, fn: Callable[[str], None], items: list[str], name: str) -> None:
@@ -338,7 +371,9 @@ class TabletManager:
             # No replica opened from here starts an election until all are open (and the
             # peers' leaders were told so by this server's pings): RaftDriver.opened below.
             self.driver.hold_elections_while_opening()
+        gc_pause = contextlib.ExitStack()
         try:
+            gc_pause.enter_context(gc_paused())
             # The sync and the metadata reads overlap; no tablet opens before the sync.
             if tablet_ids:
                 syncer = threading.Thread(
@@ -399,6 +434,7 @@ class TabletManager:
                         lone.append(replica.tablet)
 
             _on_threads(workers, open_one, first + rest, "tablet-open")
+            gc_pause.close()  # (the lone voters' wait below makes no heap to speak of)
             self.driver.opened()
             # Each lone voter elected itself when its core was built; its first entry is
             # being made durable and applied meanwhile (one group commit for many).
@@ -408,6 +444,7 @@ class TabletManager:
                     break
                 self._wait_lone_voter(tablet, deadline)
         finally:
+            gc_pause.close()
             self.driver.opened()
             self.startup_s = time.monotonic() - started
             self._opened.set()
