@@ -165,6 +165,12 @@ def missing_replica_response(message: Message, status: ReplicaStatus) -> Message
     return None
 
 
+def split_rank(tablet_id: str, term: int, uuid: str) -> int:
+    """The order in which candidates of a split vote run again (`RaftCore._split_vote`):
+    the same on every server, a different one per group and term."""
+    return zlib.crc32(f"{tablet_id}\0{term}\0{uuid}".encode())
+
+
 class RaftCore:
     """One replica of one tablet. Not thread-safe: one driver thread calls it."""
 
@@ -236,6 +242,8 @@ class RaftCore:
         # by leading): the backoff of RaftOptions.election_backoff_doublings_max.
         self._leaderless_timeouts = 0
         self._randomized_timeout = self._new_timeout()
+        # Split votes after which this replica runs again soon (`_split_vote`).
+        self.split_votes_shortened = 0
         # The last election timeout found no room on this server (the campaign gate) and no
         # leader or election came since: `campaign_soon` may start it early.
         self._gated = False
@@ -1225,6 +1233,34 @@ class RaftCore:
             self._reply_vote(msg, granted=True)
         else:
             self._reply_vote(msg, granted=False)
+            if (
+                not msg.pre_vote
+                and self._role is Role.CANDIDATE
+                and msg.term == self._term
+                and self._voted_for == self.uuid
+            ):
+                self._split_vote(msg.sender)
+
+    def _split_vote(self, rival: str) -> None:
+        """`rival`, a candidate of our term, asked for our vote: we both voted for
+        ourselves. Where no other voter answers (a group of three whose third server is
+        down) neither can win, and both would wait out a timeout with its backoff: at a
+        kill -9 restart of a server of 10,000 replicas, 180 of the 3,380 elections of its
+        groups on the other two servers split so, and took 3-8 s more (issue 28). The
+        candidates rank each other alike (`split_rank`: both sides compute the same order,
+        a different one per group and term); the first runs again after at most half a
+        timeout, without backoff; the others keep their timeout. A leader of this term
+        heard meanwhile (a third voter chose it) ends the candidacy as always."""
+        if split_rank(self.tablet_id, self._term, self.uuid) <= split_rank(
+            self.tablet_id, self._term, rival
+        ):
+            return
+        soon = self._election_elapsed + 1 + self._rng.randrange(
+            max(1, self._opts.election_timeout_ticks // 2)
+        )
+        if soon < self._randomized_timeout:
+            self._randomized_timeout = soon
+            self.split_votes_shortened += 1
 
     def _handle_vote_response(self, msg: VoteResponse) -> None:
         expected = Role.PRE_CANDIDATE if msg.pre_vote else Role.CANDIDATE
