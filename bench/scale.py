@@ -111,6 +111,11 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS_S
 
 
+def _own_cpu_s() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
 def elections(cluster: LocalCluster) -> int:
     """Elections started so far, from the tablet servers' logs (a replica logging that it
     became a pre-candidate or candidate). None should start while the cluster is idle."""
@@ -203,6 +208,9 @@ def restart_one(
     from the signal to then."""
     node = cluster.spec.tservers[i]
     e0 = elections(cluster)
+    others = [n.pid for n in cluster.spec.tservers if n is not node]
+    coords = [n.pid for n in cluster.spec.coordinators]
+    cpu0 = [cpu_s(p) for p in others + coords], _own_cpu_s()
     t0 = time.monotonic()
     if how == "kill":
         cluster.kill(node)
@@ -221,9 +229,20 @@ def restart_one(
     else:
         took = float("nan")
         fig.notes.append(f"restart ({how}): timed out waiting for every tablet")
+    wall = time.monotonic() - t0
+    cpu1 = [cpu_s(p) for p in others + coords], _own_cpu_s()
     n = elections(cluster) - e0
     print(f"  restart by {how} of server {i}: all serving after {took:.2f} s (stop "
           f"{stop_s:.2f} s), {n} candidacies logged", flush=True)  # fmt: skip
+    # Where the machine's CPU went meanwhile: is the restart bound by it?
+    spent = [b - a for a, b in zip(cpu0[0], cpu1[0], strict=True)]
+    restarted = cpu_s(node.pid)  # the new process, from its start
+    bench = cpu1[1] - cpu0[1]
+    total = restarted + sum(spent) + bench
+    print(f"    CPU s meanwhile: restarted server {restarted:.1f}, the other servers "
+          f"{', '.join(f'{x:.1f}' for x in spent[: len(others)])}, coordinators "
+          f"{sum(spent[len(others):]):.1f}, this bench {bench:.1f}: {total:.1f} in "
+          f"{wall:.1f} s, {total / wall:.2f} of {os.cpu_count()} cores", flush=True)  # fmt: skip
     return took, stop_s, n
 
 
