@@ -619,6 +619,10 @@ class DiskSpace:
             self._root_next_at = now + max(ROOT_BYTES_INTERVAL_S, ROOT_BYTES_WALK_SHARE * took)
         return total
 
+    def root_bytes_counted(self) -> int:
+        """The bytes under the root as last counted (0 before the first count)."""
+        return self._root.total
+
     def require(self, what: str, need_bytes: int = 0) -> None:
         """Raise NoSpace naming the server, the free bytes and the reserve when full, or
         when `need_bytes` (what the caller is about to write: a write's rows, a tablet

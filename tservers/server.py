@@ -276,7 +276,7 @@ class TabletServer:
                 changes=self.manager.driver.take_report_changes,
                 interval_s=self.config.heartbeat_interval_s,
                 http_address=lambda: self.observer.http.advertised if self.observer.http else "",
-                disk=lambda: disk_report(self.disk),
+                disk=lambda: disk_report(self.disk, count_root=self.manager.is_open()),
                 curve=keys.ClientCurve(self.keypair) if self.config.curve else None,
                 coordinator_keys=self.config.coordinator_keys,
                 principals=self.principals,

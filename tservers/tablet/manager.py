@@ -304,6 +304,10 @@ class TabletManager:
         )
         self._startup_thread.start()
 
+    def is_open(self) -> bool:
+        """Every tablet listed at start-up is open (`wait_open` without the wait)."""
+        return self._opened.is_set()
+
     def wait_open(self, timeout_s: float | None = None) -> bool:
         """Whether every tablet listed at start-up is open (RUNNING, a tombstone or FAILED),
         waiting at most `timeout_s` (None: until it is)."""
