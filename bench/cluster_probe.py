@@ -11,11 +11,14 @@ from rpc.protocols.tserver_pb2 import ListTabletsRequest, ListTabletsResponse
 
 
 def list_tablets(address: str, timeout_s: float = 2.0) -> ListTabletsResponse | None:
+    """The server's replicas, brief (id, status, role, term, leader: what the benches read).
+    A full listing of 10,000 replicas costs the server 180-190 ms of CPU; polled ten times a
+    second it took 60% of a core from the restart being measured (session 21)."""
     try:
         with RpcClient(address, "bench") as rc:
             uuid = rc.ping(timeout_s=timeout_s).uuid
             return rc.call(
-                uuid, "TServer.ListTablets", ListTabletsRequest(), ListTabletsResponse,
+                uuid, "TServer.ListTablets", ListTabletsRequest(brief=True), ListTabletsResponse,
                 timeout_s=timeout_s,
             )  # fmt: skip
     except errors.RpcError:

@@ -294,6 +294,8 @@ class TServerService:
         return GetSchemaResponse(schema=self.manager.tablet(req.tablet_id).sb.schema)
 
     def list_tablets(self, req: ListTabletsRequest, ctx: CallContext) -> ListTabletsResponse:
+        if req.brief:
+            return ListTabletsResponse(tablets=self.manager.brief_reports())
         return ListTabletsResponse(tablets=self.manager.reports())
 
     def status(self, req: StatusRequest, ctx: CallContext) -> StatusResponse:

@@ -484,8 +484,10 @@ class GetSchemaResponse(_message.Message):
     def __init__(self, schema: _Optional[_Union[SchemaPB, _Mapping]] = ...) -> None: ...
 
 class ListTabletsRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("brief",)
+    BRIEF_FIELD_NUMBER: _ClassVar[int]
+    brief: bool
+    def __init__(self, brief: _Optional[bool] = ...) -> None: ...
 
 class TabletReportPB(_message.Message):
     __slots__ = ("tablet_id", "table_id", "table_name", "data_state", "status", "error", "current_term", "committed_config", "last_op_id", "schema_version", "flushed_index", "memstore_rows", "blocks", "role", "leader_uuid", "leader_address", "commit_index", "applied_index")

@@ -944,6 +944,31 @@ class TabletManager:
         self._report_changed(tablet_id)
         return new
 
+    def brief_reports(self) -> list[TabletReportPB]:
+        """A report per replica with only its id, status and, where it runs, its Raft role,
+        term and leader (`ListTablets` with `brief`): what a probe polling a server of
+        thousands of replicas asks, at a fraction of `reports`' cost (which copies the
+        superblock's and the config's fields: a ListTablets of 10,000 took 180-190 ms of the
+        server's CPU, and a bench polling it ten times a second took 60% of a core from the
+        restart it measured)."""
+        with self._lock:
+            replicas = list(self.replicas.values())
+        out = []
+        for r in replicas:
+            rep = TabletReportPB(tablet_id=r.tablet_id, status=r.status.value)
+            t = r.tablet
+            if not r.starting and t is not None and r.status is TabletStatus.RUNNING:
+                rep.status = t.status.value
+                g = t.group
+                if g is not None and not g.closed:
+                    st = g.status()
+                    rep.role = st.role.value
+                    rep.current_term = st.term
+                    if st.leader_uuid:
+                        rep.leader_uuid = st.leader_uuid
+            out.append(rep)
+        return out
+
     def reports(
         self, *, starting: bool = True, tablet_ids: Collection[str] | None = None
     ) -> list[TabletReportPB]:
