@@ -196,7 +196,7 @@ def _drop_page_cache() -> None:
         with open("/proc/sys/vm/drop_caches", "w") as f:
             f.write("3\n")
     except OSError as e:
-        raise SystemExit(f"--cold: cannot drop the page cache ({e}); run as root on Linux")
+        raise SystemExit(f"--cold: cannot drop the page cache ({e}); run as root on Linux") from e
 
 
 def _child(args: list[str]) -> str:

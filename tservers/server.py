@@ -41,6 +41,12 @@ STARTUP_PROFILE_ENV = "TSERVER_STARTUP_PROFILE"
 # variable overrides it (seconds; 0: no hand-over, the followers elect once it is gone).
 LEADERSHIP_HANDOVER_S_DEFAULT = 5.0
 LEADERSHIP_HANDOVER_ENV = "LOGCENTRIC_LEADERSHIP_HANDOVER_S"
+# The heartbeat's disk report counts the bytes under the root (`DiskSpace.root_bytes`, shown
+# as the server's files) only once the tablets have been open this long: the first count
+# after a start stats every file of every replica (1-2 s of CPU at 10,000 replicas), which
+# the opening and the elections that follow it want (issue 28). Until then it reports the
+# last count: 0 in a new process.
+ROOT_COUNT_AFTER_OPEN_S = 10.0
 
 
 def leadership_handover_s() -> float:
@@ -276,7 +282,9 @@ class TabletServer:
                 changes=self.manager.driver.take_report_changes,
                 interval_s=self.config.heartbeat_interval_s,
                 http_address=lambda: self.observer.http.advertised if self.observer.http else "",
-                disk=lambda: disk_report(self.disk, count_root=self.manager.is_open()),
+                disk=lambda: disk_report(
+                    self.disk, count_root=self.manager.open_for_s() >= ROOT_COUNT_AFTER_OPEN_S
+                ),
                 curve=keys.ClientCurve(self.keypair) if self.config.curve else None,
                 coordinator_keys=self.config.coordinator_keys,
                 principals=self.principals,

@@ -75,7 +75,5 @@ def test_a_split_vote_a_third_voter_settles_is_not_disturbed():
 
 def test_the_rank_is_the_same_on_both_sides_and_differs_between_groups():
     assert split_rank("t1", 5, "a") == split_rank("t1", 5, "a")
-    orders = {
-        split_rank(f"t{i}", 2, "a") > split_rank(f"t{i}", 2, "b") for i in range(64)
-    }
+    orders = {split_rank(f"t{i}", 2, "a") > split_rank(f"t{i}", 2, "b") for i in range(64)}
     assert orders == {True, False}  # each server ranks first in some groups

@@ -43,6 +43,7 @@ from tests.support.tmpfs import fill, free_bytes, tmpfs_mounter
 from tests.tservers.procs import TServerProcess, joined
 from tservers import fs as fs_module
 from tservers.fs import DiskSpace, FsLayout, default_reserved_bytes
+from tservers.server import ROOT_COUNT_AFTER_OPEN_S
 from tservers.service import TServerService
 from tservers.tablet.manager import TabletManager
 from tservers.wal.log import WalOptions
@@ -282,7 +283,14 @@ def test_full_disk_refuses_places_elsewhere_and_loses_nothing(tmp_path, tmpfs_mo
                 wait_for(lambda: _server(client, full_uuid).fs_full, 30, "a full heartbeat")
                 row = _server(client, full_uuid)
                 assert row.fs_reserved_bytes == RESERVE and row.fs_free_bytes <= RESERVE
-                assert row.fs_total_bytes == TMPFS_SIZE and row.fs_root_bytes > 0
+                assert row.fs_total_bytes == TMPFS_SIZE
+                # Its files are counted once its tablets have been open a while
+                # (tservers/server.py ROOT_COUNT_AFTER_OPEN_S).
+                wait_for(
+                    lambda: _server(client, full_uuid).fs_root_bytes > 0,
+                    ROOT_COUNT_AFTER_OPEN_S + 30,
+                    "the full server's files counted",
+                )
                 other = _server(client, next(u for u in by_uuid if u != full_uuid))
                 assert not other.fs_full and other.fs_free_bytes > RESERVE
                 client.create_table("b", COLUMNS, num_tablets=4, replication_factor=1)

@@ -327,7 +327,10 @@ def test_brief_listing_names_each_replica_with_its_role_and_no_more(server):
     for t, r in brief.items():
         f = full[t]
         assert (r.status, r.role, r.current_term, r.leader_uuid) == (
-            f.status, f.role, f.current_term, f.leader_uuid
+            f.status,
+            f.role,
+            f.current_term,
+            f.leader_uuid,
         )
         assert r.status == "RUNNING" and r.role == "LEADER" and r.leader_uuid == p.uuid
         assert f.table_name == "tbl" and f.committed_config.peers and f.last_op_id.index > 0

@@ -1255,8 +1255,10 @@ class RaftCore:
             self.tablet_id, self._term, rival
         ):
             return
-        soon = self._election_elapsed + 1 + self._rng.randrange(
-            max(1, self._opts.election_timeout_ticks // 2)
+        soon = (
+            self._election_elapsed
+            + 1
+            + self._rng.randrange(max(1, self._opts.election_timeout_ticks // 2))
         )
         if soon < self._randomized_timeout:
             self._randomized_timeout = soon

@@ -248,6 +248,7 @@ class TabletManager:
         self._startup_thread: threading.Thread | None = None
         self._listed: list[str] = []
         self._opened = threading.Event()  # every tablet listed at start-up is open (or failed)
+        self._opened_at: float | None = None  # time.monotonic() when it was
         self.startup_s = 0.0  # how long opening every tablet took (set once opened)
         # The reserved free space (tservers/fs.py): None, no check (in-process tests).
         self.disk = disk
@@ -307,6 +308,11 @@ class TabletManager:
     def is_open(self) -> bool:
         """Every tablet listed at start-up is open (`wait_open` without the wait)."""
         return self._opened.is_set()
+
+    def open_for_s(self) -> float:
+        """Seconds since every tablet listed at start-up was open; 0 while some are not."""
+        at = self._opened_at
+        return 0.0 if at is None else time.monotonic() - at
 
     def wait_open(self, timeout_s: float | None = None) -> bool:
         """Whether every tablet listed at start-up is open (RUNNING, a tombstone or FAILED),
@@ -451,6 +457,7 @@ class TabletManager:
             gc_pause.close()
             self.driver.opened()
             self.startup_s = time.monotonic() - started
+            self._opened_at = time.monotonic()
             self._opened.set()
         log.info(
             "start-up: %d of %d tablets opened (%d FAILED) in %.2f s on %d threads; "
