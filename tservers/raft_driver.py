@@ -1593,7 +1593,7 @@ class RaftDriver:
             with g.lock:
                 if g.closed or g.failed or not core.quiesced:
                     continue
-                sent = [u for u in due if core.probe(u)]
+                sent = [u for u in due if core.probe(u, repeat=True)]
             if sent:
                 self.return_probes += len(sent)
                 dirty[g.tablet_id] = g
