@@ -33,7 +33,7 @@ import pstats
 import shutil
 import threading
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -140,7 +140,7 @@ _gc_was_enabled = False
 
 
 @contextlib.contextmanager
-def gc_paused() -> collections.abc.Iterator[None]:
+def gc_paused() -> Iterator[None]:
     """The cyclic garbage collector off while a start-up opens its tablets, back as it
     was once the last such open in this process ends (nested and concurrent opens count).
 
@@ -304,10 +304,6 @@ class TabletManager:
             target=self._startup_all, args=(self._listed,), name="tablet-startup", daemon=True
         )
         self._startup_thread.start()
-
-    def is_open(self) -> bool:
-        """Every tablet listed at start-up is open (`wait_open` without the wait)."""
-        return self._opened.is_set()
 
     def open_for_s(self) -> float:
         """Seconds since every tablet listed at start-up was open; 0 while some are not."""
@@ -966,15 +962,29 @@ class TabletManager:
             t = r.tablet
             if not r.starting and t is not None and r.status is TabletStatus.RUNNING:
                 rep.status = t.status.value
-                g = t.group
-                if g is not None and not g.closed:
-                    st = g.status()
-                    rep.role = st.role.value
-                    rep.current_term = st.term
-                    if st.leader_uuid:
-                        rep.leader_uuid = st.leader_uuid
+                self._raft_fields(rep, t, brief=True)
             out.append(rep)
         return out
+
+    def _raft_fields(self, rep: TabletReportPB, t: Tablet, *, brief: bool) -> None:
+        """The replica's Raft role, term and leader into `rep` (and unless `brief` its
+        commit index and the leader's address), from its group when it has an open one."""
+        g = t.group
+        if g is None or g.closed:
+            return
+        st = g.status()
+        rep.role = st.role.value
+        rep.current_term = st.term
+        if not brief:
+            rep.commit_index = st.commit_index
+        if st.leader_uuid:
+            rep.leader_uuid = st.leader_uuid
+            if not brief:
+                rep.leader_address = (
+                    self.driver.address
+                    if st.leader_uuid == self.fs.uuid
+                    else self.driver.addresses.get(st.leader_uuid, "")
+                )
 
     def reports(
         self, *, starting: bool = True, tablet_ids: Collection[str] | None = None
@@ -1025,19 +1035,7 @@ class TabletManager:
                 rep.memstore_rows = t.memstore_rows()
                 rep.blocks = len(t.blocks)
                 rep.applied_index = t.applied_index
-                g = t.group
-                if g is not None and not g.closed:
-                    st = g.status()
-                    rep.role = st.role.value
-                    rep.current_term = st.term
-                    rep.commit_index = st.commit_index
-                    if st.leader_uuid:
-                        rep.leader_uuid = st.leader_uuid
-                        rep.leader_address = (
-                            self.driver.address
-                            if st.leader_uuid == self.fs.uuid
-                            else self.driver.addresses.get(st.leader_uuid, "")
-                        )
+                self._raft_fields(rep, t, brief=False)
             else:
                 try:
                     cm = self.fs.read_cmeta(r.tablet_id)
