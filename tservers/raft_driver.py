@@ -372,6 +372,11 @@ class RaftGroup:
         with self.lock:
             return self.core.status()
 
+    def summary(self):
+        """`RaftCore.summary`: (role, term, leader uuid, commit index)."""
+        with self.lock:
+            return self.core.summary()
+
     def knows_voter(self, uuid: str) -> bool:
         """`uuid` is a voter of a config this replica knows (committed or in its log)."""
         with self.lock:
