@@ -26,20 +26,18 @@ def list_tablets(address: str, timeout_s: float = 2.0) -> ListTabletsResponse | 
 
 
 def serving(cluster: LocalCluster, victims: list[str], tablet_ids: set[str]) -> set[str] | None:
-    """Tablets RUNNING on every victim (the restarted servers) with a leader somewhere; None
-    while a victim does not answer ListTablets."""
-    running: dict[str, set[str]] = {}
-    led: set[str] = set()
-    for node in cluster.spec.tservers:
-        resp = list_tablets(node.rpc)
+    """Tablets RUNNING on every victim (the restarted servers) whose replica there knows
+    its group's leader (itself when it leads); None while a victim does not answer
+    ListTablets.
+
+    A replica learns its leader only from that leader's own messages in its term, so this
+    is "a leader somewhere" as the victim sees it. Only the victims are asked: listing the
+    other servers too (as before session 22) cost each of them 40 ms of CPU a poll, about a
+    tenth of a core at a poll every 0.2 s, taken from the restart being measured."""
+    out = set(tablet_ids)
+    for address in victims:
+        resp = list_tablets(address)
         if resp is None:
-            if node.rpc in victims:
-                return None
-            continue
-        ok = {t.tablet_id for t in resp.tablets if t.status == "RUNNING"}
-        running[node.rpc] = ok
-        led |= {t.tablet_id for t in resp.tablets if t.status == "RUNNING" and t.role == "LEADER"}
-    out = set(tablet_ids) & led
-    for v in victims:
-        out &= running[v]
+            return None
+        out &= {t.tablet_id for t in resp.tablets if t.status == "RUNNING" and t.leader_uuid}
     return out

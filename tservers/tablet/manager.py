@@ -1158,14 +1158,34 @@ class TabletManager:
         self.compaction.close(max(0.1, deadline - time.monotonic()))
         with self._lock:
             tablets = [r.tablet for r in self.replicas.values() if r.tablet is not None]
+        # One syncfs for every WAL's footer instead of an fsync each: 10,000 of those were
+        # ~2.9 s of a server's stop (issue 28). See `_sync_closed_wals`.
+        batch = self.wal_opts.sync and syncfs.available() and len(tablets) > 1
         for t in tablets:
-            t.shutdown(max(0.1, deadline - time.monotonic()))
+            t.shutdown(max(0.1, deadline - time.monotonic()), sync_wal=not batch)
+        if batch:
+            self._sync_closed_wals()
         if self.copy_jobs is not None:
             self.copy_jobs.close(max(0.1, deadline - time.monotonic()))
         self.copy_source.close()
         self.driver.close(max(0.1, deadline - time.monotonic()))
         self.appender.close(max(0.1, deadline - time.monotonic()))
         self.fs.close_journal()
+
+    def _sync_closed_wals(self) -> None:
+        """The stop's one syncfs of the WALs' file system, for every footer written
+        unsynced. If it fails, a footer may be lost: the next start-up then reads those
+        segments as after a crash (its own syncfs, then up to the first hole); every entry
+        was synced by the appender before it was acknowledged, so none is at risk."""
+        t0 = time.monotonic()
+        try:
+            syncfs.sync_file_system(self.fs.root / "wals")
+        except OSError as e:
+            log.error("stop: %s; the WALs' footers may not be durable (the next start-up "
+                      "reads them as after a crash)", e)  # fmt: skip
+        else:
+            log.info("stop: every WAL footer synced by one syncfs in %.2f s",
+                     time.monotonic() - t0)  # fmt: skip
 
     def __enter__(self) -> TabletManager:
         return self

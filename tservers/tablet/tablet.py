@@ -1923,9 +1923,11 @@ class Tablet:
         return keys[0] if len(keys) == 1 else list(zip(*keys, strict=True))
 
     # ================================================================ lifecycle
-    def shutdown(self, timeout_s: float = 30.0) -> None:
+    def shutdown(self, timeout_s: float = 30.0, *, sync_wal: bool = True) -> None:
         """Stop accepting writes, let in-flight ones finish (bounded), stop the Raft group,
-        close the WAL (footer). Writes still in flight then get TIMED_OUT (outcome unknown)."""
+        close the WAL (footer; synced unless `sync_wal` is False: the server's stop syncs
+        every tablet's at once). Writes still in flight then get TIMED_OUT (outcome
+        unknown)."""
         deadline = time.monotonic() + min(timeout_s, SHUTDOWN_DRAIN_S)
         with self.lock:
             if self.status is TabletStatus.RUNNING:
@@ -1963,7 +1965,7 @@ class Tablet:
                     )
         with self.flush_lock:
             if self.wal is not None:
-                self.wal.close()
+                self.wal.close(sync=sync_wal)
         self._blocks_changed()  # forgotten by the compaction scheduler
 
     def last_op_id(self) -> OpIdPB:

@@ -202,7 +202,11 @@ class _SegmentWriter:
         else:
             os.fdatasync(self.fd)
 
-    def close(self) -> None:
+    def close(self, *, sync: bool = True) -> None:
+        """Write the footer and close. `sync` False leaves the footer unsynced: the caller
+        makes the file system durable at once for many (a server's stop, one syncfs). A
+        footer lost anyway costs only the next open's crash path (every entry before it was
+        synced when the appender wrote it)."""
         footer = SegmentFooterPB(
             num_entries=self.num_entries,
             min_index=self.min_index,
@@ -213,7 +217,7 @@ class _SegmentWriter:
         os.pwrite(self.fd, rec, self.offset)
         self.offset += len(rec)
         os.ftruncate(self.fd, self.offset)
-        if self.opts.sync:
+        if self.opts.sync and sync:
             os.fsync(self.fd)
             if self.dir_unsynced:
                 fsync_dir(self.path.parent)
@@ -408,13 +412,14 @@ class TabletLog:
         with self.lock:
             return len(self.segments) + (1 if self.writer else 0)
 
-    def close(self) -> None:
+    def close(self, *, sync: bool = True) -> None:
+        """Close the segment being written (its footer: `_SegmentWriter.close`)."""
         with self.lock:
             if self.closed:
                 return
             self.closed = True
             if self.writer is not None:
-                self.writer.close()
+                self.writer.close(sync=sync)
                 self.writer = None
 
 
