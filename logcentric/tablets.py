@@ -327,12 +327,14 @@ class TabletServerClient:
             self._schemas[tablet_id] = s
         return s
 
-    def list_tablets(self, *, brief: bool = False) -> ListTabletsResponse:
+    def list_tablets(
+        self, *, brief: bool = False, not_serving_only: bool = False
+    ) -> ListTabletsResponse:
         """The server's replicas; `brief`: only id, status, role, term and leader of each
-        (cheap at thousands of replicas)."""
-        return self._call(
-            "ListTablets", ListTabletsRequest(brief=brief), ListTabletsResponse, idempotent=True
-        )[0]
+        (cheap at thousands of replicas); `not_serving_only`: brief, and only those not
+        RUNNING or knowing no leader (the answer's `replicas` counts them all)."""
+        req = ListTabletsRequest(brief=brief, not_serving_only=not_serving_only)
+        return self._call("ListTablets", req, ListTabletsResponse, idempotent=True)[0]
 
     def status(self) -> StatusResponse:
         return self._call("Status", StatusRequest(), StatusResponse, idempotent=True)[0]

@@ -303,6 +303,7 @@ class TabletServer:
         return self
 
     def close(self) -> None:
+        started = time.monotonic()
         if self.rpc is not None:
             # While everything still serves (the rpc server carries the transfers' votes and
             # the new leaders' first appends; the heartbeat tells the coordinator): the
@@ -320,6 +321,7 @@ class TabletServer:
             self.rpc.close()
         self.manager.close()
         self._fs_lock.release()
+        log.info("tablet server %s closed in %.2f s", self.uuid, time.monotonic() - started)
 
     def __enter__(self) -> TabletServer:
         return self.start()

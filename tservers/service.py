@@ -294,9 +294,11 @@ class TServerService:
         return GetSchemaResponse(schema=self.manager.tablet(req.tablet_id).sb.schema)
 
     def list_tablets(self, req: ListTabletsRequest, ctx: CallContext) -> ListTabletsResponse:
-        if req.brief:
-            return ListTabletsResponse(tablets=self.manager.brief_reports())
-        return ListTabletsResponse(tablets=self.manager.reports())
+        if req.brief or req.not_serving_only:
+            reps, n = self.manager.brief_reports(not_serving_only=req.not_serving_only)
+            return ListTabletsResponse(tablets=reps, replicas=n)
+        reps = self.manager.reports()
+        return ListTabletsResponse(tablets=reps, replicas=len(reps))
 
     def status(self, req: StatusRequest, ctx: CallContext) -> StatusResponse:
         m = self.manager

@@ -484,10 +484,12 @@ class GetSchemaResponse(_message.Message):
     def __init__(self, schema: _Optional[_Union[SchemaPB, _Mapping]] = ...) -> None: ...
 
 class ListTabletsRequest(_message.Message):
-    __slots__ = ("brief",)
+    __slots__ = ("brief", "not_serving_only")
     BRIEF_FIELD_NUMBER: _ClassVar[int]
+    NOT_SERVING_ONLY_FIELD_NUMBER: _ClassVar[int]
     brief: bool
-    def __init__(self, brief: _Optional[bool] = ...) -> None: ...
+    not_serving_only: bool
+    def __init__(self, brief: _Optional[bool] = ..., not_serving_only: _Optional[bool] = ...) -> None: ...
 
 class TabletReportPB(_message.Message):
     __slots__ = ("tablet_id", "table_id", "table_name", "data_state", "status", "error", "current_term", "committed_config", "last_op_id", "schema_version", "flushed_index", "memstore_rows", "blocks", "role", "leader_uuid", "leader_address", "commit_index", "applied_index")
@@ -530,10 +532,12 @@ class TabletReportPB(_message.Message):
     def __init__(self, tablet_id: _Optional[str] = ..., table_id: _Optional[str] = ..., table_name: _Optional[str] = ..., data_state: _Optional[_Union[DataState, str]] = ..., status: _Optional[str] = ..., error: _Optional[str] = ..., current_term: _Optional[int] = ..., committed_config: _Optional[_Union[RaftConfigPB, _Mapping]] = ..., last_op_id: _Optional[_Union[OpIdPB, _Mapping]] = ..., schema_version: _Optional[int] = ..., flushed_index: _Optional[int] = ..., memstore_rows: _Optional[int] = ..., blocks: _Optional[int] = ..., role: _Optional[str] = ..., leader_uuid: _Optional[str] = ..., leader_address: _Optional[str] = ..., commit_index: _Optional[int] = ..., applied_index: _Optional[int] = ...) -> None: ...
 
 class ListTabletsResponse(_message.Message):
-    __slots__ = ("tablets",)
+    __slots__ = ("tablets", "replicas")
     TABLETS_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
     tablets: _containers.RepeatedCompositeFieldContainer[TabletReportPB]
-    def __init__(self, tablets: _Optional[_Iterable[_Union[TabletReportPB, _Mapping]]] = ...) -> None: ...
+    replicas: int
+    def __init__(self, tablets: _Optional[_Iterable[_Union[TabletReportPB, _Mapping]]] = ..., replicas: _Optional[int] = ...) -> None: ...
 
 class StatusRequest(_message.Message):
     __slots__ = ()
