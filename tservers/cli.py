@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import json
 import logging
 import os
@@ -321,6 +322,10 @@ def _cmd_start(args) -> int:
         pass
     log.info("shutting down")
     server.close()
+    # Everything is closed and synced. The interpreter's own end then collects: it walked
+    # every object of a 10,000-replica server, 1.6 s of a stop (issue 28). Frozen, they are
+    # left to the process's exit.
+    gc.freeze()
     # A daemon's end: 130 and one line for Ctrl-C, 0 for SIGTERM.
     return daemon.exit_status()
 
