@@ -147,3 +147,34 @@ def test_json_logs_rotate(tmp_path):
         handler.close()
     with pytest.raises(ValueError, match="log format"):
         logsetup.configure(fmt="xml")
+
+
+def test_the_collectors_pauses_are_counted_and_a_long_one_logged(monkeypatch, caplog):
+    """Every daemon's /metrics says how long the cyclic garbage collector held the
+    interpreter, per generation; one at least GC_PAUSE_LOG_S long is logged (at 10,000
+    replicas a full collection takes ~1 s, the peers' liveness silence)."""
+    import gc
+
+    registry = observe.new_registry()
+    with observe.HttpEndpoint("127.0.0.1:0", registry, name="test") as http:
+
+        def full() -> tuple[float, float]:
+            fams = families(get(http.url + "/metrics")[2])
+            count = {
+                s.labels["generation"]: s.value for s in fams["logcentric_gc_pauses"].samples
+            }
+            secs = {
+                s.labels["generation"]: s.value
+                for s in fams["logcentric_gc_pause_seconds"].samples
+            }
+            return count["2"], secs["2"]
+
+        n0, s0 = full()
+        monkeypatch.setattr(observe, "GC_PAUSE_LOG_S", 0.0)
+        kept = [[i] for i in range(200_000)]  # something to walk
+        with caplog.at_level(logging.WARNING, logger="rpc.observe"):
+            gc.collect()
+        n1, s1 = full()
+        assert n1 >= n0 + 1 and s1 > s0  # (others may have run meanwhile)
+        assert any("garbage collection of generation 2 held" in r.message for r in caplog.records)
+        assert kept
