@@ -4,7 +4,6 @@ bench/tserver_startup.py and bench/scale.py (bench/ is first on sys.path when th
 
 from __future__ import annotations
 
-from optools.localcluster import LocalCluster
 from rpc import errors
 from rpc.client import RpcClient
 from rpc.protocols.tserver_pb2 import ListTabletsRequest, ListTabletsResponse
@@ -27,7 +26,7 @@ def list_tablets(
         return None
 
 
-def serving(cluster: LocalCluster, victims: list[str], tablet_ids: set[str]) -> set[str] | None:
+def serving(victims: list[str], tablet_ids: set[str]) -> set[str] | None:
     """Tablets RUNNING on every victim (the restarted servers) whose replica there knows
     its group's leader (itself when it leads); None while a victim does not answer
     ListTablets.

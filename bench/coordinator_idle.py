@@ -46,7 +46,7 @@ def main() -> int:
             tablet_ids = create_tables(c, names)
         print(f"{len(names)} tables created in {time.monotonic() - t0:.1f} s", flush=True)
         victims = [node.rpc for node in cluster.spec.tservers]
-        wait_serving(cluster, victims, tablet_ids, SETTLE_TIMEOUT_S)
+        wait_serving(victims, tablet_ids, SETTLE_TIMEOUT_S)
         time.sleep(args.settle_s)
         coord = cluster.spec.coordinators[0].pid
         for i in range(args.windows):

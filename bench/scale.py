@@ -126,13 +126,13 @@ def elections(cluster: LocalCluster) -> int:
     return n
 
 
-def wait_serving(cluster: LocalCluster, victims: list[str], tablet_ids: set[str], timeout_s: float):
+def wait_serving(victims: list[str], tablet_ids: set[str], timeout_s: float):
     """Until every tablet has been seen serving (at some poll, not all at one: on a loaded
     machine some elections go on all the time, and some tablet is always between leaders)."""
     deadline = time.monotonic() + timeout_s
     seen: set[str] = set()
     while True:
-        seen |= serving(cluster, victims, tablet_ids) or set()
+        seen |= serving(victims, tablet_ids) or set()
         if len(seen) == len(tablet_ids):
             return
         if time.monotonic() > deadline:
@@ -221,7 +221,7 @@ def restart_one(
     deadline = t0 + RESTART_TIMEOUT_S
     seen: set[str] = set()  # each seen serving since the restart (see wait_serving)
     while time.monotonic() < deadline:
-        seen |= serving(cluster, [node.rpc], tablet_ids) or set()
+        seen |= serving([node.rpc], tablet_ids) or set()
         if len(seen) == len(tablet_ids):
             took = time.monotonic() - t0
             break
@@ -269,7 +269,7 @@ def run_one(
             tablet_ids = create_tables(client, names)
             print(f"  {len(names)} tables created in {time.monotonic() - t0:.1f} s", flush=True)
             victims = [node.rpc for node in cluster.spec.tservers]
-            wait_serving(cluster, victims, tablet_ids, SETTLE_TIMEOUT_S)
+            wait_serving(victims, tablet_ids, SETTLE_TIMEOUT_S)
             fig.disk_per_replica_bytes = (sum(disk_bytes(r) for r in roots) - before) / (
                 3 * len(tablet_ids)
             )
@@ -304,12 +304,12 @@ def run_one(
             fig.lookups_again_per_s = statistics.median(fig.lookups_again_passes)
 
         if restart in ("kill", "both"):
-            wait_serving(cluster, victims, tablet_ids, SETTLE_TIMEOUT_S)
+            wait_serving(victims, tablet_ids, SETTLE_TIMEOUT_S)
             fig.restart_all_s, _, fig.restart_candidacies = restart_one(
                 cluster, 0, "kill", tablet_ids, fig
             )
         if restart in ("stop", "both"):
-            wait_serving(cluster, victims, tablet_ids, SETTLE_TIMEOUT_S)
+            wait_serving(victims, tablet_ids, SETTLE_TIMEOUT_S)
             wait_no_elections(cluster, settle_s)  # the kill's elections over first
             i = leading_most(cluster)
             fig.stop_restart_all_s, fig.stop_s, fig.stop_restart_candidacies = restart_one(

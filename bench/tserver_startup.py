@@ -81,7 +81,7 @@ def wait_settled(cluster: LocalCluster, tablet_ids: set[str]) -> None:
     victims = [n.rpc for n in cluster.spec.tservers]
     deadline = time.monotonic() + SETTLE_TIMEOUT_S
     while True:
-        ok = serving(cluster, victims, tablet_ids)
+        ok = serving(victims, tablet_ids)
         if ok is not None and len(ok) == len(tablet_ids):
             return
         if time.monotonic() > deadline:
@@ -156,7 +156,7 @@ def restart(
         if len(up) == len(victims) and fig.port_s != fig.port_s:
             fig.port_s = time.monotonic() - t0
         if len(up) == len(victims):
-            ok = serving(cluster, victims, tablet_ids)
+            ok = serving(victims, tablet_ids)
             now = time.monotonic() - t0
             if ok is not None:
                 if ok and fig.first_s != fig.first_s:

@@ -190,8 +190,12 @@ def _thaw() -> None:
     """The open's frozen objects back to the collector, walked once now: the old
     generation's size is then known to the collector (`long_lived_total`), and its next
     full collection waits until a quarter as many new objects have lived long. Left to
-    itself, it would walk them at the next old-generation collection, at any moment."""
-    gc.unfreeze()
+    itself, it would walk them at the next old-generation collection, at any moment.
+    Not while another open holds the collector off: its end freezes and schedules again."""
+    with _gc_pause_lock:
+        if _gc_pauses:
+            return
+        gc.unfreeze()
     t0 = time.monotonic()
     gc.collect()
     log.info("start-up's objects back to the collector: one full collection took %.2f s",
