@@ -19,16 +19,19 @@ in the same run and for N, with their ratio:
 - create-table latency p50/p99: `--samples` more tables created one after another through
   the client once the cluster holds its tables (`--tables`, by default as many as tablets);
 - tablet lookups per second at the coordinator (`tablet_locations`, not cached by the
-  client), 4 callers asking 500 times each for tables spread over the catalog (2,000
-  tables at 10,000): a first pass asks for tables not asked for since their creation read
-  their tablets (`create_tables`), then LOOKUP_PASSES (5) passes for the same tables again,
-  each printed, their median the figure.
-  The coordinator keeps an answer per table (coordinator/locations.py), so at either
-  size both passes are answered from its cache; before, it kept 4,096 answers, and at
-  10,000 tables the first pass built three in four of them again. The first pass's ratio
-  says what a catalog's size costs a lookup of a table not asked for in a while, the
-  second's what it costs a steady client. A pass is 2,000 calls, 0.1-0.4 s: passes on
-  one cluster differ by up to a factor of two (design/coordinator.md, section 9).
+  client), 4 callers asking 1,000 times each for tables spread over the catalog (4,000
+  tables at 10,000). The baseline's cluster stays up (idle) until N's lookups are done, and
+  the two are measured in turns, so that both see the same machine: a first pass over
+  tables not asked for since their creation read their tablets (`create_tables`), the
+  baseline's then N's, then LOOKUP_PASSES (7) pairs of passes for the same tables again,
+  in alternating order (baseline first in even pairs); each pass and each pair's ratio is
+  printed, the medians of the passes are the figures. It is brought down before N's
+  restarts. The coordinator keeps an answer per table (coordinator/locations.py), so at
+  either size both passes are answered from its cache. Measured one after the other,
+  minutes apart, the ratio moved between 0.6 and 1.6 with the machine (session 23: on one
+  idle 10,000-table cluster, passes every 2 s ran at 9,400-19,400/s while none of its
+  processes used more than 3% of a core between them); paired passes see the same
+  moments.
 
     .venv/bin/python bench/scale.py [--tablets 50] [--tables N] [--baseline 10]
         [--samples 30] [--idle-window-s 10] [--settle-s 5] [--restart kill|stop|both]
@@ -62,10 +65,10 @@ from optools.localcluster import LocalCluster  # noqa: E402
 COLUMNS = [Column("id", "int64", key=True), Column("v", "string", nullable=True)]
 CREATE_THREADS = 4
 LOOKUP_THREADS = 4
-LOOKUPS_PER_THREAD = 500
-# Passes of "the same tables again" (the median is the figure): a pass is 2,000 calls, 0.1-0.4
-# s, and single passes on one cluster moved by 2x with the machine's load.
-LOOKUP_PASSES = 5
+LOOKUPS_PER_THREAD = 1000
+# Pairs of passes of "the same tables again" (each size's median is its figure): a pass is
+# 4,000 calls, 0.2-0.5 s, and single passes on one cluster moved by 2x with the machine.
+LOOKUP_PASSES = 7
 POLL_S = 0.2
 SETTLE_TIMEOUT_S = 900.0
 RESTART_TIMEOUT_S = 900.0
@@ -90,6 +93,7 @@ class Figures:
     lookups_per_s: float = float("nan")
     lookups_again_per_s: float = float("nan")  # the median of LOOKUP_PASSES passes
     lookups_again_passes: list[float] = field(default_factory=list)
+    lookup_pair_ratios: list[float] = field(default_factory=list)  # N's pass / the baseline's
     notes: list[str] = field(default_factory=list)
 
 
@@ -169,6 +173,35 @@ def lookups(client, names: list[str]) -> float:
         for f in [pool.submit(caller, k) for k in range(LOOKUP_THREADS)]:
             f.result()
     return LOOKUP_THREADS * LOOKUPS_PER_THREAD / (time.monotonic() - t0)
+
+
+@dataclass
+class Baseline:
+    """The baseline's cluster, kept up (idle) after its own figures so that its lookups run
+    in turns with N's (`paired_lookups`)."""
+
+    cluster: LocalCluster
+    names: list[str]
+    fig: Figures
+
+
+def paired_lookups(client, names: list[str], fig: Figures, base: Baseline) -> None:
+    """The lookups of N (`client`, `names`, `fig`) and of the baseline, pass by pass in
+    turns: the first passes, then LOOKUP_PASSES pairs in alternating order."""
+    coords = ",".join(base.cluster.spec.coordinator_addresses)
+    with logcentric.connect(coords, timeout_s=120) as base_client:
+        mine = (client, names, fig)
+        theirs = (base_client, base.names, base.fig)
+        base.fig.lookups_per_s = lookups(base_client, base.names)
+        fig.lookups_per_s = lookups(client, names)
+        for k in range(LOOKUP_PASSES):
+            rates = {}
+            for c, nm, f in (theirs, mine) if k % 2 == 0 else (mine, theirs):
+                rates[id(f)] = lookups(c, nm)
+                f.lookups_again_passes.append(rates[id(f)])
+            fig.lookup_pair_ratios.append(rates[id(fig)] / rates[id(base.fig)])
+    for f in (fig, base.fig):
+        f.lookups_again_per_s = statistics.median(f.lookups_again_passes)
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -254,7 +287,12 @@ def run_one(
     idle_window_s: float,
     settle_s: float,
     restart: str = "kill",
-) -> Figures:
+    keep_up: bool = False,
+    base: Baseline | None = None,
+) -> tuple[Figures, Baseline | None]:
+    """N's figures. `keep_up`: the cluster is left up, its lookups not measured, and
+    returned as the `Baseline` of the next call; `base`: that baseline, whose lookups are
+    measured in turns with these, brought down after them."""
     fig = Figures(n)
     print(f"N={n}: building the cluster (plaintext: --insecure)", flush=True)
     cluster = LocalCluster.create(workdir / f"n{n}", 1, 3, lease_timeout_s=1.5, secure=False)
@@ -299,9 +337,14 @@ def run_one(
             fig.create_p99_ms = percentile(latencies_ms, 99)
             for i in range(samples):
                 tablet_ids |= {t.tablet_id for t in client.table(f"s{i:04d}").tablets()}
-            fig.lookups_per_s = lookups(client, names)
-            fig.lookups_again_passes = [lookups(client, names) for _ in range(LOOKUP_PASSES)]
-            fig.lookups_again_per_s = statistics.median(fig.lookups_again_passes)
+            if base is not None:
+                paired_lookups(client, names, fig, base)
+                base.cluster.down()  # N's restarts alone on the machine
+            elif not keep_up:
+                fig.lookups_per_s = lookups(client, names)
+                passes = [lookups(client, names) for _ in range(LOOKUP_PASSES)]
+                fig.lookups_again_passes = passes
+                fig.lookups_again_per_s = statistics.median(passes)
 
         if restart in ("kill", "both"):
             wait_serving(victims, tablet_ids, SETTLE_TIMEOUT_S)
@@ -315,9 +358,13 @@ def run_one(
             fig.stop_restart_all_s, fig.stop_s, fig.stop_restart_candidacies = restart_one(
                 cluster, i, "stop", tablet_ids, fig
             )
-    finally:
+    except BaseException:
         cluster.down()
-    return fig
+        raise
+    if keep_up:
+        return fig, Baseline(cluster, names, fig)
+    cluster.down()
+    return fig, None
 
 
 def main() -> int:
@@ -340,8 +387,11 @@ def main() -> int:
     workdir = Path(tempfile.mkdtemp(prefix="scale-bench-"))
     try:
         opts = (args.samples, args.idle_window_s, args.settle_s, args.restart)
-        base = run_one(workdir, args.baseline, args.baseline, *opts)
-        big = run_one(workdir, args.tablets, tables, *opts)
+        base, kept = run_one(workdir, args.baseline, args.baseline, *opts, keep_up=True)
+        try:
+            big, _ = run_one(workdir, args.tablets, tables, *opts, base=kept)
+        finally:
+            kept.cluster.down()  # already down unless N's run failed before its lookups
     finally:
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -369,6 +419,9 @@ def main() -> int:
     for fig in (base, big):
         passes = ", ".join(f"{x:,.0f}" for x in fig.lookups_again_passes)
         print(f"  lookups per second, each pass over those tables again, N={fig.tablets}: {passes}")
+    ratios = ", ".join(f"{x:.2f}" for x in big.lookup_pair_ratios)
+    print(f"  lookups again, N={big.tablets} against N={base.tablets} pass by pass (in turns): "
+          f"{ratios}; median {statistics.median(big.lookup_pair_ratios):.2f}")  # fmt: skip
     for fig in (base, big):
         print(f"  load average (1, 5, 15 min) after the idle window, N={fig.tablets}: "
               f"{fig.load_average}")  # fmt: skip

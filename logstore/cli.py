@@ -200,7 +200,10 @@ def cmd_serve(args) -> int:
     # The tick thread, the rpc I/O thread and the handlers hand the GIL to each other on
     # every append; Python's default 5 ms switch interval would dominate the latency.
     sys.setswitchinterval(args.switch_interval_s)
+    from rpc import observe
     from rpc.keys import KeyFileError
+
+    observe.quiet_old_generation()  # a log of 1M live entries is a large heap (rpc/observe.py)
 
     try:
         server = LogStoreServer(config)

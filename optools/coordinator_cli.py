@@ -197,6 +197,9 @@ def cmd_start(args) -> int:
         curve=curve,
         bootstrap_admin_key=admin_key,
     )
+    from rpc import observe
+
+    observe.quiet_old_generation()  # a catalog of 10,000 tables is a large heap (rpc/observe.py)
     try:
         node = CoordinatorNode(config)
     except (RpcError, ValueError, OSError, KeyFileError) as e:

@@ -193,20 +193,30 @@ class GcPauses(Collector):
             "The longest collection so far, in seconds",
             labels=["generation"],
         )
+        threshold = GaugeMetricFamily(
+            "logcentric_gc_threshold",
+            "The collector's thresholds (gc.get_threshold): allocations for generation 0, "
+            "collections of the one below for 1 and 2 (a daemon sets 2 to GC_OLD_EVERY)",
+            labels=["generation"],
+        )
+        for g, limit in enumerate(gc.get_threshold()):
+            threshold.add_metric([str(g)], limit)
         for g in range(3):
             seconds.add_metric([str(g)], self.seconds[g])
             count.add_metric([str(g)], self.count[g])
             longest.add_metric([str(g)], self.longest[g])
-        return [seconds, count, longest]
+        return [seconds, count, longest, threshold]
 
 
 # CPython collects its old generation once 10 middle-generation collections have run and a
 # quarter of the old generation is new since its last collection. A tablet server of 10,000
 # replicas (about 1M objects that live as long as the process) met that every 20-35 s, idle
 # or not, and each such collection held the interpreter 0.5-1.2 s and collected nothing
-# (session 22, its log's "garbage collection of generation 2 held ..."). A daemon with a
-# large long-lived heap waits for this many instead (`quiet_old_generation`): the young and
-# middle generations, where short-lived cycles die, are collected as before.
+# (session 22, its log's "garbage collection of generation 2 held ..."). The coordinator of
+# 10,000 tables did it every few hundred creates, 80-110 ms each, the slowest creates of
+# the bench (session 23). Every daemon (tserver start, coordinator start, logstore serve)
+# waits for this many instead (`quiet_old_generation`): the young and middle generations,
+# where short-lived cycles die, are collected as before.
 GC_OLD_EVERY = 1000
 
 

@@ -1,6 +1,6 @@
 """bench/scale.py at a small size (issue 28: "CI runs the bench at a small size only"): two
-real local clusters (3 and 6 one-tablet tables), every figure printed and none missing; the
-full-size figures are in design/consensus.md."""
+real local clusters (3 and 6 one-tablet tables), every figure printed and none missing, the
+lookups of both measured in turns; the full-size figures are in design/consensus.md."""
 
 from __future__ import annotations
 
@@ -49,3 +49,10 @@ def test_scale_bench_prints_every_figure():
     for row in ("tablet lookups per second, first", "the same tables again"):
         lookups = re.search(re.escape(row) + r"\s+(\S+)\s+(\S+)", text)
         assert float(lookups.group(1)) > 0 and float(lookups.group(2)) > 0
+    # the two clusters' lookups in turns, a ratio per pair of passes
+    pairs = re.search(
+        r"lookups again, N=6 against N=3 pass by pass \(in turns\): (.*); median", text
+    )
+    assert pairs, text
+    ratios = [float(x) for x in pairs.group(1).split(", ")]
+    assert len(ratios) == 7 and all(r > 0 for r in ratios), ratios

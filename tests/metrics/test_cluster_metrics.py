@@ -21,6 +21,7 @@ import signal
 import pytest
 
 from logcentric.client import Client, Column
+from rpc.observe import GC_OLD_EVERY
 from tests.metrics.support import get, get_json, scrape, value
 from tests.support.cluster import local_cluster
 from tests.support.procs import wait_for
@@ -113,6 +114,10 @@ def test_every_daemon_scraped_and_numbers_move(tmp_path):
             assert COORDINATOR_FAMILIES <= set(scrape(url(n))), n.name
         for n in tservers:
             assert TSERVER_FAMILIES <= set(scrape(url(n))), n.name
+        for n in nodes:  # every daemon collects its old generation seldom (rpc/observe.py)
+            fams = scrape(url(n))
+            assert value(fams, "logcentric_gc_threshold", generation="2") == GC_OLD_EVERY, n.name
+            assert value(fams, "logcentric_gc_pauses", generation="0") > 0, n.name
         leader = leader_node(cluster)
         assert leader is not None
         fams = scrape(url(leader))

@@ -23,6 +23,7 @@ import pytest
 
 from logstore.remote import RemoteLogStore
 from rpc.keys import KeyPair
+from rpc.observe import GC_OLD_EVERY
 from tests.metrics.support import get, get_json, scrape, value
 from tests.support.procs import free_port, wait_for
 
@@ -127,6 +128,8 @@ def test_logstore_group_metrics_and_readiness(tmp_path):
                 ):
                     assert name in f, name
             assert sum(value(f, "logcentric_logstore_raft_role", role="leader") for f in fams) == 1
+            for f in fams:  # the old generation collected seldom (rpc/observe.py)
+                assert value(f, "logcentric_gc_threshold", generation="2") == GC_OLD_EVERY
             commit_before = [value(f, "logcentric_logstore_raft_commit_index") for f in fams]
             with RemoteLogStore([rpc[0]], caller_uuid="metrics-test") as store:
                 last = 0
