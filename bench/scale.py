@@ -50,6 +50,7 @@ import statistics
 import sys
 import tempfile
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -94,6 +95,8 @@ class Figures:
     lookups_again_per_s: float = float("nan")  # the median of LOOKUP_PASSES passes
     lookups_again_passes: list[float] = field(default_factory=list)
     lookup_pair_ratios: list[float] = field(default_factory=list)  # N's pass / the baseline's
+    lookup_builds_first: float = float("nan")  # answers the coordinator built, first pass
+    lookup_builds_again: float = float("nan")  # and in all the passes again
     notes: list[str] = field(default_factory=list)
 
 
@@ -185,21 +188,38 @@ class Baseline:
     fig: Figures
 
 
-def paired_lookups(client, names: list[str], fig: Figures, base: Baseline) -> None:
-    """The lookups of N (`client`, `names`, `fig`) and of the baseline, pass by pass in
-    turns: the first passes, then LOOKUP_PASSES pairs in alternating order."""
+def answers_built(cluster: LocalCluster) -> float:
+    """Tablet-location answers the coordinator built so far (not from its cache), from its
+    /metrics (`logcentric_coordinator_location_answers_total{source="built"}`)."""
+    url = f"http://{cluster.spec.coordinators[0].http}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        for line in answer.read().decode().splitlines():
+            if line.startswith('logcentric_coordinator_location_answers_total{source="built"}'):
+                return float(line.rsplit(" ", 1)[1])
+    return float("nan")
+
+
+def paired_lookups(
+    client, names: list[str], fig: Figures, base: Baseline, cluster: LocalCluster
+) -> None:
+    """The lookups of N (`client`, `names`, `fig`, `cluster`) and of the baseline, pass by
+    pass in turns: the first passes, then LOOKUP_PASSES pairs in alternating order."""
     coords = ",".join(base.cluster.spec.coordinator_addresses)
     with logcentric.connect(coords, timeout_s=120) as base_client:
         mine = (client, names, fig)
         theirs = (base_client, base.names, base.fig)
-        base.fig.lookups_per_s = lookups(base_client, base.names)
-        fig.lookups_per_s = lookups(client, names)
+        for c, nm, f, cl in (*theirs, base.cluster), (*mine, cluster):
+            built = answers_built(cl)
+            f.lookups_per_s = lookups(c, nm)
+            f.lookup_builds_first = answers_built(cl) - built
+        built = answers_built(cluster)
         for k in range(LOOKUP_PASSES):
             rates = {}
             for c, nm, f in (theirs, mine) if k % 2 == 0 else (mine, theirs):
                 rates[id(f)] = lookups(c, nm)
                 f.lookups_again_passes.append(rates[id(f)])
             fig.lookup_pair_ratios.append(rates[id(fig)] / rates[id(base.fig)])
+        fig.lookup_builds_again = answers_built(cluster) - built
     for f in (fig, base.fig):
         f.lookups_again_per_s = statistics.median(f.lookups_again_passes)
 
@@ -338,7 +358,7 @@ def run_one(
             for i in range(samples):
                 tablet_ids |= {t.tablet_id for t in client.table(f"s{i:04d}").tablets()}
             if base is not None:
-                paired_lookups(client, names, fig, base)
+                paired_lookups(client, names, fig, base, cluster)
                 base.cluster.down()  # N's restarts alone on the machine
             elif not keep_up:
                 fig.lookups_per_s = lookups(client, names)
@@ -419,6 +439,10 @@ def main() -> int:
     for fig in (base, big):
         passes = ", ".join(f"{x:,.0f}" for x in fig.lookups_again_passes)
         print(f"  lookups per second, each pass over those tables again, N={fig.tablets}: {passes}")
+    b, g = base, big
+    print(f"  tablet-location answers built by the coordinator (not from its cache), first "
+          f"pass / passes again: N={b.tablets} {b.lookup_builds_first:.0f} / -, "
+          f"N={g.tablets} {g.lookup_builds_first:.0f} / {g.lookup_builds_again:.0f}")  # fmt: skip
     ratios = ", ".join(f"{x:.2f}" for x in big.lookup_pair_ratios)
     print(f"  lookups again, N={big.tablets} against N={base.tablets} pass by pass (in turns): "
           f"{ratios}; median {statistics.median(big.lookup_pair_ratios):.2f}")  # fmt: skip

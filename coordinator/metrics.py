@@ -413,6 +413,16 @@ class CoordinatorObserver:
             )
         )
         out.append(self._rereplication_metrics())
+        answers = CounterMetricFamily(
+            "logcentric_coordinator_location_answers",
+            "Tablet-location answers of this node (GetTabletLocations): from the cache of "
+            "serialized answers, or built because the table's entry was missing or stale",
+            labels=["source"],
+        )
+        locations = node.locations
+        answers.add_metric(["cache"], locations.hits if locations is not None else 0)
+        answers.add_metric(["built"], locations.misses if locations is not None else 0)
+        out.append(answers)
         peers = [p for p in self._peers.values()]
         out.append(
             _gauge(

@@ -56,3 +56,9 @@ def test_scale_bench_prints_every_figure():
     assert pairs, text
     ratios = [float(x) for x in pairs.group(1).split(", ")]
     assert len(ratios) == 7 and all(r > 0 for r in ratios), ratios
+    # the coordinator's answers built in the first passes: at most one per table (the entries
+    # from the creation are stale once a tablet's report names its leader); how many again
+    # depends on elections meanwhile
+    built = re.search(r"first pass / passes again: N=3 (\d+) / -, N=6 (\d+) / (\d+)", text)
+    assert built, text
+    assert int(built.group(1)) <= 3 and int(built.group(2)) <= 6, text

@@ -46,6 +46,7 @@ COORDINATOR_FAMILIES = {
     "logcentric_coordinator_replay_backlog_entries",
     "logcentric_coordinator_pending_operations",
     "logcentric_coordinator_rereplication_actions",
+    "logcentric_coordinator_location_answers",
     "logcentric_logstore_raft_term",
     "logcentric_logstore_raft_commit_index",
     "logcentric_logstore_raft_applied_index",
@@ -146,6 +147,8 @@ def test_every_daemon_scraped_and_numbers_move(tmp_path):
                 session.flush()
             assert not session.errors
             assert table.to_arrow().num_rows == ROWS
+            for _ in range(3):  # uncached by the client: the coordinator's cache answers
+                client.tablet_locations("m")
         written = total(tservers, "logcentric_tserver_rows_written")
         scanned = total(tservers, "logcentric_tserver_rows_scanned")
         assert written >= ROWS, written  # each row once by its tablet's leader (retries: more)
@@ -170,6 +173,9 @@ def test_every_daemon_scraped_and_numbers_move(tmp_path):
         )
         assert appends > before_appends
         assert value(fams, "logcentric_rpc_calls", method="Coordinator.Heartbeat") > 0
+        answers = "logcentric_coordinator_location_answers"
+        assert value(fams, answers, source="built") >= 1
+        assert value(fams, answers, source="cache") >= 2
 
         # -- a tablet server killed, then restarted --------------------------------------
         victim = tservers[1]
