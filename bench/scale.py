@@ -107,6 +107,8 @@ class Figures:
     lookup_pair_ratios: list[float] = field(default_factory=list)  # N's pass / the baseline's
     lookup_builds_first: float = float("nan")  # answers the coordinator built, first pass
     lookup_builds_again: float = float("nan")  # and in all the passes again
+    # The coordinators' CPU per call in each pass again (/proc, all nodes; 10 ms ticks).
+    lookup_cpu_us: list[float] = field(default_factory=list)
     failovers_s: list[float] = field(default_factory=list)  # kill -9 of the leader to a create
     coordinator_restarts_s: list[float] = field(default_factory=list)  # start to whole catalog
     notes: list[str] = field(default_factory=list)
@@ -242,11 +244,16 @@ def paired_lookups(
             f.lookups_per_s = lookups(c, nm)
             f.lookup_builds_first = answers_built(cl) - built
         built = answers_built(cluster)
+        clusters = {id(fig): cluster, id(base.fig): base.cluster}
         for k in range(LOOKUP_PASSES):
             rates = {}
             for c, nm, f in (theirs, mine) if k % 2 == 0 else (mine, theirs):
+                pids = [node.pid for node in clusters[id(f)].spec.coordinators]
+                cpu0 = sum(cpu_s(p) for p in pids)
                 rates[id(f)] = lookups(c, nm)
+                cpu = sum(cpu_s(p) for p in pids) - cpu0
                 f.lookups_again_passes.append(rates[id(f)])
+                f.lookup_cpu_us.append(1e6 * cpu / (LOOKUP_THREADS * LOOKUPS_PER_THREAD))
             fig.lookup_pair_ratios.append(rates[id(fig)] / rates[id(base.fig)])
         fig.lookup_builds_again = answers_built(cluster) - built
     for f in (fig, base.fig):
@@ -527,6 +534,10 @@ def main() -> int:
     print(f"  tablet-location answers built by the coordinator (not from its cache), first "
           f"pass / passes again: N={b.tablets} {b.lookup_builds_first:.0f} / -, "
           f"N={g.tablets} {g.lookup_builds_first:.0f} / {g.lookup_builds_again:.0f}")  # fmt: skip
+    for fig in (base, big):
+        cpu = ", ".join(f"{x:.0f}" for x in fig.lookup_cpu_us)
+        print(f"  coordinator CPU us per lookup, each pass again, N={fig.tablets}: {cpu}; "
+              f"median {statistics.median(fig.lookup_cpu_us):.1f}")  # fmt: skip
     ratios = ", ".join(f"{x:.2f}" for x in big.lookup_pair_ratios)
     print(f"  lookups again, N={big.tablets} against N={base.tablets} pass by pass (in turns): "
           f"{ratios}; median {statistics.median(big.lookup_pair_ratios):.2f}")  # fmt: skip
