@@ -16,6 +16,7 @@ import enum
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from rpc import schema_rules
 from rpc.protocols import coordinator_pb2 as pb
@@ -258,7 +259,12 @@ class Catalog:
             return
         if name in ("tablets", "tablet_reports"):
             object.__setattr__(self, name, _Watched(value, self._recount))
+            self._location_changed(None)
             self._recount_all()
+            return
+        if name in ("names", "servers", "principals"):  # read by tablet-location answers
+            object.__setattr__(self, name, _Watched(value, self._location_changed))
+            self._location_changed(None)
             return
         object.__setattr__(self, name, value)
 
@@ -268,6 +274,7 @@ class Catalog:
                 self._recount(tablet_id)
 
     def _recount(self, tablet_id: str) -> None:
+        self._location_changed(tablet_id)
         if "_counts" not in self.__dict__ or "tablet_reports" not in self.__dict__:
             return  # (being built)
         self._touch(tablet_id)
@@ -413,8 +420,19 @@ class Catalog:
     # CreateTable skipped (`skipped_tablets`), all kept as those dicts change, by
     # whatever code.
 
-    def _table_changed(self, _table_id) -> None:
+    def _table_changed(self, table_id) -> None:
         self.__dict__["_tables_generation"] = self.__dict__.get("_tables_generation", 0) + 1
+        self._location_changed(table_id)
+
+    # Moves at every change of `tables`, `names`, `tablets`, `tablet_reports`, `servers` or
+    # `principals` (their values are replaced, never changed in place): everything a
+    # tablet-location answer is built from (coordinator/locations.py). An answer checked
+    # valid at one generation is valid for as long as it stands. A plain attribute, read
+    # on every lookup; written only here (past __setattr__).
+    locations_generation: ClassVar[int] = 0
+
+    def _location_changed(self, _key) -> None:
+        self.__dict__["locations_generation"] = self.locations_generation + 1
 
     @property
     def tables_generation(self) -> int:

@@ -9,6 +9,15 @@ each tablet's report, and the server of each replica. An entry keeps those objec
 can be freed and its identity reused) and a lookup compares them with `is` under the catalog
 lock: a few dict reads per tablet of that table, whatever the size of the catalog.
 
+Those reads are skipped while nothing the answers read has changed: the catalog counts every
+change of its tables, names, tablets, reports, servers and principals
+(`Catalog.locations_generation`), and an entry keeps the count at which it was last found
+valid. A hit at the same count is one dict read (session 23: at 10,000 tables the reads of
+the five large dicts for tables spread over the catalog cost the coordinator 4-5 us a call
+more than for 10 hot ones, 41 against 37 us of CPU, memory not in the processor's caches).
+Under writes the leaders' reports change and the count moves: the entries are checked as
+before and stamped again.
+
 A tablet's report is replaced on every report its leader sends, also when nothing the answer
 says has changed (its last op index moved with writes, a beat repeating it): then the
 answer's fields of the new report (`_report_facts`) are compared with those of the kept one,
@@ -42,9 +51,10 @@ from rpc.server import Serialized
 ENTRIES_MIN = 4096
 TSERVER_KIND = "tserver"
 
-# An entry: (table, body, then per tablet: tablet id, tablet, report, replica count, then
-# per replica: uuid, server, principal). Report, servers and principals may be None.
-_TABLE, _BODY, _FIRST_TABLET = 0, 1, 2
+# An entry: [the catalog's locations_generation when last found valid, table, body, then
+# per tablet: tablet id, tablet, report, replica count, then per replica: uuid, server,
+# principal]. Report, servers and principals may be None.
+_GENERATION, _TABLE, _BODY, _FIRST_TABLET = 0, 1, 2, 3
 
 
 def server_key(catalog: Catalog, server_uuid: str) -> str:
@@ -84,9 +94,12 @@ class LocationCache:
         key = (request.table_id, "") if request.table_id else ("", request.name)
         with catalog.lock:
             entry = self._entries.get(key)
-            if entry is not None and self._valid(entry, key):
-                self.hits += 1
-                return entry[_BODY]
+            if entry is not None:
+                generation = catalog.locations_generation
+                if entry[_GENERATION] == generation or self._valid(entry, key):
+                    entry[_GENERATION] = generation
+                    self.hits += 1
+                    return entry[_BODY]
             # Built and recorded under one hold of the (reentrant) lock: they agree.
             response = self._build(request)
             for tablet in response.tablets:
@@ -98,11 +111,11 @@ class LocationCache:
             entries.pop(key, None)  # (re-inserted last: the oldest entries age out first)
             while len(entries) >= 2 * len(catalog.tables) + ENTRIES_MIN:
                 entries.pop(next(iter(entries)))
-            entries[key] = (table, body, *self._sources(table))
+            entries[key] = [catalog.locations_generation, table, body, *self._sources(table)]
             self.misses += 1
             return body
 
-    def _valid(self, entry: tuple, key: tuple[str, str]) -> bool:
+    def _valid(self, entry: list, key: tuple[str, str]) -> bool:
         catalog = self._catalog
         table_id = key[0] or catalog.names.get(key[1])
         if catalog.tables.get(table_id) is not entry[_TABLE]:
@@ -114,7 +127,7 @@ class LocationCache:
             tablet_id = entry[i]
             if tablets.get(tablet_id) is not entry[i + 1]:
                 return False
-            if reports.get(tablet_id) is not entry[i + 2] and not self._same_report(entry, key, i):
+            if reports.get(tablet_id) is not entry[i + 2] and not self._same_report(entry, i):
                 return False
             j, i = i + 4, i + 4 + 3 * entry[i + 3]
             while j < i:
@@ -127,13 +140,13 @@ class LocationCache:
                 j += 3
         return True
 
-    def _same_report(self, entry: tuple, key: tuple[str, str], i: int) -> bool:
+    def _same_report(self, entry: list, i: int) -> bool:
         """Whether the tablet at `i` of `entry` has a new report that changes nothing the
         answer says; if so the entry keeps the new one (caller holds the lock)."""
         new = self._catalog.tablet_reports.get(entry[i])
         if _report_facts(new) != _report_facts(entry[i + 2]):
             return False
-        self._entries[key] = (*entry[: i + 2], new, *entry[i + 3 :])
+        entry[i + 2] = new
         return True
 
     def _sources(self, table) -> list:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 
+from coordinator.catalog import Catalog, TabletInfo, TabletReportInfo
 from coordinator.locations import LocationCache
 from coordinator.ops.server_down import ServerDownRequest
 from rpc.errors import BadRequest, NotFound
@@ -229,3 +230,77 @@ def test_every_table_keeps_its_answer_and_old_entries_age_out(cluster, monkeypat
     assert a_pass(["n0", "n1"]) == 4
     assert a_pass(names[8:]) == 0
     assert len(cache._entries) <= 2 * len(a.catalog.tables) + 4
+
+
+def test_every_source_of_an_answer_moves_the_generation():
+    """`Catalog.locations_generation` moves at every kind of change of each dict an answer is
+    built from, whichever way it is changed, and when the dict is replaced whole: an entry
+    stamped at one generation is then never served past a change it did not see."""
+    catalog = Catalog()
+    values = {  # a fresh value of each dict's kind (its watchers read them)
+        "tables": lambda: "t-value",
+        "names": lambda: "table-id",
+        "tablets": lambda: TabletInfo("k", "t", 0, 1, ("s1",)),
+        "tablet_reports": lambda: TabletReportInfo("s1", 1, 1, ("s1",), 0.0),
+        "servers": lambda: "s-value",
+        "principals": lambda: "p-value",
+    }
+    for name, value in values.items():
+
+        def moved(change, name=name) -> bool:
+            before = catalog.locations_generation
+            change(getattr(catalog, name))
+            return catalog.locations_generation > before
+
+        assert moved(lambda d, v=value: d.__setitem__("k", v())), name
+        assert moved(lambda d, v=value: d.__setitem__("k", v())), name  # replaced
+        assert moved(lambda d: d.pop("k")), name
+        assert moved(lambda d, v=value: d.update(k=v())), name
+        assert moved(lambda d: d.__delitem__("k")), name
+        assert moved(lambda d, v=value: d.setdefault("k", v())), name
+        assert moved(lambda d: d.popitem()), name
+        assert moved(lambda d, v=value: d.__ior__({"k": v()})), name
+        assert moved(lambda d: d.clear()), name
+        assert not moved(lambda d: d.get("k")), name  # reads do not
+        assert moved(lambda _d, name=name: setattr(catalog, name, {})), name
+
+
+def test_a_hit_at_the_same_generation_checks_nothing(cluster, monkeypatch):  # noqa: F811
+    """While the catalog's locations generation stands, a hit is served without the checks
+    of the answer's sources (`_valid`); once anything moved it (a heartbeat's report), the
+    sources are checked again, the answer adopted or built, and the entry stamped anew."""
+    a = cluster.add("a")
+    cluster.leader()
+    enlist(a.engine)
+    a.engine.execute("create_table", create("t", seq=1, n=1, rf=3))
+    cache = LocationCache(a.catalog, a.engine.get_tablet_locations)
+    request = pb.GetTabletLocationsRequest(name="t")
+    first = pb.GetTabletLocationsResponse.FromString(cache.lookup(request))
+    checks: list[int] = []
+    real_valid = cache._valid
+
+    def counted(entry, key):
+        checks.append(1)
+        return real_valid(entry, key)
+
+    monkeypatch.setattr(cache, "_valid", counted)
+    for _ in range(3):
+        assert cache.lookup(request) is not None
+    assert checks == [] and cache.hits == 3 and cache.misses == 1
+    tablet = first.tablets[0]
+    leader = tablet.replicas[0].server_uuid
+    report = pb.TabletReport(
+        tablet_id=tablet.tablet_id,
+        role="LEADER",
+        term=2,
+        config_index=1,
+        config_uuids=[r.server_uuid for r in tablet.replicas],
+        leader_uuid=leader,
+    )
+    a.engine.heartbeat(pb.HeartbeatRequest(server_uuid=leader, address="x:1", tablets=[report]))
+    with a.catalog.lock:
+        answer = pb.GetTabletLocationsResponse.FromString(cache.lookup(request))
+        assert answer == a.engine.get_tablet_locations(request)
+    assert checks == [1] and answer.tablets[0].config_index == 1
+    cache.lookup(request)
+    assert checks == [1]  # stamped anew: the next hit checks nothing
