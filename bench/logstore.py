@@ -44,6 +44,7 @@ from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated  # noqa: E40
 from logstore.api import Entry  # noqa: E402
 from logstore.remote import RemoteLogStore  # noqa: E402
 from logstore.state import LogState  # noqa: E402
+from rpc import observe  # noqa: E402
 from rpc.errors import NotLeader, RpcError, TimedOut, Unavailable  # noqa: E402
 from tests.logstore.helpers import PASSWORD  # noqa: E402
 from tests.logstore.procs import ReplicaProcess, make_replicas  # noqa: E402
@@ -720,7 +721,17 @@ def main(argv: list[str] | None = None) -> int:
         help="sys.setswitchinterval of this process (the embedded leader and its callers); "
         "Python's default 5 ms, as in a coordinator",
     )
+    p.add_argument(
+        "--default-gc",
+        action="store_true",
+        help="keep CPython's collection thresholds in this process; by default it collects "
+        "its old generation as seldom as the daemons that host a log do (coordinator start, "
+        "logstore serve: rpc/observe.quiet_old_generation)",
+    )
     args = p.parse_args(argv)
+    if not args.default_gc:
+        observe.quiet_old_generation()
+    print(f"garbage collector thresholds: {gc.get_threshold()}")
     args.callers = [int(c) for c in args.callers.split(",")]
     modes = args.modes.split(",")
     sys.setswitchinterval(args.switch_interval_s)

@@ -215,6 +215,41 @@ class Baseline:
     fig: Figures
 
 
+def own_heap_aside() -> None:
+    """This process's heap (10,000 tables' creation left it large: names, ids, the client's
+    tables) out of its collector's way before a timed phase: a full collection of it in a
+    create or a pass would be timed as the cluster's (`OwnPauses` counts what is left)."""
+    gc.collect()
+    gc.freeze()
+
+
+class OwnPauses:
+    """This process's own garbage collections during a timed phase (`gc.callbacks`)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.longest_s = 0.0
+        self._t = 0.0
+
+    def _hook(self, phase: str, _info: dict) -> None:
+        if phase == "start":
+            self._t = time.perf_counter()
+        else:
+            self.count += 1
+            self.longest_s = max(self.longest_s, time.perf_counter() - self._t)
+
+    def __enter__(self) -> OwnPauses:
+        gc.callbacks.append(self._hook)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        gc.callbacks.remove(self._hook)
+
+    def report(self, phase: str) -> None:
+        print(f"  this bench's own garbage collections during {phase}: {self.count}, the "
+              f"longest {1000 * self.longest_s:.1f} ms", flush=True)  # fmt: skip
+
+
 def answers_built(cluster: LocalCluster) -> float:
     """Tablet-location answers the coordinator built so far (not from its cache), from its
     /metrics (`logcentric_coordinator_location_answers_total{source="built"}`)."""
@@ -232,11 +267,8 @@ def paired_lookups(
     """The lookups of N (`client`, `names`, `fig`, `cluster`) and of the baseline, pass by
     pass in turns: the first passes, then LOOKUP_PASSES pairs in alternating order."""
     coords = ",".join(base.cluster.spec.coordinator_addresses)
-    # This process's own heap (10,000 tables' creation left it large) out of the collector's
-    # way: a full collection of it in a pass of 0.2 s would be timed as the coordinator's.
-    gc.collect()
-    gc.freeze()
-    with logcentric.connect(coords, timeout_s=120) as base_client:
+    own_heap_aside()
+    with OwnPauses() as pauses, logcentric.connect(coords, timeout_s=120) as base_client:
         mine = (client, names, fig)
         theirs = (base_client, base.names, base.fig)
         for c, nm, f, cl in (*theirs, base.cluster), (*mine, cluster):
@@ -256,6 +288,7 @@ def paired_lookups(
                 f.lookup_cpu_us.append(1e6 * cpu / (LOOKUP_THREADS * LOOKUPS_PER_THREAD))
             fig.lookup_pair_ratios.append(rates[id(fig)] / rates[id(base.fig)])
         fig.lookup_builds_again = answers_built(cluster) - built
+    pauses.report("the lookup passes")
     for f in (fig, base.fig):
         f.lookups_again_per_s = statistics.median(f.lookups_again_passes)
 
@@ -429,10 +462,13 @@ def run_one(
             )
 
             latencies_ms = []
-            for i in range(samples):
-                t = time.monotonic()
-                client.create_table(f"s{i:04d}", COLUMNS, num_tablets=1, replication_factor=3)
-                latencies_ms.append(1000 * (time.monotonic() - t))
+            own_heap_aside()
+            with OwnPauses() as pauses:
+                for i in range(samples):
+                    t = time.monotonic()
+                    client.create_table(f"s{i:04d}", COLUMNS, num_tablets=1, replication_factor=3)
+                    latencies_ms.append(1000 * (time.monotonic() - t))
+            pauses.report("the timed creates")
             fig.create_p50_ms = percentile(latencies_ms, 50)
             fig.create_p99_ms = percentile(latencies_ms, 99)
             for i in range(samples):
