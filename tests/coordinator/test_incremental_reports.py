@@ -96,3 +96,71 @@ def test_an_unchanged_replica_is_judged_again_when_its_leader_reports(cluster): 
     assert ("s1", tablet_id) not in a.catalog.strays
     beat("s0", report("LEADER", "s0", 4, ["s0", "s2", "s3"]), incremental=True)
     assert a.catalog.strays[("s1", tablet_id)] == 1
+
+
+class _CountingLock:
+    """The catalog's lock, counting its holds (re-entries included)."""
+
+    def __init__(self, lock) -> None:
+        self._lock = lock
+        self.holds = 0
+
+    def __enter__(self):
+        self._lock.acquire()
+        self.holds += 1
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._lock.release()
+
+    def acquire(self, *args, **kwargs):
+        return self._lock.acquire(*args, **kwargs)
+
+    def release(self) -> None:
+        self._lock.release()
+
+
+def test_a_large_report_is_taken_a_slice_at_a_time(cluster, monkeypatch):  # noqa: F811
+    """A full report of 10,000 replicas held the catalog lock 70-120 ms in one hold (after a
+    failover every server sends one to the new leader): the reports are taken
+    REPORTS_PER_HOLD at a time, the lock let go between slices, and the result is the
+    same as in one hold."""
+    from coordinator import engine as engine_module
+
+    monkeypatch.setattr(engine_module, "REPORTS_PER_HOLD", 2)
+    a = cluster.add("a")
+    cluster.leader()
+    enlist(a.engine)
+    counting = _CountingLock(a.catalog.lock)
+    object.__setattr__(a.catalog, "lock", counting)
+    reports = [_orphan(f"x{i}") for i in range(7)]
+    holds = counting.holds
+    assert not _beat(a.engine, *reports).needs_full_report
+    # One hold for the beat, ceil(7 / 2) = 4 for the reports, one for the answer.
+    assert counting.holds - holds >= 6, counting.holds - holds
+    assert {("s0", f"x{i}") for i in range(7)} <= set(a.catalog.strays)  # every one taken
+    assert {f"x{i}" for i in range(7)} <= set(a.catalog.replica_reports)
+
+
+def test_a_role_change_between_slices_asks_for_the_report_again(cluster, monkeypatch):  # noqa: F811
+    """The node stops serving while it takes a full report's slices: it stops there, does
+    not count the report as taken, and asks the server for a full one again."""
+    from coordinator import engine as engine_module
+
+    monkeypatch.setattr(engine_module, "REPORTS_PER_HOLD", 2)
+    a = cluster.add("a")
+    cluster.leader()
+    enlist(a.engine)
+    assert not _beat(a.engine).needs_full_report  # one taken: not asked again
+    calls = {"n": 0}
+    real = a.engine.serving
+
+    def serving_then_not() -> bool:
+        calls["n"] += 1
+        return real() and calls["n"] <= 1  # serving at the beat's start only
+
+    monkeypatch.setattr(a.engine, "serving", serving_then_not)
+    response = _beat(a.engine, *[_orphan(f"y{i}") for i in range(7)])
+    assert response.needs_full_report
+    assert "s0" not in a.catalog.full_reports
+    assert "y6" not in a.catalog.replica_reports  # the slices after the change not taken
