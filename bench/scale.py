@@ -34,11 +34,11 @@ in the same run and for N, with their ratio:
   processes used more than 3% of a core between them); paired passes see the same
   moments.
 
-- with `--coordinators 3` (the default is one), at the end, after the tablet server's
-  restarts: `--failovers` (3) kill -9 of the coordinator leader, each timed until a
-  client's next create-table succeeds (the client follows hints and retries), and the
-  killed node started again, timed until it answers with the whole catalog (its status
-  counts every table: its log reopened and replayed).
+- with `--coordinators 3` (the default is one), at the end, once the tablet server's
+  restarts have settled (no candidacy for `--settle-s`): `--failovers` (3) kill -9 of the
+  coordinator leader, each timed until a client's next create-table succeeds (the client
+  follows hints and retries), and the killed node started again, timed until it answers
+  with the whole catalog (its status counts every table: its log reopened and replayed).
 
     .venv/bin/python bench/scale.py [--tablets 50] [--tables N] [--baseline 10]
         [--samples 30] [--idle-window-s 10] [--settle-s 5] [--restart kill|stop|both]
@@ -502,6 +502,10 @@ def run_one(
                 cluster, i, "stop", tablet_ids, fig
             )
         if coordinators > 1 and failovers:
+            # Once the restarts' elections are over (their reports reach every node):
+            # the failovers of a settled cluster, as at the baseline's size.
+            wait_serving(victims, tablet_ids, SETTLE_TIMEOUT_S)
+            wait_no_elections(cluster, settle_s)
             coordinator_failovers(cluster, failovers, fig)
     except BaseException:
         cluster.down()
