@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
 import gc
 import os
 import shutil
@@ -60,6 +61,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -71,6 +73,7 @@ from cluster_probe import list_tablets, serving  # noqa: E402,F401  (bench/, fir
 import logcentric  # noqa: E402
 from logcentric import Column  # noqa: E402
 from optools.localcluster import LocalCluster  # noqa: E402
+from rpc import observe  # noqa: E402
 from rpc.errors import RpcError  # noqa: E402
 
 COLUMNS = [Column("id", "int64", key=True), Column("v", "string", nullable=True)]
@@ -216,39 +219,22 @@ class Baseline:
     fig: Figures
 
 
-def own_heap_aside() -> None:
-    """This process's heap (10,000 tables' creation left it large: names, ids, the client's
-    tables) out of its collector's way before a timed phase: a full collection of it in a
-    create or a pass would be timed as the cluster's (`OwnPauses` counts what is left)."""
+@contextlib.contextmanager
+def own_collections(phase: str) -> Iterator[None]:
+    """A timed phase with this process's heap (10,000 tables' creation left it large: names,
+    ids, the client's tables) out of its collector's way (`gc.freeze`): a full collection of
+    it in a create or a pass would be timed as the cluster's. Its collections meanwhile are
+    counted by the daemons' own hook (`observe.GcPauses`) and printed."""
     gc.collect()
     gc.freeze()
-
-
-class OwnPauses:
-    """This process's own garbage collections during a timed phase (`gc.callbacks`)."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        self.longest_s = 0.0
-        self._t = 0.0
-
-    def _hook(self, phase: str, _info: dict) -> None:
-        if phase == "start":
-            self._t = time.perf_counter()
-        else:
-            self.count += 1
-            self.longest_s = max(self.longest_s, time.perf_counter() - self._t)
-
-    def __enter__(self) -> OwnPauses:
-        gc.callbacks.append(self._hook)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        gc.callbacks.remove(self._hook)
-
-    def report(self, phase: str) -> None:
-        print(f"  this bench's own garbage collections during {phase}: {self.count}, the "
-              f"longest {1000 * self.longest_s:.1f} ms", flush=True)  # fmt: skip
+    pauses = observe.GcPauses()
+    gc.callbacks.append(pauses.hook)
+    try:
+        yield
+    finally:
+        gc.callbacks.remove(pauses.hook)
+        print(f"  this bench's own garbage collections during {phase}: {sum(pauses.count)}, "
+              f"the longest {1000 * max(pauses.longest):.1f} ms", flush=True)  # fmt: skip
 
 
 def answers_built(cluster: LocalCluster) -> float:
@@ -268,28 +254,28 @@ def paired_lookups(
     """The lookups of N (`client`, `names`, `fig`, `cluster`) and of the baseline, pass by
     pass in turns: the first passes, then LOOKUP_PASSES pairs in alternating order."""
     coords = ",".join(base.cluster.spec.coordinator_addresses)
-    own_heap_aside()
-    with OwnPauses() as pauses, logcentric.connect(coords, timeout_s=120) as base_client:
-        mine = (client, names, fig)
-        theirs = (base_client, base.names, base.fig)
-        for c, nm, f, cl in (*theirs, base.cluster), (*mine, cluster):
+    with (
+        own_collections("the lookup passes"),
+        logcentric.connect(coords, timeout_s=120) as base_client,
+    ):
+        mine = (client, names, fig, cluster)
+        theirs = (base_client, base.names, base.fig, base.cluster)
+        for c, nm, f, cl in (theirs, mine):
             built = answers_built(cl)
             f.lookups_per_s = lookups(c, nm)
             f.lookup_builds_first = answers_built(cl) - built
         built = answers_built(cluster)
-        clusters = {id(fig): cluster, id(base.fig): base.cluster}
         for k in range(LOOKUP_PASSES):
-            rates = {}
-            for c, nm, f in (theirs, mine) if k % 2 == 0 else (mine, theirs):
-                pids = [node.pid for node in clusters[id(f)].spec.coordinators]
+            for c, nm, f, cl in (theirs, mine) if k % 2 == 0 else (mine, theirs):
+                pids = [node.pid for node in cl.spec.coordinators]
                 cpu0 = sum(cpu_s(p) for p in pids)
-                rates[id(f)] = lookups(c, nm)
+                f.lookups_again_passes.append(lookups(c, nm))
                 cpu = sum(cpu_s(p) for p in pids) - cpu0
-                f.lookups_again_passes.append(rates[id(f)])
                 f.lookup_cpu_us.append(1e6 * cpu / (LOOKUP_THREADS * LOOKUPS_PER_THREAD))
-            fig.lookup_pair_ratios.append(rates[id(fig)] / rates[id(base.fig)])
+            fig.lookup_pair_ratios.append(
+                fig.lookups_again_passes[-1] / base.fig.lookups_again_passes[-1]
+            )
         fig.lookup_builds_again = answers_built(cluster) - built
-    pauses.report("the lookup passes")
     for f in (fig, base.fig):
         f.lookups_again_per_s = statistics.median(f.lookups_again_passes)
 
@@ -463,13 +449,11 @@ def run_one(
             )
 
             latencies_ms = []
-            own_heap_aside()
-            with OwnPauses() as pauses:
+            with own_collections("the timed creates"):
                 for i in range(samples):
                     t = time.monotonic()
                     client.create_table(f"s{i:04d}", COLUMNS, num_tablets=1, replication_factor=3)
                     latencies_ms.append(1000 * (time.monotonic() - t))
-            pauses.report("the timed creates")
             fig.create_p50_ms = percentile(latencies_ms, 50)
             fig.create_p99_ms = percentile(latencies_ms, 99)
             for i in range(samples):
@@ -480,14 +464,9 @@ def run_one(
             # tablets' reports come in (design/coordinator.md, section 9).
             wait_serving(victims, tablet_ids, SETTLE_TIMEOUT_S)
             time.sleep(settle_s)
-            if base is not None:
+            if base is not None:  # (the baseline's own run measures none: `keep_up`)
                 paired_lookups(client, names, fig, base, cluster)
                 base.cluster.down()  # N's restarts alone on the machine
-            elif not keep_up:
-                fig.lookups_per_s = lookups(client, names)
-                passes = [lookups(client, names) for _ in range(LOOKUP_PASSES)]
-                fig.lookups_again_passes = passes
-                fig.lookups_again_per_s = statistics.median(passes)
 
         if restart in ("kill", "both"):
             wait_serving(victims, tablet_ids, SETTLE_TIMEOUT_S)
