@@ -179,8 +179,11 @@ def test_outside_the_margin_two_leaders_serve_at_once(cluster: NemesisCluster) -
     assert len(result.anomalies) == 1, result.summary()  # only the overlap
     assert result.anomalies[0].startswith("two coordinators serving"), result.summary()
     assert result.artifacts is not None and (result.artifacts / "timeline.html").exists()
+    # Any positive overlap is proof, not noise: a proved interval runs from the first serving
+    # sample's reply to the last one's request. Its length is where the takeover fell in the
+    # deposed leader's slowed renewal cycle (76 ms to seconds), so no floor above 0 is asserted.
     overlaps = monitor.overlaps()
-    assert overlaps and max(o for _, _, o in overlaps) > 0.1, monitor.summary()
+    assert overlaps and max(o for _, _, o in overlaps) > 0, monitor.summary()
     probes = [e for e in result.events if e.workload == "probe"]
     assert len(probes) == 1 and probes[0].outcome != "OK", probes
     print(f"probe at {probe.sent_to}: {probes[0].outcome} {probes[0].error}")
