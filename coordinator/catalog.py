@@ -415,14 +415,19 @@ class Catalog:
     # ------------------------------------------------------------ what changed (issue 28)
     # The idle leader's replication round must not look at every tablet twice a second
     # (coordinator/replication.py): the tablets whose entry in `tablets` or
-    # `tablet_reports` changed since its last look (`take_touched`), a generation number
-    # of `tables` (any change of any table), and the tablets with replicas their
-    # CreateTable skipped (`skipped_tablets`), all kept as those dicts change, by
-    # whatever code.
+    # `tablet_reports` changed since its last look (`take_touched`), the tables changed
+    # since then (`take_touched_tables`) and a generation number of `tables` (any change of
+    # any table), and the tablets with replicas their CreateTable skipped
+    # (`skipped_tablets`), all kept as those dicts change, by whatever code.
 
     def _table_changed(self, table_id) -> None:
         self.__dict__["_tables_generation"] = self.__dict__.get("_tables_generation", 0) + 1
         self._location_changed(table_id)
+        d = self._indexes()
+        if table_id is None or len(d["_tables_touched"]) >= TOUCHED_MAX:
+            d["_tables_touched_overflow"] = True  # the whole dict replaced: every table
+        else:
+            d["_tables_touched"].add(table_id)
 
     # Moves at every change of `tables`, `names`, `tablets`, `tablet_reports`, `servers` or
     # `principals` (their values are replaced, never changed in place): everything a
@@ -445,6 +450,8 @@ class Catalog:
             d["_touched"] = set()
             d["_touched_overflow"] = False
             d["_skipped"] = set()
+            d["_tables_touched"] = set()
+            d["_tables_touched_overflow"] = False
         return d
 
     def _touch(self, tablet_id: str) -> None:
@@ -466,6 +473,15 @@ class Catalog:
         touched, overflow = d["_touched"], d["_touched_overflow"]
         d["_touched"], d["_touched_overflow"] = set(), False
         return None if overflow else touched
+
+    def take_touched_tables(self) -> set[str] | None:
+        """The ids of the tables added, replaced or removed in `tables` since the last call;
+        None when the whole dict was replaced or more than TOUCHED_MAX changed (all of them).
+        A table changed at creation, at its DONE, at an alter, a factor change or a drop."""
+        d = self._indexes()
+        tables, overflow = d["_tables_touched"], d["_tables_touched_overflow"]
+        d["_tables_touched"], d["_tables_touched_overflow"] = set(), False
+        return None if overflow else tables
 
     def skipped_tablets(self) -> frozenset[str]:
         """The tablets whose TabletInfo lists skipped replicas, O(those)."""

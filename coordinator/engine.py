@@ -34,12 +34,27 @@ from coordinator.ops.common import CompletionContext, TabletServerGateway, check
 from coordinator.ops.server_down import ServerDownRequest
 from coordinator.replay.replayer import Replayer
 from rpc.errors import IllegalState, NotFound, NotLeader, RpcError, Unavailable
+from rpc.observe import LatencyHistogram
 from rpc.protocols import coordinator_pb2 as pb
 
 logger = logging.getLogger(__name__)
 
 JOIN_TIMEOUT_S = 10.0
 REPORTS_PER_HOLD = 500  # replica reports taken in one hold of the catalog lock (`heartbeat`)
+# The steps of a mutating operation the engine times (`Engine.step_latency`, exported as
+# logcentric_coordinator_operation_step_seconds): where a slow CreateTable spent its time.
+#   write_lock    waiting for the engine's write lock before the commit point
+#   lease_lock    waiting for the lease driver's append lock (its renewals and polls hold it)
+#   commit_point  deciding and the conditional append of the first record, lease lock held
+#   apply         applying that record to the catalog
+#   complete      a two-phase operation's completion: tablet-server calls, then `done`
+#   calls         of `complete`, CreateTable's replica calls, all of them (in parallel)
+#   replica_call  of `calls`, each call as the leader saw it (its retries included)
+#   done          of `complete`, the DONE record: write lock, conditional append, apply
+STEPS = (
+    "write_lock", "lease_lock", "commit_point", "apply", "complete", "calls", "replica_call",
+    "done",
+)  # fmt: skip
 RECOVERY_BACKOFF_S = 0.1
 
 
@@ -88,6 +103,15 @@ class Engine:
         self._threads_lock = threading.Lock()
         self._recoveries: list[threading.Thread] = []
         self._monitor: threading.Thread | None = None
+        # (operation kind, step) -> latency; written by request threads without a lock (a
+        # lost increment now and then is fine for a metric), read at scrape time.
+        self.step_latency: dict[tuple[str, str], LatencyHistogram] = {}
+
+    def _timed(self, kind: str, step: str, seconds: float) -> None:
+        h = self.step_latency.get((kind, step))
+        if h is None:
+            h = self.step_latency.setdefault((kind, step), LatencyHistogram())
+        h.observe(seconds)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -154,8 +178,10 @@ class Engine:
             if known is not None:
                 return self._await(module, rid)
         box: list[pb.LogRecord] = []
+        marks: list[float] = []
 
         def build(expected_id: int) -> tuple[bytes, Sequence[int]]:
+            marks.append(time.monotonic())  # the lease driver's lock is held from here
             with self.catalog.lock:
                 if keyed and self.catalog.session_result(rid.client_id, rid.seq) is not None:
                     raise _NothingToLog(duplicate=True)
@@ -165,7 +191,10 @@ class Engine:
             box.append(record)
             return record.SerializeToString(), module.invalidates_at_commit(record)
 
+        waited = time.monotonic()
         with self._write_lock:
+            locked = time.monotonic()
+            self._timed(kind, "write_lock", locked - waited)
             self.crash.hit(f"{kind}.before_commit_point")
             try:
                 entry_id = self.lease.safe_append(build)
@@ -173,11 +202,17 @@ class Engine:
                 if e.duplicate:
                     return self._await(module, rid)
                 return module.response(None)  # nothing logged: no result to wait for
+            appended = time.monotonic()
+            self._timed(kind, "lease_lock", marks[0] - locked)
+            self._timed(kind, "commit_point", appended - marks[0])
             record = box[0]
             self.replayer.apply_own(entry_id, record)
+            self._timed(kind, "apply", time.monotonic() - appended)
             self.crash.hit(f"{kind}.after_commit_point")
         if kind in TWO_PHASE:
+            started = time.monotonic()
             self.complete_pending(entry_id)
+            self._timed(kind, "complete", time.monotonic() - started)
         if keyed:
             return self._await(module, rid)
         return module.response(None)
@@ -219,7 +254,7 @@ class Engine:
             if pending is None:
                 return True
             try:
-                OPS[pending.kind].complete(self._context(), pending.record)
+                OPS[pending.kind].complete(self._context(pending.kind), pending.record)
             except RpcError:
                 # Left pending: the monitor rolls it forward later (e.g. once a silent
                 # tablet server is marked down and skipped).
@@ -233,13 +268,20 @@ class Engine:
             with self._completing_lock:
                 self._completing.discard(op_id)
 
-    def _context(self) -> CompletionContext:
+    def _context(self, kind: str) -> CompletionContext:
+        def commit(record: pb.LogRecord, invalidates: Sequence[int]) -> int:
+            started = time.monotonic()
+            entry_id = self._commit(record, invalidates)
+            self._timed(kind, "done", time.monotonic() - started)
+            return entry_id
+
         return CompletionContext(
             catalog=self.catalog,
             gateway=self.gateway,
-            commit=self._commit,
+            commit=commit,
             crash=self.crash.hit,
             call_timeout_s=self.config.call_timeout_s,
+            timed=lambda step, seconds: self._timed(kind, step, seconds),
         )
 
     def _commit(self, record: pb.LogRecord, invalidates: Sequence[int]) -> int:

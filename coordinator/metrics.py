@@ -423,6 +423,17 @@ class CoordinatorObserver:
         answers.add_metric(["cache"], locations.hits if locations is not None else 0)
         answers.add_metric(["built"], locations.misses if locations is not None else 0)
         out.append(answers)
+        steps = sorted(engine.step_latency.items()) if engine is not None else []
+        out.append(
+            observe.histogram_family(
+                "logcentric_coordinator_operation_step_seconds",
+                "Steps of the mutating operations this node ran as leader, by operation kind "
+                "(coordinator.engine.STEPS: write_lock, lease_lock, commit_point, apply, "
+                "complete, and within it calls, replica_call, done)",
+                ["kind", "step"],
+                [([kind, step], h) for (kind, step), h in steps],
+            )
+        )
         peers = [p for p in self._peers.values()]
         out.append(
             _gauge(

@@ -83,7 +83,8 @@ class TabletServerGateway(Protocol):
 @dataclass(frozen=True, slots=True)
 class CompletionContext:
     """What `complete` may use. `commit(record, invalidates)` is the leader's safe append
-    followed by apply (under the write lock); `crash(name)` is the crash-point hook."""
+    followed by apply (under the write lock); `crash(name)` is the crash-point hook; `timed`
+    records how long a step took (the leader's step metrics)."""
 
     catalog: Catalog
     gateway: TabletServerGateway
@@ -92,6 +93,8 @@ class CompletionContext:
     call_timeout_s: float = 5.0
     attempts_max: int = CALL_ATTEMPTS_MAX
     sleep: Callable[[float], None] = time.sleep
+    # timed(step, seconds): a step of the completion (coordinator.engine.STEPS), for metrics.
+    timed: Callable[[str, float], None] = lambda step, seconds: None
 
 
 # ---------------------------------------------------------------- validation

@@ -12,6 +12,7 @@ tablet server was down still gets its tablets.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -185,6 +186,13 @@ def complete(ctx: CompletionContext, record: pb.LogRecord) -> pb.LogRecord:
 
     def create_one(tablet: pb.TabletPlacement, uuid: str) -> bool:
         peers = [servers[u] for u in tablet.replica_uuids if u in servers]
+        started = time.monotonic()
+        try:
+            return _create_one(tablet, uuid, peers)
+        finally:
+            ctx.timed("replica_call", time.monotonic() - started)
+
+    def _create_one(tablet: pb.TabletPlacement, uuid: str, peers) -> bool:
         return call_replica(
             ctx,
             f"{KIND}.{{}}_create_tablet",
@@ -202,8 +210,10 @@ def complete(ctx: CompletionContext, record: pb.LogRecord) -> pb.LogRecord:
     # and creating them again is a no-op.
     calls = [(t, u) for t in ct.tablets for u in t.replica_uuids]
     workers = max(1, min(CREATE_CALLS_PARALLEL_MAX, len(calls)))
+    started = time.monotonic()
     with ThreadPoolExecutor(workers, thread_name_prefix="create-tablet") as pool:
         futures = [pool.submit(create_one, t, u) for t, u in calls]
+    ctx.timed("calls", time.monotonic() - started)
     skipped = [
         f"{t.tablet_id}/{u}" for (t, u), f in zip(calls, futures, strict=True) if not f.result()
     ]

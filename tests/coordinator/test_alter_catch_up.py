@@ -329,3 +329,57 @@ def test_a_replica_just_noted_waits_for_its_report():
     assert ("b", "t1-0") in catalog.stale_schemas
     note_report(catalog, "b", report(2))
     assert manager.alter_stale() == 0 and catalog.stale_schemas == {}
+
+
+def test_the_sweep_of_the_tables_a_round_names_notes_what_a_sweep_of_every_table_does():
+    """issue 28: the round's schema sweep looks only at the tables changed since its last
+    look (`Catalog.take_touched_tables`), not at every table whenever one changed. Random
+    alters, creates, drops and reports, the same on two catalogs: the one swept that way
+    notes the same stale replicas as the one swept whole by a fresh manager each time."""
+    import random
+
+    rng = random.Random(28)
+    cats = [Catalog(), Catalog()]
+    schemas = {}
+
+    def create(i: int) -> None:
+        tid, tablet = f"T{i}", f"T{i}-0"
+        schemas[tid] = V1
+        state = rng.choice((TableState.RUNNING, TableState.CREATING))
+        for c in cats:
+            c.tables[tid] = TableInfo(tid, tid, V1, 3, (tablet,), state, 1)
+            c.tablets[tablet] = TabletInfo(tablet, tid, 0, 1, ("a", "b", "c"))
+            c.replica_reports[tablet] = {u: report(1, tablet=tablet) for u in "abc"}
+
+    for i in range(20):
+        create(i)
+    incremental = ReplicationManager(cats[0], "me", lambda: True, ReplicationConfig())
+    made = 20
+    for step in range(300):
+        op = rng.randrange(5)
+        tid = rng.choice(sorted(cats[0].tables))
+        tablet, uuid = f"{tid}-0", rng.choice("abc")
+        state = rng.choice((TableState.RUNNING, TableState.CREATING))
+        if op == 0:  # altered (its replicas' reports unchanged: a server was down)
+            schemas[tid] = altered(schemas[tid], add=[f"c{step}"])
+        r = report(rng.randint(1, schemas[tid].version), tablet=tablet)
+        if op == 4:
+            create(made)
+            made += 1
+        for c in cats:
+            if op == 0:
+                c.put_table(dataclasses.replace(c.tables[tid], schema=schemas[tid]))
+            elif op == 1:  # a replica reports a version
+                c.replica_reports[tablet][uuid] = r
+                note_report(c, uuid, r)
+            elif op == 2:  # CREATING -> RUNNING, or the other way round
+                c.put_table(dataclasses.replace(c.tables[tid], state=state))
+            elif op == 3 and len(c.tables) > 5:
+                c.remove_table(tid)
+        if rng.random() < 0.7:  # some changes pile up between two rounds
+            incremental._tables_changed = None
+            incremental._look_at()
+            incremental._sweep_altered()
+            ReplicationManager(cats[1], "me", lambda: True, ReplicationConfig())._sweep_altered()
+            assert cats[0].stale_schemas == cats[1].stale_schemas, step
+    assert cats[0].stale_schemas  # (the case came up)

@@ -151,9 +151,10 @@ def test_a_round_over_the_selected_tablets_decides_as_one_over_all(seed: int):
         c.tablet_reports[f"t{i}"] = _healthy_report(rng, replicas)
     incremental = _Recording(c, full_pass_s=1e9)  # never a full pass but for a reason
     incremental.decisions()
+    created = 60
     for _ in range(60):
-        op = rng.randrange(8)
-        t = f"t{rng.randrange(60)}"
+        op = rng.randrange(11)
+        t = rng.choice(sorted(c.tablets))
         if op <= 2:  # a new config: a member missing, added, a NON_VOTER, another leader
             uuids = tuple(rng.sample(SERVERS, rng.randint(2, 4)))
             types = tuple(rng.choice(("VOTER", "VOTER", "NON_VOTER")) for _ in uuids)
@@ -174,6 +175,26 @@ def test_a_round_over_the_selected_tablets_decides_as_one_over_all(seed: int):
         elif op == 6:  # the factor of a table changed
             table = c.tables[c.tablets[t].table_id]
             c.put_table(dataclasses.replace(table, replication_factor=rng.choice((1, 3, 5))))
+        elif op == 7:  # a table created (CREATING, then RUNNING), its report healthy or not
+            tid, t = f"T{created}", f"t{created}"
+            created += 1
+            replicas = tuple(rng.sample(SERVERS, 3))
+            table = TableInfo(tid, tid, pb.Schema(), 3, (t,), TableState.CREATING, 1)
+            c.put_table(table)
+            c.tablets[t] = TabletInfo(t, tid, 0, 1, replicas)
+            if rng.random() < 0.5:
+                c.tablet_reports[t] = _healthy_report(rng, replicas)
+            else:
+                uuids = replicas[:2]
+                c.tablet_reports[t] = TabletReportInfo(
+                    uuids[0], 1, 5, uuids, 0.0, uuids[0], "LEADER", ("VOTER",) * 2
+                )
+            if rng.random() < 0.5:
+                incremental.decisions()  # a round between its STARTED and its DONE
+                assert incremental.decisions() == _Recording(c, 1e9).decisions_over_all()
+            c.put_table(dataclasses.replace(table, state=TableState.RUNNING))
+        elif op == 8 and len(c.tables) > 10:  # a table dropped
+            c.remove_table(c.tablets[t].table_id)
         else:
             retired = rng.random() < 0.3
             c.retirements[rng.choice(SERVERS)] = (retired, 1)

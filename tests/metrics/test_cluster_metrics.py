@@ -47,6 +47,7 @@ COORDINATOR_FAMILIES = {
     "logcentric_coordinator_pending_operations",
     "logcentric_coordinator_rereplication_actions",
     "logcentric_coordinator_location_answers",
+    "logcentric_coordinator_operation_step_seconds",
     "logcentric_logstore_raft_term",
     "logcentric_logstore_raft_commit_index",
     "logcentric_logstore_raft_applied_index",
@@ -176,6 +177,20 @@ def test_every_daemon_scraped_and_numbers_move(tmp_path):
         answers = "logcentric_coordinator_location_answers"
         assert value(fams, answers, source="built") >= 1
         assert value(fams, answers, source="cache") >= 2
+        # Every step of the one CreateTable the leader ran is timed (its 2 tablets x 2
+        # replicas: 4 replica calls); `calls` and `done` are within `complete`.
+        steps = "logcentric_coordinator_operation_step_seconds"
+        for step, times in [
+            ("write_lock", 1), ("lease_lock", 1), ("commit_point", 1), ("apply", 1),
+            ("complete", 1), ("calls", 1), ("replica_call", 4), ("done", 1),
+        ]:  # fmt: skip
+            count = value(fams, steps, steps + "_count", kind="create_table", step=step)
+            assert count == times, (step, count)
+
+        def took(step: str) -> float:
+            return value(fams, steps, steps + "_sum", kind="create_table", step=step)
+
+        assert 0 < took("calls") + took("done") < took("complete")
 
         # -- a tablet server killed, then restarted --------------------------------------
         victim = tservers[1]
