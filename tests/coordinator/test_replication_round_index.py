@@ -201,3 +201,47 @@ def test_a_round_over_the_selected_tablets_decides_as_one_over_all(seed: int):
         everything = _Recording(c, full_pass_s=1e9).decisions_over_all()
         assert incremental.decisions() == everything
         assert incremental.decisions() == everything  # and again, nothing having changed
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_round_read_in_chunks_decides_as_one_read_at_once(seed: int, monkeypatch):
+    """`_snapshot` reads SNAPSHOT_CHUNK tablets per hold of the catalog lock (a full pass at
+    10,000 tablets in one hold stalled every request): with chunks of 7, a full pass takes
+    the lock once per chunk and decides what one read in a single hold does."""
+    rng = random.Random(seed)
+    c = Catalog()
+    for u in SERVERS:
+        c.servers[u] = ServerInfo(u, "127.0.0.1:1", ServerState.LIVE, 1)
+    for i in range(60):
+        tid = f"T{i}"
+        c.put_table(TableInfo(tid, tid, pb.Schema(), 3, (f"t{i}",), TableState.RUNNING, 1))
+        replicas = tuple(rng.sample(SERVERS, 3))
+        c.tablets[f"t{i}"] = TabletInfo(f"t{i}", tid, 0, 1, replicas)
+        uuids = tuple(rng.sample(SERVERS, rng.randint(2, 4)))
+        c.tablet_reports[f"t{i}"] = (
+            _healthy_report(rng, replicas)
+            if rng.random() < 0.6
+            else TabletReportInfo(uuids[0], 1, 5, uuids, 0.0, uuids[0], "LEADER", ("VOTER",) * 4)
+        )
+    whole = _Recording(c, full_pass_s=1e9).decisions_over_all()
+    assert whole  # (some tablets need a change)
+
+    class Counting:
+        def __init__(self, lock) -> None:
+            self.lock, self.holds = lock, 0
+
+        def __enter__(self):
+            self.lock.acquire()
+            self.holds += 1
+
+        def __exit__(self, *exc) -> None:
+            self.lock.release()
+
+    from coordinator import replication
+
+    monkeypatch.setattr(replication, "SNAPSHOT_CHUNK", 7)
+    counting = c.lock = Counting(c.lock)
+    before = counting.holds
+    _Recording(c, full_pass_s=1e9)._snapshot(None)
+    assert counting.holds - before >= 60 // 7 + 1
+    assert _Recording(c, full_pass_s=1e9).decisions_over_all() == whole
