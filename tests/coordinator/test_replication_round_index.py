@@ -137,9 +137,9 @@ def _healthy_report(rng: random.Random, replicas: tuple[str, ...]) -> TabletRepo
     return TabletReportInfo(leader, 1, 5, replicas, 0.0, leader, "LEADER", ("VOTER",) * 3)
 
 
-@pytest.mark.parametrize("seed", range(10))
-def test_a_round_over_the_selected_tablets_decides_as_one_over_all(seed: int):
-    rng = random.Random(seed)
+def _catalog_of_60(rng: random.Random, unhealthy: float = 0.0) -> Catalog:
+    """Six live servers, 60 one-tablet tables of factor 3; a share of them `unhealthy` (a
+    report of 2 or 4 voters), the others healthy."""
     c = Catalog()
     for u in SERVERS:
         c.servers[u] = ServerInfo(u, "127.0.0.1:1", ServerState.LIVE, 1)
@@ -148,7 +148,19 @@ def test_a_round_over_the_selected_tablets_decides_as_one_over_all(seed: int):
         c.put_table(TableInfo(tid, tid, pb.Schema(), 3, (f"t{i}",), TableState.RUNNING, 1))
         replicas = tuple(rng.sample(SERVERS, 3))
         c.tablets[f"t{i}"] = TabletInfo(f"t{i}", tid, 0, 1, replicas)
-        c.tablet_reports[f"t{i}"] = _healthy_report(rng, replicas)
+        uuids = tuple(rng.sample(SERVERS, rng.choice((2, 4))))
+        c.tablet_reports[f"t{i}"] = (
+            TabletReportInfo(uuids[0], 1, 5, uuids, 0.0, uuids[0], "LEADER", ("VOTER",) * 4)
+            if rng.random() < unhealthy
+            else _healthy_report(rng, replicas)
+        )
+    return c
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_a_round_over_the_selected_tablets_decides_as_one_over_all(seed: int):
+    rng = random.Random(seed)
+    c = _catalog_of_60(rng)
     incremental = _Recording(c, full_pass_s=1e9)  # never a full pass but for a reason
     incremental.decisions()
     created = 60
@@ -208,21 +220,7 @@ def test_a_round_read_in_chunks_decides_as_one_read_at_once(seed: int, monkeypat
     """`_snapshot` reads SNAPSHOT_CHUNK tablets per hold of the catalog lock (a full pass at
     10,000 tablets in one hold stalled every request): with chunks of 7, a full pass takes
     the lock once per chunk and decides what one read in a single hold does."""
-    rng = random.Random(seed)
-    c = Catalog()
-    for u in SERVERS:
-        c.servers[u] = ServerInfo(u, "127.0.0.1:1", ServerState.LIVE, 1)
-    for i in range(60):
-        tid = f"T{i}"
-        c.put_table(TableInfo(tid, tid, pb.Schema(), 3, (f"t{i}",), TableState.RUNNING, 1))
-        replicas = tuple(rng.sample(SERVERS, 3))
-        c.tablets[f"t{i}"] = TabletInfo(f"t{i}", tid, 0, 1, replicas)
-        uuids = tuple(rng.sample(SERVERS, rng.randint(2, 4)))
-        c.tablet_reports[f"t{i}"] = (
-            _healthy_report(rng, replicas)
-            if rng.random() < 0.6
-            else TabletReportInfo(uuids[0], 1, 5, uuids, 0.0, uuids[0], "LEADER", ("VOTER",) * 4)
-        )
+    c = _catalog_of_60(random.Random(seed), unhealthy=0.4)
     whole = _Recording(c, full_pass_s=1e9).decisions_over_all()
     assert whole  # (some tablets need a change)
 
