@@ -58,7 +58,7 @@ def i64(v: int) -> pa.Scalar:
     return pa.scalar(v, pa.int64())
 
 
-_I1, _I3, _I7, _I17, _I511 = i64(1), i64(3), i64(7), i64(17), i64(511)
+_I1, _I17, _I511 = i64(1), i64(17), i64(511)
 _BLOCK_BITS = i64(BLOCK_BITS)
 
 
@@ -163,15 +163,16 @@ def _probe_bits(hashes: pa.Array, nblocks: int) -> list[pa.Array]:
 class Bloom:
     """An immutable filter: `may_contain(key_hash(k))` is False only for keys never added."""
 
-    __slots__ = ("bits", "nblocks", "nkeys", "_arr")
+    __slots__ = ("bits", "nblocks", "nkeys", "_bools")
 
     def __init__(self, bits: bytes, nblocks: int, nkeys: int) -> None:
         assert len(bits) == nblocks * BLOCK_BYTES
         self.bits = bits
         self.nblocks = nblocks
         self.nkeys = nkeys
-        # The bits as an Arrow uint8 array over the same memory (for vectorized probes).
-        self._arr = pa.Array.from_buffers(pa.uint8(), len(bits), [None, pa.py_buffer(bits)])
+        # The bits as an Arrow boolean array over the same memory (for vectorized probes):
+        # Arrow packs booleans LSB first, bit p in byte p >> 3 at bit p & 7, as the filter.
+        self._bools = pa.Array.from_buffers(pa.bool_(), len(bits) * 8, [None, pa.py_buffer(bits)])
 
     @classmethod
     def build(cls, hashes: pa.Array | Iterable[int], nkeys: int) -> Bloom:
@@ -254,16 +255,16 @@ class Bloom:
         return True
 
     def may_contain_many(self, hashes: pa.Array) -> pa.Array:
-        """`may_contain` of every hash of a uint64 array, as a boolean array."""
-        ok = None
-        one = pa.scalar(1, pa.uint8())
-        for p in _probe_bits(hashes, self.nblocks):
-            byte = pc.take(self._arr, pc.shift_right(p, _I3))
-            bit = pc.bit_wise_and(
-                pc.shift_right(byte, pc.bit_wise_and(p, _I7).cast(pa.uint8())), one
-            )
-            hit = pc.equal(bit, one)
-            ok = hit if ok is None else pc.and_(ok, hit)
+        """`may_contain` of every hash of a uint64 array, as a boolean array: one `take` of
+        the filter's bits at every probe position of every hash (a boolean array over the
+        bits), then the PROBES hits of each hash and-ed. Each Arrow call costs a few µs
+        whatever its length, and an insert batch probes every block its keys' range
+        overlaps: 13 calls a block where the byte-and-shift probe took 50."""
+        n = len(hashes)
+        hits = pc.take(self._bools, pa.concat_arrays(_probe_bits(hashes, self.nblocks)))
+        ok = hits.slice(0, n)
+        for i in range(1, PROBES):
+            ok = pc.and_(ok, hits.slice(i * n, n))
         return ok
 
     @property
