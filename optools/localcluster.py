@@ -998,7 +998,7 @@ class _progress:
             self._bar = None
 
 
-@interruptible("coordinator local-cluster")
+@interruptible("coordinator local-cluster", exit_within_s=None)  # it stops what it started
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="coordinator local-cluster", description=__doc__.splitlines()[0]

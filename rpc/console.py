@@ -23,6 +23,11 @@ from collections.abc import Callable, Iterator
 DISTRIBUTION = "logcentric"
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 128 + signal.SIGINT  # 130, what shells report for a Ctrl-C
+# After a command's first Ctrl-C it has this long to end by itself (its KeyboardInterrupt
+# unwinding, sockets closed, threads joined); then it ends at once, with the same one line
+# and status (`interruptible`).
+INTERRUPT_EXIT_S = 5.0
+_said: list[str] = []  # the "interrupted" line, once printed
 
 
 class UsageError(Exception):
@@ -116,24 +121,70 @@ def interrupted(name: str) -> int:
     except (OSError, ValueError):  # a reader gone as well: nothing more to say to it
         reader_gone()
     print(f"{name}: interrupted", file=sys.stderr, flush=True)
+    _said.append(name)
     return EXIT_INTERRUPTED
 
 
-def interruptible(name: str) -> Callable:
+def interruptible(name: str, exit_within_s: float | None = INTERRUPT_EXIT_S) -> Callable:
     """Decorate a tool's `main(argv)`: Ctrl-C while it parses its arguments or sets up
-    (before `run_command` takes over) ends it the same way, one line and status 130."""
+    (before `run_command` takes over) ends it the same way, one line and status 130.
+
+    With `exit_within_s`, Ctrl-C also starts a timer: a command still running that long
+    after it (its cleanup stuck: a lock left held by the interrupt, a join that never
+    returns) prints the same line and ends at once. CI saw `logstore status` waiting on a
+    silent server stay for 180 s after its Ctrl-C, with nothing on stderr; 60 tries here
+    did not show it again. None: no timer (a command whose cleanup may take long, e.g.
+    stopping the processes it started). A daemon's own handler (`DaemonStop`) replaces
+    this one once it runs."""
 
     def wrap(main: Callable[..., int]) -> Callable[..., int]:
         @functools.wraps(main)
         def wrapper(argv: list[str] | None = None) -> int:
+            previous = _arm_interrupt_exit(name, exit_within_s)
             try:
                 return main(argv)
             except KeyboardInterrupt:
                 return interrupted(name)
+            finally:
+                if previous is not None:
+                    with contextlib.suppress(ValueError, TypeError):
+                        signal.signal(signal.SIGINT, previous)
 
         return wrapper
 
     return wrap
+
+
+def _arm_interrupt_exit(name: str, exit_within_s: float | None):
+    """Install the SIGINT handler of `interruptible` in place of Python's own (not of one
+    the caller chose, nor an ignored SIGINT); returns the handler replaced, or None."""
+    try:
+        current = signal.getsignal(signal.SIGINT)
+        if current is not signal.default_int_handler and not getattr(current, "_ours", False):
+            return None
+
+        def on_sigint(_signum, _frame) -> None:
+            signal.signal(signal.SIGINT, signal.default_int_handler)  # a second: as Python's
+            if exit_within_s is not None:
+                timer = threading.Timer(exit_within_s, _exit_interrupted, (name,))
+                timer.daemon = True
+                timer.start()
+            raise KeyboardInterrupt
+
+        on_sigint._ours = True  # type: ignore[attr-defined]
+        signal.signal(signal.SIGINT, on_sigint)
+        return current
+    except ValueError:  # not the main thread
+        return None
+
+
+def _exit_interrupted(name: str) -> None:
+    """The end of a command whose Ctrl-C did not end it within its time: the one line (if
+    not said yet) and status 130, now."""
+    if not _said:
+        with contextlib.suppress(OSError, ValueError):
+            print(f"{name}: interrupted", file=sys.stderr, flush=True)
+    os._exit(EXIT_INTERRUPTED)
 
 
 @contextlib.contextmanager
