@@ -17,7 +17,9 @@ in the same run and for N, with their ratio:
   the candidacies logged meanwhile (`--restart both`: a kill, then a stop, one after the
   other on the same cluster);
 - create-table latency p50/p99: `--samples` more tables created one after another through
-  the client once the cluster holds its tables (`--tables`, by default as many as tablets);
+  the client once the cluster holds its tables (`--tables`, by default as many as tablets),
+  and the coordinator leader's mean time a create in its steps (`commit_point`, `complete`
+  and within it `calls` and `done`: design/operability.md, the step metric);
 - tablet lookups per second at the coordinator (`tablet_locations`, not cached by the
   client), once the timed creates' tablets serve and `--settle-s` more has passed, 4
   callers asking 1,000 times each for tables spread over the catalog (4,000 tables at
@@ -113,6 +115,9 @@ class Figures:
     lookup_builds_again: float = float("nan")  # and in all the passes again
     # The coordinators' CPU per call in each pass again (/proc, all nodes; 10 ms ticks).
     lookup_cpu_us: list[float] = field(default_factory=list)
+    # The timed creates' steps on the coordinator leader (design/operability.md,
+    # logcentric_coordinator_operation_step_seconds): step -> mean ms a create.
+    create_steps_ms: dict[str, float] = field(default_factory=dict)
     failovers_s: list[float] = field(default_factory=list)  # kill -9 of the leader to a create
     coordinator_restarts_s: list[float] = field(default_factory=list)  # start to whole catalog
     notes: list[str] = field(default_factory=list)
@@ -235,6 +240,20 @@ def own_collections(phase: str) -> Iterator[None]:
         gc.callbacks.remove(pauses.hook)
         print(f"  this bench's own garbage collections during {phase}: {sum(pauses.count)}, "
               f"the longest {1000 * max(pauses.longest):.1f} ms", flush=True)  # fmt: skip
+
+
+CREATE_STEPS = ("commit_point", "complete", "calls", "done")
+
+
+def step_sums(http: str) -> dict[str, float]:
+    """CreateTable's step sums (s) on one coordinator node, from its /metrics."""
+    prefix = 'logcentric_coordinator_operation_step_seconds_sum{kind="create_table",step="'
+    out: dict[str, float] = {}
+    with urllib.request.urlopen(f"http://{http}/metrics", timeout=10) as answer:
+        for line in answer.read().decode().splitlines():
+            if line.startswith(prefix):
+                out[line[len(prefix) :].split('"', 1)[0]] = float(line.rsplit(" ", 1)[1])
+    return out
 
 
 def answers_built(cluster: LocalCluster) -> float:
@@ -449,6 +468,9 @@ def run_one(
             )
 
             latencies_ms = []
+            with cluster.client(timeout_s=5.0) as meta:
+                leader = cluster.leader(meta)
+            steps0 = step_sums(leader.http) if leader is not None else {}
             with own_collections("the timed creates"):
                 for i in range(samples):
                     t = time.monotonic()
@@ -456,6 +478,12 @@ def run_one(
                     latencies_ms.append(1000 * (time.monotonic() - t))
             fig.create_p50_ms = percentile(latencies_ms, 50)
             fig.create_p99_ms = percentile(latencies_ms, 99)
+            if leader is not None:  # (a leader that changed meanwhile: its share only)
+                steps1 = step_sums(leader.http)
+                fig.create_steps_ms = {
+                    k: 1000 * (steps1.get(k, 0.0) - steps0.get(k, 0.0)) / samples
+                    for k in CREATE_STEPS
+                }
             for i in range(samples):
                 tablet_ids |= {t.tablet_id for t in client.table(f"s{i:04d}").tablets()}
             # The lookups on a settled catalog, as the baseline's (whose creates were
@@ -567,6 +595,10 @@ def main() -> int:
     ratios = ", ".join(f"{x:.2f}" for x in big.lookup_pair_ratios)
     print(f"  lookups again, N={big.tablets} against N={base.tablets} pass by pass (in turns): "
           f"{ratios}; median {statistics.median(big.lookup_pair_ratios):.2f}")  # fmt: skip
+    for fig in (base, big):
+        steps = ", ".join(f"{k} {v:.2f}" for k, v in fig.create_steps_ms.items()) or "-"
+        print(f"  the timed creates' steps on the coordinator leader, mean ms a create, "
+              f"N={fig.tablets}: {steps}")  # fmt: skip
     for fig in (base, big):
         print(f"  load average (1, 5, 15 min) after the idle window, N={fig.tablets}: "
               f"{fig.load_average}")  # fmt: skip

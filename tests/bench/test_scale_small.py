@@ -64,6 +64,16 @@ def test_scale_bench_prints_every_figure():
     # the coordinator's answers built in the first passes: at most one per table (the entries
     # from the creation are stale once a tablet's report names its leader); how many again
     # depends on elections meanwhile
+    # the timed creates' steps on the leader (its step metric): each one's mean, `calls` and
+    # `done` within `complete`
+    for n in (3, 6):
+        line = re.search(rf"steps on the coordinator leader, mean ms a create, N={n}: (.*)", text)
+        assert line, text
+        steps = dict(part.split(" ") for part in line.group(1).split(", "))
+        mean = {k: float(v) for k, v in steps.items()}
+        assert set(mean) == {"commit_point", "complete", "calls", "done"}, mean
+        assert all(v > 0 for v in mean.values()), mean
+        assert mean["calls"] + mean["done"] <= mean["complete"], mean
     built = re.search(r"first pass / passes again: N=3 (\d+) / -, N=6 (\d+) / (\d+)", text)
     assert built, text
     assert int(built.group(1)) <= 3 and int(built.group(2)) <= 6, text
