@@ -245,26 +245,30 @@ def own_collections(phase: str) -> Iterator[None]:
 CREATE_STEPS = ("commit_point", "complete", "calls", "done")
 
 
-def step_sums(http: str) -> dict[str, float]:
-    """CreateTable's step sums (s) on one coordinator node, from its /metrics."""
-    prefix = 'logcentric_coordinator_operation_step_seconds_sum{kind="create_table",step="'
+def metric_samples(http: str, prefix: str) -> dict[str, float]:
+    """The samples of a node's /metrics whose line starts with `prefix`: the rest of the
+    sample's name and labels (what follows `prefix`) -> its value."""
     out: dict[str, float] = {}
     with urllib.request.urlopen(f"http://{http}/metrics", timeout=10) as answer:
         for line in answer.read().decode().splitlines():
             if line.startswith(prefix):
-                out[line[len(prefix) :].split('"', 1)[0]] = float(line.rsplit(" ", 1)[1])
+                name, _, value = line[len(prefix) :].rpartition(" ")
+                out[name] = float(value)
     return out
+
+
+def step_sums(http: str) -> dict[str, float]:
+    """CreateTable's step sums (s) on one coordinator node (step -> sum)."""
+    prefix = 'logcentric_coordinator_operation_step_seconds_sum{kind="create_table",step="'
+    return {k.split('"', 1)[0]: v for k, v in metric_samples(http, prefix).items()}
 
 
 def answers_built(cluster: LocalCluster) -> float:
     """Tablet-location answers the coordinator built so far (not from its cache), from its
     /metrics (`logcentric_coordinator_location_answers_total{source="built"}`)."""
-    url = f"http://{cluster.spec.coordinators[0].http}/metrics"
-    with urllib.request.urlopen(url, timeout=10) as answer:
-        for line in answer.read().decode().splitlines():
-            if line.startswith('logcentric_coordinator_location_answers_total{source="built"}'):
-                return float(line.rsplit(" ", 1)[1])
-    return float("nan")
+    prefix = 'logcentric_coordinator_location_answers_total{source="built"}'
+    got = metric_samples(cluster.spec.coordinators[0].http, prefix)
+    return got.get("", float("nan"))
 
 
 def paired_lookups(

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from coordinator.engine import STEPS
 from rpc import observe
 from rpc.errors import RpcError
 from rpc.protocols import coordinator_pb2 as pb
@@ -428,8 +429,7 @@ class CoordinatorObserver:
             observe.histogram_family(
                 "logcentric_coordinator_operation_step_seconds",
                 "Steps of the mutating operations this node ran as leader, by operation kind "
-                "(coordinator.engine.STEPS: write_lock, lease_lock, commit_point, apply, "
-                "complete, and within it calls, replica_call, done)",
+                f"({', '.join(STEPS)}: design/operability.md)",
                 ["kind", "step"],
                 [([kind, step], h) for (kind, step), h in steps],
             )

@@ -520,7 +520,6 @@ class ReplicationManager:
         # `_sweep_altered`: the tables' generation and (schema version, state) it last saw.
         self._swept_generation: int | None = None
         self._swept: dict[str, tuple[int, TableState]] = {}
-        self._tables_changed: set[str] | None = None  # this round's, from `_look_at`
         self._stale_since: dict[tuple[str, str], tuple[int, float]] = {}  # `alter_stale`
         self._transport: Transport | None = None
         self._clients: dict[str, RpcClient] = {}
@@ -751,9 +750,10 @@ class ReplicationManager:
                 out.append((table, (tablet_id,)))
         return out
 
-    def _look_at(self) -> set[str] | None:
-        """The tablets this round looks at; None: every tablet (issue 28: an idle leader
-        looked at each of 10,000 tablets twice a second to find nothing to do).
+    def _look_at(self) -> tuple[set[str] | None, set[str] | None]:
+        """The tablets this round looks at, and the tables changed since the last round (for
+        its schema sweep, `_sweep_altered`); None: every tablet, every table (issue 28: an
+        idle leader looked at each of 10,000 tablets twice a second to find nothing to do).
 
         Those whose tablet or report changed since the last round, the tablets of every
         table changed since then (created, altered, its factor changed: a tablet healthy on
@@ -764,9 +764,7 @@ class ReplicationManager:
         `full_pass_s` whatever happened. (A table created used to mean every tablet: at
         10,000 tables, a pass of 15-20 ms under the catalog lock every round while tables
         were being created, stalling the creates themselves.)
-
-        Sets `_tables_changed` for the round's schema sweep: the tables changed, or None
-        (all of them) when the round looks at every tablet."""
+        """
         now = time.monotonic()
         with self.catalog.lock:
             touched = self.catalog.take_touched()
@@ -781,7 +779,6 @@ class ReplicationManager:
                 table = self.catalog.tables.get(table_id)
                 if table is not None:
                     of_tables.update(table.tablet_ids)
-        self._tables_changed = tables
         if (
             touched is None
             or tables is None
@@ -790,11 +787,10 @@ class ReplicationManager:
             or now - self._full_at >= self.config.full_pass_s
         ):
             self._full_at, self._full_key = now, key
-            self._tables_changed = None
-            return None
+            return None, None
         with self._lock:
             watched = {k[0] for k in self._moves} | set(self._abandoned)
-        return touched | of_tables | self._carried | watched | failed
+        return touched | of_tables | self._carried | watched | failed, tables
 
     @staticmethod
     def _view(tablet_id: str, entry: tuple[int, TabletReportInfo] | None) -> TabletView | None:
@@ -806,8 +802,8 @@ class ReplicationManager:
     def run_round(self) -> int:
         """One pass over the tablets that may need a change (`_look_at`); returns the number
         of config changes sent."""
-        self._tables_changed = None  # (set by _look_at when it selects)
-        entries, live, retiring, load, moves, failed_of = self._snapshot(self._look_at())
+        look, tables_changed = self._look_at()
+        entries, live, retiring, load, moves, failed_of = self._snapshot(look)
         moves_by_tablet = by_tablet(moves)
         fetched: dict[str, dict[str, ts.TabletReportPB] | None] = {}
         sent = 0
@@ -873,7 +869,7 @@ class ReplicationManager:
         self._carried = carried
         self.create_missing()
         self.delete_strays()
-        self._sweep_altered()
+        self._sweep_altered(tables_changed)
         self.alter_stale()
         return sent
 
@@ -1101,13 +1097,14 @@ class ReplicationManager:
 
     # ------------------------------------------------------------ replicas at an old schema
 
-    def _sweep_altered(self) -> None:
+    def _sweep_altered(self, changed: set[str] | None) -> None:
         """Note the stale replicas of every table whose schema version or state changed since
         the last look (`note_table_schemas`): O(tables changed) when the round's look named
-        them (`_tables_changed`); else O(1) when no table changed since the last full sweep,
-        O(tables) when one did."""
+        them (`changed`, from `_look_at`); else (None) O(1) when no table changed since the
+        last full sweep, O(tables) when one did."""
         with self.catalog.lock:
-            changed = self._tables_changed if self._swept_generation is not None else None
+            if self._swept_generation is None:  # (a first sweep, of a term: every table)
+                changed = None
             if changed is None:
                 generation = self.catalog.tables_generation
                 if generation == self._swept_generation:

@@ -377,9 +377,9 @@ def test_the_sweep_of_the_tables_a_round_names_notes_what_a_sweep_of_every_table
             elif op == 3 and len(c.tables) > 5:
                 c.remove_table(tid)
         if rng.random() < 0.7:  # some changes pile up between two rounds
-            incremental._tables_changed = None
-            incremental._look_at()
-            incremental._sweep_altered()
-            ReplicationManager(cats[1], "me", lambda: True, ReplicationConfig())._sweep_altered()
+            _, tables_changed = incremental._look_at()
+            incremental._sweep_altered(tables_changed)
+            whole = ReplicationManager(cats[1], "me", lambda: True, ReplicationConfig())
+            whole._sweep_altered(None)
             assert cats[0].stale_schemas == cats[1].stale_schemas, step
     assert cats[0].stale_schemas  # (the case came up)

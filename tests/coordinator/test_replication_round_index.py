@@ -123,7 +123,7 @@ class _Recording(ReplicationManager):
     def decisions_over_all(self) -> set:
         """A round over every tablet, as before the selection (the catalog's list of
         changed tablets left to `decisions`: it has one reader)."""
-        self._look_at = lambda: None
+        self._look_at = lambda: (None, None)
         return self.decisions()
 
     def decisions(self) -> set:
