@@ -56,6 +56,7 @@ import argparse
 import concurrent.futures
 import contextlib
 import gc
+import math
 import os
 import shutil
 import statistics
@@ -81,11 +82,20 @@ from rpc.errors import RpcError  # noqa: E402
 COLUMNS = [Column("id", "int64", key=True), Column("v", "string", nullable=True)]
 CREATE_THREADS = 4
 LOOKUP_THREADS = 4
-LOOKUPS_PER_THREAD = 1000
+LOOKUPS_PER_THREAD = 2000  # (--lookups-per-caller)
 # Pairs of passes of "the same tables again" (each size's median is its figure): a pass is
-# 4,000 calls, 0.2-0.5 s, and single passes on one cluster moved by 2x with the machine.
-LOOKUP_PASSES = 7
+# 8,000 calls, 0.4-0.6 s, and single passes on one cluster moved by 1.5-2x with the machine:
+# one pair's ratio fell anywhere in 0.7-1.25 with both clusters idle and asked alike
+# (session 25), so the median of 7 pairs moved by 0.1 from run to run. 15 pairs, and the
+# median's interval printed (`median_interval`). (--lookup-pairs)
+LOOKUP_PASSES = 15
 POLL_S = 0.2
+# A restart's probe waits at least this many times its last call's length before the next:
+# a listing of the replicas not serving yet (design/consensus.md, session 22) costs the
+# restarting server ~40 ms of its GIL while thousands are, 12-14% of its samples at a poll
+# every 0.2 s (py-spy, session 25); spaced so, at most a tenth. Once few are left a call is
+# short and the poll is every POLL_S again.
+PROBE_SPACING = 9.0
 SETTLE_TIMEOUT_S = 900.0
 RESTART_TIMEOUT_S = 900.0
 FAILOVER_TIMEOUT_S = 120.0  # a create-table after a kill of the leader; a node's catch-up
@@ -341,6 +351,23 @@ def coordinator_failovers(cluster: LocalCluster, kills: int, fig: Figures) -> No
                   f"{tables + 1} tables", flush=True)  # fmt: skip
 
 
+def median_interval(values: list[float], confidence: float = 0.95) -> tuple[float, float]:
+    """A distribution-free interval for the median of what `values` sample: the k-th
+    smallest and k-th largest of them, k the largest with P(Binomial(n, 1/2) < k) at most
+    (1 - confidence) / 2 (the sign test's interval; it covers the median with at least
+    `confidence`). Fewer than 6 values cover it with less than 95%: the whole range then."""
+    s = sorted(values)
+    n = len(s)
+    k, below = 0, 0.0  # below: P(X < k+1) summed term by term
+    while True:
+        below += math.comb(n, k) / 2**n
+        if below > (1 - confidence) / 2:
+            break
+        k += 1
+    k = max(k, 1)
+    return s[k - 1], s[n - k]
+
+
 def percentile(values: list[float], p: float) -> float:
     s = sorted(values)
     return s[min(len(s) - 1, int(round(p / 100 * (len(s) - 1))))]
@@ -391,11 +418,12 @@ def restart_one(
     deadline = t0 + RESTART_TIMEOUT_S
     seen: set[str] = set()  # each seen serving since the restart (see wait_serving)
     while time.monotonic() < deadline:
+        t = time.monotonic()
         seen |= serving([node.rpc], tablet_ids) or set()
         if len(seen) == len(tablet_ids):
             took = time.monotonic() - t0
             break
-        time.sleep(POLL_S)
+        time.sleep(max(POLL_S, (time.monotonic() - t) * PROBE_SPACING))
     else:
         took = float("nan")
         fig.notes.append(f"restart ({how}): timed out waiting for every tablet")
@@ -528,6 +556,7 @@ def run_one(
 
 
 def main() -> int:
+    global LOOKUP_PASSES, LOOKUPS_PER_THREAD
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tablets", type=int, default=50, help="replicas per tablet server")
     ap.add_argument("--tables", type=int, default=0, help="tables (default: --tablets)")
@@ -547,7 +576,16 @@ def main() -> int:
         help="coordinator nodes (3: their failover and restart are timed too)",
     )  # fmt: skip
     ap.add_argument("--failovers", type=int, default=3, help="kills of the coordinator leader")
+    ap.add_argument(
+        "--lookup-pairs", type=int, default=LOOKUP_PASSES,
+        help="pairs of lookup passes, N's and the baseline's in turns",
+    )  # fmt: skip
+    ap.add_argument(
+        "--lookups-per-caller", type=int, default=LOOKUPS_PER_THREAD,
+        help=f"lookups of each of the {LOOKUP_THREADS} callers in a pass",
+    )  # fmt: skip
     args = ap.parse_args()
+    LOOKUP_PASSES, LOOKUPS_PER_THREAD = args.lookup_pairs, args.lookups_per_caller
     tables = args.tables or args.tablets
     workdir = Path(tempfile.mkdtemp(prefix="scale-bench-"))
     try:
@@ -596,9 +634,15 @@ def main() -> int:
         cpu = ", ".join(f"{x:.0f}" for x in fig.lookup_cpu_us)
         print(f"  coordinator CPU us per lookup, each pass again, N={fig.tablets}: {cpu}; "
               f"median {statistics.median(fig.lookup_cpu_us):.1f}")  # fmt: skip
+    cpu_b, cpu_g = (statistics.median(f.lookup_cpu_us) for f in (base, big))
+    print(f"  coordinator CPU per lookup, medians, N={big.tablets} / N={base.tablets}: "
+          f"{cpu_g / cpu_b:.2f}")  # fmt: skip
     ratios = ", ".join(f"{x:.2f}" for x in big.lookup_pair_ratios)
+    lo, hi = median_interval(big.lookup_pair_ratios)
+    verdict = "lower" if hi < 1 else "not lower" if lo < 1 else "higher"
     print(f"  lookups again, N={big.tablets} against N={base.tablets} pass by pass (in turns): "
-          f"{ratios}; median {statistics.median(big.lookup_pair_ratios):.2f}")  # fmt: skip
+          f"{ratios}; median {statistics.median(big.lookup_pair_ratios):.2f}, 95% interval "
+          f"{lo:.2f}-{hi:.2f}: {verdict}")  # fmt: skip
     for fig in (base, big):
         steps = ", ".join(f"{k} {v:.2f}" for k, v in fig.create_steps_ms.items()) or "-"
         print(f"  the timed creates' steps on the coordinator leader, mean ms a create, "

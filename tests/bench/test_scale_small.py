@@ -39,7 +39,8 @@ def test_scale_bench_prints_every_figure():
     out = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "scale.py"), "--tablets", "6", "--baseline", "3",
          "--samples", "3", "--idle-window-s", "1", "--settle-s", "0", "--restart", "both",
-         "--coordinators", "3", "--failovers", "2"],
+         "--coordinators", "3", "--failovers", "2", "--lookup-pairs", "7",
+         "--lookups-per-caller", "1000"],
         capture_output=True, text=True, timeout=500, cwd=ROOT,
     )  # fmt: skip
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
@@ -56,11 +57,16 @@ def test_scale_bench_prints_every_figure():
         assert float(lookups.group(1)) > 0 and float(lookups.group(2)) > 0
     # the two clusters' lookups in turns, a ratio per pair of passes
     pairs = re.search(
-        r"lookups again, N=6 against N=3 pass by pass \(in turns\): (.*); median", text
+        r"lookups again, N=6 against N=3 pass by pass \(in turns\): (.*); median (\S+), "
+        r"95% interval (\S+)-(\S+): (lower|not lower|higher)\n",
+        text,
     )
     assert pairs, text
     ratios = [float(x) for x in pairs.group(1).split(", ")]
     assert len(ratios) == 7 and all(r > 0 for r in ratios), ratios
+    median, lo, hi = (float(pairs.group(k)) for k in (2, 3, 4))
+    assert min(ratios) <= lo <= median <= hi <= max(ratios), pairs.group(0)
+    assert re.search(r"coordinator CPU per lookup, medians, N=6 / N=3: \d", text), text
     # the coordinator's answers built in the first passes: at most one per table (the entries
     # from the creation are stale once a tablet's report names its leader); how many again
     # depends on elections meanwhile
