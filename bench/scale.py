@@ -90,12 +90,14 @@ LOOKUPS_PER_THREAD = 2000  # (--lookups-per-caller)
 # median's interval printed (`median_interval`). (--lookup-pairs)
 LOOKUP_PASSES = 15
 POLL_S = 0.2
-# A restart's probe waits at least this many times its last call's length before the next:
-# a listing of the replicas not serving yet (design/consensus.md, session 22) costs the
-# restarting server ~40 ms of its GIL while thousands are, 12-14% of its samples at a poll
-# every 0.2 s (py-spy, session 25); spaced so, at most a tenth. Once few are left a call is
-# short and the poll is every POLL_S again.
-PROBE_SPACING = 9.0
+# A restart's probe lists the replicas not serving yet (design/consensus.md, session 22):
+# ~4 us of the restarting server's GIL each, ~40 ms a call while thousands are, 12-14% of
+# its samples at a poll every 0.2 s (py-spy, session 25). The next poll waits this long per
+# replica the last one listed (0.36 s after a call that listed 10,000: under a tenth of the
+# server's time), POLL_S once fewer than ~2,000 are left. By their count, not the call's
+# length: a call that waited for the busy server's GIL would space the next one out by
+# seconds and the restart's end would be seen late.
+PROBE_S_PER_LISTED = 36e-6
 SETTLE_TIMEOUT_S = 900.0
 RESTART_TIMEOUT_S = 900.0
 FAILOVER_TIMEOUT_S = 120.0  # a create-table after a kill of the leader; a node's catch-up
@@ -418,12 +420,13 @@ def restart_one(
     deadline = t0 + RESTART_TIMEOUT_S
     seen: set[str] = set()  # each seen serving since the restart (see wait_serving)
     while time.monotonic() < deadline:
-        t = time.monotonic()
-        seen |= serving([node.rpc], tablet_ids) or set()
+        now = serving([node.rpc], tablet_ids)
+        seen |= now or set()
         if len(seen) == len(tablet_ids):
             took = time.monotonic() - t0
             break
-        time.sleep(max(POLL_S, (time.monotonic() - t) * PROBE_SPACING))
+        listed = len(tablet_ids) - len(now) if now is not None else 0  # not serving now
+        time.sleep(max(POLL_S, listed * PROBE_S_PER_LISTED))
     else:
         took = float("nan")
         fig.notes.append(f"restart ({how}): timed out waiting for every tablet")
