@@ -46,6 +46,7 @@ from logstore.remote import RemoteLogStore  # noqa: E402
 from logstore.state import LogState  # noqa: E402
 from rpc import observe  # noqa: E402
 from rpc.errors import NotLeader, RpcError, TimedOut, Unavailable  # noqa: E402
+from rpc.privileged import derive_key  # noqa: E402
 from tests.logstore.helpers import PASSWORD  # noqa: E402
 from tests.logstore.procs import ReplicaProcess, make_replicas  # noqa: E402
 
@@ -351,7 +352,10 @@ def run_embedded(name: str, tmp: Path, argv_prefix, extra, make_store, args, slo
         for r in replicas[1:]:
             r.start()
         store.barrier(timeout_s=60.0)
-        with RemoteLogStore([r.rpc_address for r in replicas[1:]]) as remote:
+        # A hand-over is privileged (rpc/privileged.py): signed with the group's password.
+        with RemoteLogStore(
+            [r.rpc_address for r in replicas[1:]], privileged_key=derive_key(PASSWORD)
+        ) as remote:
             deadline = time.monotonic() + 60
             while not store.is_leader() and time.monotonic() < deadline:
                 try:

@@ -22,13 +22,18 @@ in the same run and for N, with their ratio:
   and within it `calls` and `done`: design/operability.md, the step metric);
 - tablet lookups per second at the coordinator (`tablet_locations`, not cached by the
   client), once the timed creates' tablets serve and `--settle-s` more has passed, 4
-  callers asking 1,000 times each for tables spread over the catalog (4,000 tables at
-  10,000). The baseline's cluster stays up (idle) until N's lookups are done, and
-  the two are measured in turns, so that both see the same machine: a first pass over
+  callers asking `--lookups-per-caller` (2,000) times each for tables spread over the
+  catalog (4,000 tables at 10,000). The baseline's cluster stays up (idle) until N's
+  lookups are done, and the two are measured in turns, so that both see the same machine:
+  a first pass over
   tables not asked for since their creation read their tablets (`create_tables`), the
-  baseline's then N's, then LOOKUP_PASSES (7) pairs of passes for the same tables again,
-  in alternating order (baseline first in even pairs); each pass and each pair's ratio is
-  printed, the medians of the passes are the figures. It is brought down before N's
+  baseline's then N's, then `--lookup-pairs` (15) pairs of passes for the same tables
+  again, in alternating order (baseline first in even pairs); each pass and each pair's
+  ratio is printed, the medians of the passes are the figures, and the pair ratios' median
+  with its 95% interval (`median_interval`) and a verdict: "lower" only when the whole
+  interval is below 1 (one pair's ratio fell anywhere in 0.7-1.25 with both sides idle
+  and asked alike, session 25). The coordinators' CPU a lookup is printed per pass and as
+  the ratio of the two medians. It is brought down before N's
   restarts. The coordinator keeps an answer per table (coordinator/locations.py), so at
   either size both passes are answered from its cache. Measured one after the other,
   minutes apart, the ratio moved between 0.6 and 1.6 with the machine (session 23: on one
@@ -44,7 +49,7 @@ in the same run and for N, with their ratio:
 
     .venv/bin/python bench/scale.py [--tablets 50] [--tables N] [--baseline 10]
         [--samples 30] [--idle-window-s 10] [--settle-s 5] [--restart kill|stop|both]
-        [--coordinators 1|3] [--failovers 3]
+        [--coordinators 1|3] [--failovers 3] [--lookup-pairs 15] [--lookups-per-caller 2000]
 
 The machine this runs on is small and shared: the defaults are small; the issue's targets
 are 10,000 tablets per server and 10,000 tables.
