@@ -25,21 +25,22 @@ in the same run and for N, with their ratio:
   callers asking `--lookups-per-caller` (2,000) times each for tables spread over the
   catalog (4,000 tables at 10,000). The baseline's cluster stays up (idle) until N's
   lookups are done, and the two are measured in turns, so that both see the same machine:
-  a first pass over
-  tables not asked for since their creation read their tablets (`create_tables`), the
-  baseline's then N's, then `--lookup-pairs` (15) pairs of passes for the same tables
-  again, in alternating order (baseline first in even pairs); each pass and each pair's
-  ratio is printed, the medians of the passes are the figures, and the pair ratios' median
-  with its 95% interval (`median_interval`) and a verdict: "lower" only when the whole
-  interval is below 1 (one pair's ratio fell anywhere in 0.7-1.25 with both sides idle
-  and asked alike, session 25). The coordinators' CPU a lookup is printed per pass and as
-  the ratio of the two medians. It is brought down before N's
-  restarts. The coordinator keeps an answer per table (coordinator/locations.py), so at
-  either size both passes are answered from its cache. Measured one after the other,
-  minutes apart, the ratio moved between 0.6 and 1.6 with the machine (session 23: on one
-  idle 10,000-table cluster, passes every 2 s ran at 9,400-19,400/s while none of its
-  processes used more than 3% of a core between them); paired passes see the same
-  moments.
+  a first pass over tables not asked for since their creation read their tablets
+  (`create_tables`), the baseline's then N's, then `--lookup-pairs` (15) rounds of passes
+  for the same tables again, each round the baseline's, N's and a control's (N's cluster
+  asked for as many tables as the baseline has, spread over its catalog: the same catalog
+  with the baseline's working set), in an order that turns by one each round; each pass
+  and each ratio to the baseline's pass of its round is printed, the medians of the passes
+  are the figures, and the ratios' median with its 95% interval (`median_interval`) and a
+  verdict: "lower" only when the whole interval is below 1 (one pair's ratio fell anywhere
+  in 0.7-1.25 with both sides idle and asked alike, session 25). The coordinators' CPU a
+  lookup is printed per pass and as the ratio of the two medians. It is brought down
+  before N's restarts. The coordinator keeps an answer per table
+  (coordinator/locations.py), so at either size both passes are answered from its cache.
+  Measured one after the other, minutes apart, the ratio moved between 0.6 and 1.6 with
+  the machine (session 23: on one idle 10,000-table cluster, passes every 2 s ran at
+  9,400-19,400/s while none of its processes used more than 3% of a core between them);
+  paired passes see the same moments.
 
 - with `--coordinators 3` (the default is one), at the end, once the tablet server's
   restarts have settled (no candidacy for `--settle-s`): `--failovers` (3) kill -9 of the
@@ -132,6 +133,11 @@ class Figures:
     lookup_builds_again: float = float("nan")  # and in all the passes again
     # The coordinators' CPU per call in each pass again (/proc, all nodes; 10 ms ticks).
     lookup_cpu_us: list[float] = field(default_factory=list)
+    # The control: N's cluster asked for as many tables as the baseline has (spread over
+    # its catalog), in the same rounds; its passes, CPU a call, and ratios to the baseline.
+    lookup_few_passes: list[float] = field(default_factory=list)
+    lookup_few_cpu_us: list[float] = field(default_factory=list)
+    lookup_few_ratios: list[float] = field(default_factory=list)
     # The timed creates' steps on the coordinator leader (design/operability.md,
     # logcentric_coordinator_operation_step_seconds): step -> mean ms a create.
     create_steps_ms: dict[str, float] = field(default_factory=dict)
@@ -292,7 +298,9 @@ def paired_lookups(
     client, names: list[str], fig: Figures, base: Baseline, cluster: LocalCluster
 ) -> None:
     """The lookups of N (`client`, `names`, `fig`, `cluster`) and of the baseline, pass by
-    pass in turns: the first passes, then LOOKUP_PASSES pairs in alternating order."""
+    pass in turns: the first passes, then LOOKUP_PASSES rounds of three passes, in an order
+    that turns by one each round: the baseline's, N's, and N's asked for only as many tables
+    as the baseline has (the control: the same catalog, the baseline's working set)."""
     coords = ",".join(base.cluster.spec.coordinator_addresses)
     with (
         own_collections("the lookup passes"),
@@ -304,17 +312,29 @@ def paired_lookups(
             built = answers_built(cl)
             f.lookups_per_s = lookups(c, nm)
             f.lookup_builds_first = answers_built(cl) - built
+        step = max(1, len(names) // len(base.names))
+        few = [names[j * step] for j in range(min(len(base.names), len(names)))]
         built = answers_built(cluster)
         for k in range(LOOKUP_PASSES):
-            for c, nm, f, cl in (theirs, mine) if k % 2 == 0 else (mine, theirs):
+            turn = [(theirs, False), (mine, False), (mine, True)]
+            for (c, nm, f, cl), control in turn[k % 3 :] + turn[: k % 3]:
                 pids = [node.pid for node in cl.spec.coordinators]
                 cpu0 = sum(cpu_s(p) for p in pids)
-                f.lookups_again_passes.append(lookups(c, nm))
-                cpu = sum(cpu_s(p) for p in pids) - cpu0
-                f.lookup_cpu_us.append(1e6 * cpu / (LOOKUP_THREADS * LOOKUPS_PER_THREAD))
-            fig.lookup_pair_ratios.append(
-                fig.lookups_again_passes[-1] / base.fig.lookups_again_passes[-1]
-            )
+                rate = lookups(c, few if control else nm)
+                cpu = (
+                    1e6
+                    * (sum(cpu_s(p) for p in pids) - cpu0)
+                    / (LOOKUP_THREADS * LOOKUPS_PER_THREAD)
+                )
+                if control:
+                    f.lookup_few_passes.append(rate)
+                    f.lookup_few_cpu_us.append(cpu)
+                else:
+                    f.lookups_again_passes.append(rate)
+                    f.lookup_cpu_us.append(cpu)
+            here = base.fig.lookups_again_passes[-1]
+            fig.lookup_pair_ratios.append(fig.lookups_again_passes[-1] / here)
+            fig.lookup_few_ratios.append(fig.lookup_few_passes[-1] / here)
         fig.lookup_builds_again = answers_built(cluster) - built
     for f in (fig, base.fig):
         f.lookups_again_per_s = statistics.median(f.lookups_again_passes)
@@ -645,12 +665,20 @@ def main() -> int:
     cpu_b, cpu_g = (statistics.median(f.lookup_cpu_us) for f in (base, big))
     print(f"  coordinator CPU per lookup, medians, N={big.tablets} / N={base.tablets}: "
           f"{cpu_g / cpu_b:.2f}")  # fmt: skip
-    ratios = ", ".join(f"{x:.2f}" for x in big.lookup_pair_ratios)
-    lo, hi = median_interval(big.lookup_pair_ratios)
-    verdict = "lower" if hi < 1 else "not lower" if lo < 1 else "higher"
-    print(f"  lookups again, N={big.tablets} against N={base.tablets} pass by pass (in turns): "
-          f"{ratios}; median {statistics.median(big.lookup_pair_ratios):.2f}, 95% interval "
-          f"{lo:.2f}-{hi:.2f}: {verdict}")  # fmt: skip
+    for label, values in (
+        (f"lookups again, N={big.tablets} against N={base.tablets} pass by pass (in turns)",
+         big.lookup_pair_ratios),
+        (f"  the control, N={big.tablets} asked for {base.tablets} tables, against "
+         f"N={base.tablets}", big.lookup_few_ratios),
+    ):  # fmt: skip
+        lo, hi = median_interval(values)
+        verdict = "lower" if hi < 1 else "not lower" if lo < 1 else "higher"
+        mid = statistics.median(values)
+        print(f"  {label}: {', '.join(f'{x:.2f}' for x in values)}; median {mid:.2f}, "
+              f"95% interval {lo:.2f}-{hi:.2f}: {verdict}")  # fmt: skip
+    cpu_f = statistics.median(big.lookup_few_cpu_us)
+    print(f"  the control's coordinator CPU per lookup, median, N={big.tablets}: {cpu_f:.1f} us "
+          f"({cpu_f / cpu_b:.2f} of N={base.tablets}'s)")  # fmt: skip
     for fig in (base, big):
         steps = ", ".join(f"{k} {v:.2f}" for k, v in fig.create_steps_ms.items()) or "-"
         print(f"  the timed creates' steps on the coordinator leader, mean ms a create, "

@@ -278,6 +278,7 @@ def measure(
     rng.shuffle(ids)
     reset_peak(pid)
     load_sampler = PeakSampler(pid).__enter__()
+    cpu0 = cpu_s(pid)
     t0 = time.perf_counter()
     nbatches = 0
     for start in range(0, n, BATCH_ROWS):
@@ -296,6 +297,10 @@ def measure(
         if "already exists" not in str(e):
             raise
     quiet_s = quiesce(pid)  # the last flush and the background compactions done
+    # The server's CPU for the rows: the writes, their flushes and the compactions they
+    # set off, to the idle after the load (a 1M load ends in ~2 s and most of its
+    # compactions run after it; a 50M load's run during it, on the same two cores).
+    load_cpu_s = cpu_s(pid) - cpu0
     load_sampler.__exit__()
     after_load = rss_bytes(pid)
     # The peak through the load and the compactions that went on after it (not reset).
@@ -371,6 +376,8 @@ def measure(
         shutil.rmtree(pq_path.parent, ignore_errors=True)
     return {
         "insert": n / load_s,
+        "load_cpu_us": 1e6 * load_cpu_s / n,
+        "caught_up": n / (load_s + quiet_s),
         "p50": pct(lat, 0.5) * 1000,
         "p99": pct(lat, 0.99) * 1000,
         "full_rps": n / full_s,
@@ -652,6 +659,18 @@ def main() -> int:
         print(
             f"insert rows/s at {n:,}: {r['insert']:,.0f}; at {small:,} {', '.join(near)}, "
             f"mean {mean:,.0f}; ratio {r['insert'] / mean:.2f} (target at 50M: >= 0.7)"
+        )
+        # The same with the compactions the load set off: rows over the load and the wait
+        # until the server was idle again (`quiesce`: 3.5 s at least, which weighs on 1M),
+        # and the server's CPU a row over that time.
+        smalls = [x for m, x in results if m == small]
+        caught = sum(x["caught_up"] for x in smalls) / len(smalls)
+        cpu = sum(x["load_cpu_us"] for x in smalls) / len(smalls)
+        print(
+            f"  to idle (load, flushes, compactions): rows/s at {n:,} {r['caught_up']:,.0f}, "
+            f"at {small:,} {caught:,.0f} (mean), ratio {r['caught_up'] / caught:.2f}; server "
+            f"CPU us a row {r['load_cpu_us']:.2f} against {cpu:.2f}, "
+            f"ratio {r['load_cpu_us'] / cpu:.2f}"
         )
     return 0
 

@@ -67,6 +67,16 @@ def test_scale_bench_prints_every_figure():
     median, lo, hi = (float(pairs.group(k)) for k in (2, 3, 4))
     assert min(ratios) <= lo <= median <= hi <= max(ratios), pairs.group(0)
     assert re.search(r"coordinator CPU per lookup, medians, N=6 / N=3: \d", text), text
+    # the control: N's cluster asked for as many tables as the baseline has, in the same rounds
+    control = re.search(
+        r"the control, N=6 asked for 3 tables, against N=3: (.*); median (\S+), "
+        r"95% interval (\S+)-(\S+): (lower|not lower|higher)\n",
+        text,
+    )
+    assert control, text
+    few = [float(x) for x in control.group(1).split(", ")]
+    assert len(few) == 7 and all(r > 0 for r in few), few
+    assert re.search(r"the control's coordinator CPU per lookup, median, N=6: \S+ us", text), text
     # the coordinator's answers built in the first passes: at most one per table (the entries
     # from the creation are stale once a tablet's report names its leader); how many again
     # depends on elections meanwhile
