@@ -55,27 +55,11 @@ def test_scale_bench_prints_every_figure():
     for row in ("tablet lookups per second, first", "the same tables again"):
         lookups = re.search(re.escape(row) + r"\s+(\S+)\s+(\S+)", text)
         assert float(lookups.group(1)) > 0 and float(lookups.group(2)) > 0
-    # the two clusters' lookups in turns, a ratio per pair of passes
-    pairs = re.search(
-        r"lookups again, N=6 against N=3 pass by pass \(in turns\): (.*); median (\S+), "
-        r"95% interval (\S+)-(\S+): (lower|not lower|higher)\n",
-        text,
-    )
-    assert pairs, text
-    ratios = [float(x) for x in pairs.group(1).split(", ")]
-    assert len(ratios) == 7 and all(r > 0 for r in ratios), ratios
-    median, lo, hi = (float(pairs.group(k)) for k in (2, 3, 4))
-    assert min(ratios) <= lo <= median <= hi <= max(ratios), pairs.group(0)
+    # the two clusters' lookups in turns, a ratio per round; and the control: N's cluster
+    # asked for as many tables as the baseline has, in the same rounds
+    _ratios_line(text, r"lookups again, N=6 against N=3 pass by pass \(in turns\)")
+    _ratios_line(text, r"the control, N=6 asked for 3 tables, against N=3")
     assert re.search(r"coordinator CPU per lookup, medians, N=6 / N=3: \d", text), text
-    # the control: N's cluster asked for as many tables as the baseline has, in the same rounds
-    control = re.search(
-        r"the control, N=6 asked for 3 tables, against N=3: (.*); median (\S+), "
-        r"95% interval (\S+)-(\S+): (lower|not lower|higher)\n",
-        text,
-    )
-    assert control, text
-    few = [float(x) for x in control.group(1).split(", ")]
-    assert len(few) == 7 and all(r > 0 for r in few), few
     assert re.search(r"the control's coordinator CPU per lookup, median, N=6: \S+ us", text), text
     # the coordinator's answers built in the first passes: at most one per table (the entries
     # from the creation are stale once a tablet's report names its leader); how many again
@@ -93,3 +77,16 @@ def test_scale_bench_prints_every_figure():
     built = re.search(r"first pass / passes again: N=3 (\d+) / -, N=6 (\d+) / (\d+)", text)
     assert built, text
     assert int(built.group(1)) <= 3 and int(built.group(2)) <= 6, text
+
+
+def _ratios_line(text: str, label: str) -> None:
+    """A line of 7 ratios (one a round), their median and its 95% interval, and a verdict."""
+    m = re.search(
+        label + r": (.*); median (\S+), 95% interval (\S+)-(\S+): (lower|not lower|higher)\n",
+        text,
+    )
+    assert m, text
+    ratios = [float(x) for x in m.group(1).split(", ")]
+    assert len(ratios) == 7 and all(r > 0 for r in ratios), ratios
+    median, lo, hi = (float(m.group(k)) for k in (2, 3, 4))
+    assert min(ratios) <= lo <= median <= hi <= max(ratios), m.group(0)
