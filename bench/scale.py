@@ -26,7 +26,7 @@ in the same run and for N, with their ratio:
   catalog (4,000 tables at 10,000). The baseline's cluster stays up (idle) until N's
   lookups are done, and the two are measured in turns, so that both see the same machine:
   a first pass over tables not asked for since their creation read their tablets
-  (`create_tables`), the baseline's then N's, then `--lookup-pairs` (15) rounds of passes
+  (`create_tables`), the baseline's then N's, then `--lookup-rounds` (15) rounds of passes
   for the same tables again, each round the baseline's, N's and a control's (N's cluster
   asked for as many tables as the baseline has, spread over its catalog: the same catalog
   with the baseline's working set), in an order that turns by one each round; each pass
@@ -50,7 +50,7 @@ in the same run and for N, with their ratio:
 
     .venv/bin/python bench/scale.py [--tablets 50] [--tables N] [--baseline 10]
         [--samples 30] [--idle-window-s 10] [--settle-s 5] [--restart kill|stop|both]
-        [--coordinators 1|3] [--failovers 3] [--lookup-pairs 15] [--lookups-per-caller 2000]
+        [--coordinators 1|3] [--failovers 3] [--lookup-rounds 15] [--lookups-per-caller 2000]
 
 The machine this runs on is small and shared: the defaults are small; the issue's targets
 are 10,000 tablets per server and 10,000 tables.
@@ -93,8 +93,8 @@ LOOKUPS_PER_THREAD = 2000  # (--lookups-per-caller)
 # 8,000 calls, 0.4-0.6 s, and single passes on one cluster moved by 1.5-2x with the machine:
 # one pair's ratio fell anywhere in 0.7-1.25 with both clusters idle and asked alike
 # (session 25), so the median of 7 pairs moved by 0.1 from run to run. 15 pairs, and the
-# median's interval printed (`median_interval`). (--lookup-pairs)
-LOOKUP_PASSES = 15
+# median's interval printed (`median_interval`). (--lookup-rounds)
+LOOKUP_ROUNDS = 15
 POLL_S = 0.2
 # A restart's probe lists the replicas not serving yet (design/consensus.md, session 22):
 # ~4 us of the restarting server's GIL each, ~40 ms a call while thousands are, 12-14% of
@@ -126,18 +126,16 @@ class Figures:
     create_p50_ms: float = float("nan")
     create_p99_ms: float = float("nan")
     lookups_per_s: float = float("nan")
-    lookups_again_per_s: float = float("nan")  # the median of LOOKUP_PASSES passes
+    lookups_again_per_s: float = float("nan")  # the median of LOOKUP_ROUNDS passes
     lookups_again_passes: list[float] = field(default_factory=list)
-    lookup_pair_ratios: list[float] = field(default_factory=list)  # N's pass / the baseline's
     lookup_builds_first: float = float("nan")  # answers the coordinator built, first pass
     lookup_builds_again: float = float("nan")  # and in all the passes again
     # The coordinators' CPU per call in each pass again (/proc, all nodes; 10 ms ticks).
     lookup_cpu_us: list[float] = field(default_factory=list)
     # The control: N's cluster asked for as many tables as the baseline has (spread over
-    # its catalog), in the same rounds; its passes, CPU a call, and ratios to the baseline.
+    # its catalog), in the same rounds; its passes and CPU a call.
     lookup_few_passes: list[float] = field(default_factory=list)
     lookup_few_cpu_us: list[float] = field(default_factory=list)
-    lookup_few_ratios: list[float] = field(default_factory=list)
     # The timed creates' steps on the coordinator leader (design/operability.md,
     # logcentric_coordinator_operation_step_seconds): step -> mean ms a create.
     create_steps_ms: dict[str, float] = field(default_factory=dict)
@@ -298,7 +296,7 @@ def paired_lookups(
     client, names: list[str], fig: Figures, base: Baseline, cluster: LocalCluster
 ) -> None:
     """The lookups of N (`client`, `names`, `fig`, `cluster`) and of the baseline, pass by
-    pass in turns: the first passes, then LOOKUP_PASSES rounds of three passes, in an order
+    pass in turns: the first passes, then LOOKUP_ROUNDS rounds of three passes, in an order
     that turns by one each round: the baseline's, N's, and N's asked for only as many tables
     as the baseline has (the control: the same catalog, the baseline's working set)."""
     coords = ",".join(base.cluster.spec.coordinator_addresses)
@@ -315,7 +313,7 @@ def paired_lookups(
         step = max(1, len(names) // len(base.names))
         few = [names[j * step] for j in range(min(len(base.names), len(names)))]
         built = answers_built(cluster)
-        for k in range(LOOKUP_PASSES):
+        for k in range(LOOKUP_ROUNDS):
             turn = [(theirs, False), (mine, False), (mine, True)]
             for (c, nm, f, cl), control in turn[k % 3 :] + turn[: k % 3]:
                 pids = [node.pid for node in cl.spec.coordinators]
@@ -332,9 +330,6 @@ def paired_lookups(
                 else:
                     f.lookups_again_passes.append(rate)
                     f.lookup_cpu_us.append(cpu)
-            here = base.fig.lookups_again_passes[-1]
-            fig.lookup_pair_ratios.append(fig.lookups_again_passes[-1] / here)
-            fig.lookup_few_ratios.append(fig.lookup_few_passes[-1] / here)
         fig.lookup_builds_again = answers_built(cluster) - built
     for f in (fig, base.fig):
         f.lookups_again_per_s = statistics.median(f.lookups_again_passes)
@@ -376,6 +371,12 @@ def coordinator_failovers(cluster: LocalCluster, kills: int, fig: Figures) -> No
             fig.coordinator_restarts_s.append(time.monotonic() - t1)
             print(f"  coordinator restart {k + 1}: {fig.coordinator_restarts_s[-1]:.2f} s to "
                   f"{tables + 1} tables", flush=True)  # fmt: skip
+
+
+def per_round(passes: list[float], base: Figures) -> list[float]:
+    """Each of N's lookup passes (its own or the control's) over the baseline's pass of the
+    same round."""
+    return [x / b for x, b in zip(passes, base.lookups_again_passes, strict=True)]
 
 
 def median_interval(values: list[float], confidence: float = 0.95) -> tuple[float, float]:
@@ -584,7 +585,7 @@ def run_one(
 
 
 def main() -> int:
-    global LOOKUP_PASSES, LOOKUPS_PER_THREAD
+    global LOOKUP_ROUNDS, LOOKUPS_PER_THREAD
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tablets", type=int, default=50, help="replicas per tablet server")
     ap.add_argument("--tables", type=int, default=0, help="tables (default: --tablets)")
@@ -605,15 +606,15 @@ def main() -> int:
     )  # fmt: skip
     ap.add_argument("--failovers", type=int, default=3, help="kills of the coordinator leader")
     ap.add_argument(
-        "--lookup-pairs", type=int, default=LOOKUP_PASSES,
-        help="pairs of lookup passes, N's and the baseline's in turns",
+        "--lookup-rounds", type=int, default=LOOKUP_ROUNDS,
+        help="rounds of lookup passes: the baseline's, N's and the control's, in turns",
     )  # fmt: skip
     ap.add_argument(
         "--lookups-per-caller", type=int, default=LOOKUPS_PER_THREAD,
         help=f"lookups of each of the {LOOKUP_THREADS} callers in a pass",
     )  # fmt: skip
     args = ap.parse_args()
-    LOOKUP_PASSES, LOOKUPS_PER_THREAD = args.lookup_pairs, args.lookups_per_caller
+    LOOKUP_ROUNDS, LOOKUPS_PER_THREAD = args.lookup_rounds, args.lookups_per_caller
     tables = args.tables or args.tablets
     workdir = Path(tempfile.mkdtemp(prefix="scale-bench-"))
     try:
@@ -667,9 +668,9 @@ def main() -> int:
           f"{cpu_g / cpu_b:.2f}")  # fmt: skip
     for label, values in (
         (f"lookups again, N={big.tablets} against N={base.tablets} pass by pass (in turns)",
-         big.lookup_pair_ratios),
+         per_round(big.lookups_again_passes, base)),
         (f"  the control, N={big.tablets} asked for {base.tablets} tables, against "
-         f"N={base.tablets}", big.lookup_few_ratios),
+         f"N={base.tablets}", per_round(big.lookup_few_passes, base)),
     ):  # fmt: skip
         lo, hi = median_interval(values)
         verdict = "lower" if hi < 1 else "not lower" if lo < 1 else "higher"

@@ -39,7 +39,7 @@ def test_scale_bench_prints_every_figure():
     out = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "scale.py"), "--tablets", "6", "--baseline", "3",
          "--samples", "3", "--idle-window-s", "1", "--settle-s", "0", "--restart", "both",
-         "--coordinators", "3", "--failovers", "2", "--lookup-pairs", "7",
+         "--coordinators", "3", "--failovers", "2", "--lookup-rounds", "7",
          "--lookups-per-caller", "1000"],
         capture_output=True, text=True, timeout=500, cwd=ROOT,
     )  # fmt: skip
