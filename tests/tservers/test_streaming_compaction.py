@@ -108,23 +108,21 @@ def test_streamed_output_equals_the_whole_merge(tmp_path, monkeypatch, seed):
     assert chunks == block_stats.compute(batches)
     b = BlockIndex.open(out, "block-000000001.arrow", ["c0"])  # writes the filter
     hashes = [h for x in batches for h in hash_columns([x.column("c0")]).to_pylist()]
-    whole = _bits_by_hand(hashes, b.bloom.nblocks)
+    whole = _bits_by_hand(hashes, b.bloom.nwords)
     assert b.bloom.bits == whole and b.bloom.nkeys == rows
     assert Bloom.from_bytes((out / bloom_name(b.name)).read_bytes()).bits == whole
     assert Bloom.build(pa.array(hashes, pa.uint64()), rows).bits == whole
 
 
-def _bits_by_hand(hashes: list[int], nblocks: int) -> bytes:
-    """The filter's bits, set one by one with the arithmetic of `Bloom.may_contain`."""
-    bits = bytearray(nblocks * bloom_mod.BLOCK_BYTES)
+def _bits_by_hand(hashes: list[int], nwords: int) -> bytes:
+    """The filter's bits (version 2), set one by one with the arithmetic of
+    `Bloom.may_contain`: the word `((h >> 32) * nwords) >> 32`, bits `(h >> 6 i) & 63`."""
+    bits = bytearray(nwords * bloom_mod.WORD_BYTES)
     for h in hashes:
-        base = ((h >> 32) % nblocks) * bloom_mod.BLOCK_BITS
-        h2 = h & 0xFFFFFFFF
-        step = (h2 >> 17) | 1
-        for _ in range(bloom_mod.PROBES):
-            p = base + (h2 & 511)
+        base = (((h >> 32) * nwords) >> 32) * bloom_mod.WORD_BITS
+        for i in range(bloom_mod.PROBES):
+            p = base + ((h >> (6 * i)) & 63)
             bits[p >> 3] |= 1 << (p & 7)
-            h2 += step
     return bytes(bits)
 
 

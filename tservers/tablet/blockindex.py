@@ -3,9 +3,10 @@
 A block is an Arrow IPC file sorted by key with unique keys (`tablet.py`). Opened here it
 is mapped, not read: its pages belong to the page cache, and a lookup touches only the pages
 of the key column its binary search visits and of the row it returns. What stays on the heap
-per block is its filter (`bloom.py`, ~1.25 bytes a key), its first and last key, the first
-and last key of each record batch (64k rows) and each batch's column min/max (`stats.py`):
-nothing per row. Many keys at once are looked up with Arrow kernels (`locate_many`).
+per block is its filter (`bloom.py`, ~1.5 bytes a key; 1.25 for a version-1 file), its
+first and last key, the first and last key of each record batch (64k rows) and each batch's
+column min/max (`stats.py`): nothing per row. Many keys at once are looked up with Arrow
+kernels (`locate_many`).
 
 The filter lives beside the block in `<block>.bloom`. A block without one (written before
 filters existed, copied by tablet copy, which copies only block files, or a crash between the
@@ -27,7 +28,7 @@ import pyarrow.compute as pc
 
 from tservers.metafile import fsync_dir, install_file
 from tservers.tablet import stats as block_stats
-from tservers.tablet.bloom import Bloom, hash_columns, i64, is_int_type, key_hash
+from tservers.tablet.bloom import Bloom, BloomV1, Probe, hash_columns, i64, is_int_type, key_hash
 from tservers.tablet.merge import compaction_slabs
 from tservers.tablet.pages import Mapping, batch_span, release
 from tservers.tablet.schema import DELETED_FIELD
@@ -152,7 +153,7 @@ class BlockIndex:
         self._lasts = [self._key(j, b.num_rows - 1) for j, b in enumerate(batches)]
         self.min_key = self._firsts[0] if batches else None
         self.max_key = self._lasts[-1] if batches else None
-        self.bloom: Bloom | None = None
+        self.bloom: Bloom | BloomV1 | None = None
         # The file's mapping and each batch's address span in it (`pages.PageRelease`);
         # None for a table not read from a mapped file.
         self.mapping: Mapping | None = None
@@ -270,11 +271,14 @@ class BlockIndex:
             return self._offsets[j] + lo
         return None
 
-    def locate_many(self, keys: pa.Array, hashes: pa.Array) -> tuple[list[int], list[int], list]:
-        """The keys of `keys` (an array of `key_type`; `hashes` their `key_hash`) this block
-        holds, vectorized: range, then filter, then a binary search (Arrow's search_sorted)
-        of the rest in the mapped key column. Returns their positions in `keys`, their row
-        numbers and whether each is a tombstone."""
+    def locate_many(
+        self, keys: pa.Array, hashes: pa.Array | Probe
+    ) -> tuple[list[int], list[int], list]:
+        """The keys of `keys` (an array of `key_type`; `hashes` their `key_hash`, or the
+        `Probe` of those: the filter masks computed once for all blocks) this block holds,
+        vectorized: range, then filter, then a binary search (Arrow's search_sorted) of the
+        rest in the mapped key column. Returns their positions in `keys`, their row numbers
+        and whether each is a tombstone."""
         if self._col is None or not len(keys):
             return [], [], []
         t = self.key_type
@@ -286,7 +290,9 @@ class BlockIndex:
         if not len(idx):
             return [], [], []
         if self.bloom is not None:
-            idx = pc.filter(idx, self.bloom.may_contain_many(pc.take(hashes, idx)))
+            # Every key in range (the caller's slice of sorted keys): no take.
+            sub = hashes if len(idx) == len(keys) else hashes.take(idx)
+            idx = pc.filter(idx, self.bloom.may_contain_many(sub))
             if not len(idx):
                 return [], [], []
         cand = pc.take(keys, idx)

@@ -109,7 +109,7 @@ from tservers.tablet.blockindex import (
     runs_of,
     write_merged_run,
 )
-from tservers.tablet.bloom import hash_array, key_hash
+from tservers.tablet.bloom import Probe, hash_array, key_hash
 from tservers.tablet.dedup import STALE, DedupTable, Done, RequestId
 from tservers.tablet.merge import SLAB_ROWS_DEFAULT, SlabCounts, merge_slabs, newest_versions
 from tservers.tablet.pages import PageRelease
@@ -966,7 +966,7 @@ class Tablet:
             # `left` sorted: each block's keys are one slice of it (two bisects), so a key
             # is checked (filter, binary search) only against the one block of each run
             # whose range holds it, not against every block.
-            hashes = hash_array(keys)
+            hashes = Probe(hash_array(keys))  # the filter masks, once for every block
             for run in reversed(runs_of(blocks)):
                 if not left:
                     break
