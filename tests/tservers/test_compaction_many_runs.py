@@ -41,7 +41,7 @@ def test_a_pile_of_runs_over_k_is_merged_k_at_a_time(tmp_path):
         assert len(t.compaction_plan(tiered=True)) > k  # one class, more than K runs
         before = _all(t)
         assert m.compaction.run_once() == 1
-        assert len(runs_of(list(t.blocks))) == 5  # the newest K merged into one
+        assert len(runs_of(list(t.blocks))) == 5  # K of them merged into one (the oldest K)
         assert m.compaction.deferred == 0
         assert _all(t).equals(before)
         assert sorted(_all(t).column("id").to_pylist()) == sorted(keys)

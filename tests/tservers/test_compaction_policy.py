@@ -70,7 +70,8 @@ def test_budget_paces_compactions(tmp_path):
 
 def test_runs_over_b_bytes_are_left_alone_and_over_k_merged_k_at_a_time(tmp_path):
     """A plan over the bound of bytes merged at once is not merged (and counted once); one
-    over K runs has its newest K merged (tests/tservers/test_compaction_many_runs.py);
+    over K runs has its oldest K merged, listed where they were (the newer runs left stay
+    smaller: tests/tservers/test_compaction_many_runs.py, test_compaction_windows.py);
     within both bounds the whole plan is."""
     m = open_manager(tmp_path / "root", flush_rows=10)
     try:
@@ -91,7 +92,7 @@ def test_runs_over_b_bytes_are_left_alone_and_over_k_merged_k_at_a_time(tmp_path
             lambda: [t], CompactionOptions(rate_bytes_s=0, run_blocks_max=3)
         )
         assert sched.run_once() == 1 and sched.deferred == 0
-        assert len(t.blocks) == 2 and t.blocks[0].name == names[0]  # the newest 3 merged
+        assert len(t.blocks) == 2 and t.blocks[1].name == names[3]  # the oldest 3 merged
         t = create(m, "t2")  # the same four flushes: within both bounds, merged whole
         for b in range(4):
             t.write(1, [(OpType.INSERT, ipc(six_rows(range(b * 10, b * 10 + 10))))], deadline())

@@ -4,13 +4,14 @@
 A tablet's blocks form sorted runs (a flushed block, or the key-disjoint blocks one
 compaction wrote); an existence check asks one block per run. Each round, the scheduler
 takes the RUNNING tablets with at least `compaction_blocks_min` runs, most runs first, and
-runs their size-tiered compaction (`Tablet.compact(tiered=True)`: the newest runs of one
-size class, `compaction_run`, merged into one run). Two threads (`threads`): the first runs
-any compaction, the others only those of at most `small_rows_max` flushes of rows, so that
-while a long merge of big runs goes on (minutes at 50M rows) the runs of new flushes keep
-being merged (a tablet lets a compaction of runs newer than a busy one's go on beside it,
-`Tablet.compaction_plan`). Flushes stay on the manager's maintenance thread and are never
-held back by a merge (the tablet takes its flush lock only to pick and to commit).
+runs their size-tiered compaction (`Tablet.compact(tiered=True)`: adjacent runs of one
+size class, the newest such, `compaction_window`, merged into one run listed where they
+were). Two threads (`threads`): the first runs any compaction, the others only those of
+at most `small_rows_max` flushes of rows, so that while a long merge of big runs goes on
+(minutes at 50M rows) the runs of new flushes keep being merged (a tablet lets a
+compaction of runs newer than a busy one's go on beside it, `Tablet.compaction_plan`).
+Flushes stay on the manager's maintenance thread and are never held back by a merge (the
+tablet takes its flush lock only to pick and to commit).
 
 Memory: at most `threads` compactions at a time per server, each merging its runs in
 bounded slabs and writing its blocks as they come (`blockindex.write_merged_run`): a
@@ -559,15 +560,17 @@ class CompactionScheduler:
             reason = "overlap"
         if not plan:
             return _NONE
+        runs_max = None
         if pick is None and len(plan) > self.opts.run_blocks_max:
             # More runs of a class than K (flushes faster than merges: 350 runs 14 minutes
             # into a 50M-row load, when such a plan was left alone like one over B bytes,
-            # and every later plan was longer still): the newest K of them, now. Each such
-            # merge leaves K - 1 runs fewer, so the pile goes down.
-            # (The newest K of the free runs: a suffix of the plan, whose start the
-            # size-tiered policy put further back.)
-            pick = lambda runs, k=self.opts.run_blocks_max: max(0, len(runs) - k)  # noqa: E731
-            plan = t.compaction_plan(tiered=True, rows_max=rows_max, pick=pick)
+            # and every later plan was longer still): the oldest K of them, now, listed
+            # where they were. Each such merge leaves K - 1 runs fewer, so the pile goes
+            # down, and the runs left, newer, stay smaller than its output (the newest K,
+            # before, left a big run newest and small ones behind it that no suffix
+            # gathered: design/storage.md, "Runs stuck behind a newer big run").
+            runs_max = self.opts.run_blocks_max
+            plan = t.compaction_plan(tiered=True, rows_max=rows_max, runs_max=runs_max)
             if not plan:
                 return _NONE
         runs = [[b.name for b in r] for r in plan]
@@ -613,7 +616,9 @@ class CompactionScheduler:
         if big:
             self._big.set()  # the small threads merge newer runs meanwhile
         try:
-            done = t.compact(tiered=True, rows_max=rows_max, report=report, pick=pick)
+            done = t.compact(
+                tiered=True, rows_max=rows_max, report=report, pick=pick, runs_max=runs_max
+            )
         except Exception as e:  # the tablet keeps serving from its old blocks
             with self._lock:
                 self.failures += 1

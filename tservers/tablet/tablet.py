@@ -259,6 +259,38 @@ def compaction_run(rows: Sequence[int], fanout: int, base_rows: int) -> int | No
     return None
 
 
+def compaction_window(rows: Sequence[int], fanout: int, base_rows: int) -> tuple[int, int] | None:
+    """Size-tiered compaction over adjacent runs: (start, end), the runs rows[start:end] to
+    merge, or None. `compaction_run`'s suffix when it has one. Otherwise, from the smallest
+    size class c up, the newest window of adjacent runs of class c or smaller (bounded by
+    bigger runs on both sides) that holds at least `fanout` runs of class c.
+
+    Windows keep a tablet from sticking: a merge of the newest runs while older small ones
+    were busy or over the bound K can leave a big run newest, and behind it small runs that
+    no suffix ever gathers (bench/storage.py at 50M rows: 43 runs of 50-110k rows behind a
+    run of 7.1M, none merged for minutes, every insert batch checked against each of them;
+    design/storage.md, "Runs stuck behind a newer big run"). A merged window is listed
+    where its runs were, so newer runs still shadow it and it shadows older ones; a row is
+    still rewritten about once per size class."""
+    start = compaction_run(rows, fanout, base_rows)
+    if start is not None:
+        return start, len(rows)
+    fanout = max(2, fanout)
+    classes = [size_class(r, fanout, base_rows) for r in rows]
+    for c in sorted(set(classes)):
+        end = len(classes)
+        while end > 0:
+            while end > 0 and classes[end - 1] > c:
+                end -= 1
+            start = end
+            while start > 0 and classes[start - 1] <= c:
+                start -= 1
+            if classes[start:end].count(c) >= fanout:
+                return start, end
+            end = start
+    return None
+
+
 class RowBlocks:
     """Memstore row blocks (Arrow tables in the block schema, oldest first) and a key -> row
     number index of their newest versions, built only when a lookup asks (`index`): a
@@ -1311,16 +1343,19 @@ class Tablet:
         tiered: bool = True,
         rows_max: int | None = None,
         pick: Callable[[list[list[BlockIndex]]], int | None] | None = None,
+        runs_max: int | None = None,
     ) -> list[list[BlockIndex]]:
         """The runs `compact` would merge now ([] when none): the runs newer than every run
-        a compaction in progress merges, and of those the newest `compaction_run` picks
-        (`tiered`) or all (a full compaction: only when no compaction is in progress).
-        With `rows_max` (tiered), only the newest of those that hold at most `rows_max`
-        rows together, if at least two (runs of a class that piled up during a long merge
-        are so merged a few at a time). `pick` (tiered): where the newest runs to merge
-        start among those runs (oldest first), or None, in place of `compaction_run` (the
-        scheduler's key-overlap policy, compaction.py). Caller holds the lock or accepts a
-        stale answer."""
+        a compaction in progress merges, and of those the adjacent runs `compaction_window`
+        picks (`tiered`) or all (a full compaction: only when no compaction is in progress).
+        With `runs_max` (tiered), at most that many of them, the oldest (a pile of one
+        class longer than a merge takes: the rest, newer, stay smaller than the output, in
+        the order size-tiering keeps). With `rows_max` (tiered), only the newest of those
+        that hold at most `rows_max` rows together, if at least two (runs of a class that
+        piled up during a long merge are so merged a few at a time). `pick` (tiered): where
+        the newest runs to merge start among those runs (oldest first), or None, in place
+        of `compaction_window` (the scheduler's key-overlap policy, compaction.py). Caller
+        holds the lock or accepts a stale answer."""
         runs = runs_of(list(self.blocks))
         free = 0
         for i, r in enumerate(runs):
@@ -1335,15 +1370,20 @@ class Tablet:
             return runs
         if pick is not None:
             found = pick(runs)
+            if found is None:
+                return []
+            plan = runs[found:]
         else:
-            found = compaction_run(
+            window = compaction_window(
                 [sum(b.num_rows for b in r) for r in runs],
                 self.opts.compaction_blocks_min,
                 self.opts.flush_rows_threshold,
             )
-        if found is None:
-            return []
-        plan = runs[found:]
+            if window is None:
+                return []
+            plan = runs[window[0] : window[1]]
+        if runs_max is not None and len(plan) > runs_max:
+            plan = plan[: max(2, runs_max)]
         if rows_max is not None:
             total, cut = 0, len(plan)
             while cut > 0 and total + sum(b.num_rows for b in plan[cut - 1]) <= rows_max:
@@ -1359,11 +1399,13 @@ class Tablet:
         rows_max: int | None = None,
         report: list | None = None,
         pick: Callable[[list[list[BlockIndex]]], int | None] | None = None,
+        runs_max: int | None = None,
     ) -> bool:
         """Merge runs of blocks into one sorted run of key-disjoint blocks (at most
         `run_block_rows` rows each): every run (tombstones dropped, all older versions are
-        merged), or with `tiered` the newest runs `compaction_run` picks (tombstones kept
-        unless they start at the oldest run). False when there was nothing to do.
+        merged), or with `tiered` the adjacent runs `compaction_window` picks (tombstones
+        kept unless they start at the oldest run), listed where they were. False when there
+        was nothing to do.
 
         The flush lock is held only to pick the runs and to commit, not while merging: a
         merge of a large tablet's runs takes minutes, and a memstore that could not flush
@@ -1373,13 +1415,16 @@ class Tablet:
         (it lists the old blocks) or a shutdown makes the compaction give up its output.
         `rows_max`: merge only the newest of the runs that hold at most that many rows
         (`compaction_plan`). `report` gets (merged block names, new block names) appended
-        when it commits. `pick`: as in `compaction_plan`."""
+        when it commits. `pick`, `runs_max`: as in `compaction_plan`."""
         opts = self.opts
         with self.flush_lock, self.lock:
             if self.status is not TabletStatus.RUNNING or self.copy_anchors:
                 return False  # a copy session reads the current blocks
             merged = self.compaction_plan(
-                tiered=tiered, rows_max=rows_max if tiered else None, pick=pick
+                tiered=tiered,
+                rows_max=rows_max if tiered else None,
+                pick=pick,
+                runs_max=runs_max if tiered else None,
             )
             if not merged:
                 return False
@@ -1436,7 +1481,8 @@ class Tablet:
         up its output."""
         opts = self.opts
         run = [b for r in merged for b in r]
-        assert blocks[len(blocks) - len(run) :] == run  # the newest runs, or all
+        i0 = blocks.index(run[0])
+        assert blocks[i0 : i0 + len(run)] == run  # adjacent runs (the newest, or a window)
         # Merged in bounded slabs, one source per run (its blocks one after the other:
         # sorted, disjoint), and written as they come (blockindex.py); tombstones
         # dropped only from runs that start at the oldest (older blocks may hold
