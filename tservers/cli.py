@@ -62,7 +62,7 @@ from pathlib import Path
 
 from google.protobuf import text_format
 
-from rpc import logsetup, observe
+from rpc import heap, logsetup, observe
 from rpc.addresses import address_arg, address_list_arg
 from rpc.console import (
     DaemonStop,
@@ -285,6 +285,7 @@ def _cmd_start(args) -> int:
     if args.startup_threads is not None:
         cfg = dataclasses.replace(cfg, startup_threads=args.startup_threads)
     observe.quiet_old_generation()  # a large long-lived heap (rpc/observe.py)
+    heap.fix_mmap_threshold()  # freed scan answers go back to the kernel (rpc/heap.py)
     try:
         # The server holds the fs root's lock until it closes (or the process dies):
         # offline tools that change the root (`copy-from-remote`) refuse to run beside it.

@@ -26,10 +26,23 @@ import pyarrow.compute as pc
 from tservers.tablet.schema import DELETED_FIELD
 
 SLAB_ROWS_DEFAULT = 16_384
+# A scan's slab: about this many rows in all, however many sources overlap (each gives its
+# share, `shared_slab_rows`). Each source gave SLAB_ROWS_DEFAULT before: a full scan of a
+# 50M-row tablet just after its load (48-63 overlapping runs) merged slabs of ~1M rows
+# (~45 MB, and as much again for the merge's take), and the server's heap went from ~210 to
+# ~610 MiB while scanning (design/storage.md, "A scan's slab, bounded in all").
+SCAN_SLAB_ROWS = 65_536
+SOURCE_ROWS_MIN = 1024  # a source's share of a slab at least (else slabs of a few rows)
 # A direct slab shorter than this (rows of one source before another source's next key)
 # is not worth a slab of its own: interleaved sources (random keys in two runs) would
 # otherwise alternate slabs of a few rows; the window is merged as one slab instead.
 DIRECT_ROWS_MIN = 1024
+
+
+def shared_slab_rows(total: int, sources: int, least: int = SOURCE_ROWS_MIN) -> int:
+    """Each source's rows a slab (`merge_slabs`' slab_rows) for slabs of about `total`
+    rows over `sources` sources: an equal share, at least `least` (or `total` if less)."""
+    return max(1, min(least, total), total // max(1, sources))
 
 
 @dataclass(slots=True)
@@ -281,7 +294,7 @@ def compaction_slabs(
     them to hide) and kept otherwise. Each slab holds at most `len(sources) x slab_rows`
     rows (default: COMPACT_SLAB_ROWS shared among the sources)."""
     if slab_rows is None:
-        slab_rows = max(COMPACT_SOURCE_ROWS_MIN, COMPACT_SLAB_ROWS // max(1, len(sources)))
+        slab_rows = shared_slab_rows(COMPACT_SLAB_ROWS, len(sources), COMPACT_SOURCE_ROWS_MIN)
     slabs = merge_slabs(
         sources, key_names, adapt, slab_rows=slab_rows, on_slab=on_slab, drop_deleted=drop_deleted
     )

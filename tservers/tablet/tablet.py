@@ -111,7 +111,13 @@ from tservers.tablet.blockindex import (
 )
 from tservers.tablet.bloom import Probe, hash_array, key_hash
 from tservers.tablet.dedup import STALE, DedupTable, Done, RequestId
-from tservers.tablet.merge import SLAB_ROWS_DEFAULT, SlabCounts, merge_slabs, newest_versions
+from tservers.tablet.merge import (
+    SCAN_SLAB_ROWS,
+    SlabCounts,
+    merge_slabs,
+    newest_versions,
+    shared_slab_rows,
+)
 from tservers.tablet.pages import PageRelease
 from tservers.tablet.schema import DELETED_FIELD, Schema, block_name, value_from_pb
 from tservers.tablet.stats import checks as stats_checks
@@ -1647,7 +1653,7 @@ class Tablet:
         lower: list[ValuePB],
         upper: list[ValuePB],
         limit: int,
-        slab_rows: int = SLAB_ROWS_DEFAULT,
+        slab_rows: int = SCAN_SLAB_ROWS,
         *,
         prune: bool = True,
     ) -> tuple[pa.Schema, Iterator[pa.Table]]:
@@ -1665,7 +1671,8 @@ class Tablet:
         under the lock, then the blocks, reading only the rows found. Otherwise blocks whose
         key range misses the bounds are skipped, then chunks and blocks by key range and
         per-column min/max against the predicates (`stats.prune`; not with `prune=False`),
-        and the rest merged in bounded slabs (`merge.merge_slabs`), each filtered and
+        and the rest merged in slabs of about `slab_rows` rows in all, however many
+        sources overlap (`merge.merge_slabs`, `merge.shared_slab_rows`), each filtered and
         projected as it is made."""
         with self.lock:
             self._check_running_locked()
@@ -1742,8 +1749,10 @@ class Tablet:
             pages = PageRelease.of([*kept, None])
             key_names = self._key_names(schema)
             counts = SlabCounts()
+            # `slab_rows` in all, shared among the sources (merge.shared_slab_rows).
+            per_source = shared_slab_rows(slab_rows, len(sources))
             slabs = merge_slabs(
-                sources, key_names, adapt, lo, hi, slab_rows, pages, counts, drop_deleted=True
+                sources, key_names, adapt, lo, hi, per_source, pages, counts, drop_deleted=True
             )
             try:
                 for slab in slabs:
