@@ -90,6 +90,7 @@ from tservers import quarantine as qmod
 from tservers.fs import FsError, FsLayout, FsLocked, lock_root
 from tservers.metafile import MetaFileCorrupt
 from tservers.raft_driver import RETAIN_BYTES_MAX_DEFAULT, RETAIN_ENTRIES_MAX_DEFAULT
+from tservers.tablet.pages import MAPPED_BYTES_MAX_DEFAULT
 from tservers.tablet_copy import SESSION_IDLE_S
 from tservers.wal import segment as seg
 from tservers.wal.segment import WalCorruption
@@ -267,6 +268,7 @@ def _cmd_start(args) -> int:
         coordinators=coordinators,
         copy_rate_limit_bytes_s=int(args.copy_rate_mb * 1_000_000),
         fs_reserved_bytes=args.fs_reserved_bytes,
+        mapped_bytes_max=args.mapped_bytes_max,
         compaction_rate_bytes_s=int(args.compaction_rate_mb * 1_000_000),
         compaction_run_bytes_max=(args.compaction_budget_mb or 0) << 20,
         copy_session_idle_s=args.copy_session_idle_s,
@@ -1196,6 +1198,15 @@ def build_parser() -> argparse.ArgumentParser:
         "copies onto this server and writes (not deletes) are refused with NO_SPACE and the "
         "coordinator places new replicas elsewhere (default: 1%% of the file system or "
         "1 GiB, whichever is smaller; 0: none)",
+    )
+    s.add_argument(
+        "--mapped-bytes-max",
+        type=_byte_count,
+        default=MAPPED_BYTES_MAX_DEFAULT,
+        help="resident pages of memory-mapped files (the data blocks' pages the reads "
+        "touched, shared libraries too) kept before every block's pages are handed back to "
+        "the kernel; reads map them again from the page cache (a K, M, G or T suffix: "
+        "powers of 1024; default 384M; 0: no bound)",
     )
     s.add_argument(
         "--compaction-rate-mb",

@@ -20,6 +20,7 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 
 from rpc import observe
 from rpc.protocols.tserver_pb2 import DataState
+from tservers.tablet.pages import mapped_file_bytes
 
 if TYPE_CHECKING:
     from tservers.server import TabletServer
@@ -282,6 +283,21 @@ class TServerObserver:
                 c.throttled_s,
             ),
         ]
+        m = self.server.manager
+        out.append(
+            _gauge(
+                "logcentric_tserver_mapped_bytes",
+                "Resident pages of memory-mapped files (data blocks, shared libraries)",
+                mapped_file_bytes(),
+            )
+        )
+        out.append(
+            _counter(
+                "logcentric_tserver_mapped_trims",
+                "Times every data block's mapped pages were handed back (--mapped-bytes-max)",
+                m.mapped_trims,
+            )
+        )
         disk = self.server.disk
         try:
             st = disk.state()

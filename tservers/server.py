@@ -27,6 +27,7 @@ from tservers.tablet.compaction import (
     CompactionOptions,
 )
 from tservers.tablet.manager import STARTUP_THREADS_DEFAULT, TabletManager
+from tservers.tablet.pages import MAPPED_BYTES_MAX_DEFAULT
 from tservers.tablet.tablet import TabletOptions
 from tservers.tablet_copy import SESSION_IDLE_S
 from tservers.wal.log import SEGMENT_SIZE_BYTES_DEFAULT, WalOptions
@@ -97,6 +98,9 @@ class TServerConfig:
     # tablets, copies onto this server and writes are refused (NO_SPACE). None: 1% of the
     # file system or 1 GiB, whichever is smaller; 0: none.
     fs_reserved_bytes: int | None = None
+    # Resident file-mapped pages kept before every block's pages are handed back to the
+    # kernel (TabletManager.trim_mapped); 0: no bound.
+    mapped_bytes_max: int = MAPPED_BYTES_MAX_DEFAULT
     compaction_rate_bytes_s: int = RATE_BYTES_S_DEFAULT  # background compactions; 0: no limit
     compaction_run_bytes_max: int = RUN_BYTES_MAX_DEFAULT  # bytes of blocks merged at once
     # CURVE (design/security.md sections 2 and 4): the rpc server encrypts and authenticates
@@ -205,6 +209,7 @@ class TabletServer:
             if (profile := os.environ.get(STARTUP_PROFILE_ENV))
             else None,
             disk=self.disk,
+            mapped_bytes_max=config.mapped_bytes_max,
             compaction=CompactionOptions(
                 rate_bytes_s=config.compaction_rate_bytes_s,
                 blocks_min=config.compaction_blocks_min,

@@ -69,6 +69,7 @@ from tservers.quarantine import QuarantineReaper
 from tservers.raft_driver import DriverOptions, RaftDriver
 from tservers.tablet import schema as schemamod
 from tservers.tablet.compaction import CompactionOptions, CompactionScheduler
+from tservers.tablet.pages import MAPPED_BYTES_MAX_DEFAULT, mapped_file_bytes, release_blocks
 from tservers.tablet.replica_files import (  # noqa: F401 (names the manager re-exports)
     TABLET_ID_RE,
     TabletDataState,
@@ -262,8 +263,13 @@ class TabletManager:
         startup_profile: Path | None = None,
         disk: DiskSpace | None = None,
         compaction: CompactionOptions | None = None,
+        mapped_bytes_max: int = MAPPED_BYTES_MAX_DEFAULT,
     ) -> None:
         assert 1 <= startup_threads <= 64, startup_threads
+        assert mapped_bytes_max >= 0, mapped_bytes_max
+        self.mapped_bytes_max = mapped_bytes_max
+        self.mapped_trims = 0  # times every block's pages were handed back (`trim_mapped`)
+        self.mapped_trimmed_bytes = 0  # RssFile those trims took down, in all
         self.fs = fs
         self.wal_opts = wal_opts or WalOptions()
         self.tablet_opts = tablet_opts or TabletOptions()
@@ -1136,6 +1142,27 @@ class TabletManager:
                 written, self._written = self._written, set()
             self._disk_written(written)
             self._flush_if_needed([t for t in written if t.status is TabletStatus.RUNNING])
+            self.trim_mapped()
+
+    def trim_mapped(self, bytes_max: int | None = None) -> int:
+        """If the process's resident file-mapped pages are over `bytes_max` (default: the
+        server's `mapped_bytes_max`; 0: no bound), every running tablet's blocks hand their
+        pages back (`pages.release_blocks`): readers map what they touch again from the
+        page cache. Returns the RssFile it took down (0 when under the bound). A read
+        of /proc/self/statm each maintenance round (every 0.2 s) when under it."""
+        limit = self.mapped_bytes_max if bytes_max is None else bytes_max
+        if limit <= 0 and bytes_max is None:
+            return 0
+        before = mapped_file_bytes()
+        if before <= limit:
+            return 0
+        for t in self.running_tablets():
+            release_blocks(list(t.blocks))
+        freed = max(0, before - mapped_file_bytes())
+        self.mapped_trims += 1
+        self.mapped_trimmed_bytes += freed
+        log.debug("mapped pages %d bytes over %d: trimmed %d", before, limit, freed)
+        return freed
 
     def _disk_written(self, written: set[Tablet]) -> None:
         """Tablets written (their WAL grew): counted again in the disk's root_bytes."""

@@ -27,6 +27,12 @@ import pyarrow as pa
 log = logging.getLogger(__name__)
 
 PAGE_BYTES = mmap.PAGESIZE
+# The most resident file-mapped pages (RssFile: the data blocks' mapped pages, shared
+# libraries too) the process keeps before it hands every block's pages back to the kernel
+# (`trim_mapped`); Kudu's block cache capacity in spirit. The existence checks of a 50M-row
+# tablet's inserts touched ~470 MiB of key-column pages (design/storage.md, "Mapped pages
+# under a budget"). 0: no bound.
+MAPPED_BYTES_MAX_DEFAULT = 384 << 20
 MADV_DONTNEED = getattr(mmap, "MADV_DONTNEED", 4)
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -116,3 +122,26 @@ class PageRelease:
                 self.released_bytes += release(mapping, chunks[k][1], chunks[k][2])
                 k += 1
             self._next[i] = k
+
+
+def mapped_file_bytes() -> int:
+    """The process's resident file-backed pages (RssFile, with RssShmem: /proc/self/statm's
+    third field), bytes; 0 where /proc is not there. Shared libraries count too (~50 MiB
+    for a tablet server)."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[2]) * PAGE_BYTES
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def release_blocks(blocks) -> int:
+    """MADV_DONTNEED on the whole mapping of each of `blocks` (BlockIndex) that has one:
+    their pages leave the process (a reader maps them again from the page cache: the
+    mapping is read-only and shared, nothing is lost). The bytes advised."""
+    n = 0
+    for b in blocks:
+        m = getattr(b, "mapping", None)
+        if m is not None:
+            n += release(m, m.lo, m.hi)
+    return n
