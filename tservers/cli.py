@@ -232,6 +232,7 @@ def _start_keys(args, coordinators: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def _cmd_start(args) -> int:
+    heap.limit_arenas()  # before any thread: freed answers can go back (rpc/heap.py)
     # Ctrl-C and SIGTERM stop the server cleanly, even while it is still starting.
     daemon = DaemonStop("tserver")
     stop = daemon.event
@@ -287,7 +288,6 @@ def _cmd_start(args) -> int:
     if args.startup_threads is not None:
         cfg = dataclasses.replace(cfg, startup_threads=args.startup_threads)
     observe.quiet_old_generation()  # a large long-lived heap (rpc/observe.py)
-    heap.fix_mmap_threshold()  # freed scan answers go back to the kernel (rpc/heap.py)
     try:
         # The server holds the fs root's lock until it closes (or the process dies):
         # offline tools that change the root (`copy-from-remote`) refuse to run beside it.

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from rpc import heap
 from rpc.errors import BadRequest, InvalidName, NotFound, Throttled
 from rpc.protocols.tserver_pb2 import (
     AlterSchemaRequest,
@@ -415,6 +416,9 @@ class TServerService:
             # is faulted in again (and zeroed) by the next answer, which cost more than the
             # merge itself (design/storage.md, "Scans without a merge"); 1-2 ms a call.
             pa.default_memory_pool().release_unused()
+            # And glibc's arenas, where the answers' buffers (ANSWER_POOL) stay once the
+            # dynamic mmap threshold has risen to their size (rpc/heap.py).
+            heap.trim()
         with self._counts_lock:
             self.rows_scanned += rows
         resp = ScanResponse(has_more=has_more, rows=rows, schema=sc.schema_pb)

@@ -1,8 +1,9 @@
-"""Freed big buffers leave the process (rpc/heap.py): with glibc's dynamic mmap threshold a
-16 MiB buffer freed once makes later ones come from the allocating thread's arena, where
-they stay when freed (627 MiB of a tablet server's heap after the scans of a 50M-row tablet,
-no scan running). Real processes, the real C allocator: buffers of the size of scan answers
-made by 8 threads (the rpc workers) and freed by another (the rpc I/O thread)."""
+"""Freed big buffers leave the process after `rpc.heap.trim` (called at the end of a large
+scan): with glibc's dynamic mmap threshold a 16 MiB buffer freed once makes later ones come
+from the allocating thread's arena, where they stay when freed (627 MiB of a tablet
+server's heap after the scans of a 50M-row tablet, no scan running). Real processes, the
+real C allocator: buffers of the size of scan answers made by 8 threads (the rpc workers)
+and freed by another (the rpc I/O thread)."""
 
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ PATTERN = r"""
 import ctypes, queue, sys, threading
 import pyarrow as pa
 from rpc import heap
-if sys.argv[1] == "fixed":
-    assert heap.fix_mmap_threshold()
+if sys.argv[1] == "trimmed":
+    assert heap.limit_arenas()  # as `tserver start` does first
 pool = pa.system_memory_pool()  # the answers' pool (tservers/service.py)
 freed = queue.Queue()
 def freer():
@@ -38,6 +39,8 @@ for t in ts: t.start()
 for t in ts: t.join()
 freed.put(None)
 f.join()
+if sys.argv[1] == "trimmed":
+    assert heap.trim()
 anon = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("RssAnon"))
 print(anon // 1024)
 """
@@ -62,10 +65,10 @@ def _glibc() -> bool:
 
 
 @pytest.mark.skipif(not _glibc(), reason="glibc's mallopt")
-def test_freed_answers_leave_the_heap_once_the_threshold_is_fixed():
+def test_freed_answers_leave_the_heap_when_trimmed():
     # The pattern keeps hundreds of MiB with the dynamic threshold (704 MiB measured with
     # 40 buffers a thread): the check below can tell the two apart.
-    dynamic = _heap_mib_after("dynamic")
-    fixed = _heap_mib_after("fixed")
-    assert dynamic > 200, f"the dynamic threshold kept only {dynamic} MiB: no retention to show"
-    assert fixed < 100, f"{fixed} MiB of heap kept with the threshold fixed ({dynamic} without)"
+    kept = _heap_mib_after("kept")
+    trimmed = _heap_mib_after("trimmed")
+    assert kept > 200, f"the dynamic threshold kept only {kept} MiB: no retention to show"
+    assert trimmed < 100, f"{trimmed} MiB of heap kept after a trim ({kept} without)"
