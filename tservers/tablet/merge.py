@@ -30,7 +30,7 @@ SLAB_ROWS_DEFAULT = 16_384
 # share, `shared_slab_rows`). Each source gave SLAB_ROWS_DEFAULT before: a full scan of a
 # 50M-row tablet just after its load (48-63 overlapping runs) merged slabs of ~1M rows
 # (~45 MB, and as much again for the merge's take), and the server's heap went from ~210 to
-# ~610 MiB while scanning (design/storage.md, "A scan's slab, bounded in all").
+# ~610 MiB while scanning (design/storage.md, "The scan's heap").
 SCAN_SLAB_ROWS = 65_536
 SOURCE_ROWS_MIN = 1024  # a source's share of a slab at least (else slabs of a few rows)
 # A direct slab shorter than this (rows of one source before another source's next key)
