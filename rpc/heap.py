@@ -40,6 +40,8 @@ def _glibc() -> ctypes.CDLL | None:
         return None
     libc.malloc_trim.argtypes = (ctypes.c_size_t,)
     libc.malloc_trim.restype = ctypes.c_int
+    libc.mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
+    libc.mallopt.restype = ctypes.c_int
     return libc
 
 
@@ -63,7 +65,4 @@ def limit_arenas(arenas: int = ARENAS_MAX) -> bool:
     libc = _glibc()
     if libc is None:
         return False
-    libc.mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
-    libc.mallopt.restype = ctypes.c_int
     return libc.mallopt(M_ARENA_MAX, int(arenas)) == 1
-

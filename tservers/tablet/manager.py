@@ -105,6 +105,8 @@ STARTUP_THREADS_DEFAULT = 2
 # every 10 s), and what only it finds (a WAL of config entries, a flush to retry) can wait.
 MAINTENANCE_INTERVAL_S = 0.2
 MAINTENANCE_FULL_PASS_S = 60.0
+# Growth of RssFile past what the last trim left that makes a bound under it trim again.
+MAPPED_GROWTH_MIN = 16 << 20
 STARTUP_RETRY_AFTER_MS = 200  # the retry hint of a call to a tablet still starting
 
 
@@ -270,6 +272,10 @@ class TabletManager:
         self.mapped_bytes_max = mapped_bytes_max
         self.mapped_trims = 0  # times every block's pages were handed back (`trim_mapped`)
         self.mapped_trimmed_bytes = 0  # RssFile those trims took down, in all
+        # RssFile right after the last trim: what a trim could not take down (shared
+        # libraries, pages in use). A bound below it is not trimmed towards again every
+        # round (a walk of every tablet's blocks), only once RssFile grew past it.
+        self._mapped_floor = 0
         self.fs = fs
         self.wal_opts = wal_opts or WalOptions()
         self.tablet_opts = tablet_opts or TabletOptions()
@@ -1148,17 +1154,20 @@ class TabletManager:
         """If the process's resident file-mapped pages are over `bytes_max` (default: the
         server's `mapped_bytes_max`; 0: no bound), every running tablet's blocks hand their
         pages back (`pages.release_blocks`): readers map what they touch again from the
-        page cache. Returns the RssFile it took down (0 when under the bound). A read
-        of /proc/self/statm each maintenance round (every 0.2 s) when under it."""
+        page cache. Returns the RssFile it took down (0 when under the bound). A bound
+        below what the last trim left (`_mapped_floor`) trims again only once RssFile grew
+        MAPPED_GROWTH_MIN past that. A read of /proc/self/statm each maintenance round
+        (every 0.2 s) when under it."""
         limit = self.mapped_bytes_max if bytes_max is None else bytes_max
         if limit <= 0 and bytes_max is None:
             return 0
         before = mapped_file_bytes()
-        if before <= limit:
+        if before <= max(limit, self._mapped_floor + MAPPED_GROWTH_MIN):
             return 0
         for t in self.running_tablets():
             release_blocks(list(t.blocks))
-        freed = max(0, before - mapped_file_bytes())
+        self._mapped_floor = after = mapped_file_bytes()
+        freed = max(0, before - after)
         self.mapped_trims += 1
         self.mapped_trimmed_bytes += freed
         log.debug("mapped pages %d bytes over %d: trimmed %d", before, limit, freed)

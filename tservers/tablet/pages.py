@@ -139,9 +139,4 @@ def release_blocks(blocks) -> int:
     """MADV_DONTNEED on the whole mapping of each of `blocks` (BlockIndex) that has one:
     their pages leave the process (a reader maps them again from the page cache: the
     mapping is read-only and shared, nothing is lost). The bytes advised."""
-    n = 0
-    for b in blocks:
-        m = getattr(b, "mapping", None)
-        if m is not None:
-            n += release(m, m.lo, m.hi)
-    return n
+    return sum(release(b.mapping, b.mapping.lo, b.mapping.hi) for b in blocks if b.mapping)
