@@ -35,8 +35,13 @@ SCAN_SLAB_ROWS = 65_536
 SOURCE_ROWS_MIN = 1024  # a source's share of a slab at least (else slabs of a few rows)
 # A direct slab shorter than this (rows of one source before another source's next key)
 # is not worth a slab of its own: interleaved sources (random keys in two runs) would
-# otherwise alternate slabs of a few rows; the window is merged as one slab instead.
-DIRECT_ROWS_MIN = 1024
+# otherwise alternate slabs of a few rows; the window is merged as one slab instead. Was
+# 1,024: a run of 50M rows with 20,000 memstore rows of random keys alternated direct
+# slabs of ~2,500 rows with merged windows, and a slab's own cost (its answer's IPC
+# stream, the Python around it) is what merging some thousands of rows costs; at 8,192
+# the server's CPU for that scan went from 1.68-1.97 s to 1.55 s (design/storage.md,
+# "Session 27").
+DIRECT_ROWS_MIN = 8192
 
 
 def shared_slab_rows(total: int, sources: int, least: int = SOURCE_ROWS_MIN) -> int:
@@ -112,13 +117,151 @@ def newest_order(t: pa.Table, key_names: list[str], *, drop_deleted: bool = Fals
     return order
 
 
+_ARANGE = pa.array(range(1 << 17), pa.int64())
+
+
+def _arange(start: int, n: int) -> pa.Array:
+    """int64 [start, start + n), a slice of a cached range grown by doubling."""
+    global _ARANGE
+    if start + n > len(_ARANGE):
+        size = len(_ARANGE)
+        while size < start + n:
+            size *= 2
+        _ARANGE = pa.array(range(size), pa.int64())
+    return _ARANGE.slice(start, n)
+
+
+def two_order(t: pa.Table, n: int, key: str, *, drop_deleted: bool = False) -> pa.Array:
+    """`newest_order` of `t` made of two key-sorted parts with unique keys, its first `n`
+    rows (the older) and the rest (the newer), on one key column: by position instead of a
+    sort. Each newer key's place among the older ones is a binary search (Arrow's
+    search_sorted); an older row whose key the newer part holds is left out; the newer
+    rows' row numbers are scattered to their places in the result and the older rows'
+    fill the rest, in order (replace_with_mask). A 66k-row slab with a few hundred memstore
+    rows: ~0.4 ms here against ~0.5-0.7 ms for the sort (design/storage.md, "Session 27")."""
+    keys = _one_array(t.column(key))
+    m = t.num_rows - n
+    ka, kb = keys.slice(0, n), keys.slice(n, m)
+    pos = pc.search_sorted(ka, kb).cast(pa.int64())
+    newer = _arange(n, m)
+    if n and m:
+        dup = pc.and_(pc.less(pos, n), pc.equal(ka.take(pc.min_element_wise(pos, n - 1)), kb))
+        ndup = pc.sum(dup).as_py() or 0
+    else:
+        ndup = 0
+    if ndup:
+        d = dup.cast(pa.int64())
+        # A newer row's place: the older keys below it, less those it and the newer rows
+        # before it replace, plus the newer rows before it.
+        at = pc.add(pc.subtract(pos, pc.subtract(pc.cumulative_sum(d), d)), _arange(0, m))
+        shadowed = pc.scatter(_trues(ndup), pos.filter(dup), max_index=n - 1)
+        older = _arange(0, n).filter(pc.invert(pc.fill_null(shadowed, False)))
+    else:
+        at = pc.add(pos, _arange(0, m))
+        older = _arange(0, n)
+    size = n + m - ndup
+    order = pc.scatter(newer, at, max_index=size - 1) if m else pa.nulls(size, pa.int64())
+    order = pc.replace_with_mask(order, pc.is_null(order), older)
+    if drop_deleted and t.schema.get_field_index(DELETED_FIELD) >= 0:
+        deleted = _one_array(t.column(DELETED_FIELD))
+        if pc.any(deleted).as_py():
+            order = order.filter(pc.invert(deleted.take(order)))
+    return order
+
+
+def _trues(n: int) -> pa.Array:
+    return pa.BooleanArray.from_buffers(
+        pa.bool_(), n, [None, pa.py_buffer(b"\xff" * ((n + 7) // 8))]
+    )
+
+
+def _slab_order(
+    t: pa.Table, parts: list[pa.Table], key_names: list[str], drop_deleted: bool
+) -> pa.Array:
+    """`newest_order` of a slab's parts put together (`t`): by position for two parts on
+    one key column (`two_order`), else by a sort."""
+    if len(parts) == 2 and len(key_names) == 1 and _positional(t.schema.field(key_names[0]).type):
+        return two_order(t, parts[0].num_rows, key_names[0], drop_deleted=drop_deleted)
+    return newest_order(t, key_names, drop_deleted=drop_deleted)
+
+
+def _positional(typ: pa.DataType) -> bool:
+    """Key types `two_order` merges: those search_sorted takes whose equality is the
+    sort's (floats are left to the sort: NaN)."""
+    t = pa.types
+    return (
+        t.is_integer(typ)
+        or t.is_string(typ)
+        or t.is_binary(typ)
+        or t.is_timestamp(typ)
+        or t.is_date(typ)
+        or t.is_boolean(typ)
+    )
+
+
+# A newer part of at most 1 row in this many of the older one is spliced in (`splice`),
+# not merged through an order and a take: a slab of 32k rows of 5 columns (the bench's)
+# costs ~0.47 ms that way whatever the newer rows, a splice ~0.15 ms and ~5 µs a newer
+# row (13 rows 0.22 ms, 64 rows 0.45, 128 rows 0.79).
+SPLICE_RATIO = 512
+
+
+def splice(older: pa.Table, newer: pa.Table, key: str, *, drop_deleted: bool) -> pa.Table:
+    """`newest_versions([older, newer])` (two key-sorted parts with unique keys, one key
+    column) by slicing: the older part's rows between the newer rows' places (Arrow's
+    search_sorted), the newer rows in them, an older row whose key the newer part holds
+    left out; the pieces copied once into one chunk a column. With `drop_deleted`, no
+    tombstone is left. For a few newer rows among many older ones: a memstore's scattered
+    keys in a run's slab (design/storage.md, "Session 27")."""
+    n = older.num_rows
+    ka = _one_array(older.column(key))
+    kb = _one_array(newer.column(key))
+    pos_arr = pc.search_sorted(ka, kb)
+    pos = pos_arr.to_pylist()
+    if n:
+        same = pc.equal(ka.take(pc.min_element_wise(pos_arr, n - 1)), kb)
+        dup = pc.and_(pc.less(pos_arr, n), same).to_pylist()
+    else:
+        dup = [False] * len(pos)
+    pieces = []
+    p = 0  # the older rows before p are placed
+    run = None  # the newer rows [run, j) wait to be placed at p
+    for j, (q, d) in enumerate(zip(pos, dup, strict=True)):
+        if q > p:
+            if run is not None:
+                pieces.append(newer.slice(run, j - run))
+            pieces.append(older.slice(p, q - p))
+            run = j
+        elif run is None:
+            run = j
+        p = q + 1 if d else q
+    if run is not None:
+        pieces.append(newer.slice(run, len(pos) - run))
+    if p < n:
+        pieces.append(older.slice(p, n - p))
+    out = pa.concat_tables(pieces).combine_chunks()
+    if drop_deleted and out.schema.get_field_index(DELETED_FIELD) >= 0:
+        deleted = out.column(DELETED_FIELD)
+        if pc.any(deleted).as_py():
+            out = out.filter(pc.invert(deleted))
+    return out
+
+
 def _merge_parts(parts: list[pa.Table], key_names: list[str], drop_deleted: bool) -> pa.Table:
     """`newest_versions` of a slab's parts, without moving their `__deleted` column where
     the result holds no tombstone (none in the parts, or `drop_deleted`): a take of a
     boolean column costs about what one of an int64 column does; an all-false column of
-    the result's length replaces it."""
+    the result's length replaces it. Two parts, the newer at most 1/SPLICE_RATIO of the
+    older: `splice`d."""
+    if (
+        len(parts) == 2
+        and len(key_names) == 1
+        and parts[1].num_rows * SPLICE_RATIO <= parts[0].num_rows
+        and _positional(parts[0].schema.field(key_names[0]).type)
+    ):
+        return splice(parts[0], parts[1], key_names[0], drop_deleted=drop_deleted)
     t = pa.concat_tables(parts)
-    order = newest_order(t, key_names, drop_deleted=drop_deleted)
+    order = _slab_order(t, parts, key_names, drop_deleted)
     at = t.schema.get_field_index(DELETED_FIELD)
     if at < 0:
         return t.take(order)
@@ -204,6 +347,7 @@ def merge_slabs(
     counts: SlabCounts | None = None,
     *,
     drop_deleted: bool = False,
+    total_rows: int | None = None,
 ) -> Iterator[pa.Table]:
     """Slabs of the newest version of every key of `sources` (oldest first) in [lower,
     upper) (Python keys, None: open), in key order; `adapt(i, rows)` turns a slice of
@@ -217,18 +361,33 @@ def merge_slabs(
     A slab is direct (a slice of one source, `adapt`ed, nothing merged) when the source
     with the smallest next key has at least DIRECT_ROWS_MIN rows (or all it has left)
     below every other source's next key: at most `slab_rows x len(sources)` of them, to
-    the end of its record batch. Otherwise the window up to the cut key is merged."""
+    the end of its record batch. Otherwise the window up to the cut key is merged.
+
+    With `total_rows`, a slab holds about that many rows however many sources there are:
+    a window's sources are only those whose next key lies before where any one source
+    would end a slab of `total_rows` rows alone. If they hold at most 1/8 more than
+    `total_rows` up to there, that is the slab (a run and a memstore of scattered keys:
+    the run's `total_rows` rows and the memstore's few among them); else they share it
+    equally (`shared_slab_rows`). `slab_rows` is then unused. Before, a tablet of one run
+    of 12 key-disjoint blocks and a memstore merged windows of 65,536 / 13 = 5,041 rows,
+    and searched every block each window. Sources whose next key is past the cut are not
+    searched."""
     slab_rows = max(1, slab_rows)
     srcs = [SortedSource(t, key_names) for t in sources]
     pos = [0 if lower is None else s.search(lower, 0, s.num_rows, right=False) for s in srcs]
     end = [
         s.num_rows if upper is None else s.search(upper, 0, s.num_rows, right=False) for s in srcs
     ]
-    direct_max = slab_rows * max(1, len(srcs))
-    direct_min = min(DIRECT_ROWS_MIN, slab_rows)
+    if total_rows is not None:
+        total_rows = max(1, total_rows)
+        direct_max = total_rows
+    else:
+        direct_max = slab_rows * max(1, len(srcs))
+    direct_min = min(DIRECT_ROWS_MIN, slab_rows if total_rows is None else total_rows)
     # Each live source's next key, kept as positions move (one key_at per source a slab).
     heads = {i: srcs[i].key_at(pos[i]) for i in range(len(srcs)) if pos[i] < end[i]}
     while heads:
+        at = list(pos)
         first = min(heads, key=heads.__getitem__)
         src, p = srcs[first], pos[first]
         stop = min(end[first], p + direct_max, src.batch_end(p))
@@ -246,17 +405,40 @@ def merge_slabs(
             parts = [adapt(first, src.table.slice(p, stop - p))]
             pos[first] = stop
         else:
-            cut = min(srcs[i].key_at(min(pos[i] + slab_rows, end[i]) - 1) for i in heads)
+            stops = None
+            if total_rows is not None:
+                # Where the source that gets there first would end a slab of total_rows
+                # alone: the window is the sources that start before it. Where the others
+                # give few rows up to there (a memstore's scattered keys in a run), that is
+                # the cut; else they share the slab.
+                reach = min(srcs[i].key_at(min(pos[i] + total_rows, end[i]) - 1) for i in heads)
+                window = [i for i in heads if not reach < heads[i]]
+                stops = {i: srcs[i].search(reach, pos[i], end[i], right=True) for i in window}
+                if sum(stops[i] - pos[i] for i in window) > total_rows + total_rows // 8:
+                    share = shared_slab_rows(total_rows, len(window))
+                    cut = min(srcs[i].key_at(min(pos[i] + share, end[i]) - 1) for i in window)
+                    stops = {
+                        i: srcs[i].search(cut, pos[i], stops[i], right=True)
+                        for i in window
+                        if not cut < heads[i]  # nothing of this source up to the cut
+                    }
+            else:
+                cut = min(srcs[i].key_at(min(pos[i] + slab_rows, end[i]) - 1) for i in heads)
+                stops = {
+                    i: srcs[i].search(cut, pos[i], end[i], right=True)
+                    for i in heads
+                    if not cut < heads[i]
+                }
             parts = []
-            for i in sorted(heads):  # oldest first: newest_versions keeps the last of equal keys
-                stop = srcs[i].search(cut, pos[i], end[i], right=True)
+            for i in sorted(stops):  # oldest first: newest_versions keeps the last of equal keys
+                stop = stops[i]
                 if stop > pos[i]:
                     parts.append(adapt(i, srcs[i].table.slice(pos[i], stop - pos[i])))
                     pos[i] = stop
         for i in list(heads):
             if pos[i] >= end[i]:
                 del heads[i]
-            else:
+            elif pos[i] != at[i]:
                 heads[i] = srcs[i].key_at(pos[i])
         if len(parts) == 1:
             slab = parts[0]
@@ -292,11 +474,19 @@ def compaction_slabs(
     in bounded slabs (`merge_slabs`): the newest version of every key, tombstones dropped
     with `drop_deleted` (a run that starts at the oldest block: nothing older is left for
     them to hide) and kept otherwise. Each slab holds at most `len(sources) x slab_rows`
-    rows (default: COMPACT_SLAB_ROWS shared among the sources)."""
-    if slab_rows is None:
-        slab_rows = shared_slab_rows(COMPACT_SLAB_ROWS, len(sources), COMPACT_SOURCE_ROWS_MIN)
+    rows (default: about COMPACT_SLAB_ROWS, shared among the sources each window overlaps,
+    `merge_slabs`' total_rows)."""
+    total = None
+    if slab_rows is None:  # COMPACT_SLAB_ROWS shared among the blocks each window overlaps
+        slab_rows, total = COMPACT_SOURCE_ROWS_MIN, COMPACT_SLAB_ROWS
     slabs = merge_slabs(
-        sources, key_names, adapt, slab_rows=slab_rows, on_slab=on_slab, drop_deleted=drop_deleted
+        sources,
+        key_names,
+        adapt,
+        slab_rows=slab_rows,
+        on_slab=on_slab,
+        drop_deleted=drop_deleted,
+        total_rows=total,
     )
     for slab in slabs:
         if drop_deleted and pc.any(slab.column(DELETED_FIELD)).as_py():

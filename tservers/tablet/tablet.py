@@ -116,7 +116,6 @@ from tservers.tablet.merge import (
     SlabCounts,
     merge_slabs,
     newest_versions,
-    shared_slab_rows,
 )
 from tservers.tablet.pages import PageRelease
 from tservers.tablet.schema import DELETED_FIELD, Schema, block_name, value_from_pb
@@ -1749,10 +1748,17 @@ class Tablet:
             pages = PageRelease.of([*kept, None])
             key_names = self._key_names(schema)
             counts = SlabCounts()
-            # `slab_rows` in all, shared among the sources (merge.shared_slab_rows).
-            per_source = shared_slab_rows(slab_rows, len(sources))
+            # `slab_rows` in all, shared among the sources each window overlaps.
             slabs = merge_slabs(
-                sources, key_names, adapt, lo, hi, per_source, pages, counts, drop_deleted=True
+                sources,
+                key_names,
+                adapt,
+                lo,
+                hi,
+                on_slab=pages,
+                counts=counts,
+                drop_deleted=True,
+                total_rows=slab_rows,
             )
             try:
                 for slab in slabs:
