@@ -59,6 +59,7 @@ from rpc.protocols.tserver_pb2 import (
     WriteResponse,
 )
 from rpc.protocols.tserver_pb2 import MemberType as MemberTypePB
+from rpc.sendbuffers import SendBuffers
 from rpc.server import CallContext, Reply, RpcServer
 from tservers.consensus.types import INDEX_MAX, ConfigChange, ConfigChangeType, MemberType
 from tservers.consensus_wire import (
@@ -95,9 +96,10 @@ class _Scanner:
     arrow_schema: pa.Schema
     sent: int = 0
     sent_bytes: int = 0  # over all its answers
+    heap_bytes: int = 0  # of its answers' buffers from malloc, not ANSWER_BUFFERS
 
 
-def ipc_batch(batch: pa.RecordBatch) -> memoryview:
+def ipc_batch(batch: pa.RecordBatch, counts: _Scanner | None = None) -> memoryview:
     """One batch as an Arrow IPC stream: a view of Arrow's buffer, not a copy (the rpc layer
     sends a large frame without copying it too). Written into one buffer of its final size
     (the schema's message, the batch's, the end marker): a growing stream reallocates and
@@ -108,9 +110,18 @@ def ipc_batch(batch: pa.RecordBatch) -> memoryview:
     freed there when sent. From mimalloc, a server's first scans and the first after it
     idled put their answers on fresh transparent huge pages (mimalloc asks for them), each
     zeroed whole by the kernel on first touch: 140-200 ms of server CPU for a 1M-row scan
-    of one run instead of 20-40 (design/storage.md, "The fixed cost of a scan")."""
+    of one run instead of 20-40 (design/storage.md, "The fixed cost of a scan").
+
+    A buffer of some hundreds of KiB or more is a mapping of `ANSWER_BUFFERS`, reused from
+    one answer to the next (rpc/sendbuffers.py): a buffer of its own each time is a new
+    mapping whose every page the kernel faults in and zeroes. Where the pool declines,
+    glibc's malloc as before, and `counts.heap_bytes` (the scanner's) adds the size."""
     size = batch.schema.serialize().size + pa.ipc.get_record_batch_size(batch) + IPC_SLACK_BYTES
-    buf = pa.allocate_buffer(size, memory_pool=ANSWER_POOL)
+    buf = ANSWER_BUFFERS.get(size)
+    if buf is None:
+        buf = pa.allocate_buffer(size, memory_pool=ANSWER_POOL)
+        if counts is not None:
+            counts.heap_bytes += size
     out = pa.FixedSizeBufferWriter(buf)
     with pa.ipc.new_stream(out, batch.schema) as w:
         w.write_batch(batch)
@@ -123,6 +134,9 @@ IPC_SLACK_BYTES = 64
 # large buffer in 4 KiB pages and unmaps it when freed (no huge page zeroed whole, nothing
 # kept per thread).
 ANSWER_POOL = pa.system_memory_pool()
+# Answers' buffers reused (see ipc_batch): at most 96 MiB of mappings, unmapped after 5 s
+# unused.
+ANSWER_BUFFERS = SendBuffers()
 
 
 # Test-only broken builds of the read path (tests/nemesis/test_broken_builds.py), off
@@ -399,7 +413,7 @@ class TServerService:
             part = sc.head.slice(0, sc.batch_rows).combine_chunks()
             sc.head = sc.head.slice(part.num_rows) if part.num_rows < sc.head.num_rows else None
             for b in part.to_batches():
-                data = ipc_batch(b)
+                data = ipc_batch(b, sc)
                 sidecars.append(data)
                 size += len(data)
                 rows += b.num_rows
@@ -417,8 +431,11 @@ class TServerService:
             # merge itself (design/storage.md, "Scans without a merge"); 1-2 ms a call.
             pa.default_memory_pool().release_unused()
             # And glibc's arenas, where the answers' buffers (ANSWER_POOL) stay once the
-            # dynamic mmap threshold has risen to their size (rpc/heap.py).
-            heap.trim()
+            # dynamic mmap threshold has risen to their size (rpc/heap.py): only after
+            # answers that ANSWER_BUFFERS did not hold (a trim costs ~1-3 ms, 8% of a 1M-row
+            # scan's server samples when it ran after every scan).
+            if sc.heap_bytes >= SCAN_RELEASE_BYTES_MIN:
+                heap.trim()
         with self._counts_lock:
             self.rows_scanned += rows
         resp = ScanResponse(has_more=has_more, rows=rows, schema=sc.schema_pb)
