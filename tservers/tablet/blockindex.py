@@ -30,7 +30,7 @@ from tservers.metafile import fsync_dir, install_file
 from tservers.tablet import stats as block_stats
 from tservers.tablet.bloom import Bloom, BloomV1, Probe, hash_columns, i64, is_int_type, key_hash
 from tservers.tablet.merge import compaction_slabs
-from tservers.tablet.pages import Mapping, batch_span, release
+from tservers.tablet.pages import PAGE_BYTES, Mapping, batch_span, release
 from tservers.tablet.schema import DELETED_FIELD
 from tservers.tablet.stats import stats_name
 
@@ -107,6 +107,27 @@ def _key_array(a: pa.Array) -> pa.Array:
     return a
 
 
+def _map_filter(path: Path) -> tuple[Bloom | BloomV1 | None, Mapping | None]:
+    """The filter in the file at `path`, mapped: a version-2 filter's bits stay in the
+    file's pages (counted in RssFile and under the mapped-pages budget, not the heap: 1.5
+    bytes a key, 75 MB at 50M rows), with the mapping's range; (None, None) when there is
+    no file or it is not a whole filter. A version-1 filter is copied to the heap (no
+    mapping): its block's next compaction writes version 2."""
+    try:
+        with pa.memory_map(str(path), "r") as src:
+            whole = src.read_buffer(src.size())  # the mapping itself, no copy
+    except FileNotFoundError:
+        return None, None
+    if not whole.size:
+        return None, None
+    bloom = Bloom.from_bytes(memoryview(whole).cast("B"))  # bytes, not signed chars
+    if not isinstance(bloom, Bloom):
+        return bloom, None
+    # The mapping covers the file's last page whole (the kernel maps whole pages).
+    end = -(-(whole.address + whole.size) // PAGE_BYTES) * PAGE_BYTES
+    return bloom, Mapping(whole.address, end)
+
+
 class BlockIndex:
     """One immutable block: its mapped table and what finds a key in it."""
 
@@ -131,6 +152,7 @@ class BlockIndex:
         "_lasts",
         "mapping",
         "spans",
+        "filter_mapping",
     )
 
     def __init__(self, name: str, table: pa.Table, key_names: list[str]) -> None:
@@ -158,6 +180,9 @@ class BlockIndex:
         # None for a table not read from a mapped file.
         self.mapping: Mapping | None = None
         self.spans: list[tuple[int, int] | None] = []
+        # The filter file's mapping, where the filter's bits are (`_map_filter`); None for
+        # a version-1 filter (copied to the heap) or none.
+        self.filter_mapping: Mapping | None = None
         # A one-column key as a chunked array over the mapped batches (timestamps as
         # int64), searched with Arrow's binary search (`locate_many`); None for a
         # composite key (Python bisect per key).
@@ -182,17 +207,17 @@ class BlockIndex:
             b.mapping = Mapping(whole.address, whole.address + whole.size)
             b.spans = [batch_span(x, b.mapping) for x in b.batches]
         path = data_dir / bloom_name(name)
-        bloom = None
-        try:
-            bloom = Bloom.from_bytes(path.read_bytes())
-        except FileNotFoundError:
-            pass
+        bloom, b.filter_mapping = _map_filter(path)
         if bloom is None or bloom.nkeys != b.num_rows:
             if path.exists():
                 log.warning("block %s: filter file unreadable or stale; rebuilding it", name)
-            bloom = b.build_bloom()
-            write_file(path, bloom.to_bytes())
+            write_file(path, b.build_bloom().to_bytes())
+            bloom, b.filter_mapping = _map_filter(path)  # its pages, not a heap copy
+            if bloom is None:  # cannot be read back as written
+                raise OSError(f"block {name}: the filter file just written is unreadable")
         b.bloom = bloom
+        if b.filter_mapping is not None:  # the crc check read it: out of the process again
+            release(b.filter_mapping, b.filter_mapping.lo, b.filter_mapping.hi)
         spath = data_dir / stats_name(name)
         rows = [x.num_rows for x in b.batches]
         chunks = None
@@ -212,6 +237,11 @@ class BlockIndex:
             if span is not None:
                 release(b.mapping, *span)
         return b
+
+    @property
+    def mappings(self) -> list[Mapping]:
+        """The block's file mappings: its data and its filter's (`pages.release_blocks`)."""
+        return [m for m in (self.mapping, self.filter_mapping) if m is not None]
 
     def chunk_first(self, j: int):
         return self._firsts[j]

@@ -383,19 +383,25 @@ class Bloom:
         return _HEADER.pack(MAGIC, VERSION, PROBES, self.nwords, self.nkeys, crc) + self.bits
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> Bloom | BloomV1 | None:
+    def from_bytes(cls, data: bytes | memoryview) -> Bloom | BloomV1 | None:
         """The filter in `data` (a `Bloom` for version 2, a `BloomV1` for version 1), or
-        None when it is not a whole filter of either."""
+        None when it is not a whole filter of either. A version-2 filter over a memoryview
+        (a mapped file's: `BlockIndex.open`) keeps its bits there, no copy: they are the
+        file's pages, which the mapped-pages budget hands back like the blocks'
+        (`pages.release_blocks`); a version-1 one is copied."""
         if len(data) < _HEADER.size:
             return None
         magic, version, probes, nwords, nkeys, crc = _HEADER.unpack_from(data)
         if magic != MAGIC:
             return None
         if version == V1_VERSION:
-            return BloomV1.from_bytes(data)
+            return BloomV1.from_bytes(bytes(data))
         if version != VERSION or probes != PROBES or not WORDS_MIN <= nwords <= WORDS_MAX:
             return None
-        bits = bytes(data[_HEADER.size :])
+        if isinstance(data, memoryview):
+            bits = data[_HEADER.size :]
+        else:
+            bits = bytes(data[_HEADER.size :])
         if len(bits) != nwords * WORD_BYTES:
             return None
         if zlib.crc32(bits, zlib.crc32(data[: _HEADER_FIELDS.size])) != crc:

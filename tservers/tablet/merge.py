@@ -180,7 +180,12 @@ def _slab_order(
 ) -> pa.Array:
     """`newest_order` of a slab's parts put together (`t`): by position for two parts on
     one key column (`two_order`), else by a sort."""
-    if len(parts) == 2 and len(key_names) == 1 and _positional(t.schema.field(key_names[0]).type):
+    if (
+        len(parts) == 2
+        and len(key_names) == 1
+        and parts[1].num_rows * TWO_ORDER_RATIO <= parts[0].num_rows
+        and _positional(t.schema.field(key_names[0]).type)
+    ):
         return two_order(t, parts[0].num_rows, key_names[0], drop_deleted=drop_deleted)
     return newest_order(t, key_names, drop_deleted=drop_deleted)
 
@@ -199,6 +204,11 @@ def _positional(typ: pa.DataType) -> bool:
     )
 
 
+# A newer part of at most 1 row in this many of the older one is merged by position
+# (`two_order`), else by a sort: for a slab of 65,536 keys, two_order takes 0.23 ms with
+# 0.2% of them newer, 0.30 with 1%, 0.47 with 3%, 0.80 with 10%, 2.3 with half; the sort
+# 0.47-0.70 whatever the share.
+TWO_ORDER_RATIO = 32
 # A newer part of at most 1 row in this many of the older one is spliced in (`splice`),
 # not merged through an order and a take: a slab of 32k rows of 5 columns (the bench's)
 # costs ~0.47 ms that way whatever the newer rows, a splice ~0.15 ms and ~5 µs a newer

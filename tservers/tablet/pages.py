@@ -136,7 +136,8 @@ def mapped_file_bytes() -> int:
 
 
 def release_blocks(blocks) -> int:
-    """MADV_DONTNEED on the whole mapping of each of `blocks` (BlockIndex) that has one:
-    their pages leave the process (a reader maps them again from the page cache: the
-    mapping is read-only and shared, nothing is lost). The bytes advised."""
-    return sum(release(b.mapping, b.mapping.lo, b.mapping.hi) for b in blocks if b.mapping)
+    """MADV_DONTNEED on the whole mappings of each of `blocks` (BlockIndex: its data file's
+    and its filter file's): their pages leave the process (a reader maps them again from
+    the page cache: the mappings are read-only and shared, nothing is lost). The bytes
+    advised."""
+    return sum(release(m, m.lo, m.hi) for b in blocks for m in b.mappings)
