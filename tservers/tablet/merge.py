@@ -421,14 +421,27 @@ def merge_slabs(
                 # alone: the window is the sources that start before it. Where the others
                 # give few rows up to there (a memstore's scattered keys in a run), that is
                 # the cut; else they share the slab.
-                reach = min(srcs[i].key_at(min(pos[i] + total_rows, end[i]) - 1) for i in heads)
+                # The searches stop as soon as the rows pass the bound (overlapping runs:
+                # at the second source), and those made bound the shared cut's.
+                alone = {i: min(pos[i] + total_rows, end[i]) for i in heads}
+                last = {i: srcs[i].key_at(alone[i] - 1) for i in heads}
+                r = min(heads, key=last.__getitem__)
+                reach = last[r]
                 window = [i for i in heads if not reach < heads[i]]
-                stops = {i: srcs[i].search(reach, pos[i], end[i], right=True) for i in window}
-                if sum(stops[i] - pos[i] for i in window) > total_rows + total_rows // 8:
+                upto = {i: end[i] for i in window}
+                upto[r] = alone[r]  # unique keys: its rows up to reach are exactly those
+                given = alone[r] - pos[r]
+                for i in window:
+                    if i != r and given <= total_rows + total_rows // 8:
+                        upto[i] = srcs[i].search(reach, pos[i], end[i], right=True)
+                        given += upto[i] - pos[i]
+                if given <= total_rows + total_rows // 8:
+                    stops = upto
+                else:
                     share = shared_slab_rows(total_rows, len(window))
                     cut = min(srcs[i].key_at(min(pos[i] + share, end[i]) - 1) for i in window)
                     stops = {
-                        i: srcs[i].search(cut, pos[i], stops[i], right=True)
+                        i: srcs[i].search(cut, pos[i], upto[i], right=True)
                         for i in window
                         if not cut < heads[i]  # nothing of this source up to the cut
                     }

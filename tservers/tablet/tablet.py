@@ -1739,8 +1739,10 @@ class Tablet:
         if mem is not None and mem.num_rows:
             sources.append(mem if merge_cols is None else self._adapt(mem, schema, merge_cols))
 
+        adapters = [self._adapter(t.schema, schema, merge_cols) for t in block_tables]
+
         def adapt(i: int, t: pa.Table) -> pa.Table:
-            return self._adapt(t, schema, merge_cols) if i < nblocks else t
+            return adapters[i](t) if i < nblocks else t
 
         def pieces() -> Iterator[pa.Table]:
             left = limit or None
@@ -1910,6 +1912,25 @@ class Tablet:
                 raise BadRequest(f"unknown predicate operator {op}")
             out = e if out is None else out & e
         return out
+
+    def _adapter(
+        self, block_schema: pa.Schema, schema: Schema, columns: list | None
+    ) -> Callable[[pa.Table], pa.Table]:
+        """`_adapt` for slices of one block (its Arrow schema `block_schema`), worked out
+        once: where the block has every column wanted, with the same fields, a `select` of
+        them (one call; `_adapt` builds the fields and the schema again for each slice,
+        ~15% of a scan of 17 overlapping runs' server samples); else `_adapt`."""
+        want = [
+            pa.field(block_name(c.id), c.arrow_type)
+            for c in (schema.columns if columns is None else columns)
+        ]
+        want.append(pa.field(DELETED_FIELD, pa.bool_()))
+        idx = [block_schema.get_field_index(f.name) for f in want]
+        if all(i >= 0 for i in idx) and [block_schema.field(i) for i in idx] == want:
+            if block_schema.metadata:
+                return lambda t: t.select(idx).replace_schema_metadata(None)
+            return lambda t: t.select(idx)
+        return lambda t: self._adapt(t, schema, columns)
 
     def _adapt(
         self, block: pa.Table, schema: Schema | None = None, columns: list | None = None
