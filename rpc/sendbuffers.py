@@ -87,7 +87,10 @@ class SendBuffers:
             self._start_reaper_locked()
         if mm is None:
             try:
-                mm = mmap.mmap(-1, cls)
+                # Private: a shared anonymous mapping (mmap's default) counts as shared
+                # memory (RssShmem), which the tablet server's mapped-pages budget reads as
+                # block pages (/proc/self/statm's shared field) and trims.
+                mm = mmap.mmap(-1, cls, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
             except BaseException:
                 with self._lock:
                     self.bytes_held -= cls

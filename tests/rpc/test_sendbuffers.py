@@ -10,6 +10,7 @@ server kept up to 8 answers of 16 MiB."""
 from __future__ import annotations
 
 import gc
+import mmap
 import time
 import weakref
 
@@ -151,3 +152,21 @@ def test_a_worker_does_not_keep_its_last_answer(slow):
         assert answer.uuid == "one" and len(sidecars[0]) == 256 << 10
         del sidecars
         assert until(lambda: released == ["one"]), released
+
+
+def _statm_shared_bytes() -> int:
+    with open("/proc/self/statm", "rb") as f:
+        return int(f.read().split()[2]) * mmap.PAGESIZE
+
+
+def test_the_pools_pages_are_private_not_shared():
+    """A shared anonymous mapping counts in statm's shared field (RssShmem), which the
+    tablet server's mapped-pages budget reads as its blocks' pages: the pool's must not."""
+    pool = SendBuffers(bytes_max=64 * MIB, idle_s=1000, clock=Clock())
+    try:
+        before = _statm_shared_bytes()
+        v = pool.get(32 * MIB)
+        pa.FixedSizeBufferWriter(v).write(b"x" * (32 * MIB))  # every page touched
+        assert _statm_shared_bytes() - before < 8 * MIB
+    finally:
+        pool.close()

@@ -137,8 +137,8 @@ def two_order(t: pa.Table, n: int, key: str, *, drop_deleted: bool = False) -> p
     sort. Each newer key's place among the older ones is a binary search (Arrow's
     search_sorted); an older row whose key the newer part holds is left out; the newer
     rows' row numbers are scattered to their places in the result and the older rows'
-    fill the rest, in order (replace_with_mask). A 66k-row slab with a few hundred memstore
-    rows: ~0.4 ms here against ~0.5-0.7 ms for the sort (design/storage.md, "Session 27")."""
+    fill the rest, in order (replace_with_mask). Cheaper than the sort only while the
+    newer part is small (TWO_ORDER_RATIO; design/storage.md, "Session 27")."""
     keys = _one_array(t.column(key))
     m = t.num_rows - n
     ka, kb = keys.slice(0, n), keys.slice(n, m)
