@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 
 import pyarrow as pa
+import pytest
 
 from rpc.protocols.tserver_pb2 import OpType
 from tests.tservers.helpers import create, deadline, ipc, open_manager, six_rows
@@ -73,35 +74,37 @@ def test_a_blocks_filter_is_its_files_pages(tmp_path):
         m.close()
 
 
-def test_a_version_1_filter_file_is_read_into_the_heap(tmp_path):
+@pytest.fixture
+def one_block(tmp_path):
+    """(the tablet, its one block, its data directory)."""
     m, t = _tablet(tmp_path)
     try:
         (b,) = t.blocks
-        data_dir = t.fs.data_dir(t.tablet_id)
-        v1 = BloomV1.build_batches((hash_columns(a) for a in b._keys), b.num_rows)
-        (data_dir / bloom_name(b.name)).write_bytes(v1.to_bytes())
-        again = BlockIndex.open(data_dir, b.name, t._key_names())
-        assert isinstance(again.bloom, BloomV1) and again.filter_mapping is None
-        assert again.mappings == [again.mapping]
-        assert all(_probe(again, list(range(0, 2000, 2))))
+        yield t, b, t.fs.data_dir(t.tablet_id)
     finally:
         m.close()
 
 
-def test_a_torn_filter_file_is_rebuilt_and_mapped(tmp_path):
-    m, t = _tablet(tmp_path)
-    try:
-        (b,) = t.blocks
-        data_dir = t.fs.data_dir(t.tablet_id)
-        path = data_dir / bloom_name(b.name)
-        whole = path.read_bytes()
-        write_file(path, whole[: len(whole) // 2])  # torn (a new inode: b maps the old)
-        again = BlockIndex.open(data_dir, b.name, t._key_names())
-        assert isinstance(again.bloom, Bloom) and again.filter_mapping is not None
-        assert path.read_bytes() == whole  # rebuilt as it was
-        path.unlink()  # missing
-        again = BlockIndex.open(data_dir, b.name, t._key_names())
-        assert again.filter_mapping is not None and path.read_bytes() == whole
-        assert all(_probe(again, list(range(0, 2 * ROWS, 2))[:5000]))
-    finally:
-        m.close()
+def test_a_version_1_filter_file_is_read_into_the_heap(one_block):
+    t, b, data_dir = one_block
+    v1 = BloomV1.build_batches((hash_columns(a) for a in b._keys), b.num_rows)
+    # Replaced (a new inode) as the server writes files: b keeps mapping the old one.
+    write_file(data_dir / bloom_name(b.name), v1.to_bytes())
+    again = BlockIndex.open(data_dir, b.name, t._key_names())
+    assert isinstance(again.bloom, BloomV1) and again.filter_mapping is None
+    assert again.mappings == [again.mapping]
+    assert all(_probe(again, list(range(0, 2000, 2))))
+
+
+def test_a_torn_filter_file_is_rebuilt_and_mapped(one_block):
+    t, b, data_dir = one_block
+    path = data_dir / bloom_name(b.name)
+    whole = path.read_bytes()
+    write_file(path, whole[: len(whole) // 2])  # torn (a new inode: b maps the old)
+    again = BlockIndex.open(data_dir, b.name, t._key_names())
+    assert isinstance(again.bloom, Bloom) and again.filter_mapping is not None
+    assert path.read_bytes() == whole  # rebuilt as it was
+    path.unlink()  # missing
+    again = BlockIndex.open(data_dir, b.name, t._key_names())
+    assert again.filter_mapping is not None and path.read_bytes() == whole
+    assert all(_probe(again, list(range(0, 2 * ROWS, 2))[:5000]))

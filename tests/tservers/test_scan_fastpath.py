@@ -59,6 +59,30 @@ def layout(rng: random.Random) -> list[list[int]]:
     return out
 
 
+def random_case(rng: random.Random, keys: list[list[int]]) -> tuple | None:
+    """(sources of `keys` in record batches of a random size, a random lower and upper
+    bound), or None when every source is empty."""
+    batch_rows = rng.choice([1, 3, 64, 5000])
+    sources = [source(ks, i, batch_rows) for i, ks in enumerate(keys)]
+    sources = [s for s in sources if s.num_rows]
+    if not sources:
+        return None
+    return sources, rng.choice([None, rng.randrange(3000)]), rng.choice([None, rng.randrange(3000)])
+
+
+def check_slabs(got: list[pa.Table], sources: list[pa.Table], lower, upper) -> None:
+    """The slabs are non-empty and put together the newest version of every key of the
+    sources within [lower, upper), in key order."""
+    want = newest_versions(sources, ["k"])
+    if lower is not None:
+        want = want.filter(pc.greater_equal(want.column("k"), lower))
+    if upper is not None:
+        want = want.filter(pc.less(want.column("k"), upper))
+    assert all(s.num_rows for s in got)
+    out = pa.concat_tables(got) if got else want.slice(0, 0)
+    assert out.to_pylist() == want.to_pylist()
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_slabs_equal_the_newest_versions_of_the_whole_sources(seed):
     """Whatever the sources' overlap, the slabs put together are the newest version of every
@@ -66,27 +90,16 @@ def test_slabs_equal_the_newest_versions_of_the_whole_sources(seed):
     rng = random.Random(seed)
     counts = SlabCounts()
     for _ in range(60):
-        keys = layout(rng)
-        batch_rows = rng.choice([1, 3, 64, 5000])
-        sources = [source(ks, i, batch_rows) for i, ks in enumerate(keys)]
-        sources = [s for s in sources if s.num_rows]
-        if not sources:
+        case = random_case(rng, layout(rng))
+        if case is None:
             continue
-        lower = rng.choice([None, rng.randrange(3000)])
-        upper = rng.choice([None, rng.randrange(3000)])
+        sources, lower, upper = case
         slab_rows = rng.choice([1, 2, 7, 50, DIRECT_ROWS_MIN, 16_384])
         got = list(
             merge_slabs(sources, ["k"], lambda i, t: t, lower, upper, slab_rows, counts=counts)
         )
-        want = newest_versions(sources, ["k"])
-        if lower is not None:
-            want = want.filter(pc.greater_equal(want.column("k"), lower))
-        if upper is not None:
-            want = want.filter(pc.less(want.column("k"), upper))
-        assert all(s.num_rows for s in got)
         assert all(s.num_rows <= slab_rows * len(sources) for s in got)
-        out = pa.concat_tables(got) if got else want.slice(0, 0)
-        assert out.to_pylist() == want.to_pylist()
+        check_slabs(got, sources, lower, upper)
     # Both kinds of slabs were made along the way.
     assert counts.direct > 100 and counts.merged > 100
 
