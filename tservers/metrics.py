@@ -20,6 +20,7 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 
 from rpc import observe
 from rpc.protocols.tserver_pb2 import DataState
+from tservers.service import ANSWER_BUFFERS
 from tservers.tablet.pages import mapped_file_bytes
 
 if TYPE_CHECKING:
@@ -296,6 +297,28 @@ class TServerObserver:
                 "logcentric_tserver_mapped_trims",
                 "Times every data block's mapped pages were handed back (--mapped-bytes-max)",
                 m.mapped_trims,
+            )
+        )
+        pool = ANSWER_BUFFERS  # scan answers' reused mappings (rpc/sendbuffers.py)
+        out.append(
+            _gauge(
+                "logcentric_tserver_answer_buffer_bytes",
+                "Bytes of the mappings kept for scan answers, lent or free",
+                pool.bytes_held,
+            )
+        )
+        out.append(
+            _counter(
+                "logcentric_tserver_answer_buffers_reused",
+                "Scan answer buffers lent from a kept mapping",
+                pool.reused,
+            )
+        )
+        out.append(
+            _counter(
+                "logcentric_tserver_answer_buffers_declined",
+                "Scan answer buffers the pool declined (size or bound): allocated with malloc",
+                pool.declined,
             )
         )
         disk = self.server.disk

@@ -62,6 +62,9 @@ TSERVER_FAMILIES = {
     "logcentric_tserver_tablets",
     "logcentric_tserver_rows_written",
     "logcentric_tserver_rows_scanned",
+    "logcentric_tserver_answer_buffer_bytes",
+    "logcentric_tserver_answer_buffers_reused",
+    "logcentric_tserver_answer_buffers_declined",
     "logcentric_tserver_wal_group_commit_records",
     "logcentric_tserver_wal_fsync_latency_seconds",
     "logcentric_tserver_tablet_copy_bytes",
@@ -154,6 +157,8 @@ def test_every_daemon_scraped_and_numbers_move(tmp_path):
         scanned = total(tservers, "logcentric_tserver_rows_scanned")
         assert written >= ROWS, written  # each row once by its tablet's leader (retries: more)
         assert scanned >= ROWS, scanned
+        # Answers of a few hundred rows are under the answer pool's smallest class: malloc.
+        assert total(tservers, "logcentric_tserver_answer_buffers_declined") >= 1
         assert total(tservers, "logcentric_tserver_wal_groups") > before_wal
         assert total(tservers, "logcentric_rpc_calls", method="TServer.Write", status="OK") >= 1
         assert total(tservers, "logcentric_rpc_calls", method="TServer.Scan", status="OK") >= 1
