@@ -91,11 +91,13 @@ class SendBuffers:
                 # memory (RssShmem), which the tablet server's mapped-pages budget reads as
                 # block pages (/proc/self/statm's shared field) and trims.
                 mm = mmap.mmap(-1, cls, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-            except BaseException:
+            except OSError:  # no mapping to be had (ENOMEM, a map count limit): malloc's
                 with self._lock:
                     self.bytes_held -= cls
                     self.lent -= 1
-                raise
+                    self.mapped -= 1
+                    self.declined += 1
+                return None
         view = pa.py_buffer(memoryview(mm)[:size])
         weakref.finalize(view, self._returned, mm, cls)
         return view

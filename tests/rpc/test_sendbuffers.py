@@ -170,3 +170,18 @@ def test_the_pools_pages_are_private_not_shared():
         assert _statm_shared_bytes() - before < 8 * MIB
     finally:
         pool.close()
+
+
+def test_no_mapping_to_be_had_declines_and_holds_nothing(monkeypatch):
+    """mmap refused (ENOMEM, the map count limit): the caller allocates as before."""
+    pool = SendBuffers(bytes_max=8 * MIB, idle_s=1000, clock=Clock())
+
+    def refused(*args, **kwargs):
+        raise OSError(12, "Cannot allocate memory")
+
+    monkeypatch.setattr("rpc.sendbuffers.mmap.mmap", refused)
+    try:
+        assert pool.get(MIB) is None
+        assert pool.bytes_held == 0 and pool.lent == 0 and pool.declined == 1
+    finally:
+        pool.close()
