@@ -642,7 +642,46 @@ class _RaftNode(SyncObj):
             return message, None
         if message.get("type") == "next_node_idx":
             return message, self._ls_keep_next_index(node, message)
+        if message.get("type") == "append_entries" and message.get("serialized") is not None:
+            return self._ls_follower_snapshot(node, message), None
         return self._ls_follower_append_entries(node, message), None
+
+    def _ls_follower_snapshot(self, node, message):
+        """Follower, last piece of a snapshot from the leader: ignore a snapshot that does
+        not go past what this replica has applied (Raft, fig. 13: a snapshot describing a
+        prefix of the follower's log must not undo it).
+
+        pysyncobj renames every snapshot it receives over the local one, loads it into the
+        state and clears the journal. A leader sends its snapshot again on every `reset`
+        answer it gets, and answers to AppendEntries sent before the first snapshot went out
+        arrive after it: the follower installed the same snapshot twice, in between took the
+        entries after it and applied them (a barrier returned), and the second install put
+        the state back to the snapshot point (a read right after the barrier missed entries
+        until the leader resent them) and dropped those entries, durable and acknowledged,
+        from the journal ("raftCommitIndex ... exceeds journal end" warning). Here such a
+        snapshot is dropped before pysyncobj renames it, and the leader is told to go on
+        from the entry after the last applied one (a reset: the entries between the
+        snapshot and that one are committed, so they match the leader's)."""
+        data = message["serialized"]
+        if not data[2] or message.get("term", -1) < self.raftCurrentTerm:
+            return message  # not the last piece, or a stale leader's (pysyncobj ignores it)
+        serializer = self._SyncObj__serializer
+        if not isinstance(serializer, BackgroundSerializer):
+            return message
+        last_index = serializer.incoming_last_index()
+        applied = self.raftLastApplied
+        if last_index is None or last_index > applied:
+            return message
+        serializer.discard_incoming()
+        logger.info(
+            "snapshot at index %d from the leader ignored: index %d is applied already",
+            last_index,
+            applied,
+        )
+        self._SyncObj__sendNextNodeIdx(node, nextNodeIdx=applied + 1, success=False, reset=True)
+        heartbeat = {k: v for k, v in message.items() if k != "serialized"}
+        heartbeat["commit_index"] = min(message["commit_index"], applied)
+        return heartbeat
 
     def _ls_keep_next_index(self, node, message):
         """Leader side: pysyncobj sets a follower's next index to the one in every success

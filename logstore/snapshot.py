@@ -67,6 +67,7 @@ SNAPSHOT_VERSION = 2  # written; 1 is still read
 SNAPSHOT_VERSIONS_READ = (1, 2)
 SNAP_HEADER = struct.Struct("<8sIQI")
 RaftEntry = tuple[bytes, int, int]
+_RAFT_ENTRY_HEAD = struct.Struct("<QQI")  # index, term, command length (see _put_entry)
 # The background encode works in slices of this many entries and pauses this long after
 # each one (1M entries: ~1,000 pauses).
 ENCODE_SLICE_ENTRIES = 1024
@@ -383,6 +384,28 @@ def decode_snapshot(buf: bytes) -> tuple[LogState, SnapshotMeta]:
     if r.off != len(body):
         raise Corruption("snapshot body has trailing bytes")
     return state, SnapshotMeta(last_entry, prev_entry, tuple(members))
+
+
+def snapshot_last_index(path: str) -> int | None:
+    """The Raft index a snapshot file covers up to, read from its head (the header and the
+    two entries that open the body; the body's CRC is not checked). None if the file is not
+    that far a snapshot (missing, short, another format)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(SNAP_HEADER.size + _RAFT_ENTRY_HEAD.size)
+            if len(head) < SNAP_HEADER.size + _RAFT_ENTRY_HEAD.size:
+                return None
+            magic, version, _length, _crc = SNAP_HEADER.unpack_from(head, 0)
+            if magic != SNAPSHOT_MAGIC or version not in SNAPSHOT_VERSIONS_READ:
+                return None
+            _idx, _term, n = _RAFT_ENTRY_HEAD.unpack_from(head, SNAP_HEADER.size)
+            f.seek(SNAP_HEADER.size + _RAFT_ENTRY_HEAD.size + n)
+            last = f.read(_RAFT_ENTRY_HEAD.size)
+    except OSError:
+        return None
+    if len(last) < _RAFT_ENTRY_HEAD.size:
+        return None
+    return _RAFT_ENTRY_HEAD.unpack(last)[0]
 
 
 _SFR_WAIT_BEFORE = 1
@@ -868,6 +891,29 @@ class BackgroundSerializer(Serializer):
 
     def serialize(self, data, id):  # noqa: A002 - pysyncobj's signature
         self._hooks.start_write(self._path, id, data[1:])
+
+    def incoming_last_index(self) -> int | None:
+        """Tick thread: the index up to which the snapshot being received from the leader
+        goes, read from what has arrived of it (pysyncobj writes it to `<file>.1.tmp`);
+        None if none is being received or its head has not arrived."""
+        incoming = self._Serializer__incomingTransmissionFile
+        if incoming is None:
+            return None
+        incoming.flush()
+        return snapshot_last_index(self._path + ".1.tmp")
+
+    def discard_incoming(self) -> None:
+        """Tick thread: drop the snapshot being received (not renamed, not loaded)."""
+        incoming, self._Serializer__incomingTransmissionFile = (
+            self._Serializer__incomingTransmissionFile,
+            None,
+        )
+        if incoming is not None:
+            incoming.close()
+        try:
+            os.unlink(self._path + ".1.tmp")
+        except FileNotFoundError:
+            pass
 
     def setTransmissionData(self, data):  # noqa: N802 - pysyncobj's name
         if data is not None and data[2]:  # the last chunk: pysyncobj renames the file now
