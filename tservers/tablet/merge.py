@@ -175,19 +175,13 @@ def _trues(n: int) -> pa.Array:
     )
 
 
-def _slab_order(
-    t: pa.Table, parts: list[pa.Table], key_names: list[str], drop_deleted: bool
-) -> pa.Array:
-    """`newest_order` of a slab's parts put together (`t`): by position for two parts on
-    one key column (`two_order`), else by a sort."""
-    if (
-        len(parts) == 2
-        and len(key_names) == 1
-        and parts[1].num_rows * TWO_ORDER_RATIO <= parts[0].num_rows
-        and _positional(t.schema.field(key_names[0]).type)
-    ):
-        return two_order(t, parts[0].num_rows, key_names[0], drop_deleted=drop_deleted)
-    return newest_order(t, key_names, drop_deleted=drop_deleted)
+def _two_part_key(parts: list[pa.Table], key_names: list[str]) -> str | None:
+    """The key column of a slab of two parts on one key column of a type `two_order` and
+    `splice` take; None for any other slab (merged by a sort)."""
+    if len(parts) == 2 and len(key_names) == 1:
+        if _positional(parts[0].schema.field(key_names[0]).type):
+            return key_names[0]
+    return None
 
 
 def _positional(typ: pa.DataType) -> bool:
@@ -262,16 +256,18 @@ def _merge_parts(parts: list[pa.Table], key_names: list[str], drop_deleted: bool
     the result holds no tombstone (none in the parts, or `drop_deleted`): a take of a
     boolean column costs about what one of an int64 column does; an all-false column of
     the result's length replaces it. Two parts, the newer at most 1/SPLICE_RATIO of the
-    older: `splice`d."""
-    if (
-        len(parts) == 2
-        and len(key_names) == 1
-        and parts[1].num_rows * SPLICE_RATIO <= parts[0].num_rows
-        and _positional(parts[0].schema.field(key_names[0]).type)
-    ):
-        return splice(parts[0], parts[1], key_names[0], drop_deleted=drop_deleted)
+    older: `splice`d; at most 1/TWO_ORDER_RATIO: ordered by position (`two_order`); else
+    by a sort."""
+    key = _two_part_key(parts, key_names)
+    older = parts[0].num_rows
+    newer = parts[1].num_rows if key is not None else 0
+    if key is not None and newer * SPLICE_RATIO <= older:
+        return splice(parts[0], parts[1], key, drop_deleted=drop_deleted)
     t = pa.concat_tables(parts)
-    order = _slab_order(t, parts, key_names, drop_deleted)
+    if key is not None and newer * TWO_ORDER_RATIO <= older:
+        order = two_order(t, older, key, drop_deleted=drop_deleted)
+    else:
+        order = newest_order(t, key_names, drop_deleted=drop_deleted)
     at = t.schema.get_field_index(DELETED_FIELD)
     if at < 0:
         return t.take(order)
