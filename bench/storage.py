@@ -83,6 +83,11 @@ def rows(ids: list[int], batch: int = 0) -> pa.Table:
     )
 
 
+# Extra `tserver start` flags (--server-args): the same bench against another setting of the
+# server, side by side with its default.
+SERVER_ARGS: list[str] = []
+
+
 def start_server(
     root: Path, out_file: Path, flush_rows: int, *, fmt: bool = True
 ) -> tuple[subprocess.Popen, str]:
@@ -109,6 +114,7 @@ def start_server(
             "--log-level",
             "warning",
             "--insecure",  # the baseline: this bench is not about security
+            *SERVER_ARGS,
         ],
         stdout=out,
         stderr=subprocess.DEVNULL,
@@ -530,7 +536,14 @@ def main() -> int:
         "wait, 10 s, plus up to two idle rounds of the scheduler, 5 s each, and a margin)",
     )
     ap.add_argument("--settle-max", type=float, default=600.0, help="settled: s at most")
+    ap.add_argument(
+        "--server-args",
+        default="",
+        help="extra flags for every `tserver start` (one string, split on spaces), e.g. "
+        "'--compaction-rate-mb 0'",
+    )
     args = ap.parse_args()
+    SERVER_ARGS[:] = args.server_args.split()
     if args.open_rows:
         open_cost(args.open_rows)
         return 0
@@ -567,7 +580,7 @@ def main() -> int:
     print(
         f"one tablet, 4 columns (id int64 key, v int64, s string, t int64 = load batch), "
         f"durable WAL, plaintext (--insecure), flush every {args.flush_rows:,} rows, "
-        f"a fresh server per size; "
+        f"a fresh server per size; server flags: {' '.join(SERVER_ARGS) or 'default'}; "
         f"{args.reads} point reads (10% misses); Parquet: the same rows sorted by key, "
         f"row groups of 64k, pyarrow {pa.__version__}"
     )

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 
 import pytest
@@ -12,6 +14,7 @@ from optools.localcluster import LocalCluster
 # Tests never read or write the user's clusters file (~/.config/logcentric/clusters.toml):
 # every run gets its own, and the environment names no cluster unless a test says so.
 _CONFIG_DIR = tempfile.mkdtemp(prefix="logcentric-test-config-")
+atexit.register(shutil.rmtree, _CONFIG_DIR, True)  # not left behind in /tmp, one per worker
 os.environ["LOGCENTRIC_CONFIG"] = os.path.join(_CONFIG_DIR, "clusters.toml")
 os.environ.pop("LOGCENTRIC_COORDINATORS", None)
 os.environ.pop("LOGCENTRIC_CLUSTER", None)
