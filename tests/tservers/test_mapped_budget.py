@@ -108,3 +108,34 @@ def test_the_maintenance_thread_keeps_the_budget(tmp_path):
         assert _touch(t) == sum(range(ROWS))
     finally:
         m.close()
+
+
+def _wait_trimmed(m: TabletManager, data_dir, trims: int) -> None:
+    end = time.monotonic() + 30
+    while (m.mapped_trims < trims or _blocks_rss(data_dir) > MIB) and time.monotonic() < end:
+        time.sleep(0.02)
+    assert m.mapped_trims >= trims
+    assert _blocks_rss(data_dir) <= MIB
+
+
+def test_the_watcher_trims_each_time_the_pages_come_back_and_ends_at_close(
+    tmp_path, monkeypatch
+):
+    """The watcher thread (`_mapped_loop`) does not stop after one trim: pages touched again
+    past what the last trim left are handed back again; and it ends with the manager."""
+    monkeypatch.setattr("tservers.tablet.manager.MAPPED_GROWTH_MIN", 1 * MIB)
+    m = _manager(tmp_path / "root", maintenance=True, mapped_bytes_max=0)
+    try:
+        t = _load(m)
+        data_dir = t.fs.data_dir(t.tablet_id)
+        want = _touch(t)
+        m.mapped_bytes_max = 1
+        _wait_trimmed(m, data_dir, 1)
+        for round_ in range(2, 5):
+            assert _touch(t) == want
+            _wait_trimmed(m, data_dir, round_)
+        watcher = m._mapped_thread
+        assert watcher is not None and watcher.is_alive()
+    finally:
+        m.close()
+    assert not watcher.is_alive()
