@@ -118,11 +118,9 @@ def _wait_trimmed(m: TabletManager, data_dir, trims: int) -> None:
     assert _blocks_rss(data_dir) <= MIB
 
 
-def test_the_watcher_trims_each_time_the_pages_come_back_and_ends_at_close(
-    tmp_path, monkeypatch
-):
-    """The watcher thread (`_mapped_loop`) does not stop after one trim: pages touched again
-    past what the last trim left are handed back again; and it ends with the manager."""
+def test_the_maintenance_rounds_trim_each_time_the_pages_come_back(tmp_path, monkeypatch):
+    """The maintenance rounds do not stop after one trim: pages touched again past what the
+    last trim left are handed back again; the thread ends with the manager."""
     monkeypatch.setattr("tservers.tablet.manager.MAPPED_GROWTH_MIN", 1 * MIB)
     m = _manager(tmp_path / "root", maintenance=True, mapped_bytes_max=0)
     try:
@@ -134,8 +132,8 @@ def test_the_watcher_trims_each_time_the_pages_come_back_and_ends_at_close(
         for round_ in range(2, 5):
             assert _touch(t) == want
             _wait_trimmed(m, data_dir, round_)
-        watcher = m._mapped_thread
-        assert watcher is not None and watcher.is_alive()
+        rounds = m._maint
+        assert rounds is not None and rounds.is_alive()
     finally:
         m.close()
-    assert not watcher.is_alive()
+    assert not rounds.is_alive()

@@ -107,13 +107,6 @@ MAINTENANCE_INTERVAL_S = 0.2
 MAINTENANCE_FULL_PASS_S = 60.0
 # Growth of RssFile past what the last trim left that makes a bound under it trim again.
 MAPPED_GROWTH_MIN = 16 << 20
-# The mapped-pages watcher (`_mapped_loop`) reads RssFile every MAPPED_CHECK_MIN_S while it
-# grows (the existence checks of a 50M-row load fault pages in at up to ~1 GB/s: the 0.2 s
-# of the maintenance round let the RSS overshoot the bound by 100-400 MiB), backing off to
-# MAINTENANCE_INTERVAL_S while it stays within MAPPED_STEADY_BYTES. A read of statm costs
-# ~10 us: 0.05% of a core at the fastest.
-MAPPED_CHECK_MIN_S = 0.02
-MAPPED_STEADY_BYTES = 1 << 20
 STARTUP_RETRY_AFTER_MS = 200  # the retry hint of a call to a tablet still starting
 
 
@@ -283,8 +276,6 @@ class TabletManager:
         # libraries, pages in use). A bound below it is not trimmed towards again every
         # round (a walk of every tablet's blocks), only once RssFile grew past it.
         self._mapped_floor = 0
-        self._mapped_lock = threading.Lock()  # the watcher and callers of trim_mapped
-        self._mapped_thread: threading.Thread | None = None
         self.fs = fs
         self.wal_opts = wal_opts or WalOptions()
         self.tablet_opts = tablet_opts or TabletOptions()
@@ -359,10 +350,6 @@ class TabletManager:
                 target=self._maintenance_loop, name="tablet-maintenance", daemon=True
             )
             self._maint.start()
-            self._mapped_thread = threading.Thread(
-                target=self._mapped_loop, name="tablet-mapped-pages", daemon=True
-            )
-            self._mapped_thread.start()
             self.compaction.start()
         self._startup_thread = threading.Thread(
             target=self._startup_all, args=(self._listed,), name="tablet-startup", daemon=True
@@ -1161,51 +1148,30 @@ class TabletManager:
                 written, self._written = self._written, set()
             self._disk_written(written)
             self._flush_if_needed([t for t in written if t.status is TabletStatus.RUNNING])
+            self.trim_mapped()
 
-    def _mapped_loop(self) -> None:
-        """Keeps the resident mapped pages under `mapped_bytes_max` (`trim_mapped`): a look
-        every MAPPED_CHECK_MIN_S while RssFile grows, up to every MAINTENANCE_INTERVAL_S
-        while it stays as it is (and while there is no bound)."""
-        wait, last = MAPPED_CHECK_MIN_S, 0
-        while not self._stop.wait(wait):
-            if self.mapped_bytes_max <= 0:
-                wait = MAINTENANCE_INTERVAL_S
-                continue
-            try:
-                now = self.trim_mapped(report_rss=True)
-            except Exception:  # a bug must not stop the watcher for good
-                log.exception("mapped-pages trim failed")
-                now = last
-            if now - last > MAPPED_STEADY_BYTES:
-                wait = MAPPED_CHECK_MIN_S
-            else:
-                wait = min(wait * 2, MAINTENANCE_INTERVAL_S)
-            last = now
-
-    def trim_mapped(self, bytes_max: int | None = None, *, report_rss: bool = False) -> int:
+    def trim_mapped(self, bytes_max: int | None = None) -> int:
         """If the process's resident file-mapped pages are over `bytes_max` (default: the
         server's `mapped_bytes_max`; 0: no bound), every running tablet's blocks hand their
         pages back (`pages.release_blocks`): readers map what they touch again from the
         page cache. Returns the RssFile it took down (0 when under the bound). A bound
         below what the last trim left (`_mapped_floor`) trims again only once RssFile grew
-        MAPPED_GROWTH_MIN past that. Called by the watcher thread (`_mapped_loop`), which
-        passes `report_rss`: then the RssFile left (after a trim or not) is returned
-        instead."""
+        MAPPED_GROWTH_MIN past that. A read of /proc/self/statm each maintenance round
+        (every 0.2 s) when under it."""
         limit = self.mapped_bytes_max if bytes_max is None else bytes_max
         if limit <= 0 and bytes_max is None:
             return 0
-        with self._mapped_lock:
-            before = mapped_file_bytes()
-            if before <= max(limit, self._mapped_floor + MAPPED_GROWTH_MIN):
-                return before if report_rss else 0
-            for t in self.running_tablets():
-                release_blocks(list(t.blocks))
-            self._mapped_floor = after = mapped_file_bytes()
-            freed = max(0, before - after)
-            self.mapped_trims += 1
-            self.mapped_trimmed_bytes += freed
+        before = mapped_file_bytes()
+        if before <= max(limit, self._mapped_floor + MAPPED_GROWTH_MIN):
+            return 0
+        for t in self.running_tablets():
+            release_blocks(list(t.blocks))
+        self._mapped_floor = after = mapped_file_bytes()
+        freed = max(0, before - after)
+        self.mapped_trims += 1
+        self.mapped_trimmed_bytes += freed
         log.debug("mapped pages %d bytes over %d: trimmed %d", before, limit, freed)
-        return after if report_rss else freed
+        return freed
 
     def _disk_written(self, written: set[Tablet]) -> None:
         """Tablets written (their WAL grew): counted again in the disk's root_bytes."""
@@ -1255,8 +1221,6 @@ class TabletManager:
         self.quarantine.close(max(0.1, min(10.0, deadline - time.monotonic())))
         if self._maint is not None:
             self._maint.join(max(0.1, deadline - time.monotonic()))
-        if self._mapped_thread is not None:
-            self._mapped_thread.join(max(0.1, deadline - time.monotonic()))
         self.compaction.close(max(0.1, deadline - time.monotonic()))
         with self._lock:
             tablets = [r.tablet for r in self.replicas.values() if r.tablet is not None]

@@ -29,9 +29,9 @@ log = logging.getLogger(__name__)
 PAGE_BYTES = mmap.PAGESIZE
 # The most resident file-mapped pages (RssFile: the data blocks' mapped pages, shared
 # libraries too) the process keeps before it hands every block's pages back to the kernel
-# (`trim_mapped`, watched by the manager's `_mapped_loop`); Kudu's block cache capacity in
-# spirit. The existence checks of a 50M-row tablet's inserts touched ~470 MiB of key-column
-# pages (design/storage.md, "Mapped pages under a budget"). 0: no bound.
+# (`trim_mapped`); Kudu's block cache capacity in spirit. The existence checks of a 50M-row
+# tablet's inserts touched ~470 MiB of key-column pages (design/storage.md, "Mapped pages
+# under a budget"). 0: no bound.
 MAPPED_BYTES_MAX_DEFAULT = 384 << 20
 MADV_DONTNEED = getattr(mmap, "MADV_DONTNEED", 4)
 
