@@ -9,12 +9,18 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
 STUCK = """
-import sys, threading, time
+import faulthandler, signal, sys, threading, time
+# What a shell gives a command: Ctrl-C neither ignored nor blocked. A child inherits both
+# from the process that starts it (here a pytest worker, whatever its earlier tests did).
+signal.signal(signal.SIGINT, signal.default_int_handler)
+signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
+faulthandler.register(signal.SIGUSR1, all_threads=True)  # the test's look when it stays
 sys.path.insert(0, {root!r})
 from rpc.console import interruptible
 held = threading.Lock()
@@ -50,8 +56,23 @@ def _interrupt(within: float | None, wait_s: float) -> subprocess.Popen:
     return proc
 
 
+def _why_still_there(proc: subprocess.Popen) -> str:
+    """Its signal state and every thread's stack (faulthandler), then it is killed."""
+    try:
+        status = Path(f"/proc/{proc.pid}/status").read_text().splitlines()
+        sig = [line for line in status if line.startswith(("Sig", "Shd", "State"))]
+        os.kill(proc.pid, signal.SIGUSR1)
+        time.sleep(2)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+    return "\n".join(sig) + "\n" + proc.stderr.read()
+
+
 def test_a_stuck_cleanup_ends_with_the_one_line_after_the_deadline():
     proc = _interrupt(within=0.5, wait_s=60)
+    if proc.returncode is None:
+        raise AssertionError(f"still running 60 s after Ctrl-C:\n{_why_still_there(proc)}")
     assert proc.returncode == 130
     assert proc.stderr.read() == "stuck: interrupted\n"
 
