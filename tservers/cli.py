@@ -120,6 +120,21 @@ def _positive_float(text: str) -> float:
     return value
 
 
+# A wait of at most a day (a float past that is a typo, and `inf`/`nan` are no waits).
+IDLE_S_MAX = 86_400.0
+
+
+def _nonnegative_float(text: str) -> float:
+    """0 (off) or a number of seconds up to IDLE_S_MAX."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 <= value <= IDLE_S_MAX:
+        raise argparse.ArgumentTypeError(f"must be 0 (off) to {IDLE_S_MAX:g} s, got {value:g}")
+    return value
+
+
 # A throttle below this many MB/s (1 kB/s) is refused: 1e-300 rounded to 0 bytes/s, which
 # means unthrottled; above RATE_MB_MAX it would not fit the byte counters.
 RATE_MB_MIN = 0.001
@@ -265,6 +280,7 @@ def _cmd_start(args) -> int:
         wal_sync=not args.no_wal_sync,
         segment_size_bytes_max=args.segment_size_mb << 20,
         flush_rows_threshold=args.flush_rows,
+        flush_idle_s=args.flush_idle_s,
         workers=args.workers,
         coordinators=coordinators,
         copy_rate_limit_bytes_s=int(args.copy_rate_mb * 1_000_000),
@@ -1153,6 +1169,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=200_000,
         help="flush a tablet's memstore when it holds this many rows",
+    )
+    s.add_argument(
+        "--flush-idle-s",
+        type=_nonnegative_float,
+        default=60.0,
+        help="flush a tablet's memstore once it has taken no write for this long, however "
+        "few rows it holds (default %(default)s; 0: only by --flush-rows)",
     )
     s.add_argument("--workers", type=int, default=8)
     s.add_argument(

@@ -299,6 +299,13 @@ class TServerObserver:
                 m.mapped_trims,
             )
         )
+        out.append(
+            _counter(
+                "logcentric_tserver_idle_flushes",
+                "Memstores flushed for having taken no write for --flush-idle-s",
+                m.idle_flushes,
+            )
+        )
         pool = ANSWER_BUFFERS  # scan answers' reused mappings (rpc/sendbuffers.py)
         out.append(
             _gauge(

@@ -69,6 +69,7 @@ class TServerConfig:
     wal_sync: bool = True
     segment_size_bytes_max: int = SEGMENT_SIZE_BYTES_DEFAULT
     flush_rows_threshold: int = 200_000
+    flush_idle_s: float = 60.0  # a memstore without a write this long is flushed (0: never)
     compaction_blocks_min: int = 4
     workers: int = 8
     # Threads opening the tablets at start-up (tservers/tablet/manager.py: two by default).
@@ -190,6 +191,7 @@ class TabletServer:
             WalOptions(segment_size_bytes_max=config.segment_size_bytes_max, sync=config.wal_sync),
             TabletOptions(
                 flush_rows_threshold=config.flush_rows_threshold,
+                flush_idle_s=config.flush_idle_s,
                 compaction_blocks_min=config.compaction_blocks_min,
             ),
             copy_rate_limit_bytes_s=config.copy_rate_limit_bytes_s,

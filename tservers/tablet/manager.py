@@ -276,6 +276,10 @@ class TabletManager:
         # libraries, pages in use). A bound below it is not trimmed towards again every
         # round (a walk of every tablet's blocks), only once RssFile grew past it.
         self._mapped_floor = 0
+        # Tablets written since their last idle flush -> when the maintenance round last saw
+        # them written (`_flush_idle`); only these are looked at, not every tablet.
+        self._idle_since: dict[Tablet, float] = {}
+        self.idle_flushes = 0  # memstores flushed for having taken no write (flush_idle_s)
         self.fs = fs
         self.wal_opts = wal_opts or WalOptions()
         self.tablet_opts = tablet_opts or TabletOptions()
@@ -1148,7 +1152,45 @@ class TabletManager:
                 written, self._written = self._written, set()
             self._disk_written(written)
             self._flush_if_needed([t for t in written if t.status is TabletStatus.RUNNING])
+            self._flush_idle(time.monotonic(), written)
             self.trim_mapped()
+
+    def _flush_idle(self, now: float, written: set[Tablet] = frozenset()) -> int:
+        """Flush the memstores that have taken no write for `flush_idle_s` (`TabletOptions`):
+        `written` (the tablets written since the last round) are seen written at `now`; a
+        tablet not written again that long is flushed if its memstore holds rows, then
+        forgotten until its next write. Returns how many it flushed. Maintenance thread."""
+        idle_s = self.tablet_opts.flush_idle_s
+        if idle_s <= 0:
+            return 0
+        for t in written:
+            self._idle_since[t] = now
+        flushed = 0
+        for t, since in list(self._idle_since.items()):
+            if self._stop.is_set():
+                break
+            if now - since < idle_s:
+                continue
+            del self._idle_since[t]
+            if t.status is not TabletStatus.RUNNING:
+                continue
+            try:
+                rows = t.memstore_rows()
+                if rows:
+                    t.flush()
+                    flushed += 1
+                    log.info(
+                        "tablet %s: %d memstore rows flushed after %.0f s without a write",
+                        t.tablet_id,
+                        rows,
+                        now - since,
+                    )
+            except Exception as e:  # the tablet keeps serving from memstore and WAL
+                log.exception("tablet %s: idle flush failed: %s", t.tablet_id, e)
+        if flushed:
+            self.idle_flushes += flushed
+            self.compaction.poke()
+        return flushed
 
     def trim_mapped(self, bytes_max: int | None = None) -> int:
         """If the process's resident file-mapped pages are over `bytes_max` (default: the

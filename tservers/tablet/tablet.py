@@ -162,6 +162,10 @@ class TabletOptions:
     # Flush also when the WAL holds more segments than this above the flushed index, so that a
     # workload of updates to few keys (a small memstore) cannot grow the WAL without bound.
     wal_segments_flush: int = 8
+    # Flush also a memstore that has taken no write for this long (0: never), as Kudu's
+    # `flush_threshold_secs`: an idle tablet does not keep its last rows in the heap (~220
+    # bytes a row: up to 44 MB a tablet at the default threshold) and in its WAL for good.
+    flush_idle_s: float = 60.0
     apply_timeout_s: float = 30.0
     # Rows of a data block's Arrow record batches: the unit scans skip by min/max (stats.py).
     block_chunk_rows: int = 64 * 1024
