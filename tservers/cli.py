@@ -90,6 +90,7 @@ from tservers import quarantine as qmod
 from tservers.fs import FsError, FsLayout, FsLocked, lock_root
 from tservers.metafile import MetaFileCorrupt
 from tservers.raft_driver import RETAIN_BYTES_MAX_DEFAULT, RETAIN_ENTRIES_MAX_DEFAULT
+from tservers.tablet.budgets import MEMSTORE_BYTES_MAX_DEFAULT
 from tservers.tablet.pages import MAPPED_BYTES_MAX_DEFAULT
 from tservers.tablet_copy import SESSION_IDLE_S
 from tservers.wal import segment as seg
@@ -286,6 +287,7 @@ def _cmd_start(args) -> int:
         copy_rate_limit_bytes_s=int(args.copy_rate_mb * 1_000_000),
         fs_reserved_bytes=args.fs_reserved_bytes,
         mapped_bytes_max=args.mapped_bytes_max,
+        memstore_bytes_max=args.memstore_bytes_max,
         compaction_rate_bytes_s=int(args.compaction_rate_mb * 1_000_000),
         compaction_run_bytes_max=(args.compaction_budget_mb or 0) << 20,
         copy_session_idle_s=args.copy_session_idle_s,
@@ -1230,6 +1232,14 @@ def build_parser() -> argparse.ArgumentParser:
         "touched, shared libraries too) kept before every block's pages are handed back to "
         "the kernel; reads map them again from the page cache (a K, M, G or T suffix: "
         "powers of 1024; default 384M; 0: no bound)",
+    )
+    s.add_argument(
+        "--memstore-bytes-max",
+        type=_byte_count,
+        default=MEMSTORE_BYTES_MAX_DEFAULT,
+        help="the memstores of all tablets together (estimated: their Arrow data and ~180 "
+        "bytes a row of index) above which the biggest are flushed (a K, M, G or T suffix: "
+        "powers of 1024; default 1G; 0: no bound, only --flush-rows and --flush-idle-s)",
     )
     s.add_argument(
         "--compaction-rate-mb",

@@ -306,6 +306,13 @@ class TServerObserver:
                 m.idle_flushes,
             )
         )
+        out.append(
+            _counter(
+                "logcentric_tserver_memory_flushes",
+                "Memstores flushed to keep all of them under --memstore-bytes-max",
+                m.memory_flushes,
+            )
+        )
         pool = ANSWER_BUFFERS  # scan answers' reused mappings (rpc/sendbuffers.py)
         out.append(
             _gauge(

@@ -21,6 +21,7 @@ from tservers.quarantine import BYTES_MAX_DEFAULT, RETENTION_S_DEFAULT
 from tservers.quarantine import Policy as QuarantinePolicy
 from tservers.raft_driver import RETAIN_BYTES_MAX_DEFAULT, RETAIN_ENTRIES_MAX_DEFAULT, DriverOptions
 from tservers.service import TServerService
+from tservers.tablet.budgets import MEMSTORE_BYTES_MAX_DEFAULT
 from tservers.tablet.compaction import (
     RATE_BYTES_S_DEFAULT,
     RUN_BYTES_MAX_DEFAULT,
@@ -102,6 +103,8 @@ class TServerConfig:
     # Resident file-mapped pages kept before every block's pages are handed back to the
     # kernel (TabletManager.trim_mapped); 0: no bound.
     mapped_bytes_max: int = MAPPED_BYTES_MAX_DEFAULT
+    # The memstores of all tablets, estimated, above which the biggest are flushed; 0: none.
+    memstore_bytes_max: int = MEMSTORE_BYTES_MAX_DEFAULT
     compaction_rate_bytes_s: int = RATE_BYTES_S_DEFAULT  # background compactions; 0: no limit
     compaction_run_bytes_max: int = RUN_BYTES_MAX_DEFAULT  # bytes of blocks merged at once
     # CURVE (design/security.md sections 2 and 4): the rpc server encrypts and authenticates
@@ -212,6 +215,7 @@ class TabletServer:
             else None,
             disk=self.disk,
             mapped_bytes_max=config.mapped_bytes_max,
+            memstore_bytes_max=config.memstore_bytes_max,
             compaction=CompactionOptions(
                 rate_bytes_s=config.compaction_rate_bytes_s,
                 blocks_min=config.compaction_blocks_min,

@@ -119,3 +119,86 @@ def test_the_maintenance_thread_flushes_an_idle_memstore(tmp_path):
         assert _scan_ids(t) == list(range(500))
     finally:
         m.close()
+
+
+# ---------------------------------------------------------------- the memstores' budget
+def _budget_manager(root, budget: int, *, maintenance: bool = False) -> TabletManager:
+    m = TabletManager(
+        FsLayout.format(root),
+        WalOptions(),
+        TabletOptions(flush_rows_threshold=1_000_000, flush_idle_s=0),  # no idle flush
+        maintenance=maintenance,
+        memstore_bytes_max=budget,
+    )
+    m.open()
+    return m
+
+
+def test_memstore_bytes_grow_with_the_rows_and_go_at_a_flush(tmp_path):
+    m = _budget_manager(tmp_path / "root", 0)
+    try:
+        t = create(m, "t")
+        assert t.memstore_bytes() == 0
+        _write(t, range(1_000))
+        one = t.memstore_bytes()
+        _write(t, range(1_000, 3_000))
+        assert one > 1_000 * 180 and t.memstore_bytes() > 2.5 * one
+        t.flush()
+        assert t.memstore_bytes() == 0
+    finally:
+        m.close()
+
+
+def test_over_the_budget_the_biggest_memstores_are_flushed_until_under(tmp_path):
+    probe = _budget_manager(tmp_path / "probe", 0)
+    try:
+        p = create(probe, "p")
+        _write(p, range(1_000))
+        per_1000 = p.memstore_bytes()
+    finally:
+        probe.close()
+    # Room for ~5,500 rows: tablets of 3,000, 2,000, 1,000 and 500 rows hold 6,500.
+    m = _budget_manager(tmp_path / "root", int(per_1000 * 5.5))
+    try:
+        sizes = {"a": 3_000, "b": 2_000, "c": 1_000, "d": 500}
+        ts = {name: create(m, name) for name in sizes}
+        for name, n in sizes.items():
+            _write(ts[name], range(n))
+        m._flush_idle(0.0, set(ts.values()))  # seen written (the round's bookkeeping)
+        assert m._flush_for_memory() == 1  # the biggest only: 3,500 rows left, under
+        assert ts["a"].memstore_rows() == 0 and len(ts["a"].blocks) == 1
+        assert [ts[x].memstore_rows() for x in "bcd"] == [2_000, 1_000, 500]
+        assert m._flush_for_memory() == 0  # under now
+        _write(ts["d"], range(500, 4_500))  # d: 4,500 rows, 7,500 in all
+        m._flush_idle(1.0, {ts["d"]})
+        assert m._flush_for_memory() == 1 and ts["d"].memstore_rows() == 0
+        assert m.memory_flushes == 2
+        for name, t in ts.items():
+            assert _scan_ids(t) == list(range(4_500 if name == "d" else sizes[name]))
+    finally:
+        m.close()
+
+
+def test_no_budget_flushes_nothing(tmp_path):
+    m = _budget_manager(tmp_path / "root", 0)
+    try:
+        t = create(m, "t")
+        _write(t, range(5_000))
+        m._flush_idle(0.0, {t})
+        assert m._flush_for_memory() == 0 and t.memstore_rows() == 5_000
+    finally:
+        m.close()
+
+
+def test_the_maintenance_thread_keeps_the_memstores_under_the_budget(tmp_path):
+    m = _budget_manager(tmp_path / "root", 100_000, maintenance=True)  # < 1,000 rows
+    try:
+        t = create(m, "t")
+        _write(t, range(2_000))
+        end = time.monotonic() + 30
+        while (t.memstore_rows() or not t.blocks) and time.monotonic() < end:
+            time.sleep(0.05)
+        assert t.memstore_rows() == 0 and m.memory_flushes >= 1
+        assert _scan_ids(t) == list(range(2_000))
+    finally:
+        m.close()

@@ -68,6 +68,7 @@ from tservers.quarantine import Policy as QuarantinePolicy
 from tservers.quarantine import QuarantineReaper
 from tservers.raft_driver import DriverOptions, RaftDriver
 from tservers.tablet import schema as schemamod
+from tservers.tablet.budgets import MEMSTORE_BYTES_MAX_DEFAULT
 from tservers.tablet.compaction import CompactionOptions, CompactionScheduler
 from tservers.tablet.pages import MAPPED_BYTES_MAX_DEFAULT, mapped_file_bytes, release_blocks
 from tservers.tablet.replica_files import (  # noqa: F401 (names the manager re-exports)
@@ -266,6 +267,7 @@ class TabletManager:
         disk: DiskSpace | None = None,
         compaction: CompactionOptions | None = None,
         mapped_bytes_max: int = MAPPED_BYTES_MAX_DEFAULT,
+        memstore_bytes_max: int = MEMSTORE_BYTES_MAX_DEFAULT,
     ) -> None:
         assert 1 <= startup_threads <= 64, startup_threads
         assert mapped_bytes_max >= 0, mapped_bytes_max
@@ -280,6 +282,12 @@ class TabletManager:
         # them written (`_flush_idle`); only these are looked at, not every tablet.
         self._idle_since: dict[Tablet, float] = {}
         self.idle_flushes = 0  # memstores flushed for having taken no write (flush_idle_s)
+        # The memstores' heap over all tablets, estimated (Tablet.memstore_bytes), above
+        # which the biggest are flushed (`_flush_for_memory`; Kudu's memory-pressure flush);
+        # 0: no bound.
+        assert memstore_bytes_max >= 0, memstore_bytes_max
+        self.memstore_bytes_max = memstore_bytes_max
+        self.memory_flushes = 0  # memstores flushed to keep under memstore_bytes_max
         self.fs = fs
         self.wal_opts = wal_opts or WalOptions()
         self.tablet_opts = tablet_opts or TabletOptions()
@@ -1153,27 +1161,68 @@ class TabletManager:
             self._disk_written(written)
             self._flush_if_needed([t for t in written if t.status is TabletStatus.RUNNING])
             self._flush_idle(time.monotonic(), written)
+            if written:  # memstores grow by writes only
+                self._flush_for_memory()
             self.trim_mapped()
 
-    def _flush_idle(self, now: float, written: set[Tablet] = frozenset()) -> int:
-        """Flush the memstores that have taken no write for `flush_idle_s` (`TabletOptions`):
-        `written` (the tablets written since the last round) are seen written at `now`; a
-        tablet not written again that long is flushed if its memstore holds rows, then
-        forgotten until its next write. Returns how many it flushed. Maintenance thread."""
-        idle_s = self.tablet_opts.flush_idle_s
-        if idle_s <= 0:
+    def _flush_for_memory(self) -> int:
+        """While the memstores of the tablets written since their last idle flush hold more
+        than `memstore_bytes_max` together (estimated, `Tablet.memstore_bytes`), flush the
+        biggest (Kudu flushes the biggest memstores under memory pressure); the number
+        flushed. Maintenance thread."""
+        if self.memstore_bytes_max <= 0:
             return 0
-        for t in written:
+        sizes = {}
+        for t in list(self._idle_since):
+            if t.status is TabletStatus.RUNNING:
+                size = t.memstore_bytes()
+                if size:
+                    sizes[t] = size
+        total = sum(sizes.values())
+        flushed = 0
+        for t in sorted(sizes, key=sizes.get, reverse=True):
+            if total <= self.memstore_bytes_max or self._stop.is_set():
+                break
+            try:
+                t.flush()
+            except Exception as e:  # the tablet keeps serving from memstore and WAL
+                log.exception("tablet %s: flush for memory failed: %s", t.tablet_id, e)
+                continue
+            log.info(
+                "tablet %s: memstore of ~%d bytes flushed: the memstores held ~%d bytes, over "
+                "--memstore-bytes-max %d",
+                t.tablet_id,
+                sizes[t],
+                total,
+                self.memstore_bytes_max,
+            )
+            total -= sizes[t]
+            flushed += 1
+        if flushed:
+            self.memory_flushes += flushed
+            self.compaction.poke()
+        return flushed
+
+    def _flush_idle(self, now: float, written: set[Tablet] = frozenset()) -> int:
+        """Flush the memstores that have taken no write for `flush_idle_s` (`TabletOptions`;
+        0: never): `written` (the tablets written since the last round) are seen written at
+        `now`; a tablet not written again that long is flushed if its memstore holds rows,
+        then forgotten until its next write (the tablets kept are also the ones whose
+        memstores `_flush_for_memory` counts). Returns how many it flushed. Maintenance
+        thread."""
+        idle_s = self.tablet_opts.flush_idle_s
+        for t in written:  # kept with the rule off too: the memory rule's tablets
             self._idle_since[t] = now
         flushed = 0
         for t, since in list(self._idle_since.items()):
             if self._stop.is_set():
                 break
-            if now - since < idle_s:
+            if t.status is not TabletStatus.RUNNING:  # shut down, deleted: forgotten
+                del self._idle_since[t]
+                continue
+            if idle_s <= 0 or now - since < idle_s:
                 continue
             del self._idle_since[t]
-            if t.status is not TabletStatus.RUNNING:
-                continue
             try:
                 rows = t.memstore_rows()
                 if rows:
