@@ -111,11 +111,15 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _positive_float(text: str) -> float:
+def _float(text: str) -> float:
     try:
-        value = float(text)
+        return float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+
+
+def _positive_float(text: str) -> float:
+    value = _float(text)
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be above 0, got {value}")
     return value
@@ -127,10 +131,7 @@ IDLE_S_MAX = 86_400.0
 
 def _nonnegative_float(text: str) -> float:
     """0 (off) or a number of seconds up to IDLE_S_MAX."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    value = _float(text)
     if not 0 <= value <= IDLE_S_MAX:
         raise argparse.ArgumentTypeError(f"must be 0 (off) to {IDLE_S_MAX:g} s, got {value:g}")
     return value
@@ -144,10 +145,7 @@ RATE_MB_MAX = 1_000_000.0
 
 def _rate_mb(text: str) -> float:
     """A throttle in MB/s: 0 (unthrottled), or RATE_MB_MIN to RATE_MB_MAX."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    value = _float(text)
     if value == 0:
         return 0.0
     if not RATE_MB_MIN <= value <= RATE_MB_MAX:

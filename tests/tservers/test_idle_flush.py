@@ -6,7 +6,9 @@ test waits for the outcome only."""
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -33,6 +35,14 @@ def _manager(root, *, maintenance: bool, flush_idle_s: float) -> TabletManager:
 
 def _write(t, ids) -> None:
     t.write(1, [(OpType.INSERT, ipc(six_rows(ids)))], deadline(30))
+
+
+def _wait_flushed(t, timeout_s: float = 30.0) -> None:
+    """Until the maintenance thread has flushed `t`'s memstore (bounded)."""
+    end = time.monotonic() + timeout_s
+    while (t.memstore_rows() or not t.blocks) and time.monotonic() < end:
+        time.sleep(0.05)
+    assert t.memstore_rows() == 0 and t.blocks
 
 
 def _scan_ids(t) -> list:
@@ -111,10 +121,8 @@ def test_the_maintenance_thread_flushes_an_idle_memstore(tmp_path):
     try:
         t = create(m, "t")
         _write(t, range(500))
-        end = time.monotonic() + 30
-        while (t.memstore_rows() or not t.blocks) and time.monotonic() < end:
-            time.sleep(0.05)
-        assert t.memstore_rows() == 0 and len(t.blocks) == 1
+        _wait_flushed(t)
+        assert len(t.blocks) == 1
         assert m.idle_flushes == 1
         assert _scan_ids(t) == list(range(500))
     finally:
@@ -122,7 +130,8 @@ def test_the_maintenance_thread_flushes_an_idle_memstore(tmp_path):
 
 
 # ---------------------------------------------------------------- the memstores' budget
-def _budget_manager(root, budget: int, *, maintenance: bool = False) -> TabletManager:
+@contextlib.contextmanager
+def _budget_manager(root, budget: int, *, maintenance: bool = False) -> Iterator[TabletManager]:
     m = TabletManager(
         FsLayout.format(root),
         WalOptions(),
@@ -131,12 +140,14 @@ def _budget_manager(root, budget: int, *, maintenance: bool = False) -> TabletMa
         memstore_bytes_max=budget,
     )
     m.open()
-    return m
+    try:
+        yield m
+    finally:
+        m.close()
 
 
 def test_memstore_bytes_grow_with_the_rows_and_go_at_a_flush(tmp_path):
-    m = _budget_manager(tmp_path / "root", 0)
-    try:
+    with _budget_manager(tmp_path / "root", 0) as m:
         t = create(m, "t")
         assert t.memstore_bytes() == 0
         _write(t, range(1_000))
@@ -145,21 +156,15 @@ def test_memstore_bytes_grow_with_the_rows_and_go_at_a_flush(tmp_path):
         assert one > 1_000 * 180 and t.memstore_bytes() > 2.5 * one
         t.flush()
         assert t.memstore_bytes() == 0
-    finally:
-        m.close()
 
 
 def test_over_the_budget_the_biggest_memstores_are_flushed_until_under(tmp_path):
-    probe = _budget_manager(tmp_path / "probe", 0)
-    try:
+    with _budget_manager(tmp_path / "probe", 0) as probe:
         p = create(probe, "p")
         _write(p, range(1_000))
         per_1000 = p.memstore_bytes()
-    finally:
-        probe.close()
     # Room for ~5,500 rows: tablets of 3,000, 2,000, 1,000 and 500 rows hold 6,500.
-    m = _budget_manager(tmp_path / "root", int(per_1000 * 5.5))
-    try:
+    with _budget_manager(tmp_path / "root", int(per_1000 * 5.5)) as m:
         sizes = {"a": 3_000, "b": 2_000, "c": 1_000, "d": 500}
         ts = {name: create(m, name) for name in sizes}
         for name, n in sizes.items():
@@ -175,30 +180,21 @@ def test_over_the_budget_the_biggest_memstores_are_flushed_until_under(tmp_path)
         assert m.memory_flushes == 2
         for name, t in ts.items():
             assert _scan_ids(t) == list(range(4_500 if name == "d" else sizes[name]))
-    finally:
-        m.close()
 
 
 def test_no_budget_flushes_nothing(tmp_path):
-    m = _budget_manager(tmp_path / "root", 0)
-    try:
+    with _budget_manager(tmp_path / "root", 0) as m:
         t = create(m, "t")
         _write(t, range(5_000))
         m._flush_idle(0.0, {t})
         assert m._flush_for_memory() == 0 and t.memstore_rows() == 5_000
-    finally:
-        m.close()
 
 
 def test_the_maintenance_thread_keeps_the_memstores_under_the_budget(tmp_path):
-    m = _budget_manager(tmp_path / "root", 100_000, maintenance=True)  # < 1,000 rows
-    try:
+    # A budget under 1,000 rows.
+    with _budget_manager(tmp_path / "root", 100_000, maintenance=True) as m:
         t = create(m, "t")
         _write(t, range(2_000))
-        end = time.monotonic() + 30
-        while (t.memstore_rows() or not t.blocks) and time.monotonic() < end:
-            time.sleep(0.05)
-        assert t.memstore_rows() == 0 and m.memory_flushes >= 1
+        _wait_flushed(t)
+        assert m.memory_flushes >= 1
         assert _scan_ids(t) == list(range(2_000))
-    finally:
-        m.close()
