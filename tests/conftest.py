@@ -5,7 +5,10 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import signal
 import tempfile
+import threading
+import warnings
 
 import pytest
 
@@ -31,6 +34,20 @@ if _worker.startswith("gw") and _worker[2:].isdigit():
     _size = len(SERVER_PORTS) // _count
     _lo = SERVER_PORTS.start + int(_worker[2:]) % _count * _size
     os.environ[PORT_RANGE_ENV] = f"{_lo}-{_lo + _size - 1}"
+
+
+@pytest.fixture(autouse=True)
+def _sigint_not_left_ignored(request):
+    """A test that leaves SIGINT ignored in its worker makes every process a later test
+    starts ignore Ctrl-C (an ignored disposition is inherited): the Ctrl-C deadline test
+    twice waited 60 s in CI for a child that never saw its SIGINT. Put back to Python's
+    handler, and named in the warnings summary so the test can be found."""
+    yield
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        warnings.warn(f"{request.node.nodeid} left SIGINT ignored; put back", stacklevel=1)
 
 
 @pytest.hookimpl(hookwrapper=True)
