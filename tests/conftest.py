@@ -36,12 +36,21 @@ if _worker.startswith("gw") and _worker[2:].isdigit():
     os.environ[PORT_RANGE_ENV] = f"{_lo}-{_lo + _size - 1}"
 
 
+# A suite started in the background of a non-interactive shell (`./dev test &`, `( ... &)`)
+# runs with SIGINT and SIGQUIT ignored (POSIX: asynchronous commands without job control),
+# and every process a test starts inherits the ignored SIGINT: the Ctrl-C tests' children
+# then never see their Ctrl-C (the deadline test waited 60 s for one; its orphan showed
+# SigIgn 0x...006). Tests start with Python's own handler whatever the suite inherited.
+if threading.current_thread() is threading.main_thread():
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 @pytest.fixture(autouse=True)
 def _sigint_not_left_ignored(request):
-    """A test that leaves SIGINT ignored in its worker makes every process a later test
-    starts ignore Ctrl-C (an ignored disposition is inherited): the Ctrl-C deadline test
-    twice waited 60 s in CI for a child that never saw its SIGINT. Put back to Python's
-    handler, and named in the warnings summary so the test can be found."""
+    """A test that leaves SIGINT ignored makes every process later tests start ignore
+    Ctrl-C (an ignored disposition is inherited): put back to Python's handler, and named
+    in the warnings summary so the test can be found."""
     yield
     if threading.current_thread() is not threading.main_thread():
         return
