@@ -174,6 +174,7 @@ def test_over_the_budget_the_biggest_memstores_are_flushed_until_under(tmp_path)
         assert ts["a"].memstore_rows() == 0 and len(ts["a"].blocks) == 1
         assert [ts[x].memstore_rows() for x in "bcd"] == [2_000, 1_000, 500]
         assert m._flush_for_memory() == 0  # under now
+        assert ts["a"] not in m._idle_since  # its empty memstore forgotten until written
         _write(ts["d"], range(500, 4_500))  # d: 4,500 rows, 7,500 in all
         m._flush_idle(1.0, {ts["d"]})
         assert m._flush_for_memory() == 1 and ts["d"].memstore_rows() == 0

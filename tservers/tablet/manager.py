@@ -1179,28 +1179,37 @@ class TabletManager:
         pa.default_memory_pool().release_unused()
         heap.trim()
 
+    def _flush_logged(self, t: Tablet, why: str) -> bool:
+        """One flush by the idle or memory rule; False (logged) if it failed: the tablet
+        keeps serving from its memstore and WAL."""
+        try:
+            t.flush()
+        except Exception as e:
+            log.exception("tablet %s: %s flush failed: %s", t.tablet_id, why, e)
+            return False
+        return True
+
     def _flush_for_memory(self) -> int:
         """While the memstores of the tablets written since their last idle flush hold more
         than `memstore_bytes_max` together (estimated, `Tablet.memstore_bytes`), flush the
         biggest (Kudu flushes the biggest memstores under memory pressure); the number
-        flushed. Maintenance thread."""
+        flushed. Tablets found shut down or with an empty memstore are forgotten until their
+        next write (the idle rule has nothing to flush in them either). Maintenance thread."""
         if self.memstore_bytes_max <= 0:
             return 0
         sizes = {}
         for t in list(self._idle_since):
-            if t.status is TabletStatus.RUNNING:
-                size = t.memstore_bytes()
-                if size:
-                    sizes[t] = size
+            size = t.memstore_bytes() if t.status is TabletStatus.RUNNING else 0
+            if size:
+                sizes[t] = size
+            else:
+                del self._idle_since[t]
         total = sum(sizes.values())
         flushed = 0
         for t in sorted(sizes, key=sizes.get, reverse=True):
             if total <= self.memstore_bytes_max or self._stop.is_set():
                 break
-            try:
-                t.flush()
-            except Exception as e:  # the tablet keeps serving from memstore and WAL
-                log.exception("tablet %s: flush for memory failed: %s", t.tablet_id, e)
+            if not self._flush_logged(t, "memory"):
                 continue
             log.info(
                 "tablet %s: memstore of ~%d bytes flushed: the memstores held ~%d bytes, over "
@@ -1222,34 +1231,35 @@ class TabletManager:
         0: never): `written` (the tablets written since the last round) are seen written at
         `now`; a tablet not written again that long is flushed if its memstore holds rows,
         then forgotten until its next write (the tablets kept are also the ones whose
-        memstores `_flush_for_memory` counts). Returns how many it flushed. Maintenance
-        thread."""
+        memstores `_flush_for_memory` counts). The tablets are kept in the order they were
+        last seen written, so a round stops at the first one not idle long enough. Returns
+        how many it flushed. Maintenance thread."""
         idle_s = self.tablet_opts.flush_idle_s
-        for t in written:  # kept with the rule off too: the memory rule's tablets
+        if idle_s <= 0 and self.memstore_bytes_max <= 0:
+            self._idle_since.clear()  # neither rule needs them
+            return 0
+        for t in written:  # to the end: oldest first
+            self._idle_since.pop(t, None)
             self._idle_since[t] = now
+        if idle_s <= 0:
+            return 0
         flushed = 0
-        for t, since in list(self._idle_since.items()):
-            if self._stop.is_set():
-                break
-            if t.status is not TabletStatus.RUNNING:  # shut down, deleted: forgotten
-                del self._idle_since[t]
-                continue
-            if idle_s <= 0 or now - since < idle_s:
-                continue
+        while self._idle_since and not self._stop.is_set():
+            t, since = next(iter(self._idle_since.items()))
+            if now - since < idle_s:
+                break  # and every one after it: seen written later
             del self._idle_since[t]
-            try:
-                rows = t.memstore_rows()
-                if rows:
-                    t.flush()
-                    flushed += 1
-                    log.info(
-                        "tablet %s: %d memstore rows flushed after %.0f s without a write",
-                        t.tablet_id,
-                        rows,
-                        now - since,
-                    )
-            except Exception as e:  # the tablet keeps serving from memstore and WAL
-                log.exception("tablet %s: idle flush failed: %s", t.tablet_id, e)
+            if t.status is not TabletStatus.RUNNING:  # shut down, deleted: forgotten
+                continue
+            rows = t.memstore_rows()
+            if rows and self._flush_logged(t, "idle"):
+                flushed += 1
+                log.info(
+                    "tablet %s: %d memstore rows flushed after %.0f s without a write",
+                    t.tablet_id,
+                    rows,
+                    now - since,
+                )
         if flushed:
             self.idle_flushes += flushed
             self.compaction.poke()
