@@ -499,8 +499,11 @@ class Table:
         projection: Sequence[str] | None = None,
         predicates: Sequence[tuple] = (),
         batch_rows_max: int = 0,
+        ordered: bool = True,
     ) -> Iterator[pa.RecordBatch]:
-        """Arrow batches of one tablet's matching rows, read at its leader."""
+        """Arrow batches of one tablet's matching rows, read at its leader: in key order,
+        or not `ordered` in no promised order (the server merges less: Kudu's unordered
+        scan)."""
         preds = _predicate_pbs(predicates)
         target = self.projected_schema(projection)
         last: Exception | None = None
@@ -519,6 +522,7 @@ class Table:
                         batch_rows_max=batch_rows_max,
                         timeout_s=timeout_s,
                         patience_s=patience_s,
+                        ordered=ordered,
                     ):
                         if batch.schema.names != target.names:
                             # Columns added, dropped or renamed since this handle looked
@@ -578,11 +582,16 @@ class Table:
         return [by_bucket[b] for b in sorted(buckets)] or tablets[:1]
 
     def scan(
-        self, projection: Sequence[str] | None = None, predicates: Sequence[tuple] = ()
+        self,
+        projection: Sequence[str] | None = None,
+        predicates: Sequence[tuple] = (),
+        *,
+        ordered: bool = True,
     ) -> Iterator[pa.RecordBatch]:
-        """Batches of every tablet the predicates can match (`scan_tablets`), in turn."""
+        """Batches of every tablet the predicates can match (`scan_tablets`), in turn; each
+        tablet's in key order, or not `ordered` in none (`scan_tablet`)."""
         for tablet in self.scan_tablets(predicates):
-            yield from self.scan_tablet(tablet.tablet_id, projection, predicates)
+            yield from self.scan_tablet(tablet.tablet_id, projection, predicates, ordered=ordered)
 
     def projected_schema(self, projection: Sequence[str] | None = None) -> pa.Schema:
         schema = self.arrow_schema
@@ -608,7 +617,7 @@ class Table:
         return pa.Table.from_batches(batches, schema=schema)
 
     def count(self) -> int:
-        return sum(b.num_rows for b in self.scan(projection=self.key_columns[:1]))
+        return sum(b.num_rows for b in self.scan(projection=self.key_columns[:1], ordered=False))
 
 
 def _no_leader(last: Exception | None) -> str:

@@ -395,8 +395,10 @@ class TabletServerClient:
         limit: int = 0,
         timeout_s: float | None = None,
         patience_s: float | None = None,
+        ordered: bool = True,
     ) -> Iterator[pa.RecordBatch]:
-        """Arrow record batches of the rows that match, in key order. `timeout_s` (default
+        """Arrow record batches of the rows that match, in key order (not `ordered`: in no
+        promised order, Kudu's unordered scan; the server merges less). `timeout_s` (default
         the client's) bounds the first call, which opens the scan; each continuation has
         the client's timeout. `patience_s` (none by default) gives up any of these calls
         when the server falls silent that long (a slow batch of a live server is waited
@@ -414,6 +416,7 @@ class TabletServerClient:
             upper_bound=[value_pb(v) for v in upper_bound],
             batch_rows_max=batch_rows_max,
             limit=limit,
+            unordered=not ordered,
         )
         resp, sidecars = self._call(
             "Scan",

@@ -399,6 +399,7 @@ class TServerService:
                 list(req.lower_bound),
                 list(req.upper_bound),
                 req.limit,
+                ordered=not req.unordered,
             )
             sc = _Scanner(pieces, None, batch_rows, tablet.sb.schema, now, arrow_schema)
         sidecars: list = []

@@ -264,6 +264,7 @@ class TableReader(DataSourceReader):
                 tablet_id,
                 projection=list(self.read_schema.names),
                 predicates=list(self.predicates),
+                ordered=False,  # Spark promises no order: the server merges less
             )
             try:
                 for batch in batches:

@@ -438,7 +438,7 @@ class WriteResponse(_message.Message):
     def __init__(self, op_id: _Optional[_Union[OpIdPB, _Mapping]] = ..., rows: _Optional[int] = ...) -> None: ...
 
 class ScanRequest(_message.Message):
-    __slots__ = ("tablet_id", "projection", "predicates", "lower_bound", "upper_bound", "batch_rows_max", "limit", "scanner_id", "close")
+    __slots__ = ("tablet_id", "projection", "predicates", "lower_bound", "upper_bound", "batch_rows_max", "limit", "scanner_id", "close", "unordered")
     TABLET_ID_FIELD_NUMBER: _ClassVar[int]
     PROJECTION_FIELD_NUMBER: _ClassVar[int]
     PREDICATES_FIELD_NUMBER: _ClassVar[int]
@@ -448,6 +448,7 @@ class ScanRequest(_message.Message):
     LIMIT_FIELD_NUMBER: _ClassVar[int]
     SCANNER_ID_FIELD_NUMBER: _ClassVar[int]
     CLOSE_FIELD_NUMBER: _ClassVar[int]
+    UNORDERED_FIELD_NUMBER: _ClassVar[int]
     tablet_id: str
     projection: _containers.RepeatedScalarFieldContainer[str]
     predicates: _containers.RepeatedCompositeFieldContainer[PredicatePB]
@@ -457,7 +458,8 @@ class ScanRequest(_message.Message):
     limit: int
     scanner_id: str
     close: bool
-    def __init__(self, tablet_id: _Optional[str] = ..., projection: _Optional[_Iterable[str]] = ..., predicates: _Optional[_Iterable[_Union[PredicatePB, _Mapping]]] = ..., lower_bound: _Optional[_Iterable[_Union[ValuePB, _Mapping]]] = ..., upper_bound: _Optional[_Iterable[_Union[ValuePB, _Mapping]]] = ..., batch_rows_max: _Optional[int] = ..., limit: _Optional[int] = ..., scanner_id: _Optional[str] = ..., close: _Optional[bool] = ...) -> None: ...
+    unordered: bool
+    def __init__(self, tablet_id: _Optional[str] = ..., projection: _Optional[_Iterable[str]] = ..., predicates: _Optional[_Iterable[_Union[PredicatePB, _Mapping]]] = ..., lower_bound: _Optional[_Iterable[_Union[ValuePB, _Mapping]]] = ..., upper_bound: _Optional[_Iterable[_Union[ValuePB, _Mapping]]] = ..., batch_rows_max: _Optional[int] = ..., limit: _Optional[int] = ..., scanner_id: _Optional[str] = ..., close: _Optional[bool] = ..., unordered: _Optional[bool] = ...) -> None: ...
 
 class ScanResponse(_message.Message):
     __slots__ = ("scanner_id", "has_more", "rows", "schema")

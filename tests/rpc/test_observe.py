@@ -160,12 +160,9 @@ def test_the_collectors_pauses_are_counted_and_a_long_one_logged(monkeypatch, ca
 
         def full() -> tuple[float, float]:
             fams = families(get(http.url + "/metrics")[2])
-            count = {
-                s.labels["generation"]: s.value for s in fams["logcentric_gc_pauses"].samples
-            }
+            count = {s.labels["generation"]: s.value for s in fams["logcentric_gc_pauses"].samples}
             secs = {
-                s.labels["generation"]: s.value
-                for s in fams["logcentric_gc_pause_seconds"].samples
+                s.labels["generation"]: s.value for s in fams["logcentric_gc_pause_seconds"].samples
             }
             return count["2"], secs["2"]
 

@@ -123,8 +123,38 @@ def pieces(t, slab_rows: int, **kw) -> list[pa.Table]:
     return out
 
 
+def unordered(t, projection=(), predicates=(), lower=(), upper=(), limit=0) -> pa.Table:
+    """An unordered scan (`scan_pieces(ordered=False)`), its pieces put together."""
+    schema, it = t.scan_pieces(
+        list(projection), list(predicates), list(lower), list(upper), limit, ordered=False
+    )
+    parts = list(it)
+    assert all(p.schema == schema and p.num_rows for p in parts)
+    return pa.concat_tables(parts) if parts else schema.empty_table()
+
+
+def check_unordered(t, shape: Shape, model: dict, rng: random.Random, universe: list) -> None:
+    """Unordered scans: every live row once (the unmerged blocks' rows and the merge's
+    together), with bounds, predicates and a limit as the ordered scan has them."""
+    r = unordered(t)
+    assert r.num_rows == len(model) and shape.rows(r) == model
+    lo, hi = sorted(rng.sample(universe, 2))
+    r = unordered(t, lower=shape.bound(lo), upper=shape.bound(hi))
+    want = {k: v for k, v in model.items() if lo <= k < hi}
+    assert r.num_rows == len(want) and shape.rows(r) == want
+    thr = rng.randrange(-20, 20_000)
+    r = unordered(t, predicates=[PredicatePB(column="v", op=PredicateOp.GE, values=[val(thr)])])
+    want = {k: v for k, v in model.items() if v[0] is not None and v[0] >= thr}
+    assert r.num_rows == len(want) and shape.rows(r) == want
+    r = unordered(t, limit=5)
+    got = shape.rows(r)
+    assert r.num_rows == len(got) == min(5, len(model))
+    assert all(model[k] == v for k, v in got.items())
+
+
 def check(t, shape: Shape, model: dict, rng: random.Random, universe: list) -> None:
     assert shape.rows(scan(t)) == model
+    check_unordered(t, shape, model, rng, universe)
     # Streamed in small slabs: the same rows, in key order.
     slab = rng.choice([1, 7, 50])
     got = pieces(t, slab)

@@ -47,6 +47,19 @@ LOCATE_PY_MAX = 512
 # block written before runs existed) is a run of its own.
 RUN_BLOCK_RE = re.compile(r"^block-(\d{9})-r(\d{9})\.arrow$")
 
+# Schema metadata of a block file whose rows hide no live row of an older source: each row
+# was inserted while its key was live nowhere, and the block holds no tombstone (a flush of
+# a memstore that took only such inserts, or a compaction of blocks that all say so). An
+# unordered scan hands such blocks' rows out as they are, merging only the rest
+# (design/storage.md, "Unordered scans"). A file without it (written before it existed, or
+# of any other memstore) is taken to hide rows: merged, as always.
+SHADOWS_NOTHING_META = b"logcentric.shadows_nothing"
+
+
+def block_metadata(shadows_nothing: bool) -> dict[bytes, bytes] | None:
+    """The schema metadata a block file is written with (None: none)."""
+    return {SHADOWS_NOTHING_META: b"1"} if shadows_nothing else None
+
 
 def block_file_name(block_id: int, run_id: int | None = None) -> str:
     """A flush's block (`run_id` None: a run of its own) or a block of run `run_id`."""
@@ -153,6 +166,7 @@ class BlockIndex:
         "mapping",
         "spans",
         "filter_mapping",
+        "shadows_nothing",
     )
 
     def __init__(self, name: str, table: pa.Table, key_names: list[str]) -> None:
@@ -183,6 +197,9 @@ class BlockIndex:
         # The filter file's mapping, where the filter's bits are (`_map_filter`); None for
         # a version-1 filter (copied to the heap) or none.
         self.filter_mapping: Mapping | None = None
+        # Whether the block's rows hide no live row of an older source (its file's
+        # metadata, `SHADOWS_NOTHING_META`); False for a table not read from a file.
+        self.shadows_nothing = False
         # A one-column key as a chunked array over the mapped batches (timestamps as
         # int64), searched with Arrow's binary search (`locate_many`); None for a
         # composite key (Python bisect per key).
@@ -202,7 +219,11 @@ class BlockIndex:
             table = pa.ipc.open_file(src).read_all()
             src.seek(0)
             whole = src.read_buffer(src.size())  # the mapping itself (no copy): its range
+        meta = table.schema.metadata or {}
+        if meta:  # the same columns (no copy) without it: every block's schema alike
+            table = table.replace_schema_metadata(None)
         b = cls(name, table, key_names)
+        b.shadows_nothing = meta.get(SHADOWS_NOTHING_META) == b"1"
         if whole is not None and whole.size:
             b.mapping = Mapping(whole.address, whole.address + whole.size)
             b.spans = [batch_span(x, b.mapping) for x in b.batches]
@@ -388,23 +409,29 @@ class BlockIndex:
 
 
 def write_block(
-    data_dir: Path, name: str, schema: pa.Schema, pieces: Iterable[pa.Table], chunk_rows: int
+    data_dir: Path,
+    name: str,
+    schema: pa.Schema,
+    pieces: Iterable[pa.Table],
+    chunk_rows: int,
+    metadata: dict[bytes, bytes] | None = None,
 ) -> int:
     """Write the key-sorted `pieces` (tables of `schema`) as the block `name`, as they come:
     record batches of `chunk_rows` rows (the last one shorter), each written once it is
     whole, so at most one batch and one piece are held; each batch's stats (`stats.py`)
     are computed as it is written and the stats file written after the block. The block
     goes to a temporary file, fsynced, renamed and the directory fsynced (a crash leaves
-    either no block or a whole one; an unlisted one is removed at open). Returns the rows
-    written."""
+    either no block or a whole one; an unlisted one is removed at open). `metadata`: the
+    file schema's (`block_metadata`). Returns the rows written."""
     chunk_rows = max(1, chunk_rows)
     data_dir.mkdir(parents=True, exist_ok=True)
     path = data_dir / name
     tmp = data_dir / (name + ".tmp")
     chunks: list[dict] = []
     rows = 0
+    file_schema = schema.with_metadata(metadata) if metadata else schema
     with pa.OSFile(str(tmp), "wb") as sink:
-        with pa.ipc.new_file(sink, schema) as writer:
+        with pa.ipc.new_file(sink, file_schema) as writer:
 
             def emit(t: pa.Table) -> None:
                 nonlocal rows
@@ -436,6 +463,7 @@ def write_run(
     pieces: Iterable[pa.Table],
     chunk_rows: int,
     block_rows_max: int,
+    metadata: dict[bytes, bytes] | None = None,
 ) -> list[tuple[str, int]]:
     """Write the key-sorted `pieces` (unique keys across them) as consecutive blocks of at
     most `block_rows_max` rows each (`write_block`, as they come): block i is named
@@ -470,7 +498,7 @@ def write_run(
                 p = next_piece()
 
         name = name_of(len(out))
-        rows = write_block(data_dir, name, schema, one_block(first), chunk_rows)
+        rows = write_block(data_dir, name, schema, one_block(first), chunk_rows, metadata)
         assert 0 < rows <= block_rows_max, (rows, block_rows_max)
         out.append((name, rows))
         first = next_piece()
@@ -489,16 +517,18 @@ def write_merged_run(
     block_rows_max: int,
     slab_rows: int | None = None,
     on_slab: Callable[[list[int]], None] | None = None,
+    metadata: dict[bytes, bytes] | None = None,
 ) -> list[tuple[str, int]]:
     """A compaction's output run: `sources` (oldest first; each a key-sorted table, a block
     or a run's blocks one after the other) merged in bounded slabs and cut into blocks of at
-    most `block_rows_max` rows (`write_run`). Returns (name, rows) per block written."""
+    most `block_rows_max` rows (`write_run`, each file with `metadata`). Returns (name, rows)
+    per block written."""
     assert sources
     schema = adapt(0, sources[0].slice(0, 0)).schema
     slabs = compaction_slabs(
         sources, key_names, adapt, drop_deleted=drop_deleted, slab_rows=slab_rows, on_slab=on_slab
     )
-    return write_run(data_dir, name_of, schema, slabs, chunk_rows, block_rows_max)
+    return write_run(data_dir, name_of, schema, slabs, chunk_rows, block_rows_max, metadata)
 
 
 def write_merged_block(

@@ -59,6 +59,8 @@ class SlabCounts:
     direct_rows: int = 0
     merged: int = 0
     merged_rows: int = 0
+    # Rows an unordered scan handed out without the merge (`Tablet.scan_pieces`).
+    unmerged_rows: int = 0
 
 
 def newest_versions(

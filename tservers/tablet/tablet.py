@@ -104,6 +104,7 @@ from tservers.metafile import fsync_dir, install_file
 from tservers.tablet.blockindex import (
     BlockIndex,
     block_file_name,
+    block_metadata,
     bloom_name,
     check_runs,
     runs_of,
@@ -118,6 +119,7 @@ from tservers.tablet.merge import (
     newest_versions,
 )
 from tservers.tablet.pages import PageRelease
+from tservers.tablet.pages import release as release_pages
 from tservers.tablet.schema import DELETED_FIELD, Schema, block_name, value_from_pb
 from tservers.tablet.stats import checks as stats_checks
 from tservers.tablet.stats import prune as stats_prune
@@ -436,6 +438,14 @@ class Tablet:
         # `frozen_batches` are the ones being flushed with `frozen`.
         self.mem_batches = RowBlocks()
         self.frozen_batches = RowBlocks()
+        # Whether the memstore (`memstore`, `mem_batches`) may hide a live row of an older
+        # source: set by anything the dict takes (an update, a delete, an upsert, inserts
+        # checked row by row) and by rows put back by a failed flush; False while it holds
+        # only row blocks of new keys. `frozen_shadows`: the same of the memstore being
+        # flushed. A flush of a memstore that hides nothing marks its block so
+        # (`block_metadata`), for unordered scans (`scan_pieces`).
+        self.mem_shadows = False
+        self.frozen_shadows = False
         self.pending: dict = {}
         self.inflight = 0  # writes proposed here and not applied yet
         self.waiters: dict[int, _Inflight] = {}  # index -> write proposed here
@@ -477,6 +487,7 @@ class Tablet:
         self._scan_counts_lock = threading.Lock()
         self.scan_slabs_direct = 0
         self.scan_rows_direct = 0
+        self.scan_rows_unmerged = 0  # an unordered scan's rows of blocks not merged
         self.scan_slabs_merged = 0
         self.scan_rows_merged = 0
         with UNLISTED_LOCK:
@@ -953,6 +964,8 @@ class Tablet:
         self.mem_batches.append(table, keys)
 
     def _apply(self, changes: dict) -> None:
+        if changes:
+            self.mem_shadows = True
         self.memstore.update(changes)
 
     # ================================================================ lookups
@@ -1294,10 +1307,13 @@ class Tablet:
                     return False
                 frozen = self.memstore
                 frozen_batches = self.mem_batches
+                shadows = self.mem_shadows
                 self.memstore = {}
                 self.frozen = frozen
                 self.mem_batches = RowBlocks()
                 self.frozen_batches = frozen_batches
+                self.frozen_shadows = shadows
+                self.mem_shadows = False
                 index = self.applied_index
                 index_term = self.applied_term
                 dedup = self.dedup.to_pb()  # as of `index`, persisted with it
@@ -1308,6 +1324,8 @@ class Tablet:
                     parts.append(self._memtable(frozen, with_deleted=True))
                 table = self._merge([], parts, keep_deleted=True)
                 name = block_file_name(block_id)
+                # The mark rides in the file's schema (`BlockIndex.open` reads it).
+                table = table.replace_schema_metadata(block_metadata(not shadows))
                 self._write_block(name, table)
                 opened = self._open_block(name)  # writes its filter
                 crash_point("flush.after_block_write")
@@ -1325,6 +1343,7 @@ class Tablet:
                     self.blocks.append(opened)
                     self.frozen = None
                     self.frozen_batches = RowBlocks()
+                    self.frozen_shadows = False
                 crash_point("flush.after_superblock")
             except Exception:
                 with self.lock:
@@ -1335,8 +1354,10 @@ class Tablet:
                     if frozen:
                         restored.append(self._memtable(frozen, with_deleted=True))
                     self.mem_batches = RowBlocks(restored + self.mem_batches.tables)
+                    self.mem_shadows = self.mem_shadows or shadows
                     self.frozen = None
                     self.frozen_batches = RowBlocks()
+                    self.frozen_shadows = False
                 raise
             self._blocks_changed()
             assert self.wal is not None
@@ -1544,6 +1565,8 @@ class Tablet:
                 chunk_rows=opts.block_chunk_rows,
                 block_rows_max=block_rows_max,
                 on_slab=on_slab,
+                # Runs that each hide nothing older hold disjoint keys: so does their merge.
+                metadata=block_metadata(all(b.shadows_nothing for b in run)),
             )
             loaded = [self._open_block(name) for name, _ in written]  # writes filters
         except _CompactionAborted:
@@ -1667,6 +1690,7 @@ class Tablet:
         slab_rows: int = SCAN_SLAB_ROWS,
         *,
         prune: bool = True,
+        ordered: bool = True,
     ) -> tuple[pa.Schema, Iterator[pa.Table]]:
         """The result's schema and its rows, in key order, as non-empty pieces made as they
         are asked for. Everything is checked (BadRequest) before this returns.
@@ -1684,11 +1708,21 @@ class Tablet:
         per-column min/max against the predicates (`stats.prune`; not with `prune=False`),
         and the rest merged in slabs of about `slab_rows` rows in all, however many
         sources overlap (`merge.merge_slabs`, `merge.shared_slab_rows`), each filtered and
-        projected as it is made."""
+        projected as it is made.
+
+        Not `ordered` (Kudu's unordered scan): the same rows, in no promised order. The
+        newest blocks that each hide nothing older (`BlockIndex.shadows_nothing`: rows of
+        keys live nowhere when inserted), after the last block that may, are handed out as
+        they are, chunk by chunk: no key is in two of them, and where a key of theirs is in
+        an older block its newest version there is a tombstone (it was live nowhere when
+        inserted), so the merge of the other blocks and the memstore drops it. Only a
+        memstore that may hide rows (`mem_shadows`) can hide theirs: their rows with its
+        keys are left out (a one-column key; with a composite key everything is merged)."""
         with self.lock:
             self._check_running_locked()
             schema = self.schema
             blocks = list(self.blocks)
+            mem_shadows = self.mem_shadows or self.frozen_shadows
             names = projection or [c.name for c in schema.columns]
             cols = [schema.column(n) for n in names]  # raises BadRequest on unknown names
             key_filter = self._key_range_expr(schema, lower, upper)
@@ -1720,6 +1754,11 @@ class Tablet:
                 table = table.slice(0, min(limit, table.num_rows))
             return out_schema, iter([finish(table)] if table.num_rows else [])
         lo, hi = self._key_bounds(schema, lower, upper)
+        # The blocks an unordered scan hands out unmerged: after the last that may hide rows.
+        plain: set[int] = set()
+        if not ordered:
+            cut = max((i + 1 for i, b in enumerate(blocks) if not b.shadows_nothing), default=0)
+            plain = {id(b) for b in blocks[cut:]}
         blocks = [b for b in blocks if b.overlaps(lo, hi)]
         if prune and blocks:
             pr = stats_prune(blocks, stats_checks(schema, predicates), lo, hi)
@@ -1728,10 +1767,8 @@ class Tablet:
                 self.scan_chunks_skipped += pr.chunks_skipped
                 self.scan_blocks_skipped += pr.blocks_skipped
             kept = [(b, k) for b, k in zip(blocks, pr.keep, strict=True) if k != []]
-            block_tables = [b.chunks_table(k) for b, k in kept]
         else:
             kept = [(b, None) for b in blocks]
-            block_tables = [b.table for b in blocks]
         mem_parts = [
             self._memtable(x, with_deleted=True, schema=schema) if isinstance(x, dict) else x
             for x in layers
@@ -1739,6 +1776,16 @@ class Tablet:
         ]
         # The memstore's newest versions, sorted (tombstones kept: they hide block rows).
         mem = self._merge([], mem_parts, schema=schema, keep_deleted=True) if mem_parts else None
+        key_names = self._key_names(schema)
+        hidden = None  # the keys of a memstore that may hide rows of the unmerged blocks
+        if plain and mem_shadows and mem is not None and mem.num_rows:
+            if len(key_names) == 1:
+                hidden = mem.column(key_names[0]).combine_chunks()
+            else:
+                plain = set()
+        direct = [(b, k) for b, k in kept if id(b) in plain]
+        kept = [(b, k) for b, k in kept if id(b) not in plain]
+        block_tables = [b.chunks_table(k) for b, k in kept]
         # Projection pushdown: the merge moves only the columns the answer, the predicates
         # and the merge itself (keys, __deleted) need, not every column of the rows.
         used = set(selected) | set(self._key_names(schema))
@@ -1756,14 +1803,31 @@ class Tablet:
         def adapt(i: int, t: pa.Table) -> pa.Table:
             return adapters[i](t) if i < nblocks else t
 
+        def unmerged(counts: SlabCounts) -> Iterator[pa.Table]:
+            """The chunks of the `direct` blocks as they are (an unordered scan)."""
+            for b, keep in direct:
+                adapter = self._adapter(b.table.schema, schema, merge_cols)
+                for j in range(len(b.batches)) if keep is None else keep:
+                    t = adapter(pa.Table.from_batches([b.batches[j]]))
+                    if key_filter is not None and (
+                        (lo is not None and b.chunk_first(j) < lo)
+                        or (hi is not None and b.chunk_last(j) >= hi)
+                    ):
+                        t = t.filter(key_filter)
+                    if hidden is not None:
+                        t = t.filter(pc.invert(pc.is_in(t.column(key_names[0]), hidden)))
+                    counts.unmerged_rows += t.num_rows
+                    yield t
+                    if b.mapping is not None and b.spans[j] is not None:
+                        release_pages(b.mapping, *b.spans[j])  # as PageRelease does
+
         def pieces() -> Iterator[pa.Table]:
             left = limit or None
             # The pages of block chunks merged and handed out leave the process (pages.py).
             pages = PageRelease.of([*kept, None])
-            key_names = self._key_names(schema)
             counts = SlabCounts()
             # `slab_rows` in all, shared among the sources each window overlaps.
-            slabs = merge_slabs(
+            merged = merge_slabs(
                 sources,
                 key_names,
                 adapt,
@@ -1774,6 +1838,7 @@ class Tablet:
                 drop_deleted=True,
                 total_rows=slab_rows,
             )
+            slabs = itertools.chain(unmerged(counts), merged) if direct else merged
             try:
                 for slab in slabs:
                     deleted = slab.column(DELETED_FIELD)
@@ -1792,6 +1857,7 @@ class Tablet:
                 with self._scan_counts_lock:
                     self.scan_slabs_direct += counts.direct
                     self.scan_rows_direct += counts.direct_rows
+                    self.scan_rows_unmerged += counts.unmerged_rows
                     self.scan_slabs_merged += counts.merged
                     self.scan_rows_merged += counts.merged_rows
 
