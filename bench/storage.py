@@ -51,6 +51,7 @@ import time
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -328,6 +329,11 @@ def measure(
     if full.num_rows != n:
         raise SystemExit(f"full scan returned {full.num_rows} rows, not {n}")
     del full
+    # Unordered (Kudu's UNORDERED read mode, what the Spark source asks for): the newest
+    # runs that hide no older row are not merged (design/storage.md, "Unordered scans").
+    un_s, un_sum = timed(lambda: unordered_sum(client, tid, n), 2)
+    if un_sum != sum(ids):
+        raise SystemExit(f"unordered scan's keys add up to {un_sum}, not {sum(ids)}")
     # The same with the largest batches the server sends (the default before 42d8335 was
     # 4,096 rows; 65,536 since).
     big_s, got = timed(lambda: client.scan_table(tid, batch_rows_max=65_536), 2)
@@ -377,6 +383,9 @@ def measure(
         if got.num_rows != n:
             raise SystemExit(f"full scan returned {got.num_rows} rows, not {n}")
         del got
+        settled_un_s, un_sum = timed(lambda: unordered_sum(client, tid, n), 2)
+        if un_sum != sum(ids):
+            raise SystemExit(f"unordered scan's keys add up to {un_sum}, not {sum(ids)}")
         pq_settled_s, _ = timed(lambda: pq.read_table(pq_path), 2)
     finally:
         shutil.rmtree(pq_path.parent, ignore_errors=True)
@@ -412,9 +421,20 @@ def measure(
         "settle_s": settle_s,
         "settled_layout": settled_layout,
         "settled_rps": n / settled_s,
+        "un_rps": n / un_s,
+        "settled_un_rps": n / settled_un_s,
         "pq_settled_rps": n / pq_settled_s,
         **after_load,
     }
+
+
+def unordered_sum(client: TabletServerClient, tid: str, n: int) -> int:
+    """An unordered full scan (the whole table, as `scan_table` makes it); the sum of its
+    keys (each key once: checked against the keys written)."""
+    got = client.scan_table(tid, ordered=False)
+    if got.num_rows != n:
+        raise SystemExit(f"unordered scan returned {got.num_rows} rows, not {n}")
+    return pc.sum(got.column("id")).as_py()
 
 
 def restart(proc, root: Path, out: Path, flush_rows: int, tid: str, key: int) -> tuple:
@@ -631,25 +651,29 @@ def main() -> int:
         return f"{x['blocks']}/{x['runs']}/{x['height']}"
 
     print(
-        "full scans after the load and settled (best of 2 scans, default batches; Parquet "
-        "read best of 2 just after; blocks/runs/height of the tablet's blocks on disk: "
+        "full scans after the load and settled (best of 2 scans, default batches, in key "
+        "order and unordered, as the Spark source reads; Parquet read best of 2 just after; "
+        "ratios against it; blocks/runs/height of the tablet's blocks on disk: "
         "height = the most runs whose key ranges cover one key); settled = the block files "
         f"unchanged for {args.settle_quiet:.0f} s and the server idle, waited at most "
         f"{args.settle_max:.0f} s"
     )
     print(
         f"{'rows':>10} | {'after the load: b/r/h':>21} {'scan rows/s':>12} {'pq rows/s':>11} "
-        f"{'ratio':>6} | {'waited s':>8} {'settled: b/r/h':>14} {'scan rows/s':>12} "
-        f"{'pq rows/s':>11} {'ratio':>6} | settled: rows of the runs (first 8)"
+        f"{'ratio':>6} {'unordered':>12} {'ratio':>6} | {'waited s':>8} {'settled: b/r/h':>14} "
+        f"{'scan rows/s':>12} {'pq rows/s':>11} {'ratio':>6} {'unordered':>12} {'ratio':>6} | "
+        "settled: rows of the runs (first 8)"
     )
     for n, r in results:
         lo, sc, st = r["load_layout"], r["scanned_layout"], r["settled_layout"]
         moved = "" if lay(sc) == lay(lo) else f" (end of scans {lay(sc)})"
         print(
             f"{n:>10,} | {lay(lo) + moved:>21} {r['full_rps']:>12,.0f} "
-            f"{r['pq_full_rps']:>11,.0f} {r['full_rps'] / r['pq_full_rps']:>6.2f} | "
+            f"{r['pq_full_rps']:>11,.0f} {r['full_rps'] / r['pq_full_rps']:>6.2f} "
+            f"{r['un_rps']:>12,.0f} {r['un_rps'] / r['pq_full_rps']:>6.2f} | "
             f"{r['settle_s']:>8.0f} {lay(st):>14} {r['settled_rps']:>12,.0f} "
-            f"{r['pq_settled_rps']:>11,.0f} {r['settled_rps'] / r['pq_settled_rps']:>6.2f} | "
+            f"{r['pq_settled_rps']:>11,.0f} {r['settled_rps'] / r['pq_settled_rps']:>6.2f} "
+            f"{r['settled_un_rps']:>12,.0f} {r['settled_un_rps'] / r['pq_settled_rps']:>6.2f} | "
             + " / ".join(f"{x:,}" for x in st["run_rows"][:8])
             + (f" / ... ({len(st['run_rows']) - 8} more)" if len(st["run_rows"]) > 8 else "")
         )
