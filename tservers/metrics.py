@@ -16,6 +16,7 @@ import logging
 from collections import Counter
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from rpc import observe
@@ -311,6 +312,22 @@ class TServerObserver:
                 "logcentric_tserver_memory_flushes",
                 "Memstores flushed to keep all of them under --memstore-bytes-max",
                 m.memory_flushes,
+            )
+        )
+        out.append(
+            _gauge(
+                "logcentric_tserver_memstore_bytes",
+                "Estimated bytes of the memstores written since their last idle flush, as the "
+                "last maintenance round with writes added them up (--memstore-bytes-max)",
+                m.memstore_bytes_last,
+            )
+        )
+        out.append(
+            _gauge(
+                "logcentric_tserver_arrow_allocated_bytes",
+                "Bytes allocated from Arrow's memory pool (memstore row blocks, merges, answers; "
+                "not the data blocks' mapped pages)",
+                pa.total_allocated_bytes(),
             )
         )
         pool = ANSWER_BUFFERS  # scan answers' reused mappings (rpc/sendbuffers.py)

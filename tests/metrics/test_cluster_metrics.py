@@ -58,6 +58,8 @@ COORDINATOR_FAMILIES = {
 }
 TSERVER_FAMILIES = {
     "logcentric_rpc_calls",
+    "logcentric_tserver_memstore_bytes",
+    "logcentric_tserver_arrow_allocated_bytes",
     "logcentric_rpc_call_latency_seconds",
     "logcentric_tserver_tablets",
     "logcentric_tserver_rows_written",

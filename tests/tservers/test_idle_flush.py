@@ -172,6 +172,8 @@ def test_over_the_budget_the_biggest_memstores_are_flushed_until_under(tmp_path)
         m._flush_idle(0.0, set(ts.values()))  # seen written (the round's bookkeeping)
         assert m._flush_for_memory() == 1  # the biggest only: 3,500 rows left, under
         assert ts["a"].memstore_rows() == 0 and len(ts["a"].blocks) == 1
+        # What the metric says: the memstores left, as this round added them up.
+        assert m.memstore_bytes_last == sum(ts[x].memstore_bytes() for x in "bcd") > 0
         assert [ts[x].memstore_rows() for x in "bcd"] == [2_000, 1_000, 500]
         assert m._flush_for_memory() == 0  # under now
         assert ts["a"] not in m._idle_since  # its empty memstore forgotten until written

@@ -291,6 +291,9 @@ class TabletManager:
         assert memstore_bytes_max >= 0, memstore_bytes_max
         self.memstore_bytes_max = memstore_bytes_max
         self.memory_flushes = 0  # memstores flushed to keep under memstore_bytes_max
+        # The memstores' estimated bytes as the last round with writes added them up (after
+        # its flushes; `_flush_for_memory`); 0 with no budget.
+        self.memstore_bytes_last = 0
         self.fs = fs
         self.wal_opts = wal_opts or WalOptions()
         self.tablet_opts = tablet_opts or TabletOptions()
@@ -1221,6 +1224,7 @@ class TabletManager:
             )
             total -= sizes[t]
             flushed += 1
+        self.memstore_bytes_last = total
         if flushed:
             self.memory_flushes += flushed
             self.compaction.poke()
