@@ -89,6 +89,76 @@ def rows(ids: list[int], batch: int = 0) -> pa.Table:
 SERVER_ARGS: list[str] = []
 
 
+class MemoryCage:
+    """A memory cgroup (v1 or v2, a child of this process's own) with a limit on what its
+    processes are charged: their heap and the page cache of the files they write and read,
+    as a container's memory limit counts them. The bench's tablet servers start in it
+    (--memory-limit-mb): a load that needs more than the limit of memory the kernel cannot
+    reclaim is killed (OOM), one whose extra RSS is page cache runs on, its clean pages
+    reclaimed. Needs root (or a delegated cgroup)."""
+
+    def __init__(self, limit_bytes: int) -> None:
+        self.limit = limit_bytes
+        self.v2 = False
+        mounts = [line.split() for line in Path("/proc/mounts").read_text().splitlines()]
+        own = {}
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            _, ctrls, path = line.split(":", 2)
+            own[ctrls] = path
+        v1 = next((m[1] for m in mounts if m[2] == "cgroup" and "memory" in m[3].split(",")), None)
+        v2 = next((m[1] for m in mounts if m[2] == "cgroup2"), None)
+        name = f"storage-bench-{os.getpid()}-{time.monotonic_ns()}"
+        if v1 is not None:
+            memory_path = next(path for ctrls, path in own.items() if "memory" in ctrls.split(","))
+            self.path = Path(v1) / memory_path.lstrip("/") / name
+        elif v2 is not None:
+            self.v2 = True
+            self.path = Path(v2) / own.get("", "/").lstrip("/") / name
+        else:
+            raise SystemExit("--memory-limit-mb: no memory cgroup is mounted")
+        try:
+            self.path.mkdir()
+            self._write("memory.max" if self.v2 else "memory.limit_in_bytes", str(limit_bytes))
+        except OSError as e:
+            raise SystemExit(f"--memory-limit-mb: cannot make a memory cgroup ({e})") from None
+
+    def _write(self, name: str, value: str) -> None:
+        (self.path / name).write_text(value)
+
+    def _read(self, name: str) -> str:
+        try:
+            return (self.path / name).read_text()
+        except OSError:
+            return ""
+
+    def enter(self) -> None:
+        """In the child before it runs the server (`preexec_fn`): move itself in."""
+        self._write("cgroup.procs", str(os.getpid()))
+
+    def peak(self) -> int:
+        """The most bytes charged so far (memory.peak / max_usage_in_bytes)."""
+        text = self._read("memory.peak" if self.v2 else "memory.max_usage_in_bytes")
+        return int(text) if text.strip().isdigit() else -1
+
+    def oom_kills(self) -> int:
+        """Processes of the cage the kernel's OOM killer killed."""
+        text = self._read("memory.events" if self.v2 else "memory.oom_control")
+        for line in text.splitlines():
+            k, _, v = line.partition(" ")
+            if k == "oom_kill":
+                return int(v)
+        return 0
+
+    def close(self) -> None:
+        try:
+            self.path.rmdir()
+        except OSError:
+            pass
+
+
+CAGE: list[MemoryCage | None] = [None]  # one per size (--memory-limit-mb)
+
+
 def start_server(
     root: Path, out_file: Path, flush_rows: int, *, fmt: bool = True
 ) -> tuple[subprocess.Popen, str]:
@@ -120,6 +190,7 @@ def start_server(
         stdout=out,
         stderr=subprocess.DEVNULL,
         cwd=ROOT,
+        preexec_fn=CAGE[0].enter if CAGE[0] is not None else None,  # noqa: PLW1509
     )
     deadline = time.monotonic() + 60
     while "serving on" not in out_file.read_text():
@@ -562,6 +633,13 @@ def main() -> int:
         help="extra flags for every `tserver start` (one string, split on spaces), e.g. "
         "'--compaction-rate-mb 0'",
     )
+    ap.add_argument(
+        "--memory-limit-mb",
+        type=int,
+        default=0,
+        help="run each tablet server in a memory cgroup of this limit (heap and page cache "
+        "charged, as in a container; needs root): does the load fit, at what rate",
+    )
     args = ap.parse_args()
     SERVER_ARGS[:] = args.server_args.split()
     if args.open_rows:
@@ -570,6 +648,8 @@ def main() -> int:
     results: list[tuple[int, dict]] = []  # an N may come more than once
     for n in (BASE_ROWS, *args.rows):
         tmp = Path(tempfile.mkdtemp(prefix="storage-bench-"))
+        if args.memory_limit_mb:
+            CAGE[0] = MemoryCage(args.memory_limit_mb << 20)
         try:
             root, out = tmp / "root", tmp / "server.out"
             proc, address = start_server(root, out, args.flush_rows)
@@ -589,12 +669,18 @@ def main() -> int:
                 )
                 r["idle"] = idle
                 r["loadavg"] = os.getloadavg()
+                if CAGE[0] is not None:
+                    r["cage_peak"], r["cage_ooms"] = CAGE[0].peak(), CAGE[0].oom_kills()
                 results.append((n, r))
             finally:
                 proc.send_signal(signal.SIGTERM)
                 proc.wait(120)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+            if CAGE[0] is not None:
+                if CAGE[0].oom_kills():
+                    print(f"{n:,} rows: the tablet server was OOM-killed", file=sys.stderr)
+                CAGE[0].close()
         print(f"done {n:,} rows", file=sys.stderr, flush=True)
     mib = 2**20
     print(
@@ -603,6 +689,11 @@ def main() -> int:
         f"a fresh server per size; server flags: {' '.join(SERVER_ARGS) or 'default'}; "
         f"{args.reads} point reads (10% misses); Parquet: the same rows sorted by key, "
         f"row groups of 64k, pyarrow {pa.__version__}"
+        + (
+            f"; each server in a memory cgroup of {args.memory_limit_mb:,} MiB"
+            if args.memory_limit_mb
+            else ""
+        )
     )
     print(
         f"{'rows':>10} {'p50 ms':>7} {'p99 ms':>7} {'pq p50':>7} {'pq p99':>7} "
@@ -646,6 +737,14 @@ def main() -> int:
             f"{r['RssFile'] / mib:.0f} MiB; load average at the end "
             + "/".join(f"{x:.1f}" for x in r["loadavg"])
         )
+
+    for n, r in results:
+        if "cage_peak" in r:
+            print(
+                f"{n:>10,}: memory cgroup of {args.memory_limit_mb:,} MiB (heap and page cache "
+                f"charged): peak charge {r['cage_peak'] / mib:,.0f} MiB, OOM kills "
+                f"{r['cage_ooms']}"
+            )
 
     def lay(x: dict) -> str:
         return f"{x['blocks']}/{x['runs']}/{x['height']}"
