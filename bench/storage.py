@@ -359,7 +359,11 @@ def measure(
     cpu0 = cpu_s(pid)
     t0 = time.perf_counter()
     nbatches = 0
+    tenth = max(BATCH_ROWS, n // 10 // BATCH_ROWS * BATCH_ROWS)
     for start in range(0, n, BATCH_ROWS):
+        if start and start % tenth == 0 and n >= 1_000_000:  # how a long load goes
+            rate = start / (time.perf_counter() - t0)
+            print(f"  {start:,} of {n:,} rows loaded, {rate:,.0f} rows/s", file=sys.stderr)
         req = WriteRequest(tablet_id=tid, schema_version=version, ops=[OpType.INSERT])
         payload = ipc_bytes(rows(ids[start : start + BATCH_ROWS], nbatches))
         client._call("Write", req, WriteResponse, sidecars=[payload])
@@ -681,7 +685,26 @@ def main() -> int:
                 if CAGE[0].oom_kills():
                     print(f"{n:,} rows: the tablet server was OOM-killed", file=sys.stderr)
                 CAGE[0].close()
-        print(f"done {n:,} rows", file=sys.stderr, flush=True)
+        done = results[-1][1] if results and results[-1][0] == n else None
+        # A line as each size ends (the tables come at the end: a run stopped part way
+        # keeps these).
+        print(
+            f"done {n:,} rows"
+            + (
+                f": {done['insert']:,.0f} inserts/s, point read p50 {done['p50']:.2f} ms, "
+                f"full scan {done['full_rps']:,.0f} rows/s ({done['un_rps']:,.0f} unordered), "
+                f"peak RSS loading {done['load_peak'] / 2**20:,.0f} MiB"
+                + (
+                    f", cgroup peak {done['cage_peak'] / 2**20:,.0f} MiB"
+                    if "cage_peak" in done
+                    else ""
+                )
+                if done
+                else ""
+            ),
+            file=sys.stderr,
+            flush=True,
+        )
     mib = 2**20
     print(
         f"one tablet, 4 columns (id int64 key, v int64, s string, t int64 = load batch), "
