@@ -406,9 +406,10 @@ def measure(
     del full
     # Unordered (Kudu's UNORDERED read mode, what the Spark source asks for): the newest
     # runs that hide no older row are not merged (design/storage.md, "Unordered scans").
-    un_s, un_sum = timed(lambda: unordered_sum(client, tid, n), 2)
-    if un_sum != sum(ids):
-        raise SystemExit(f"unordered scan's keys add up to {un_sum}, not {sum(ids)}")
+    id_sum = sum(ids)
+    un_s, got = timed(lambda: client.scan_table(tid, ordered=False), 2)
+    check_unordered(got, n, id_sum)
+    del got
     # The same with the largest batches the server sends (the default before 42d8335 was
     # 4,096 rows; 65,536 since).
     big_s, got = timed(lambda: client.scan_table(tid, batch_rows_max=65_536), 2)
@@ -458,9 +459,9 @@ def measure(
         if got.num_rows != n:
             raise SystemExit(f"full scan returned {got.num_rows} rows, not {n}")
         del got
-        settled_un_s, un_sum = timed(lambda: unordered_sum(client, tid, n), 2)
-        if un_sum != sum(ids):
-            raise SystemExit(f"unordered scan's keys add up to {un_sum}, not {sum(ids)}")
+        settled_un_s, got = timed(lambda: client.scan_table(tid, ordered=False), 2)
+        check_unordered(got, n, id_sum)
+        del got
         pq_settled_s, _ = timed(lambda: pq.read_table(pq_path), 2)
     finally:
         shutil.rmtree(pq_path.parent, ignore_errors=True)
@@ -503,13 +504,14 @@ def measure(
     }
 
 
-def unordered_sum(client: TabletServerClient, tid: str, n: int) -> int:
-    """An unordered full scan (the whole table, as `scan_table` makes it); the sum of its
-    keys (each key once: checked against the keys written)."""
-    got = client.scan_table(tid, ordered=False)
+def check_unordered(got: pa.Table, n: int, id_sum: int) -> None:
+    """An unordered full scan's rows: n of them, their keys adding up to those written (each
+    key once); outside the timed scan."""
     if got.num_rows != n:
         raise SystemExit(f"unordered scan returned {got.num_rows} rows, not {n}")
-    return pc.sum(got.column("id")).as_py()
+    total = pc.sum(got.column("id")).as_py()
+    if total != id_sum:
+        raise SystemExit(f"unordered scan's keys add up to {total}, not {id_sum}")
 
 
 def restart(proc, root: Path, out: Path, flush_rows: int, tid: str, key: int) -> tuple:

@@ -359,28 +359,41 @@ def test_vectorized_hash_build_and_probe_equal_the_one_key_functions():
         assert all(got[:n])
 
 
-def test_a_streamed_scan_is_a_snapshot_through_writes_flushes_and_compactions(tmp_path):
-    """Pieces made after writes, a flush and a compaction (which unlinks the blocks the
-    scan holds) still show the tablet as it was when the scan opened."""
+def _three_runs(tmp_path, n: int):
+    """A tablet of three flushed runs of interleaved keys below n (every third key each),
+    and its model."""
     shape = Shape(INT_KEY)
     m = open_manager(tmp_path / "root")
     t = create(m, "t1", INT_KEY)
     model: dict = {}
     for step in range(3):
-        keys = list(range(step, 3000, 3))
+        keys = list(range(step, n, 3))
         write(t, shape, OpType.INSERT, keys, step)
         apply_model(model, OpType.INSERT, keys, step)
         assert t.flush()
+    return m, t, shape, model
+
+
+def _change_everything(t, shape: Shape, n: int) -> None:
+    """Upserts and deletes over the whole key range, flushed, then one compaction of every
+    block (which unlinks the blocks an open scan holds)."""
+    write(t, shape, OpType.UPSERT, list(range(0, n, 7)), 4)
+    write(t, shape, OpType.DELETE, list(range(1, n, 30)), 5)
+    assert t.flush()
+    assert t.compact()
+    assert len(t.blocks) == 1
+
+
+def test_a_streamed_scan_is_a_snapshot_through_writes_flushes_and_compactions(tmp_path):
+    """Pieces made after writes, a flush and a compaction (which unlinks the blocks the
+    scan holds) still show the tablet as it was when the scan opened."""
+    m, t, shape, model = _three_runs(tmp_path, 3000)
     write(t, shape, OpType.DELETE, list(range(0, 3000, 10)), 3)
     apply_model(model, OpType.DELETE, list(range(0, 3000, 10)), 3)
     before = dict(model)
     schema, it = t.scan_pieces([], [], [], [], 0, slab_rows=100)
     first = next(it)
-    write(t, shape, OpType.UPSERT, list(range(0, 3000, 7)), 4)
-    write(t, shape, OpType.DELETE, list(range(1, 3000, 30)), 5)
-    assert t.flush()
-    assert t.compact()
-    assert len(t.blocks) == 1  # the blocks the scan reads are unlinked
+    _change_everything(t, shape, 3000)
     rest = list(it)
     got = shape.rows(pa.concat_tables([first, *rest]))
     assert got == before and list(got) == sorted(before)
@@ -391,26 +404,14 @@ def test_a_streamed_scan_is_a_snapshot_through_writes_flushes_and_compactions(tm
 def test_an_unordered_scan_is_a_snapshot_through_writes_flushes_and_compactions(tmp_path):
     """The same for an unordered scan: its unmerged blocks' chunks and its merge, made after
     writes that hide their rows, a flush and a compaction, show the tablet as it was."""
-    shape = Shape(INT_KEY)
-    m = open_manager(tmp_path / "root")
-    t = create(m, "t1", INT_KEY)
-    model: dict = {}
-    for step in range(3):
-        keys = list(range(step, 30_000, 3))
-        write(t, shape, OpType.INSERT, keys, step)
-        apply_model(model, OpType.INSERT, keys, step)
-        assert t.flush()
+    m, t, shape, model = _three_runs(tmp_path, 30_000)
     assert [b.shadows_nothing for b in t.blocks] == [True] * 3
     write(t, shape, OpType.INSERT, list(range(30_000, 30_500)), 3)  # the memstore's
     apply_model(model, OpType.INSERT, list(range(30_000, 30_500)), 3)
     before = dict(model)
     schema, it = t.scan_pieces([], [], [], [], 0, ordered=False)
     first = next(it)
-    write(t, shape, OpType.UPSERT, list(range(0, 30_000, 7)), 4)
-    write(t, shape, OpType.DELETE, list(range(1, 30_000, 30)), 5)
-    assert t.flush()
-    assert t.compact()
-    assert len(t.blocks) == 1  # the blocks the scan reads are unlinked
+    _change_everything(t, shape, 30_000)
     rest = list(it)
     got = pa.concat_tables([first, *rest])
     assert got.num_rows == len(before) and shape.rows(got) == before

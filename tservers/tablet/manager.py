@@ -1167,7 +1167,8 @@ class TabletManager:
             self._disk_written(written)
             self._flush_if_needed([t for t in written if t.status is TabletStatus.RUNNING])
             flushed = self._flush_idle(time.monotonic(), written)
-            if written:  # memstores grow by writes only
+            # Memstores grow by writes only; an idle flush shrinks their sum (the gauge).
+            if written or flushed:
                 flushed += self._flush_for_memory()
             if flushed:
                 self._release_heap()

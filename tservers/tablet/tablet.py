@@ -1788,7 +1788,7 @@ class Tablet:
         block_tables = [b.chunks_table(k) for b, k in kept]
         # Projection pushdown: the merge moves only the columns the answer, the predicates
         # and the merge itself (keys, __deleted) need, not every column of the rows.
-        used = set(selected) | set(self._key_names(schema))
+        used = set(selected) | set(key_names)
         used.update(block_name(schema.column(p.column).id) for p in predicates)
         merge_cols = [c for c in schema.columns if block_name(c.id) in used]
         if len(merge_cols) == len(schema.columns):
